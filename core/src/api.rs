@@ -1,0 +1,152 @@
+//! The JSON boundary: every public operation taking and returning JSON text.
+//!
+//! Bindings (WebAssembly, Python) call these and nothing else, so each stays a
+//! thin layer of glue and every language decodes with the same strict rules
+//! and reports the same codes. Outputs are compact JSON in canonical order.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::attempt::{Attempts, AttemptsSchema};
+use crate::canonical::{canonical_json, digest_of};
+use crate::decode::{from_str, from_value, parse_strict};
+use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate as run;
+use crate::http::{self, HttpObservation, RetryAfterHeader};
+use crate::policy::{compile, CompiledPolicy, Policy, PolicySchema};
+use crate::receipt::{verify_bundle, Bundle, BundleSchema, Receipt, ReceiptSchema};
+
+fn out<T: Serialize>(value: &T) -> String {
+    canonical_json(value)
+}
+
+/// Decode and validate a policy.
+pub fn compile_policy(policy_json: &str) -> Result<CompiledPolicy> {
+    compile(from_str::<Policy>(policy_json)?)
+}
+
+/// Decode an attempts document.
+pub fn decode_attempts(attempts_json: &str) -> Result<Attempts> {
+    from_str(attempts_json)
+}
+
+/// `validate_policy`: the policy digest, or the first rule it breaks.
+pub fn validate_policy(policy_json: &str) -> Result<String> {
+    Ok(compile_policy(policy_json)?.policy_sha256)
+}
+
+/// `plan_next` against a compiled policy: a `dispatch` or `terminal` decision as JSON.
+pub fn plan_next_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<String> {
+    Ok(out(&run::plan_next(
+        policy,
+        &decode_attempts(attempts_json)?,
+    )?))
+}
+
+/// `plan_next`: a `dispatch` or `terminal` decision as JSON.
+pub fn plan_next(policy_json: &str, attempts_json: &str) -> Result<String> {
+    plan_next_compiled(&compile_policy(policy_json)?, attempts_json)
+}
+
+/// `evaluate` against a compiled policy: the receipt as JSON.
+pub fn evaluate_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<String> {
+    Ok(out(&run::evaluate(
+        policy,
+        &decode_attempts(attempts_json)?,
+    )?))
+}
+
+/// `evaluate`: the receipt as JSON.
+pub fn evaluate(policy_json: &str, attempts_json: &str) -> Result<String> {
+    evaluate_compiled(&compile_policy(policy_json)?, attempts_json)
+}
+
+/// Seal a finished run against a compiled policy: the bundle as JSON.
+pub fn seal_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<String> {
+    let attempts = decode_attempts(attempts_json)?;
+    let receipt = run::evaluate(policy, &attempts)?;
+    Ok(out(&Bundle {
+        attempts,
+        policy: policy.policy.clone(),
+        receipt,
+        schema: BundleSchema,
+    }))
+}
+
+/// `verify_bundle`: a `verified` or `drift` verdict as JSON.
+pub fn verify(bundle_json: &str) -> Result<String> {
+    Ok(out(&verify_bundle(&from_str::<Bundle>(bundle_json)?)?))
+}
+
+/// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding
+/// into the type its `schema` names, so only documents in normal form hash.
+pub fn digest(document_json: &str) -> Result<String> {
+    let value = parse_strict(document_json)?;
+    let schema = match &value {
+        Value::Object(map) => map.get("schema").and_then(Value::as_str).map(str::to_owned),
+        _ => {
+            return Err(Error::new(
+                ErrorCode::InvalidType,
+                "a document is a JSON object",
+            ))
+        }
+    };
+    let Some(schema) = schema else {
+        return Err(Error::at(
+            ErrorCode::MissingField,
+            "/schema",
+            "a document names its `schema`",
+        ));
+    };
+    match schema.as_str() {
+        PolicySchema::NAME => Ok(digest_of(&from_value::<Policy>(value)?)),
+        AttemptsSchema::NAME => Ok(digest_of(&from_value::<Attempts>(value)?)),
+        ReceiptSchema::NAME => Ok(digest_of(&from_value::<Receipt>(value)?)),
+        BundleSchema::NAME => Ok(digest_of(&from_value::<Bundle>(value)?)),
+        other => Err(Error::at(
+            ErrorCode::SchemaMismatch,
+            "/schema",
+            format!(
+                "`{}` is not a retryledger document schema",
+                other.chars().take(80).collect::<String>()
+            ),
+        )),
+    }
+}
+
+/// `parse_retry_after` with the header named as `retry-after` or `retry-after-ms`.
+pub fn parse_retry_after(header: &str, value: &str, now_unix_ms: u64, cap_ms: u64) -> Result<u64> {
+    let header = match header.to_ascii_lowercase().as_str() {
+        "retry-after" => RetryAfterHeader::RetryAfter,
+        "retry-after-ms" => RetryAfterHeader::RetryAfterMs,
+        _ => {
+            return Err(Error::new(
+                ErrorCode::InvalidValue,
+                "header must be `retry-after` or `retry-after-ms`",
+            ))
+        }
+    };
+    http::parse_retry_after(header, value, now_unix_ms, cap_ms)
+}
+
+/// `classify_http`: an observation document in, an outcome as JSON out.
+pub fn classify_http(observation_json: &str) -> Result<String> {
+    Ok(out(&http::classify_http(&from_str::<HttpObservation>(
+        observation_json,
+    )?)?))
+}
+
+/// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.
+pub fn error_json(e: &Error) -> String {
+    let mut map = serde_json::Map::new();
+    map.insert("code".into(), Value::from(e.code.as_str()));
+    map.insert("family".into(), Value::from(e.family().as_str()));
+    map.insert("message".into(), Value::from(e.message.clone()));
+    if let Some(p) = &e.path {
+        map.insert("path".into(), Value::from(p.clone()));
+    }
+    if let Some(i) = e.attempt_index {
+        map.insert("attempt_index".into(), Value::from(i));
+    }
+    Value::Object(map).to_string()
+}

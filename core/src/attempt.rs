@@ -1,0 +1,55 @@
+//! The attempts document: every physical attempt of one logical request, as observed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{bounded_vec, schema_marker, Identifier, Sha256Hex};
+use crate::limits::MAX_ATTEMPTS;
+use crate::outcome::Outcome;
+
+schema_marker!(
+    /// `retryledger.attempts.v1`
+    AttemptsSchema = "retryledger.attempts.v1"
+);
+
+/// One physical attempt. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attempt {
+    /// When the outcome was observed (run clock, ms).
+    pub completed_at_ms: u64,
+    /// Actual cost charged, in the policy's unit.
+    pub cost: u64,
+    /// Digest of the idempotency key sent.
+    pub idempotency_key_sha256: Sha256Hex,
+    /// The jitter sample that set this attempt's earliest start, when jitter is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_sample_ms: Option<u64>,
+    /// Digest of the logical request sent.
+    pub logical_request_sha256: Sha256Hex,
+    /// Global ordinal, from 1.
+    pub ordinal: u64,
+    /// The observed outcome.
+    pub outcome: Outcome,
+    /// The route dispatched to.
+    pub route_id: Identifier,
+    /// Ordinal on this route, from 1.
+    pub route_ordinal: u64,
+    /// The route release dispatched to.
+    pub route_release_sha256: Sha256Hex,
+    /// When the attempt was dispatched (run clock, ms).
+    pub started_at_ms: u64,
+}
+
+/// The attempts document. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Attempts {
+    /// Attempts in dispatch order.
+    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_ATTEMPTS>")]
+    pub attempts: Vec<Attempt>,
+    /// Set when the caller cancelled the run between attempts (run clock, ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_at_ms: Option<u64>,
+    /// `retryledger.attempts.v1`
+    pub schema: AttemptsSchema,
+}

@@ -1,0 +1,285 @@
+//! Strict decoding: JSON text to typed documents in normal form.
+//!
+//! Two passes. The first reads the text into a [`serde_json::Value`] while
+//! rejecting what serde would let through silently: duplicate keys, `null`,
+//! floats, integers outside 0..=2^53-1, oversize input and deep nesting. The
+//! second maps the value onto the typed document with unknown fields denied.
+//! Every failure is an [`Error`] with a code and a JSON Pointer.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::limits::{MAX_DEPTH, MAX_INPUT_BYTES, MAX_SAFE_INTEGER};
+
+/// Parse JSON text into a value, enforcing the normal-form rules of every document.
+pub fn parse_strict(text: &str) -> Result<Value> {
+    if text.len() > MAX_INPUT_BYTES {
+        return Err(Error::new(
+            ErrorCode::InputTooLarge,
+            format!(
+                "input is {} bytes; the limit is {MAX_INPUT_BYTES}",
+                text.len()
+            ),
+        ));
+    }
+    let failure = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let seed = Strict {
+        depth: 0,
+        path: String::new(),
+        failure: &failure,
+    };
+    let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    match parsed {
+        Ok(v) => Ok(v),
+        Err(e) => Err(failure
+            .into_inner()
+            .unwrap_or_else(|| Error::new(ErrorCode::InvalidJson, e.to_string()))),
+    }
+}
+
+/// Decode JSON text into a typed document.
+pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T> {
+    from_value(parse_strict(text)?)
+}
+
+/// Map a strict value onto a typed document, translating serde's errors to codes.
+pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = pointer(e.path());
+        let message = e.inner().to_string();
+        Error::at(code_of(&message), path, message)
+    })
+}
+
+/// JSON Pointer (RFC 6901) for a serde path.
+fn pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => {
+                out.push('/');
+                out.push_str(&index.to_string());
+            }
+            Segment::Map { key } => {
+                out.push('/');
+                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+/// Our own messages carry their code as a `code: ` prefix; serde's are recognized by wording.
+fn code_of(message: &str) -> ErrorCode {
+    if let Some((head, _)) = message.split_once(": ") {
+        if let Some(code) = ErrorCode::ALL.iter().find(|c| c.as_str() == head) {
+            return *code;
+        }
+    }
+    if message.starts_with("unknown field") {
+        ErrorCode::UnknownField
+    } else if message.starts_with("missing field") {
+        ErrorCode::MissingField
+    } else if message.starts_with("invalid type") {
+        ErrorCode::InvalidType
+    } else if message.starts_with("invalid length") {
+        ErrorCode::TooManyItems
+    } else {
+        ErrorCode::InvalidValue
+    }
+}
+
+/// A serde error message that names its code, for validating newtypes.
+pub fn coded<E: de::Error>(code: ErrorCode, message: impl fmt::Display) -> E {
+    E::custom(format!("{}: {message}", code.as_str()))
+}
+
+struct Strict<'a> {
+    depth: usize,
+    path: String,
+    failure: &'a RefCell<Option<Error>>,
+}
+
+impl<'a> Strict<'a> {
+    fn fail<E: de::Error>(&self, code: ErrorCode, message: String) -> E {
+        let mut slot = self.failure.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(Error::at(code, self.path.clone(), message.clone()));
+        }
+        E::custom(message)
+    }
+
+    fn child(&self, segment: &str) -> Strict<'a> {
+        Strict {
+            depth: self.depth.saturating_add(1),
+            path: format!(
+                "{}/{}",
+                self.path,
+                segment.replace('~', "~0").replace('/', "~1")
+            ),
+            failure: self.failure,
+        }
+    }
+
+    fn enter<E: de::Error>(&self) -> std::result::Result<(), E> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.fail(
+                ErrorCode::NestingTooDeep,
+                format!("nesting deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value in normal form")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Value, E> {
+        if v > MAX_SAFE_INTEGER {
+            return Err(self.fail(
+                ErrorCode::IntegerOutOfRange,
+                format!("{v} is above 2^53 - 1"),
+            ));
+        }
+        Ok(Value::from(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Value, E> {
+        match u64::try_from(v) {
+            Ok(u) => self.visit_u64(u),
+            Err(_) => Err(self.fail(ErrorCode::IntegerOutOfRange, format!("{v} is negative"))),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Value, E> {
+        // serde_json hands integers beyond u64 to us as floats.
+        let integral = v.is_finite() && v.fract() == 0.0;
+        if integral && (v.abs() >= 9_007_199_254_740_992.0) {
+            return Err(self.fail(
+                ErrorCode::IntegerOutOfRange,
+                "integer outside 0..=2^53 - 1".to_owned(),
+            ));
+        }
+        Err(self.fail(
+            ErrorCode::FloatValue,
+            "numbers must be integers without fraction or exponent".to_owned(),
+        ))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Value, E> {
+        Err(self.fail(
+            ErrorCode::NullValue,
+            "null is not allowed; omit optional fields".to_owned(),
+        ))
+    }
+
+    fn visit_none<E: de::Error>(self) -> std::result::Result<Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
+        self.enter()?;
+        let mut items = Vec::new();
+        loop {
+            let child = self.child(&items.len().to_string());
+            match seq.next_element_seed(child)? {
+                Some(v) => items.push(v),
+                None => break,
+            }
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+        self.enter()?;
+        let mut out = Map::new();
+        let mut seen = BTreeSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let child = self.child(&key);
+            if !seen.insert(key.clone()) {
+                return Err(child.fail(ErrorCode::DuplicateKey, format!("key `{key}` repeats")));
+            }
+            let v = map.next_value_seed(child)?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(text: &str) -> ErrorCode {
+        parse_strict(text).unwrap_err().code
+    }
+
+    #[test]
+    fn rejects_what_serde_lets_through() {
+        assert_eq!(code(r#"{"a":1,"a":2}"#), ErrorCode::DuplicateKey);
+        assert_eq!(code(r#"{"a":null}"#), ErrorCode::NullValue);
+        assert_eq!(code(r#"{"a":1.5}"#), ErrorCode::FloatValue);
+        assert_eq!(code(r#"{"a":1e3}"#), ErrorCode::FloatValue);
+        assert_eq!(code(r#"{"a":-1}"#), ErrorCode::IntegerOutOfRange);
+        assert_eq!(
+            code(r#"{"a":9007199254740992}"#),
+            ErrorCode::IntegerOutOfRange
+        );
+        assert_eq!(
+            code(r#"{"a":184467440737095516160}"#),
+            ErrorCode::IntegerOutOfRange
+        );
+        assert_eq!(code(r#"{"a":1"#), ErrorCode::InvalidJson);
+        assert_eq!(code(r#"{"a":1} x"#), ErrorCode::InvalidJson);
+        assert_eq!(code(&"[".repeat(40)), ErrorCode::NestingTooDeep);
+        assert_eq!(code(&"[".repeat(100_000)), ErrorCode::NestingTooDeep);
+        let big = format!("\"{}\"", "x".repeat(MAX_INPUT_BYTES));
+        assert_eq!(code(&big), ErrorCode::InputTooLarge);
+    }
+
+    #[test]
+    fn paths_point_at_the_offender() {
+        let e = parse_strict(r#"{"a":[1,{"b":null}]}"#).unwrap_err();
+        assert_eq!(e.path.as_deref(), Some("/a/1/b"));
+        let e = parse_strict(r#"{"x/y":{"k":1,"k":2}}"#).unwrap_err();
+        assert_eq!(e.path.as_deref(), Some("/x~1y/k"));
+    }
+
+    #[test]
+    fn accepts_normal_form() {
+        let v = parse_strict(r#"{"a":[1,true,"s",{"b":9007199254740991}]}"#).unwrap();
+        assert_eq!(v["a"][3]["b"], 9_007_199_254_740_991_u64);
+    }
+}

@@ -1,0 +1,245 @@
+//! One error type for every operation, with a stable snake_case code.
+//!
+//! The code string is the contract: Rust, JavaScript and Python report the same
+//! code for the same input. The family groups codes so that bindings can map
+//! them onto exception classes (decode, policy, drift, receipt, http, run).
+
+use std::fmt;
+
+/// The family a code belongs to; bindings raise one exception class per family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorFamily {
+    /// The input is not a well-formed document in normal form.
+    Decode,
+    /// The policy breaks a rule checked before any dispatch.
+    Policy,
+    /// An observed attempt is not the planned one.
+    Drift,
+    /// A sealed receipt does not match its replay.
+    Receipt,
+    /// A Retry-After value or HTTP observation is malformed.
+    Http,
+    /// The run cannot be evaluated in its current state.
+    Run,
+}
+
+impl ErrorFamily {
+    /// The family's snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Decode => "decode",
+            Self::Policy => "policy",
+            Self::Drift => "drift",
+            Self::Receipt => "receipt",
+            Self::Http => "http",
+            Self::Run => "run",
+        }
+    }
+}
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident => $name:literal, $family:ident; )*) => {
+        /// Every failure the core can report, each with a stable snake_case code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl ErrorCode {
+            /// All codes, in declaration order.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            /// The stable snake_case code string.
+            pub fn as_str(self) -> &'static str {
+                match self { $( ErrorCode::$variant => $name, )* }
+            }
+
+            /// The family the code belongs to.
+            pub fn family(self) -> ErrorFamily {
+                match self { $( ErrorCode::$variant => ErrorFamily::$family, )* }
+            }
+        }
+    };
+}
+
+codes! {
+    /// The input exceeds [`crate::limits::MAX_INPUT_BYTES`].
+    InputTooLarge => "input_too_large", Decode;
+    /// The input is not JSON.
+    InvalidJson => "invalid_json", Decode;
+    /// Arrays and objects nest deeper than [`crate::limits::MAX_DEPTH`].
+    NestingTooDeep => "nesting_too_deep", Decode;
+    /// An object repeats a key.
+    DuplicateKey => "duplicate_key", Decode;
+    /// A `null` appears; optional fields are omitted instead.
+    NullValue => "null_value", Decode;
+    /// A number with a fraction or exponent appears; documents hold integers only.
+    FloatValue => "float_value", Decode;
+    /// An integer is negative or above 2^53 - 1.
+    IntegerOutOfRange => "integer_out_of_range", Decode;
+    /// A string is longer than its bound.
+    StringTooLong => "string_too_long", Decode;
+    /// An array has more items than its bound.
+    TooManyItems => "too_many_items", Decode;
+    /// An object has a field its type does not define.
+    UnknownField => "unknown_field", Decode;
+    /// A required field is absent.
+    MissingField => "missing_field", Decode;
+    /// A value has the wrong JSON type.
+    InvalidType => "invalid_type", Decode;
+    /// A value is of the right type but not an allowed value.
+    InvalidValue => "invalid_value", Decode;
+    /// The `schema` field names another document type or version.
+    SchemaMismatch => "schema_mismatch", Decode;
+    /// A digest is not 64 lowercase hex characters.
+    InvalidDigest => "invalid_digest", Decode;
+    /// An identifier is empty or holds characters outside the allowed set.
+    InvalidIdentifier => "invalid_identifier", Decode;
+    /// A set-valued array repeats an item.
+    DuplicateSetItem => "duplicate_set_item", Decode;
+
+    /// The retry owner is not the harness.
+    RetryOwnerNotHarness => "retry_owner_not_harness", Policy;
+    /// The policy has no route.
+    NoRoutes => "no_routes", Policy;
+    /// Two routes share a priority.
+    DuplicatePriority => "duplicate_priority", Policy;
+    /// Route priorities are not 0, 1, 2, ... without gaps.
+    PriorityNotContiguous => "priority_not_contiguous", Policy;
+    /// Two routes share a route id.
+    DuplicateRouteId => "duplicate_route_id", Policy;
+    /// Two routes share a release digest.
+    DuplicateRouteRelease => "duplicate_route_release", Policy;
+    /// A route lacks a capability the request requires.
+    CapabilityMissing => "capability_missing", Policy;
+    /// A route's behavior class is neither the required one nor an allowed degraded one.
+    BehaviorClassMismatch => "behavior_class_mismatch", Policy;
+    /// A route's data boundary exceeds the policy maximum.
+    DataBoundaryExceeded => "data_boundary_exceeded", Policy;
+    /// A route does not support idempotency.
+    IdempotencyUnsupported => "idempotency_unsupported", Policy;
+    /// A per-route attempt bound is 0 or above the limit.
+    RouteAttemptsUnbounded => "route_attempts_unbounded", Policy;
+    /// A run-wide budget (attempts, deadline) is 0 or above the limit.
+    BudgetUnbounded => "budget_unbounded", Policy;
+    /// The backoff parameters are inconsistent (base 0 or maximum below base).
+    InvalidBackoff => "invalid_backoff", Policy;
+
+    /// An attempt is observed after the run reached a terminal.
+    AttemptAfterTerminal => "attempt_after_terminal", Drift;
+    /// The attempt's route is not the planned route.
+    RouteDrift => "route_drift", Drift;
+    /// The attempt's route release is not the planned release.
+    ReleaseDrift => "release_drift", Drift;
+    /// The attempt's global ordinal is not the planned one.
+    OrdinalDrift => "ordinal_drift", Drift;
+    /// The attempt's per-route ordinal is not the planned one.
+    RouteOrdinalDrift => "route_ordinal_drift", Drift;
+    /// The attempt carries another logical request digest.
+    LogicalRequestDrift => "logical_request_drift", Drift;
+    /// The attempt carries another idempotency key digest.
+    IdempotencyKeyDrift => "idempotency_key_drift", Drift;
+    /// The attempt started before its earliest start.
+    EarlyStart => "early_start", Drift;
+    /// The attempt completed before it started.
+    CompletedBeforeStarted => "completed_before_started", Drift;
+    /// A jittered attempt does not record its sample.
+    JitterSampleMissing => "jitter_sample_missing", Drift;
+    /// An attempt records a jitter sample where none was drawn.
+    JitterSampleUnexpected => "jitter_sample_unexpected", Drift;
+    /// The recorded jitter sample lies outside its interval.
+    JitterOutOfInterval => "jitter_out_of_interval", Drift;
+    /// The recorded jitter sample is not the seeded draw.
+    JitterSampleDrift => "jitter_sample_drift", Drift;
+    /// The run was marked cancelled before its last attempt completed, or after a terminal.
+    CancelDrift => "cancel_drift", Drift;
+    /// A sum or product left the integer range.
+    ArithmeticOverflow => "arithmetic_overflow", Drift;
+
+    /// A sealed receipt differs from the replayed one.
+    ReceiptMismatch => "receipt_mismatch", Receipt;
+
+    /// A Retry-After value is not a delay, an HTTP-date or a millisecond count.
+    RetryAfterInvalid => "retry_after_invalid", Http;
+    /// A Retry-After value is longer than [`crate::limits::MAX_RETRY_AFTER_BYTES`].
+    RetryAfterOverlong => "retry_after_overlong", Http;
+    /// An HTTP status is outside 100..=599.
+    InvalidStatus => "invalid_status", Http;
+
+    /// `evaluate` was asked for a receipt of a run that has not reached a terminal.
+    RunNotTerminal => "run_not_terminal", Run;
+}
+
+/// An error with a stable code, a human message and, where known, a JSON Pointer
+/// (RFC 6901) to the offending field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// The stable code.
+    pub code: ErrorCode,
+    /// A human-readable message; not part of the contract.
+    pub message: String,
+    /// JSON Pointer to the offending field, e.g. `/attempts/1/started_at_ms`.
+    pub path: Option<String>,
+    /// Index of the offending attempt (0-based) for drift errors.
+    pub attempt_index: Option<usize>,
+}
+
+impl Error {
+    /// An error without a path.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            path: None,
+            attempt_index: None,
+        }
+    }
+
+    /// An error at a JSON Pointer.
+    pub fn at(code: ErrorCode, path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            path: Some(path.into()),
+            attempt_index: None,
+        }
+    }
+
+    /// A drift error about one attempt's field.
+    pub fn attempt(code: ErrorCode, index: usize, field: &str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            path: Some(format!("/attempts/{index}/{field}")),
+            attempt_index: Some(index),
+        }
+    }
+
+    /// The same error with its path placed under `prefix` (a JSON Pointer).
+    pub fn under(mut self, prefix: &str) -> Self {
+        self.path = Some(match self.path {
+            Some(p) => format!("{prefix}{p}"),
+            None => prefix.to_owned(),
+        });
+        self
+    }
+
+    /// The family of the code.
+    pub fn family(&self) -> ErrorFamily {
+        self.code.family()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(p) => write!(f, "{} at {}: {}", self.code.as_str(), p, self.message),
+            None => write!(f, "{}: {}", self.code.as_str(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result with the core's error.
+pub type Result<T> = std::result::Result<T, Error>;

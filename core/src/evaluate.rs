@@ -1,0 +1,510 @@
+//! The run state machine: replay observed attempts against the plan, decide
+//! the next dispatch or the terminal, and build the receipt.
+//!
+//! Per observed attempt, in order: it must be the planned attempt (else a
+//! drift error); `completed_at_ms >= deadline_ms` ends the run with
+//! `stop_deadline` even on success; spent cost above the maximum ends it with
+//! `stop_cost_budget`; then the outcome decides. Before each dispatch, in
+//! order: total attempts, route exhaustion, cost reservation, deadline.
+
+use serde::{Deserialize, Serialize};
+
+use crate::attempt::{Attempt, Attempts};
+use crate::canonical::digest_of;
+use crate::error::{Error, ErrorCode, Result};
+use crate::ids::{Identifier, Sha256Hex};
+use crate::outcome::Outcome;
+use crate::policy::CompiledPolicy;
+use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
+use crate::schedule::{next_delay, JitterDraw};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Terminal {
+    /// Success on the primary or a compatible fallback, before the deadline.
+    Completed,
+    /// A non-retryable failure; no fallback.
+    StopNonRetryable,
+    /// An indeterminate outcome; reconcile, never retry.
+    StopIndeterminate,
+    /// The total attempt budget is spent.
+    StopTotalAttempts,
+    /// Every route's attempt budget is spent.
+    StopRouteExhausted,
+    /// Spent cost exceeds, or the next reservation would exceed, the maximum.
+    StopCostBudget,
+    /// An attempt completed at or after the deadline, or the next could not start before it.
+    StopDeadline,
+    /// The caller cancelled the run between attempts.
+    StopCancelled,
+}
+
+impl Terminal {
+    /// The terminal's snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::StopNonRetryable => "stop_non_retryable",
+            Self::StopIndeterminate => "stop_indeterminate",
+            Self::StopTotalAttempts => "stop_total_attempts",
+            Self::StopRouteExhausted => "stop_route_exhausted",
+            Self::StopCostBudget => "stop_cost_budget",
+            Self::StopDeadline => "stop_deadline",
+            Self::StopCancelled => "stop_cancelled",
+        }
+    }
+}
+
+/// The next attempt to dispatch, and not before when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dispatch {
+    /// The run's absolute deadline, ms.
+    pub deadline_ms: u64,
+    /// The delay from the previous completion, ms (0 for the first attempt).
+    pub delay_ms: u64,
+    /// Digest of the idempotency key to send.
+    pub idempotency_key_sha256: Sha256Hex,
+    /// Jitter interval upper end, when jitter is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_max_ms: Option<u64>,
+    /// Jitter interval lower end, when jitter is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_min_ms: Option<u64>,
+    /// The jitter sample to record on the attempt, when jitter is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_sample_ms: Option<u64>,
+    /// Digest of the logical request to send.
+    pub logical_request_sha256: Sha256Hex,
+    /// Earliest start, ms.
+    pub not_before_ms: u64,
+    /// Global ordinal, from 1.
+    pub ordinal: u64,
+    /// Cost reserved for this attempt.
+    pub reserve_cost: u64,
+    /// The bounded Retry-After floor that applied, ms.
+    pub retry_after_floor_ms: u64,
+    /// Route to use.
+    pub route_id: Identifier,
+    /// Ordinal on the route, from 1.
+    pub route_ordinal: u64,
+    /// Route release to use.
+    pub route_release_sha256: Sha256Hex,
+}
+
+impl Dispatch {
+    fn jitter(&self) -> Option<JitterDraw> {
+        match (
+            self.jitter_min_ms,
+            self.jitter_max_ms,
+            self.jitter_sample_ms,
+        ) {
+            (Some(min_ms), Some(max_ms), Some(sample_ms)) => Some(JitterDraw {
+                min_ms,
+                max_ms,
+                sample_ms,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What to do next: dispatch an attempt, or the run's terminal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Decision {
+    /// Dispatch this attempt no earlier than `not_before_ms`.
+    Dispatch(Dispatch),
+    /// The run is over.
+    Terminal {
+        /// How it ended.
+        terminal: Terminal,
+    },
+}
+
+/// Replay state after some observed attempts.
+struct Run<'p> {
+    policy: &'p CompiledPolicy,
+    spent: u64,
+    per_route: Vec<u64>,
+    count: u64,
+    last_sample: Option<u64>,
+    next: Decision,
+    schedule: Vec<ScheduleEntry>,
+    fallback_used: bool,
+    final_priority: Option<usize>,
+    finished_at_ms: u64,
+}
+
+impl<'p> Run<'p> {
+    fn new(policy: &'p CompiledPolicy) -> Self {
+        let mut run = Run {
+            policy,
+            spent: 0,
+            per_route: vec![0; policy.policy.routes.len()],
+            count: 0,
+            last_sample: None,
+            next: Decision::Terminal {
+                terminal: Terminal::StopRouteExhausted,
+            },
+            schedule: Vec::new(),
+            fallback_used: false,
+            final_priority: None,
+            finished_at_ms: 0,
+        };
+        run.next = run.admit(0, 1, 0, 0, 0, None);
+        run
+    }
+
+    fn terminal(&self) -> Option<Terminal> {
+        match self.next {
+            Decision::Terminal { terminal } => Some(terminal),
+            Decision::Dispatch(_) => None,
+        }
+    }
+
+    /// The pre-dispatch checks that follow the route choice: cost reservation, then deadline.
+    fn admit(
+        &self,
+        priority: usize,
+        route_ordinal: u64,
+        not_before: u64,
+        delay: u64,
+        floor: u64,
+        jitter: Option<JitterDraw>,
+    ) -> Decision {
+        let p = &self.policy.policy;
+        let Some(route) = self.policy.route_at(priority) else {
+            return Decision::Terminal {
+                terminal: Terminal::StopRouteExhausted,
+            };
+        };
+        let reserved = self.spent.checked_add(route.reserve_cost);
+        if reserved.is_none_or(|r| r > p.max_total_cost) {
+            return Decision::Terminal {
+                terminal: Terminal::StopCostBudget,
+            };
+        }
+        if not_before >= p.deadline_ms {
+            return Decision::Terminal {
+                terminal: Terminal::StopDeadline,
+            };
+        }
+        Decision::Dispatch(Dispatch {
+            deadline_ms: p.deadline_ms,
+            delay_ms: delay,
+            idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+            jitter_max_ms: jitter.map(|j| j.max_ms),
+            jitter_min_ms: jitter.map(|j| j.min_ms),
+            jitter_sample_ms: jitter.map(|j| j.sample_ms),
+            logical_request_sha256: p.logical_request_sha256.clone(),
+            not_before_ms: not_before,
+            ordinal: self.count.saturating_add(1),
+            reserve_cost: route.reserve_cost,
+            retry_after_floor_ms: floor,
+            route_id: route.route_id.clone(),
+            route_ordinal,
+            route_release_sha256: route.route_release_sha256.clone(),
+        })
+    }
+
+    /// Plan after a retryable failure of `route_ordinal` on `priority`, completed at `completed`.
+    fn plan_after(
+        &self,
+        priority: usize,
+        route_ordinal: u64,
+        completed: u64,
+        hint: Option<u64>,
+    ) -> Decision {
+        let p = &self.policy.policy;
+        if self.count >= p.max_total_attempts {
+            return Decision::Terminal {
+                terminal: Terminal::StopTotalAttempts,
+            };
+        }
+        let used = self.per_route.get(priority).copied().unwrap_or(0);
+        let bound = self.policy.route_at(priority).map_or(0, |r| r.max_attempts);
+        let (next_priority, next_ordinal) = if used < bound {
+            (priority, route_ordinal.saturating_add(1))
+        } else {
+            (priority.saturating_add(1), 1)
+        };
+        if self.policy.route_at(next_priority).is_none() {
+            return Decision::Terminal {
+                terminal: Terminal::StopRouteExhausted,
+            };
+        }
+        let latest_delay = p.deadline_ms.saturating_sub(1).saturating_sub(completed);
+        let d = next_delay(
+            &p.backoff,
+            &p.jitter,
+            route_ordinal,
+            hint,
+            self.last_sample,
+            self.count.saturating_add(1),
+            latest_delay,
+        );
+        let not_before = completed.saturating_add(d.delay_ms);
+        self.admit(
+            next_priority,
+            next_ordinal,
+            not_before,
+            d.delay_ms,
+            d.retry_after_floor_ms,
+            d.jitter,
+        )
+    }
+
+    fn check(&self, a: &Attempt, i: usize) -> Result<Dispatch> {
+        let d = match &self.next {
+            Decision::Dispatch(d) => d.clone(),
+            Decision::Terminal { terminal } => {
+                return Err(Error::attempt(
+                    ErrorCode::AttemptAfterTerminal,
+                    i,
+                    "ordinal",
+                    format!(
+                        "attempt observed after the run ended with {}",
+                        terminal.as_str()
+                    ),
+                ));
+            }
+        };
+        let drift = |code, field: &str, msg: String| Err(Error::attempt(code, i, field, msg));
+        if a.route_id != d.route_id {
+            return drift(
+                ErrorCode::RouteDrift,
+                "route_id",
+                format!("planned route `{}`, observed `{}`", d.route_id, a.route_id),
+            );
+        }
+        if a.route_release_sha256 != d.route_release_sha256 {
+            return drift(
+                ErrorCode::ReleaseDrift,
+                "route_release_sha256",
+                "route release differs from the planned release".into(),
+            );
+        }
+        if a.ordinal != d.ordinal {
+            return drift(
+                ErrorCode::OrdinalDrift,
+                "ordinal",
+                format!("planned ordinal {}, observed {}", d.ordinal, a.ordinal),
+            );
+        }
+        if a.route_ordinal != d.route_ordinal {
+            return drift(
+                ErrorCode::RouteOrdinalDrift,
+                "route_ordinal",
+                format!(
+                    "planned route ordinal {}, observed {}",
+                    d.route_ordinal, a.route_ordinal
+                ),
+            );
+        }
+        if a.logical_request_sha256 != d.logical_request_sha256 {
+            return drift(
+                ErrorCode::LogicalRequestDrift,
+                "logical_request_sha256",
+                "attempt belongs to another logical request".into(),
+            );
+        }
+        if a.idempotency_key_sha256 != d.idempotency_key_sha256 {
+            return drift(
+                ErrorCode::IdempotencyKeyDrift,
+                "idempotency_key_sha256",
+                "attempt carries another idempotency key".into(),
+            );
+        }
+        match (d.jitter(), a.jitter_sample_ms) {
+            (None, None) => {}
+            (Some(_), None) => {
+                return drift(
+                    ErrorCode::JitterSampleMissing,
+                    "jitter_sample_ms",
+                    "jitter is on but the attempt records no sample".into(),
+                )
+            }
+            (None, Some(_)) => {
+                return drift(
+                    ErrorCode::JitterSampleUnexpected,
+                    "jitter_sample_ms",
+                    "the attempt records a sample where none was drawn".into(),
+                )
+            }
+            (Some(j), Some(s)) => {
+                if s < j.min_ms || s > j.max_ms {
+                    return drift(
+                        ErrorCode::JitterOutOfInterval,
+                        "jitter_sample_ms",
+                        format!("sample {s} outside [{}, {}]", j.min_ms, j.max_ms),
+                    );
+                }
+                if s != j.sample_ms {
+                    return drift(
+                        ErrorCode::JitterSampleDrift,
+                        "jitter_sample_ms",
+                        format!("sample {s} is not the seeded draw {}", j.sample_ms),
+                    );
+                }
+            }
+        }
+        if a.started_at_ms < d.not_before_ms {
+            return drift(
+                ErrorCode::EarlyStart,
+                "started_at_ms",
+                format!(
+                    "started at {} before not_before {}",
+                    a.started_at_ms, d.not_before_ms
+                ),
+            );
+        }
+        if a.completed_at_ms < a.started_at_ms {
+            return drift(
+                ErrorCode::CompletedBeforeStarted,
+                "completed_at_ms",
+                format!(
+                    "completed at {} before start {}",
+                    a.completed_at_ms, a.started_at_ms
+                ),
+            );
+        }
+        Ok(d)
+    }
+
+    fn observe(&mut self, a: &Attempt, d: Dispatch, i: usize) -> Result<()> {
+        let p = &self.policy.policy;
+        let priority = self
+            .policy
+            .routes()
+            .position(|r| r.route_id == a.route_id)
+            .unwrap_or(0);
+        self.spent = self.spent.checked_add(a.cost).ok_or_else(|| {
+            Error::attempt(
+                ErrorCode::ArithmeticOverflow,
+                i,
+                "cost",
+                "total cost overflows",
+            )
+        })?;
+        if let Some(slot) = self.per_route.get_mut(priority) {
+            *slot = slot.saturating_add(1);
+        }
+        self.count = self.count.saturating_add(1);
+        if d.jitter_sample_ms.is_some() {
+            self.last_sample = d.jitter_sample_ms;
+        }
+        self.fallback_used |= priority > 0;
+        self.final_priority = Some(priority);
+        self.finished_at_ms = a.completed_at_ms;
+        self.schedule.push(ScheduleEntry {
+            completed_at_ms: a.completed_at_ms,
+            cost: a.cost,
+            delay_ms: d.delay_ms,
+            jitter_max_ms: d.jitter_max_ms,
+            jitter_min_ms: d.jitter_min_ms,
+            jitter_sample_ms: d.jitter_sample_ms,
+            not_before_ms: d.not_before_ms,
+            ordinal: d.ordinal,
+            outcome: a.outcome.kind_name().to_owned(),
+            outcome_class: a.outcome.class(),
+            retry_after_floor_ms: d.retry_after_floor_ms,
+            route_id: d.route_id.clone(),
+            route_ordinal: d.route_ordinal,
+            started_at_ms: a.started_at_ms,
+        });
+        let stop = |terminal| Decision::Terminal { terminal };
+        self.next = if a.completed_at_ms >= p.deadline_ms {
+            stop(Terminal::StopDeadline)
+        } else if self.spent > p.max_total_cost {
+            stop(Terminal::StopCostBudget)
+        } else {
+            match a.outcome {
+                Outcome::Success => stop(Terminal::Completed),
+                Outcome::NonRetryable { .. } => stop(Terminal::StopNonRetryable),
+                Outcome::Indeterminate { .. } => stop(Terminal::StopIndeterminate),
+                Outcome::Retryable { retry_after_ms, .. } => {
+                    self.plan_after(priority, d.route_ordinal, a.completed_at_ms, retry_after_ms)
+                }
+            }
+        };
+        Ok(())
+    }
+}
+
+fn replay<'p>(policy: &'p CompiledPolicy, attempts: &Attempts) -> Result<Run<'p>> {
+    let mut run = Run::new(policy);
+    for (i, a) in attempts.attempts.iter().enumerate() {
+        let d = run.check(a, i)?;
+        run.observe(a, d, i)?;
+    }
+    if let Some(at) = attempts.cancelled_at_ms {
+        if let Some(t) = run.terminal() {
+            return Err(Error::at(
+                ErrorCode::CancelDrift,
+                "/cancelled_at_ms",
+                format!("the run had already ended with {}", t.as_str()),
+            ));
+        }
+        if at < run.finished_at_ms {
+            return Err(Error::at(
+                ErrorCode::CancelDrift,
+                "/cancelled_at_ms",
+                format!(
+                    "cancelled at {at}, before the last completion {}",
+                    run.finished_at_ms
+                ),
+            ));
+        }
+        run.finished_at_ms = at;
+        run.next = Decision::Terminal {
+            terminal: Terminal::StopCancelled,
+        };
+    }
+    Ok(run)
+}
+
+/// The next step of a run: the planned dispatch, or the terminal.
+pub fn plan_next(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Decision> {
+    Ok(replay(policy, attempts)?.next)
+}
+
+/// The receipt of a finished run. A run that could still dispatch is an error.
+pub fn evaluate(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Receipt> {
+    let run = replay(policy, attempts)?;
+    let Some(terminal) = run.terminal() else {
+        return Err(Error::new(
+            ErrorCode::RunNotTerminal,
+            "the run has not reached a terminal; plan_next gives the next dispatch",
+        ));
+    };
+    let p = &policy.policy;
+    let final_route = run.final_priority.and_then(|i| policy.route_at(i));
+    Ok(Receipt {
+        attempt_count: run.count,
+        attempts_sha256: Sha256Hex::computed(digest_of(attempts)),
+        behavior_class_sha256: p.behavior_class_sha256.clone(),
+        capability_contract_sha256: Sha256Hex::computed(policy.capability_contract_sha256.clone()),
+        degraded: terminal == Terminal::Completed
+            && final_route.is_some_and(|r| policy.is_degraded(r)),
+        fallback_used: run.fallback_used,
+        final_route_id: final_route.map(|r| r.route_id.clone()),
+        finished_at_ms: run.finished_at_ms,
+        idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+        logical_request_sha256: p.logical_request_sha256.clone(),
+        policy_sha256: Sha256Hex::computed(policy.policy_sha256.clone()),
+        route_attempts: policy
+            .routes()
+            .zip(run.per_route.iter())
+            .map(|(r, n)| RouteCount {
+                attempts: *n,
+                route_id: r.route_id.clone(),
+            })
+            .collect(),
+        schedule: run.schedule,
+        schema: ReceiptSchema,
+        terminal,
+        total_cost: run.spent,
+    })
+}

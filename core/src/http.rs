@@ -1,0 +1,336 @@
+//! Reading HTTP observations: Retry-After hints and status classification.
+//!
+//! Provider error bodies and hints are untrusted. Hints are parsed strictly
+//! (RFC 9110 delay-seconds or HTTP-date, or a `retry-after-ms` count), bounded
+//! by the policy cap, and a malformed hint on a response is ignored rather
+//! than allowed to choose a delay.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::httpdate;
+use crate::ids::bounded_vec;
+use crate::limits::{MAX_HEADERS, MAX_RETRY_AFTER_BYTES, MAX_SAFE_INTEGER};
+use crate::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
+
+/// Which header carried the hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RetryAfterHeader {
+    /// `Retry-After`: delay-seconds or an HTTP-date.
+    #[serde(rename = "retry-after")]
+    RetryAfter,
+    /// `retry-after-ms`: milliseconds, possibly fractional (rounded up).
+    #[serde(rename = "retry-after-ms")]
+    RetryAfterMs,
+}
+
+/// Parse a Retry-After hint into milliseconds from `now_unix_ms`, clamped to
+/// `cap_ms` (and to 2^53 - 1). Dates in the past give 0; garbage is an error.
+pub fn parse_retry_after(
+    header: RetryAfterHeader,
+    value: &str,
+    now_unix_ms: u64,
+    cap_ms: u64,
+) -> Result<u64> {
+    if value.len() > MAX_RETRY_AFTER_BYTES {
+        return Err(Error::new(
+            ErrorCode::RetryAfterOverlong,
+            format!(
+                "value is {} bytes; the limit is {MAX_RETRY_AFTER_BYTES}",
+                value.len()
+            ),
+        ));
+    }
+    let invalid = |why: &str| {
+        Error::new(
+            ErrorCode::RetryAfterInvalid,
+            format!("{why}: `{}`", value.escape_default()),
+        )
+    };
+    if !value.is_ascii() {
+        return Err(invalid("not ASCII"));
+    }
+    let v = value.trim_matches(|c| c == ' ' || c == '\t');
+    if v.is_empty() {
+        return Err(invalid("empty"));
+    }
+    let cap = cap_ms.min(MAX_SAFE_INTEGER);
+    let ms = match header {
+        RetryAfterHeader::RetryAfter => {
+            if v.bytes().all(|b| b.is_ascii_digit()) {
+                seconds_to_ms(v)
+            } else {
+                let now_days = i64::try_from(now_unix_ms / 86_400_000).unwrap_or(i64::MAX);
+                let now_year = (now_days.saturating_mul(400) / 146_097).saturating_add(1970);
+                let at = httpdate::parse(v, now_year)
+                    .ok_or_else(|| invalid("neither delay-seconds nor an HTTP-date"))?;
+                let at_ms = u64::try_from(at).unwrap_or(0).saturating_mul(1000);
+                at_ms.saturating_sub(now_unix_ms)
+            }
+        }
+        RetryAfterHeader::RetryAfterMs => {
+            let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+            let ok = !int.is_empty()
+                && int.bytes().all(|b| b.is_ascii_digit())
+                && frac.bytes().all(|b| b.is_ascii_digit())
+                && !(v.contains('.') && frac.is_empty());
+            if !ok {
+                return Err(invalid("not a non-negative millisecond count"));
+            }
+            let whole = int.parse::<u64>().unwrap_or(u64::MAX);
+            let round_up = frac.bytes().any(|b| b != b'0');
+            whole.saturating_add(u64::from(round_up))
+        }
+    };
+    Ok(ms.min(cap))
+}
+
+fn seconds_to_ms(digits: &str) -> u64 {
+    digits
+        .parse::<u64>()
+        .unwrap_or(u64::MAX)
+        .saturating_mul(1000)
+}
+
+/// What went wrong below HTTP, if anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportError {
+    /// No connection was made; nothing was sent.
+    ConnectFailed,
+    /// No response (or no complete response) before the attempt timeout.
+    Timeout,
+    /// The connection broke after the request was sent.
+    ConnectionReset,
+}
+
+/// One HTTP attempt as the host observed it. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpObservation {
+    /// Response headers as `[name, value]` pairs (names case-insensitive).
+    #[serde(default, deserialize_with = "bounded_vec::<_, _, MAX_HEADERS>")]
+    pub headers: Vec<(String, String)>,
+    /// Wall clock at observation, Unix ms (resolves HTTP-date hints).
+    #[serde(default)]
+    pub now_unix_ms: u64,
+    /// Whether any response body bytes reached the caller.
+    #[serde(default)]
+    pub response_bytes_received: bool,
+    /// Cap applied to a Retry-After hint, ms.
+    #[serde(default = "default_cap")]
+    pub retry_after_cap_ms: u64,
+    /// The response status, when one arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u64>,
+    /// A transport failure, when one happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport_error: Option<TransportError>,
+}
+
+fn default_cap() -> u64 {
+    MAX_SAFE_INTEGER
+}
+
+impl HttpObservation {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The bounded hint: `retry-after-ms` first, then `retry-after`; malformed hints are ignored.
+    fn hint(&self) -> Option<u64> {
+        let ms = self.header("retry-after-ms").and_then(|v| {
+            parse_retry_after(
+                RetryAfterHeader::RetryAfterMs,
+                v,
+                self.now_unix_ms,
+                self.retry_after_cap_ms,
+            )
+            .ok()
+        });
+        ms.or_else(|| {
+            self.header("retry-after").and_then(|v| {
+                parse_retry_after(
+                    RetryAfterHeader::RetryAfter,
+                    v,
+                    self.now_unix_ms,
+                    self.retry_after_cap_ms,
+                )
+                .ok()
+            })
+        })
+    }
+}
+
+/// Classify an HTTP attempt into a typed outcome.
+///
+/// Output that reached the caller before a failure makes the attempt
+/// indeterminate (never retried). A 2xx head without its body is unknown
+/// acceptance. Otherwise the status decides: 408 timeout, 429 rate limited,
+/// 500/502/503/504 and other 5xx unavailable (retryable, with the hint);
+/// 501 and 505 invalid requests; 401 and 409 and other 4xx rejected; 403
+/// policy denied; 400/404/405/406/410/411/413/414/415/422 invalid requests;
+/// 1xx and 3xx protocol violations. Without a status: connect failures are
+/// unavailable, timeouts are timeouts before response, resets are unknown
+/// acceptance.
+pub fn classify_http(obs: &HttpObservation) -> Result<Outcome> {
+    use IndeterminateKind as I;
+    use NonRetryableKind as N;
+    use RetryableKind as R;
+    let retry = |kind| Outcome::Retryable {
+        kind,
+        retry_after_ms: obs.hint(),
+    };
+    let stop = |kind| Outcome::NonRetryable { kind };
+    let unknown = |kind| Outcome::Indeterminate { kind };
+    if let Some(s) = obs.status {
+        if !(100..=599).contains(&s) {
+            return Err(Error::at(
+                ErrorCode::InvalidStatus,
+                "/status",
+                format!("status {s} is outside 100..=599"),
+            ));
+        }
+    }
+    if obs.transport_error.is_some() {
+        if obs.response_bytes_received {
+            return Ok(unknown(I::StreamInterruptedAfterOutput));
+        }
+        match obs.status {
+            Some(200..=299) => return Ok(unknown(I::UnknownProviderAcceptance)),
+            Some(_) => {}
+            None => {
+                return Ok(match obs.transport_error {
+                    Some(TransportError::ConnectFailed) => retry(R::Unavailable),
+                    Some(TransportError::Timeout) => retry(R::TimeoutBeforeResponse),
+                    _ => unknown(I::UnknownProviderAcceptance),
+                })
+            }
+        }
+    }
+    let Some(status) = obs.status else {
+        return Err(Error::at(
+            ErrorCode::InvalidStatus,
+            "/status",
+            "neither a status nor a transport error was observed",
+        ));
+    };
+    Ok(match status {
+        200..=299 => Outcome::Success,
+        408 => retry(R::TimeoutBeforeResponse),
+        429 => retry(R::RateLimited),
+        501 | 505 => stop(N::InvalidRequest),
+        500..=599 => retry(R::Unavailable),
+        403 => stop(N::PolicyDenied),
+        400 | 404 | 405 | 406 | 410 | 411 | 413 | 414 | 415 | 422 => stop(N::InvalidRequest),
+        400..=499 => stop(N::Rejected),
+        _ => stop(N::ProtocolViolation),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 784_111_777_000; // Sun, 06 Nov 1994 08:49:37 GMT
+
+    fn ra(v: &str) -> Result<u64> {
+        parse_retry_after(RetryAfterHeader::RetryAfter, v, NOW, 60_000)
+    }
+
+    #[test]
+    fn delay_seconds_and_dates() {
+        assert_eq!(ra("2"), Ok(2_000));
+        assert_eq!(ra(" 0 "), Ok(0));
+        assert_eq!(ra("99999999999999999999999"), Ok(60_000));
+        assert_eq!(ra("Sun, 06 Nov 1994 08:49:47 GMT"), Ok(10_000));
+        assert_eq!(ra("Sunday, 06-Nov-94 08:49:47 GMT"), Ok(10_000));
+        assert_eq!(ra("Sun Nov  6 08:49:47 1994"), Ok(10_000));
+        assert_eq!(ra("Sun, 06 Nov 1994 08:00:00 GMT"), Ok(0));
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        for v in ["-1", "1.5", "soon", "", "２", "0x10"] {
+            assert_eq!(ra(v).unwrap_err().code, ErrorCode::RetryAfterInvalid, "{v}");
+        }
+        assert_eq!(
+            ra(&"1".repeat(65)).unwrap_err().code,
+            ErrorCode::RetryAfterOverlong
+        );
+    }
+
+    #[test]
+    fn milliseconds() {
+        let ms = |v| parse_retry_after(RetryAfterHeader::RetryAfterMs, v, NOW, 60_000);
+        assert_eq!(ms("250"), Ok(250));
+        assert_eq!(ms("250.1"), Ok(251));
+        assert_eq!(ms("250.0"), Ok(250));
+        assert_eq!(ms("1e3").unwrap_err().code, ErrorCode::RetryAfterInvalid);
+        assert_eq!(ms("-5").unwrap_err().code, ErrorCode::RetryAfterInvalid);
+    }
+
+    fn obs(status: Option<u64>, headers: &[(&str, &str)]) -> HttpObservation {
+        HttpObservation {
+            headers: headers
+                .iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect(),
+            now_unix_ms: NOW,
+            response_bytes_received: false,
+            retry_after_cap_ms: 5_000,
+            status,
+            transport_error: None,
+        }
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(classify_http(&obs(Some(200), &[])), Ok(Outcome::Success));
+        assert_eq!(
+            classify_http(&obs(
+                Some(429),
+                &[("Retry-After", "1"), ("retry-after-ms", "250")]
+            )),
+            Ok(Outcome::Retryable {
+                kind: RetryableKind::RateLimited,
+                retry_after_ms: Some(250)
+            })
+        );
+        assert_eq!(
+            classify_http(&obs(Some(503), &[("retry-after", "junk")])),
+            Ok(Outcome::Retryable {
+                kind: RetryableKind::Unavailable,
+                retry_after_ms: None
+            })
+        );
+        assert_eq!(
+            classify_http(&obs(Some(403), &[])),
+            Ok(Outcome::NonRetryable {
+                kind: NonRetryableKind::PolicyDenied
+            })
+        );
+        assert_eq!(
+            classify_http(&obs(Some(302), &[])),
+            Ok(Outcome::NonRetryable {
+                kind: NonRetryableKind::ProtocolViolation
+            })
+        );
+        assert_eq!(
+            classify_http(&obs(Some(600), &[])).unwrap_err().code,
+            ErrorCode::InvalidStatus
+        );
+        let mut o = obs(Some(200), &[]);
+        o.transport_error = Some(TransportError::ConnectionReset);
+        o.response_bytes_received = true;
+        assert_eq!(
+            classify_http(&o),
+            Ok(Outcome::Indeterminate {
+                kind: IndeterminateKind::StreamInterruptedAfterOutput
+            })
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! HTTP-date (RFC 9110 section 5.6.7): IMF-fixdate, RFC 850 and asctime forms.
+
+/// Seconds since the Unix epoch of an HTTP-date, or `None` if it is not one.
+/// `now_year` resolves RFC 850's two-digit year: a date more than 50 years in
+/// the future is taken to be in the past century.
+pub fn parse(value: &str, now_year: i64) -> Option<i64> {
+    imf_fixdate(value)
+        .or_else(|| rfc850(value, now_year))
+        .or_else(|| asctime(value))
+}
+
+const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+const LONG_DAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+fn digits(s: &str, n: usize) -> Option<i64> {
+    if s.len() != n || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn month(s: &str) -> Option<i64> {
+    MONTHS
+        .iter()
+        .position(|m| *m == s)
+        .and_then(|i| i64::try_from(i).ok())
+        .map(|i| i.saturating_add(1))
+}
+
+fn time(s: &str) -> Option<i64> {
+    let mut parts = s.split(':');
+    let h = digits(parts.next()?, 2)?;
+    let m = digits(parts.next()?, 2)?;
+    let sec = digits(parts.next()?, 2)?;
+    if parts.next().is_some() || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    h.checked_mul(3600)?
+        .checked_add(m.checked_mul(60)?)?
+        .checked_add(sec)
+}
+
+/// Days from 1970-01-01 to a civil date (proleptic Gregorian), after H. Hinnant.
+fn days_from_civil(y: i64, m: i64, d: i64) -> Option<i64> {
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 => {
+            let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+            if leap {
+                29
+            } else {
+                28
+            }
+        }
+        _ => return None,
+    };
+    if d < 1 || d > days_in_month {
+        return None;
+    }
+    let y = if m <= 2 { y.checked_sub(1)? } else { y };
+    let era = y.checked_div_euclid(400)?;
+    let yoe = y.checked_sub(era.checked_mul(400)?)?;
+    let mp = if m > 2 {
+        m.checked_sub(3)?
+    } else {
+        m.checked_add(9)?
+    };
+    let doy = mp
+        .checked_mul(153)?
+        .checked_add(2)?
+        .checked_div(5)?
+        .checked_add(d)?
+        .checked_sub(1)?;
+    let doe = yoe
+        .checked_mul(365)?
+        .checked_add(yoe / 4)?
+        .checked_sub(yoe / 100)?
+        .checked_add(doy)?;
+    era.checked_mul(146_097)?
+        .checked_add(doe)?
+        .checked_sub(719_468)
+}
+
+fn epoch(y: i64, m: i64, d: i64, secs: i64) -> Option<i64> {
+    days_from_civil(y, m, d)?
+        .checked_mul(86_400)?
+        .checked_add(secs)
+}
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT`
+fn imf_fixdate(v: &str) -> Option<i64> {
+    let (day, rest) = v.split_once(", ")?;
+    if !DAYS.contains(&day) {
+        return None;
+    }
+    let p: Vec<&str> = rest.split(' ').collect();
+    let [d, mon, y, t, gmt] = p.as_slice() else {
+        return None;
+    };
+    if *gmt != "GMT" {
+        return None;
+    }
+    epoch(digits(y, 4)?, month(mon)?, digits(d, 2)?, time(t)?)
+}
+
+/// `Sunday, 06-Nov-94 08:49:37 GMT`
+fn rfc850(v: &str, now_year: i64) -> Option<i64> {
+    let (day, rest) = v.split_once(", ")?;
+    if !LONG_DAYS.contains(&day) {
+        return None;
+    }
+    let p: Vec<&str> = rest.split(' ').collect();
+    let [date, t, gmt] = p.as_slice() else {
+        return None;
+    };
+    if *gmt != "GMT" {
+        return None;
+    }
+    let dp: Vec<&str> = date.split('-').collect();
+    let [d, mon, yy] = dp.as_slice() else {
+        return None;
+    };
+    let yy = digits(yy, 2)?;
+    let century = now_year.checked_div(100)?.checked_mul(100)?;
+    let mut year = century.checked_add(yy)?;
+    if year > now_year.checked_add(50)? {
+        year = year.checked_sub(100)?;
+    }
+    epoch(year, month(mon)?, digits(d, 2)?, time(t)?)
+}
+
+/// `Sun Nov  6 08:49:37 1994`
+fn asctime(v: &str) -> Option<i64> {
+    let day = v.get(0..3)?;
+    if !DAYS.contains(&day) || v.get(3..4)? != " " {
+        return None;
+    }
+    let mon = v.get(4..7)?;
+    if v.get(7..8)? != " " {
+        return None;
+    }
+    let d = v.get(8..10)?;
+    let d = match d.strip_prefix(' ') {
+        Some(one) => digits(one, 1)?,
+        None => digits(d, 2)?,
+    };
+    if v.get(10..11)? != " " || v.get(19..20)? != " " || v.len() != 24 {
+        return None;
+    }
+    epoch(
+        digits(v.get(20..24)?, 4)?,
+        month(mon)?,
+        d,
+        time(v.get(11..19)?)?,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_forms_agree() {
+        let want = Some(784_111_777);
+        assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT", 2026), want);
+        assert_eq!(parse("Sunday, 06-Nov-94 08:49:37 GMT", 2026), want);
+        assert_eq!(parse("Sun Nov  6 08:49:37 1994", 2026), want);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for v in [
+            "",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 31 Feb 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+            "Sun Nov 6 08:49:37 1994",
+            "06 Nov 1994",
+        ] {
+            assert_eq!(parse(v, 2026), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn epoch_and_leap_days() {
+        assert_eq!(days_from_civil(1970, 1, 1), Some(0));
+        assert_eq!(days_from_civil(2000, 2, 29), Some(11_016));
+        assert_eq!(days_from_civil(1900, 2, 29), None);
+    }
+}

@@ -1,0 +1,60 @@
+//! # retryledger-core
+//!
+//! The deterministic control plane for retries and fallback of one logical
+//! model or tool request. No I/O, no clock: the host observes, the core decides.
+//!
+//! 1. [`policy`] — a policy binds the request (its digest, idempotency key
+//!    digest, [`capability`] requirements, behavior class, data boundary) to
+//!    prioritized routes and budgets. [`policy::compile`] validates every rule
+//!    before the first dispatch: the harness owns retries; priorities run
+//!    0, 1, 2, …; route ids and releases are unique; each route covers the
+//!    capabilities, carries the behavior class (or an allowed degraded one),
+//!    stays inside the data boundary and honours idempotency; bounds are finite.
+//! 2. [`evaluate::plan_next`] replays the observed [`attempt`]s and says what
+//!    to dispatch next and not before when ([`schedule`]: capped exponential
+//!    backoff, bounded Retry-After floor, replayable jitter), or the terminal.
+//! 3. Each attempt's [`outcome`] is judged in a fixed order: drift is an
+//!    error; then deadline, cost, and the outcome class. Before a dispatch:
+//!    total attempts, route exhaustion, cost reservation, deadline.
+//! 4. [`evaluate::evaluate`] seals a finished run in a [`receipt`]; a bundle
+//!    of policy, attempts and receipt replays with [`receipt::verify_bundle`].
+//! 5. Every document decodes strictly ([`decode`]) and hashes as SHA-256 over
+//!    its RFC 8785 canonical JSON ([`canonical`]).
+//!
+//! [`http`] reads Retry-After hints and classifies HTTP observations; [`api`]
+//! is the JSON-text boundary the WebAssembly and Python bindings call.
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod attempt;
+pub mod canonical;
+pub mod capability;
+pub mod decode;
+pub mod error;
+pub mod evaluate;
+pub mod http;
+mod httpdate;
+pub mod ids;
+pub mod lab;
+pub mod limits;
+pub mod outcome;
+pub mod policy;
+pub mod receipt;
+pub mod schedule;
+
+pub use attempt::{Attempt, Attempts};
+pub use error::{Error, ErrorCode, ErrorFamily, Result};
+pub use evaluate::{evaluate, plan_next, Decision, Dispatch, Terminal};
+pub use outcome::Outcome;
+pub use policy::{compile, CompiledPolicy, Policy};
+pub use receipt::{seal, verify_bundle, Bundle, Receipt, Verdict};
+
+/// Validate a policy; its digest, or the first rule it breaks.
+pub fn validate_policy(policy: &Policy) -> Result<String> {
+    Ok(compile(policy.clone())?.policy_sha256)
+}
+
+/// Digest of any document: lowercase hex SHA-256 of its canonical JSON.
+pub fn digest<T: serde::Serialize>(document: &T) -> String {
+    canonical::digest_of(document)
+}

@@ -1,0 +1,20 @@
+//! The documented bounds on every input. Anything beyond them is a coded error.
+
+/// Largest JSON input accepted by any decoder, in bytes (2 MiB).
+pub const MAX_INPUT_BYTES: usize = 2 * 1024 * 1024;
+/// Deepest nesting of arrays and objects accepted.
+pub const MAX_DEPTH: usize = 32;
+/// Largest integer a document may hold: 2^53 - 1, exact in JavaScript.
+pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+/// Longest identifier (route id, scheduler release, region, ...), in bytes.
+pub const MAX_ID_BYTES: usize = 128;
+/// Most routes in a policy.
+pub const MAX_ROUTES: usize = 64;
+/// Most attempts in a run; also the upper bound on any attempt budget.
+pub const MAX_ATTEMPTS: usize = 10_000;
+/// Most items in any set-valued capability field.
+pub const MAX_SET_ITEMS: usize = 64;
+/// Longest Retry-After header value accepted, in bytes.
+pub const MAX_RETRY_AFTER_BYTES: usize = 64;
+/// Most headers `classify_http` looks at.
+pub const MAX_HEADERS: usize = 256;

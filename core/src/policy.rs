@@ -1,0 +1,332 @@
+//! The policy document and its validation before any dispatch.
+//!
+//! A policy binds one logical request (its digest, idempotency key digest,
+//! capability requirements and behavior class) to an ordered list of routes
+//! and the run's budgets. [`compile`] checks every rule and returns a
+//! [`CompiledPolicy`] carrying the digests, so a host validates once and
+//! reuses it for every plan and evaluation of the run.
+
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::digest_of;
+use crate::capability::Capabilities;
+use crate::error::{Error, ErrorCode, Result};
+use crate::ids::{bounded_vec, schema_marker, Identifier, Set, Sha256Hex};
+use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
+
+schema_marker!(
+    /// `retryledger.policy.v1`
+    PolicySchema = "retryledger.policy.v1"
+);
+
+/// Who owns retries for this request. Only `harness` is accepted; the others
+/// decode so that a policy cannot erase the distinction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOwner {
+    /// This harness observes and decides every attempt.
+    Harness,
+    /// A provider adapter retries on its own.
+    Adapter,
+    /// The transport SDK retries on its own.
+    TransportSdk,
+}
+
+/// Where request data may go, narrowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataBoundary {
+    /// Stays in this process.
+    LocalProcess,
+    /// A service operated by the same organization.
+    PrivateService,
+    /// An external provider.
+    ExternalProvider,
+}
+
+/// Capped exponential backoff with a bounded Retry-After floor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backoff {
+    /// Delay after a route's first failed attempt, in ms (doubles per attempt).
+    pub base_ms: u64,
+    /// Cap on the exponential term, in ms.
+    pub max_ms: u64,
+    /// Cap on a server's Retry-After hint, in ms.
+    pub retry_after_cap_ms: u64,
+}
+
+/// Replayable jitter. The sample is drawn from the seed, the scheduler release
+/// and the attempt ordinal, so a replay draws the same value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Jitter {
+    /// No jitter: the exponential term is used as is.
+    None,
+    /// Uniform over `[0, e]` where `e` is the exponential term.
+    Full {
+        /// Scheduler release bound into every draw.
+        scheduler_release: Identifier,
+        /// Seed.
+        seed: u64,
+    },
+    /// Uniform over `[e/2, e]`.
+    Equal {
+        /// Scheduler release bound into every draw.
+        scheduler_release: Identifier,
+        /// Seed.
+        seed: u64,
+    },
+    /// Uniform over `[base, min(max, 3 * previous sample)]`.
+    Decorrelated {
+        /// Scheduler release bound into every draw.
+        scheduler_release: Identifier,
+        /// Seed.
+        seed: u64,
+    },
+}
+
+/// One route: a prevalidated path to a provider release. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// The behavior class whose evidence this route carries.
+    pub behavior_class_sha256: Sha256Hex,
+    /// What the route offers.
+    pub capabilities: Capabilities,
+    /// Where the route sends request data.
+    pub data_boundary: DataBoundary,
+    /// Attempts allowed on this route, at least 1.
+    pub max_attempts: u64,
+    /// Order of use: 0 is the primary, then 1, 2, ...
+    pub priority: u64,
+    /// Worst-case cost of one attempt, reserved before dispatch.
+    pub reserve_cost: u64,
+    /// Route identity.
+    pub route_id: Identifier,
+    /// Exact adapter/model/provider release.
+    pub route_release_sha256: Sha256Hex,
+    /// Whether the receiver honours the idempotency key.
+    pub supports_idempotency: bool,
+}
+
+/// The policy document. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Degraded behavior classes a fallback may carry; the receipt reports their use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_degraded_behavior_classes: Option<Set<Sha256Hex>>,
+    /// Backoff parameters.
+    pub backoff: Backoff,
+    /// The behavior class the request requires.
+    pub behavior_class_sha256: Sha256Hex,
+    /// Unit of every cost (e.g. `micro_usd`).
+    pub cost_unit: Identifier,
+    /// Absolute deadline on the run clock (ms since admission).
+    pub deadline_ms: u64,
+    /// Digest of the idempotency key every attempt carries.
+    pub idempotency_key_sha256: Sha256Hex,
+    /// Jitter mode.
+    pub jitter: Jitter,
+    /// Digest of the logical request every attempt carries.
+    pub logical_request_sha256: Sha256Hex,
+    /// The widest data boundary any route may have.
+    pub max_data_boundary: DataBoundary,
+    /// Attempts allowed across all routes.
+    pub max_total_attempts: u64,
+    /// Cost allowed across all attempts.
+    pub max_total_cost: u64,
+    /// The capability contract of the request.
+    pub requirements: Capabilities,
+    /// The retry owner; must be `harness`.
+    pub retry_owner: RetryOwner,
+    /// Routes, in any order; priorities decide.
+    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_ROUTES>")]
+    pub routes: Vec<Route>,
+    /// `retryledger.policy.v1`
+    pub schema: PolicySchema,
+}
+
+/// A validated policy with its digests, ready to plan and evaluate runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledPolicy {
+    /// The policy as given.
+    pub policy: Policy,
+    /// Digest of the policy document.
+    pub policy_sha256: String,
+    /// Digest of the request's capability contract.
+    pub capability_contract_sha256: String,
+    /// Route indices in priority order.
+    pub(crate) by_priority: Vec<usize>,
+}
+
+impl CompiledPolicy {
+    /// The route at a priority.
+    pub fn route_at(&self, priority: usize) -> Option<&Route> {
+        self.by_priority
+            .get(priority)
+            .and_then(|&i| self.policy.routes.get(i))
+    }
+
+    /// Routes in priority order.
+    pub fn routes(&self) -> impl Iterator<Item = &Route> {
+        self.by_priority
+            .iter()
+            .filter_map(|&i| self.policy.routes.get(i))
+    }
+
+    /// Whether a route carries a degraded (not the required) behavior class.
+    pub fn is_degraded(&self, route: &Route) -> bool {
+        route.behavior_class_sha256 != self.policy.behavior_class_sha256
+    }
+}
+
+fn route_err(code: ErrorCode, i: usize, field: &str, msg: String) -> Error {
+    Error::at(code, format!("/routes/{i}/{field}"), msg)
+}
+
+/// Validate a policy and compute its digests. Every rule has its own code.
+pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
+    let p = &policy;
+    if p.retry_owner != RetryOwner::Harness {
+        return Err(Error::at(
+            ErrorCode::RetryOwnerNotHarness,
+            "/retry_owner",
+            "retries must be owned by the harness; disable adapter and SDK retries",
+        ));
+    }
+    let limit = MAX_ATTEMPTS as u64;
+    if p.max_total_attempts == 0 || p.max_total_attempts > limit {
+        return Err(Error::at(
+            ErrorCode::BudgetUnbounded,
+            "/max_total_attempts",
+            format!("max_total_attempts must be in 1..={limit}"),
+        ));
+    }
+    if p.deadline_ms == 0 {
+        return Err(Error::at(
+            ErrorCode::BudgetUnbounded,
+            "/deadline_ms",
+            "deadline_ms must be at least 1",
+        ));
+    }
+    if p.backoff.base_ms == 0 || p.backoff.max_ms < p.backoff.base_ms {
+        return Err(Error::at(
+            ErrorCode::InvalidBackoff,
+            "/backoff",
+            "backoff needs base_ms >= 1 and max_ms >= base_ms",
+        ));
+    }
+    if p.routes.is_empty() {
+        return Err(Error::at(
+            ErrorCode::NoRoutes,
+            "/routes",
+            "a policy needs at least one route",
+        ));
+    }
+    let n = p.routes.len();
+    let mut by_priority: Vec<Option<usize>> = vec![None; n];
+    for (i, r) in p.routes.iter().enumerate() {
+        let slot = usize::try_from(r.priority)
+            .ok()
+            .and_then(|pr| by_priority.get_mut(pr));
+        match slot {
+            Some(Some(_)) => {
+                return Err(route_err(
+                    ErrorCode::DuplicatePriority,
+                    i,
+                    "priority",
+                    format!("priority {} is used twice", r.priority),
+                ));
+            }
+            Some(s) => *s = Some(i),
+            None => {
+                return Err(route_err(
+                    ErrorCode::PriorityNotContiguous,
+                    i,
+                    "priority",
+                    format!(
+                        "priorities must be 0..{n} without gaps; found {}",
+                        r.priority
+                    ),
+                ));
+            }
+        }
+        for (j, other) in p.routes.iter().enumerate().take(i) {
+            if other.route_id == r.route_id {
+                return Err(route_err(
+                    ErrorCode::DuplicateRouteId,
+                    i,
+                    "route_id",
+                    format!("route id `{}` repeats route {j}", r.route_id),
+                ));
+            }
+            if other.route_release_sha256 == r.route_release_sha256 {
+                return Err(route_err(
+                    ErrorCode::DuplicateRouteRelease,
+                    i,
+                    "route_release_sha256",
+                    format!("release repeats route {j}"),
+                ));
+            }
+        }
+        if let Some((field, why)) = r.capabilities.uncovered(&p.requirements) {
+            return Err(route_err(
+                ErrorCode::CapabilityMissing,
+                i,
+                &format!("capabilities/{field}"),
+                format!("route `{}` {why}", r.route_id),
+            ));
+        }
+        let allowed = r.behavior_class_sha256 == p.behavior_class_sha256
+            || p.allowed_degraded_behavior_classes
+                .as_ref()
+                .is_some_and(|s| s.0.contains(&r.behavior_class_sha256));
+        if !allowed {
+            return Err(route_err(
+                ErrorCode::BehaviorClassMismatch,
+                i,
+                "behavior_class_sha256",
+                format!("route `{}` carries a behavior class that is neither required nor an allowed degraded class", r.route_id),
+            ));
+        }
+        if r.data_boundary > p.max_data_boundary {
+            return Err(route_err(
+                ErrorCode::DataBoundaryExceeded,
+                i,
+                "data_boundary",
+                format!(
+                    "route `{}` sends data beyond the policy's maximum boundary",
+                    r.route_id
+                ),
+            ));
+        }
+        if !r.supports_idempotency {
+            return Err(route_err(
+                ErrorCode::IdempotencyUnsupported,
+                i,
+                "supports_idempotency",
+                format!("route `{}` does not honour the idempotency key", r.route_id),
+            ));
+        }
+        if r.max_attempts == 0 || r.max_attempts > limit {
+            return Err(route_err(
+                ErrorCode::RouteAttemptsUnbounded,
+                i,
+                "max_attempts",
+                format!("max_attempts must be in 1..={limit}"),
+            ));
+        }
+    }
+    // Every slot is filled: n routes, n distinct priorities, each below n.
+    let by_priority: Vec<usize> = by_priority.into_iter().flatten().collect();
+    let policy_sha256 = digest_of(&policy);
+    let capability_contract_sha256 = digest_of(&policy.requirements);
+    Ok(CompiledPolicy {
+        policy,
+        policy_sha256,
+        capability_contract_sha256,
+        by_priority,
+    })
+}
