@@ -1,23 +1,35 @@
 # The one runner: README's two commands and .ci/run call these targets.
+#
+# Each part of the project adds its own fragment under mk/ and appends its
+# targets to TEST_TARGETS / BENCH_TARGETS, so `make test` and `make bench`
+# always run everything.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: demo test setup-rust fmt-check clippy test-rust lab check-digests
+TEST_TARGETS := fmt-check clippy test-rust lab check-digests
+BENCH_TARGETS :=
+
+.PHONY: demo test bench setup-rust fmt-check clippy test-rust lab check-digests
 
 demo: setup-rust ## Run the replay lab: every case, then the pinned summary.
 	$(CARGO) run -q --release -p retryledger-core --example retry_fallback_replay -- --cases
 
-test: setup-rust fmt-check clippy test-rust lab check-digests ## Everything, installing what it needs.
+include $(sort $(wildcard mk/*.mk))
+
+test: setup-rust $(TEST_TARGETS) ## Everything, installing what it needs.
+
+bench: setup-rust $(BENCH_TARGETS) ## Benchmarks, side by side with the alternatives.
 
 setup-rust:
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 
-fmt-check:
+fmt-check: setup-rust
 	$(CARGO) fmt --all -- --check
 
-clippy:
+clippy: setup-rust
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 test-rust:

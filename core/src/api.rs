@@ -150,3 +150,10 @@ pub fn error_json(e: &Error) -> String {
     }
     Value::Object(map).to_string()
 }
+
+/// The lab report (canonical JSON), its summary table and its case table.
+pub fn lab() -> Result<(String, String, String)> {
+    let report = crate::lab::run()?;
+    let (text, _) = crate::lab::report_bytes(&report);
+    Ok((text, crate::lab::summary(&report), crate::lab::case_table(&report)))
+}
