@@ -1,1 +1,331 @@
-//! Python bindings of retryledger-core.
+//! Python bindings of retryledger-core: the extension module `retryledger._core`.
+//!
+//! Thin glue over [`retryledger_core::api`]: JSON text in, JSON text out. A
+//! failure raises `CoreError` whose single argument is the core's
+//! `error_json` (code, family, message, path, attempt index); the pure-Python
+//! layer turns it into the exception class of the code's family. Integers are
+//! range-checked in Python before they cross, so nothing here can overflow.
+//!
+//! [`Run`] keeps a driver's attempts on the Rust side: the driver records each
+//! observation and reads the next dispatch as a tuple, and the attempts cross
+//! as JSON once, in the sealed bundle.
+
+use std::borrow::Cow;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use retryledger_core::api;
+use retryledger_core::canonical::{canonical_json, digest_of, sha256_hex};
+use retryledger_core::decode::from_str;
+use retryledger_core::error::{Error, ErrorCode};
+use retryledger_core::receipt::BundleSchema;
+use retryledger_core::{Attempt, Attempts, Bundle, CompiledPolicy, Decision, Outcome};
+
+create_exception!(
+    retryledger._core,
+    CoreError,
+    PyValueError,
+    "A core error; its single argument is the error as JSON (code, family, message, path, attempt_index)."
+);
+
+fn raise(e: &Error) -> PyErr {
+    CoreError::new_err(api::error_json(e))
+}
+
+fn lift<T>(r: retryledger_core::Result<T>) -> PyResult<T> {
+    r.map_err(|e| raise(&e))
+}
+
+/// JSON text from a Python `str`; anything else is a coded error, never a crash.
+fn text<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| raise(&Error::new(ErrorCode::InvalidType, "expected JSON text")))?;
+    s.to_cow().map_err(|_| {
+        raise(&Error::new(
+            ErrorCode::InvalidJson,
+            "text is not valid Unicode (unpaired surrogate)",
+        ))
+    })
+}
+
+/// `validate_policy`: the policy digest.
+#[pyfunction]
+fn validate_policy(policy: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::validate_policy(&text(policy)?))
+}
+
+/// `plan_next`: the decision as JSON.
+#[pyfunction]
+fn plan_next(policy: &Bound<'_, PyAny>, attempts: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::plan_next(&text(policy)?, &text(attempts)?))
+}
+
+/// `evaluate`: the receipt as JSON.
+#[pyfunction]
+fn evaluate(policy: &Bound<'_, PyAny>, attempts: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::evaluate(&text(policy)?, &text(attempts)?))
+}
+
+/// `verify_bundle`: the verdict as JSON.
+#[pyfunction]
+fn verify_bundle(bundle: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::verify(&text(bundle)?))
+}
+
+/// `digest`: the document's SHA-256 as lowercase hex.
+#[pyfunction]
+fn digest(document: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::digest(&text(document)?))
+}
+
+/// `parse_retry_after`: bounded milliseconds.
+#[pyfunction]
+fn parse_retry_after(
+    header: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    now_unix_ms: u64,
+    cap_ms: u64,
+) -> PyResult<u64> {
+    lift(api::parse_retry_after(
+        &text(header)?,
+        &text(value)?,
+        now_unix_ms,
+        cap_ms,
+    ))
+}
+
+/// `classify_http`: the outcome as JSON.
+#[pyfunction]
+fn classify_http(observation: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::classify_http(&text(observation)?))
+}
+
+/// An outcome document decoded strictly and re-encoded canonically.
+#[pyfunction]
+fn outcome(outcome: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(from_str::<Outcome>(&text(outcome)?).map(|o| canonical_json(&o)))
+}
+
+/// Lowercase hex SHA-256 of a string's UTF-8 bytes.
+#[pyfunction]
+fn sha256(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(sha256_hex(text(value)?.as_bytes()))
+}
+
+/// The replay lab: the report (canonical JSON), its summary table and its case table.
+#[pyfunction]
+fn lab() -> PyResult<(String, String, String)> {
+    lift(api::lab())
+}
+
+/// A policy validated and digested once, reused for every plan, evaluation and run.
+#[pyclass(frozen, module = "retryledger._core")]
+struct Compiled {
+    inner: CompiledPolicy,
+}
+
+#[pymethods]
+impl Compiled {
+    #[new]
+    fn new(policy: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            inner: lift(api::compile_policy(&text(policy)?))?,
+        })
+    }
+
+    /// The policy digest.
+    #[getter]
+    fn sha256(&self) -> &str {
+        &self.inner.policy_sha256
+    }
+
+    /// The digest of the idempotency key every attempt carries.
+    #[getter]
+    fn idempotency_key_sha256(&self) -> &str {
+        self.inner.policy.idempotency_key_sha256.as_str()
+    }
+
+    /// The policy as canonical JSON.
+    #[getter]
+    fn policy_json(&self) -> String {
+        canonical_json(&self.inner.policy)
+    }
+
+    /// `plan_next` against this policy.
+    fn plan_next(&self, attempts: &Bound<'_, PyAny>) -> PyResult<String> {
+        lift(api::plan_next_compiled(&self.inner, &text(attempts)?))
+    }
+
+    /// `evaluate` against this policy.
+    fn evaluate(&self, attempts: &Bound<'_, PyAny>) -> PyResult<String> {
+        lift(api::evaluate_compiled(&self.inner, &text(attempts)?))
+    }
+
+    /// Seal a finished run: the bundle as JSON.
+    fn seal(&self, attempts: &Bound<'_, PyAny>) -> PyResult<String> {
+        lift(api::seal_compiled(&self.inner, &text(attempts)?))
+    }
+
+    /// A new run of this policy, with no attempt yet.
+    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Run> {
+        let next = lift(retryledger_core::plan_next(
+            &slf.get().inner,
+            &Attempts::default(),
+        ))?;
+        Ok(Run {
+            policy: slf.clone_ref(py),
+            attempts: Attempts::default(),
+            next,
+        })
+    }
+}
+
+/// One run in progress: the observed attempts and the next decision, kept here.
+#[pyclass(module = "retryledger._core")]
+struct Run {
+    policy: Py<Compiled>,
+    attempts: Attempts,
+    next: Decision,
+}
+
+impl Run {
+    /// Plan again after a change; on an error, undo the change and raise it.
+    fn replan(&mut self, undo: impl FnOnce(&mut Attempts)) -> PyResult<()> {
+        match retryledger_core::plan_next(&self.policy.get().inner, &self.attempts) {
+            Ok(next) => {
+                self.next = next;
+                Ok(())
+            }
+            Err(e) => {
+                undo(&mut self.attempts);
+                Err(raise(&e))
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Run {
+    /// The planned dispatch as `(ordinal, route_id, route_ordinal, not_before_ms,
+    /// reserve_cost, deadline_ms)`, or `None` once the run has reached a terminal.
+    fn next(&self) -> Option<(u64, String, u64, u64, u64, u64)> {
+        match &self.next {
+            Decision::Dispatch(d) => Some((
+                d.ordinal,
+                d.route_id.as_str().to_owned(),
+                d.route_ordinal,
+                d.not_before_ms,
+                d.reserve_cost,
+                d.deadline_ms,
+            )),
+            Decision::Terminal { .. } => None,
+        }
+    }
+
+    /// The terminal's name, or `None` while the run can still dispatch.
+    #[getter]
+    fn terminal(&self) -> Option<&'static str> {
+        match &self.next {
+            Decision::Terminal { terminal } => Some(terminal.as_str()),
+            Decision::Dispatch(_) => None,
+        }
+    }
+
+    /// The next decision as JSON, exactly as `plan_next` gives it.
+    #[getter]
+    fn decision_json(&self) -> String {
+        canonical_json(&self.next)
+    }
+
+    /// Attempts recorded so far.
+    #[getter]
+    fn attempt_count(&self) -> usize {
+        self.attempts.attempts.len()
+    }
+
+    /// The attempts so far as JSON.
+    #[getter]
+    fn attempts_json(&self) -> String {
+        canonical_json(&self.attempts)
+    }
+
+    /// Record the planned attempt's observation; drift (an early start, a
+    /// completion before the start, an attempt after the terminal) is an
+    /// error and leaves the run unchanged.
+    fn record(
+        &mut self,
+        started_at_ms: u64,
+        completed_at_ms: u64,
+        cost: u64,
+        outcome: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let outcome = lift(from_str::<Outcome>(&text(outcome)?))?;
+        let Decision::Dispatch(d) = &self.next else {
+            return Err(raise(&Error::attempt(
+                ErrorCode::AttemptAfterTerminal,
+                self.attempts.attempts.len(),
+                "ordinal",
+                "the run has already reached a terminal",
+            )));
+        };
+        let attempt = Attempt {
+            completed_at_ms,
+            cost,
+            idempotency_key_sha256: d.idempotency_key_sha256.clone(),
+            jitter_sample_ms: d.jitter_sample_ms,
+            logical_request_sha256: d.logical_request_sha256.clone(),
+            ordinal: d.ordinal,
+            outcome,
+            route_id: d.route_id.clone(),
+            route_ordinal: d.route_ordinal,
+            route_release_sha256: d.route_release_sha256.clone(),
+            started_at_ms,
+        };
+        self.attempts.attempts.push(attempt);
+        self.replan(|a| {
+            a.attempts.pop();
+        })
+    }
+
+    /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
+    fn cancel(&mut self, at_ms: u64) -> PyResult<()> {
+        let before = self.attempts.cancelled_at_ms.replace(at_ms);
+        self.replan(|a| a.cancelled_at_ms = before)
+    }
+
+    /// Seal the finished run: the bundle as JSON and the receipt's digest.
+    fn seal(&self) -> PyResult<(String, String)> {
+        let policy = &self.policy.get().inner;
+        let receipt = lift(retryledger_core::evaluate(policy, &self.attempts))?;
+        let receipt_sha256 = digest_of(&receipt);
+        let bundle = Bundle {
+            attempts: self.attempts.clone(),
+            policy: policy.policy.clone(),
+            receipt,
+            schema: BundleSchema,
+        };
+        Ok((canonical_json(&bundle), receipt_sha256))
+    }
+}
+
+/// The extension module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("CoreError", m.py().get_type::<CoreError>())?;
+    m.add_class::<Compiled>()?;
+    m.add_class::<Run>()?;
+    m.add_function(wrap_pyfunction!(validate_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_next, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_bundle, m)?)?;
+    m.add_function(wrap_pyfunction!(digest, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
+    m.add_function(wrap_pyfunction!(classify_http, m)?)?;
+    m.add_function(wrap_pyfunction!(outcome, m)?)?;
+    m.add_function(wrap_pyfunction!(sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(lab, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,196 @@
+"""The public surface of the core: JSON text across, plain Python values back.
+
+Documents may be given as ``dict`` (serialized here with ``json.dumps``), as
+JSON text (``str``, passed through untouched so the core's strict decoder sees
+the exact bytes: duplicate keys, floats and nulls are caught), or as UTF-8
+``bytes``. Results come back as plain values decoded with ``json.loads``; the
+core emits canonical key order and dicts keep it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping, NamedTuple, Optional, TypeVar, Union
+
+from . import _core
+from ._errors import DecodeError, RetryledgerError, from_error_json
+
+__all__ = [
+    "Document",
+    "Policy",
+    "LabReport",
+    "validate_policy",
+    "plan_next",
+    "evaluate",
+    "verify_bundle",
+    "digest",
+    "parse_retry_after",
+    "classify_http",
+    "lab",
+]
+
+#: A document: a mapping, JSON text, or UTF-8 encoded JSON.
+Document = Union[Mapping[str, Any], str, bytes]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+R = TypeVar("R")
+
+
+def core_error(e: _core.CoreError) -> RetryledgerError:
+    """The typed exception for an error raised by the extension module."""
+    return from_error_json(str(e.args[0]))
+
+
+def call(fn: Callable[..., R], *args: Any) -> R:
+    """Call into the extension, raising core errors as their typed exceptions."""
+    try:
+        return fn(*args)
+    except _core.CoreError as e:
+        raise core_error(e) from None
+
+
+def to_text(document: Any) -> str:
+    """JSON text for a document given as a mapping, text or UTF-8 bytes."""
+    if isinstance(document, str):
+        return document
+    if isinstance(document, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(document).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DecodeError("invalid_json", f"input is not UTF-8: {e}") from None
+    try:
+        return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise DecodeError("nesting_too_deep", "the document nests too deeply to encode") from None
+    except (TypeError, ValueError) as e:
+        raise DecodeError("invalid_json", f"not a JSON document: {e}") from None
+
+
+def check_integer(name: str, value: object) -> int:
+    """An integer argument in 0..=2^53-1, or the core's code for what it is instead."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DecodeError("invalid_type", f"`{name}` must be an integer", f"/{name}")
+    if isinstance(value, float):
+        raise DecodeError("float_value", f"`{name}` must be an integer", f"/{name}")
+    if not 0 <= value <= MAX_SAFE_INTEGER:
+        raise DecodeError("integer_out_of_range", f"`{name}` must be in 0..=2^53-1", f"/{name}")
+    return value
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text)
+
+
+class Policy:
+    """A policy validated and digested once, then reused for every plan, evaluation and run.
+
+    Construction checks every rule before any dispatch and raises
+    :class:`PolicyError` (or :class:`DecodeError`) with the rule's code.
+    """
+
+    __slots__ = ("_compiled", "_document")
+
+    def __init__(self, policy: Document) -> None:
+        self._compiled: _core.Compiled = call(_core.Compiled, to_text(policy))
+        self._document: Optional[dict[str, Any]] = None
+
+    @property
+    def sha256(self) -> str:
+        """The policy digest: SHA-256 of its canonical JSON."""
+        return self._compiled.sha256
+
+    @property
+    def idempotency_key_sha256(self) -> str:
+        """The digest of the idempotency key every attempt must carry."""
+        return self._compiled.idempotency_key_sha256
+
+    @property
+    def json(self) -> str:
+        """The policy as canonical JSON."""
+        return self._compiled.policy_json
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """The policy as a plain dict, in canonical key order."""
+        if self._document is None:
+            self._document = _loads(self._compiled.policy_json)
+        return dict(self._document)
+
+    def plan_next(self, attempts: Document) -> dict[str, Any]:
+        """The next decision: ``{"kind": "dispatch", ...}`` or ``{"kind": "terminal", ...}``."""
+        return _loads(call(self._compiled.plan_next, to_text(attempts)))
+
+    def evaluate(self, attempts: Document) -> dict[str, Any]:
+        """The receipt of a finished run."""
+        return _loads(call(self._compiled.evaluate, to_text(attempts)))
+
+    def seal(self, attempts: Document) -> dict[str, Any]:
+        """The bundle (policy, attempts, receipt) of a finished run."""
+        return _loads(call(self._compiled.seal, to_text(attempts)))
+
+    def __repr__(self) -> str:
+        return f"Policy(sha256={self.sha256!r})"
+
+
+def _policy_text(policy: Union[Policy, Document]) -> str:
+    return policy.json if isinstance(policy, Policy) else to_text(policy)
+
+
+def validate_policy(policy: Document) -> str:
+    """The policy digest, or the first rule it breaks (:class:`PolicyError`)."""
+    return call(_core.validate_policy, to_text(policy))
+
+
+def plan_next(policy: Union[Policy, Document], attempts: Document) -> dict[str, Any]:
+    """What to dispatch next and not before when, or the run's terminal."""
+    if isinstance(policy, Policy):
+        return policy.plan_next(attempts)
+    return _loads(call(_core.plan_next, to_text(policy), to_text(attempts)))
+
+
+def evaluate(policy: Union[Policy, Document], attempts: Document) -> dict[str, Any]:
+    """The receipt of a finished run (:class:`RunError` if it could still dispatch)."""
+    if isinstance(policy, Policy):
+        return policy.evaluate(attempts)
+    return _loads(call(_core.evaluate, _policy_text(policy), to_text(attempts)))
+
+
+def verify_bundle(bundle: Document) -> dict[str, Any]:
+    """Replay a bundle: ``{"kind": "verified", ...}`` or the first ``{"kind": "drift", ...}``."""
+    return _loads(call(_core.verify_bundle, to_text(bundle)))
+
+
+def digest(document: Document) -> str:
+    """Lowercase hex SHA-256 of a document's canonical JSON (after strict decoding)."""
+    return call(_core.digest, to_text(document))
+
+
+def parse_retry_after(header: str, value: str, now_unix_ms: int, cap_ms: int) -> int:
+    """A ``retry-after`` or ``retry-after-ms`` value as milliseconds, bounded by ``cap_ms``."""
+    now = check_integer("now_unix_ms", now_unix_ms)
+    cap = check_integer("cap_ms", cap_ms)
+    return call(_core.parse_retry_after, header, value, now, cap)
+
+
+def classify_http(observation: Document) -> dict[str, Any]:
+    """A typed outcome from an HTTP observation (status, headers, transport error)."""
+    return _loads(call(_core.classify_http, to_text(observation)))
+
+
+class LabReport(NamedTuple):
+    """The replay lab: its report document, summary table and case table."""
+
+    report_json: str
+    summary: str
+    case_table: str
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The report as a plain dict."""
+        return _loads(self.report_json)
+
+
+def lab() -> LabReport:
+    """Run the replay lab: the reference run and every mutation case."""
+    return LabReport(*call(_core.lab))

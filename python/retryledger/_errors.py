@@ -1,0 +1,93 @@
+"""The exception hierarchy: one base, one class per error family of the core.
+
+The core reports every failure with a stable snake_case ``code`` (the same
+string in Rust, JavaScript and Python), the family the code belongs to, a human
+message and, where known, a JSON Pointer ``path`` and the ``attempt_index``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+__all__ = [
+    "RetryledgerError",
+    "DecodeError",
+    "PolicyError",
+    "DriftError",
+    "ReceiptError",
+    "HttpError",
+    "RunError",
+]
+
+
+class RetryledgerError(ValueError):
+    """Base of every error retryledger raises; carries the core's stable ``code``."""
+
+    code: str
+    message: str
+    path: Optional[str]
+    attempt_index: Optional[int]
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        path: Optional[str] = None,
+        attempt_index: Optional[int] = None,
+    ) -> None:
+        super().__init__(code, message, path, attempt_index)
+        self.code = code
+        self.message = message
+        self.path = path
+        self.attempt_index = attempt_index
+
+    def __str__(self) -> str:
+        where = f" at {self.path}" if self.path is not None else ""
+        return f"{self.code}{where}: {self.message}"
+
+
+class DecodeError(RetryledgerError):
+    """The input is not a well-formed document in normal form."""
+
+
+class PolicyError(RetryledgerError):
+    """The policy breaks a rule checked before any dispatch."""
+
+
+class DriftError(RetryledgerError):
+    """An observed attempt is not the planned one."""
+
+
+class ReceiptError(RetryledgerError):
+    """A sealed receipt does not match its replay."""
+
+
+class HttpError(RetryledgerError):
+    """A Retry-After value or an HTTP observation is malformed."""
+
+
+class RunError(RetryledgerError):
+    """The run cannot be evaluated in its current state."""
+
+
+_FAMILIES: dict[str, type[RetryledgerError]] = {
+    "decode": DecodeError,
+    "policy": PolicyError,
+    "drift": DriftError,
+    "receipt": ReceiptError,
+    "http": HttpError,
+    "run": RunError,
+}
+
+
+def from_error_json(text: str) -> RetryledgerError:
+    """The exception for the core's ``error_json``, its class chosen by family."""
+    data: Any = json.loads(text)
+    cls = _FAMILIES.get(data.get("family", ""), RetryledgerError)
+    return cls(
+        data["code"],
+        data.get("message", ""),
+        data.get("path"),
+        data.get("attempt_index"),
+    )
