@@ -155,5 +155,9 @@ pub fn error_json(e: &Error) -> String {
 pub fn lab() -> Result<(String, String, String)> {
     let report = crate::lab::run()?;
     let (text, _) = crate::lab::report_bytes(&report);
-    Ok((text, crate::lab::summary(&report), crate::lab::case_table(&report)))
+    Ok((
+        text,
+        crate::lab::summary(&report),
+        crate::lab::case_table(&report),
+    ))
 }

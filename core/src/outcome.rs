@@ -47,7 +47,12 @@ pub enum IndeterminateKind {
 
 /// An observed outcome, tagged by `class`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "class", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "class",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    from = "OutcomeDoc"
+)]
 pub enum Outcome {
     /// The attempt produced a validated result.
     Success,
@@ -69,6 +74,43 @@ pub enum Outcome {
         /// What is unknown.
         kind: IndeterminateKind,
     },
+}
+
+/// The decoded form of [`Outcome`]. serde ignores unknown fields beside the
+/// tag of a unit variant, so `success` decodes as an empty struct variant,
+/// where `deny_unknown_fields` applies.
+#[derive(Deserialize)]
+#[serde(tag = "class", rename_all = "snake_case", deny_unknown_fields)]
+enum OutcomeDoc {
+    Success {},
+    Retryable {
+        kind: RetryableKind,
+        #[serde(default)]
+        retry_after_ms: Option<u64>,
+    },
+    NonRetryable {
+        kind: NonRetryableKind,
+    },
+    Indeterminate {
+        kind: IndeterminateKind,
+    },
+}
+
+impl From<OutcomeDoc> for Outcome {
+    fn from(doc: OutcomeDoc) -> Self {
+        match doc {
+            OutcomeDoc::Success {} => Self::Success,
+            OutcomeDoc::Retryable {
+                kind,
+                retry_after_ms,
+            } => Self::Retryable {
+                kind,
+                retry_after_ms,
+            },
+            OutcomeDoc::NonRetryable { kind } => Self::NonRetryable { kind },
+            OutcomeDoc::Indeterminate { kind } => Self::Indeterminate { kind },
+        }
+    }
 }
 
 /// The outcome family, as a plain string tag.

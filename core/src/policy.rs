@@ -59,7 +59,12 @@ pub struct Backoff {
 /// Replayable jitter. The sample is drawn from the seed, the scheduler release
 /// and the attempt ordinal, so a replay draws the same value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "mode",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    from = "JitterDoc"
+)]
 pub enum Jitter {
     /// No jitter: the exponential term is used as is.
     None,
@@ -84,6 +89,56 @@ pub enum Jitter {
         /// Seed.
         seed: u64,
     },
+}
+
+/// The decoded form of [`Jitter`]. serde ignores unknown fields beside the tag
+/// of a unit variant, so `none` decodes as an empty struct variant, where
+/// `deny_unknown_fields` applies.
+#[derive(Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+enum JitterDoc {
+    None {},
+    Full {
+        scheduler_release: Identifier,
+        seed: u64,
+    },
+    Equal {
+        scheduler_release: Identifier,
+        seed: u64,
+    },
+    Decorrelated {
+        scheduler_release: Identifier,
+        seed: u64,
+    },
+}
+
+impl From<JitterDoc> for Jitter {
+    fn from(doc: JitterDoc) -> Self {
+        match doc {
+            JitterDoc::None {} => Self::None,
+            JitterDoc::Full {
+                scheduler_release,
+                seed,
+            } => Self::Full {
+                scheduler_release,
+                seed,
+            },
+            JitterDoc::Equal {
+                scheduler_release,
+                seed,
+            } => Self::Equal {
+                scheduler_release,
+                seed,
+            },
+            JitterDoc::Decorrelated {
+                scheduler_release,
+                seed,
+            } => Self::Decorrelated {
+                scheduler_release,
+                seed,
+            },
+        }
+    }
 }
 
 /// One route: a prevalidated path to a provider release. Fields in canonical order.

@@ -1,0 +1,273 @@
+//! The conformance vectors in `tests/vectors/`, read in place: every case must
+//! give exactly its expected result through `retryledger_core::api`, every
+//! error code must be covered, and the two codes no vector can reach are
+//! checked here directly.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "tests fail loudly on any unexpected value"
+)]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use retryledger_core::api;
+use retryledger_core::lab::{self, Step};
+use retryledger_core::limits::MAX_INPUT_BYTES;
+use retryledger_core::outcome::RetryableKind;
+use retryledger_core::{compile, evaluate, ErrorCode, Outcome, Policy};
+use serde_json::{json, Value};
+
+/// Codes no JSON text within the limits can produce; each has its own test below.
+const NOT_IN_VECTORS: [ErrorCode; 2] = [ErrorCode::InputTooLarge, ErrorCode::ArithmeticOverflow];
+
+fn vectors_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("tests")
+        .join("vectors")
+}
+
+/// Every vector file, parsed: (file stem, document).
+fn files() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(vectors_dir())
+        .expect("tests/vectors exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    for p in paths {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+        out.push((stem, doc));
+    }
+    out
+}
+
+fn s<'a>(input: &'a Value, key: &str) -> &'a str {
+    input[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("input `{key}` is not a string"))
+}
+
+fn n(input: &Value, key: &str) -> u64 {
+    input[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("input `{key}` is not an integer"))
+}
+
+fn json_of(text: String) -> Value {
+    serde_json::from_str(&text).unwrap()
+}
+
+/// What the core gives for a case, in the vectors' `expect` shape.
+fn actual(op: &str, input: &Value) -> Value {
+    let keys: BTreeSet<&str> = input
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let want: &[&str] = match op {
+        "validate_policy" => &["policy"],
+        "plan_next" | "evaluate" => &["attempts", "policy"],
+        "verify_bundle" => &["bundle"],
+        "digest" => &["document"],
+        "parse_retry_after" => &["cap_ms", "header", "now_unix_ms", "value"],
+        "classify_http" => &["observation"],
+        other => panic!("unknown op `{other}`"),
+    };
+    assert_eq!(
+        keys,
+        want.iter().copied().collect(),
+        "input keys of a `{op}` case"
+    );
+    let r = match op {
+        "validate_policy" => api::validate_policy(s(input, "policy")).map(Value::String),
+        "plan_next" => api::plan_next(s(input, "policy"), s(input, "attempts")).map(json_of),
+        "evaluate" => api::evaluate(s(input, "policy"), s(input, "attempts")).map(json_of),
+        "verify_bundle" => api::verify(s(input, "bundle")).map(json_of),
+        "digest" => api::digest(s(input, "document")).map(Value::String),
+        "parse_retry_after" => api::parse_retry_after(
+            s(input, "header"),
+            s(input, "value"),
+            n(input, "now_unix_ms"),
+            n(input, "cap_ms"),
+        )
+        .map(Value::from),
+        _ => api::classify_http(s(input, "observation")).map(json_of),
+    };
+    match r {
+        Ok(v) => json!({ "ok": v }),
+        Err(e) => match e.path {
+            Some(p) => json!({"error": {"code": e.code.as_str(), "path": p}}),
+            None => json!({"error": {"code": e.code.as_str()}}),
+        },
+    }
+}
+
+#[test]
+fn every_vector_gives_its_expected_result() {
+    let mut total = 0usize;
+    let mut names = BTreeSet::new();
+    let mut failures = Vec::new();
+    let files = files();
+    assert!(files.len() >= 8, "expected one file per family");
+    for (stem, doc) in &files {
+        assert_eq!(doc["schema"], "retryledger.vectors.v1", "{stem}");
+        assert_eq!(doc["family"], stem.as_str(), "family names its file");
+        assert!(doc["description"].as_str().is_some_and(|d| !d.is_empty()));
+        let cases = doc["cases"].as_array().unwrap();
+        assert!(!cases.is_empty(), "{stem} has cases");
+        for case in cases {
+            let name = case["name"].as_str().unwrap();
+            assert!(names.insert(name.to_owned()), "case name `{name}` repeats");
+            assert!(
+                name.bytes().all(|b| b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || b == b'_'
+                    || b == b'-'),
+                "case name `{name}` is snake or kebab case"
+            );
+            let expect = &case["expect"];
+            let kinds = expect.as_object().unwrap().len();
+            assert_eq!(kinds, 1, "{name}: expect holds `ok` or `error`");
+            let got = actual(case["op"].as_str().unwrap(), &case["input"]);
+            if &got != expect {
+                failures.push(format!(
+                    "{stem}/{name}: expected {:.200}, got {:.200}",
+                    expect.to_string(),
+                    got.to_string()
+                ));
+            }
+            total += 1;
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(total >= 150, "only {total} vectors");
+}
+
+#[test]
+fn every_error_code_has_a_vector() {
+    let mut seen = BTreeSet::new();
+    for (_, doc) in files() {
+        for case in doc["cases"].as_array().unwrap() {
+            let expect = &case["expect"];
+            if let Some(code) = expect.pointer("/error/code").and_then(Value::as_str) {
+                seen.insert(code.to_owned());
+            }
+            if expect.pointer("/ok/kind") == Some(&json!("drift")) {
+                if let Some(code) = expect.pointer("/ok/code").and_then(Value::as_str) {
+                    seen.insert(code.to_owned());
+                }
+            }
+        }
+    }
+    let missing: Vec<&str> = ErrorCode::ALL
+        .iter()
+        .filter(|c| !NOT_IN_VECTORS.contains(c))
+        .map(|c| c.as_str())
+        .filter(|c| !seen.contains(*c))
+        .collect();
+    assert!(missing.is_empty(), "codes without a vector: {missing:?}");
+    let known: BTreeSet<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    for code in &seen {
+        assert!(known.contains(code.as_str()), "unknown code `{code}`");
+    }
+}
+
+#[test]
+fn input_too_large_for_every_document_operation() {
+    let reference = lab::reference_policy().to_string();
+    // Exactly the limit passes the size check: the padded policy is the reference.
+    let mut at_limit = reference.clone();
+    at_limit.push_str(&" ".repeat(MAX_INPUT_BYTES - reference.len()));
+    assert_eq!(at_limit.len(), MAX_INPUT_BYTES);
+    assert_eq!(
+        api::validate_policy(&at_limit).unwrap(),
+        api::validate_policy(&reference).unwrap()
+    );
+    // One byte more, however it is spent (ASCII or multi-byte), is refused.
+    let mut over = at_limit.clone();
+    over.push(' ');
+    let mut over_multibyte = reference.clone();
+    let pad = (MAX_INPUT_BYTES - reference.len()) / 2 + 1;
+    over_multibyte.insert_str(
+        over_multibyte.len() - 1,
+        &format!(",\"x\":\"{}\"", "\u{e9}".repeat(pad)),
+    );
+    assert!(over_multibyte.chars().count() < MAX_INPUT_BYTES);
+    for text in [&over, &over_multibyte] {
+        assert!(text.len() > MAX_INPUT_BYTES);
+        let codes = [
+            api::validate_policy(text).map(|_| ()),
+            api::plan_next(text, "{}").map(|_| ()),
+            api::plan_next(&reference, text).map(|_| ()),
+            api::evaluate(text, "{}").map(|_| ()),
+            api::evaluate(&reference, text).map(|_| ()),
+            api::verify(text).map(|_| ()),
+            api::digest(text).map(|_| ()),
+            api::classify_http(text).map(|_| ()),
+        ];
+        for r in codes {
+            let e = r.unwrap_err();
+            assert_eq!((e.code, e.path), (ErrorCode::InputTooLarge, None));
+        }
+    }
+}
+
+#[test]
+fn arithmetic_overflow_through_the_typed_api() {
+    // Decoded documents cannot reach it (every integer is at most 2^53 - 1 and
+    // the run stops once spent cost exceeds the maximum); typed values can.
+    let mut policy: Policy = serde_json::from_value(lab::reference_policy()).unwrap();
+    policy.max_total_cost = u64::MAX;
+    for route in &mut policy.routes {
+        route.reserve_cost = 0;
+    }
+    let unavailable = Outcome::Retryable {
+        kind: RetryableKind::Unavailable,
+        retry_after_ms: None,
+    };
+    let attempts = lab::simulate(
+        &policy,
+        &[
+            Step::new(unavailable, 10, u64::MAX - 1),
+            Step::new(unavailable, 10, 2),
+        ],
+    )
+    .unwrap();
+    assert_eq!(attempts.attempts.len(), 2);
+    let e = evaluate(&compile(policy).unwrap(), &attempts).unwrap_err();
+    assert_eq!(
+        (e.code, e.attempt_index, e.path.as_deref()),
+        (
+            ErrorCode::ArithmeticOverflow,
+            Some(1),
+            Some("/attempts/1/cost")
+        )
+    );
+}
+
+#[test]
+fn the_exempt_codes_are_exactly_those_without_vectors() {
+    // If a vector ever reaches an exempt code, the exemption is stale.
+    for (_, doc) in files() {
+        for case in doc["cases"].as_array().unwrap() {
+            if let Some(code) = case["expect"]
+                .pointer("/error/code")
+                .and_then(Value::as_str)
+            {
+                assert!(
+                    NOT_IN_VECTORS.iter().all(|c| c.as_str() != code),
+                    "`{code}` now has a vector; drop its exemption"
+                );
+            }
+        }
+    }
+}
