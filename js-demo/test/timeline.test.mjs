@@ -1,0 +1,46 @@
+// The timeline layout on the lab's bundles, without a browser.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { layoutTimeline } from "../timeline.js";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const site = process.env.INSPECTOR_DIR ?? path.resolve(here, "..", "..", "target", "inspector");
+const lab = JSON.parse(await readFile(path.join(site, "lab.json"), "utf8"));
+const bundle = (name) => lab.cases.find((c) => c.name === name).bundle;
+
+test("reference run: two lanes, three bars, two backoff gaps, one Retry-After floor", () => {
+  const t = layoutTimeline(bundle("valid_success"), { width: 1000 });
+  assert.deepEqual(t.lanes.map((l) => l.routeId), ["private-primary", "external-fallback"]);
+  assert.equal(t.bars.length, 3);
+  assert.deepEqual(t.bars.map((b) => b.outcomeClass), ["retryable", "retryable", "success"]);
+  assert.deepEqual(t.gaps.map((g) => g.notBefore), [1350, 1650]);
+  assert.equal(t.hints.length, 1);
+  assert.match(t.hints[0].label, /Retry-After 250 ms/);
+  assert.ok(t.deadline && t.deadline.ms === 5000);
+  // Bars are ordered in time and inside the drawing.
+  for (const b of t.bars) assert.ok(b.x >= 0 && b.x + b.width <= 1000);
+  assert.ok(t.bars[0].x < t.bars[1].x && t.bars[1].x < t.bars[2].x);
+  // The fallback's bar sits in the fallback's lane.
+  assert.ok(t.bars[2].y > t.lanes[1].y && t.bars[2].y < t.lanes[1].y + t.lanes[1].height);
+});
+
+test("jittered run: one interval per retried attempt, containing its not_before", () => {
+  const b = bundle("jitter_replay");
+  const t = layoutTimeline(b, { width: 1000 });
+  assert.equal(t.jitter.length, 2);
+  t.jitter.forEach((band, i) => {
+    const gap = t.gaps[i];
+    assert.ok(band.x <= gap.x2 + 0.5, "not_before is at or after the interval start (a Retry-After floor may lift it above)");
+  });
+});
+
+test("a run with no attempts still lays out its lanes", () => {
+  const b = structuredClone(bundle("valid_success"));
+  b.attempts.attempts = [];
+  const t = layoutTimeline(b);
+  assert.equal(t.lanes.length, 2);
+  assert.equal(t.bars.length, 0);
+});

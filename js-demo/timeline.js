@@ -1,0 +1,111 @@
+// Timeline layout for a bundle: pure data, no DOM, so it can be tested in
+// Node and drawn by app.js. One lane per route in priority order; one bar per
+// attempt from start to completion; backoff gaps ending at not_before;
+// Retry-After floors; jitter intervals; the deadline.
+
+const LANE_HEIGHT = 56;
+const TOP = 24;
+const AXIS = 28;
+const LEFT = 12;
+const RIGHT = 16;
+
+function niceStep(span, target) {
+  const raw = span / Math.max(target, 1);
+  const pow = 10 ** Math.floor(Math.log10(Math.max(raw, 1)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (raw <= m * pow) return m * pow;
+  return 10 * pow;
+}
+
+const fmt = (n) => Number(n).toLocaleString("en-US");
+
+/**
+ * @param {object} bundle a decoded retryledger.bundle.v1 document
+ * @param {{width?: number}} opts
+ */
+export function layoutTimeline(bundle, opts = {}) {
+  const width = opts.width ?? 1100;
+  const policy = bundle.policy ?? {};
+  const attempts = bundle.attempts?.attempts ?? [];
+  const schedule = bundle.receipt?.schedule ?? [];
+  const routes = [...(policy.routes ?? [])].sort((a, b) => a.priority - b.priority);
+  const cap = policy.backoff?.retry_after_cap_ms ?? 0;
+  const deadlineMs = policy.deadline_ms ?? 0;
+
+  const events = [0];
+  for (const a of attempts) events.push(a.started_at_ms, a.completed_at_ms);
+  for (const s of schedule) events.push(s.not_before_ms, s.jitter_max_ms ?? 0);
+  const last = Math.max(...events, 1);
+  // A deadline far beyond the run would squash it: past 4x the last event it
+  // is drawn at the right edge and labelled off scale.
+  const onScale = deadlineMs <= last * 4;
+  const domain = Math.max(last, onScale ? deadlineMs : 0) * 1.06;
+  const x = (t) => LEFT + (t / domain) * (width - LEFT - RIGHT);
+
+  const lanes = routes.map((r, i) => ({ index: i, routeId: r.route_id, priority: r.priority, y: TOP + i * LANE_HEIGHT, height: LANE_HEIGHT }));
+  const laneOf = (routeId) => lanes.find((l) => l.routeId === routeId) ?? null;
+  const axisY = TOP + lanes.length * LANE_HEIGHT + 4;
+
+  const bars = [];
+  const gaps = [];
+  const hints = [];
+  const jitter = [];
+  const rows = [];
+  attempts.forEach((a, i) => {
+    const lane = laneOf(a.route_id);
+    const entry = schedule.find((s) => s.ordinal === a.ordinal) ?? null;
+    const cls = a.outcome?.class ?? "indeterminate";
+    const kind = a.outcome?.kind ?? "success";
+    const y = lane ? lane.y + 22 : axisY - 18;
+    const x1 = x(a.started_at_ms);
+    bars.push({
+      ordinal: a.ordinal,
+      routeId: a.route_id,
+      outcomeClass: cls,
+      x: x1,
+      y,
+      width: Math.max(3, x(a.completed_at_ms) - x1),
+      height: 16,
+      label: `attempt ${a.ordinal} on ${a.route_id} (route attempt ${a.route_ordinal}): ${kind}, ${fmt(a.started_at_ms)}–${fmt(a.completed_at_ms)} ms, cost ${fmt(a.cost)}`,
+    });
+    const prev = i > 0 ? attempts[i - 1] : null;
+    if (prev && entry) {
+      gaps.push({ x1: x(prev.completed_at_ms), x2: x(entry.not_before_ms), y: y + 8, notBefore: entry.not_before_ms });
+      const hint = prev.outcome?.retry_after_ms;
+      if (hint !== undefined) {
+        const bounded = Math.min(hint, cap);
+        hints.push({
+          x1: x(prev.completed_at_ms),
+          x2: x(prev.completed_at_ms + bounded),
+          y: y + 24,
+          label: bounded < hint ? `Retry-After ${fmt(hint)} ms, capped at ${fmt(bounded)} ms` : `Retry-After ${fmt(hint)} ms`,
+        });
+      }
+      if (entry.jitter_min_ms !== undefined && entry.jitter_max_ms !== undefined) {
+        const j1 = x(prev.completed_at_ms + entry.jitter_min_ms);
+        jitter.push({ x: j1, y: lane ? lane.y + 2 : y, width: Math.max(2, x(prev.completed_at_ms + entry.jitter_max_ms) - j1), height: LANE_HEIGHT - 4 });
+      }
+    }
+    rows.push([a.ordinal, a.route_id, a.route_ordinal, kind, entry ? fmt(entry.not_before_ms) : "?", fmt(a.started_at_ms), fmt(a.completed_at_ms), entry ? fmt(entry.delay_ms) : "?", fmt(a.cost)]);
+  });
+
+  const step = niceStep(domain, Math.max(2, Math.floor(width / 110)));
+  const ticks = [];
+  for (let t = 0; t <= domain; t += step) ticks.push({ x: x(t), label: `${fmt(t)} ms` });
+
+  const terminal = bundle.receipt?.terminal ?? "unknown";
+  const summary = `${attempts.length} attempt(s) on ${lanes.length} route(s), ending ${terminal}; deadline ${fmt(deadlineMs)} ms.`;
+  return {
+    width,
+    height: axisY + AXIS,
+    axisY,
+    lanes,
+    bars,
+    gaps,
+    hints,
+    jitter,
+    ticks,
+    rows,
+    summary,
+    deadline: { x: onScale ? x(deadlineMs) : width - RIGHT, ms: deadlineMs, offScale: !onScale },
+  };
+}
