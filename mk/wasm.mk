@@ -1,0 +1,72 @@
+# The npm package "retryledger" (wasm/): the core as WebAssembly for Node and
+# browsers, its TypeScript API and driver.
+#
+#   make wasm-node   wasm/pkg-node (wasm-pack --target nodejs, then wasm-opt -Oz) and wasm/dist
+#   make wasm-web    wasm/pkg-web  (wasm-pack --target web,    then wasm-opt -Oz) and wasm/dist
+#   make test-wasm   clippy for wasm32, tsc --strict over sources, declarations and tests, node --test
+#   make bench-wasm  driver overhead against a bare loop and cockatiel; wasm size -> docs/BENCHMARKS.md
+#
+# Installs what it needs, skipping what is there: the wasm32 target, wasm-pack,
+# wasm-bindgen-cli at the crate's exact wasm-bindgen version, and `npm ci`
+# (which brings binaryen's wasm-opt; wasm-pack's own download is turned off in
+# wasm/Cargo.toml).
+TEST_TARGETS += test-wasm
+BENCH_TARGETS += bench-wasm
+
+WASM_BINDGEN_VERSION := 0.2.129
+WASM_PACK_VERSION := 0.15.1
+WASM_STAMP_NODE := wasm/pkg-node/.built
+WASM_STAMP_WEB := wasm/pkg-web/.built
+WASM_STAMP_TS := wasm/dist/.built
+WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
+WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
+WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts) wasm/tsconfig.json
+# Size over speed for the module; the native profile stays as the workspace sets it.
+WASM_PACK := CARGO_PROFILE_RELEASE_OPT_LEVEL=z wasm-pack build --release --mode no-install --out-name retryledger_wasm
+WASM_OPT := node node_modules/binaryen/bin/wasm-opt -Oz --strip-debug --strip-producers
+
+.PHONY: setup-wasm wasm-node wasm-web test-wasm clippy-wasm typecheck-wasm bench-wasm
+
+setup-wasm:
+	@rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+	@wasm-pack --version 2>/dev/null | grep -qx 'wasm-pack $(WASM_PACK_VERSION)' || \
+	  $(CARGO) install wasm-pack --version $(WASM_PACK_VERSION) --locked
+	@wasm-bindgen --version 2>/dev/null | grep -qx 'wasm-bindgen $(WASM_BINDGEN_VERSION)' || \
+	  $(CARGO) install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --locked
+	@grep -q '^wasm-bindgen = "=$(WASM_BINDGEN_VERSION)"' wasm/Cargo.toml || \
+	  { echo "wasm/Cargo.toml must pin wasm-bindgen = \"=$(WASM_BINDGEN_VERSION)\""; exit 1; }
+
+$(WASM_NPM_STAMP): wasm/package.json wasm/package-lock.json
+	cd wasm && npm ci --no-audit --no-fund
+	@touch $@
+
+$(WASM_STAMP_NODE): $(WASM_RUST_SOURCES) $(WASM_NPM_STAMP) | setup-wasm
+	cd wasm && $(WASM_PACK) --target nodejs --out-dir pkg-node .
+	cd wasm && $(WASM_OPT) pkg-node/retryledger_wasm_bg.wasm -o pkg-node/retryledger_wasm_bg.wasm
+	@touch $@
+
+$(WASM_STAMP_WEB): $(WASM_RUST_SOURCES) $(WASM_NPM_STAMP) | setup-wasm
+	cd wasm && $(WASM_PACK) --target web --out-dir pkg-web .
+	cd wasm && $(WASM_OPT) pkg-web/retryledger_wasm_bg.wasm -o pkg-web/retryledger_wasm_bg.wasm
+	@touch $@
+
+$(WASM_STAMP_TS): $(WASM_TS_SOURCES) $(WASM_STAMP_NODE) $(WASM_STAMP_WEB)
+	rm -rf wasm/dist
+	cd wasm && node_modules/.bin/tsc -p tsconfig.json
+	@touch $@
+
+wasm-node: $(WASM_STAMP_NODE) $(WASM_STAMP_TS) ## The Node build of the npm package.
+
+wasm-web: $(WASM_STAMP_WEB) $(WASM_STAMP_TS) ## The browser build: wasm/pkg-web and wasm/dist/web.js.
+
+clippy-wasm: setup-wasm
+	$(CARGO) clippy -p retryledger-wasm --target wasm32-unknown-unknown -- -D warnings
+
+typecheck-wasm: $(WASM_STAMP_TS)
+	cd wasm && node_modules/.bin/tsc -p tsconfig.check.json
+
+test-wasm: clippy-wasm typecheck-wasm ## Every npm-package test, on the wasm-opt'd module.
+	cd wasm && node --test --test-concurrency=1 test/
+
+bench-wasm: $(WASM_STAMP_TS) ## Driver overhead and module size, into docs/BENCHMARKS.md.
+	cd wasm && node bench/run.mjs --write ../docs/BENCHMARKS.md

@@ -1,0 +1,230 @@
+/**
+ * The public surface of the core, in camelCase, over the WebAssembly module.
+ *
+ * JSON text crosses the boundary: a document given as a string goes to the
+ * core untouched (so duplicate keys and every other strictness rule apply to
+ * exactly what the caller wrote); a plain object is serialized with
+ * `JSON.stringify` first. Results come back as plain objects and numbers.
+ */
+
+import { DecodeError, fromWire } from "./errors.js";
+import type {
+  Attempts,
+  Bundle,
+  Decision,
+  Document,
+  HttpObservation,
+  Outcome,
+  Policy,
+  Receipt,
+  RetryAfterHeader,
+  Verdict,
+} from "./types.js";
+
+/** The raw exports of the wasm-bindgen module (JSON text in and out; errors thrown as JSON text). */
+export interface RawCompiled {
+  digest(): string;
+  policy_json(): string;
+  plan_next(attempts: string): string;
+  evaluate(attempts: string): string;
+  seal(attempts: string): string;
+  free(): void;
+}
+
+export interface RawBindings {
+  validate_policy(policy: string): string;
+  plan_next(policy: string, attempts: string): string;
+  evaluate(policy: string, attempts: string): string;
+  verify_bundle(bundle: string): string;
+  digest(document: string): string;
+  parse_retry_after(header: string, value: string, nowUnixMs: number, capMs: number): number;
+  classify_http(observation: string): string;
+  sha256_hex(text: string): string;
+  Compiled: { compile(policy: string): RawCompiled };
+}
+
+let raw: RawBindings | undefined;
+
+/** Install the module's exports (done by the Node entry at load, by the web entry's `init()`). */
+export function setBindings(bindings: RawBindings): void {
+  raw = bindings;
+}
+
+function bindings(): RawBindings {
+  if (raw === undefined) {
+    throw new Error("retryledger: the WebAssembly module is not initialized; in a browser, `await init()` first");
+  }
+  return raw;
+}
+
+/** Run a raw call, turning the module's thrown JSON text into a typed error. */
+function call<T>(f: (b: RawBindings) => T): T {
+  const b = bindings();
+  try {
+    return f(b);
+  } catch (e) {
+    if (typeof e === "string") throw fromWire(e);
+    throw e;
+  }
+}
+
+/** A document as the caller gave it: a plain object, or its JSON text. */
+export type Input<T> = T | string;
+
+/** JSON text of a document given as an object or as text. */
+export function toText(doc: unknown): string {
+  if (typeof doc === "string") return doc;
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(doc);
+  } catch (e) {
+    throw new DecodeError("invalid_type", `invalid_type: the document cannot be serialized as JSON (${String(e)})`, {
+      path: "",
+      cause: e,
+    });
+  }
+  if (text === undefined) {
+    throw new DecodeError("invalid_type", "invalid_type: a document is a JSON object or its JSON text", { path: "" });
+  }
+  return text;
+}
+
+function requireString(x: unknown, name: string): string {
+  if (typeof x !== "string") {
+    throw new DecodeError("invalid_type", `invalid_type at /${name}: \`${name}\` must be a string`, { path: `/${name}` });
+  }
+  return x;
+}
+
+function requireNumber(x: unknown, name: string): number {
+  if (typeof x !== "number") {
+    throw new DecodeError("invalid_type", `invalid_type at /${name}: \`${name}\` must be a number`, { path: `/${name}` });
+  }
+  return x;
+}
+
+/** A policy validated and digested once; plan, evaluate and seal every step of a run against it. */
+export class CompiledPolicy {
+  /** The policy digest (lowercase hex SHA-256 of its canonical JSON). */
+  readonly digest: string;
+  /** The policy, as the core decoded it. */
+  readonly policy: Policy;
+  readonly #raw: RawCompiled;
+
+  /** Decode and validate a policy; throws `DecodeError` or `PolicyError`. */
+  constructor(policy: Input<Policy>) {
+    const text = toText(policy);
+    this.#raw = call((b) => b.Compiled.compile(text));
+    this.digest = this.#raw.digest();
+    this.policy = JSON.parse(this.#raw.policy_json()) as Policy;
+  }
+
+  /** The next dispatch, or the terminal, after the observed attempts. */
+  planNext(attempts: Input<Attempts>): Decision {
+    const text = toText(attempts);
+    return JSON.parse(call(() => this.#raw.plan_next(text))) as Decision;
+  }
+
+  /** The receipt of a finished run (`RunError` `run_not_terminal` if it could still dispatch). */
+  evaluate(attempts: Input<Attempts>): Receipt {
+    const text = toText(attempts);
+    return JSON.parse(call(() => this.#raw.evaluate(text))) as Receipt;
+  }
+
+  /** Seal a finished run: the bundle of policy, attempts and receipt. */
+  seal(attempts: Input<Attempts>): Bundle {
+    const text = toText(attempts);
+    return JSON.parse(call(() => this.#raw.seal(text))) as Bundle;
+  }
+
+  /** The raw JSON text of `planNext` (canonical key order). */
+  planNextText(attempts: Input<Attempts>): string {
+    const text = toText(attempts);
+    return call(() => this.#raw.plan_next(text));
+  }
+
+  /** Release the module memory now rather than at garbage collection. */
+  free(): void {
+    this.#raw.free();
+  }
+}
+
+/** Decode and validate a policy once, for reuse across a run. */
+export function compilePolicy(policy: Input<Policy>): CompiledPolicy {
+  return new CompiledPolicy(policy);
+}
+
+function withPolicy<T>(policy: Input<Policy> | CompiledPolicy, f: (p: CompiledPolicy) => T): T {
+  if (policy instanceof CompiledPolicy) return f(policy);
+  const compiled = new CompiledPolicy(policy);
+  try {
+    return f(compiled);
+  } finally {
+    compiled.free();
+  }
+}
+
+/** Validate a policy: its digest, or the first rule it breaks (`DecodeError`/`PolicyError`). */
+export function validatePolicy(policy: Input<Policy>): string {
+  const text = toText(policy);
+  return call((b) => b.validate_policy(text));
+}
+
+/** What to dispatch next and not before when, or the terminal. */
+export function planNext(policy: Input<Policy> | CompiledPolicy, attempts: Input<Attempts>): Decision {
+  if (policy instanceof CompiledPolicy) return policy.planNext(attempts);
+  const p = toText(policy);
+  const a = toText(attempts);
+  return JSON.parse(call((b) => b.plan_next(p, a))) as Decision;
+}
+
+/** The receipt of a finished run. */
+export function evaluate(policy: Input<Policy> | CompiledPolicy, attempts: Input<Attempts>): Receipt {
+  if (policy instanceof CompiledPolicy) return policy.evaluate(attempts);
+  const p = toText(policy);
+  const a = toText(attempts);
+  return JSON.parse(call((b) => b.evaluate(p, a))) as Receipt;
+}
+
+/** Seal a finished run into a bundle. */
+export function seal(policy: Input<Policy> | CompiledPolicy, attempts: Input<Attempts>): Bundle {
+  return withPolicy(policy, (p) => p.seal(attempts));
+}
+
+/** Replay a bundle: `verified`, or the first drift. A policy that fails validation throws. */
+export function verifyBundle(bundle: Input<Bundle>): Verdict {
+  const text = toText(bundle);
+  return JSON.parse(call((b) => b.verify_bundle(text))) as Verdict;
+}
+
+/** Lowercase hex SHA-256 of a document's canonical JSON (after strict decoding into the type its `schema` names). */
+export function digest(document: Input<Document>): string {
+  const text = toText(document);
+  return call((b) => b.digest(text));
+}
+
+/**
+ * A Retry-After hint in bounded milliseconds: delay-seconds or an HTTP-date
+ * (`retry-after`, resolved against `nowUnixMs`) or a millisecond count
+ * (`retry-after-ms`), clamped to `capMs`. Garbage throws `HttpError`.
+ */
+export function parseRetryAfter(header: RetryAfterHeader | string, value: string, nowUnixMs: number, capMs: number): number {
+  const h = requireString(header, "header");
+  const v = requireString(value, "value");
+  const now = requireNumber(nowUnixMs, "now_unix_ms");
+  const cap = requireNumber(capMs, "cap_ms");
+  return call((b) => b.parse_retry_after(h, v, now, cap));
+}
+
+/** A typed outcome from an HTTP status, headers, transport error and whether response bytes arrived. */
+export function classifyHttp(observation: Input<HttpObservation>): Outcome {
+  const text = toText(observation);
+  return JSON.parse(call((b) => b.classify_http(text))) as Outcome;
+}
+
+/** Lowercase hex SHA-256 of a string's UTF-8 bytes. */
+export function sha256Hex(text: string): string {
+  const t = requireString(text, "text");
+  return bindings().sha256_hex(t);
+}
+

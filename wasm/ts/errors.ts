@@ -1,0 +1,238 @@
+/**
+ * Errors: one `Error` subclass per family of the core's codes, all under
+ * `RetryledgerError`. The `code` string is the contract, the same in Rust,
+ * TypeScript and Python; the message is for people.
+ */
+
+import type { Attempts, Bundle, Receipt, Terminal } from "./types.js";
+
+/** The input is not a well-formed document in normal form. */
+export type DecodeCode =
+  | "input_too_large"
+  | "invalid_json"
+  | "nesting_too_deep"
+  | "duplicate_key"
+  | "null_value"
+  | "float_value"
+  | "integer_out_of_range"
+  | "string_too_long"
+  | "too_many_items"
+  | "unknown_field"
+  | "missing_field"
+  | "invalid_type"
+  | "invalid_value"
+  | "schema_mismatch"
+  | "invalid_digest"
+  | "invalid_identifier"
+  | "duplicate_set_item";
+
+/** The policy breaks a rule checked before any dispatch. */
+export type PolicyCode =
+  | "retry_owner_not_harness"
+  | "no_routes"
+  | "duplicate_priority"
+  | "priority_not_contiguous"
+  | "duplicate_route_id"
+  | "duplicate_route_release"
+  | "capability_missing"
+  | "behavior_class_mismatch"
+  | "data_boundary_exceeded"
+  | "idempotency_unsupported"
+  | "route_attempts_unbounded"
+  | "budget_unbounded"
+  | "invalid_backoff";
+
+/** An observed attempt is not the planned one. */
+export type DriftCode =
+  | "attempt_after_terminal"
+  | "route_drift"
+  | "release_drift"
+  | "ordinal_drift"
+  | "route_ordinal_drift"
+  | "logical_request_drift"
+  | "idempotency_key_drift"
+  | "early_start"
+  | "completed_before_started"
+  | "jitter_sample_missing"
+  | "jitter_sample_unexpected"
+  | "jitter_out_of_interval"
+  | "jitter_sample_drift"
+  | "cancel_drift"
+  | "arithmetic_overflow";
+
+/** A sealed receipt does not match its replay. */
+export type ReceiptCode = "receipt_mismatch";
+/** A Retry-After value or HTTP observation is malformed. */
+export type HttpCode = "retry_after_invalid" | "retry_after_overlong" | "invalid_status";
+/** The run cannot be evaluated in its current state. */
+export type RunCode = "run_not_terminal";
+
+/** Every code the core reports. */
+export type ErrorCode = DecodeCode | PolicyCode | DriftCode | ReceiptCode | HttpCode | RunCode;
+/** The family of a core code; one error class each. */
+export type ErrorFamily = "decode" | "policy" | "drift" | "receipt" | "http" | "run";
+
+export interface ErrorDetails {
+  path?: string | undefined;
+  attemptIndex?: number | undefined;
+  cause?: unknown;
+}
+
+/** The base of every error this package throws. */
+export class RetryledgerError extends Error {
+  /** Stable snake_case code (a core code, or a terminal for a stopped run). */
+  readonly code: string;
+  /** The family: a core family, or `stopped` for a run that ended without success. */
+  readonly family: ErrorFamily | "stopped";
+  /** JSON Pointer to the offending field, when known. */
+  readonly path: string | undefined;
+  /** Index (0-based) of the offending attempt, when known. */
+  readonly attemptIndex: number | undefined;
+
+  constructor(code: string, family: ErrorFamily | "stopped", message: string, details: ErrorDetails = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.family = family;
+    this.path = details.path;
+    this.attemptIndex = details.attemptIndex;
+  }
+}
+
+/** The input is not a well-formed document in normal form. */
+export class DecodeError extends RetryledgerError {
+  declare readonly code: DecodeCode;
+  constructor(code: DecodeCode, message: string, details: ErrorDetails = {}) {
+    super(code, "decode", message, details);
+  }
+}
+
+/** The policy breaks a rule checked before any dispatch. */
+export class PolicyError extends RetryledgerError {
+  declare readonly code: PolicyCode;
+  constructor(code: PolicyCode, message: string, details: ErrorDetails = {}) {
+    super(code, "policy", message, details);
+  }
+}
+
+/** An observed attempt is not the planned one. */
+export class DriftError extends RetryledgerError {
+  declare readonly code: DriftCode;
+  constructor(code: DriftCode, message: string, details: ErrorDetails = {}) {
+    super(code, "drift", message, details);
+  }
+}
+
+/** A sealed receipt does not match its replay. */
+export class ReceiptError extends RetryledgerError {
+  declare readonly code: ReceiptCode;
+  constructor(code: ReceiptCode, message: string, details: ErrorDetails = {}) {
+    super(code, "receipt", message, details);
+  }
+}
+
+/** A Retry-After value or HTTP observation is malformed. */
+export class HttpError extends RetryledgerError {
+  declare readonly code: HttpCode;
+  constructor(code: HttpCode, message: string, details: ErrorDetails = {}) {
+    super(code, "http", message, details);
+  }
+}
+
+/** The run cannot be evaluated in its current state. */
+export class RunError extends RetryledgerError {
+  declare readonly code: RunCode;
+  constructor(code: RunCode, message: string, details: ErrorDetails = {}) {
+    super(code, "run", message, details);
+  }
+}
+
+/** The JSON object the WebAssembly module throws (the core's `error_json`). */
+interface WireError {
+  code: string;
+  family: string;
+  message: string;
+  path?: string;
+  attempt_index?: number;
+}
+
+function isWireError(x: unknown): x is WireError {
+  if (typeof x !== "object" || x === null) return false;
+  const o = x as Record<string, unknown>;
+  return typeof o["code"] === "string" && typeof o["family"] === "string" && typeof o["message"] === "string";
+}
+
+/** The typed error for the JSON text the module threw. */
+export function fromWire(text: string): RetryledgerError {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  if (!isWireError(parsed)) {
+    return new RetryledgerError("internal", "run", `unexpected error from the WebAssembly core: ${text.slice(0, 200)}`);
+  }
+  const details: ErrorDetails = { path: parsed.path, attemptIndex: parsed.attempt_index };
+  const message = parsed.path === undefined ? `${parsed.code}: ${parsed.message}` : `${parsed.code} at ${parsed.path}: ${parsed.message}`;
+  switch (parsed.family) {
+    case "decode":
+      return new DecodeError(parsed.code as DecodeCode, message, details);
+    case "policy":
+      return new PolicyError(parsed.code as PolicyCode, message, details);
+    case "drift":
+      return new DriftError(parsed.code as DriftCode, message, details);
+    case "receipt":
+      return new ReceiptError(parsed.code as ReceiptCode, message, details);
+    case "http":
+      return new HttpError(parsed.code as HttpCode, message, details);
+    default:
+      return new RunError(parsed.code as RunCode, message, details);
+  }
+}
+
+/** What a stopped run carries. */
+export interface StoppedDetails<T = unknown> {
+  bundle: Bundle;
+  /** The last error dispatch threw, if any. */
+  cause?: unknown;
+  /** The value the last attempt returned, when it succeeded too late (`stop_deadline`). */
+  result?: T;
+}
+
+/**
+ * The driver's rejection: the run reached a terminal other than `completed`.
+ * `code` and `terminal` are the terminal; `bundle` replays the run.
+ */
+export class RunStoppedError<T = unknown> extends RetryledgerError {
+  declare readonly code: Terminal;
+  readonly terminal: Terminal;
+  readonly bundle: Bundle;
+  readonly receipt: Receipt;
+  readonly attempts: Attempts;
+  readonly result: T | undefined;
+
+  constructor(message: string, details: StoppedDetails<T>) {
+    const terminal = details.bundle.receipt.terminal;
+    super(terminal, "stopped", message, { cause: details.cause });
+    this.terminal = terminal;
+    this.bundle = details.bundle;
+    this.receipt = details.bundle.receipt;
+    this.attempts = details.bundle.attempts;
+    this.result = details.result;
+  }
+}
+
+/**
+ * Dispatch threw an error nobody could classify. It was recorded as
+ * `indeterminate` / `unknown_provider_acceptance` (never retried); `cause` is
+ * the original error.
+ */
+export class UnrecognizedDispatchError<T = unknown> extends RunStoppedError<T> {}
+
+/**
+ * The caller's AbortSignal stopped the run: between attempts (`stop_cancelled`)
+ * or during a dispatch (that attempt is indeterminate: `stop_indeterminate`).
+ * `cause` is the signal's reason.
+ */
+export class RunCancelledError<T = unknown> extends RunStoppedError<T> {}

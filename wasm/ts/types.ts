@@ -1,0 +1,288 @@
+/**
+ * The documents of retryledger, exactly as the core reads and writes them:
+ * snake_case fields, integers only (each in 0..=2^53-1), optional fields
+ * omitted (never `null`). Every document names its `schema`.
+ */
+
+/** Lowercase hex SHA-256: 64 characters of 0-9a-f. */
+export type Sha256Hex = string;
+/** 1 to 128 bytes of `A-Z a-z 0-9 . _ - : / @ +`. */
+export type Identifier = string;
+
+// ---------------------------------------------------------------- capabilities
+
+export type Modality = "text" | "image" | "audio" | "video" | "file";
+export type StructuredOutput = "none" | "json_object" | "json_schema" | "constrained_decoding";
+export type SamplingControl = "seed" | "temperature" | "top_p" | "logprobs" | "stop_sequences";
+export type ToolCalls = "none" | "single" | "parallel";
+export type StreamEvent = "terminal" | "usage";
+export type Refusal = "none" | "in_band_text" | "typed";
+export type ReleasePin = "floating" | "alias" | "exact";
+
+/** A capability contract: what a request requires, or what a route offers. Sets are arrays of unique items. */
+export interface Capabilities {
+  input_modalities: Modality[];
+  max_context_tokens: number;
+  max_output_tokens: number;
+  max_response_bytes: number;
+  output_modalities: Modality[];
+  refusal: Refusal;
+  regions: Identifier[];
+  release_pin: ReleasePin;
+  retention_days: number;
+  sampling_controls: SamplingControl[];
+  streaming_events: StreamEvent[];
+  structured_output: StructuredOutput;
+  tool_calls: ToolCalls;
+}
+
+// ---------------------------------------------------------------- policy
+
+/** Who owns retries; only `harness` passes validation. */
+export type RetryOwner = "harness" | "adapter" | "transport_sdk";
+/** Where request data may go, narrowest first. */
+export type DataBoundary = "local_process" | "private_service" | "external_provider";
+
+export interface Backoff {
+  /** Delay after a route's first failed attempt (doubles per attempt), ms. */
+  base_ms: number;
+  /** Cap on the exponential term, ms. */
+  max_ms: number;
+  /** Cap on a server's Retry-After hint, ms. */
+  retry_after_cap_ms: number;
+}
+
+/** Replayable jitter, tagged by `mode`. */
+export type Jitter =
+  | { mode: "none" }
+  | { mode: "full"; scheduler_release: Identifier; seed: number }
+  | { mode: "equal"; scheduler_release: Identifier; seed: number }
+  | { mode: "decorrelated"; scheduler_release: Identifier; seed: number };
+
+export interface Route {
+  behavior_class_sha256: Sha256Hex;
+  capabilities: Capabilities;
+  data_boundary: DataBoundary;
+  max_attempts: number;
+  priority: number;
+  reserve_cost: number;
+  route_id: Identifier;
+  route_release_sha256: Sha256Hex;
+  supports_idempotency: boolean;
+}
+
+/** `retryledger.policy.v1` */
+export interface Policy {
+  allowed_degraded_behavior_classes?: Sha256Hex[];
+  backoff: Backoff;
+  behavior_class_sha256: Sha256Hex;
+  cost_unit: Identifier;
+  deadline_ms: number;
+  idempotency_key_sha256: Sha256Hex;
+  jitter: Jitter;
+  logical_request_sha256: Sha256Hex;
+  max_data_boundary: DataBoundary;
+  max_total_attempts: number;
+  max_total_cost: number;
+  requirements: Capabilities;
+  retry_owner: RetryOwner;
+  routes: Route[];
+  schema: "retryledger.policy.v1";
+}
+
+// ---------------------------------------------------------------- outcomes
+
+export type RetryableKind = "timeout_before_response" | "rate_limited" | "unavailable";
+export type NonRetryableKind =
+  | "rejected"
+  | "policy_denied"
+  | "invalid_request"
+  | "protocol_violation"
+  | "invalid_output";
+export type IndeterminateKind = "unknown_provider_acceptance" | "stream_interrupted_after_output";
+
+export interface SuccessOutcome {
+  class: "success";
+}
+export interface RetryableOutcome {
+  class: "retryable";
+  kind: RetryableKind;
+  /** The server's Retry-After hint in ms, unbounded as observed. */
+  retry_after_ms?: number;
+}
+export interface NonRetryableOutcome {
+  class: "non_retryable";
+  kind: NonRetryableKind;
+}
+export interface IndeterminateOutcome {
+  class: "indeterminate";
+  kind: IndeterminateKind;
+}
+/** An observed outcome, tagged by `class`. */
+export type Outcome = SuccessOutcome | RetryableOutcome | NonRetryableOutcome | IndeterminateOutcome;
+export type OutcomeClass = Outcome["class"];
+
+// ---------------------------------------------------------------- attempts
+
+export interface Attempt {
+  completed_at_ms: number;
+  cost: number;
+  idempotency_key_sha256: Sha256Hex;
+  jitter_sample_ms?: number;
+  logical_request_sha256: Sha256Hex;
+  ordinal: number;
+  outcome: Outcome;
+  route_id: Identifier;
+  route_ordinal: number;
+  route_release_sha256: Sha256Hex;
+  started_at_ms: number;
+}
+
+/** `retryledger.attempts.v1` */
+export interface Attempts {
+  attempts: Attempt[];
+  cancelled_at_ms?: number;
+  schema: "retryledger.attempts.v1";
+}
+
+// ---------------------------------------------------------------- decisions
+
+/** How a run ended. */
+export type Terminal =
+  | "completed"
+  | "stop_non_retryable"
+  | "stop_indeterminate"
+  | "stop_total_attempts"
+  | "stop_route_exhausted"
+  | "stop_cost_budget"
+  | "stop_deadline"
+  | "stop_cancelled";
+
+/** Dispatch this attempt no earlier than `not_before_ms`. */
+export interface DispatchDecision {
+  kind: "dispatch";
+  deadline_ms: number;
+  delay_ms: number;
+  idempotency_key_sha256: Sha256Hex;
+  jitter_max_ms?: number;
+  jitter_min_ms?: number;
+  jitter_sample_ms?: number;
+  logical_request_sha256: Sha256Hex;
+  not_before_ms: number;
+  ordinal: number;
+  reserve_cost: number;
+  retry_after_floor_ms: number;
+  route_id: Identifier;
+  route_ordinal: number;
+  route_release_sha256: Sha256Hex;
+}
+
+/** The run is over. */
+export interface TerminalDecision {
+  kind: "terminal";
+  terminal: Terminal;
+}
+
+/** What `planNext` says: dispatch an attempt, or the run's terminal. Tagged by `kind`. */
+export type Decision = DispatchDecision | TerminalDecision;
+
+// ---------------------------------------------------------------- receipts
+
+export interface RouteCount {
+  attempts: number;
+  route_id: Identifier;
+}
+
+export interface ScheduleEntry {
+  completed_at_ms: number;
+  cost: number;
+  delay_ms: number;
+  jitter_max_ms?: number;
+  jitter_min_ms?: number;
+  jitter_sample_ms?: number;
+  not_before_ms: number;
+  ordinal: number;
+  /** `success` or the failure kind. */
+  outcome: "success" | RetryableKind | NonRetryableKind | IndeterminateKind;
+  outcome_class: OutcomeClass;
+  retry_after_floor_ms: number;
+  route_id: Identifier;
+  route_ordinal: number;
+  started_at_ms: number;
+}
+
+/** `retryledger.receipt.v1` */
+export interface Receipt {
+  attempt_count: number;
+  attempts_sha256: Sha256Hex;
+  behavior_class_sha256: Sha256Hex;
+  capability_contract_sha256: Sha256Hex;
+  degraded: boolean;
+  fallback_used: boolean;
+  final_route_id?: Identifier;
+  finished_at_ms: number;
+  idempotency_key_sha256: Sha256Hex;
+  logical_request_sha256: Sha256Hex;
+  policy_sha256: Sha256Hex;
+  route_attempts: RouteCount[];
+  schedule: ScheduleEntry[];
+  schema: "retryledger.receipt.v1";
+  terminal: Terminal;
+  total_cost: number;
+}
+
+/** `retryledger.bundle.v1`: everything needed to replay a run. */
+export interface Bundle {
+  attempts: Attempts;
+  policy: Policy;
+  receipt: Receipt;
+  schema: "retryledger.bundle.v1";
+}
+
+/** The receipt is exactly the replay of the policy and attempts. */
+export interface VerifiedVerdict {
+  kind: "verified";
+  attempts_sha256: Sha256Hex;
+  policy_sha256: Sha256Hex;
+  receipt_sha256: Sha256Hex;
+  terminal: Terminal;
+}
+
+/** The first difference between the sealed run and its replay. */
+export interface DriftVerdict {
+  kind: "drift";
+  attempt_index?: number;
+  code: string;
+  message: string;
+  /** JSON Pointer into the bundle. */
+  path: string;
+}
+
+/** What `verifyBundle` says, tagged by `kind`. */
+export type Verdict = VerifiedVerdict | DriftVerdict;
+
+/** Any document with a digest. */
+export type Document = Policy | Attempts | Receipt | Bundle;
+
+// ---------------------------------------------------------------- HTTP
+
+export type TransportError = "connect_failed" | "timeout" | "connection_reset";
+
+/** One HTTP attempt as the host observed it; the input of `classifyHttp`. */
+export interface HttpObservation {
+  /** Response headers as `[name, value]` pairs (names case-insensitive), at most 256. */
+  headers?: [string, string][];
+  /** Wall clock at observation, Unix ms (resolves HTTP-date hints). */
+  now_unix_ms?: number;
+  /** Whether any response body bytes reached the caller. */
+  response_bytes_received?: boolean;
+  /** Cap applied to a Retry-After hint, ms (default 2^53-1). */
+  retry_after_cap_ms?: number;
+  /** The response status, when one arrived. */
+  status?: number;
+  /** A transport failure, when one happened. */
+  transport_error?: TransportError;
+}
+
+/** The header a Retry-After hint came in. */
+export type RetryAfterHeader = "retry-after" | "retry-after-ms";
