@@ -23,7 +23,7 @@ WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml was
 WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts) wasm/tsconfig.json
 # Size over speed for the module; the native profile stays as the workspace sets it.
 WASM_PACK := CARGO_PROFILE_RELEASE_OPT_LEVEL=z wasm-pack build --release --mode no-install --out-name retryledger_wasm
-WASM_OPT := node node_modules/binaryen/bin/wasm-opt -Oz --strip-debug --strip-producers
+WASM_OPT := node node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue --strip-debug --strip-producers
 
 .PHONY: setup-wasm wasm-node wasm-web test-wasm clippy-wasm typecheck-wasm bench-wasm
 
