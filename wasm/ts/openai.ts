@@ -120,7 +120,7 @@ export function openaiDispatch<C extends OpenAIClientLike, T>(
 }
 
 /** `runWithPolicy` over `openai` clients with `openaiClassifier`. */
-export function runWithOpenAI<C extends OpenAIClientLike, T>(
+export async function runWithOpenAI<C extends OpenAIClientLike, T>(
   policy: Input<Policy> | CompiledPolicy,
   clients: C | Readonly<Record<string, C>>,
   call: (client: C, options: OpenAIRequestOptions, step: Step) => Promise<T>,
