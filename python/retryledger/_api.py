@@ -89,11 +89,13 @@ class Policy:
     :class:`PolicyError` (or :class:`DecodeError`) with the rule's code.
     """
 
-    __slots__ = ("_compiled", "_document")
+    __slots__ = ("_compiled", "_document", "_verified_key")
 
     def __init__(self, policy: Document) -> None:
         self._compiled: _core.Compiled = call(_core.Compiled, to_text(policy))
         self._document: Optional[dict[str, Any]] = None
+        #: The last idempotency key a driver checked against the policy's digest.
+        self._verified_key: Optional[str] = None
 
     @property
     def sha256(self) -> str:

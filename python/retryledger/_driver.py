@@ -52,7 +52,7 @@ from typing import (
 
 from . import _core
 from ._api import Document, Policy, call, check_integer, core_error, to_text
-from ._errors import DriftError, RetryledgerError
+from ._errors import DecodeError, DriftError, RetryledgerError
 
 __all__ = [
     "AttemptError",
@@ -73,21 +73,26 @@ T = TypeVar("T")
 #: ``None`` to leave it to the next rule.
 Classifier = Callable[[BaseException], Union[Mapping[str, Any], str, None]]
 
-SUCCESS = '{"class":"success"}'
-UNKNOWN_ACCEPTANCE = '{"class":"indeterminate","kind":"unknown_provider_acceptance"}'
-
-_OUTCOME_CACHE: Dict[str, str] = {}
+_OUTCOME_CACHE: Dict[str, _core.Outcome] = {}
 
 
-def _canonical_outcome(outcome: Union[Mapping[str, Any], str]) -> str:
-    """An outcome document checked by the core and in canonical form (small cache)."""
+def _outcome(outcome: Union[Mapping[str, Any], str]) -> _core.Outcome:
+    """An outcome document decoded strictly by the core, once per distinct text (small cache)."""
     text = outcome if isinstance(outcome, str) else to_text(outcome)
-    canonical = _OUTCOME_CACHE.get(text)
-    if canonical is None:
-        canonical = call(_core.outcome, text)
+    decoded = _OUTCOME_CACHE.get(text)
+    if decoded is None:
+        decoded = call(_core.Outcome, text)
+        canonical = decoded.json
+        # Equal outcomes share one object, so the drivers test success by identity.
+        decoded = _OUTCOME_CACHE.get(canonical, decoded)
         if len(_OUTCOME_CACHE) < 256:
-            _OUTCOME_CACHE[text] = canonical
-    return canonical
+            _OUTCOME_CACHE.setdefault(canonical, decoded)
+            _OUTCOME_CACHE[text] = decoded
+    return decoded
+
+
+SUCCESS = _outcome('{"class":"success"}')
+UNKNOWN_ACCEPTANCE = _outcome('{"class":"indeterminate","kind":"unknown_provider_acceptance"}')
 
 
 class AttemptError(Exception):
@@ -98,11 +103,16 @@ class AttemptError(Exception):
     (:class:`DecodeError` if malformed).
     """
 
-    outcome_json: str
-
     def __init__(self, outcome: Union[Mapping[str, Any], str], message: Optional[str] = None) -> None:
-        self.outcome_json = _canonical_outcome(outcome)
-        super().__init__(message if message is not None else self.outcome_json)
+        self._outcome = _outcome(outcome)
+        if self._outcome is SUCCESS:
+            raise DecodeError("invalid_value", "an AttemptError carries a failure, not success", "/class")
+        super().__init__(message if message is not None else self._outcome.json)
+
+    @property
+    def outcome_json(self) -> str:
+        """The outcome as canonical JSON."""
+        return self._outcome.json
 
     @property
     def outcome(self) -> dict[str, Any]:
@@ -184,22 +194,38 @@ class Step:
 
 
 class _Sealed:
-    """A sealed run: the bundle as canonical JSON, parsed on first use."""
+    """A sealed run: the receipt evaluated and hashed in the core; the bundle's
+    JSON is written on first use and parsed on first use."""
 
-    bundle_json: str
-    receipt_sha256: str
-    terminal: str
+    _sealed: _core.Sealed
+    _bundle_json: Optional[str]
     _bundle: Optional[dict[str, Any]]
 
-    def _seal(self, bundle_json: str, receipt_sha256: str, terminal: str) -> None:
-        self.bundle_json = bundle_json
-        self.receipt_sha256 = receipt_sha256
-        self.terminal = terminal
+    def _seal(self, sealed: _core.Sealed) -> None:
+        self._sealed = sealed
+        self._bundle_json = None
         self._bundle = None
 
     @property
+    def terminal(self) -> str:
+        """How the run ended (``completed``, ``stop_route_exhausted``, ...)."""
+        return self._sealed.terminal
+
+    @property
+    def receipt_sha256(self) -> str:
+        """Lowercase hex SHA-256 of the receipt's canonical JSON."""
+        return self._sealed.receipt_sha256
+
+    @property
+    def bundle_json(self) -> str:
+        """The bundle as canonical JSON (what ``python -m retryledger verify`` reads)."""
+        if self._bundle_json is None:
+            self._bundle_json = self._sealed.bundle_json
+        return self._bundle_json
+
+    @property
     def bundle(self) -> dict[str, Any]:
-        """The bundle (``policy``, ``attempts``, ``receipt``) as a plain dict."""
+        """The bundle (``attempts``, ``policy``, ``receipt``) as a plain dict."""
         if self._bundle is None:
             self._bundle = json.loads(self.bundle_json)
         return self._bundle
@@ -207,16 +233,20 @@ class _Sealed:
     @property
     def receipt(self) -> dict[str, Any]:
         """The receipt as a plain dict."""
-        receipt: dict[str, Any] = self.bundle["receipt"]
-        return receipt
+        if self._bundle is not None:
+            receipt: dict[str, Any] = self._bundle["receipt"]
+            return receipt
+        parsed: dict[str, Any] = json.loads(self._sealed.receipt_json)
+        return parsed
 
 
 class RunResult(_Sealed, Generic[T]):
     """A completed run: the dispatch's ``value``, the ``bundle`` and its ``receipt``."""
 
-    def __init__(self, value: T, bundle_json: str, receipt_sha256: str) -> None:
+    def __init__(self, value: T, sealed: _core.Sealed) -> None:
+        #: What ``dispatch`` returned on the successful attempt.
         self.value = value
-        self._seal(bundle_json, receipt_sha256, "completed")
+        self._seal(sealed)
 
     def __repr__(self) -> str:
         return f"RunResult(value={self.value!r}, receipt_sha256={self.receipt_sha256!r})"
@@ -228,9 +258,9 @@ class RunFailed(_Sealed, RetryledgerError):
     ``__cause__`` is the exception the last attempt raised, if any.
     """
 
-    def __init__(self, terminal: str, bundle_json: str, receipt_sha256: str, message: str) -> None:
-        RetryledgerError.__init__(self, terminal, message)
-        self._seal(bundle_json, receipt_sha256, terminal)
+    def __init__(self, sealed: _core.Sealed, message: str) -> None:
+        RetryledgerError.__init__(self, sealed.terminal, message)
+        self._seal(sealed)
 
 
 class UnrecognizedFailure(RunFailed):
@@ -246,9 +276,9 @@ class RunCancelled(_Sealed, asyncio.CancelledError):
     as indeterminate (terminal ``stop_indeterminate``).
     """
 
-    def __init__(self, terminal: str, bundle_json: str, receipt_sha256: str) -> None:
-        super().__init__(f"run cancelled: {terminal}")
-        self._seal(bundle_json, receipt_sha256, terminal)
+    def __init__(self, sealed: _core.Sealed) -> None:
+        super().__init__(f"run cancelled: {sealed.terminal}")
+        self._seal(sealed)
 
 
 _RETRY_HEADERS = ("retry-after-ms", "retry-after")
@@ -292,7 +322,7 @@ def http_outcome(exc: BaseException) -> Optional[str]:
     except _core.CoreError:
         return None
     # An exception is never a success, whatever status it carries.
-    return None if outcome == SUCCESS else outcome
+    return None if outcome == '{"class":"success"}' else outcome
 
 
 def _monotonic_ms() -> float:
@@ -307,88 +337,75 @@ async def _async_sleep_ms(ms: float) -> None:
     await asyncio.sleep(ms / 1000.0)
 
 
-_Plan = Tuple[int, str, int, int, int, int]
-
-
-class _Session:
-    """State shared by the sync and async drivers for one run."""
-
-    __slots__ = ("run", "key", "clock", "t0", "classify", "last_error", "unrecognized")
-
-    def __init__(
-        self,
-        policy: Union[Policy, Document],
-        idempotency_key: str,
-        clock: Optional[Callable[[], float]],
-        classify: Optional[Classifier],
-    ) -> None:
-        compiled = policy if isinstance(policy, Policy) else Policy(policy)
+def _checked(policy: Union[Policy, Document], idempotency_key: str) -> Policy:
+    """The compiled policy, after checking that sha256(key) is the policy's key digest."""
+    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    if compiled._verified_key != idempotency_key:
         if not isinstance(idempotency_key, str):
             raise DriftError("invalid_type", "the idempotency key is a str", "/idempotency_key")
-        digest = hashlib.sha256(idempotency_key.encode("utf-8", "surrogatepass")).hexdigest()
-        if digest != compiled.idempotency_key_sha256:
+        raw = idempotency_key.encode("utf-8", "surrogatepass")
+        if hashlib.sha256(raw).hexdigest() != compiled.idempotency_key_sha256:
             raise DriftError(
                 "idempotency_key_drift",
                 "sha256(idempotency_key) differs from the policy's idempotency_key_sha256",
                 "/idempotency_key_sha256",
             )
-        self.run: _core.Run = compiled._compiled.start()
-        self.key = idempotency_key
-        self.clock = clock or _monotonic_ms
-        self.t0 = self.clock()
-        self.classify = classify
-        self.last_error: Optional[BaseException] = None
-        self.unrecognized = False
+        compiled._verified_key = idempotency_key
+    return compiled
 
-    def elapsed(self) -> float:
-        """Milliseconds on the run clock (never negative)."""
-        return max(self.clock() - self.t0, 0.0)
 
-    def step(self, plan: _Plan, started: int) -> Step:
-        ordinal, route_id, route_ordinal, _, reserve_cost, deadline_ms = plan
-        return Step(ordinal, route_id, route_ordinal, self.key, max(deadline_ms - started, 0), reserve_cost)
-
-    def record(self, started: int, step: Step, outcome: str) -> None:
-        completed = max(int(self.elapsed()), started)
+def _classified(exc: BaseException, classify: Optional[Classifier]) -> Optional[_core.Outcome]:
+    """The outcome of a raised exception, or ``None`` when no rule recognizes it."""
+    if isinstance(exc, AttemptError):
+        return exc._outcome
+    if classify is not None:
         try:
-            self.run.record(started, completed, step.cost, outcome)
-        except _core.CoreError as e:
-            raise core_error(e) from None
+            given = classify(exc)
+            if given is not None:
+                decoded = _outcome(given)
+                # An exception is never a success, whatever a classifier says.
+                return None if decoded is SUCCESS else decoded
+        except Exception:
+            pass
+    text = http_outcome(exc)
+    return None if text is None else _outcome(text)
 
-    def outcome_of(self, exc: BaseException) -> str:
-        """Classify a raised exception; remember it for the error the run may raise."""
-        self.last_error = exc
-        if isinstance(exc, AttemptError):
-            return exc.outcome_json
-        if self.classify is not None:
-            try:
-                given = self.classify(exc)
-                if given is not None:
-                    return _canonical_outcome(given)
-            except Exception:
-                pass
-        outcome = http_outcome(exc)
-        if outcome is not None:
-            return outcome
-        self.unrecognized = True
-        return UNKNOWN_ACCEPTANCE
 
-    def sealed(self) -> Tuple[str, str, str]:
-        try:
-            bundle_json, receipt_sha256 = self.run.seal()
-        except _core.CoreError as e:
-            raise core_error(e) from None
-        return bundle_json, receipt_sha256, self.run.terminal or ""
+# The async driver's steps; the sync driver inlines the same lines (its hot path).
+def _record(state: _core.Run, started: int, now: float, step: Step, outcome: _core.Outcome) -> Optional[_core._Plan]:
+    """Record the attempt completed at ``now``; the next plan."""
+    completed = int(now)
+    cost = step._cost
+    try:
+        return state.record(
+            started,
+            completed if completed > started else started,
+            step.reserve_cost if cost is None else cost,
+            outcome,
+        )
+    except _core.CoreError as e:
+        raise core_error(e) from None
 
-    def failure(self) -> RunFailed:
-        bundle_json, receipt_sha256, terminal = self.sealed()
-        count = self.run.attempt_count
-        message = f"run ended with {terminal} after {count} attempt{'s' if count != 1 else ''}"
-        if self.unrecognized:
-            return UnrecognizedFailure(
-                terminal, bundle_json, receipt_sha256, message + f"; unrecognized {type(self.last_error).__name__}"
-            )
-        return RunFailed(terminal, bundle_json, receipt_sha256, message)
+
+def _step(plan: _core._Plan, key: str, started: int) -> Step:
+    remaining = plan[5] - started
+    return Step(plan[0], plan[1], plan[2], key, remaining if remaining > 0 else 0, plan[4])
+
+
+def _seal(state: _core.Run) -> _core.Sealed:
+    try:
+        return state.seal()
+    except _core.CoreError as e:
+        raise core_error(e) from None
+
+
+def _failure(state: _core.Run, last_error: Optional[BaseException], unrecognized: bool) -> RunFailed:
+    sealed = _seal(state)
+    count = state.attempt_count
+    message = f"run ended with {sealed.terminal} after {count} attempt{'s' if count != 1 else ''}"
+    if unrecognized:
+        return UnrecognizedFailure(sealed, f"{message}; unrecognized {type(last_error).__name__}")
+    return RunFailed(sealed, message)
 
 
 def run(
@@ -400,31 +417,50 @@ def run(
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], None]] = None,
 ) -> RunResult[T]:
-    """Run one logical request to its terminal; the value and sealed bundle, or :class:`RunFailed`."""
-    s = _Session(policy, idempotency_key, clock, classify)
-    sleep = sleep or _sleep_ms
-    run_state = s.run
-    while True:
-        plan = run_state.next()
-        if plan is None:
-            break
+    """Run one logical request to its terminal: the value and sealed bundle, or :class:`RunFailed`."""
+    compiled = _checked(policy, idempotency_key)
+    if clock is None:
+        clock = _monotonic_ms
+    state = compiled._compiled.start()
+    t0 = clock()
+    last_error: Optional[BaseException] = None
+    unrecognized = False
+    plan = state.next()
+    record = state.record
+    while plan is not None:
+        now = clock() - t0
         not_before = plan[3]
-        now = s.elapsed()
         while now < not_before:
-            sleep(not_before - now)
-            now = s.elapsed()
-        started = int(now)
-        step = s.step(plan, started)
+            (sleep or _sleep_ms)(not_before - now)
+            now = clock() - t0
+        started = int(now) if now > 0 else 0
+        remaining = plan[5] - started
+        step = Step(plan[0], plan[1], plan[2], idempotency_key, remaining if remaining > 0 else 0, plan[4])
         try:
             value = dispatch(step)
         except Exception as exc:
-            s.record(started, step, s.outcome_of(exc))
-            continue
-        s.record(started, step, SUCCESS)
-        if run_state.terminal == "completed":
-            bundle_json, receipt_sha256 = run_state.seal()
-            return RunResult(value, bundle_json, receipt_sha256)
-    raise s.failure() from s.last_error
+            last_error = exc
+            outcome = exc._outcome if isinstance(exc, AttemptError) else _classified(exc, classify)
+            if outcome is None:
+                unrecognized = True
+                outcome = UNKNOWN_ACCEPTANCE
+        else:
+            outcome = SUCCESS
+        # Inlined _record: this loop is the hot path.
+        completed = int(clock() - t0)
+        cost = step._cost
+        try:
+            plan = record(
+                started,
+                completed if completed > started else started,
+                step.reserve_cost if cost is None else cost,
+                outcome,
+            )
+        except _core.CoreError as e:
+            raise core_error(e) from None
+        if outcome is SUCCESS and state.terminal == "completed":
+            return RunResult(value, _seal(state))
+    raise _failure(state, last_error, unrecognized) from last_error
 
 
 async def run_async(
@@ -438,25 +474,29 @@ async def run_async(
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited.
 
-    Cancelling the task stops the run and raises :class:`RunCancelled` with the bundle.
+    Cancelling the task stops the run and raises :class:`RunCancelled` carrying the bundle.
     """
-    s = _Session(policy, idempotency_key, clock, classify)
-    sleep = sleep or _async_sleep_ms
-    run_state = s.run
+    compiled = _checked(policy, idempotency_key)
+    if clock is None:
+        clock = _monotonic_ms
+    if sleep is None:
+        sleep = _async_sleep_ms
+    state = compiled._compiled.start()
+    t0 = clock()
+    last_error: Optional[BaseException] = None
+    unrecognized = False
     step: Optional[Step] = None
     started = 0
+    plan = state.next()
     try:
-        while True:
-            plan = run_state.next()
-            if plan is None:
-                break
+        while plan is not None:
+            now = clock() - t0
             not_before = plan[3]
-            now = s.elapsed()
             while now < not_before:
                 await sleep(not_before - now)
-                now = s.elapsed()
-            started = int(now)
-            step = s.step(plan, started)
+                now = clock() - t0
+            started = int(now) if now > 0 else 0
+            step = _step(plan, idempotency_key, started)
             try:
                 value: Any = dispatch(step)
                 if inspect.isawaitable(value):
@@ -464,22 +504,27 @@ async def run_async(
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                s.record(started, step, s.outcome_of(exc))
+                last_error = exc
+                outcome = _classified(exc, classify)
+                if outcome is None:
+                    unrecognized = True
+                    outcome = UNKNOWN_ACCEPTANCE
+                plan = _record(state, started, clock() - t0, step, outcome)
                 step = None
                 continue
-            s.record(started, step, SUCCESS)
+            plan = _record(state, started, clock() - t0, step, SUCCESS)
             step = None
-            if run_state.terminal == "completed":
-                bundle_json, receipt_sha256 = run_state.seal()
-                result: RunResult[T] = RunResult(value, bundle_json, receipt_sha256)
+            if state.terminal == "completed":
+                result: RunResult[T] = RunResult(value, _seal(state))
                 return result
     except asyncio.CancelledError as cancelled:
+        now = max(clock() - t0, 0.0)
         if step is not None:
-            s.record(started, step, UNKNOWN_ACCEPTANCE)
+            _record(state, started, now, step, UNKNOWN_ACCEPTANCE)
         else:
             try:
-                run_state.cancel(int(s.elapsed()))
+                state.cancel(int(now))
             except _core.CoreError as e:
                 raise core_error(e) from cancelled
-        raise RunCancelled(*s.sealed()) from cancelled
-    raise s.failure() from s.last_error
+        raise RunCancelled(_seal(state)) from cancelled
+    raise _failure(state, last_error, unrecognized) from last_error

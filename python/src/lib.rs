@@ -17,11 +17,11 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, digest_of, sha256_hex};
+use retryledger_core::canonical::{canonical_json, sha256_hex};
 use retryledger_core::decode::from_str;
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::receipt::BundleSchema;
-use retryledger_core::{Attempt, Attempts, Bundle, CompiledPolicy, Decision, Outcome};
+use retryledger_core::{Attempt, Attempts, CompiledPolicy, Decision, Outcome};
 
 create_exception!(
     retryledger._core,
@@ -103,10 +103,26 @@ fn classify_http(observation: &Bound<'_, PyAny>) -> PyResult<String> {
     lift(api::classify_http(&text(observation)?))
 }
 
-/// An outcome document decoded strictly and re-encoded canonically.
-#[pyfunction]
-fn outcome(outcome: &Bound<'_, PyAny>) -> PyResult<String> {
-    lift(from_str::<Outcome>(&text(outcome)?).map(|o| canonical_json(&o)))
+/// An outcome, decoded strictly once and passed to [`Run::record`] as is.
+#[pyclass(frozen, name = "Outcome", module = "retryledger._core")]
+struct PyOutcome {
+    inner: Outcome,
+}
+
+#[pymethods]
+impl PyOutcome {
+    #[new]
+    fn new(outcome: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            inner: lift(from_str::<Outcome>(&text(outcome)?))?,
+        })
+    }
+
+    /// The outcome as canonical JSON.
+    #[getter]
+    fn json(&self) -> String {
+        canonical_json(&self.inner)
+    }
 }
 
 /// Lowercase hex SHA-256 of a string's UTF-8 bytes.
@@ -125,15 +141,16 @@ fn lab() -> PyResult<(String, String, String)> {
 #[pyclass(frozen, module = "retryledger._core")]
 struct Compiled {
     inner: CompiledPolicy,
+    policy_json: String,
 }
 
 #[pymethods]
 impl Compiled {
     #[new]
     fn new(policy: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(Self {
-            inner: lift(api::compile_policy(&text(policy)?))?,
-        })
+        let inner = lift(api::compile_policy(&text(policy)?))?;
+        let policy_json = canonical_json(&inner.policy);
+        Ok(Self { inner, policy_json })
     }
 
     /// The policy digest.
@@ -150,8 +167,8 @@ impl Compiled {
 
     /// The policy as canonical JSON.
     #[getter]
-    fn policy_json(&self) -> String {
-        canonical_json(&self.inner.policy)
+    fn policy_json(&self) -> &str {
+        &self.policy_json
     }
 
     /// `plan_next` against this policy.
@@ -183,6 +200,9 @@ impl Compiled {
     }
 }
 
+/// The planned dispatch as `(ordinal, route_id, route_ordinal, not_before_ms, reserve_cost, deadline_ms)`.
+type Plan = (u64, String, u64, u64, u64, u64);
+
 /// One run in progress: the observed attempts and the next decision, kept here.
 #[pyclass(module = "retryledger._core")]
 struct Run {
@@ -209,9 +229,8 @@ impl Run {
 
 #[pymethods]
 impl Run {
-    /// The planned dispatch as `(ordinal, route_id, route_ordinal, not_before_ms,
-    /// reserve_cost, deadline_ms)`, or `None` once the run has reached a terminal.
-    fn next(&self) -> Option<(u64, String, u64, u64, u64, u64)> {
+    /// The planned dispatch, or `None` once the run has reached a terminal.
+    fn next(&self) -> Option<Plan> {
         match &self.next {
             Decision::Dispatch(d) => Some((
                 d.ordinal,
@@ -252,17 +271,18 @@ impl Run {
         canonical_json(&self.attempts)
     }
 
-    /// Record the planned attempt's observation; drift (an early start, a
-    /// completion before the start, an attempt after the terminal) is an
-    /// error and leaves the run unchanged.
+    /// Record the planned attempt's observation and return the next planned
+    /// dispatch (`None` at the terminal). Drift (an early start, a completion
+    /// before the start, an attempt after the terminal) is an error and
+    /// leaves the run unchanged.
     fn record(
         &mut self,
         started_at_ms: u64,
         completed_at_ms: u64,
         cost: u64,
-        outcome: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let outcome = lift(from_str::<Outcome>(&text(outcome)?))?;
+        outcome: &PyOutcome,
+    ) -> PyResult<Option<Plan>> {
+        let outcome = outcome.inner;
         let Decision::Dispatch(d) = &self.next else {
             return Err(raise(&Error::attempt(
                 ErrorCode::AttemptAfterTerminal,
@@ -287,7 +307,8 @@ impl Run {
         self.attempts.attempts.push(attempt);
         self.replan(|a| {
             a.attempts.pop();
-        })
+        })?;
+        Ok(self.next())
     }
 
     /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
@@ -296,18 +317,87 @@ impl Run {
         self.replan(|a| a.cancelled_at_ms = before)
     }
 
-    /// Seal the finished run: the bundle as JSON and the receipt's digest.
-    fn seal(&self) -> PyResult<(String, String)> {
-        let policy = &self.policy.get().inner;
-        let receipt = lift(retryledger_core::evaluate(policy, &self.attempts))?;
-        let receipt_sha256 = digest_of(&receipt);
-        let bundle = Bundle {
+    /// Seal the finished run: evaluate the receipt and hash it. The bundle's
+    /// JSON is written when asked for.
+    fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
+        let receipt = lift(retryledger_core::evaluate(
+            &self.policy.get().inner,
+            &self.attempts,
+        ))?;
+        let receipt_json = canonical_json(&receipt);
+        Ok(Sealed {
+            policy: self.policy.clone_ref(py),
             attempts: self.attempts.clone(),
-            policy: policy.policy.clone(),
-            receipt,
-            schema: BundleSchema,
-        };
-        Ok((canonical_json(&bundle), receipt_sha256))
+            receipt_sha256: sha256_hex(receipt_json.as_bytes()),
+            receipt_json,
+            terminal: receipt.terminal.as_str(),
+        })
+    }
+}
+
+/// A sealed run: the receipt evaluated and hashed; the bundle written on demand.
+#[pyclass(frozen, module = "retryledger._core")]
+struct Sealed {
+    policy: Py<Compiled>,
+    attempts: Attempts,
+    receipt_json: String,
+    receipt_sha256: String,
+    terminal: &'static str,
+}
+
+/// A bundle's canonical JSON from its parts' canonical JSON (fields in sorted order).
+fn bundle_text(attempts_json: &str, policy_json: &str, receipt_json: &str) -> String {
+    format!(
+        "{{\"attempts\":{attempts_json},\"policy\":{policy_json},\"receipt\":{receipt_json},\"schema\":\"{}\"}}",
+        BundleSchema::NAME
+    )
+}
+
+#[pymethods]
+impl Sealed {
+    /// Lowercase hex SHA-256 of the receipt's canonical JSON.
+    #[getter]
+    fn receipt_sha256(&self) -> &str {
+        &self.receipt_sha256
+    }
+
+    /// How the run ended.
+    #[getter]
+    fn terminal(&self) -> &'static str {
+        self.terminal
+    }
+
+    /// The receipt as canonical JSON.
+    #[getter]
+    fn receipt_json(&self) -> &str {
+        &self.receipt_json
+    }
+
+    /// The bundle (attempts, policy, receipt) as canonical JSON.
+    #[getter]
+    fn bundle_json(&self) -> String {
+        bundle_text(
+            &canonical_json(&self.attempts),
+            &self.policy.get().policy_json,
+            &self.receipt_json,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_text_is_the_canonical_bundle() -> retryledger_core::Result<()> {
+        let bundle = retryledger_core::lab::reference_bundle()?;
+        let text = bundle_text(
+            &canonical_json(&bundle.attempts),
+            &canonical_json(&bundle.policy),
+            &canonical_json(&bundle.receipt),
+        );
+        assert_eq!(text, canonical_json(&bundle));
+        Ok(())
     }
 }
 
@@ -317,6 +407,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CoreError", m.py().get_type::<CoreError>())?;
     m.add_class::<Compiled>()?;
     m.add_class::<Run>()?;
+    m.add_class::<Sealed>()?;
+    m.add_class::<PyOutcome>()?;
     m.add_function(wrap_pyfunction!(validate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(plan_next, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
@@ -324,7 +416,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
-    m.add_function(wrap_pyfunction!(outcome, m)?)?;
     m.add_function(wrap_pyfunction!(sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;
     Ok(())
