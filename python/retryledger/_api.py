@@ -78,8 +78,10 @@ def check_integer(name: str, value: object) -> int:
     return value
 
 
-def _loads(text: str) -> Any:
-    return json.loads(text)
+def _loads(text: str) -> dict[str, Any]:
+    """A JSON object the core returned, as a plain dict."""
+    value: dict[str, Any] = json.loads(text)
+    return value
 
 
 class Policy:

@@ -1,10 +1,27 @@
 """The compiled extension: JSON text in, JSON text out (see retryledger._api)."""
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, final
+
+__all__ = [
+    "CoreError",
+    "Compiled",
+    "Run",
+    "Sealed",
+    "Outcome",
+    "validate_policy",
+    "plan_next",
+    "evaluate",
+    "verify_bundle",
+    "digest",
+    "parse_retry_after",
+    "classify_http",
+    "lab",
+]
 
 class CoreError(ValueError):
     """A core error; its single argument is the error as JSON."""
 
+@final
 class Compiled:
     def __new__(cls, policy: object) -> Compiled: ...
     @property
@@ -20,6 +37,7 @@ class Compiled:
 
 _Plan = Tuple[int, str, int, int, int, int]
 
+@final
 class Run:
     def next(self) -> Optional[_Plan]: ...
     @property
@@ -34,11 +52,13 @@ class Run:
     def cancel(self, at_ms: int) -> None: ...
     def seal(self) -> Sealed: ...
 
+@final
 class Outcome:
     def __new__(cls, outcome: object) -> Outcome: ...
     @property
     def json(self) -> str: ...
 
+@final
 class Sealed:
     @property
     def receipt_sha256(self) -> str: ...
@@ -56,5 +76,4 @@ def verify_bundle(bundle: object) -> str: ...
 def digest(document: object) -> str: ...
 def parse_retry_after(header: object, value: object, now_unix_ms: int, cap_ms: int) -> int: ...
 def classify_http(observation: object) -> str: ...
-def sha256(value: object) -> str: ...
 def lab() -> Tuple[str, str, str]: ...

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import json
 import time
 from typing import (
@@ -465,7 +464,7 @@ def run(
 
 async def run_async(
     policy: Union[Policy, Document],
-    dispatch: Callable[[Step], Union[Awaitable[T], T]],
+    dispatch: Callable[[Step], Awaitable[T]],
     idempotency_key: str,
     *,
     classify: Optional[Classifier] = None,
@@ -498,9 +497,7 @@ async def run_async(
             started = int(now) if now > 0 else 0
             step = _step(plan, idempotency_key, started)
             try:
-                value: Any = dispatch(step)
-                if inspect.isawaitable(value):
-                    value = await value
+                value = await dispatch(step)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

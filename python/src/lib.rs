@@ -125,12 +125,6 @@ impl PyOutcome {
     }
 }
 
-/// Lowercase hex SHA-256 of a string's UTF-8 bytes.
-#[pyfunction]
-fn sha256(value: &Bound<'_, PyAny>) -> PyResult<String> {
-    Ok(sha256_hex(text(value)?.as_bytes()))
-}
-
 /// The replay lab: the report (canonical JSON), its summary table and its case table.
 #[pyfunction]
 fn lab() -> PyResult<(String, String, String)> {
@@ -416,7 +410,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
-    m.add_function(wrap_pyfunction!(sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;
     Ok(())
 }

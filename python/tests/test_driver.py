@@ -308,10 +308,10 @@ def test_cancel_during_dispatch_records_an_indeterminate_attempt() -> None:
     assert retryledger.verify_bundle(cancelled.bundle_json)["kind"] == "verified"
 
 
-def test_async_unrecognized_and_sync_dispatch_values() -> None:
+def test_async_unrecognized_exception() -> None:
     original = RuntimeError("socket said no")
 
-    def dispatch(step: Step) -> str:
+    async def dispatch(step: Step) -> str:
         raise original
 
     with pytest.raises(retryledger.UnrecognizedFailure) as info:

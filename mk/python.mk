@@ -1,0 +1,39 @@
+# The pip package "retryledger" (python/): the core as a Python extension
+# (pyo3, abi3 for CPython >= 3.9), its typed API, drivers, openai integration
+# and command line.
+#
+#   make python-setup   .venv with the pinned tools of python/requirements-dev.txt
+#   make python-build   the extension, built by maturin into .venv (release)
+#   make test-python    stubtest, mypy --strict, pytest (vectors read in place)
+#   make bench-python   the sync driver against a bare loop and tenacity
+VENV := $(ROOT)/.venv
+VENV_PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.retryledger-requirements
+PY_EXTENSION := python/retryledger/_core.abi3.so
+PY_EXTENSION_SOURCES := $(wildcard python/src/*.rs core/src/*.rs) python/Cargo.toml core/Cargo.toml pyproject.toml Cargo.lock
+
+TEST_TARGETS += test-python
+BENCH_TARGETS += bench-python
+
+.PHONY: python-setup python-build test-python bench-python
+
+$(VENV_STAMP): python/requirements-dev.txt
+	@test -x $(VENV_PY) || python3 -m venv $(VENV)
+	$(VENV_PY) -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
+	@touch $@
+
+python-setup: $(VENV_STAMP)
+
+$(PY_EXTENSION): $(VENV_STAMP) $(PY_EXTENSION_SOURCES)
+	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet
+	@touch $@
+
+python-build: $(PY_EXTENSION)
+
+test-python: python-build ## The pip package: stubs against the extension, mypy --strict, pytest.
+	$(VENV_PY) -m mypy.stubtest retryledger._core
+	$(VENV_PY) -m mypy --strict python/retryledger python/tests python/benches
+	$(VENV_PY) -m pytest -q python/tests
+
+bench-python: python-build ## Sync driver vs bare try/except vs tenacity, per logical call.
+	$(VENV_PY) python/benches/bench_driver.py
