@@ -21,8 +21,13 @@ WASM_STAMP_TS := wasm/dist/.built
 WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
 WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
 WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts) wasm/tsconfig.json
-# Size over speed for the module; the native profile stays as the workspace sets it.
-WASM_PACK := CARGO_PROFILE_RELEASE_OPT_LEVEL=z wasm-pack build --release --mode no-install --out-name retryledger_wasm
+# Size over speed for the module (opt-level z), except SHA-256, which costs
+# 9 KB at opt-level 3 and halves the time of sealing a receipt. The native
+# profile stays as the workspace sets it. WASM_OPT_LEVEL=3 trades about 150 KB
+# for roughly half the driver overhead (see docs/BENCHMARKS.md).
+WASM_OPT_LEVEL ?= z
+WASM_PACK = CARGO_PROFILE_RELEASE_OPT_LEVEL=$(WASM_OPT_LEVEL) wasm-pack build --release --mode no-install --out-name retryledger_wasm
+WASM_CARGO_ARGS := -- --config profile.release.package.sha2.opt-level=3
 WASM_OPT := node node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue --strip-debug --strip-producers
 
 .PHONY: setup-wasm wasm-node wasm-web test-wasm clippy-wasm typecheck-wasm bench-wasm
@@ -41,12 +46,12 @@ $(WASM_NPM_STAMP): wasm/package.json wasm/package-lock.json
 	@touch $@
 
 $(WASM_STAMP_NODE): $(WASM_RUST_SOURCES) $(WASM_NPM_STAMP) | setup-wasm
-	cd wasm && $(WASM_PACK) --target nodejs --out-dir pkg-node .
+	cd wasm && $(WASM_PACK) --target nodejs --out-dir pkg-node . $(WASM_CARGO_ARGS)
 	cd wasm && $(WASM_OPT) pkg-node/retryledger_wasm_bg.wasm -o pkg-node/retryledger_wasm_bg.wasm
 	@touch $@
 
 $(WASM_STAMP_WEB): $(WASM_RUST_SOURCES) $(WASM_NPM_STAMP) | setup-wasm
-	cd wasm && $(WASM_PACK) --target web --out-dir pkg-web .
+	cd wasm && $(WASM_PACK) --target web --out-dir pkg-web . $(WASM_CARGO_ARGS)
 	cd wasm && $(WASM_OPT) pkg-web/retryledger_wasm_bg.wasm -o pkg-web/retryledger_wasm_bg.wasm
 	@touch $@
 

@@ -8,10 +8,15 @@
 //! and no input can trap.
 #![cfg(target_arch = "wasm32")]
 
+use std::rc::Rc;
+
 use retryledger_core::api;
+use retryledger_core::attempt::{Attempt, Attempts};
 use retryledger_core::canonical::{canonical_json, sha256_hex as sha256};
 use retryledger_core::error::{Error, ErrorCode};
+use retryledger_core::evaluate::{Decision, Dispatch, Terminal};
 use retryledger_core::limits::MAX_SAFE_INTEGER;
+use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
 use retryledger_core::CompiledPolicy;
 use wasm_bindgen::prelude::*;
 
@@ -107,7 +112,7 @@ pub fn sha256_hex(text: &str) -> String {
 /// A policy validated and digested once, reused for every plan and seal of a run.
 #[wasm_bindgen]
 pub struct Compiled {
-    inner: CompiledPolicy,
+    inner: Rc<CompiledPolicy>,
 }
 
 #[wasm_bindgen]
@@ -115,7 +120,7 @@ impl Compiled {
     /// Decode and validate a policy.
     pub fn compile(policy: &str) -> Out<Compiled> {
         Ok(Compiled {
-            inner: lift(api::compile_policy(policy))?,
+            inner: Rc::new(lift(api::compile_policy(policy))?),
         })
     }
 
@@ -142,5 +147,256 @@ impl Compiled {
     /// Seal a finished run: the bundle as JSON.
     pub fn seal(&self, attempts: &str) -> Out<String> {
         lift(api::seal_compiled(&self.inner, attempts))
+    }
+
+    /// A new run of this policy with no attempt yet (the driver's state, kept here).
+    pub fn start(&self) -> Out<Run> {
+        let attempts = Attempts::default();
+        let next = lift(retryledger_core::plan_next(&self.inner, &attempts))?;
+        Ok(Run {
+            policy: Rc::clone(&self.inner),
+            attempts,
+            next,
+        })
+    }
+}
+
+/// Outcomes by index, so that recording an attempt crosses no JSON.
+const OUTCOMES: [Outcome; 11] = [
+    Outcome::Success,
+    Outcome::Retryable {
+        kind: RetryableKind::TimeoutBeforeResponse,
+        retry_after_ms: None,
+    },
+    Outcome::Retryable {
+        kind: RetryableKind::RateLimited,
+        retry_after_ms: None,
+    },
+    Outcome::Retryable {
+        kind: RetryableKind::Unavailable,
+        retry_after_ms: None,
+    },
+    Outcome::NonRetryable {
+        kind: NonRetryableKind::Rejected,
+    },
+    Outcome::NonRetryable {
+        kind: NonRetryableKind::PolicyDenied,
+    },
+    Outcome::NonRetryable {
+        kind: NonRetryableKind::InvalidRequest,
+    },
+    Outcome::NonRetryable {
+        kind: NonRetryableKind::ProtocolViolation,
+    },
+    Outcome::NonRetryable {
+        kind: NonRetryableKind::InvalidOutput,
+    },
+    Outcome::Indeterminate {
+        kind: IndeterminateKind::UnknownProviderAcceptance,
+    },
+    Outcome::Indeterminate {
+        kind: IndeterminateKind::StreamInterruptedAfterOutput,
+    },
+];
+
+/// Terminals by index from 1 (0 while the run can still dispatch).
+const TERMINALS: [Terminal; 8] = [
+    Terminal::Completed,
+    Terminal::StopNonRetryable,
+    Terminal::StopIndeterminate,
+    Terminal::StopTotalAttempts,
+    Terminal::StopRouteExhausted,
+    Terminal::StopCostBudget,
+    Terminal::StopDeadline,
+    Terminal::StopCancelled,
+];
+
+#[allow(clippy::cast_precision_loss)]
+fn num(x: u64) -> f64 {
+    // Every document integer is at most 2^53 - 1: exact as a JavaScript number.
+    x as f64
+}
+
+fn opt_num(x: Option<u64>) -> f64 {
+    x.map_or(-1.0, num)
+}
+
+/// One run in progress: its attempts and next decision. Recording crosses
+/// numbers only; the receipt crosses as JSON once, at the end.
+#[wasm_bindgen]
+pub struct Run {
+    policy: Rc<CompiledPolicy>,
+    attempts: Attempts,
+    next: Decision,
+}
+
+impl Run {
+    fn dispatch(&self) -> Option<&Dispatch> {
+        match &self.next {
+            Decision::Dispatch(d) => Some(d),
+            Decision::Terminal { .. } => None,
+        }
+    }
+
+    fn field(&self, f: impl Fn(&Dispatch) -> u64) -> f64 {
+        self.dispatch().map_or(-1.0, |d| num(f(d)))
+    }
+
+    /// Plan again after a change; on an error, undo it.
+    fn replan(&mut self, undo: impl FnOnce(&mut Attempts)) -> Out<()> {
+        match retryledger_core::plan_next(&self.policy, &self.attempts) {
+            Ok(next) => {
+                self.next = next;
+                Ok(())
+            }
+            Err(e) => {
+                undo(&mut self.attempts);
+                Err(thrown(&e))
+            }
+        }
+    }
+}
+
+#[wasm_bindgen]
+impl Run {
+    /// 0 while the next decision is a dispatch, else the terminal's index from 1
+    /// (completed, stop_non_retryable, stop_indeterminate, stop_total_attempts,
+    /// stop_route_exhausted, stop_cost_budget, stop_deadline, stop_cancelled).
+    pub fn terminal(&self) -> u32 {
+        match &self.next {
+            Decision::Dispatch(_) => 0,
+            Decision::Terminal { terminal } => TERMINALS
+                .iter()
+                .position(|t| t == terminal)
+                .and_then(|i| u32::try_from(i).ok())
+                .map_or(0, |i| i.saturating_add(1)),
+        }
+    }
+
+    /// The planned route's priority (its index in priority order), or -1.
+    pub fn priority(&self) -> i32 {
+        self.dispatch()
+            .and_then(|d| self.policy.routes().position(|r| r.route_id == d.route_id))
+            .and_then(|i| i32::try_from(i).ok())
+            .unwrap_or(-1)
+    }
+
+    /// The planned global ordinal, or -1.
+    pub fn ordinal(&self) -> f64 {
+        self.field(|d| d.ordinal)
+    }
+
+    /// The planned per-route ordinal, or -1.
+    pub fn route_ordinal(&self) -> f64 {
+        self.field(|d| d.route_ordinal)
+    }
+
+    /// The planned earliest start, ms, or -1.
+    pub fn not_before_ms(&self) -> f64 {
+        self.field(|d| d.not_before_ms)
+    }
+
+    /// The planned delay from the previous completion, ms, or -1.
+    pub fn delay_ms(&self) -> f64 {
+        self.field(|d| d.delay_ms)
+    }
+
+    /// The planned reservation, or -1.
+    pub fn reserve_cost(&self) -> f64 {
+        self.field(|d| d.reserve_cost)
+    }
+
+    /// The bounded Retry-After floor of the planned delay, ms, or -1.
+    pub fn retry_after_floor_ms(&self) -> f64 {
+        self.field(|d| d.retry_after_floor_ms)
+    }
+
+    /// The jitter interval's lower end, or -1 without jitter.
+    pub fn jitter_min_ms(&self) -> f64 {
+        opt_num(self.dispatch().and_then(|d| d.jitter_min_ms))
+    }
+
+    /// The jitter interval's upper end, or -1 without jitter.
+    pub fn jitter_max_ms(&self) -> f64 {
+        opt_num(self.dispatch().and_then(|d| d.jitter_max_ms))
+    }
+
+    /// The jitter sample, or -1 without jitter.
+    pub fn jitter_sample_ms(&self) -> f64 {
+        opt_num(self.dispatch().and_then(|d| d.jitter_sample_ms))
+    }
+
+    /// Record the planned attempt: run-clock start and completion, actual cost,
+    /// the outcome's index and its Retry-After hint (-1 for none). Drift is an
+    /// error and leaves the run unchanged.
+    pub fn record(
+        &mut self,
+        started_at_ms: f64,
+        completed_at_ms: f64,
+        cost: f64,
+        outcome: u32,
+        retry_after_ms: f64,
+    ) -> Out<()> {
+        let decoded = || -> retryledger_core::Result<Attempt> {
+            let started = safe_integer(started_at_ms, "started_at_ms")?;
+            let completed = safe_integer(completed_at_ms, "completed_at_ms")?;
+            let cost = safe_integer(cost, "cost")?;
+            let hint = if retry_after_ms < 0.0 {
+                None
+            } else {
+                Some(safe_integer(retry_after_ms, "retry_after_ms")?)
+            };
+            let mut outcome = usize::try_from(outcome)
+                .ok()
+                .and_then(|i| OUTCOMES.get(i).copied())
+                .ok_or_else(|| Error::at(ErrorCode::InvalidValue, "/outcome", "no such outcome"))?;
+            if let Outcome::Retryable { retry_after_ms, .. } = &mut outcome {
+                *retry_after_ms = hint;
+            }
+            let index = self.attempts.attempts.len();
+            let Some(d) = self.dispatch() else {
+                return Err(Error::attempt(
+                    ErrorCode::AttemptAfterTerminal,
+                    index,
+                    "ordinal",
+                    "the run has already reached a terminal",
+                ));
+            };
+            Ok(Attempt {
+                completed_at_ms: completed,
+                cost,
+                idempotency_key_sha256: d.idempotency_key_sha256.clone(),
+                jitter_sample_ms: d.jitter_sample_ms,
+                logical_request_sha256: d.logical_request_sha256.clone(),
+                ordinal: d.ordinal,
+                outcome,
+                route_id: d.route_id.clone(),
+                route_ordinal: d.route_ordinal,
+                route_release_sha256: d.route_release_sha256.clone(),
+                started_at_ms: started,
+            })
+        };
+        let attempt = lift(decoded())?;
+        self.attempts.attempts.push(attempt);
+        self.replan(|a| {
+            a.attempts.pop();
+        })
+    }
+
+    /// Mark the run cancelled between attempts at `at_ms` on the run clock.
+    pub fn cancel(&mut self, at_ms: f64) -> Out<()> {
+        let at = lift(safe_integer(at_ms, "cancelled_at_ms"))?;
+        let before = self.attempts.cancelled_at_ms.replace(at);
+        self.replan(|a| a.cancelled_at_ms = before)
+    }
+
+    /// The receipt of the finished run as JSON.
+    pub fn receipt_json(&self) -> Out<String> {
+        lift(retryledger_core::evaluate(&self.policy, &self.attempts).map(|r| canonical_json(&r)))
+    }
+
+    /// The attempts so far as JSON.
+    pub fn attempts_json(&self) -> String {
+        canonical_json(&self.attempts)
     }
 }

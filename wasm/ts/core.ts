@@ -18,6 +18,7 @@ import type {
   Policy,
   Receipt,
   RetryAfterHeader,
+  Route,
   Verdict,
 } from "./types.js";
 
@@ -28,6 +29,27 @@ export interface RawCompiled {
   plan_next(attempts: string): string;
   evaluate(attempts: string): string;
   seal(attempts: string): string;
+  start(): RawRun;
+  free(): void;
+}
+
+/** A run in progress inside the module: numbers in, numbers out; the receipt as JSON at the end. */
+export interface RawRun {
+  terminal(): number;
+  priority(): number;
+  ordinal(): number;
+  route_ordinal(): number;
+  not_before_ms(): number;
+  delay_ms(): number;
+  reserve_cost(): number;
+  retry_after_floor_ms(): number;
+  jitter_min_ms(): number;
+  jitter_max_ms(): number;
+  jitter_sample_ms(): number;
+  record(startedAtMs: number, completedAtMs: number, cost: number, outcome: number, retryAfterMs: number): void;
+  cancel(atMs: number): void;
+  receipt_json(): string;
+  attempts_json(): string;
   free(): void;
 }
 
@@ -58,7 +80,7 @@ function bindings(): RawBindings {
 }
 
 /** Run a raw call, turning the module's thrown JSON text into a typed error. */
-function call<T>(f: (b: RawBindings) => T): T {
+export function call<T>(f: (b: RawBindings) => T): T {
   const b = bindings();
   try {
     return f(b);
@@ -103,20 +125,45 @@ function requireNumber(x: unknown, name: string): number {
   return x;
 }
 
+function deepFreeze<T>(x: T): T {
+  if (typeof x === "object" && x !== null) {
+    for (const v of Object.values(x)) deepFreeze(v);
+    Object.freeze(x);
+  }
+  return x;
+}
+
 /** A policy validated and digested once; plan, evaluate and seal every step of a run against it. */
 export class CompiledPolicy {
   /** The policy digest (lowercase hex SHA-256 of its canonical JSON). */
   readonly digest: string;
-  /** The policy, as the core decoded it. */
-  readonly policy: Policy;
+  /** The policy, as the core decoded it (deeply frozen; bundles sealed by the driver share it). */
+  readonly policy: Readonly<Policy>;
+  /** The routes in priority order. */
+  readonly routesByPriority: readonly Route[];
   readonly #raw: RawCompiled;
+  #checkedKey: string | undefined;
 
   /** Decode and validate a policy; throws `DecodeError` or `PolicyError`. */
   constructor(policy: Input<Policy>) {
     const text = toText(policy);
     this.#raw = call((b) => b.Compiled.compile(text));
     this.digest = this.#raw.digest();
-    this.policy = JSON.parse(this.#raw.policy_json()) as Policy;
+    this.policy = deepFreeze(JSON.parse(this.#raw.policy_json()) as Policy);
+    this.routesByPriority = Object.freeze([...this.policy.routes].sort((a, b) => a.priority - b.priority));
+  }
+
+  /** Whether SHA-256 of the raw idempotency key is the policy's `idempotency_key_sha256`. */
+  acceptsKey(key: string): boolean {
+    if (key === this.#checkedKey) return true;
+    if (sha256Hex(key) !== this.policy.idempotency_key_sha256) return false;
+    this.#checkedKey = key;
+    return true;
+  }
+
+  /** A run of this policy inside the module (used by the driver; free it when done). */
+  startRun(): RawRun {
+    return call(() => this.#raw.start());
   }
 
   /** The next dispatch, or the terminal, after the observed attempts. */

@@ -10,7 +10,7 @@
  * injectable clock.
  */
 
-import { CompiledPolicy, sha256Hex, type Input } from "./core.js";
+import { CompiledPolicy, call as guardCall, type Input, type RawRun } from "./core.js";
 import { classifyError, type Classifier } from "./classify.js";
 import {
   DecodeError,
@@ -20,6 +20,11 @@ import {
   UnrecognizedDispatchError,
 } from "./errors.js";
 import type { Attempt, Attempts, Bundle, DispatchDecision, Outcome, Policy, Receipt } from "./types.js";
+
+/** A module call whose thrown JSON text becomes a typed error. */
+function guard<R>(f: () => R): R {
+  return guardCall(() => f());
+}
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -127,6 +132,52 @@ export async function runWithPolicy<T>(
   }
 }
 
+const OUTCOME_INDEX: ReadonlyMap<string, number> = new Map(
+  [
+    "success/",
+    "retryable/timeout_before_response",
+    "retryable/rate_limited",
+    "retryable/unavailable",
+    "non_retryable/rejected",
+    "non_retryable/policy_denied",
+    "non_retryable/invalid_request",
+    "non_retryable/protocol_violation",
+    "non_retryable/invalid_output",
+    "indeterminate/unknown_provider_acceptance",
+    "indeterminate/stream_interrupted_after_output",
+  ].map((k, i) => [k, i]),
+);
+
+/** Longest delay a host timer takes (2^31 - 1 ms); a deadline further away needs no timer. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** Read the module's planned dispatch as the core's decision document. */
+function decisionOf(run: RawRun, compiled: CompiledPolicy): DispatchDecision {
+  const p = compiled.policy;
+  const route = compiled.routesByPriority[run.priority()];
+  if (route === undefined) throw new Error("retryledger: the planned route is not in the policy");
+  const d: DispatchDecision = {
+    kind: "dispatch",
+    deadline_ms: p.deadline_ms,
+    delay_ms: run.delay_ms(),
+    idempotency_key_sha256: p.idempotency_key_sha256,
+    logical_request_sha256: p.logical_request_sha256,
+    not_before_ms: run.not_before_ms(),
+    ordinal: run.ordinal(),
+    reserve_cost: run.reserve_cost(),
+    retry_after_floor_ms: run.retry_after_floor_ms(),
+    route_id: route.route_id,
+    route_ordinal: run.route_ordinal(),
+    route_release_sha256: route.route_release_sha256,
+  };
+  if (p.jitter.mode !== "none") {
+    d.jitter_max_ms = run.jitter_max_ms();
+    d.jitter_min_ms = run.jitter_min_ms();
+    d.jitter_sample_ms = run.jitter_sample_ms();
+  }
+  return d;
+}
+
 async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, options: RunOptions): Promise<RunResult<T>> {
   if (typeof dispatch !== "function") throw new TypeError("dispatch must be a function");
   const key: unknown = options?.idempotencyKey;
@@ -135,7 +186,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       path: "/idempotencyKey",
     });
   }
-  if (sha256Hex(key) !== compiled.policy.idempotency_key_sha256) {
+  if (!compiled.acceptsKey(key)) {
     throw new DriftError(
       "idempotency_key_drift",
       "idempotency_key_drift at /idempotency_key_sha256: SHA-256 of the idempotency key is not the policy's idempotency_key_sha256",
@@ -147,6 +198,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   const wallClock = options.wallClock ?? Date.now;
   const signal = options.signal;
   const capMs = compiled.policy.backoff.retry_after_cap_ms;
+  const deadlineMs = compiled.policy.deadline_ms;
 
   const t0 = clock();
   let last = 0;
@@ -156,6 +208,15 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
     return last;
   };
 
+  // One signal for every attempt of the run: it fires at the run's deadline
+  // (one host timer per run) or when the caller's signal fires.
+  const controller = new AbortController();
+  let deadlineExceeded = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const onAbort = (): void => controller.abort(signal?.reason);
+  signal?.addEventListener("abort", onAbort, { once: true });
+
+  const run = compiled.startRun();
   const attempts: Attempts = { attempts: [], schema: "retryledger.attempts.v1" };
   let lastError: unknown;
   let lastResult: T | undefined;
@@ -163,115 +224,118 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   let unrecognized = false;
   let cancelled = false;
   let cancelReason: unknown;
+  let receiptText: string;
 
-  for (;;) {
-    const decision = compiled.planNext(attempts);
-    if (decision.kind === "terminal") break;
-
-    let t = now();
-    while (t < decision.not_before_ms && !signal?.aborted) {
-      await sleep(decision.not_before_ms - t, signal);
-      t = now();
-    }
-    if (signal?.aborted) {
-      cancelled = true;
-      cancelReason = signal.reason;
-      attempts.cancelled_at_ms = now();
-      continue;
-    }
-
-    const startedAt = t;
-    const remaining = decision.deadline_ms - startedAt;
-    const controller = new AbortController();
-    let deadlineExceeded = false;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    if (remaining > 0) {
-      timer = setTimeout(() => {
-        deadlineExceeded = true;
-        controller.abort(deadlineReason());
-      }, remaining);
-    } else {
-      deadlineExceeded = true;
-      controller.abort(deadlineReason());
-    }
-    const onAbort = (): void => controller.abort(signal?.reason);
-    signal?.addEventListener("abort", onAbort, { once: true });
-
-    let charged: number | undefined;
-    let open = true;
-    const step: Step = {
-      ordinal: decision.ordinal,
-      routeId: decision.route_id,
-      routeOrdinal: decision.route_ordinal,
-      routeReleaseSha256: decision.route_release_sha256,
-      idempotencyKey: key,
-      remainingMs: Math.max(0, remaining),
-      deadlineMs: decision.deadline_ms,
-      startedAtMs: startedAt,
-      reserveCost: decision.reserve_cost,
-      decision,
-      charge(cost: number): void {
-        if (!open) throw new Error("charge() after the attempt completed");
-        const total = (charged ?? 0) + cost;
-        if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
-          throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
-        }
-        charged = total;
-      },
-    };
-
-    let outcome: Outcome;
-    try {
-      lastResult = await dispatch(step, controller.signal);
-      outcome = SUCCESS;
-      succeeded = true;
-      lastError = undefined;
-    } catch (e) {
-      succeeded = false;
-      lastResult = undefined;
-      lastError = e;
+  try {
+    for (;;) {
+      if (run.terminal() !== 0) break;
+      const notBefore = run.not_before_ms();
+      let t = now();
+      while (t < notBefore && !signal?.aborted) {
+        await sleep(notBefore - t, signal);
+        t = now();
+      }
       if (signal?.aborted) {
         cancelled = true;
         cancelReason = signal.reason;
-        outcome = UNKNOWN;
-      } else {
-        const classified = classifyError(
-          e,
-          { nowUnixMs: wallClock(), retryAfterCapMs: capMs, deadlineExceeded },
-          options.classify,
-        );
-        unrecognized = classified === undefined;
-        outcome = classified ?? UNKNOWN;
+        const at = now();
+        guard(() => run.cancel(at));
+        attempts.cancelled_at_ms = at;
+        continue;
       }
-    } finally {
-      open = false;
-      if (timer !== undefined) clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
+
+      const decision = decisionOf(run, compiled);
+      const startedAt = t;
+      const remaining = deadlineMs - startedAt;
+      if (remaining <= 0) {
+        deadlineExceeded = true;
+        controller.abort(deadlineReason());
+      } else if (timer === undefined && remaining <= MAX_TIMER_MS && !controller.signal.aborted) {
+        timer = setTimeout(() => {
+          deadlineExceeded = true;
+          controller.abort(deadlineReason());
+        }, remaining);
+      }
+
+      let charged: number | undefined;
+      let open = true;
+      const step: Step = {
+        ordinal: decision.ordinal,
+        routeId: decision.route_id,
+        routeOrdinal: decision.route_ordinal,
+        routeReleaseSha256: decision.route_release_sha256,
+        idempotencyKey: key,
+        remainingMs: Math.max(0, remaining),
+        deadlineMs,
+        startedAtMs: startedAt,
+        reserveCost: decision.reserve_cost,
+        decision,
+        charge(cost: number): void {
+          if (!open) throw new Error("charge() after the attempt completed");
+          const total = (charged ?? 0) + cost;
+          if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
+            throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
+          }
+          charged = total;
+        },
+      };
+
+      let outcome: Outcome;
+      try {
+        lastResult = await dispatch(step, controller.signal);
+        outcome = SUCCESS;
+        succeeded = true;
+        lastError = undefined;
+      } catch (e) {
+        succeeded = false;
+        lastResult = undefined;
+        lastError = e;
+        if (signal?.aborted) {
+          cancelled = true;
+          cancelReason = signal.reason;
+          outcome = UNKNOWN;
+        } else {
+          const classified = classifyError(e, { nowUnixMs: wallClock(), retryAfterCapMs: capMs, deadlineExceeded }, options.classify);
+          unrecognized = classified === undefined;
+          outcome = classified ?? UNKNOWN;
+        }
+      } finally {
+        open = false;
+      }
+
+      const attempt: Attempt = {
+        completed_at_ms: now(),
+        cost: charged ?? decision.reserve_cost,
+        idempotency_key_sha256: decision.idempotency_key_sha256,
+        logical_request_sha256: decision.logical_request_sha256,
+        ordinal: decision.ordinal,
+        outcome,
+        route_id: decision.route_id,
+        route_ordinal: decision.route_ordinal,
+        route_release_sha256: decision.route_release_sha256,
+        started_at_ms: startedAt,
+      };
+      if (decision.jitter_sample_ms !== undefined) attempt.jitter_sample_ms = decision.jitter_sample_ms;
+      const index = OUTCOME_INDEX.get(`${outcome.class}/${outcome.class === "success" ? "" : outcome.kind}`) ?? 9;
+      const hint = outcome.class === "retryable" ? (outcome.retry_after_ms ?? -1) : -1;
+      guard(() => run.record(attempt.started_at_ms, attempt.completed_at_ms, attempt.cost, index, hint));
+      attempts.attempts.push(attempt);
+      options.onAttempt?.(attempt);
     }
-
-    const attempt: Attempt = {
-      completed_at_ms: now(),
-      cost: charged ?? decision.reserve_cost,
-      idempotency_key_sha256: decision.idempotency_key_sha256,
-      logical_request_sha256: decision.logical_request_sha256,
-      ordinal: decision.ordinal,
-      outcome,
-      route_id: decision.route_id,
-      route_ordinal: decision.route_ordinal,
-      route_release_sha256: decision.route_release_sha256,
-      started_at_ms: startedAt,
-    };
-    if (decision.jitter_sample_ms !== undefined) attempt.jitter_sample_ms = decision.jitter_sample_ms;
-    attempts.attempts.push(attempt);
-    options.onAttempt?.(attempt);
+    receiptText = guard(() => run.receipt_json());
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+    signal?.removeEventListener("abort", onAbort);
+    run.free();
   }
 
-  const bundle = compiled.seal(attempts);
-  const terminal = bundle.receipt.terminal;
+  const receipt = JSON.parse(receiptText) as Receipt;
+  const bundle: Bundle = { attempts, policy: compiled.policy as Policy, receipt, schema: "retryledger.bundle.v1" };
+  const terminal = receipt.terminal;
   if (terminal === "completed") {
-    return { result: lastResult as T, bundle, receipt: bundle.receipt };
+    return { result: lastResult as T, bundle, receipt };
   }
-  const n = bundle.receipt.attempt_count;
+  const n = receipt.attempt_count;
   const because = lastError === undefined ? "" : `; last error: ${errorText(lastError)}`;
   const message = `run stopped with ${terminal} after ${n} attempt${n === 1 ? "" : "s"}${because}`;
   if (cancelled) throw new RunCancelledError<T>(message, { bundle, cause: cancelReason });
