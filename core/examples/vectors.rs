@@ -885,7 +885,15 @@ fn decode_family() -> Family {
             ),
             "invalid_type",
         ),
-        ("top_level_array", "[]".to_owned(), "error"),
+        ("top_level_array", "[]".to_owned(), "invalid_type"),
+        (
+            "struct_given_as_array_of_its_fields",
+            rep(
+                "\"backoff\":{\"base_ms\":100,\"max_ms\":1000,\"retry_after_cap_ms\":2000}",
+                "\"backoff\":[100,1000,2000]",
+            ),
+            "invalid_type",
+        ),
         ("top_level_number", "5".to_owned(), "invalid_type"),
         ("top_level_string", "\"policy\"".to_owned(), "invalid_type"),
         (

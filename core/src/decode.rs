@@ -50,11 +50,234 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T> {
 
 /// Map a strict value onto a typed document, translating serde's errors to codes.
 pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    serde_path_to_error::deserialize(Typed(value)).map_err(|e| {
         let path = pointer(e.path());
         let message = e.inner().to_string();
         Error::at(code_of(&message), path, message)
     })
+}
+
+/// A [`Value`] as a deserializer that, unlike `serde_json`'s own, refuses an
+/// array where a struct is expected: serde's derived structs also accept
+/// their fields by position, which would let `"backoff": [100, 1000, 2000]`
+/// decode (and hash) like the object it is not. Everything else is
+/// delegated, so every other message, and so every code, is serde_json's.
+struct Typed(Value);
+
+type JsonError = serde_json::Error;
+
+macro_rules! delegate {
+    ($($method:ident)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> std::result::Result<V::Value, JsonError> {
+                de::Deserializer::$method(self.0, visitor)
+            }
+        )*
+    };
+}
+
+impl<'de> de::Deserializer<'de> for Typed {
+    type Error = JsonError;
+
+    fn deserialize_any<V: Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        match self.0 {
+            Value::Array(items) => visit_array(items, visitor),
+            Value::Object(map) => visit_object(map, visitor),
+            other => de::Deserializer::deserialize_any(other, visitor),
+        }
+    }
+
+    delegate! {
+        deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_f32
+        deserialize_f64 deserialize_char deserialize_str deserialize_string
+        deserialize_bytes deserialize_byte_buf deserialize_unit deserialize_identifier
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        match self.0 {
+            Value::Null => visitor.visit_none(),
+            other => visitor.visit_some(Typed(other)),
+        }
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        de::Deserializer::deserialize_unit_struct(self.0, name, visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        match self.0 {
+            Value::Array(items) => visit_array(items, visitor),
+            other => de::Deserializer::deserialize_seq(other, visitor),
+        }
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        match self.0 {
+            Value::Object(map) => visit_object(map, visitor),
+            other => de::Deserializer::deserialize_map(other, visitor),
+        }
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        match self.0 {
+            Value::Object(map) => visit_object(map, visitor),
+            Value::Array(_) => Err(de::Error::invalid_type(de::Unexpected::Seq, &visitor)),
+            other => de::Deserializer::deserialize_struct(other, name, fields, visitor),
+        }
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        de::Deserializer::deserialize_enum(self.0, name, variants, visitor)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        visitor.visit_unit()
+    }
+}
+
+/// As serde_json: visit the items, then refuse any the visitor left over.
+fn visit_array<'de, V: Visitor<'de>>(
+    items: Vec<Value>,
+    visitor: V,
+) -> std::result::Result<V::Value, JsonError> {
+    let len = items.len();
+    let mut seq = TypedSeq(items.into_iter());
+    let out = visitor.visit_seq(&mut seq)?;
+    if seq.0.len() == 0 {
+        Ok(out)
+    } else {
+        Err(de::Error::invalid_length(len, &"fewer elements in array"))
+    }
+}
+
+/// As serde_json: visit the entries, then refuse any the visitor left over.
+fn visit_object<'de, V: Visitor<'de>>(
+    map: Map<String, Value>,
+    visitor: V,
+) -> std::result::Result<V::Value, JsonError> {
+    let len = map.len();
+    let mut access = TypedMap {
+        iter: map.into_iter(),
+        value: None,
+    };
+    let out = visitor.visit_map(&mut access)?;
+    if access.iter.len() == 0 {
+        Ok(out)
+    } else {
+        Err(de::Error::invalid_length(len, &"fewer elements in map"))
+    }
+}
+
+struct TypedSeq(std::vec::IntoIter<Value>);
+
+impl<'de> SeqAccess<'de> for TypedSeq {
+    type Error = JsonError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> std::result::Result<Option<T::Value>, JsonError> {
+        self.0
+            .next()
+            .map(|v| seed.deserialize(Typed(v)))
+            .transpose()
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.0.len())
+    }
+}
+
+struct TypedMap {
+    iter: serde_json::map::IntoIter,
+    value: Option<Value>,
+}
+
+impl<'de> MapAccess<'de> for TypedMap {
+    type Error = JsonError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> std::result::Result<Option<K::Value>, JsonError> {
+        match self.iter.next() {
+            Some((key, value)) => {
+                self.value = Some(value);
+                seed.deserialize(de::value::StringDeserializer::<JsonError>::new(key))
+                    .map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> std::result::Result<V::Value, JsonError> {
+        match self.value.take() {
+            Some(v) => seed.deserialize(Typed(v)),
+            None => Err(de::Error::custom("value is missing")),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.iter.len())
+    }
 }
 
 /// JSON Pointer (RFC 6901) for a serde path.
