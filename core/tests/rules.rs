@@ -519,3 +519,41 @@ fn digest_decodes_by_schema() {
     assert_eq!(api::digest("[]").unwrap_err().code, ErrorCode::InvalidType);
     assert_eq!(api::digest("{}").unwrap_err().code, ErrorCode::MissingField);
 }
+
+#[test]
+fn documents_are_objects_with_no_extra_fields_anywhere() {
+    // serde accepts a struct's fields by position and ignores fields beside
+    // the tag of a unit variant; strict decoding refuses both.
+    let text = lab::reference_policy().to_string();
+    let positional = text.replacen(
+        "{\"base_ms\":100,\"max_ms\":1000,\"retry_after_cap_ms\":2000}",
+        "[100,1000,2000]",
+        1,
+    );
+    assert_ne!(positional, text);
+    let e = api::validate_policy(&positional).unwrap_err();
+    assert_eq!(
+        (e.code, e.path.as_deref()),
+        (ErrorCode::InvalidType, Some("/backoff"))
+    );
+    let seeded_none = text.replacen("{\"mode\":\"none\"}", "{\"mode\":\"none\",\"seed\":1}", 1);
+    assert_ne!(seeded_none, text);
+    assert_eq!(
+        api::validate_policy(&seeded_none).unwrap_err().code,
+        ErrorCode::UnknownField
+    );
+    let bundle = lab::reference_bundle().unwrap();
+    let attempts = serde_json::to_string(&bundle.attempts).unwrap();
+    let success_with_kind = attempts.replacen(
+        "{\"class\":\"success\"}",
+        "{\"class\":\"success\",\"kind\":\"rejected\"}",
+        1,
+    );
+    assert_ne!(success_with_kind, attempts);
+    assert_eq!(
+        api::evaluate(&text, &success_with_kind).unwrap_err().code,
+        ErrorCode::UnknownField
+    );
+    // The headers' [name, value] pairs are still arrays.
+    assert!(api::classify_http("{\"headers\":[[\"retry-after\",\"1\"]],\"status\":429}").is_ok());
+}
