@@ -44,7 +44,6 @@ from typing import (
     Generic,
     Mapping,
     Optional,
-    Tuple,
     TypeVar,
     Union,
 )
