@@ -7,8 +7,10 @@
 //! range-checked in Python before they cross, so nothing here can overflow.
 //!
 //! [`Run`] keeps a driver's attempts on the Rust side: the driver records each
-//! observation and reads the next dispatch as a tuple, and the attempts cross
-//! as JSON once, in the sealed bundle.
+//! observation (an [`Outcome`] decoded once, not per attempt) and reads the
+//! next dispatch as a tuple; [`Run::seal`] evaluates the receipt and hashes
+//! it, and the bundle's JSON is written only when asked for. No JSON crosses
+//! per attempt.
 
 use std::borrow::Cow;
 
