@@ -3,7 +3,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { sha256Hex } from "../dist/index.js";
+import { createHash } from "node:crypto";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -37,7 +37,7 @@ export function policyWith(change) {
 /** A policy for `key` instead of the reference key. @param {string} key */
 export function policyForKey(key) {
   return policyWith((p) => {
-    p.idempotency_key_sha256 = sha256Hex(key);
+    p.idempotency_key_sha256 = createHash("sha256").update(key, "utf8").digest("hex");
   });
 }
 

@@ -10,16 +10,21 @@
  */
 
 import initModule, * as wasm from "../pkg-web/retryledger_wasm.js";
+import type { InitInput } from "../pkg-web/retryledger_wasm.js";
 import { setBindings, type RawBindings } from "./core.js";
 
-/** What `init` accepts: nothing (the module beside the glue), a URL, a `Response`, bytes or a compiled module. */
-export type ModuleSource = Parameters<typeof initModule>[0];
+/** Where the module comes from: a URL or request, a `Response`, its bytes, or a compiled module. */
+export type ModuleSource = InitInput | Promise<InitInput>;
 
 let ready: Promise<void> | undefined;
 
-/** Load and instantiate the WebAssembly module once; later calls return the same promise. */
+/**
+ * Load and instantiate the WebAssembly module once (by default
+ * `retryledger_wasm_bg.wasm` beside the glue in `pkg-web/`); later calls
+ * return the same promise.
+ */
 export function init(source?: ModuleSource): Promise<void> {
-  ready ??= initModule(source === undefined ? undefined : source).then(() => {
+  ready ??= initModule(source === undefined ? undefined : { module_or_path: source }).then(() => {
     setBindings(wasm as unknown as RawBindings);
   });
   return ready;
