@@ -102,10 +102,20 @@ class AttemptError(Exception):
     """
 
     def __init__(self, outcome: Union[Mapping[str, Any], str], message: Optional[str] = None) -> None:
-        self._outcome = _outcome(outcome)
+        decoded = _OUTCOME_CACHE.get(outcome) if isinstance(outcome, str) else None
+        self._outcome = decoded if decoded is not None else _outcome(outcome)
         if self._outcome is SUCCESS:
             raise DecodeError("invalid_value", "an AttemptError carries a failure, not success", "/class")
-        super().__init__(message if message is not None else self._outcome.json)
+        if message is None:
+            super().__init__()
+        else:
+            super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else self.outcome_json
+
+    def __repr__(self) -> str:
+        return f"AttemptError({self.outcome_json!r})"
 
     @property
     def outcome_json(self) -> str:
@@ -192,15 +202,18 @@ class Step:
 
 
 class _Sealed:
-    """A sealed run: the receipt evaluated and hashed in the core; the bundle's
-    JSON is written on first use and parsed on first use."""
+    """A sealed run: the receipt evaluated by the core when the run ended (with
+    the digests of the policy and the attempts); its own digest and the
+    bundle's JSON are computed on first use, and parsed on first use."""
 
     _sealed: _core.Sealed
+    _receipt_sha256: Optional[str]
     _bundle_json: Optional[str]
     _bundle: Optional[dict[str, Any]]
 
     def _seal(self, sealed: _core.Sealed) -> None:
         self._sealed = sealed
+        self._receipt_sha256 = None
         self._bundle_json = None
         self._bundle = None
 
@@ -212,7 +225,9 @@ class _Sealed:
     @property
     def receipt_sha256(self) -> str:
         """Lowercase hex SHA-256 of the receipt's canonical JSON."""
-        return self._sealed.receipt_sha256
+        if self._receipt_sha256 is None:
+            self._receipt_sha256 = self._sealed.receipt_sha256
+        return self._receipt_sha256
 
     @property
     def bundle_json(self) -> str:
@@ -419,6 +434,8 @@ def run(
     compiled = _checked(policy, idempotency_key)
     if clock is None:
         clock = _monotonic_ms
+    if sleep is None:
+        sleep = _sleep_ms
     state = compiled._compiled.start()
     t0 = clock()
     last_error: Optional[BaseException] = None
@@ -429,7 +446,7 @@ def run(
         now = clock() - t0
         not_before = plan[3]
         while now < not_before:
-            (sleep or _sleep_ms)(not_before - now)
+            sleep(not_before - now)
             now = clock() - t0
         started = int(now) if now > 0 else 0
         remaining = plan[5] - started
@@ -457,7 +474,10 @@ def run(
         except _core.CoreError as e:
             raise core_error(e) from None
         if outcome is SUCCESS and state.terminal == "completed":
-            return RunResult(value, _seal(state))
+            try:
+                return RunResult(value, state.seal())
+            except _core.CoreError as e:
+                raise core_error(e) from None
     raise _failure(state, last_error, unrecognized) from last_error
 
 

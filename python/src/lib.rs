@@ -8,9 +8,9 @@
 //!
 //! [`Run`] keeps a driver's attempts on the Rust side: the driver records each
 //! observation (an [`Outcome`] decoded once, not per attempt) and reads the
-//! next dispatch as a tuple; [`Run::seal`] evaluates the receipt and hashes
-//! it, and the bundle's JSON is written only when asked for. No JSON crosses
-//! per attempt.
+//! next dispatch as a tuple; [`Run::seal`] evaluates the receipt, and the
+//! receipt's digest and the bundle's JSON are computed only when asked for.
+//! No JSON crosses per attempt.
 
 use std::borrow::Cow;
 
@@ -19,11 +19,11 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, sha256_hex};
+use retryledger_core::canonical::{canonical_json, digest_of};
 use retryledger_core::decode::from_str;
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::receipt::BundleSchema;
-use retryledger_core::{Attempt, Attempts, CompiledPolicy, Decision, Outcome};
+use retryledger_core::{Attempt, Attempts, CompiledPolicy, Decision, Outcome, Receipt};
 
 create_exception!(
     retryledger._core,
@@ -313,32 +313,28 @@ impl Run {
         self.replan(|a| a.cancelled_at_ms = before)
     }
 
-    /// Seal the finished run: evaluate the receipt and hash it. The bundle's
-    /// JSON is written when asked for.
+    /// Seal the finished run: evaluate its receipt (with the digests of the
+    /// policy and the attempts). The receipt's own digest and the bundle's
+    /// JSON are computed when asked for.
     fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
         let receipt = lift(retryledger_core::evaluate(
             &self.policy.get().inner,
             &self.attempts,
         ))?;
-        let receipt_json = canonical_json(&receipt);
         Ok(Sealed {
             policy: self.policy.clone_ref(py),
             attempts: self.attempts.clone(),
-            receipt_sha256: sha256_hex(receipt_json.as_bytes()),
-            receipt_json,
-            terminal: receipt.terminal.as_str(),
+            receipt,
         })
     }
 }
 
-/// A sealed run: the receipt evaluated and hashed; the bundle written on demand.
+/// A sealed run: policy, attempts and the evaluated receipt.
 #[pyclass(frozen, module = "retryledger._core")]
 struct Sealed {
     policy: Py<Compiled>,
     attempts: Attempts,
-    receipt_json: String,
-    receipt_sha256: String,
-    terminal: &'static str,
+    receipt: Receipt,
 }
 
 /// A bundle's canonical JSON from its parts' canonical JSON (fields in sorted order).
@@ -353,20 +349,20 @@ fn bundle_text(attempts_json: &str, policy_json: &str, receipt_json: &str) -> St
 impl Sealed {
     /// Lowercase hex SHA-256 of the receipt's canonical JSON.
     #[getter]
-    fn receipt_sha256(&self) -> &str {
-        &self.receipt_sha256
+    fn receipt_sha256(&self) -> String {
+        digest_of(&self.receipt)
     }
 
     /// How the run ended.
     #[getter]
     fn terminal(&self) -> &'static str {
-        self.terminal
+        self.receipt.terminal.as_str()
     }
 
     /// The receipt as canonical JSON.
     #[getter]
-    fn receipt_json(&self) -> &str {
-        &self.receipt_json
+    fn receipt_json(&self) -> String {
+        canonical_json(&self.receipt)
     }
 
     /// The bundle (attempts, policy, receipt) as canonical JSON.
@@ -375,7 +371,7 @@ impl Sealed {
         bundle_text(
             &canonical_json(&self.attempts),
             &self.policy.get().policy_json,
-            &self.receipt_json,
+            &canonical_json(&self.receipt),
         )
     }
 }
