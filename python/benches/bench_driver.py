@@ -154,6 +154,10 @@ def main() -> int:
         f"{ten_no_sleep / driver:.1f}x faster than tenacity with its sleep stubbed out "
         f"({ten_default / digest:.1f}x and {ten_no_sleep / digest:.1f}x with the receipt's digest read), "
         "while producing the receipt.",
+        "",
+        "The driver keeps the attempts inside the extension, so no JSON crosses per attempt;",
+        "the receipt is evaluated when the run ends, and its own digest and the bundle's JSON",
+        "are computed on first use. `make bench-python` reruns this.",
     ]
     text = "\n".join(lines)
     print(text)
