@@ -7,7 +7,6 @@
 //! Every failure is an [`Error`] with a code and a JSON Pointer.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
@@ -31,7 +30,7 @@ pub fn parse_strict(text: &str) -> Result<Value> {
     let mut de = serde_json::Deserializer::from_str(text);
     let seed = Strict {
         depth: 0,
-        path: String::new(),
+        at: Segment::Root,
         failure: &failure,
     };
     let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
@@ -325,9 +324,36 @@ pub fn coded<E: de::Error>(code: ErrorCode, message: impl fmt::Display) -> E {
     E::custom(format!("{}: {message}", code.as_str()))
 }
 
+/// Where a value sits, as a chain of borrowed segments: rendered as a JSON
+/// Pointer only when something fails there, so valid input allocates no paths.
+#[derive(Clone, Copy)]
+enum Segment<'a> {
+    Root,
+    Key(&'a Segment<'a>, &'a str),
+    Index(&'a Segment<'a>, usize),
+}
+
+impl Segment<'_> {
+    fn render(&self, out: &mut String) {
+        match self {
+            Segment::Root => {}
+            Segment::Key(parent, key) => {
+                parent.render(out);
+                out.push('/');
+                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Index(parent, i) => {
+                parent.render(out);
+                out.push('/');
+                out.push_str(&i.to_string());
+            }
+        }
+    }
+}
+
 struct Strict<'a> {
     depth: usize,
-    path: String,
+    at: Segment<'a>,
     failure: &'a RefCell<Option<Error>>,
 }
 
@@ -335,19 +361,20 @@ impl<'a> Strict<'a> {
     fn fail<E: de::Error>(&self, code: ErrorCode, message: String) -> E {
         let mut slot = self.failure.borrow_mut();
         if slot.is_none() {
-            *slot = Some(Error::at(code, self.path.clone(), message.clone()));
+            let mut path = String::new();
+            self.at.render(&mut path);
+            *slot = Some(Error::at(code, path, message.clone()));
         }
         E::custom(message)
     }
 
-    fn child(&self, segment: &str) -> Strict<'a> {
+    fn child<'b>(&'b self, at: Segment<'b>) -> Strict<'b>
+    where
+        'a: 'b,
+    {
         Strict {
             depth: self.depth.saturating_add(1),
-            path: format!(
-                "{}/{}",
-                self.path,
-                segment.replace('~', "~0").replace('/', "~1")
-            ),
+            at,
             failure: self.failure,
         }
     }
@@ -436,7 +463,7 @@ impl<'de> Visitor<'de> for Strict<'_> {
         self.enter()?;
         let mut items = Vec::new();
         loop {
-            let child = self.child(&items.len().to_string());
+            let child = self.child(Segment::Index(&self.at, items.len()));
             match seq.next_element_seed(child)? {
                 Some(v) => items.push(v),
                 None => break,
@@ -448,10 +475,9 @@ impl<'de> Visitor<'de> for Strict<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
         self.enter()?;
         let mut out = Map::new();
-        let mut seen = BTreeSet::new();
         while let Some(key) = map.next_key::<String>()? {
-            let child = self.child(&key);
-            if !seen.insert(key.clone()) {
+            let child = self.child(Segment::Key(&self.at, &key));
+            if out.contains_key(&key) {
                 return Err(child.fail(ErrorCode::DuplicateKey, format!("key `{key}` repeats")));
             }
             let v = map.next_value_seed(child)?;
