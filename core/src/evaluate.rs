@@ -16,7 +16,7 @@ use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
 use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
-use crate::schedule::{next_delay, JitterDraw};
+use crate::schedule::{next_delay, Delay, JitterDraw};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,9 +123,11 @@ pub enum Decision {
     },
 }
 
-/// Replay state after some observed attempts.
-struct Run<'p> {
-    policy: &'p CompiledPolicy,
+/// Replay state after some observed attempts. It holds no reference to the
+/// policy, so a [`crate::session::Session`] can own both and advance one
+/// attempt at a time; every method takes the compiled policy it plans for.
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
     spent: u64,
     per_route: Vec<u64>,
     count: u64,
@@ -137,12 +139,11 @@ struct Run<'p> {
     finished_at_ms: u64,
 }
 
-impl<'p> Run<'p> {
-    fn new(policy: &'p CompiledPolicy) -> Self {
+impl Run {
+    pub(crate) fn new(cp: &CompiledPolicy) -> Self {
         let mut run = Run {
-            policy,
             spent: 0,
-            per_route: vec![0; policy.policy.routes.len()],
+            per_route: vec![0; cp.policy.routes.len()],
             count: 0,
             last_sample: None,
             next: Decision::Terminal {
@@ -153,11 +154,21 @@ impl<'p> Run<'p> {
             final_priority: None,
             finished_at_ms: 0,
         };
-        run.next = run.admit(0, 1, 0, 0, 0, None);
+        let first = Delay {
+            delay_ms: 0,
+            retry_after_floor_ms: 0,
+            jitter: None,
+        };
+        run.next = run.admit(cp, 0, 1, 0, first);
         run
     }
 
-    fn terminal(&self) -> Option<Terminal> {
+    /// The next decision.
+    pub(crate) fn next(&self) -> &Decision {
+        &self.next
+    }
+
+    pub(crate) fn terminal(&self) -> Option<Terminal> {
         match self.next {
             Decision::Terminal { terminal } => Some(terminal),
             Decision::Dispatch(_) => None,
@@ -167,15 +178,15 @@ impl<'p> Run<'p> {
     /// The pre-dispatch checks that follow the route choice: cost reservation, then deadline.
     fn admit(
         &self,
+        cp: &CompiledPolicy,
         priority: usize,
         route_ordinal: u64,
         not_before: u64,
-        delay: u64,
-        floor: u64,
-        jitter: Option<JitterDraw>,
+        delay: Delay,
     ) -> Decision {
-        let p = &self.policy.policy;
-        let Some(route) = self.policy.route_at(priority) else {
+        let p = &cp.policy;
+        let jitter = delay.jitter;
+        let Some(route) = cp.route_at(priority) else {
             return Decision::Terminal {
                 terminal: Terminal::StopRouteExhausted,
             };
@@ -193,7 +204,7 @@ impl<'p> Run<'p> {
         }
         Decision::Dispatch(Dispatch {
             deadline_ms: p.deadline_ms,
-            delay_ms: delay,
+            delay_ms: delay.delay_ms,
             idempotency_key_sha256: p.idempotency_key_sha256.clone(),
             jitter_max_ms: jitter.map(|j| j.max_ms),
             jitter_min_ms: jitter.map(|j| j.min_ms),
@@ -202,7 +213,7 @@ impl<'p> Run<'p> {
             not_before_ms: not_before,
             ordinal: self.count.saturating_add(1),
             reserve_cost: route.reserve_cost,
-            retry_after_floor_ms: floor,
+            retry_after_floor_ms: delay.retry_after_floor_ms,
             route_id: route.route_id.clone(),
             route_ordinal,
             route_release_sha256: route.route_release_sha256.clone(),
@@ -212,25 +223,26 @@ impl<'p> Run<'p> {
     /// Plan after a retryable failure of `route_ordinal` on `priority`, completed at `completed`.
     fn plan_after(
         &self,
+        cp: &CompiledPolicy,
         priority: usize,
         route_ordinal: u64,
         completed: u64,
         hint: Option<u64>,
     ) -> Decision {
-        let p = &self.policy.policy;
+        let p = &cp.policy;
         if self.count >= p.max_total_attempts {
             return Decision::Terminal {
                 terminal: Terminal::StopTotalAttempts,
             };
         }
         let used = self.per_route.get(priority).copied().unwrap_or(0);
-        let bound = self.policy.route_at(priority).map_or(0, |r| r.max_attempts);
+        let bound = cp.route_at(priority).map_or(0, |r| r.max_attempts);
         let (next_priority, next_ordinal) = if used < bound {
             (priority, route_ordinal.saturating_add(1))
         } else {
             (priority.saturating_add(1), 1)
         };
-        if self.policy.route_at(next_priority).is_none() {
+        if cp.route_at(next_priority).is_none() {
             return Decision::Terminal {
                 terminal: Terminal::StopRouteExhausted,
             };
@@ -246,17 +258,10 @@ impl<'p> Run<'p> {
             latest_delay,
         );
         let not_before = completed.saturating_add(d.delay_ms);
-        self.admit(
-            next_priority,
-            next_ordinal,
-            not_before,
-            d.delay_ms,
-            d.retry_after_floor_ms,
-            d.jitter,
-        )
+        self.admit(cp, next_priority, next_ordinal, not_before, d)
     }
 
-    fn check(&self, a: &Attempt, i: usize) -> Result<Dispatch> {
+    pub(crate) fn check(&self, a: &Attempt, i: usize) -> Result<Dispatch> {
         let d = match &self.next {
             Decision::Dispatch(d) => d.clone(),
             Decision::Terminal { terminal } => {
@@ -373,10 +378,15 @@ impl<'p> Run<'p> {
         Ok(d)
     }
 
-    fn observe(&mut self, a: &Attempt, d: Dispatch, i: usize) -> Result<()> {
-        let p = &self.policy.policy;
-        let priority = self
-            .policy
+    pub(crate) fn observe(
+        &mut self,
+        cp: &CompiledPolicy,
+        a: &Attempt,
+        d: Dispatch,
+        i: usize,
+    ) -> Result<()> {
+        let p = &cp.policy;
+        let priority = cp
             .routes()
             .position(|r| r.route_id == a.route_id)
             .unwrap_or(0);
@@ -424,43 +434,92 @@ impl<'p> Run<'p> {
                 Outcome::Success => stop(Terminal::Completed),
                 Outcome::NonRetryable { .. } => stop(Terminal::StopNonRetryable),
                 Outcome::Indeterminate { .. } => stop(Terminal::StopIndeterminate),
-                Outcome::Retryable { retry_after_ms, .. } => {
-                    self.plan_after(priority, d.route_ordinal, a.completed_at_ms, retry_after_ms)
-                }
+                Outcome::Retryable { retry_after_ms, .. } => self.plan_after(
+                    cp,
+                    priority,
+                    d.route_ordinal,
+                    a.completed_at_ms,
+                    retry_after_ms,
+                ),
             }
         };
         Ok(())
     }
-}
 
-fn replay<'p>(policy: &'p CompiledPolicy, attempts: &Attempts) -> Result<Run<'p>> {
-    let mut run = Run::new(policy);
-    for (i, a) in attempts.attempts.iter().enumerate() {
-        let d = run.check(a, i)?;
-        run.observe(a, d, i)?;
-    }
-    if let Some(at) = attempts.cancelled_at_ms {
-        if let Some(t) = run.terminal() {
+    /// Mark the run cancelled between attempts at `at` (run clock, ms).
+    pub(crate) fn cancel(&mut self, at: u64) -> Result<()> {
+        if let Some(t) = self.terminal() {
             return Err(Error::at(
                 ErrorCode::CancelDrift,
                 "/cancelled_at_ms",
                 format!("the run had already ended with {}", t.as_str()),
             ));
         }
-        if at < run.finished_at_ms {
+        if at < self.finished_at_ms {
             return Err(Error::at(
                 ErrorCode::CancelDrift,
                 "/cancelled_at_ms",
                 format!(
                     "cancelled at {at}, before the last completion {}",
-                    run.finished_at_ms
+                    self.finished_at_ms
                 ),
             ));
         }
-        run.finished_at_ms = at;
-        run.next = Decision::Terminal {
+        self.finished_at_ms = at;
+        self.next = Decision::Terminal {
             terminal: Terminal::StopCancelled,
         };
+        Ok(())
+    }
+
+    /// The receipt of the run so far; an error while it could still dispatch.
+    /// `attempts_sha256` is the digest of the attempts document replayed.
+    pub(crate) fn receipt(&self, cp: &CompiledPolicy, attempts_sha256: String) -> Result<Receipt> {
+        let Some(terminal) = self.terminal() else {
+            return Err(Error::new(
+                ErrorCode::RunNotTerminal,
+                "the run has not reached a terminal; plan_next gives the next dispatch",
+            ));
+        };
+        let p = &cp.policy;
+        let final_route = self.final_priority.and_then(|i| cp.route_at(i));
+        Ok(Receipt {
+            attempt_count: self.count,
+            attempts_sha256: Sha256Hex::computed(attempts_sha256),
+            behavior_class_sha256: p.behavior_class_sha256.clone(),
+            capability_contract_sha256: Sha256Hex::computed(cp.capability_contract_sha256.clone()),
+            degraded: terminal == Terminal::Completed
+                && final_route.is_some_and(|r| cp.is_degraded(r)),
+            fallback_used: self.fallback_used,
+            final_route_id: final_route.map(|r| r.route_id.clone()),
+            finished_at_ms: self.finished_at_ms,
+            idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+            logical_request_sha256: p.logical_request_sha256.clone(),
+            policy_sha256: Sha256Hex::computed(cp.policy_sha256.clone()),
+            route_attempts: cp
+                .routes()
+                .zip(self.per_route.iter())
+                .map(|(r, n)| RouteCount {
+                    attempts: *n,
+                    route_id: r.route_id.clone(),
+                })
+                .collect(),
+            schedule: self.schedule.clone(),
+            schema: ReceiptSchema,
+            terminal,
+            total_cost: self.spent,
+        })
+    }
+}
+
+fn replay(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Run> {
+    let mut run = Run::new(policy);
+    for (i, a) in attempts.attempts.iter().enumerate() {
+        let d = run.check(a, i)?;
+        run.observe(policy, a, d, i)?;
+    }
+    if let Some(at) = attempts.cancelled_at_ms {
+        run.cancel(at)?;
     }
     Ok(run)
 }
@@ -472,39 +531,5 @@ pub fn plan_next(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Decisio
 
 /// The receipt of a finished run. A run that could still dispatch is an error.
 pub fn evaluate(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Receipt> {
-    let run = replay(policy, attempts)?;
-    let Some(terminal) = run.terminal() else {
-        return Err(Error::new(
-            ErrorCode::RunNotTerminal,
-            "the run has not reached a terminal; plan_next gives the next dispatch",
-        ));
-    };
-    let p = &policy.policy;
-    let final_route = run.final_priority.and_then(|i| policy.route_at(i));
-    Ok(Receipt {
-        attempt_count: run.count,
-        attempts_sha256: Sha256Hex::computed(digest_of(attempts)),
-        behavior_class_sha256: p.behavior_class_sha256.clone(),
-        capability_contract_sha256: Sha256Hex::computed(policy.capability_contract_sha256.clone()),
-        degraded: terminal == Terminal::Completed
-            && final_route.is_some_and(|r| policy.is_degraded(r)),
-        fallback_used: run.fallback_used,
-        final_route_id: final_route.map(|r| r.route_id.clone()),
-        finished_at_ms: run.finished_at_ms,
-        idempotency_key_sha256: p.idempotency_key_sha256.clone(),
-        logical_request_sha256: p.logical_request_sha256.clone(),
-        policy_sha256: Sha256Hex::computed(policy.policy_sha256.clone()),
-        route_attempts: policy
-            .routes()
-            .zip(run.per_route.iter())
-            .map(|(r, n)| RouteCount {
-                attempts: *n,
-                route_id: r.route_id.clone(),
-            })
-            .collect(),
-        schedule: run.schedule,
-        schema: ReceiptSchema,
-        terminal,
-        total_cost: run.spent,
-    })
+    replay(policy, attempts)?.receipt(policy, digest_of(attempts))
 }

@@ -41,6 +41,7 @@ pub mod outcome;
 pub mod policy;
 pub mod receipt;
 pub mod schedule;
+pub mod session;
 
 pub use attempt::{Attempt, Attempts};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};
@@ -48,6 +49,7 @@ pub use evaluate::{evaluate, plan_next, Decision, Dispatch, Terminal};
 pub use outcome::Outcome;
 pub use policy::{compile, CompiledPolicy, Policy};
 pub use receipt::{seal, verify_bundle, Bundle, Receipt, Verdict};
+pub use session::Session;
 
 /// Validate a policy; its digest, or the first rule it breaks.
 pub fn validate_policy(policy: &Policy) -> Result<String> {

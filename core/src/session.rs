@@ -1,0 +1,184 @@
+//! A run in progress, advanced one observed attempt at a time.
+//!
+//! Hosts (the TypeScript and Python drivers) hold a [`Session`]: it keeps the
+//! compiled policy, the attempts so far and the replay state, so recording an
+//! attempt costs one step of the state machine rather than a replay of the
+//! whole run. The attempt is built from the planned dispatch, so the host only
+//! reports what it observed (times, cost, outcome) and cannot drift the route,
+//! ordinals, digests or jitter sample. Every decision is the one
+//! [`crate::plan_next`] and [`crate::evaluate`] give for the same attempts.
+
+use std::sync::Arc;
+
+use crate::attempt::{Attempt, Attempts, AttemptsSchema};
+use crate::canonical::digest_of;
+use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate::{Decision, Run};
+use crate::outcome::Outcome;
+use crate::policy::CompiledPolicy;
+use crate::receipt::{Bundle, BundleSchema, Receipt};
+
+/// A run in progress.
+#[derive(Debug, Clone)]
+pub struct Session {
+    policy: Arc<CompiledPolicy>,
+    attempts: Attempts,
+    run: Run,
+}
+
+impl Session {
+    /// Admit a logical request: no attempt yet, the first dispatch planned.
+    pub fn start(policy: Arc<CompiledPolicy>) -> Self {
+        let run = Run::new(&policy);
+        let attempts = Attempts {
+            attempts: Vec::new(),
+            cancelled_at_ms: None,
+            schema: AttemptsSchema,
+        };
+        Self {
+            policy,
+            attempts,
+            run,
+        }
+    }
+
+    /// The compiled policy.
+    pub fn policy(&self) -> &CompiledPolicy {
+        &self.policy
+    }
+
+    /// The attempts observed so far.
+    pub fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+
+    /// The next decision: the planned dispatch, or the terminal.
+    pub fn next(&self) -> &Decision {
+        self.run.next()
+    }
+
+    /// Record what the planned attempt did. Drift (an early start, a
+    /// completion before the start, an attempt after the terminal) is an
+    /// error and leaves the session unchanged.
+    pub fn record(
+        &mut self,
+        started_at_ms: u64,
+        completed_at_ms: u64,
+        cost: u64,
+        outcome: Outcome,
+    ) -> Result<&Decision> {
+        let index = self.attempts.attempts.len();
+        let Decision::Dispatch(d) = self.run.next() else {
+            return Err(Error::attempt(
+                ErrorCode::AttemptAfterTerminal,
+                index,
+                "ordinal",
+                "the run has already reached a terminal",
+            ));
+        };
+        let attempt = Attempt {
+            completed_at_ms,
+            cost,
+            idempotency_key_sha256: d.idempotency_key_sha256.clone(),
+            jitter_sample_ms: d.jitter_sample_ms,
+            logical_request_sha256: d.logical_request_sha256.clone(),
+            ordinal: d.ordinal,
+            outcome,
+            route_id: d.route_id.clone(),
+            route_ordinal: d.route_ordinal,
+            route_release_sha256: d.route_release_sha256.clone(),
+            started_at_ms,
+        };
+        let planned = self.run.check(&attempt, index)?;
+        // `observe` fails only before it changes anything (a cost overflow).
+        self.run.observe(&self.policy, &attempt, planned, index)?;
+        self.attempts.attempts.push(attempt);
+        Ok(self.run.next())
+    }
+
+    /// Mark the run cancelled between attempts at `at_ms` (run clock).
+    pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
+        self.run.cancel(at_ms)?;
+        self.attempts.cancelled_at_ms = Some(at_ms);
+        Ok(())
+    }
+
+    /// The receipt of the finished run; an error while it could still dispatch.
+    pub fn receipt(&self) -> Result<Receipt> {
+        self.run.receipt(&self.policy, digest_of(&self.attempts))
+    }
+
+    /// The bundle of the finished run: policy, attempts and receipt.
+    pub fn seal(&self) -> Result<Bundle> {
+        Ok(Bundle {
+            attempts: self.attempts.clone(),
+            policy: self.policy.policy.clone(),
+            receipt: self.receipt()?,
+            schema: BundleSchema,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab;
+    use crate::{compile, evaluate, plan_next};
+
+    #[test]
+    fn a_session_reaches_the_reference_receipt_step_by_step() {
+        let bundle = lab::reference_bundle().unwrap();
+        let policy = Arc::new(compile(bundle.policy.clone()).unwrap());
+        let mut session = Session::start(policy.clone());
+        for a in &bundle.attempts.attempts {
+            assert_eq!(
+                session.next(),
+                &plan_next(&policy, session.attempts()).unwrap()
+            );
+            session
+                .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
+                .unwrap();
+        }
+        assert_eq!(session.attempts(), &bundle.attempts);
+        assert_eq!(session.receipt().unwrap(), bundle.receipt);
+        assert_eq!(session.seal().unwrap(), bundle);
+    }
+
+    #[test]
+    fn drift_leaves_the_session_unchanged() {
+        let bundle = lab::reference_bundle().unwrap();
+        let policy = Arc::new(compile(bundle.policy.clone()).unwrap());
+        let mut session = Session::start(policy.clone());
+        let a = &bundle.attempts.attempts[0];
+        session
+            .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
+            .unwrap();
+        let before = session.next().clone();
+        let e = session
+            .record(1_300, 1_400, 0, Outcome::Success)
+            .unwrap_err();
+        assert_eq!((e.code, e.attempt_index), (ErrorCode::EarlyStart, Some(1)));
+        let e = session
+            .record(1_400, 1_399, 0, Outcome::Success)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::CompletedBeforeStarted);
+        assert_eq!(session.next(), &before);
+        assert_eq!(session.attempts().attempts.len(), 1);
+        assert_eq!(
+            session.receipt().unwrap_err().code,
+            ErrorCode::RunNotTerminal
+        );
+        session.cancel(1_200).unwrap();
+        let receipt = session.receipt().unwrap();
+        assert_eq!(receipt, evaluate(&policy, session.attempts()).unwrap());
+        assert_eq!(receipt.terminal.as_str(), "stop_cancelled");
+        assert_eq!(
+            session.cancel(1_300).unwrap_err().code,
+            ErrorCode::CancelDrift
+        );
+        let e = session
+            .record(1_400, 1_500, 0, Outcome::Success)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::AttemptAfterTerminal);
+    }
+}
