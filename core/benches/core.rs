@@ -1,0 +1,135 @@
+//! Core benchmarks: validate_policy, plan_next, evaluate with receipt and
+//! verify_bundle on the reference run, and verify_bundle on runs of 10, 100
+//! and 1,000 attempts. Run with `make bench-core` (or `make bench`).
+//!
+//! Each operation is measured at two layers: the typed API a Rust host uses
+//! with a policy compiled once per run, and the JSON-text boundary
+//! (`retryledger_core::api`) the WebAssembly and Python bindings call, which
+//! also decodes every document and encodes the result.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    missing_docs,
+    reason = "a benchmark: any unexpected value is a bug to fail on loudly"
+)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use retryledger_core::api;
+use retryledger_core::canonical::canonical_json;
+use retryledger_core::decode::from_value;
+use retryledger_core::lab::{self, Step};
+use retryledger_core::outcome::RetryableKind;
+use retryledger_core::{
+    compile, evaluate, plan_next, seal, verify_bundle, Attempts, Bundle, Outcome, Policy,
+};
+use serde_json::json;
+
+/// A run of `n` attempts: one route allowing them all, 1 ms delays, a
+/// generous deadline and budget; `n - 1` unavailable attempts, then success.
+pub fn long_run(n: usize) -> Bundle {
+    let mut p = lab::reference_policy();
+    p["routes"].as_array_mut().unwrap().truncate(1);
+    p["routes"][0]["max_attempts"] = json!(n);
+    p["routes"][0]["reserve_cost"] = json!(1);
+    p["max_total_attempts"] = json!(n);
+    p["max_total_cost"] = json!(1_000_000);
+    p["deadline_ms"] = json!(100_000_000);
+    p["backoff"] = json!({"base_ms": 1, "max_ms": 1, "retry_after_cap_ms": 0});
+    let policy: Policy = from_value(p).unwrap();
+    let down = Outcome::Retryable {
+        kind: RetryableKind::Unavailable,
+        retry_after_ms: None,
+    };
+    let mut steps: Vec<Step> = (1..n).map(|_| Step::new(down, 20, 1)).collect();
+    steps.push(Step::new(Outcome::Success, 20, 1));
+    let attempts = lab::simulate(&policy, &steps).unwrap();
+    assert_eq!(attempts.attempts.len(), n);
+    seal(&policy, &attempts).unwrap()
+}
+
+fn reference(c: &mut Criterion) {
+    let bundle = lab::reference_bundle().unwrap();
+    let compiled = compile(bundle.policy.clone()).unwrap();
+    let policy_text = canonical_json(&bundle.policy);
+    let attempts_text = canonical_json(&bundle.attempts);
+    let bundle_text = canonical_json(&bundle);
+    let two = Attempts {
+        attempts: bundle.attempts.attempts[..2].to_vec(),
+        ..bundle.attempts.clone()
+    };
+    let two_text = canonical_json(&two);
+
+    let mut g = c.benchmark_group("reference");
+    g.bench_function("validate_policy/typed", |b| {
+        b.iter(|| retryledger_core::validate_policy(black_box(&bundle.policy)).unwrap())
+    });
+    g.bench_function("validate_policy/json", |b| {
+        b.iter(|| api::validate_policy(black_box(&policy_text)).unwrap())
+    });
+    g.bench_function("plan_next/typed", |b| {
+        b.iter(|| plan_next(black_box(&compiled), black_box(&two)).unwrap())
+    });
+    g.bench_function("plan_next/json_compiled", |b| {
+        b.iter(|| api::plan_next_compiled(black_box(&compiled), black_box(&two_text)).unwrap())
+    });
+    g.bench_function("plan_next/json", |b| {
+        b.iter(|| api::plan_next(black_box(&policy_text), black_box(&two_text)).unwrap())
+    });
+    g.bench_function("evaluate_with_receipt/typed", |b| {
+        b.iter(|| evaluate(black_box(&compiled), black_box(&bundle.attempts)).unwrap())
+    });
+    g.bench_function("evaluate_with_receipt/json_compiled", |b| {
+        b.iter(|| api::evaluate_compiled(black_box(&compiled), black_box(&attempts_text)).unwrap())
+    });
+    g.bench_function("evaluate_with_receipt/json", |b| {
+        b.iter(|| api::evaluate(black_box(&policy_text), black_box(&attempts_text)).unwrap())
+    });
+    g.bench_function("verify_bundle/typed", |b| {
+        b.iter(|| verify_bundle(black_box(&bundle)).unwrap())
+    });
+    g.bench_function("verify_bundle/json", |b| {
+        b.iter(|| api::verify(black_box(&bundle_text)).unwrap())
+    });
+    g.finish();
+}
+
+fn scaling(c: &mut Criterion) {
+    let mut g = c.benchmark_group("verify_bundle_attempts");
+    for n in [10usize, 100, 1_000] {
+        let bundle = long_run(n);
+        let text = canonical_json(&bundle);
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::new("typed", n), &bundle, |b, bundle| {
+            b.iter(|| verify_bundle(black_box(bundle)).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("json", n), &text, |b, text| {
+            b.iter(|| api::verify(black_box(text)).unwrap())
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("evaluate_attempts");
+    for n in [10usize, 100, 1_000] {
+        let bundle = long_run(n);
+        let compiled = compile(bundle.policy.clone()).unwrap();
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::new("typed", n), &bundle, |b, bundle| {
+            b.iter(|| evaluate(black_box(&compiled), black_box(&bundle.attempts)).unwrap())
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = reference, scaling
+}
+criterion_main!(benches);

@@ -1,0 +1,6 @@
+//! Fuzz target `decode_observation`: see `check_decode_observation` in the crate root for what it asserts.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    retryledger_fuzz::check_decode_observation(data);
+});

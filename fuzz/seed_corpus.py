@@ -1,0 +1,42 @@
+"""Seed each fuzz target's corpus with the inputs of the conformance vectors.
+
+Usage: python3 fuzz/seed_corpus.py  (from the repository root; writes fuzz/corpus/<target>/)
+"""
+import hashlib
+import json
+import pathlib
+import struct
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fuzz" / "corpus"
+
+
+def put(target, data):
+    d = CORPUS / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+for path in sorted((ROOT / "tests" / "vectors").glob("*.json")):
+    for case in json.loads(path.read_text(encoding="utf-8"))["cases"]:
+        op, inp = case["op"], case["input"]
+        enc = lambda s: s.encode("utf-8", "surrogatepass")
+        if op == "validate_policy":
+            put("decode_policy", enc(inp["policy"]))
+            put("digest", enc(inp["policy"]))
+        elif op in ("plan_next", "evaluate"):
+            both = enc(inp["policy"]) + b"\0" + enc(inp["attempts"])
+            put("plan_next", both)
+            put("evaluate", both)
+            put("decode_attempts", enc(inp["attempts"]))
+        elif op == "verify_bundle":
+            put("verify_bundle", enc(inp["bundle"]))
+            put("decode_bundle", enc(inp["bundle"]))
+        elif op == "digest":
+            put("digest", enc(inp["document"]))
+        elif op == "classify_http":
+            put("decode_observation", enc(inp["observation"]))
+        elif op == "parse_retry_after":
+            header = 0 if inp["header"].lower() == "retry-after" else 1
+            cap = min(inp["cap_ms"], 2**64 - 1)
+            put("retry_after", bytes([header]) + struct.pack("<QQ", inp["now_unix_ms"], cap) + enc(inp["value"]))

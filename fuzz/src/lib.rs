@@ -1,0 +1,223 @@
+//! The checks behind every fuzz target. Each takes arbitrary bytes, runs one
+//! decoder or operation of `retryledger_core`, and asserts what must hold for
+//! any input: no panic, errors carry a known code and a JSON Pointer, and what
+//! decodes re-encodes to its canonical form with the same digest. A failed
+//! assertion is a finding, exactly like a crash.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    missing_docs,
+    reason = "fuzz checks: a failed assertion is the finding"
+)]
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use retryledger_core::api;
+use retryledger_core::canonical::{canonical_json, sha256_hex};
+use retryledger_core::decode::from_str;
+use retryledger_core::limits::{MAX_RETRY_AFTER_BYTES, MAX_SAFE_INTEGER};
+use retryledger_core::{lab, Attempts, Bundle, Decision, Error, ErrorCode, Outcome, Policy, Receipt, Verdict};
+use serde_json::Value;
+
+fn text(data: &[u8]) -> Cow<'_, str> {
+    String::from_utf8_lossy(data)
+}
+
+fn reference_policy() -> &'static str {
+    static P: OnceLock<String> = OnceLock::new();
+    P.get_or_init(|| lab::reference_policy().to_string())
+}
+
+/// An error is one of the known codes, with a JSON Pointer when it has a path,
+/// and its JSON form (what bindings raise from) is a well-formed object.
+pub fn check_error(e: &Error) {
+    assert!(ErrorCode::ALL.contains(&e.code));
+    if let Some(p) = &e.path {
+        assert!(p.is_empty() || p.starts_with('/'), "path {p:?}");
+    }
+    let v: Value = serde_json::from_str(&api::error_json(e)).expect("error_json is JSON");
+    assert_eq!(v["code"], e.code.as_str());
+    assert_eq!(v["family"], e.family().as_str());
+}
+
+/// `a\0b` splits into (a, b); without a NUL byte the reference policy is paired with the input.
+fn pair(data: &[u8]) -> (Cow<'_, str>, Cow<'_, str>) {
+    match data.iter().position(|&b| b == 0) {
+        Some(i) => (text(&data[..i]), text(&data[i + 1..])),
+        None => (Cow::Borrowed(reference_policy()), text(data)),
+    }
+}
+
+fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+pub fn check_decode_policy(data: &[u8]) {
+    let t = text(data);
+    match from_str::<Policy>(&t) {
+        Ok(p) => {
+            let canon = canonical_json(&p);
+            assert_eq!(from_str::<Policy>(&canon).expect("canonical re-decodes"), p);
+            let digest = api::digest(&canon).expect("canonical digests");
+            assert_eq!(digest, sha256_hex(canon.as_bytes()));
+            assert_eq!(api::digest(&t).expect("decoded input digests"), digest);
+            match api::validate_policy(&t) {
+                Ok(d) => assert_eq!(d, digest),
+                Err(e) => {
+                    check_error(&e);
+                    assert_eq!(e.family().as_str(), "policy");
+                }
+            }
+        }
+        Err(e) => {
+            check_error(&e);
+            assert_eq!(e.family().as_str(), "decode");
+            assert_eq!(api::validate_policy(&t).unwrap_err(), e);
+        }
+    }
+}
+
+pub fn check_decode_attempts(data: &[u8]) {
+    let t = text(data);
+    match from_str::<Attempts>(&t) {
+        Ok(a) => {
+            let canon = canonical_json(&a);
+            assert_eq!(from_str::<Attempts>(&canon).expect("canonical re-decodes"), a);
+            assert_eq!(api::digest(&t).expect("digests"), sha256_hex(canon.as_bytes()));
+        }
+        Err(e) => {
+            check_error(&e);
+            assert_eq!(e.family().as_str(), "decode");
+        }
+    }
+}
+
+pub fn check_decode_bundle(data: &[u8]) {
+    let t = text(data);
+    match from_str::<Bundle>(&t) {
+        Ok(b) => {
+            let canon = canonical_json(&b);
+            assert_eq!(from_str::<Bundle>(&canon).expect("canonical re-decodes"), b);
+            assert_eq!(api::digest(&t).expect("digests"), sha256_hex(canon.as_bytes()));
+            let receipt_canon = canonical_json(&b.receipt);
+            assert_eq!(from_str::<Receipt>(&receipt_canon).expect("receipt re-decodes"), b.receipt);
+            check_verify(&t);
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+pub fn check_decode_observation(data: &[u8]) {
+    let t = text(data);
+    match api::classify_http(&t) {
+        Ok(out) => {
+            let o: Outcome = serde_json::from_str(&out).expect("an outcome");
+            if let Some(ms) = o.retry_after_ms() {
+                assert!(ms <= MAX_SAFE_INTEGER);
+            }
+            assert_eq!(canonical_json(&o), out);
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+/// Layout: header selector byte, now (8 bytes LE), cap (8 bytes LE), value.
+pub fn check_retry_after(data: &[u8]) {
+    if data.len() < 17 {
+        return;
+    }
+    let header = if data[0] % 2 == 0 { "retry-after" } else { "retry-after-ms" };
+    let now = u64::from_le_bytes(data[1..9].try_into().unwrap());
+    let cap = u64::from_le_bytes(data[9..17].try_into().unwrap());
+    let value = text(&data[17..]);
+    match api::parse_retry_after(header, &value, now, cap) {
+        Ok(ms) => {
+            assert!(ms <= cap && ms <= MAX_SAFE_INTEGER, "{ms} over cap {cap}");
+            assert!(value.len() <= MAX_RETRY_AFTER_BYTES);
+        }
+        Err(e) => {
+            check_error(&e);
+            assert_eq!(e.family().as_str(), "http");
+        }
+    }
+}
+
+pub fn check_plan_next(data: &[u8]) {
+    let (policy, attempts) = pair(data);
+    match api::plan_next(&policy, &attempts) {
+        Ok(out) => {
+            let d: Decision = serde_json::from_str(&out).expect("a decision");
+            assert_eq!(canonical_json(&d), out);
+            if let Decision::Dispatch(d) = d {
+                assert!(d.not_before_ms < d.deadline_ms);
+                assert!(d.not_before_ms >= d.retry_after_floor_ms);
+                assert!(d.ordinal >= 1 && d.route_ordinal >= 1);
+            }
+            assert_eq!(api::plan_next(&policy, &attempts).unwrap(), out);
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+pub fn check_evaluate(data: &[u8]) {
+    let (policy, attempts) = pair(data);
+    match api::evaluate(&policy, &attempts) {
+        Ok(out) => {
+            let r: Receipt = serde_json::from_str(&out).expect("a receipt");
+            assert_eq!(canonical_json(&r), out);
+            assert_eq!(api::evaluate(&policy, &attempts).unwrap(), out);
+            let compiled = api::compile_policy(&policy).expect("evaluated, so valid");
+            let bundle = api::seal_compiled(&compiled, &attempts).expect("seals");
+            let verdict: Verdict = serde_json::from_str(&api::verify(&bundle).expect("verifies"))
+                .expect("a verdict");
+            match verdict {
+                Verdict::Verified {
+                    receipt_sha256,
+                    terminal,
+                    ..
+                } => {
+                    assert_eq!(receipt_sha256, sha256_hex(out.as_bytes()));
+                    assert_eq!(terminal, r.terminal);
+                }
+                Verdict::Drift { code, .. } => panic!("a sealed run drifts: {code}"),
+            }
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+fn check_verify(t: &str) {
+    match api::verify(t) {
+        Ok(out) => {
+            let v: Verdict = serde_json::from_str(&out).expect("a verdict");
+            match v {
+                Verdict::Verified { receipt_sha256, .. } => assert!(is_digest(&receipt_sha256)),
+                Verdict::Drift { code, path, .. } => {
+                    assert!(ErrorCode::ALL.iter().any(|c| c.as_str() == code));
+                    assert!(path.starts_with('/'));
+                }
+            }
+            assert_eq!(api::verify(t).unwrap(), out);
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+pub fn check_verify_bundle(data: &[u8]) {
+    check_verify(&text(data));
+}
+
+pub fn check_digest(data: &[u8]) {
+    let t = text(data);
+    match api::digest(&t) {
+        Ok(d) => {
+            assert!(is_digest(&d));
+            assert_eq!(api::digest(&t).unwrap(), d);
+        }
+        Err(e) => check_error(&e),
+    }
+}
