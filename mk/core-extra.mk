@@ -30,10 +30,14 @@ fuzz-setup:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
 
-fuzz: fuzz-setup ## Each fuzz target for FUZZ_SECONDS seconds (default 60).
+fuzz: fuzz-setup ## Each fuzz target for FUZZ_SECONDS seconds (default 60), seeded with the vectors.
+	python3 fuzz/seed_corpus.py
+	@mkdir -p target/fuzz-logs
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZ_SECONDS) s)"; \
-		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 || exit 1; \
+		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			> ../target/fuzz-logs/$$t.log 2>&1 || { tail -40 ../target/fuzz-logs/$$t.log; exit 1; }; \
+		grep -E '^Done|stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' ../target/fuzz-logs/$$t.log; \
 	done
 
 bench-core: ## Criterion benchmarks of the core.
