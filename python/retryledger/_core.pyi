@@ -35,7 +35,7 @@ class Compiled:
     def seal(self, attempts: object) -> str: ...
     def start(self) -> Run: ...
 
-_Plan = Tuple[int, str, int, int, int, int]
+_Plan = Tuple[int, str, int, int, int, int, str]
 
 @final
 class Run:

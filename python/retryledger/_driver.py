@@ -10,10 +10,11 @@ driver's:
   milliseconds on any monotonic origin and ``sleep`` takes milliseconds (both
   injectable); the driver sleeps until ``not_before_ms`` and makes no sleep
   call when there is nothing to wait for.
-* ``step`` carries ``ordinal``, ``route_id``, ``route_ordinal``, the raw
-  ``idempotency_key`` (its SHA-256 must equal the policy's
-  ``idempotency_key_sha256``, checked before the first dispatch),
-  ``remaining_ms`` until the deadline and ``reserve_cost``. ``step.charge(cost)``
+* ``step`` carries ``ordinal``, ``route_id``, ``route_ordinal``,
+  ``route_release_sha256``, the raw ``idempotency_key`` (its SHA-256 must
+  equal the policy's ``idempotency_key_sha256``, checked before the first
+  dispatch), ``remaining_ms`` until the deadline, ``deadline_ms``,
+  ``started_at_ms`` and ``reserve_cost``. ``step.charge(cost)``
   records the attempt's actual cost; an attempt never charged costs its
   ``reserve_cost``.
 * A returned value is a success. A raised exception is classified by the
@@ -21,12 +22,12 @@ driver's:
   its HTTP status and headers (``status_code`` and ``response.headers``, as
   the openai package's ``APIStatusError`` has). Anything else is
   unrecognized: recorded as indeterminate ``unknown_provider_acceptance``
-  (never retried) and raised as :class:`UnrecognizedFailure` whose
+  (never retried) and raised as :class:`UnrecognizedDispatchError` whose
   ``__cause__`` is the original exception.
-* A run that ends without success raises :class:`RunFailed` (``code`` is the
+* A run that ends without success raises :class:`RunStoppedError` (``code`` is the
   terminal) carrying the bundle. Cancelling ``run_async``'s task records the
   cancellation (``cancelled_at_ms`` between attempts, an indeterminate attempt
-  during a dispatch) and raises :class:`RunCancelled`, a subclass of
+  during a dispatch) and raises :class:`RunCancelledError`, a subclass of
   ``asyncio.CancelledError`` that carries the bundle.
 """
 
@@ -56,9 +57,9 @@ __all__ = [
     "AttemptError",
     "Step",
     "RunResult",
-    "RunFailed",
-    "UnrecognizedFailure",
-    "RunCancelled",
+    "RunStoppedError",
+    "UnrecognizedDispatchError",
+    "RunCancelledError",
     "Classifier",
     "run",
     "run_async",
@@ -154,31 +155,33 @@ class Step:
         "ordinal",
         "route_id",
         "route_ordinal",
+        "route_release_sha256",
         "idempotency_key",
         "remaining_ms",
+        "deadline_ms",
+        "started_at_ms",
         "reserve_cost",
         "_cost",
     )
 
-    def __init__(
-        self,
-        ordinal: int,
-        route_id: str,
-        route_ordinal: int,
-        idempotency_key: str,
-        remaining_ms: int,
-        reserve_cost: int,
-    ) -> None:
+    def __init__(self, plan: _core._Plan, idempotency_key: str, started_at_ms: int) -> None:
+        ordinal, route_id, route_ordinal, _, reserve_cost, deadline_ms, release = plan
         #: Global ordinal of the attempt, from 1.
         self.ordinal = ordinal
         #: The route to dispatch to.
         self.route_id = route_id
         #: Ordinal on the route, from 1.
         self.route_ordinal = route_ordinal
+        #: The exact route release the policy names.
+        self.route_release_sha256 = release
         #: The raw idempotency key; send it with every attempt.
         self.idempotency_key = idempotency_key
-        #: Milliseconds left until the run's deadline.
-        self.remaining_ms = remaining_ms
+        #: Milliseconds left until the run's deadline when the attempt started.
+        self.remaining_ms = deadline_ms - started_at_ms if deadline_ms > started_at_ms else 0
+        #: The run's deadline on the run clock, ms.
+        self.deadline_ms = deadline_ms
+        #: When the attempt started on the run clock, ms.
+        self.started_at_ms = started_at_ms
         #: Worst-case cost reserved for this attempt.
         self.reserve_cost = reserve_cost
         self._cost: Optional[int] = None
@@ -265,7 +268,7 @@ class RunResult(_Sealed, Generic[T]):
         return f"RunResult(value={self.value!r}, receipt_sha256={self.receipt_sha256!r})"
 
 
-class RunFailed(_Sealed, RetryledgerError):
+class RunStoppedError(_Sealed, RetryledgerError):
     """The run ended without success; ``code`` is its terminal (``stop_route_exhausted``, ...).
 
     ``__cause__`` is the exception the last attempt raised, if any.
@@ -276,12 +279,12 @@ class RunFailed(_Sealed, RetryledgerError):
         self._seal(sealed)
 
 
-class UnrecognizedFailure(RunFailed):
+class UnrecognizedDispatchError(RunStoppedError):
     """``dispatch`` raised an exception no rule classifies; it was recorded as
     indeterminate (never retried) and is this error's ``__cause__``."""
 
 
-class RunCancelled(_Sealed, asyncio.CancelledError):
+class RunCancelledError(_Sealed, asyncio.CancelledError):
     """The task running ``run_async`` was cancelled; the bundle records it.
 
     Between attempts the attempts document carries ``cancelled_at_ms``
@@ -400,11 +403,6 @@ def _record(state: _core.Run, started: int, now: float, step: Step, outcome: _co
         raise core_error(e) from None
 
 
-def _step(plan: _core._Plan, key: str, started: int) -> Step:
-    remaining = plan[5] - started
-    return Step(plan[0], plan[1], plan[2], key, remaining if remaining > 0 else 0, plan[4])
-
-
 def _seal(state: _core.Run) -> _core.Sealed:
     try:
         return state.seal()
@@ -412,13 +410,13 @@ def _seal(state: _core.Run) -> _core.Sealed:
         raise core_error(e) from None
 
 
-def _failure(state: _core.Run, last_error: Optional[BaseException], unrecognized: bool) -> RunFailed:
+def _failure(state: _core.Run, last_error: Optional[BaseException], unrecognized: bool) -> RunStoppedError:
     sealed = _seal(state)
     count = state.attempt_count
     message = f"run ended with {sealed.terminal} after {count} attempt{'s' if count != 1 else ''}"
     if unrecognized:
-        return UnrecognizedFailure(sealed, f"{message}; unrecognized {type(last_error).__name__}")
-    return RunFailed(sealed, message)
+        return UnrecognizedDispatchError(sealed, f"{message}; unrecognized {type(last_error).__name__}")
+    return RunStoppedError(sealed, message)
 
 
 def run(
@@ -430,7 +428,7 @@ def run(
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], None]] = None,
 ) -> RunResult[T]:
-    """Run one logical request to its terminal: the value and sealed bundle, or :class:`RunFailed`."""
+    """Run one logical request to its terminal: the value and sealed bundle, or :class:`RunStoppedError`."""
     compiled = _checked(policy, idempotency_key)
     if clock is None:
         clock = _monotonic_ms
@@ -449,8 +447,7 @@ def run(
             sleep(not_before - now)
             now = clock() - t0
         started = int(now) if now > 0 else 0
-        remaining = plan[5] - started
-        step = Step(plan[0], plan[1], plan[2], idempotency_key, remaining if remaining > 0 else 0, plan[4])
+        step = Step(plan, idempotency_key, started)
         try:
             value = dispatch(step)
         except Exception as exc:
@@ -492,7 +489,7 @@ async def run_async(
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited.
 
-    Cancelling the task stops the run and raises :class:`RunCancelled` carrying the bundle.
+    Cancelling the task stops the run and raises :class:`RunCancelledError` carrying the bundle.
     """
     compiled = _checked(policy, idempotency_key)
     if clock is None:
@@ -514,7 +511,7 @@ async def run_async(
                 await sleep(not_before - now)
                 now = clock() - t0
             started = int(now) if now > 0 else 0
-            step = _step(plan, idempotency_key, started)
+            step = Step(plan, idempotency_key, started)
             try:
                 value = await dispatch(step)
             except asyncio.CancelledError:
@@ -542,5 +539,5 @@ async def run_async(
                 state.cancel(int(now))
             except _core.CoreError as e:
                 raise core_error(e) from cancelled
-        raise RunCancelled(_seal(state)) from cancelled
+        raise RunCancelledError(_seal(state)) from cancelled
     raise _failure(state, last_error, unrecognized) from last_error

@@ -196,8 +196,9 @@ impl Compiled {
     }
 }
 
-/// The planned dispatch as `(ordinal, route_id, route_ordinal, not_before_ms, reserve_cost, deadline_ms)`.
-type Plan = (u64, String, u64, u64, u64, u64);
+/// The planned dispatch as `(ordinal, route_id, route_ordinal, not_before_ms,
+/// reserve_cost, deadline_ms, route_release_sha256)`.
+type Plan = (u64, String, u64, u64, u64, u64, String);
 
 /// One run in progress: the observed attempts and the next decision, kept here.
 #[pyclass(module = "retryledger._core")]
@@ -235,6 +236,7 @@ impl Run {
                 d.not_before_ms,
                 d.reserve_cost,
                 d.deadline_ms,
+                d.route_release_sha256.as_str().to_owned(),
             )),
             Decision::Terminal { .. } => None,
         }

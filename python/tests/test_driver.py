@@ -58,6 +58,10 @@ def test_reference_run_reproduces_the_lab_bundle_byte_for_byte() -> None:
     assert all(s.idempotency_key == KEY for s in seen)
     assert [s.remaining_ms for s in seen] == [5_000, 5_000 - 1_350, 5_000 - 1_650]
     assert [s.reserve_cost for s in seen] == [1_500, 1_500, 3_000]
+    assert [s.started_at_ms for s in seen] == [0, 1_350, 1_650]
+    assert {s.deadline_ms for s in seen} == {5_000}
+    attempts = expected["attempts"]["attempts"]
+    assert [s.route_release_sha256 for s in seen] == [a["route_release_sha256"] for a in attempts]
     verdict = retryledger.verify_bundle(result.bundle_json)
     assert verdict["kind"] == "verified"
     assert verdict["receipt_sha256"] == result.receipt_sha256
@@ -132,7 +136,7 @@ def test_unrecognized_exception_is_indeterminate_never_retried() -> None:
         calls.append(step.ordinal)
         raise original
 
-    with pytest.raises(retryledger.UnrecognizedFailure) as info:
+    with pytest.raises(retryledger.UnrecognizedDispatchError) as info:
         retryledger.run(make_policy(), dispatch, KEY, clock=FakeClock())
     err = info.value
     assert calls == [1]
@@ -180,9 +184,9 @@ def test_non_retryable_stops_without_fallback() -> None:
     def dispatch(step: Step) -> str:
         raise original
 
-    with pytest.raises(retryledger.RunFailed) as info:
+    with pytest.raises(retryledger.RunStoppedError) as info:
         retryledger.run(make_policy(), dispatch, KEY, clock=FakeClock())
-    assert not isinstance(info.value, retryledger.UnrecognizedFailure)
+    assert not isinstance(info.value, retryledger.UnrecognizedDispatchError)
     assert info.value.terminal == "stop_non_retryable"
     assert info.value.__cause__ is original
     assert info.value.receipt["attempt_count"] == 1
@@ -196,7 +200,7 @@ def test_route_exhaustion_raises_with_the_bundle() -> None:
         step.charge(10)
         raise AttemptError.retryable("unavailable")
 
-    with pytest.raises(retryledger.RunFailed) as info:
+    with pytest.raises(retryledger.RunStoppedError) as info:
         retryledger.run(policy, dispatch, KEY, clock=clock, sleep=clock.sleep)
     err = info.value
     assert err.code == "stop_route_exhausted"
@@ -248,13 +252,13 @@ def test_late_success_loses_to_the_deadline() -> None:
         clock.advance(6_000)
         return "late"
 
-    with pytest.raises(retryledger.RunFailed) as info:
+    with pytest.raises(retryledger.RunStoppedError) as info:
         retryledger.run(make_policy(), dispatch, KEY, clock=clock, sleep=clock.sleep)
     assert info.value.terminal == "stop_deadline"
 
 
 def test_cancel_between_attempts_records_cancelled_at() -> None:
-    async def main() -> retryledger.RunCancelled:
+    async def main() -> retryledger.RunCancelledError:
         dispatched = asyncio.Event()
 
         async def dispatch(step: Step) -> str:
@@ -269,7 +273,7 @@ def test_cancel_between_attempts_records_cancelled_at() -> None:
         try:
             await task
         except asyncio.CancelledError as e:
-            assert isinstance(e, retryledger.RunCancelled)
+            assert isinstance(e, retryledger.RunCancelledError)
             return e
         raise AssertionError("not cancelled")
 
@@ -282,7 +286,7 @@ def test_cancel_between_attempts_records_cancelled_at() -> None:
 
 
 def test_cancel_during_dispatch_records_an_indeterminate_attempt() -> None:
-    async def main() -> retryledger.RunCancelled:
+    async def main() -> retryledger.RunCancelledError:
         started = asyncio.Event()
 
         async def dispatch(step: Step) -> str:
@@ -296,7 +300,7 @@ def test_cancel_during_dispatch_records_an_indeterminate_attempt() -> None:
         task.cancel()
         try:
             await task
-        except retryledger.RunCancelled as e:
+        except retryledger.RunCancelledError as e:
             return e
         raise AssertionError("not cancelled")
 
@@ -314,7 +318,7 @@ def test_async_unrecognized_exception() -> None:
     async def dispatch(step: Step) -> str:
         raise original
 
-    with pytest.raises(retryledger.UnrecognizedFailure) as info:
+    with pytest.raises(retryledger.UnrecognizedDispatchError) as info:
         asyncio.run(retryledger.run_async(make_policy(), dispatch, KEY))
     assert info.value.__cause__ is original
     assert info.value.receipt["attempt_count"] == 1
