@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -50,7 +49,3 @@ class FakeClock:
 
     def advance(self, ms: float) -> None:
         self.now += ms
-
-
-def python() -> str:
-    return sys.executable
