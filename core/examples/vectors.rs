@@ -707,7 +707,7 @@ fn decode_family() -> Family {
     let mut f = Family::new(
         "decode",
         "Hostile and malformed documents: every decode rule, with its code and JSON Pointer, for policies, attempts, bundles and HTTP observations.",
-        "strict decoding: unknown fields, nulls, floats and exponents, negative and too-large integers (2^53, 2^64, 10^20), duplicate keys, wrong types and values, schema mismatch, missing fields, identifiers and digests, duplicate and too many set items, too many routes, invalid JSON (empty, truncated, trailing data, BOM, lone surrogate, comments, NaN), deep nesting (33 levels and 100,000 brackets), huge strings, and formatting that must not change a digest",
+        "strict decoding: unknown fields, nulls, floats and exponents, negative and too-large integers (2^53, 2^64, 10^20), duplicate keys, wrong types and values, schema mismatch, missing fields, identifiers and digests, duplicate and too many set items, too many routes, invalid JSON (empty, truncated, trailing data, BOM, lone surrogate, comments, NaN), deep nesting (33 levels and 100,000 brackets), huge strings, an array where an object is expected, fields beside a unit variant's tag, header pairs of the wrong length, and formatting that must not change a digest",
     );
     let r = reference();
     let pt = t(&r);
@@ -1354,12 +1354,12 @@ fn decode_family() -> Family {
     f.classify(
         "observation_header_not_a_pair",
         "{\"headers\":[[\"retry-after\"]],\"status\":429}",
-        "error",
+        "invalid_value",
     );
     f.classify(
         "observation_header_triple",
         "{\"headers\":[[\"retry-after\",\"1\",\"x\"]],\"status\":429}",
-        "error",
+        "too_many_items",
     );
     f.classify(
         "observation_too_many_headers",

@@ -312,6 +312,9 @@ fn code_of(message: &str) -> ErrorCode {
         ErrorCode::MissingField
     } else if message.starts_with("invalid type") {
         ErrorCode::InvalidType
+    } else if message.starts_with("invalid length") && message.contains("expected a tuple") {
+        // Fewer items than a fixed-size pair: not "too many".
+        ErrorCode::InvalidValue
     } else if message.starts_with("invalid length") {
         ErrorCode::TooManyItems
     } else {
