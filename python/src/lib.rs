@@ -6,13 +6,14 @@
 //! layer turns it into the exception class of the code's family. Integers are
 //! range-checked in Python before they cross, so nothing here can overflow.
 //!
-//! [`Run`] keeps a driver's attempts on the Rust side: the driver records each
+//! [`Run`] holds the core's [`Session`] for a driver: the driver records each
 //! observation (an [`Outcome`] decoded once, not per attempt) and reads the
-//! next dispatch as a tuple; [`Run::seal`] evaluates the receipt, and the
+//! next dispatch as a tuple; [`Run::seal`] takes the receipt, and the
 //! receipt's digest and the bundle's JSON are computed only when asked for.
 //! No JSON crosses per attempt.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -23,7 +24,7 @@ use retryledger_core::canonical::{canonical_json, digest_of};
 use retryledger_core::decode::from_str;
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::receipt::BundleSchema;
-use retryledger_core::{Attempt, Attempts, CompiledPolicy, Decision, Outcome, Receipt};
+use retryledger_core::{Attempts, CompiledPolicy, Decision, Outcome, Receipt, Session};
 
 create_exception!(
     retryledger._core,
@@ -136,7 +137,7 @@ fn lab() -> PyResult<(String, String, String)> {
 /// A policy validated and digested once, reused for every plan, evaluation and run.
 #[pyclass(frozen, module = "retryledger._core")]
 struct Compiled {
-    inner: CompiledPolicy,
+    inner: Arc<CompiledPolicy>,
     policy_json: String,
 }
 
@@ -146,7 +147,10 @@ impl Compiled {
     fn new(policy: &Bound<'_, PyAny>) -> PyResult<Self> {
         let inner = lift(api::compile_policy(&text(policy)?))?;
         let policy_json = canonical_json(&inner.policy);
-        Ok(Self { inner, policy_json })
+        Ok(Self {
+            inner: Arc::new(inner),
+            policy_json,
+        })
     }
 
     /// The policy digest.
@@ -183,16 +187,11 @@ impl Compiled {
     }
 
     /// A new run of this policy, with no attempt yet.
-    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Run> {
-        let next = lift(retryledger_core::plan_next(
-            &slf.get().inner,
-            &Attempts::default(),
-        ))?;
-        Ok(Run {
+    fn start(slf: Py<Self>, py: Python<'_>) -> Run {
+        Run {
+            session: Session::start(Arc::clone(&slf.get().inner)),
             policy: slf.clone_ref(py),
-            attempts: Attempts::default(),
-            next,
-        })
+        }
     }
 }
 
@@ -200,52 +199,39 @@ impl Compiled {
 /// reserve_cost, deadline_ms, route_release_sha256)`.
 type Plan = (u64, String, u64, u64, u64, u64, String);
 
-/// One run in progress: the observed attempts and the next decision, kept here.
-#[pyclass(module = "retryledger._core")]
-struct Run {
-    policy: Py<Compiled>,
-    attempts: Attempts,
-    next: Decision,
+fn plan_of(decision: &Decision) -> Option<Plan> {
+    match decision {
+        Decision::Dispatch(d) => Some((
+            d.ordinal,
+            d.route_id.as_str().to_owned(),
+            d.route_ordinal,
+            d.not_before_ms,
+            d.reserve_cost,
+            d.deadline_ms,
+            d.route_release_sha256.as_str().to_owned(),
+        )),
+        Decision::Terminal { .. } => None,
+    }
 }
 
-impl Run {
-    /// Plan again after a change; on an error, undo the change and raise it.
-    fn replan(&mut self, undo: impl FnOnce(&mut Attempts)) -> PyResult<()> {
-        match retryledger_core::plan_next(&self.policy.get().inner, &self.attempts) {
-            Ok(next) => {
-                self.next = next;
-                Ok(())
-            }
-            Err(e) => {
-                undo(&mut self.attempts);
-                Err(raise(&e))
-            }
-        }
-    }
+/// One run in progress: the core's [`Session`], advanced one attempt at a time.
+#[pyclass(module = "retryledger._core")]
+struct Run {
+    session: Session,
+    policy: Py<Compiled>,
 }
 
 #[pymethods]
 impl Run {
     /// The planned dispatch, or `None` once the run has reached a terminal.
     fn next(&self) -> Option<Plan> {
-        match &self.next {
-            Decision::Dispatch(d) => Some((
-                d.ordinal,
-                d.route_id.as_str().to_owned(),
-                d.route_ordinal,
-                d.not_before_ms,
-                d.reserve_cost,
-                d.deadline_ms,
-                d.route_release_sha256.as_str().to_owned(),
-            )),
-            Decision::Terminal { .. } => None,
-        }
+        plan_of(self.session.next())
     }
 
     /// The terminal's name, or `None` while the run can still dispatch.
     #[getter]
     fn terminal(&self) -> Option<&'static str> {
-        match &self.next {
+        match self.session.next() {
             Decision::Terminal { terminal } => Some(terminal.as_str()),
             Decision::Dispatch(_) => None,
         }
@@ -254,19 +240,19 @@ impl Run {
     /// The next decision as JSON, exactly as `plan_next` gives it.
     #[getter]
     fn decision_json(&self) -> String {
-        canonical_json(&self.next)
+        canonical_json(self.session.next())
     }
 
     /// Attempts recorded so far.
     #[getter]
     fn attempt_count(&self) -> usize {
-        self.attempts.attempts.len()
+        self.session.attempts().attempts.len()
     }
 
     /// The attempts so far as JSON.
     #[getter]
     fn attempts_json(&self) -> String {
-        canonical_json(&self.attempts)
+        canonical_json(self.session.attempts())
     }
 
     /// Record the planned attempt's observation and return the next planned
@@ -280,53 +266,26 @@ impl Run {
         cost: u64,
         outcome: &PyOutcome,
     ) -> PyResult<Option<Plan>> {
-        let outcome = outcome.inner;
-        let Decision::Dispatch(d) = &self.next else {
-            return Err(raise(&Error::attempt(
-                ErrorCode::AttemptAfterTerminal,
-                self.attempts.attempts.len(),
-                "ordinal",
-                "the run has already reached a terminal",
-            )));
-        };
-        let attempt = Attempt {
-            completed_at_ms,
-            cost,
-            idempotency_key_sha256: d.idempotency_key_sha256.clone(),
-            jitter_sample_ms: d.jitter_sample_ms,
-            logical_request_sha256: d.logical_request_sha256.clone(),
-            ordinal: d.ordinal,
-            outcome,
-            route_id: d.route_id.clone(),
-            route_ordinal: d.route_ordinal,
-            route_release_sha256: d.route_release_sha256.clone(),
-            started_at_ms,
-        };
-        self.attempts.attempts.push(attempt);
-        self.replan(|a| {
-            a.attempts.pop();
-        })?;
-        Ok(self.next())
+        lift(
+            self.session
+                .record(started_at_ms, completed_at_ms, cost, outcome.inner)
+                .map(plan_of),
+        )
     }
 
     /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
     fn cancel(&mut self, at_ms: u64) -> PyResult<()> {
-        let before = self.attempts.cancelled_at_ms.replace(at_ms);
-        self.replan(|a| a.cancelled_at_ms = before)
+        lift(self.session.cancel(at_ms))
     }
 
-    /// Seal the finished run: evaluate its receipt (with the digests of the
-    /// policy and the attempts). The receipt's own digest and the bundle's
-    /// JSON are computed when asked for.
+    /// Seal the finished run: its receipt (with the digests of the policy and
+    /// the attempts). The receipt's own digest and the bundle's JSON are
+    /// computed when asked for.
     fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
-        let receipt = lift(retryledger_core::evaluate(
-            &self.policy.get().inner,
-            &self.attempts,
-        ))?;
         Ok(Sealed {
+            receipt: lift(self.session.receipt())?,
+            attempts: self.session.attempts().clone(),
             policy: self.policy.clone_ref(py),
-            attempts: self.attempts.clone(),
-            receipt,
         })
     }
 }
