@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import * as rl from "../dist/index.js";
+import { call } from "../dist/core.js";
 import { KEY, referencePolicy } from "./helpers.mjs";
 
 /** @typedef {import("../dist/index.js").Attempts} Attempts */
@@ -167,4 +168,33 @@ test("hostile input never panics or traps: thousands of mutated documents come b
   assert.ok(counts.coded > 2000);
   // The module still answers after all of it.
   assert.equal(rl.validatePolicy(base), rl.digest(base));
+});
+
+test("the module-side run refuses numbers that are not document integers, and drift, without trapping", () => {
+  const compiled = rl.compilePolicy(referencePolicy());
+  const run = compiled.startRun();
+  try {
+    for (const [args, code] of /** @type {[[number, number, number, number, number], string][]} */ ([
+      [[NaN, 0, 0, 0, -1], "float_value"],
+      [[0, Infinity, 0, 0, -1], "float_value"],
+      [[0, 1, -5, 0, -1], "integer_out_of_range"],
+      [[0, 1, 2 ** 53, 0, -1], "integer_out_of_range"],
+      [[0, 1, 0, 99, -1], "invalid_value"],
+      [[0, 1, 0, 3, 0.5], "float_value"],
+      [[5, 1, 0, 3, -1], "completed_before_started"],
+    ])) {
+      assert.throws(
+        () => call(() => run.record(...args)),
+        (e) => e instanceof rl.RetryledgerError && e.code === code,
+        `${args.join(",")} -> ${code}`,
+      );
+    }
+    // Nothing was recorded by the refused calls; the run goes on.
+    call(() => run.record(0, 10, 0, 0, -1));
+    assert.equal(run.terminal(), 1);
+    assert.throws(() => call(() => run.record(10, 11, 0, 0, -1)), (e) => e instanceof rl.DriftError && e.code === "attempt_after_terminal");
+    assert.equal(JSON.parse(run.receipt_json()).terminal, "completed");
+  } finally {
+    run.free();
+  }
 });
