@@ -229,3 +229,15 @@ test("a refused connection is unavailable (retried), through the real SDK", asyn
     },
   );
 });
+
+test("the package's own names resolve: retryledger/openai alone loads the module in Node", async () => {
+  const { execFileSync } = await import("node:child_process");
+  const script = `
+    const m = await import("retryledger/openai");
+    const o = m.classifyOpenAIError(Object.assign(new Error("x"), { status: 429, headers: new Headers({ "retry-after": "3" }) }), { nowUnixMs: 0, retryAfterCapMs: 60000, deadlineExceeded: false });
+    const root = await import("retryledger");
+    console.log(JSON.stringify(o), typeof root.runWithPolicy, typeof (await import("retryledger/web")).init);
+  `;
+  const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { cwd: new URL("..", import.meta.url), encoding: "utf8" });
+  assert.equal(out.trim(), '{"class":"retryable","kind":"rate_limited","retry_after_ms":3000} function function');
+});
