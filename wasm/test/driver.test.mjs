@@ -346,3 +346,31 @@ test("a compiled policy is reused across runs", async () => {
     assert.equal(run.receipt.policy_sha256, compiled.digest);
   }
 });
+
+test("jitter: every mode's draws are recorded on the attempts and the bundle replays", async () => {
+  for (const mode of /** @type {const} */ (["full", "equal", "decorrelated"])) {
+    const p = policyWith((x) => {
+      x.jitter = { mode, scheduler_release: "sched-v1", seed: 42 };
+      x.backoff = { base_ms: 100, max_ms: 1000, retry_after_cap_ms: 2000 };
+    });
+    const time = fakeTime();
+    const { steps, dispatch } = scripted(time, [
+      { ms: 10, error: AttemptError.retryable("unavailable") },
+      { ms: 10, error: AttemptError.retryable("rate_limited", 50) },
+      { ms: 10, error: AttemptError.retryable("unavailable") },
+      { ms: 10, value: mode },
+    ]);
+    const run = await runWithPolicy(p, dispatch, { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep });
+    assert.equal(run.result, mode);
+    assert.equal(steps[0]?.decision.jitter_sample_ms, undefined, "the first dispatch has no draw");
+    const samples = run.bundle.attempts.attempts.map((a) => a.jitter_sample_ms);
+    assert.equal(samples[0], undefined);
+    for (const s of samples.slice(1)) assert.ok(typeof s === "number" && s >= 0);
+    for (const [i, step] of steps.entries()) {
+      // The decision handed to dispatch is exactly what planNext says for the attempts before it.
+      const before = { ...run.bundle.attempts, attempts: run.bundle.attempts.attempts.slice(0, i) };
+      assert.deepEqual(step.decision, rl.planNext(p, before));
+    }
+    assert.equal(verifyBundle(run.bundle).kind, "verified", mode);
+  }
+});

@@ -171,9 +171,13 @@ function decisionOf(run: RawRun, compiled: CompiledPolicy): DispatchDecision {
     route_release_sha256: route.route_release_sha256,
   };
   if (p.jitter.mode !== "none") {
-    d.jitter_max_ms = run.jitter_max_ms();
-    d.jitter_min_ms = run.jitter_min_ms();
-    d.jitter_sample_ms = run.jitter_sample_ms();
+    // The first dispatch has no draw: the module says -1 for "absent".
+    const sample = run.jitter_sample_ms();
+    if (sample >= 0) {
+      d.jitter_max_ms = run.jitter_max_ms();
+      d.jitter_min_ms = run.jitter_min_ms();
+      d.jitter_sample_ms = sample;
+    }
   }
   return d;
 }
