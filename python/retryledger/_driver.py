@@ -486,10 +486,16 @@ async def run_async(
     classify: Optional[Classifier] = None,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited.
 
-    Cancelling the task stops the run and raises :class:`RunCancelledError` carrying the bundle.
+    Cancelling the task stops the run and raises :class:`RunCancelledError`
+    carrying the bundle; ``on_cancel`` receives that error first. On Python
+    3.11 and later ``await task`` re-raises it; 3.9 and 3.10 raise a new
+    ``CancelledError`` whose ``__context__`` it is, and code that replaces the
+    cancellation (``asyncio.wait_for``, task groups) may hide it, so use
+    ``on_cancel`` where that matters.
     """
     compiled = _checked(policy, idempotency_key)
     if clock is None:
@@ -539,5 +545,8 @@ async def run_async(
                 state.cancel(int(now))
             except _core.CoreError as e:
                 raise core_error(e) from cancelled
-        raise RunCancelledError(_seal(state)) from cancelled
+        error = RunCancelledError(_seal(state))
+        if on_cancel is not None:
+            on_cancel(error)
+        raise error from cancelled
     raise _failure(state, last_error, unrecognized) from last_error

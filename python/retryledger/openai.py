@@ -35,7 +35,7 @@ from typing import Any, Awaitable, Callable, Mapping, Optional, TypeVar, Union
 import openai as _openai
 
 from ._api import Document, Policy
-from ._driver import RunResult, Step, http_outcome, run as _run, run_async as _run_async
+from ._driver import RunCancelledError, RunResult, Step, http_outcome, run as _run, run_async as _run_async
 from ._errors import PolicyError
 
 __all__ = ["IDEMPOTENCY_HEADER", "classify", "require_no_retries", "run", "run_async"]
@@ -128,6 +128,7 @@ async def run_async(
     *,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncOpenAI`` clients, one per route id."""
     compiled = _prepare(policy, clients)
@@ -138,4 +139,5 @@ async def run_async(
         classify=classify,
         clock=clock,
         sleep=sleep,
+        on_cancel=on_cancel,
     )

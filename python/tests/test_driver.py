@@ -295,12 +295,14 @@ def test_cancel_during_dispatch_records_an_indeterminate_attempt() -> None:
             await asyncio.sleep(10)
             return "never"
 
-        task = asyncio.ensure_future(retryledger.run_async(make_policy(), dispatch, KEY))
+        seen: List[retryledger.RunCancelledError] = []
+        task = asyncio.ensure_future(retryledger.run_async(make_policy(), dispatch, KEY, on_cancel=seen.append))
         await started.wait()
         task.cancel()
         try:
             await task
         except retryledger.RunCancelledError as e:
+            assert seen == [e]
             return e
         raise AssertionError("not cancelled")
 
@@ -310,6 +312,23 @@ def test_cancel_during_dispatch_records_an_indeterminate_attempt() -> None:
     assert attempt["outcome"] == {"class": "indeterminate", "kind": "unknown_provider_acceptance"}
     assert attempt["cost"] == 42
     assert retryledger.verify_bundle(cancelled.bundle_json)["kind"] == "verified"
+
+
+def test_on_cancel_sees_the_bundle_when_wait_for_replaces_the_cancellation() -> None:
+    seen: List[retryledger.RunCancelledError] = []
+
+    async def dispatch(step: Step) -> str:
+        await asyncio.sleep(10)
+        return "never"
+
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(retryledger.run_async(make_policy(), dispatch, KEY, on_cancel=seen.append), 0.05)
+
+    asyncio.run(main())
+    (cancelled,) = seen
+    assert cancelled.terminal == "stop_indeterminate"
+    assert retryledger.verify_bundle(cancelled.bundle)["kind"] == "verified"
 
 
 def test_async_unrecognized_exception() -> None:
