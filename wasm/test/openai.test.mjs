@@ -173,6 +173,10 @@ test("a client with SDK retries on is refused before any request", async () => {
       runWithOpenAI(referencePolicy(), retrying, (c, o) => c.chat.completions.create(BODY, o), { idempotencyKey: KEY }),
       (e) => e instanceof rl.PolicyError && e.code === "retry_owner_not_harness",
     );
+    await assert.rejects(
+      runWithOpenAI(referencePolicy(), { "private-primary": quiet }, (c, o) => c.chat.completions.create(BODY, o), { idempotencyKey: KEY }),
+      /no openai client for route\(s\) external-fallback/,
+    );
     assert.equal(provider.seen.length, 0);
   } finally {
     await provider.close();

@@ -20,7 +20,7 @@
 import { AttemptError, httpOutcome, transportOutcome, type ClassifyContext } from "./classify.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
-import type { CompiledPolicy, Input } from "./core.js";
+import { CompiledPolicy, type Input } from "./core.js";
 import type { Outcome, Policy } from "./types.js";
 
 /** The part of an `OpenAI` client this module looks at. */
@@ -119,7 +119,11 @@ export function openaiDispatch<C extends OpenAIClientLike, T>(
   };
 }
 
-/** `runWithPolicy` over `openai` clients with `openaiClassifier`. */
+/**
+ * `runWithPolicy` over `openai` clients with `openaiClassifier`. Before any
+ * request it refuses a client whose `maxRetries` is not 0 and a policy route
+ * without a client.
+ */
 export async function runWithOpenAI<C extends OpenAIClientLike, T>(
   policy: Input<Policy> | CompiledPolicy,
   clients: C | Readonly<Record<string, C>>,
@@ -127,5 +131,14 @@ export async function runWithOpenAI<C extends OpenAIClientLike, T>(
   options: RunOptions,
 ): Promise<RunResult<T>> {
   const dispatch = openaiDispatch(clients, call);
-  return runWithPolicy(policy, dispatch, { classify: openaiClassifier, ...options });
+  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  try {
+    if (typeof (clients as { maxRetries?: unknown }).maxRetries !== "number") {
+      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+      if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
+    }
+    return await runWithPolicy(compiled, dispatch, { classify: openaiClassifier, ...options });
+  } finally {
+    if (compiled !== policy) compiled.free();
+  }
 }
