@@ -116,8 +116,9 @@ async function measure(f, calls) {
 }
 
 const require = createRequire(import.meta.url);
-const shipped = require("../pkg-node/retryledger_wasm.js");
-const sizeFlavour = require("../pkg-size/retryledger_wasm.js");
+// Paths resolved at run time: pkg-size exists only once `make bench-wasm` has built it.
+const shipped = require(path.resolve(here, "../pkg-node/retryledger_wasm.js"));
+const sizeFlavour = require(path.resolve(here, "../pkg-size/retryledger_wasm.js"));
 const optLevel = process.env.WASM_OPT_LEVEL ?? "3";
 
 const bare = await measure(bareCall, CALLS);
