@@ -59,10 +59,11 @@ async function fakeProvider() {
           usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
         };
       }
+      // Stamped before sending: the client cannot see the response earlier.
+      const respondedAt = performance.now();
+      seen.push({ route, arrivedAt, respondedAt, status, idempotencyKey: Array.isArray(key) ? key.join(",") : key, retryAfterMs });
       res.writeHead(status, headers);
-      res.end(JSON.stringify(payload), () => {
-        seen.push({ route, arrivedAt, respondedAt: performance.now(), status, idempotencyKey: Array.isArray(key) ? key.join(",") : key, retryAfterMs });
-      });
+      res.end(JSON.stringify(payload));
     });
   });
   await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(undefined)));
