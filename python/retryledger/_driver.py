@@ -387,9 +387,9 @@ def _classified(exc: BaseException, classify: Optional[Classifier]) -> Optional[
     return None if text is None else _outcome(text)
 
 
-# The async driver's steps; the sync driver inlines the same lines (its hot path).
-def _record(state: _core.Run, started: int, now: float, step: Step, outcome: _core.Outcome) -> Optional[_core._Plan]:
-    """Record the attempt completed at ``now``; the next plan."""
+def _record(state: _core.Run, step: Step, now: float, outcome: _core.Outcome) -> Optional[_core._Plan]:
+    """Record the attempt as completed at ``now``; the next plan."""
+    started = step.started_at_ms
     completed = int(now)
     cost = step._cost
     try:
@@ -439,7 +439,6 @@ def run(
     last_error: Optional[BaseException] = None
     unrecognized = False
     plan = state.next()
-    record = state.record
     while plan is not None:
         now = clock() - t0
         not_before = plan[3]
@@ -458,23 +457,9 @@ def run(
                 outcome = UNKNOWN_ACCEPTANCE
         else:
             outcome = SUCCESS
-        # Inlined _record: this loop is the hot path.
-        completed = int(clock() - t0)
-        cost = step._cost
-        try:
-            plan = record(
-                started,
-                completed if completed > started else started,
-                step.reserve_cost if cost is None else cost,
-                outcome,
-            )
-        except _core.CoreError as e:
-            raise core_error(e) from None
+        plan = _record(state, step, clock() - t0, outcome)
         if outcome is SUCCESS and state.terminal == "completed":
-            try:
-                return RunResult(value, state.seal())
-            except _core.CoreError as e:
-                raise core_error(e) from None
+            return RunResult(value, _seal(state))
     raise _failure(state, last_error, unrecognized) from last_error
 
 
@@ -507,7 +492,6 @@ async def run_async(
     last_error: Optional[BaseException] = None
     unrecognized = False
     step: Optional[Step] = None
-    started = 0
     plan = state.next()
     try:
         while plan is not None:
@@ -528,18 +512,17 @@ async def run_async(
                 if outcome is None:
                     unrecognized = True
                     outcome = UNKNOWN_ACCEPTANCE
-                plan = _record(state, started, clock() - t0, step, outcome)
-                step = None
-                continue
-            plan = _record(state, started, clock() - t0, step, SUCCESS)
+            else:
+                outcome = SUCCESS
+            plan = _record(state, step, clock() - t0, outcome)
             step = None
-            if state.terminal == "completed":
+            if outcome is SUCCESS and state.terminal == "completed":
                 result: RunResult[T] = RunResult(value, _seal(state))
                 return result
     except asyncio.CancelledError as cancelled:
         now = max(clock() - t0, 0.0)
         if step is not None:
-            _record(state, started, now, step, UNKNOWN_ACCEPTANCE)
+            _record(state, step, now, UNKNOWN_ACCEPTANCE)
         else:
             try:
                 state.cancel(int(now))
