@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::attempt::{Attempts, AttemptsSchema};
-use crate::canonical::{canonical_json, digest_of};
+use crate::canonical::{canonical_json, digest_of, to_jcs};
 use crate::decode::{from_str, from_value, parse_strict};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate as run;
@@ -16,8 +16,17 @@ use crate::http::{self, HttpObservation, RetryAfterHeader};
 use crate::policy::{compile, CompiledPolicy, Policy, PolicySchema};
 use crate::receipt::{verify_bundle, Bundle, BundleSchema, Receipt, ReceiptSchema};
 
+/// A document's canonical JSON (document types serialize in sorted order).
 fn out<T: Serialize>(value: &T) -> String {
     canonical_json(value)
+}
+
+/// RFC 8785 JSON of a tagged answer (decision, verdict), whose serde form
+/// puts the tag first: sorted through a value so every output is canonical.
+fn out_sorted<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .map(|v| to_jcs(&v))
+        .unwrap_or_default()
 }
 
 /// Decode and validate a policy.
@@ -37,7 +46,7 @@ pub fn validate_policy(policy_json: &str) -> Result<String> {
 
 /// `plan_next` against a compiled policy: a `dispatch` or `terminal` decision as JSON.
 pub fn plan_next_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<String> {
-    Ok(out(&run::plan_next(
+    Ok(out_sorted(&run::plan_next(
         policy,
         &decode_attempts(attempts_json)?,
     )?))
@@ -75,7 +84,9 @@ pub fn seal_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<Str
 
 /// `verify_bundle`: a `verified` or `drift` verdict as JSON.
 pub fn verify(bundle_json: &str) -> Result<String> {
-    Ok(out(&verify_bundle(&from_str::<Bundle>(bundle_json)?)?))
+    Ok(out_sorted(&verify_bundle(&from_str::<Bundle>(
+        bundle_json,
+    )?)?))
 }
 
 /// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding

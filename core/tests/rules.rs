@@ -557,3 +557,24 @@ fn documents_are_objects_with_no_extra_fields_anywhere() {
     // The headers' [name, value] pairs are still arrays.
     assert!(api::classify_http("{\"headers\":[[\"retry-after\",\"1\"]],\"status\":429}").is_ok());
 }
+
+#[test]
+fn every_api_output_is_canonical_json() {
+    use retryledger_core::canonical::to_jcs;
+    let bundle = lab::reference_bundle().unwrap();
+    let policy = serde_json::to_string(&bundle.policy).unwrap();
+    let attempts = serde_json::to_string(&bundle.attempts).unwrap();
+    let mut first = bundle.attempts.clone();
+    first.attempts.truncate(1);
+    let outputs = [
+        api::plan_next(&policy, &serde_json::to_string(&first).unwrap()).unwrap(),
+        api::plan_next(&policy, &attempts).unwrap(),
+        api::evaluate(&policy, &attempts).unwrap(),
+        api::verify(&serde_json::to_string(&bundle).unwrap()).unwrap(),
+        api::classify_http(r#"{"status":429,"headers":[["retry-after","2"]]}"#).unwrap(),
+    ];
+    for text in outputs {
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(text, to_jcs(&value));
+    }
+}
