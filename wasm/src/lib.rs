@@ -8,16 +8,15 @@
 //! and no input can trap.
 #![cfg(target_arch = "wasm32")]
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use retryledger_core::api;
-use retryledger_core::attempt::{Attempt, Attempts};
 use retryledger_core::canonical::{canonical_json, sha256_hex as sha256};
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::evaluate::{Decision, Dispatch, Terminal};
 use retryledger_core::limits::MAX_SAFE_INTEGER;
 use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
-use retryledger_core::CompiledPolicy;
+use retryledger_core::{CompiledPolicy, Session};
 use wasm_bindgen::prelude::*;
 
 /// Every fallible export returns text or throws the error's JSON as a string.
@@ -112,7 +111,7 @@ pub fn sha256_hex(text: &str) -> String {
 /// A policy validated and digested once, reused for every plan and seal of a run.
 #[wasm_bindgen]
 pub struct Compiled {
-    inner: Rc<CompiledPolicy>,
+    inner: Arc<CompiledPolicy>,
 }
 
 #[wasm_bindgen]
@@ -120,7 +119,7 @@ impl Compiled {
     /// Decode and validate a policy.
     pub fn compile(policy: &str) -> Out<Compiled> {
         Ok(Compiled {
-            inner: Rc::new(lift(api::compile_policy(policy))?),
+            inner: Arc::new(lift(api::compile_policy(policy))?),
         })
     }
 
@@ -150,14 +149,10 @@ impl Compiled {
     }
 
     /// A new run of this policy with no attempt yet (the driver's state, kept here).
-    pub fn start(&self) -> Out<Run> {
-        let attempts = Attempts::default();
-        let next = lift(retryledger_core::plan_next(&self.inner, &attempts))?;
-        Ok(Run {
-            policy: Rc::clone(&self.inner),
-            attempts,
-            next,
-        })
+    pub fn start(&self) -> Run {
+        Run {
+            session: Session::start(Arc::clone(&self.inner)),
+        }
     }
 }
 
@@ -225,14 +220,12 @@ fn opt_num(x: Option<u64>) -> f64 {
 /// numbers only; the receipt crosses as JSON once, at the end.
 #[wasm_bindgen]
 pub struct Run {
-    policy: Rc<CompiledPolicy>,
-    attempts: Attempts,
-    next: Decision,
+    session: Session,
 }
 
 impl Run {
     fn dispatch(&self) -> Option<&Dispatch> {
-        match &self.next {
+        match self.session.next() {
             Decision::Dispatch(d) => Some(d),
             Decision::Terminal { .. } => None,
         }
@@ -240,20 +233,6 @@ impl Run {
 
     fn field(&self, f: impl Fn(&Dispatch) -> u64) -> f64 {
         self.dispatch().map_or(-1.0, |d| num(f(d)))
-    }
-
-    /// Plan again after a change; on an error, undo it.
-    fn replan(&mut self, undo: impl FnOnce(&mut Attempts)) -> Out<()> {
-        match retryledger_core::plan_next(&self.policy, &self.attempts) {
-            Ok(next) => {
-                self.next = next;
-                Ok(())
-            }
-            Err(e) => {
-                undo(&mut self.attempts);
-                Err(thrown(&e))
-            }
-        }
     }
 }
 
@@ -263,7 +242,7 @@ impl Run {
     /// (completed, stop_non_retryable, stop_indeterminate, stop_total_attempts,
     /// stop_route_exhausted, stop_cost_budget, stop_deadline, stop_cancelled).
     pub fn terminal(&self) -> u32 {
-        match &self.next {
+        match self.session.next() {
             Decision::Dispatch(_) => 0,
             Decision::Terminal { terminal } => TERMINALS
                 .iter()
@@ -276,7 +255,12 @@ impl Run {
     /// The planned route's priority (its index in priority order), or -1.
     pub fn priority(&self) -> i32 {
         self.dispatch()
-            .and_then(|d| self.policy.routes().position(|r| r.route_id == d.route_id))
+            .and_then(|d| {
+                self.session
+                    .policy()
+                    .routes()
+                    .position(|r| r.route_id == d.route_id)
+            })
             .and_then(|i| i32::try_from(i).ok())
             .unwrap_or(-1)
     }
@@ -337,7 +321,7 @@ impl Run {
         outcome: u32,
         retry_after_ms: f64,
     ) -> Out<()> {
-        let decoded = || -> retryledger_core::Result<Attempt> {
+        let observed = || -> retryledger_core::Result<(u64, u64, u64, Outcome)> {
             let started = safe_integer(started_at_ms, "started_at_ms")?;
             let completed = safe_integer(completed_at_ms, "completed_at_ms")?;
             let cost = safe_integer(cost, "cost")?;
@@ -353,50 +337,29 @@ impl Run {
             if let Outcome::Retryable { retry_after_ms, .. } = &mut outcome {
                 *retry_after_ms = hint;
             }
-            let index = self.attempts.attempts.len();
-            let Some(d) = self.dispatch() else {
-                return Err(Error::attempt(
-                    ErrorCode::AttemptAfterTerminal,
-                    index,
-                    "ordinal",
-                    "the run has already reached a terminal",
-                ));
-            };
-            Ok(Attempt {
-                completed_at_ms: completed,
-                cost,
-                idempotency_key_sha256: d.idempotency_key_sha256.clone(),
-                jitter_sample_ms: d.jitter_sample_ms,
-                logical_request_sha256: d.logical_request_sha256.clone(),
-                ordinal: d.ordinal,
-                outcome,
-                route_id: d.route_id.clone(),
-                route_ordinal: d.route_ordinal,
-                route_release_sha256: d.route_release_sha256.clone(),
-                started_at_ms: started,
-            })
+            Ok((started, completed, cost, outcome))
         };
-        let attempt = lift(decoded())?;
-        self.attempts.attempts.push(attempt);
-        self.replan(|a| {
-            a.attempts.pop();
-        })
+        let (started, completed, cost, outcome) = lift(observed())?;
+        lift(
+            self.session
+                .record(started, completed, cost, outcome)
+                .map(|_| ()),
+        )
     }
 
     /// Mark the run cancelled between attempts at `at_ms` on the run clock.
     pub fn cancel(&mut self, at_ms: f64) -> Out<()> {
         let at = lift(safe_integer(at_ms, "cancelled_at_ms"))?;
-        let before = self.attempts.cancelled_at_ms.replace(at);
-        self.replan(|a| a.cancelled_at_ms = before)
+        lift(self.session.cancel(at))
     }
 
     /// The receipt of the finished run as JSON.
     pub fn receipt_json(&self) -> Out<String> {
-        lift(retryledger_core::evaluate(&self.policy, &self.attempts).map(|r| canonical_json(&r)))
+        lift(self.session.receipt().map(|r| canonical_json(&r)))
     }
 
     /// The attempts so far as JSON.
     pub fn attempts_json(&self) -> String {
-        canonical_json(&self.attempts)
+        canonical_json(self.session.attempts())
     }
 }
