@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use retryledger_core::api;
+use retryledger_core::canonical::to_jcs;
 use retryledger_core::lab::{self, Step};
 use retryledger_core::limits::MAX_INPUT_BYTES;
 use retryledger_core::outcome::RetryableKind;
@@ -61,8 +62,12 @@ fn n(input: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("input `{key}` is not an integer"))
 }
 
+/// Parse an object output, which must be its own RFC 8785 form byte for byte
+/// (bindings compare the text, not only the parsed value).
 fn json_of(text: String) -> Value {
-    serde_json::from_str(&text).unwrap()
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(to_jcs(&v), text, "output is not canonical JSON");
+    v
 }
 
 /// What the core gives for a case, in the vectors' `expect` shape.

@@ -17,10 +17,12 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, sha256_hex};
+use retryledger_core::canonical::{canonical_json, sha256_hex, to_jcs};
 use retryledger_core::decode::from_str;
 use retryledger_core::limits::{MAX_RETRY_AFTER_BYTES, MAX_SAFE_INTEGER};
-use retryledger_core::{lab, Attempts, Bundle, Decision, Error, ErrorCode, Outcome, Policy, Receipt, Verdict};
+use retryledger_core::{
+    lab, Attempts, Bundle, Decision, Error, ErrorCode, Outcome, Policy, Receipt, Verdict,
+};
 use serde_json::Value;
 
 fn text(data: &[u8]) -> Cow<'_, str> {
@@ -44,6 +46,12 @@ pub fn check_error(e: &Error) {
     assert_eq!(v["family"], e.family().as_str());
 }
 
+/// An operation's output is its value's RFC 8785 form, byte for byte.
+fn assert_jcs(out: &str) {
+    let v: Value = serde_json::from_str(out).expect("output is JSON");
+    assert_eq!(to_jcs(&v), out, "output is not canonical");
+}
+
 /// `a\0b` splits into (a, b); without a NUL byte the reference policy is paired with the input.
 fn pair(data: &[u8]) -> (Cow<'_, str>, Cow<'_, str>) {
     match data.iter().position(|&b| b == 0) {
@@ -53,7 +61,9 @@ fn pair(data: &[u8]) -> (Cow<'_, str>, Cow<'_, str>) {
 }
 
 fn is_digest(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 pub fn check_decode_policy(data: &[u8]) {
@@ -86,8 +96,14 @@ pub fn check_decode_attempts(data: &[u8]) {
     match from_str::<Attempts>(&t) {
         Ok(a) => {
             let canon = canonical_json(&a);
-            assert_eq!(from_str::<Attempts>(&canon).expect("canonical re-decodes"), a);
-            assert_eq!(api::digest(&t).expect("digests"), sha256_hex(canon.as_bytes()));
+            assert_eq!(
+                from_str::<Attempts>(&canon).expect("canonical re-decodes"),
+                a
+            );
+            assert_eq!(
+                api::digest(&t).expect("digests"),
+                sha256_hex(canon.as_bytes())
+            );
         }
         Err(e) => {
             check_error(&e);
@@ -102,9 +118,15 @@ pub fn check_decode_bundle(data: &[u8]) {
         Ok(b) => {
             let canon = canonical_json(&b);
             assert_eq!(from_str::<Bundle>(&canon).expect("canonical re-decodes"), b);
-            assert_eq!(api::digest(&t).expect("digests"), sha256_hex(canon.as_bytes()));
+            assert_eq!(
+                api::digest(&t).expect("digests"),
+                sha256_hex(canon.as_bytes())
+            );
             let receipt_canon = canonical_json(&b.receipt);
-            assert_eq!(from_str::<Receipt>(&receipt_canon).expect("receipt re-decodes"), b.receipt);
+            assert_eq!(
+                from_str::<Receipt>(&receipt_canon).expect("receipt re-decodes"),
+                b.receipt
+            );
             check_verify(&t);
         }
         Err(e) => check_error(&e),
@@ -119,7 +141,7 @@ pub fn check_decode_observation(data: &[u8]) {
             if let Some(ms) = o.retry_after_ms() {
                 assert!(ms <= MAX_SAFE_INTEGER);
             }
-            assert_eq!(canonical_json(&o), out);
+            assert_jcs(&out);
         }
         Err(e) => check_error(&e),
     }
@@ -130,7 +152,11 @@ pub fn check_retry_after(data: &[u8]) {
     if data.len() < 17 {
         return;
     }
-    let header = if data[0] % 2 == 0 { "retry-after" } else { "retry-after-ms" };
+    let header = if data[0] % 2 == 0 {
+        "retry-after"
+    } else {
+        "retry-after-ms"
+    };
     let now = u64::from_le_bytes(data[1..9].try_into().unwrap());
     let cap = u64::from_le_bytes(data[9..17].try_into().unwrap());
     let value = text(&data[17..]);
@@ -151,7 +177,7 @@ pub fn check_plan_next(data: &[u8]) {
     match api::plan_next(&policy, &attempts) {
         Ok(out) => {
             let d: Decision = serde_json::from_str(&out).expect("a decision");
-            assert_eq!(canonical_json(&d), out);
+            assert_jcs(&out);
             if let Decision::Dispatch(d) = d {
                 assert!(d.not_before_ms < d.deadline_ms);
                 assert!(d.not_before_ms >= d.retry_after_floor_ms);
@@ -169,11 +195,12 @@ pub fn check_evaluate(data: &[u8]) {
         Ok(out) => {
             let r: Receipt = serde_json::from_str(&out).expect("a receipt");
             assert_eq!(canonical_json(&r), out);
+            assert_jcs(&out);
             assert_eq!(api::evaluate(&policy, &attempts).unwrap(), out);
             let compiled = api::compile_policy(&policy).expect("evaluated, so valid");
             let bundle = api::seal_compiled(&compiled, &attempts).expect("seals");
-            let verdict: Verdict = serde_json::from_str(&api::verify(&bundle).expect("verifies"))
-                .expect("a verdict");
+            let verdict: Verdict =
+                serde_json::from_str(&api::verify(&bundle).expect("verifies")).expect("a verdict");
             match verdict {
                 Verdict::Verified {
                     receipt_sha256,
@@ -193,6 +220,7 @@ pub fn check_evaluate(data: &[u8]) {
 fn check_verify(t: &str) {
     match api::verify(t) {
         Ok(out) => {
+            assert_jcs(&out);
             let v: Verdict = serde_json::from_str(&out).expect("a verdict");
             match v {
                 Verdict::Verified { receipt_sha256, .. } => assert!(is_digest(&receipt_sha256)),
