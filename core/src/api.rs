@@ -4,11 +4,10 @@
 //! thin layer of glue and every language decodes with the same strict rules
 //! and reports the same codes. Outputs are compact JSON in canonical order.
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::attempt::{Attempts, AttemptsSchema};
-use crate::canonical::{canonical_json, digest_of, to_jcs};
+use crate::canonical::{canonical_json, digest_of, Encode, ObjectWriter, Sink};
 use crate::decode::{from_str, from_value, parse_strict};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate as run;
@@ -16,17 +15,9 @@ use crate::http::{self, HttpObservation, RetryAfterHeader};
 use crate::policy::{compile, CompiledPolicy, Policy, PolicySchema};
 use crate::receipt::{verify_bundle, Bundle, BundleSchema, Receipt, ReceiptSchema};
 
-/// A document's canonical JSON (document types serialize in sorted order).
-fn out<T: Serialize>(value: &T) -> String {
+/// A document's or answer's canonical JSON (RFC 8785).
+fn out<T: Encode>(value: &T) -> String {
     canonical_json(value)
-}
-
-/// RFC 8785 JSON of a tagged answer (decision, verdict), whose serde form
-/// puts the tag first: sorted through a value so every output is canonical.
-fn out_sorted<T: Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .map(|v| to_jcs(&v))
-        .unwrap_or_default()
 }
 
 /// Decode and validate a policy.
@@ -46,7 +37,7 @@ pub fn validate_policy(policy_json: &str) -> Result<String> {
 
 /// `plan_next` against a compiled policy: a `dispatch` or `terminal` decision as JSON.
 pub fn plan_next_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<String> {
-    Ok(out_sorted(&run::plan_next(
+    Ok(out(&run::plan_next(
         policy,
         &decode_attempts(attempts_json)?,
     )?))
@@ -84,7 +75,7 @@ pub fn seal_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<Str
 
 /// `verify_bundle`: a `verified` or `drift` verdict as JSON.
 pub fn verify(bundle_json: &str) -> Result<String> {
-    Ok(out_sorted(&verify_bundle(&from_str::<Bundle>(
+    Ok(out(&verify_bundle(&from_str::<Bundle>(
         bundle_json,
     )?)?))
 }
@@ -149,17 +140,25 @@ pub fn classify_http(observation_json: &str) -> Result<String> {
 
 /// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.
 pub fn error_json(e: &Error) -> String {
-    let mut map = serde_json::Map::new();
-    map.insert("code".into(), Value::from(e.code.as_str()));
-    map.insert("family".into(), Value::from(e.family().as_str()));
-    map.insert("message".into(), Value::from(e.message.clone()));
-    if let Some(p) = &e.path {
-        map.insert("path".into(), Value::from(p.clone()));
+    canonical_json(&ErrorDoc(e))
+}
+
+struct ErrorDoc<'a>(&'a Error);
+
+impl Encode for ErrorDoc<'_> {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let e = self.0;
+        let index = e.attempt_index.and_then(|i| u64::try_from(i).ok());
+        let mut o = ObjectWriter::new(sink);
+        o.opt_u64("attempt_index", index)
+            .str("code", e.code.as_str())
+            .str("family", e.family().as_str())
+            .str("message", &e.message);
+        if let Some(p) = &e.path {
+            o.str("path", p);
+        }
+        o.end();
     }
-    if let Some(i) = e.attempt_index {
-        map.insert("attempt_index".into(), Value::from(i));
-    }
-    Value::Object(map).to_string()
 }
 
 /// The lab report (canonical JSON), its summary table and its case table.

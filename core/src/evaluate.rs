@@ -7,10 +7,9 @@
 //! `stop_cost_budget`; then the outcome decides. Before each dispatch, in
 //! order: total attempts, route exhaustion, cost reservation, deadline.
 
-use serde::{Deserialize, Serialize};
-
 use crate::attempt::{Attempt, Attempts};
-use crate::canonical::digest_of;
+use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
+use crate::decode::names;
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::Outcome;
@@ -19,8 +18,7 @@ use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
 use crate::schedule::{next_delay, Delay, JitterDraw};
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Terminal {
     /// Success on the primary or a compatible fallback, before the deadline.
     Completed,
@@ -40,25 +38,19 @@ pub enum Terminal {
     StopCancelled,
 }
 
-impl Terminal {
-    /// The terminal's snake_case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::StopNonRetryable => "stop_non_retryable",
-            Self::StopIndeterminate => "stop_indeterminate",
-            Self::StopTotalAttempts => "stop_total_attempts",
-            Self::StopRouteExhausted => "stop_route_exhausted",
-            Self::StopCostBudget => "stop_cost_budget",
-            Self::StopDeadline => "stop_deadline",
-            Self::StopCancelled => "stop_cancelled",
-        }
-    }
-}
+names!(Terminal {
+    Completed => "completed",
+    StopNonRetryable => "stop_non_retryable",
+    StopIndeterminate => "stop_indeterminate",
+    StopTotalAttempts => "stop_total_attempts",
+    StopRouteExhausted => "stop_route_exhausted",
+    StopCostBudget => "stop_cost_budget",
+    StopDeadline => "stop_deadline",
+    StopCancelled => "stop_cancelled",
+});
 
 /// The next attempt to dispatch, and not before when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dispatch {
     /// The run's absolute deadline, ms.
     pub deadline_ms: u64,
@@ -67,13 +59,10 @@ pub struct Dispatch {
     /// Digest of the idempotency key to send.
     pub idempotency_key_sha256: Sha256Hex,
     /// Jitter interval upper end, when jitter is on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_max_ms: Option<u64>,
     /// Jitter interval lower end, when jitter is on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_min_ms: Option<u64>,
     /// The jitter sample to record on the attempt, when jitter is on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_sample_ms: Option<u64>,
     /// Digest of the logical request to send.
     pub logical_request_sha256: Sha256Hex,
@@ -111,8 +100,7 @@ impl Dispatch {
 }
 
 /// What to do next: dispatch an attempt, or the run's terminal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Dispatch this attempt no earlier than `not_before_ms`.
     Dispatch(Dispatch),
@@ -121,6 +109,52 @@ pub enum Decision {
         /// How it ended.
         terminal: Terminal,
     },
+}
+
+impl Dispatch {
+    /// The fields in RFC 8785 order, with the decision's `kind` tag among them.
+    fn write(&self, kind: Option<&str>, sink: &mut dyn Sink) {
+        let mut o = ObjectWriter::new(sink);
+        o.u64("deadline_ms", self.deadline_ms)
+            .u64("delay_ms", self.delay_ms)
+            .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
+            .opt_u64("jitter_max_ms", self.jitter_max_ms)
+            .opt_u64("jitter_min_ms", self.jitter_min_ms)
+            .opt_u64("jitter_sample_ms", self.jitter_sample_ms);
+        if let Some(kind) = kind {
+            o.str("kind", kind);
+        }
+        o.doc("logical_request_sha256", &self.logical_request_sha256)
+            .u64("not_before_ms", self.not_before_ms)
+            .u64("ordinal", self.ordinal)
+            .u64("reserve_cost", self.reserve_cost)
+            .u64("retry_after_floor_ms", self.retry_after_floor_ms)
+            .doc("route_id", &self.route_id)
+            .u64("route_ordinal", self.route_ordinal)
+            .doc("route_release_sha256", &self.route_release_sha256)
+            .end();
+    }
+}
+
+impl Encode for Dispatch {
+    fn encode(&self, sink: &mut dyn Sink) {
+        self.write(None, sink);
+    }
+}
+
+/// A decision is an object tagged by `kind`, its keys in RFC 8785 order.
+impl Encode for Decision {
+    fn encode(&self, sink: &mut dyn Sink) {
+        match self {
+            Self::Dispatch(d) => d.write(Some("dispatch"), sink),
+            Self::Terminal { terminal } => {
+                ObjectWriter::new(sink)
+                    .str("kind", "terminal")
+                    .doc("terminal", terminal)
+                    .end();
+            }
+        }
+    }
 }
 
 /// Replay state after some observed attempts. It holds no reference to the

@@ -57,6 +57,6 @@ pub fn validate_policy(policy: &Policy) -> Result<String> {
 }
 
 /// Digest of any document: lowercase hex SHA-256 of its canonical JSON.
-pub fn digest<T: serde::Serialize>(document: &T) -> String {
+pub fn digest<T: canonical::Encode>(document: &T) -> String {
     canonical::digest_of(document)
 }
