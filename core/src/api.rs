@@ -75,9 +75,7 @@ pub fn seal_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<Str
 
 /// `verify_bundle`: a `verified` or `drift` verdict as JSON.
 pub fn verify(bundle_json: &str) -> Result<String> {
-    Ok(out(&verify_bundle(&from_str::<Bundle>(
-        bundle_json,
-    )?)?))
+    Ok(out(&verify_bundle(&from_str::<Bundle>(bundle_json)?)?))
 }
 
 /// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding

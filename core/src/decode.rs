@@ -167,7 +167,10 @@ pub fn decode_name<T: Copy>(v: &Value, at: &At<'_>, names: &[(&str, T)]) -> Resu
             .ok_or_else(|| {
                 at.error(
                     ErrorCode::InvalidValue,
-                    format!("unknown variant `{}`", s.chars().take(80).collect::<String>()),
+                    format!(
+                        "unknown variant `{}`",
+                        s.chars().take(80).collect::<String>()
+                    ),
                 )
             })
     };
@@ -301,10 +304,9 @@ impl<'v, 'a> Fields<'v, 'a> {
             return Err(self.unknown(key));
         }
         match self.missing {
-            Some(name) => Err(self.at.error(
-                ErrorCode::MissingField,
-                format!("missing field `{name}`"),
-            )),
+            Some(name) => Err(self
+                .at
+                .error(ErrorCode::MissingField, format!("missing field `{name}`"))),
             None => Ok(()),
         }
     }

@@ -135,7 +135,10 @@ struct Header(String, String);
 impl Decode for Header {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let items = decode_array(v, at)?;
-        let mut pair = items.iter().enumerate().map(|(i, x)| String::decode(x, &At::Index(at, i)));
+        let mut pair = items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| String::decode(x, &At::Index(at, i)));
         let short = || at.error(ErrorCode::InvalidValue, "expected a [name, value] pair");
         let name = pair.next().ok_or_else(short)??;
         let value = pair.next().ok_or_else(short)??;

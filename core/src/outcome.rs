@@ -141,7 +141,8 @@ impl Encode for Outcome {
                 kind,
                 retry_after_ms,
             } => {
-                o.doc("kind", kind).opt_u64("retry_after_ms", *retry_after_ms);
+                o.doc("kind", kind)
+                    .opt_u64("retry_after_ms", *retry_after_ms);
             }
             Self::NonRetryable { kind } => {
                 o.doc("kind", kind);

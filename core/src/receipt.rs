@@ -135,7 +135,7 @@ pub enum Verdict {
     /// The first difference between the sealed run and its replay.
     Drift {
         /// Index of the offending attempt, when the drift is in an attempt.
-            attempt_index: Option<usize>,
+        attempt_index: Option<usize>,
         /// Stable error code.
         code: String,
         /// Human-readable explanation.
@@ -239,7 +239,8 @@ impl Decode for Receipt {
         let idempotency_key_sha256 = f.req("idempotency_key_sha256")?;
         let logical_request_sha256 = f.req("logical_request_sha256")?;
         let policy_sha256 = f.req("policy_sha256")?;
-        let route_attempts = f.req_with("route_attempts", |v, at| decode_list(v, at, MAX_ROUTES))?;
+        let route_attempts =
+            f.req_with("route_attempts", |v, at| decode_list(v, at, MAX_ROUTES))?;
         let schedule = f.req_with("schedule", |v, at| decode_list(v, at, MAX_ATTEMPTS))?;
         let schema = f.req("schema")?;
         let terminal = f.req("terminal")?;
@@ -272,7 +273,10 @@ impl Encode for Receipt {
             .u64("attempt_count", self.attempt_count)
             .doc("attempts_sha256", &self.attempts_sha256)
             .doc("behavior_class_sha256", &self.behavior_class_sha256)
-            .doc("capability_contract_sha256", &self.capability_contract_sha256)
+            .doc(
+                "capability_contract_sha256",
+                &self.capability_contract_sha256,
+            )
             .bool("degraded", self.degraded)
             .bool("fallback_used", self.fallback_used)
             .opt_doc("final_route_id", self.final_route_id.as_ref())

@@ -116,8 +116,7 @@ fn typed_encoding_is_canonical_for_every_document() {
     // Documents encode their fields in sorted order so the output is JCS; check it.
     let report = lab::run().unwrap();
     for c in report["cases"].as_array().unwrap() {
-        let bundle: Result<retryledger_core::Bundle, _> =
-            from_value(c["bundle"].clone());
+        let bundle: Result<retryledger_core::Bundle, _> = from_value(c["bundle"].clone());
         let Ok(bundle) = bundle else { continue };
         let typed = canonical_json(&bundle);
         let jcs = to_jcs(&serde_json::from_str(&typed).unwrap());
