@@ -169,3 +169,46 @@ pub fn lab() -> Result<(String, String, String)> {
         crate::lab::case_table(&report),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::to_jcs;
+    use crate::evaluate::Decision;
+    use crate::receipt::Verdict;
+
+    #[test]
+    fn answers_are_canonical_and_decode_back() {
+        let bundle = crate::lab::reference_bundle().unwrap();
+        let policy = canonical_json(&bundle.policy);
+        let mut attempts = bundle.attempts.clone();
+        for n in 0..=attempts.attempts.len() {
+            attempts.attempts.truncate(n);
+            let text = plan_next(&policy, &canonical_json(&attempts)).unwrap();
+            let value = parse_strict(&text).unwrap();
+            assert_eq!(to_jcs(&value), text);
+            let d: Decision = from_str(&text).unwrap();
+            assert_eq!(canonical_json(&d), text);
+        }
+        let verdict = verify(&canonical_json(&bundle)).unwrap();
+        let v: Verdict = from_str(&verdict).unwrap();
+        assert!(matches!(v, Verdict::Verified { .. }));
+        assert_eq!(canonical_json(&v), verdict);
+        let mut drifted = bundle;
+        drifted.receipt.total_cost += 1;
+        let verdict = verify(&canonical_json(&drifted)).unwrap();
+        let v: Verdict = from_str(&verdict).unwrap();
+        assert!(matches!(v, Verdict::Drift { ref path, .. } if path == "/receipt/total_cost"));
+        assert_eq!(canonical_json(&v), verdict);
+        assert_eq!(to_jcs(&parse_strict(&verdict).unwrap()), verdict);
+    }
+
+    #[test]
+    fn error_json_is_canonical() {
+        let e = Error::attempt(ErrorCode::EarlyStart, 2, "started_at_ms", "early");
+        assert_eq!(
+            error_json(&e),
+            r#"{"attempt_index":2,"code":"early_start","family":"drift","message":"early","path":"/attempts/2/started_at_ms"}"#
+        );
+    }
+}

@@ -8,8 +8,10 @@
 //! order: total attempts, route exhaustion, cost reservation, deadline.
 
 use crate::attempt::{Attempt, Attempts};
+use serde_json::Value;
+
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
-use crate::decode::names;
+use crate::decode::{decode_tag, names, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::Outcome;
@@ -154,6 +156,65 @@ impl Encode for Decision {
                     .end();
             }
         }
+    }
+}
+
+/// The kinds of [`Decision`], as its `kind` tag names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DecisionKind {
+    Dispatch,
+    Terminal,
+}
+
+names!(DecisionKind {
+    Dispatch => "dispatch",
+    Terminal => "terminal",
+});
+
+/// A decision is an object tagged by `kind`; a bad tag is reported at
+/// `kind`, everything else inside the object at the object.
+impl Decode for Decision {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let kind = decode_tag(v, at, "kind", DecisionKind::NAMES)?;
+        let mut f = Fields::open(v, at)?.variant("kind");
+        if kind == DecisionKind::Terminal {
+            let terminal = f.req("terminal")?;
+            f.end()?;
+            return Ok(Self::Terminal {
+                terminal: f.got(terminal)?,
+            });
+        }
+        let deadline_ms = f.req("deadline_ms")?;
+        let delay_ms = f.req("delay_ms")?;
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256")?;
+        let jitter_max_ms = f.opt("jitter_max_ms")?;
+        let jitter_min_ms = f.opt("jitter_min_ms")?;
+        let jitter_sample_ms = f.opt("jitter_sample_ms")?;
+        let logical_request_sha256 = f.req("logical_request_sha256")?;
+        let not_before_ms = f.req("not_before_ms")?;
+        let ordinal = f.req("ordinal")?;
+        let reserve_cost = f.req("reserve_cost")?;
+        let retry_after_floor_ms = f.req("retry_after_floor_ms")?;
+        let route_id = f.req("route_id")?;
+        let route_ordinal = f.req("route_ordinal")?;
+        let route_release_sha256 = f.req("route_release_sha256")?;
+        f.end()?;
+        Ok(Self::Dispatch(Dispatch {
+            deadline_ms: f.got(deadline_ms)?,
+            delay_ms: f.got(delay_ms)?,
+            idempotency_key_sha256: f.got(idempotency_key_sha256)?,
+            jitter_max_ms,
+            jitter_min_ms,
+            jitter_sample_ms,
+            logical_request_sha256: f.got(logical_request_sha256)?,
+            not_before_ms: f.got(not_before_ms)?,
+            ordinal: f.got(ordinal)?,
+            reserve_cost: f.got(reserve_cost)?,
+            retry_after_floor_ms: f.got(retry_after_floor_ms)?,
+            route_id: f.got(route_id)?,
+            route_ordinal: f.got(route_ordinal)?,
+            route_release_sha256: f.got(route_release_sha256)?,
+        }))
     }
 }
 

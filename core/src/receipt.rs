@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::attempt::Attempts;
 use crate::canonical::{digest_of, to_value, Encode, ObjectWriter, Sink};
-use crate::decode::{decode_list, At, Decode, Fields};
+use crate::decode::{decode_list, decode_tag, names, At, Decode, Fields};
 use crate::error::{ErrorCode, ErrorFamily, Result};
 use crate::evaluate::{evaluate, Terminal};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
@@ -355,6 +355,51 @@ impl Encode for Verdict {
             }
         }
         o.end();
+    }
+}
+
+/// The kinds of [`Verdict`], as its `kind` tag names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VerdictKind {
+    Verified,
+    Drift,
+}
+
+names!(VerdictKind {
+    Verified => "verified",
+    Drift => "drift",
+});
+
+/// A verdict is an object tagged by `kind`; a bad tag is reported at
+/// `kind`, everything else inside the object at the object.
+impl Decode for Verdict {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let kind = decode_tag(v, at, "kind", VerdictKind::NAMES)?;
+        let mut f = Fields::open(v, at)?.variant("kind");
+        if kind == VerdictKind::Verified {
+            let attempts_sha256 = f.req("attempts_sha256")?;
+            let policy_sha256 = f.req("policy_sha256")?;
+            let receipt_sha256 = f.req("receipt_sha256")?;
+            let terminal = f.req("terminal")?;
+            f.end()?;
+            return Ok(Self::Verified {
+                attempts_sha256: f.got(attempts_sha256)?,
+                policy_sha256: f.got(policy_sha256)?,
+                receipt_sha256: f.got(receipt_sha256)?,
+                terminal: f.got(terminal)?,
+            });
+        }
+        let attempt_index: Option<u64> = f.opt("attempt_index")?;
+        let code = f.req("code")?;
+        let message = f.req("message")?;
+        let path = f.req("path")?;
+        f.end()?;
+        Ok(Self::Drift {
+            attempt_index: attempt_index.and_then(|i| usize::try_from(i).ok()),
+            code: f.got(code)?,
+            message: f.got(message)?,
+            path: f.got(path)?,
+        })
     }
 }
 
