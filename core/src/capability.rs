@@ -139,11 +139,11 @@ fn names<T: Encode>(items: &[&T]) -> String {
         .join(", ")
 }
 
+/// A name or identifier as written in a document, without its quotes.
 fn level<T: Encode + ?Sized>(x: &T) -> String {
-    crate::canonical::to_value(x)
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_default()
+    crate::canonical::canonical_json(x)
+        .trim_matches('"')
+        .to_owned()
 }
 
 impl Capabilities {

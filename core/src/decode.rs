@@ -155,24 +155,20 @@ pub fn decode_list<T: Decode>(v: &Value, at: &At<'_>, max: usize) -> Result<Vec<
     Ok(out)
 }
 
-/// One of a fixed set of names, as `(name, value)` pairs. As a one-key object
-/// the name is taken from the key (and its value can only be of the wrong
-/// type); any other object is not one of the names.
-pub fn decode_name<T: Copy>(v: &Value, at: &At<'_>, names: &[(&str, T)]) -> Result<T> {
+/// The index of one of a fixed set of names. As a one-key object the name
+/// is taken from the key (and its value can only be of the wrong type); any
+/// other object is not one of the names.
+pub fn decode_name(v: &Value, at: &At<'_>, names: &[&str]) -> Result<usize> {
     let lookup = |s: &str| {
-        names
-            .iter()
-            .find(|(n, _)| *n == s)
-            .map(|(_, x)| *x)
-            .ok_or_else(|| {
-                at.error(
-                    ErrorCode::InvalidValue,
-                    format!(
-                        "unknown variant `{}`",
-                        s.chars().take(80).collect::<String>()
-                    ),
-                )
-            })
+        names.iter().position(|n| *n == s).ok_or_else(|| {
+            at.error(
+                ErrorCode::InvalidValue,
+                format!(
+                    "unknown variant `{}`",
+                    s.chars().take(80).collect::<String>()
+                ),
+            )
+        })
     };
     match v {
         Value::String(s) => lookup(s),
@@ -187,13 +183,20 @@ pub fn decode_name<T: Copy>(v: &Value, at: &At<'_>, names: &[(&str, T)]) -> Resu
     }
 }
 
+/// The value at an index of a name table (see [`decode_name`]).
+pub fn pick<T: Copy>(all: &[T], i: usize, at: &At<'_>) -> Result<T> {
+    all.get(i)
+        .copied()
+        .ok_or_else(|| at.error(ErrorCode::InvalidValue, "unknown variant"))
+}
+
 /// The fields of one object, read in sorted key order.
 ///
 /// Fields are asked for in sorted order ([`Fields::req`], [`Fields::opt`]);
 /// a key that sorts before the field asked for is one the type does not
 /// define. [`Fields::end`] refuses leftover keys, then absent required fields.
-pub struct Fields<'v, 'a> {
-    keys: std::iter::Peekable<serde_json::map::Iter<'v>>,
+pub struct Fields<'a> {
+    keys: std::iter::Peekable<serde_json::map::Iter<'a>>,
     at: &'a At<'a>,
     /// Errors inside the object are reported at the object itself (the
     /// fields of a tagged variant).
@@ -203,9 +206,9 @@ pub struct Fields<'v, 'a> {
     missing: Option<&'static str>,
 }
 
-impl<'v, 'a> Fields<'v, 'a> {
+impl<'a> Fields<'a> {
     /// The fields of an object value.
-    pub fn open(v: &'v Value, at: &'a At<'a>) -> Result<Self> {
+    pub fn open(v: &'a Value, at: &'a At<'a>) -> Result<Self> {
         match v {
             Value::Object(map) => Ok(Self {
                 keys: map.iter().peekable(),
@@ -238,7 +241,7 @@ impl<'v, 'a> Fields<'v, 'a> {
         }
     }
 
-    fn find(&mut self, name: &str) -> Result<Option<(&'v str, &'v Value)>> {
+    fn find(&mut self, name: &str) -> Result<Option<(&'a str, &'a Value)>> {
         while let Some(&(key, value)) = self.keys.peek() {
             if Some(key.as_str()) == self.tag {
                 self.keys.next();
@@ -256,21 +259,31 @@ impl<'v, 'a> Fields<'v, 'a> {
         Ok(None)
     }
 
+    /// A field's value and place, if present.
+    #[inline(never)]
+    fn field(&mut self, name: &'static str, required: bool) -> Result<Option<(&'a Value, At<'a>)>> {
+        let found = self.find(name)?;
+        if found.is_none() && required && self.missing.is_none() {
+            self.missing = Some(name);
+        }
+        Ok(found.map(|(key, value)| {
+            let at = if self.flat {
+                *self.at
+            } else {
+                At::Key(self.at, key)
+            };
+            (value, at)
+        }))
+    }
+
     /// An optional field, decoded with `f`.
     pub fn opt_with<T>(
         &mut self,
         name: &'static str,
         f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
     ) -> Result<Option<T>> {
-        match self.find(name)? {
-            Some((key, value)) => {
-                let child = if self.flat {
-                    *self.at
-                } else {
-                    At::Key(self.at, key)
-                };
-                f(value, &child).map(Some)
-            }
+        match self.field(name, false)? {
+            Some((v, at)) => f(v, &at).map(Some),
             None => Ok(None),
         }
     }
@@ -286,11 +299,10 @@ impl<'v, 'a> Fields<'v, 'a> {
         name: &'static str,
         f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
     ) -> Result<Option<T>> {
-        let got = self.opt_with(name, f)?;
-        if got.is_none() && self.missing.is_none() {
-            self.missing = Some(name);
+        match self.field(name, true)? {
+            Some((v, at)) => f(v, &at).map(Some),
+            None => Ok(None),
         }
-        Ok(got)
     }
 
     /// A required field.
@@ -318,12 +330,7 @@ impl<'v, 'a> Fields<'v, 'a> {
 }
 
 /// The tag of a tagged object (`class`, `mode`): a required string naming a variant.
-pub fn decode_tag<T: Copy>(
-    v: &Value,
-    at: &At<'_>,
-    tag: &'static str,
-    names: &[(&str, T)],
-) -> Result<T> {
+pub fn decode_tag(v: &Value, at: &At<'_>, tag: &'static str, names: &[&str]) -> Result<usize> {
     let Value::Object(map) = v else {
         return Err(at.error(ErrorCode::InvalidType, "expected an object"));
     };
@@ -341,8 +348,10 @@ pub fn decode_tag<T: Copy>(
 macro_rules! names {
     ($ty:ident { $($variant:ident => $name:literal),* $(,)? }) => {
         impl $ty {
-            /// Every value with its name.
-            pub const NAMES: &'static [(&'static str, $ty)] = &[$(($name, $ty::$variant)),*];
+            /// Every value, in the order of [`Self::NAMES`].
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),*];
+            /// Every name.
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
 
             /// The snake_case name.
             pub fn as_str(self) -> &'static str {
@@ -355,7 +364,8 @@ macro_rules! names {
                 v: &serde_json::Value,
                 at: &$crate::decode::At<'_>,
             ) -> $crate::error::Result<Self> {
-                $crate::decode::decode_name(v, at, Self::NAMES)
+                let i = $crate::decode::decode_name(v, at, Self::NAMES)?;
+                $crate::decode::pick(Self::ALL, i, at)
             }
         }
 

@@ -11,7 +11,7 @@ use crate::attempt::{Attempt, Attempts};
 use serde_json::Value;
 
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
-use crate::decode::{decode_tag, names, At, Decode, Fields};
+use crate::decode::{decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::Outcome;
@@ -175,7 +175,11 @@ names!(DecisionKind {
 /// `kind`, everything else inside the object at the object.
 impl Decode for Decision {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let kind = decode_tag(v, at, "kind", DecisionKind::NAMES)?;
+        let kind = pick(
+            DecisionKind::ALL,
+            decode_tag(v, at, "kind", DecisionKind::NAMES)?,
+            at,
+        )?;
         let mut f = Fields::open(v, at)?.variant("kind");
         if kind == DecisionKind::Terminal {
             let terminal = f.req("terminal")?;

@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use crate::canonical::{Encode, ObjectWriter, Sink};
-use crate::decode::{decode_tag, names, At, Decode, Fields};
+use crate::decode::{decode_tag, names, pick, At, Decode, Fields};
 use crate::error::Result;
 
 /// Failures that policy may retry.
@@ -100,7 +100,11 @@ names!(OutcomeClass {
 /// `class`; everything else inside the object is reported at the object.
 impl Decode for Outcome {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let class = decode_tag(v, at, "class", OutcomeClass::NAMES)?;
+        let class = pick(
+            OutcomeClass::ALL,
+            decode_tag(v, at, "class", OutcomeClass::NAMES)?,
+            at,
+        )?;
         let mut f = Fields::open(v, at)?.variant("class");
         let outcome = match class {
             OutcomeClass::Success => {

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::capability::Capabilities;
-use crate::decode::{decode_list, decode_tag, names, At, Decode, Fields};
+use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{schema_marker, Identifier, Set, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
@@ -119,7 +119,11 @@ impl Jitter {
 /// everything else inside the object is reported at the object.
 impl Decode for Jitter {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mode = decode_tag(v, at, "mode", JitterMode::NAMES)?;
+        let mode = pick(
+            JitterMode::ALL,
+            decode_tag(v, at, "mode", JitterMode::NAMES)?,
+            at,
+        )?;
         let mut f = Fields::open(v, at)?.variant("mode");
         if mode == JitterMode::None {
             f.end()?;

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::attempt::Attempts;
 use crate::canonical::{digest_of, to_value, Encode, ObjectWriter, Sink};
-use crate::decode::{decode_list, decode_tag, names, At, Decode, Fields};
+use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{ErrorCode, ErrorFamily, Result};
 use crate::evaluate::{evaluate, Terminal};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
@@ -374,7 +374,11 @@ names!(VerdictKind {
 /// `kind`, everything else inside the object at the object.
 impl Decode for Verdict {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let kind = decode_tag(v, at, "kind", VerdictKind::NAMES)?;
+        let kind = pick(
+            VerdictKind::ALL,
+            decode_tag(v, at, "kind", VerdictKind::NAMES)?,
+            at,
+        )?;
         let mut f = Fields::open(v, at)?.variant("kind");
         if kind == VerdictKind::Verified {
             let attempts_sha256 = f.req("attempts_sha256")?;
