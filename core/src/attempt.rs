@@ -55,30 +55,56 @@ pub struct Attempts {
 impl Decode for Attempt {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let completed_at_ms = f.req("completed_at_ms")?;
-        let cost = f.req("cost")?;
-        let idempotency_key_sha256 = f.req("idempotency_key_sha256")?;
-        let jitter_sample_ms = f.opt("jitter_sample_ms")?;
-        let logical_request_sha256 = f.req("logical_request_sha256")?;
-        let ordinal = f.req("ordinal")?;
-        let outcome = f.req("outcome")?;
-        let route_id = f.req("route_id")?;
-        let route_ordinal = f.req("route_ordinal")?;
-        let route_release_sha256 = f.req("route_release_sha256")?;
-        let started_at_ms = f.req("started_at_ms")?;
+        let completed_at_ms = f.req("completed_at_ms");
+        let cost = f.req("cost");
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+        let jitter_sample_ms = f.opt("jitter_sample_ms");
+        let logical_request_sha256 = f.req("logical_request_sha256");
+        let ordinal = f.req("ordinal");
+        let outcome = f.req("outcome");
+        let route_id = f.req("route_id");
+        let route_ordinal = f.req("route_ordinal");
+        let route_release_sha256 = f.req("route_release_sha256");
+        let started_at_ms = f.req("started_at_ms");
         f.end()?;
+        let (
+            Some(completed_at_ms),
+            Some(cost),
+            Some(idempotency_key_sha256),
+            Some(logical_request_sha256),
+            Some(ordinal),
+            Some(outcome),
+            Some(route_id),
+            Some(route_ordinal),
+            Some(route_release_sha256),
+            Some(started_at_ms),
+        ) = (
+            completed_at_ms,
+            cost,
+            idempotency_key_sha256,
+            logical_request_sha256,
+            ordinal,
+            outcome,
+            route_id,
+            route_ordinal,
+            route_release_sha256,
+            started_at_ms,
+        )
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            completed_at_ms: f.got(completed_at_ms)?,
-            cost: f.got(cost)?,
-            idempotency_key_sha256: f.got(idempotency_key_sha256)?,
+            completed_at_ms,
+            cost,
+            idempotency_key_sha256,
             jitter_sample_ms,
-            logical_request_sha256: f.got(logical_request_sha256)?,
-            ordinal: f.got(ordinal)?,
-            outcome: f.got(outcome)?,
-            route_id: f.got(route_id)?,
-            route_ordinal: f.got(route_ordinal)?,
-            route_release_sha256: f.got(route_release_sha256)?,
-            started_at_ms: f.got(started_at_ms)?,
+            logical_request_sha256,
+            ordinal,
+            outcome,
+            route_id,
+            route_ordinal,
+            route_release_sha256,
+            started_at_ms,
         })
     }
 }
@@ -104,14 +130,17 @@ impl Encode for Attempt {
 impl Decode for Attempts {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let attempts = f.req_with("attempts", |v, at| decode_list(v, at, MAX_ATTEMPTS))?;
-        let cancelled_at_ms = f.opt("cancelled_at_ms")?;
-        let schema = f.req("schema")?;
+        let attempts = f.req_with("attempts", |v, at| decode_list(v, at, MAX_ATTEMPTS));
+        let cancelled_at_ms = f.opt("cancelled_at_ms");
+        let schema = f.req("schema");
         f.end()?;
+        let (Some(attempts), Some(schema)) = (attempts, schema) else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            attempts: f.got(attempts)?,
+            attempts,
             cancelled_at_ms,
-            schema: f.got(schema)?,
+            schema,
         })
     }
 }

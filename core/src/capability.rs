@@ -315,34 +315,66 @@ names!(ReleasePin {
 impl Decode for Capabilities {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let input_modalities = f.req("input_modalities")?;
-        let max_context_tokens = f.req("max_context_tokens")?;
-        let max_output_tokens = f.req("max_output_tokens")?;
-        let max_response_bytes = f.req("max_response_bytes")?;
-        let output_modalities = f.req("output_modalities")?;
-        let refusal = f.req("refusal")?;
-        let regions = f.req("regions")?;
-        let release_pin = f.req("release_pin")?;
-        let retention_days = f.req("retention_days")?;
-        let sampling_controls = f.req("sampling_controls")?;
-        let streaming_events = f.req("streaming_events")?;
-        let structured_output = f.req("structured_output")?;
-        let tool_calls = f.req("tool_calls")?;
+        let input_modalities = f.req("input_modalities");
+        let max_context_tokens = f.req("max_context_tokens");
+        let max_output_tokens = f.req("max_output_tokens");
+        let max_response_bytes = f.req("max_response_bytes");
+        let output_modalities = f.req("output_modalities");
+        let refusal = f.req("refusal");
+        let regions = f.req("regions");
+        let release_pin = f.req("release_pin");
+        let retention_days = f.req("retention_days");
+        let sampling_controls = f.req("sampling_controls");
+        let streaming_events = f.req("streaming_events");
+        let structured_output = f.req("structured_output");
+        let tool_calls = f.req("tool_calls");
         f.end()?;
+        let (
+            Some(input_modalities),
+            Some(max_context_tokens),
+            Some(max_output_tokens),
+            Some(max_response_bytes),
+            Some(output_modalities),
+            Some(refusal),
+            Some(regions),
+            Some(release_pin),
+            Some(retention_days),
+            Some(sampling_controls),
+            Some(streaming_events),
+            Some(structured_output),
+            Some(tool_calls),
+        ) = (
+            input_modalities,
+            max_context_tokens,
+            max_output_tokens,
+            max_response_bytes,
+            output_modalities,
+            refusal,
+            regions,
+            release_pin,
+            retention_days,
+            sampling_controls,
+            streaming_events,
+            structured_output,
+            tool_calls,
+        )
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            input_modalities: f.got(input_modalities)?,
-            max_context_tokens: f.got(max_context_tokens)?,
-            max_output_tokens: f.got(max_output_tokens)?,
-            max_response_bytes: f.got(max_response_bytes)?,
-            output_modalities: f.got(output_modalities)?,
-            refusal: f.got(refusal)?,
-            regions: f.got(regions)?,
-            release_pin: f.got(release_pin)?,
-            retention_days: f.got(retention_days)?,
-            sampling_controls: f.got(sampling_controls)?,
-            streaming_events: f.got(streaming_events)?,
-            structured_output: f.got(structured_output)?,
-            tool_calls: f.got(tool_calls)?,
+            input_modalities,
+            max_context_tokens,
+            max_output_tokens,
+            max_response_bytes,
+            output_modalities,
+            refusal,
+            regions,
+            release_pin,
+            retention_days,
+            sampling_controls,
+            streaming_events,
+            structured_output,
+            tool_calls,
         })
     }
 }

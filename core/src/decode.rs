@@ -204,6 +204,7 @@ pub struct Fields<'a> {
     /// A key read separately (a variant's tag).
     tag: Option<&'static str>,
     missing: Option<&'static str>,
+    failure: Option<Error>,
 }
 
 impl<'a> Fields<'a> {
@@ -216,6 +217,7 @@ impl<'a> Fields<'a> {
                 flat: false,
                 tag: None,
                 missing: None,
+                failure: None,
             }),
             _ => Err(at.error(ErrorCode::InvalidType, "expected an object")),
         }
@@ -276,21 +278,37 @@ impl<'a> Fields<'a> {
         }))
     }
 
+    /// A field decoded with `f`; `None` when absent or after a failure,
+    /// which [`Fields::end`] reports.
+    fn read<T>(
+        &mut self,
+        name: &'static str,
+        required: bool,
+        f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
+    ) -> Option<T> {
+        if self.failure.is_some() {
+            return None;
+        }
+        let decoded = match self.field(name, required) {
+            Ok(Some((v, at))) => f(v, &at),
+            Ok(None) => return None,
+            Err(e) => Err(e),
+        };
+        decoded.map_err(|e| self.failure = Some(e)).ok()
+    }
+
     /// An optional field, decoded with `f`.
     pub fn opt_with<T>(
         &mut self,
         name: &'static str,
         f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
-    ) -> Result<Option<T>> {
-        match self.field(name, false)? {
-            Some((v, at)) => f(v, &at).map(Some),
-            None => Ok(None),
-        }
+    ) -> Option<T> {
+        self.read(name, false, f)
     }
 
     /// An optional field.
-    pub fn opt<T: Decode>(&mut self, name: &'static str) -> Result<Option<T>> {
-        self.opt_with(name, T::decode)
+    pub fn opt<T: Decode>(&mut self, name: &'static str) -> Option<T> {
+        self.read(name, false, T::decode)
     }
 
     /// A required field, decoded with `f`; absence is reported by [`Fields::end`].
@@ -298,20 +316,21 @@ impl<'a> Fields<'a> {
         &mut self,
         name: &'static str,
         f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
-    ) -> Result<Option<T>> {
-        match self.field(name, true)? {
-            Some((v, at)) => f(v, &at).map(Some),
-            None => Ok(None),
-        }
+    ) -> Option<T> {
+        self.read(name, true, f)
     }
 
     /// A required field.
-    pub fn req<T: Decode>(&mut self, name: &'static str) -> Result<Option<T>> {
-        self.req_with(name, T::decode)
+    pub fn req<T: Decode>(&mut self, name: &'static str) -> Option<T> {
+        self.read(name, true, T::decode)
     }
 
-    /// Refuse keys left over, then required fields that were absent.
+    /// The first failure inside a field, else keys left over, else the
+    /// first required field that was absent.
     pub fn end(&mut self) -> Result<()> {
+        if let Some(e) = self.failure.take() {
+            return Err(e);
+        }
         if let Some((key, _)) = self.keys.find(|(k, _)| Some(k.as_str()) != self.tag) {
             return Err(self.unknown(key));
         }
@@ -323,9 +342,10 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// A required field's value after [`Fields::end`] succeeded.
-    pub fn got<T>(&self, v: Option<T>) -> Result<T> {
-        v.ok_or_else(|| self.at.error(ErrorCode::MissingField, "missing field"))
+    /// The error for a required field found absent after [`Fields::end`]
+    /// succeeded (which it reports first, so this is not reached).
+    pub fn incomplete(&self) -> Error {
+        self.at.error(ErrorCode::MissingField, "missing field")
     }
 }
 

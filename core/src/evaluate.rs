@@ -182,42 +182,71 @@ impl Decode for Decision {
         )?;
         let mut f = Fields::open(v, at)?.variant("kind");
         if kind == DecisionKind::Terminal {
-            let terminal = f.req("terminal")?;
+            let terminal = f.req("terminal");
             f.end()?;
-            return Ok(Self::Terminal {
-                terminal: f.got(terminal)?,
-            });
+            let Some(terminal) = terminal else {
+                return Err(f.incomplete());
+            };
+            return Ok(Self::Terminal { terminal });
         }
-        let deadline_ms = f.req("deadline_ms")?;
-        let delay_ms = f.req("delay_ms")?;
-        let idempotency_key_sha256 = f.req("idempotency_key_sha256")?;
-        let jitter_max_ms = f.opt("jitter_max_ms")?;
-        let jitter_min_ms = f.opt("jitter_min_ms")?;
-        let jitter_sample_ms = f.opt("jitter_sample_ms")?;
-        let logical_request_sha256 = f.req("logical_request_sha256")?;
-        let not_before_ms = f.req("not_before_ms")?;
-        let ordinal = f.req("ordinal")?;
-        let reserve_cost = f.req("reserve_cost")?;
-        let retry_after_floor_ms = f.req("retry_after_floor_ms")?;
-        let route_id = f.req("route_id")?;
-        let route_ordinal = f.req("route_ordinal")?;
-        let route_release_sha256 = f.req("route_release_sha256")?;
+        let deadline_ms = f.req("deadline_ms");
+        let delay_ms = f.req("delay_ms");
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+        let jitter_max_ms = f.opt("jitter_max_ms");
+        let jitter_min_ms = f.opt("jitter_min_ms");
+        let jitter_sample_ms = f.opt("jitter_sample_ms");
+        let logical_request_sha256 = f.req("logical_request_sha256");
+        let not_before_ms = f.req("not_before_ms");
+        let ordinal = f.req("ordinal");
+        let reserve_cost = f.req("reserve_cost");
+        let retry_after_floor_ms = f.req("retry_after_floor_ms");
+        let route_id = f.req("route_id");
+        let route_ordinal = f.req("route_ordinal");
+        let route_release_sha256 = f.req("route_release_sha256");
         f.end()?;
+        let (
+            Some(deadline_ms),
+            Some(delay_ms),
+            Some(idempotency_key_sha256),
+            Some(logical_request_sha256),
+            Some(not_before_ms),
+            Some(ordinal),
+            Some(reserve_cost),
+            Some(retry_after_floor_ms),
+            Some(route_id),
+            Some(route_ordinal),
+            Some(route_release_sha256),
+        ) = (
+            deadline_ms,
+            delay_ms,
+            idempotency_key_sha256,
+            logical_request_sha256,
+            not_before_ms,
+            ordinal,
+            reserve_cost,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            route_release_sha256,
+        )
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self::Dispatch(Dispatch {
-            deadline_ms: f.got(deadline_ms)?,
-            delay_ms: f.got(delay_ms)?,
-            idempotency_key_sha256: f.got(idempotency_key_sha256)?,
+            deadline_ms,
+            delay_ms,
+            idempotency_key_sha256,
             jitter_max_ms,
             jitter_min_ms,
             jitter_sample_ms,
-            logical_request_sha256: f.got(logical_request_sha256)?,
-            not_before_ms: f.got(not_before_ms)?,
-            ordinal: f.got(ordinal)?,
-            reserve_cost: f.got(reserve_cost)?,
-            retry_after_floor_ms: f.got(retry_after_floor_ms)?,
-            route_id: f.got(route_id)?,
-            route_ordinal: f.got(route_ordinal)?,
-            route_release_sha256: f.got(route_release_sha256)?,
+            logical_request_sha256,
+            not_before_ms,
+            ordinal,
+            reserve_cost,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            route_release_sha256,
         }))
     }
 }

@@ -152,12 +152,12 @@ impl Decode for Header {
 impl Decode for HttpObservation {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let headers = f.opt_with("headers", |v, at| decode_list::<Header>(v, at, MAX_HEADERS))?;
-        let now_unix_ms = f.opt("now_unix_ms")?;
-        let response_bytes_received = f.opt("response_bytes_received")?;
-        let retry_after_cap_ms = f.opt("retry_after_cap_ms")?;
-        let status = f.opt("status")?;
-        let transport_error = f.opt("transport_error")?;
+        let headers = f.opt_with("headers", |v, at| decode_list::<Header>(v, at, MAX_HEADERS));
+        let now_unix_ms = f.opt("now_unix_ms");
+        let response_bytes_received = f.opt("response_bytes_received");
+        let retry_after_cap_ms = f.opt("retry_after_cap_ms");
+        let status = f.opt("status");
+        let transport_error = f.opt("transport_error");
         f.end()?;
         Ok(Self {
             headers: headers

@@ -112,23 +112,32 @@ impl Decode for Outcome {
                 return Ok(Self::Success);
             }
             OutcomeClass::Retryable => {
-                let kind = f.req("kind")?;
-                let retry_after_ms = f.opt("retry_after_ms")?;
+                let kind = f.req("kind");
+                let retry_after_ms = f.opt("retry_after_ms");
                 f.end()?;
+                let Some(kind) = kind else {
+                    return Err(f.incomplete());
+                };
                 Self::Retryable {
-                    kind: f.got(kind)?,
+                    kind,
                     retry_after_ms,
                 }
             }
             OutcomeClass::NonRetryable => {
-                let kind = f.req("kind")?;
+                let kind = f.req("kind");
                 f.end()?;
-                Self::NonRetryable { kind: f.got(kind)? }
+                let Some(kind) = kind else {
+                    return Err(f.incomplete());
+                };
+                Self::NonRetryable { kind }
             }
             OutcomeClass::Indeterminate => {
-                let kind = f.req("kind")?;
+                let kind = f.req("kind");
                 f.end()?;
-                Self::Indeterminate { kind: f.got(kind)? }
+                let Some(kind) = kind else {
+                    return Err(f.incomplete());
+                };
+                Self::Indeterminate { kind }
             }
         };
         Ok(outcome)

@@ -129,11 +129,12 @@ impl Decode for Jitter {
             f.end()?;
             return Ok(Self::None);
         }
-        let scheduler_release = f.req("scheduler_release")?;
-        let seed = f.req("seed")?;
+        let scheduler_release = f.req("scheduler_release");
+        let seed = f.req("seed");
         f.end()?;
-        let scheduler_release = f.got(scheduler_release)?;
-        let seed = f.got(seed)?;
+        let (Some(scheduler_release), Some(seed)) = (scheduler_release, seed) else {
+            return Err(f.incomplete());
+        };
         Ok(match mode {
             JitterMode::Equal => Self::Equal {
                 scheduler_release,
@@ -250,14 +251,19 @@ names!(DataBoundary {
 impl Decode for Backoff {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let base_ms = f.req("base_ms")?;
-        let max_ms = f.req("max_ms")?;
-        let retry_after_cap_ms = f.req("retry_after_cap_ms")?;
+        let base_ms = f.req("base_ms");
+        let max_ms = f.req("max_ms");
+        let retry_after_cap_ms = f.req("retry_after_cap_ms");
         f.end()?;
+        let (Some(base_ms), Some(max_ms), Some(retry_after_cap_ms)) =
+            (base_ms, max_ms, retry_after_cap_ms)
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            base_ms: f.got(base_ms)?,
-            max_ms: f.got(max_ms)?,
-            retry_after_cap_ms: f.got(retry_after_cap_ms)?,
+            base_ms,
+            max_ms,
+            retry_after_cap_ms,
         })
     }
 }
@@ -275,26 +281,50 @@ impl Encode for Backoff {
 impl Decode for Route {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let behavior_class_sha256 = f.req("behavior_class_sha256")?;
-        let capabilities = f.req("capabilities")?;
-        let data_boundary = f.req("data_boundary")?;
-        let max_attempts = f.req("max_attempts")?;
-        let priority = f.req("priority")?;
-        let reserve_cost = f.req("reserve_cost")?;
-        let route_id = f.req("route_id")?;
-        let route_release_sha256 = f.req("route_release_sha256")?;
-        let supports_idempotency = f.req("supports_idempotency")?;
+        let behavior_class_sha256 = f.req("behavior_class_sha256");
+        let capabilities = f.req("capabilities");
+        let data_boundary = f.req("data_boundary");
+        let max_attempts = f.req("max_attempts");
+        let priority = f.req("priority");
+        let reserve_cost = f.req("reserve_cost");
+        let route_id = f.req("route_id");
+        let route_release_sha256 = f.req("route_release_sha256");
+        let supports_idempotency = f.req("supports_idempotency");
         f.end()?;
+        let (
+            Some(behavior_class_sha256),
+            Some(capabilities),
+            Some(data_boundary),
+            Some(max_attempts),
+            Some(priority),
+            Some(reserve_cost),
+            Some(route_id),
+            Some(route_release_sha256),
+            Some(supports_idempotency),
+        ) = (
+            behavior_class_sha256,
+            capabilities,
+            data_boundary,
+            max_attempts,
+            priority,
+            reserve_cost,
+            route_id,
+            route_release_sha256,
+            supports_idempotency,
+        )
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            behavior_class_sha256: f.got(behavior_class_sha256)?,
-            capabilities: f.got(capabilities)?,
-            data_boundary: f.got(data_boundary)?,
-            max_attempts: f.got(max_attempts)?,
-            priority: f.got(priority)?,
-            reserve_cost: f.got(reserve_cost)?,
-            route_id: f.got(route_id)?,
-            route_release_sha256: f.got(route_release_sha256)?,
-            supports_idempotency: f.got(supports_idempotency)?,
+            behavior_class_sha256,
+            capabilities,
+            data_boundary,
+            max_attempts,
+            priority,
+            reserve_cost,
+            route_id,
+            route_release_sha256,
+            supports_idempotency,
         })
     }
 }
@@ -318,38 +348,72 @@ impl Encode for Route {
 impl Decode for Policy {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let allowed_degraded_behavior_classes = f.opt("allowed_degraded_behavior_classes")?;
-        let backoff = f.req("backoff")?;
-        let behavior_class_sha256 = f.req("behavior_class_sha256")?;
-        let cost_unit = f.req("cost_unit")?;
-        let deadline_ms = f.req("deadline_ms")?;
-        let idempotency_key_sha256 = f.req("idempotency_key_sha256")?;
-        let jitter = f.req("jitter")?;
-        let logical_request_sha256 = f.req("logical_request_sha256")?;
-        let max_data_boundary = f.req("max_data_boundary")?;
-        let max_total_attempts = f.req("max_total_attempts")?;
-        let max_total_cost = f.req("max_total_cost")?;
-        let requirements = f.req("requirements")?;
-        let retry_owner = f.req("retry_owner")?;
-        let routes = f.req_with("routes", |v, at| decode_list(v, at, MAX_ROUTES))?;
-        let schema = f.req("schema")?;
+        let allowed_degraded_behavior_classes = f.opt("allowed_degraded_behavior_classes");
+        let backoff = f.req("backoff");
+        let behavior_class_sha256 = f.req("behavior_class_sha256");
+        let cost_unit = f.req("cost_unit");
+        let deadline_ms = f.req("deadline_ms");
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+        let jitter = f.req("jitter");
+        let logical_request_sha256 = f.req("logical_request_sha256");
+        let max_data_boundary = f.req("max_data_boundary");
+        let max_total_attempts = f.req("max_total_attempts");
+        let max_total_cost = f.req("max_total_cost");
+        let requirements = f.req("requirements");
+        let retry_owner = f.req("retry_owner");
+        let routes = f.req_with("routes", |v, at| decode_list(v, at, MAX_ROUTES));
+        let schema = f.req("schema");
         f.end()?;
+        let (
+            Some(backoff),
+            Some(behavior_class_sha256),
+            Some(cost_unit),
+            Some(deadline_ms),
+            Some(idempotency_key_sha256),
+            Some(jitter),
+            Some(logical_request_sha256),
+            Some(max_data_boundary),
+            Some(max_total_attempts),
+            Some(max_total_cost),
+            Some(requirements),
+            Some(retry_owner),
+            Some(routes),
+            Some(schema),
+        ) = (
+            backoff,
+            behavior_class_sha256,
+            cost_unit,
+            deadline_ms,
+            idempotency_key_sha256,
+            jitter,
+            logical_request_sha256,
+            max_data_boundary,
+            max_total_attempts,
+            max_total_cost,
+            requirements,
+            retry_owner,
+            routes,
+            schema,
+        )
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
             allowed_degraded_behavior_classes,
-            backoff: f.got(backoff)?,
-            behavior_class_sha256: f.got(behavior_class_sha256)?,
-            cost_unit: f.got(cost_unit)?,
-            deadline_ms: f.got(deadline_ms)?,
-            idempotency_key_sha256: f.got(idempotency_key_sha256)?,
-            jitter: f.got(jitter)?,
-            logical_request_sha256: f.got(logical_request_sha256)?,
-            max_data_boundary: f.got(max_data_boundary)?,
-            max_total_attempts: f.got(max_total_attempts)?,
-            max_total_cost: f.got(max_total_cost)?,
-            requirements: f.got(requirements)?,
-            retry_owner: f.got(retry_owner)?,
-            routes: f.got(routes)?,
-            schema: f.got(schema)?,
+            backoff,
+            behavior_class_sha256,
+            cost_unit,
+            deadline_ms,
+            idempotency_key_sha256,
+            jitter,
+            logical_request_sha256,
+            max_data_boundary,
+            max_total_attempts,
+            max_total_cost,
+            requirements,
+            retry_owner,
+            routes,
+            schema,
         })
     }
 }

@@ -148,13 +148,13 @@ pub enum Verdict {
 impl Decode for RouteCount {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let attempts = f.req("attempts")?;
-        let route_id = f.req("route_id")?;
+        let attempts = f.req("attempts");
+        let route_id = f.req("route_id");
         f.end()?;
-        Ok(Self {
-            attempts: f.got(attempts)?,
-            route_id: f.got(route_id)?,
-        })
+        let (Some(attempts), Some(route_id)) = (attempts, route_id) else {
+            return Err(f.incomplete());
+        };
+        Ok(Self { attempts, route_id })
     }
 }
 
@@ -170,36 +170,64 @@ impl Encode for RouteCount {
 impl Decode for ScheduleEntry {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let completed_at_ms = f.req("completed_at_ms")?;
-        let cost = f.req("cost")?;
-        let delay_ms = f.req("delay_ms")?;
-        let jitter_max_ms = f.opt("jitter_max_ms")?;
-        let jitter_min_ms = f.opt("jitter_min_ms")?;
-        let jitter_sample_ms = f.opt("jitter_sample_ms")?;
-        let not_before_ms = f.req("not_before_ms")?;
-        let ordinal = f.req("ordinal")?;
-        let outcome = f.req("outcome")?;
-        let outcome_class = f.req("outcome_class")?;
-        let retry_after_floor_ms = f.req("retry_after_floor_ms")?;
-        let route_id = f.req("route_id")?;
-        let route_ordinal = f.req("route_ordinal")?;
-        let started_at_ms = f.req("started_at_ms")?;
+        let completed_at_ms = f.req("completed_at_ms");
+        let cost = f.req("cost");
+        let delay_ms = f.req("delay_ms");
+        let jitter_max_ms = f.opt("jitter_max_ms");
+        let jitter_min_ms = f.opt("jitter_min_ms");
+        let jitter_sample_ms = f.opt("jitter_sample_ms");
+        let not_before_ms = f.req("not_before_ms");
+        let ordinal = f.req("ordinal");
+        let outcome = f.req("outcome");
+        let outcome_class = f.req("outcome_class");
+        let retry_after_floor_ms = f.req("retry_after_floor_ms");
+        let route_id = f.req("route_id");
+        let route_ordinal = f.req("route_ordinal");
+        let started_at_ms = f.req("started_at_ms");
         f.end()?;
+        let (
+            Some(completed_at_ms),
+            Some(cost),
+            Some(delay_ms),
+            Some(not_before_ms),
+            Some(ordinal),
+            Some(outcome),
+            Some(outcome_class),
+            Some(retry_after_floor_ms),
+            Some(route_id),
+            Some(route_ordinal),
+            Some(started_at_ms),
+        ) = (
+            completed_at_ms,
+            cost,
+            delay_ms,
+            not_before_ms,
+            ordinal,
+            outcome,
+            outcome_class,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            started_at_ms,
+        )
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            completed_at_ms: f.got(completed_at_ms)?,
-            cost: f.got(cost)?,
-            delay_ms: f.got(delay_ms)?,
+            completed_at_ms,
+            cost,
+            delay_ms,
             jitter_max_ms,
             jitter_min_ms,
             jitter_sample_ms,
-            not_before_ms: f.got(not_before_ms)?,
-            ordinal: f.got(ordinal)?,
-            outcome: f.got(outcome)?,
-            outcome_class: f.got(outcome_class)?,
-            retry_after_floor_ms: f.got(retry_after_floor_ms)?,
-            route_id: f.got(route_id)?,
-            route_ordinal: f.got(route_ordinal)?,
-            started_at_ms: f.got(started_at_ms)?,
+            not_before_ms,
+            ordinal,
+            outcome,
+            outcome_class,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            started_at_ms,
         })
     }
 }
@@ -228,41 +256,76 @@ impl Encode for ScheduleEntry {
 impl Decode for Receipt {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let attempt_count = f.req("attempt_count")?;
-        let attempts_sha256 = f.req("attempts_sha256")?;
-        let behavior_class_sha256 = f.req("behavior_class_sha256")?;
-        let capability_contract_sha256 = f.req("capability_contract_sha256")?;
-        let degraded = f.req("degraded")?;
-        let fallback_used = f.req("fallback_used")?;
-        let final_route_id = f.opt("final_route_id")?;
-        let finished_at_ms = f.req("finished_at_ms")?;
-        let idempotency_key_sha256 = f.req("idempotency_key_sha256")?;
-        let logical_request_sha256 = f.req("logical_request_sha256")?;
-        let policy_sha256 = f.req("policy_sha256")?;
-        let route_attempts =
-            f.req_with("route_attempts", |v, at| decode_list(v, at, MAX_ROUTES))?;
-        let schedule = f.req_with("schedule", |v, at| decode_list(v, at, MAX_ATTEMPTS))?;
-        let schema = f.req("schema")?;
-        let terminal = f.req("terminal")?;
-        let total_cost = f.req("total_cost")?;
+        let attempt_count = f.req("attempt_count");
+        let attempts_sha256 = f.req("attempts_sha256");
+        let behavior_class_sha256 = f.req("behavior_class_sha256");
+        let capability_contract_sha256 = f.req("capability_contract_sha256");
+        let degraded = f.req("degraded");
+        let fallback_used = f.req("fallback_used");
+        let final_route_id = f.opt("final_route_id");
+        let finished_at_ms = f.req("finished_at_ms");
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+        let logical_request_sha256 = f.req("logical_request_sha256");
+        let policy_sha256 = f.req("policy_sha256");
+        let route_attempts = f.req_with("route_attempts", |v, at| decode_list(v, at, MAX_ROUTES));
+        let schedule = f.req_with("schedule", |v, at| decode_list(v, at, MAX_ATTEMPTS));
+        let schema = f.req("schema");
+        let terminal = f.req("terminal");
+        let total_cost = f.req("total_cost");
         f.end()?;
+        let (
+            Some(attempt_count),
+            Some(attempts_sha256),
+            Some(behavior_class_sha256),
+            Some(capability_contract_sha256),
+            Some(degraded),
+            Some(fallback_used),
+            Some(finished_at_ms),
+            Some(idempotency_key_sha256),
+            Some(logical_request_sha256),
+            Some(policy_sha256),
+            Some(route_attempts),
+            Some(schedule),
+            Some(schema),
+            Some(terminal),
+            Some(total_cost),
+        ) = (
+            attempt_count,
+            attempts_sha256,
+            behavior_class_sha256,
+            capability_contract_sha256,
+            degraded,
+            fallback_used,
+            finished_at_ms,
+            idempotency_key_sha256,
+            logical_request_sha256,
+            policy_sha256,
+            route_attempts,
+            schedule,
+            schema,
+            terminal,
+            total_cost,
+        )
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            attempt_count: f.got(attempt_count)?,
-            attempts_sha256: f.got(attempts_sha256)?,
-            behavior_class_sha256: f.got(behavior_class_sha256)?,
-            capability_contract_sha256: f.got(capability_contract_sha256)?,
-            degraded: f.got(degraded)?,
-            fallback_used: f.got(fallback_used)?,
+            attempt_count,
+            attempts_sha256,
+            behavior_class_sha256,
+            capability_contract_sha256,
+            degraded,
+            fallback_used,
             final_route_id,
-            finished_at_ms: f.got(finished_at_ms)?,
-            idempotency_key_sha256: f.got(idempotency_key_sha256)?,
-            logical_request_sha256: f.got(logical_request_sha256)?,
-            policy_sha256: f.got(policy_sha256)?,
-            route_attempts: f.got(route_attempts)?,
-            schedule: f.got(schedule)?,
-            schema: f.got(schema)?,
-            terminal: f.got(terminal)?,
-            total_cost: f.got(total_cost)?,
+            finished_at_ms,
+            idempotency_key_sha256,
+            logical_request_sha256,
+            policy_sha256,
+            route_attempts,
+            schedule,
+            schema,
+            terminal,
+            total_cost,
         })
     }
 }
@@ -296,16 +359,21 @@ impl Encode for Receipt {
 impl Decode for Bundle {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
-        let attempts = f.req("attempts")?;
-        let policy = f.req("policy")?;
-        let receipt = f.req("receipt")?;
-        let schema = f.req("schema")?;
+        let attempts = f.req("attempts");
+        let policy = f.req("policy");
+        let receipt = f.req("receipt");
+        let schema = f.req("schema");
         f.end()?;
+        let (Some(attempts), Some(policy), Some(receipt), Some(schema)) =
+            (attempts, policy, receipt, schema)
+        else {
+            return Err(f.incomplete());
+        };
         Ok(Self {
-            attempts: f.got(attempts)?,
-            policy: f.got(policy)?,
-            receipt: f.got(receipt)?,
-            schema: f.got(schema)?,
+            attempts,
+            policy,
+            receipt,
+            schema,
         })
     }
 }
@@ -381,28 +449,36 @@ impl Decode for Verdict {
         )?;
         let mut f = Fields::open(v, at)?.variant("kind");
         if kind == VerdictKind::Verified {
-            let attempts_sha256 = f.req("attempts_sha256")?;
-            let policy_sha256 = f.req("policy_sha256")?;
-            let receipt_sha256 = f.req("receipt_sha256")?;
-            let terminal = f.req("terminal")?;
+            let attempts_sha256 = f.req("attempts_sha256");
+            let policy_sha256 = f.req("policy_sha256");
+            let receipt_sha256 = f.req("receipt_sha256");
+            let terminal = f.req("terminal");
             f.end()?;
+            let (Some(attempts_sha256), Some(policy_sha256), Some(receipt_sha256), Some(terminal)) =
+                (attempts_sha256, policy_sha256, receipt_sha256, terminal)
+            else {
+                return Err(f.incomplete());
+            };
             return Ok(Self::Verified {
-                attempts_sha256: f.got(attempts_sha256)?,
-                policy_sha256: f.got(policy_sha256)?,
-                receipt_sha256: f.got(receipt_sha256)?,
-                terminal: f.got(terminal)?,
+                attempts_sha256,
+                policy_sha256,
+                receipt_sha256,
+                terminal,
             });
         }
-        let attempt_index: Option<u64> = f.opt("attempt_index")?;
-        let code = f.req("code")?;
-        let message = f.req("message")?;
-        let path = f.req("path")?;
+        let attempt_index: Option<u64> = f.opt("attempt_index");
+        let code = f.req("code");
+        let message = f.req("message");
+        let path = f.req("path");
         f.end()?;
+        let (Some(code), Some(message), Some(path)) = (code, message, path) else {
+            return Err(f.incomplete());
+        };
         Ok(Self::Drift {
             attempt_index: attempt_index.and_then(|i| usize::try_from(i).ok()),
-            code: f.got(code)?,
-            message: f.got(message)?,
-            path: f.got(path)?,
+            code,
+            message,
+            path,
         })
     }
 }
