@@ -6,14 +6,10 @@
 //! second maps the value onto the typed document with unknown fields denied.
 //! Every failure is an [`Error`] with a code and a JSON Pointer.
 
-use std::cell::RefCell;
-use std::fmt;
-
-use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::limits::{MAX_DEPTH, MAX_INPUT_BYTES, MAX_SAFE_INTEGER};
+use crate::limits::MAX_INPUT_BYTES;
 
 /// Parse JSON text into a value, enforcing the normal-form rules of every document.
 pub fn parse_strict(text: &str) -> Result<Value> {
@@ -26,20 +22,7 @@ pub fn parse_strict(text: &str) -> Result<Value> {
             ),
         ));
     }
-    let failure = RefCell::new(None);
-    let mut de = serde_json::Deserializer::from_str(text);
-    let seed = Strict {
-        depth: 0,
-        at: At::Root,
-        failure: &failure,
-    };
-    let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
-    match parsed {
-        Ok(v) => Ok(v),
-        Err(e) => Err(failure
-            .into_inner()
-            .unwrap_or_else(|| Error::new(ErrorCode::InvalidJson, e.to_string()))),
-    }
+    crate::parse::parse(text)
 }
 
 /// Decode JSON text into a typed document.
@@ -397,142 +380,6 @@ macro_rules! names {
     };
 }
 pub(crate) use names;
-
-struct Strict<'a> {
-    depth: usize,
-    at: At<'a>,
-    failure: &'a RefCell<Option<Error>>,
-}
-
-impl<'a> Strict<'a> {
-    fn fail<E: de::Error>(&self, code: ErrorCode, message: String) -> E {
-        let mut slot = self.failure.borrow_mut();
-        if slot.is_none() {
-            let mut path = String::new();
-            self.at.render(&mut path);
-            *slot = Some(Error::at(code, path, message.clone()));
-        }
-        E::custom(message)
-    }
-
-    fn child<'b>(&'b self, at: At<'b>) -> Strict<'b>
-    where
-        'a: 'b,
-    {
-        Strict {
-            depth: self.depth.saturating_add(1),
-            at,
-            failure: self.failure,
-        }
-    }
-
-    fn enter<E: de::Error>(&self) -> std::result::Result<(), E> {
-        if self.depth >= MAX_DEPTH {
-            return Err(self.fail(
-                ErrorCode::NestingTooDeep,
-                format!("nesting deeper than {MAX_DEPTH} levels"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Strict<'_> {
-    type Value = Value;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Strict<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value in normal form")
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Value, E> {
-        if v > MAX_SAFE_INTEGER {
-            return Err(self.fail(
-                ErrorCode::IntegerOutOfRange,
-                format!("{v} is above 2^53 - 1"),
-            ));
-        }
-        Ok(Value::from(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Value, E> {
-        match u64::try_from(v) {
-            Ok(u) => self.visit_u64(u),
-            Err(_) => Err(self.fail(ErrorCode::IntegerOutOfRange, format!("{v} is negative"))),
-        }
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Value, E> {
-        // serde_json hands integers beyond u64 to us as floats.
-        let integral = v.is_finite() && v.fract() == 0.0;
-        if integral && (v.abs() >= 9_007_199_254_740_992.0) {
-            return Err(self.fail(
-                ErrorCode::IntegerOutOfRange,
-                "integer outside 0..=2^53 - 1".to_owned(),
-            ));
-        }
-        Err(self.fail(
-            ErrorCode::FloatValue,
-            "numbers must be integers without fraction or exponent".to_owned(),
-        ))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> std::result::Result<Value, E> {
-        Err(self.fail(
-            ErrorCode::NullValue,
-            "null is not allowed; omit optional fields".to_owned(),
-        ))
-    }
-
-    fn visit_none<E: de::Error>(self) -> std::result::Result<Value, E> {
-        self.visit_unit()
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
-        self.enter()?;
-        let mut items = Vec::new();
-        loop {
-            let child = self.child(At::Index(&self.at, items.len()));
-            match seq.next_element_seed(child)? {
-                Some(v) => items.push(v),
-                None => break,
-            }
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
-        self.enter()?;
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let child = self.child(At::Key(&self.at, &key));
-            if out.contains_key(&key) {
-                return Err(child.fail(ErrorCode::DuplicateKey, format!("key `{key}` repeats")));
-            }
-            let v = map.next_value_seed(child)?;
-            out.insert(key, v);
-        }
-        Ok(Value::Object(out))
-    }
-}
 
 #[cfg(test)]
 mod tests {

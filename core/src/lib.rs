@@ -38,6 +38,7 @@ pub mod ids;
 pub mod lab;
 pub mod limits;
 pub mod outcome;
+mod parse;
 pub mod policy;
 pub mod receipt;
 pub mod schedule;
