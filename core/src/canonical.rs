@@ -274,9 +274,7 @@ fn write_u64(v: u64, out: &mut String) {
             break;
         }
     }
-    for b in buf.get(i..).unwrap_or_default() {
-        out.push(char::from(*b));
-    }
+    out.push_str(std::str::from_utf8(buf.get(i..).unwrap_or_default()).unwrap_or_default());
 }
 
 /// Canonical JSON (RFC 8785) of any JSON value holding integers only.
@@ -327,6 +325,12 @@ fn write_value(value: &Value, out: &mut String) {
 fn write_string(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
+    // Most strings (digests, identifiers, names) need no escape at all.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -370,7 +374,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Canonical JSON text (RFC 8785) of a document.
 pub fn canonical_json<T: Encode + ?Sized>(doc: &T) -> String {
-    let mut text = Text::default();
+    let mut text = Text {
+        out: String::with_capacity(1024),
+        comma: false,
+    };
     doc.encode(&mut text);
     text.out
 }

@@ -1,10 +1,11 @@
 //! Strict decoding: JSON text to typed documents in normal form.
 //!
-//! Two passes. The first reads the text into a [`serde_json::Value`] while
-//! rejecting what serde would let through silently: duplicate keys, `null`,
-//! floats, integers outside 0..=2^53-1, oversize input and deep nesting. The
-//! second maps the value onto the typed document with unknown fields denied.
-//! Every failure is an [`Error`] with a code and a JSON Pointer.
+//! Two passes. The first reads the text into a [`serde_json::Value`] (with
+//! the crate's own strict reader) while rejecting what plain JSON allows:
+//! duplicate keys, `null`, floats, integers outside 0..=2^53-1, oversize
+//! input and deep nesting. The second maps the value onto the typed document
+//! by hand ([`Decode`], [`Fields`]) with unknown fields denied. Every failure
+//! is an [`Error`] with a code and a JSON Pointer.
 
 use serde_json::Value;
 
