@@ -204,6 +204,27 @@ mod tests {
     }
 
     #[test]
+    fn tagged_documents_are_objects_only() {
+        // serde's internally tagged enums also took `["retryable", "rate_limited"]`.
+        use crate::outcome::Outcome;
+        use crate::policy::Jitter;
+        for text in [r#"["success"]"#, r#"["retryable","rate_limited"]"#] {
+            let e = from_str::<Outcome>(text).unwrap_err();
+            assert_eq!(
+                (e.code, e.path.as_deref()),
+                (ErrorCode::InvalidType, Some(""))
+            );
+        }
+        let e = from_str::<Jitter>(r#"["full","s",1]"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidType);
+        let e = from_str::<Outcome>(r#"{"class":5}"#).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_deref()),
+            (ErrorCode::InvalidType, Some("/class"))
+        );
+    }
+
+    #[test]
     fn error_json_is_canonical() {
         let e = Error::attempt(ErrorCode::EarlyStart, 2, "started_at_ms", "early");
         assert_eq!(
