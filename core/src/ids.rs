@@ -1,6 +1,5 @@
 //! Validated scalar types shared by every document: digests, identifiers and sets.
 
-use std::collections::BTreeSet;
 use std::fmt;
 
 use serde_json::Value;
@@ -119,25 +118,59 @@ fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
 
-/// A set encoded as a JSON array: items unique, at most 64, emitted in sorted order.
+/// A set encoded as a JSON array: items unique, at most 64, kept (and emitted) in sorted order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Set<T: Ord>(pub BTreeSet<T>);
+pub struct Set<T: Ord>(Vec<T>);
 
 impl<T: Ord> Set<T> {
+    /// Whether an item is in the set.
+    pub fn contains(&self, item: &T) -> bool {
+        self.0.binary_search(item).is_ok()
+    }
+
+    /// Add an item; `false` when it was already there.
+    pub fn insert(&mut self, item: T) -> bool {
+        match self.0.binary_search(&item) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, item);
+                true
+            }
+        }
+    }
+
+    /// The items in sorted order.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    /// The number of items.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether every item of `other` is in `self`.
     pub fn is_superset(&self, other: &Set<T>) -> bool {
-        self.0.is_superset(&other.0)
+        other.0.iter().all(|x| self.contains(x))
     }
 
     /// The items in `other` missing from `self`.
     pub fn missing_from<'a>(&self, other: &'a Set<T>) -> Vec<&'a T> {
-        other.0.iter().filter(|x| !self.0.contains(x)).collect()
+        other.0.iter().filter(|x| !self.contains(x)).collect()
     }
 }
 
 impl<T: Ord> FromIterator<T> for Set<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        Self(iter.into_iter().collect())
+        let mut items: Vec<T> = iter.into_iter().collect();
+        items.sort();
+        items.dedup();
+        Self(items)
     }
 }
 
@@ -149,7 +182,7 @@ impl<T: Ord + Encode> Encode for Set<T> {
 
 impl<T: Ord + Decode> Decode for Set<T> {
     fn decode(v: &Value, at: &At<'_>) -> CoreResult<Self> {
-        let mut out = BTreeSet::new();
+        let mut out = Set(Vec::new());
         for (i, item) in decode_array(v, at)?.iter().enumerate() {
             let item = T::decode(item, &At::Index(at, i))?;
             if out.len() >= MAX_SET_ITEMS {
@@ -162,7 +195,7 @@ impl<T: Ord + Decode> Decode for Set<T> {
                 return Err(at.error(ErrorCode::DuplicateSetItem, "an item repeats"));
             }
         }
-        Ok(Set(out))
+        Ok(out)
     }
 }
 

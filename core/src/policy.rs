@@ -577,7 +577,7 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
         let allowed = r.behavior_class_sha256 == p.behavior_class_sha256
             || p.allowed_degraded_behavior_classes
                 .as_ref()
-                .is_some_and(|s| s.0.contains(&r.behavior_class_sha256));
+                .is_some_and(|s| s.contains(&r.behavior_class_sha256));
         if !allowed {
             return Err(route_err(
                 ErrorCode::BehaviorClassMismatch,
