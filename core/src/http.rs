@@ -42,7 +42,7 @@ pub fn parse_retry_after(
     let invalid = |why: &str| {
         Error::new(
             ErrorCode::RetryAfterInvalid,
-            format!("{why}: `{}`", value.escape_default()),
+            format!("{why}: `{}`", escaped(value)),
         )
     };
     if !value.is_ascii() {
@@ -81,6 +81,26 @@ pub fn parse_retry_after(
         }
     };
     Ok(ms.min(cap))
+}
+
+/// The value as `str::escape_default` writes it: printable ASCII as is,
+/// `\t \r \n \' \" \\` escaped, anything else as `\u{hex}`.
+fn escaped(value: &str) -> String {
+    let mut out = String::new();
+    for c in value.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            '\'' | '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+        }
+    }
+    out
 }
 
 fn seconds_to_ms(digits: &str) -> u64 {
@@ -303,6 +323,13 @@ mod tests {
             ra(&"1".repeat(65)).unwrap_err().code,
             ErrorCode::RetryAfterOverlong
         );
+    }
+
+    #[test]
+    fn messages_escape_as_escape_default() {
+        for v in ["a b", "tab\tcr\rnl\n", "q'\"\\", "\u{1}\u{7f}", "é２😀", ""] {
+            assert_eq!(escaped(v), v.escape_default().to_string());
+        }
     }
 
     #[test]
