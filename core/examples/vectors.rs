@@ -294,13 +294,13 @@ fn policy_with(edits: &[(&str, Value)]) -> Value {
 fn run(policy: &Value, steps: &[Step]) -> Value {
     let p: Policy = from_value(policy.clone()).expect("a decodable policy");
     let attempts = lab::simulate(&p, steps).expect("a valid policy");
-    serde_json::to_value(attempts).expect("json")
+    retryledger_core::canonical::to_value(&attempts)
 }
 
 fn sealed(policy: &Value, attempts: &Value) -> Value {
     let p: Policy = from_value(policy.clone()).expect("policy");
     let a = from_value(attempts.clone()).expect("attempts");
-    serde_json::to_value(seal(&p, &a).expect("a finished run")).expect("json")
+    retryledger_core::canonical::to_value(&seal(&p, &a).expect("a finished run"))
 }
 
 fn empty_attempts() -> Value {
@@ -1306,7 +1306,7 @@ fn decode_family() -> Family {
 
     // Bundles and observations.
     let bundle = lab::reference_bundle().expect("bundle");
-    let bt = serde_json::to_string(&bundle).expect("json");
+    let bt = retryledger_core::canonical::canonical_json(&bundle);
     let brep = |from: &str, to: &str| -> String {
         assert!(bt.contains(from), "bundle text lacks {from}");
         bt.replacen(from, to, 1)
@@ -1335,7 +1335,7 @@ fn decode_family() -> Family {
     f.verify(
         "bundle_missing_receipt",
         &{
-            let mut v = serde_json::to_value(&bundle).expect("json");
+            let mut v = retryledger_core::canonical::to_value(&bundle);
             remove(&mut v, "/receipt");
             t(&v)
         },
@@ -2335,7 +2335,7 @@ fn verify_family() -> Family {
     for c in lab::cases().expect("lab cases") {
         f.verify(&format!("lab_{}", c.name), &t(&c.bundle), &c.expected);
     }
-    let bundle = serde_json::to_value(lab::reference_bundle().expect("bundle")).expect("json");
+    let bundle = retryledger_core::canonical::to_value(&lab::reference_bundle().expect("bundle"));
     f.verify(
         "reference_pretty_printed",
         &serde_json::to_string_pretty(&bundle).expect("json"),
@@ -2407,7 +2407,7 @@ fn digest_family() -> Family {
         "digest: SHA-256 over the RFC 8785 canonical JSON of each document type after strict decoding; formatting and key order never change it.",
         "digest of a policy (equal to validate_policy's), attempts, receipt and bundle; a policy that breaks a rule but decodes; pretty-printed and reordered input; and the errors: not an object, no schema, schema not a string, unknown schema, non-normal documents",
     );
-    let bundle = serde_json::to_value(lab::reference_bundle().expect("bundle")).expect("json");
+    let bundle = retryledger_core::canonical::to_value(&lab::reference_bundle().expect("bundle"));
     f.digest("policy", &t(&bundle["policy"]), "ok");
     f.digest("attempts", &t(&bundle["attempts"]), "ok");
     f.digest("receipt", &t(&bundle["receipt"]), "ok");

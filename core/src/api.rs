@@ -4,11 +4,10 @@
 //! thin layer of glue and every language decodes with the same strict rules
 //! and reports the same codes. Outputs are compact JSON in canonical order.
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::attempt::{Attempts, AttemptsSchema};
-use crate::canonical::{canonical_json, digest_of, to_jcs};
+use crate::canonical::{canonical_json, digest_of, Encode, ObjectWriter, Sink};
 use crate::decode::{from_str, from_value, parse_strict};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate as run;
@@ -16,17 +15,9 @@ use crate::http::{self, HttpObservation, RetryAfterHeader};
 use crate::policy::{compile, CompiledPolicy, Policy, PolicySchema};
 use crate::receipt::{verify_bundle, Bundle, BundleSchema, Receipt, ReceiptSchema};
 
-/// A document's canonical JSON (document types serialize in sorted order).
-fn out<T: Serialize>(value: &T) -> String {
+/// A document's or answer's canonical JSON (RFC 8785).
+fn out<T: Encode>(value: &T) -> String {
     canonical_json(value)
-}
-
-/// RFC 8785 JSON of a tagged answer (decision, verdict), whose serde form
-/// puts the tag first: sorted through a value so every output is canonical.
-fn out_sorted<T: Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .map(|v| to_jcs(&v))
-        .unwrap_or_default()
 }
 
 /// Decode and validate a policy.
@@ -46,7 +37,7 @@ pub fn validate_policy(policy_json: &str) -> Result<String> {
 
 /// `plan_next` against a compiled policy: a `dispatch` or `terminal` decision as JSON.
 pub fn plan_next_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<String> {
-    Ok(out_sorted(&run::plan_next(
+    Ok(out(&run::plan_next(
         policy,
         &decode_attempts(attempts_json)?,
     )?))
@@ -84,9 +75,7 @@ pub fn seal_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<Str
 
 /// `verify_bundle`: a `verified` or `drift` verdict as JSON.
 pub fn verify(bundle_json: &str) -> Result<String> {
-    Ok(out_sorted(&verify_bundle(&from_str::<Bundle>(
-        bundle_json,
-    )?)?))
+    Ok(out(&verify_bundle(&from_str::<Bundle>(bundle_json)?)?))
 }
 
 /// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding
@@ -149,17 +138,25 @@ pub fn classify_http(observation_json: &str) -> Result<String> {
 
 /// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.
 pub fn error_json(e: &Error) -> String {
-    let mut map = serde_json::Map::new();
-    map.insert("code".into(), Value::from(e.code.as_str()));
-    map.insert("family".into(), Value::from(e.family().as_str()));
-    map.insert("message".into(), Value::from(e.message.clone()));
-    if let Some(p) = &e.path {
-        map.insert("path".into(), Value::from(p.clone()));
+    canonical_json(&ErrorDoc(e))
+}
+
+struct ErrorDoc<'a>(&'a Error);
+
+impl Encode for ErrorDoc<'_> {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let e = self.0;
+        let index = e.attempt_index.and_then(|i| u64::try_from(i).ok());
+        let mut o = ObjectWriter::new(sink);
+        o.opt_u64("attempt_index", index)
+            .str("code", e.code.as_str())
+            .str("family", e.family().as_str())
+            .str("message", &e.message);
+        if let Some(p) = &e.path {
+            o.str("path", p);
+        }
+        o.end();
     }
-    if let Some(i) = e.attempt_index {
-        map.insert("attempt_index".into(), Value::from(i));
-    }
-    Value::Object(map).to_string()
 }
 
 /// The lab report (canonical JSON), its summary table and its case table.
@@ -171,4 +168,68 @@ pub fn lab() -> Result<(String, String, String)> {
         crate::lab::summary(&report),
         crate::lab::case_table(&report),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::to_jcs;
+    use crate::evaluate::Decision;
+    use crate::receipt::Verdict;
+
+    #[test]
+    fn answers_are_canonical_and_decode_back() {
+        let bundle = crate::lab::reference_bundle().unwrap();
+        let policy = canonical_json(&bundle.policy);
+        let mut attempts = bundle.attempts.clone();
+        for n in 0..=attempts.attempts.len() {
+            attempts.attempts.truncate(n);
+            let text = plan_next(&policy, &canonical_json(&attempts)).unwrap();
+            let value = parse_strict(&text).unwrap();
+            assert_eq!(to_jcs(&value), text);
+            let d: Decision = from_str(&text).unwrap();
+            assert_eq!(canonical_json(&d), text);
+        }
+        let verdict = verify(&canonical_json(&bundle)).unwrap();
+        let v: Verdict = from_str(&verdict).unwrap();
+        assert!(matches!(v, Verdict::Verified { .. }));
+        assert_eq!(canonical_json(&v), verdict);
+        let mut drifted = bundle;
+        drifted.receipt.total_cost += 1;
+        let verdict = verify(&canonical_json(&drifted)).unwrap();
+        let v: Verdict = from_str(&verdict).unwrap();
+        assert!(matches!(v, Verdict::Drift { ref path, .. } if path == "/receipt/total_cost"));
+        assert_eq!(canonical_json(&v), verdict);
+        assert_eq!(to_jcs(&parse_strict(&verdict).unwrap()), verdict);
+    }
+
+    #[test]
+    fn tagged_documents_are_objects_only() {
+        // serde's internally tagged enums also took `["retryable", "rate_limited"]`.
+        use crate::outcome::Outcome;
+        use crate::policy::Jitter;
+        for text in [r#"["success"]"#, r#"["retryable","rate_limited"]"#] {
+            let e = from_str::<Outcome>(text).unwrap_err();
+            assert_eq!(
+                (e.code, e.path.as_deref()),
+                (ErrorCode::InvalidType, Some(""))
+            );
+        }
+        let e = from_str::<Jitter>(r#"["full","s",1]"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidType);
+        let e = from_str::<Outcome>(r#"{"class":5}"#).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_deref()),
+            (ErrorCode::InvalidType, Some("/class"))
+        );
+    }
+
+    #[test]
+    fn error_json_is_canonical() {
+        let e = Error::attempt(ErrorCode::EarlyStart, 2, "started_at_ms", "early");
+        assert_eq!(
+            error_json(&e),
+            r#"{"attempt_index":2,"code":"early_start","family":"drift","message":"early","path":"/attempts/2/started_at_ms"}"#
+        );
+    }
 }

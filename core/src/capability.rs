@@ -8,13 +8,15 @@
 //! The first uncovered field is named, so a route is rejected before any
 //! dispatch with the missing capability in the error.
 
-use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::canonical::{Encode, ObjectWriter, Sink};
+use crate::decode::{names, At, Decode, Fields};
+use crate::error::Result;
 use crate::ids::{Identifier, Set};
 
 /// An input or output modality.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Modality {
     /// Plain text.
     Text,
@@ -29,8 +31,7 @@ pub enum Modality {
 }
 
 /// Structured output support, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StructuredOutput {
     /// Free text only.
     None,
@@ -43,8 +44,7 @@ pub enum StructuredOutput {
 }
 
 /// A sampling control the caller relies on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SamplingControl {
     /// A reproducibility seed.
     Seed,
@@ -59,8 +59,7 @@ pub enum SamplingControl {
 }
 
 /// Tool-call semantics, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ToolCalls {
     /// No tool calls.
     None,
@@ -71,8 +70,7 @@ pub enum ToolCalls {
 }
 
 /// A streaming event the caller relies on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StreamEvent {
     /// An explicit terminal event ends the stream.
     Terminal,
@@ -81,8 +79,7 @@ pub enum StreamEvent {
 }
 
 /// How a safety refusal is represented, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Refusal {
     /// No distinguishable refusal.
     None,
@@ -93,8 +90,7 @@ pub enum Refusal {
 }
 
 /// How exactly the route pins its model release, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ReleasePin {
     /// A moving name ("latest").
     Floating,
@@ -105,8 +101,7 @@ pub enum ReleasePin {
 }
 
 /// A capability contract. Fields are declared in canonical (sorted) order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capabilities {
     /// Input modalities.
     pub input_modalities: Set<Modality>,
@@ -136,24 +131,19 @@ pub struct Capabilities {
     pub tool_calls: ToolCalls,
 }
 
-fn names<T: Serialize>(items: &[&T]) -> String {
+fn names<T: Encode>(items: &[&T]) -> String {
     items
         .iter()
-        .map(|x| {
-            serde_json::to_value(x)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default()
-        })
+        .map(|x| level(*x))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn level<T: Serialize>(x: &T) -> String {
-    serde_json::to_value(x)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
+/// A name or identifier as written in a document, without its quotes.
+fn level<T: Encode + ?Sized>(x: &T) -> String {
+    crate::canonical::canonical_json(x)
+        .trim_matches('"')
+        .to_owned()
 }
 
 impl Capabilities {
@@ -273,5 +263,138 @@ impl Capabilities {
             ));
         }
         None
+    }
+}
+
+names!(Modality {
+    Text => "text",
+    Image => "image",
+    Audio => "audio",
+    Video => "video",
+    File => "file",
+});
+
+names!(StructuredOutput {
+    None => "none",
+    JsonObject => "json_object",
+    JsonSchema => "json_schema",
+    ConstrainedDecoding => "constrained_decoding",
+});
+
+names!(SamplingControl {
+    Seed => "seed",
+    Temperature => "temperature",
+    TopP => "top_p",
+    Logprobs => "logprobs",
+    StopSequences => "stop_sequences",
+});
+
+names!(ToolCalls {
+    None => "none",
+    Single => "single",
+    Parallel => "parallel",
+});
+
+names!(StreamEvent {
+    Terminal => "terminal",
+    Usage => "usage",
+});
+
+names!(Refusal {
+    None => "none",
+    InBandText => "in_band_text",
+    Typed => "typed",
+});
+
+names!(ReleasePin {
+    Floating => "floating",
+    Alias => "alias",
+    Exact => "exact",
+});
+
+impl Decode for Capabilities {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let input_modalities = f.req("input_modalities");
+        let max_context_tokens = f.req("max_context_tokens");
+        let max_output_tokens = f.req("max_output_tokens");
+        let max_response_bytes = f.req("max_response_bytes");
+        let output_modalities = f.req("output_modalities");
+        let refusal = f.req("refusal");
+        let regions = f.req("regions");
+        let release_pin = f.req("release_pin");
+        let retention_days = f.req("retention_days");
+        let sampling_controls = f.req("sampling_controls");
+        let streaming_events = f.req("streaming_events");
+        let structured_output = f.req("structured_output");
+        let tool_calls = f.req("tool_calls");
+        f.end()?;
+        let (
+            Some(input_modalities),
+            Some(max_context_tokens),
+            Some(max_output_tokens),
+            Some(max_response_bytes),
+            Some(output_modalities),
+            Some(refusal),
+            Some(regions),
+            Some(release_pin),
+            Some(retention_days),
+            Some(sampling_controls),
+            Some(streaming_events),
+            Some(structured_output),
+            Some(tool_calls),
+        ) = (
+            input_modalities,
+            max_context_tokens,
+            max_output_tokens,
+            max_response_bytes,
+            output_modalities,
+            refusal,
+            regions,
+            release_pin,
+            retention_days,
+            sampling_controls,
+            streaming_events,
+            structured_output,
+            tool_calls,
+        )
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self {
+            input_modalities,
+            max_context_tokens,
+            max_output_tokens,
+            max_response_bytes,
+            output_modalities,
+            refusal,
+            regions,
+            release_pin,
+            retention_days,
+            sampling_controls,
+            streaming_events,
+            structured_output,
+            tool_calls,
+        })
+    }
+}
+
+impl Encode for Capabilities {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("input_modalities", &self.input_modalities)
+            .u64("max_context_tokens", self.max_context_tokens)
+            .u64("max_output_tokens", self.max_output_tokens)
+            .u64("max_response_bytes", self.max_response_bytes)
+            .doc("output_modalities", &self.output_modalities)
+            .doc("refusal", &self.refusal)
+            .doc("regions", &self.regions)
+            .doc("release_pin", &self.release_pin)
+            .u64("retention_days", self.retention_days)
+            .doc("sampling_controls", &self.sampling_controls)
+            .doc("streaming_events", &self.streaming_events)
+            .doc("structured_output", &self.structured_output)
+            .doc("tool_calls", &self.tool_calls)
+            .end();
     }
 }

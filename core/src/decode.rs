@@ -1,19 +1,16 @@
 //! Strict decoding: JSON text to typed documents in normal form.
 //!
-//! Two passes. The first reads the text into a [`serde_json::Value`] while
-//! rejecting what serde would let through silently: duplicate keys, `null`,
-//! floats, integers outside 0..=2^53-1, oversize input and deep nesting. The
-//! second maps the value onto the typed document with unknown fields denied.
-//! Every failure is an [`Error`] with a code and a JSON Pointer.
+//! Two passes. The first reads the text into a [`serde_json::Value`] (with
+//! the crate's own strict reader) while rejecting what plain JSON allows:
+//! duplicate keys, `null`, floats, integers outside 0..=2^53-1, oversize
+//! input and deep nesting. The second maps the value onto the typed document
+//! by hand ([`Decode`], [`Fields`]) with unknown fields denied. Every failure
+//! is an [`Error`] with a code and a JSON Pointer.
 
-use std::cell::RefCell;
-use std::fmt;
-
-use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::limits::{MAX_DEPTH, MAX_INPUT_BYTES, MAX_SAFE_INTEGER};
+use crate::limits::MAX_INPUT_BYTES;
 
 /// Parse JSON text into a value, enforcing the normal-form rules of every document.
 pub fn parse_strict(text: &str) -> Result<Value> {
@@ -26,469 +23,364 @@ pub fn parse_strict(text: &str) -> Result<Value> {
             ),
         ));
     }
-    let failure = RefCell::new(None);
-    let mut de = serde_json::Deserializer::from_str(text);
-    let seed = Strict {
-        depth: 0,
-        at: Segment::Root,
-        failure: &failure,
-    };
-    let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
-    match parsed {
-        Ok(v) => Ok(v),
-        Err(e) => Err(failure
-            .into_inner()
-            .unwrap_or_else(|| Error::new(ErrorCode::InvalidJson, e.to_string()))),
-    }
+    crate::parse::parse(text)
 }
 
 /// Decode JSON text into a typed document.
-pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T> {
+pub fn from_str<T: Decode>(text: &str) -> Result<T> {
     from_value(parse_strict(text)?)
 }
 
-/// Map a strict value onto a typed document, translating serde's errors to codes.
-pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T> {
-    serde_path_to_error::deserialize(Typed(value)).map_err(|e| {
-        let path = pointer(e.path());
-        let message = e.inner().to_string();
-        Error::at(code_of(&message), path, message)
-    })
+/// Map a strict value onto a typed document.
+pub fn from_value<T: Decode>(value: Value) -> Result<T> {
+    T::decode(&value, &At::Root)
 }
 
-/// A [`Value`] as a deserializer that, unlike `serde_json`'s own, refuses an
-/// array where a struct is expected: serde's derived structs also accept
-/// their fields by position, which would let `"backoff": [100, 1000, 2000]`
-/// decode (and hash) like the object it is not. Everything else is
-/// delegated, so every other message, and so every code, is serde_json's.
-struct Typed(Value);
-
-type JsonError = serde_json::Error;
-
-macro_rules! delegate {
-    ($($method:ident)*) => {
-        $(
-            fn $method<V: Visitor<'de>>(self, visitor: V) -> std::result::Result<V::Value, JsonError> {
-                de::Deserializer::$method(self.0, visitor)
-            }
-        )*
-    };
-}
-
-impl<'de> de::Deserializer<'de> for Typed {
-    type Error = JsonError;
-
-    fn deserialize_any<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        match self.0 {
-            Value::Array(items) => visit_array(items, visitor),
-            Value::Object(map) => visit_object(map, visitor),
-            other => de::Deserializer::deserialize_any(other, visitor),
-        }
-    }
-
-    delegate! {
-        deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
-        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_f32
-        deserialize_f64 deserialize_char deserialize_str deserialize_string
-        deserialize_bytes deserialize_byte_buf deserialize_unit deserialize_identifier
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        match self.0 {
-            Value::Null => visitor.visit_none(),
-            other => visitor.visit_some(Typed(other)),
-        }
-    }
-
-    fn deserialize_unit_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        de::Deserializer::deserialize_unit_struct(self.0, name, visitor)
-    }
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        visitor.visit_newtype_struct(self)
-    }
-
-    fn deserialize_seq<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        match self.0 {
-            Value::Array(items) => visit_array(items, visitor),
-            other => de::Deserializer::deserialize_seq(other, visitor),
-        }
-    }
-
-    fn deserialize_tuple<V: Visitor<'de>>(
-        self,
-        _len: usize,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        self.deserialize_seq(visitor)
-    }
-
-    fn deserialize_tuple_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _len: usize,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        self.deserialize_seq(visitor)
-    }
-
-    fn deserialize_map<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        match self.0 {
-            Value::Object(map) => visit_object(map, visitor),
-            other => de::Deserializer::deserialize_map(other, visitor),
-        }
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        match self.0 {
-            Value::Object(map) => visit_object(map, visitor),
-            Value::Array(_) => Err(de::Error::invalid_type(de::Unexpected::Seq, &visitor)),
-            other => de::Deserializer::deserialize_struct(other, name, fields, visitor),
-        }
-    }
-
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        variants: &'static [&'static str],
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        de::Deserializer::deserialize_enum(self.0, name, variants, visitor)
-    }
-
-    fn deserialize_ignored_any<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        visitor.visit_unit()
-    }
-}
-
-/// As serde_json: visit the items, then refuse any the visitor left over.
-fn visit_array<'de, V: Visitor<'de>>(
-    items: Vec<Value>,
-    visitor: V,
-) -> std::result::Result<V::Value, JsonError> {
-    let len = items.len();
-    let mut seq = TypedSeq(items.into_iter());
-    let out = visitor.visit_seq(&mut seq)?;
-    if seq.0.len() == 0 {
-        Ok(out)
-    } else {
-        Err(de::Error::invalid_length(len, &"fewer elements in array"))
-    }
-}
-
-/// As serde_json: visit the entries, then refuse any the visitor left over.
-fn visit_object<'de, V: Visitor<'de>>(
-    map: Map<String, Value>,
-    visitor: V,
-) -> std::result::Result<V::Value, JsonError> {
-    let len = map.len();
-    let mut access = TypedMap {
-        iter: map.into_iter(),
-        value: None,
-    };
-    let out = visitor.visit_map(&mut access)?;
-    if access.iter.len() == 0 {
-        Ok(out)
-    } else {
-        Err(de::Error::invalid_length(len, &"fewer elements in map"))
-    }
-}
-
-struct TypedSeq(std::vec::IntoIter<Value>);
-
-impl<'de> SeqAccess<'de> for TypedSeq {
-    type Error = JsonError;
-
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> std::result::Result<Option<T::Value>, JsonError> {
-        self.0
-            .next()
-            .map(|v| seed.deserialize(Typed(v)))
-            .transpose()
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.0.len())
-    }
-}
-
-struct TypedMap {
-    iter: serde_json::map::IntoIter,
-    value: Option<Value>,
-}
-
-impl<'de> MapAccess<'de> for TypedMap {
-    type Error = JsonError;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> std::result::Result<Option<K::Value>, JsonError> {
-        match self.iter.next() {
-            Some((key, value)) => {
-                self.value = Some(value);
-                seed.deserialize(de::value::StringDeserializer::<JsonError>::new(key))
-                    .map(Some)
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(
-        &mut self,
-        seed: V,
-    ) -> std::result::Result<V::Value, JsonError> {
-        match self.value.take() {
-            Some(v) => seed.deserialize(Typed(v)),
-            None => Err(de::Error::custom("value is missing")),
-        }
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.iter.len())
-    }
-}
-
-/// JSON Pointer (RFC 6901) for a serde path.
-fn pointer(path: &serde_path_to_error::Path) -> String {
-    use serde_path_to_error::Segment;
-    let mut out = String::new();
-    for seg in path.iter() {
-        match seg {
-            Segment::Seq { index } => {
-                out.push('/');
-                out.push_str(&index.to_string());
-            }
-            Segment::Map { key } => {
-                out.push('/');
-                out.push_str(&key.replace('~', "~0").replace('/', "~1"));
-            }
-            Segment::Enum { .. } | Segment::Unknown => {}
-        }
-    }
-    out
-}
-
-/// Our own messages carry their code as a `code: ` prefix; serde's are recognized by wording.
-fn code_of(message: &str) -> ErrorCode {
-    if let Some((head, _)) = message.split_once(": ") {
-        if let Some(code) = ErrorCode::ALL.iter().find(|c| c.as_str() == head) {
-            return *code;
-        }
-    }
-    if message.starts_with("unknown field") {
-        ErrorCode::UnknownField
-    } else if message.starts_with("missing field") {
-        ErrorCode::MissingField
-    } else if message.starts_with("invalid type") {
-        ErrorCode::InvalidType
-    } else if message.starts_with("invalid length") && message.contains("expected a tuple") {
-        // Fewer items than a fixed-size pair: not "too many".
-        ErrorCode::InvalidValue
-    } else if message.starts_with("invalid length") {
-        ErrorCode::TooManyItems
-    } else {
-        ErrorCode::InvalidValue
-    }
-}
-
-/// A serde error message that names its code, for validating newtypes.
-pub fn coded<E: de::Error>(code: ErrorCode, message: impl fmt::Display) -> E {
-    E::custom(format!("{}: {message}", code.as_str()))
+/// A typed document read from a strict [`Value`].
+///
+/// Every failure carries its code and the JSON Pointer of the value at fault:
+/// a wrong JSON type is `invalid_type`, a string outside an enumeration
+/// `invalid_value`; an object reports the first key (in sorted order) it does
+/// not define as `unknown_field` at that key, then the first absent required
+/// field as `missing_field` at the object itself.
+pub trait Decode: Sized {
+    /// Decode the value found at `at`.
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self>;
 }
 
 /// Where a value sits, as a chain of borrowed segments: rendered as a JSON
 /// Pointer only when something fails there, so valid input allocates no paths.
 #[derive(Clone, Copy)]
-enum Segment<'a> {
+pub enum At<'a> {
+    /// The document itself.
     Root,
-    Key(&'a Segment<'a>, &'a str),
-    Index(&'a Segment<'a>, usize),
+    /// A key of the object at the parent.
+    Key(&'a At<'a>, &'a str),
+    /// An index of the array at the parent.
+    Index(&'a At<'a>, usize),
 }
 
-impl Segment<'_> {
+impl At<'_> {
     fn render(&self, out: &mut String) {
         match self {
-            Segment::Root => {}
-            Segment::Key(parent, key) => {
+            At::Root => {}
+            At::Key(parent, key) => {
                 parent.render(out);
                 out.push('/');
                 out.push_str(&key.replace('~', "~0").replace('/', "~1"));
             }
-            Segment::Index(parent, i) => {
+            At::Index(parent, i) => {
                 parent.render(out);
                 out.push('/');
                 out.push_str(&i.to_string());
             }
         }
     }
-}
 
-struct Strict<'a> {
-    depth: usize,
-    at: Segment<'a>,
-    failure: &'a RefCell<Option<Error>>,
-}
-
-impl<'a> Strict<'a> {
-    fn fail<E: de::Error>(&self, code: ErrorCode, message: String) -> E {
-        let mut slot = self.failure.borrow_mut();
-        if slot.is_none() {
-            let mut path = String::new();
-            self.at.render(&mut path);
-            *slot = Some(Error::at(code, path, message.clone()));
-        }
-        E::custom(message)
+    /// The JSON Pointer of this place.
+    pub fn pointer(&self) -> String {
+        let mut out = String::new();
+        self.render(&mut out);
+        out
     }
 
-    fn child<'b>(&'b self, at: Segment<'b>) -> Strict<'b>
-    where
-        'a: 'b,
-    {
-        Strict {
-            depth: self.depth.saturating_add(1),
-            at,
-            failure: self.failure,
-        }
-    }
-
-    fn enter<E: de::Error>(&self) -> std::result::Result<(), E> {
-        if self.depth >= MAX_DEPTH {
-            return Err(self.fail(
-                ErrorCode::NestingTooDeep,
-                format!("nesting deeper than {MAX_DEPTH} levels"),
-            ));
-        }
-        Ok(())
+    /// An error here.
+    pub fn error(&self, code: ErrorCode, message: impl Into<String>) -> Error {
+        Error::at(code, self.pointer(), message)
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Strict<'_> {
-    type Value = Value;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Value, D::Error> {
-        d.deserialize_any(self)
+impl Decode for u64 {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        // The strict parse admits only integers in 0..=2^53-1.
+        v.as_u64()
+            .ok_or_else(|| at.error(ErrorCode::InvalidType, "expected an integer"))
     }
 }
 
-impl<'de> Visitor<'de> for Strict<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value in normal form")
+impl Decode for bool {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        v.as_bool()
+            .ok_or_else(|| at.error(ErrorCode::InvalidType, "expected a boolean"))
     }
+}
 
-    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Value, E> {
-        Ok(Value::Bool(v))
+impl Decode for String {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        decode_str(v, at).map(str::to_owned)
     }
+}
 
-    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Value, E> {
-        if v > MAX_SAFE_INTEGER {
-            return Err(self.fail(
-                ErrorCode::IntegerOutOfRange,
-                format!("{v} is above 2^53 - 1"),
-            ));
+/// A string value.
+pub fn decode_str<'v>(v: &'v Value, at: &At<'_>) -> Result<&'v str> {
+    v.as_str()
+        .ok_or_else(|| at.error(ErrorCode::InvalidType, "expected a string"))
+}
+
+/// An array value's items.
+pub fn decode_array<'v>(v: &'v Value, at: &At<'_>) -> Result<&'v [Value]> {
+    match v {
+        Value::Array(items) => Ok(items),
+        _ => Err(at.error(ErrorCode::InvalidType, "expected an array")),
+    }
+}
+
+/// A list of at most `max` items, each decoded in turn.
+pub fn decode_list<T: Decode>(v: &Value, at: &At<'_>, max: usize) -> Result<Vec<T>> {
+    let items = decode_array(v, at)?;
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let x = T::decode(item, &At::Index(at, i))?;
+        if out.len() >= max {
+            return Err(at.error(ErrorCode::TooManyItems, format!("more than {max} items")));
         }
-        Ok(Value::from(v))
+        out.push(x);
     }
+    Ok(out)
+}
 
-    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Value, E> {
-        match u64::try_from(v) {
-            Ok(u) => self.visit_u64(u),
-            Err(_) => Err(self.fail(ErrorCode::IntegerOutOfRange, format!("{v} is negative"))),
+/// The index of one of a fixed set of names. As a one-key object the name
+/// is taken from the key (and its value can only be of the wrong type); any
+/// other object is not one of the names.
+pub fn decode_name(v: &Value, at: &At<'_>, names: &[&str]) -> Result<usize> {
+    let lookup = |s: &str| {
+        names.iter().position(|n| *n == s).ok_or_else(|| {
+            at.error(
+                ErrorCode::InvalidValue,
+                format!(
+                    "unknown variant `{}`",
+                    s.chars().take(80).collect::<String>()
+                ),
+            )
+        })
+    };
+    match v {
+        Value::String(s) => lookup(s),
+        Value::Object(map) => match map.iter().next() {
+            Some((k, _)) if map.len() == 1 => {
+                lookup(k)?;
+                Err(at.error(ErrorCode::InvalidType, "expected a unit variant"))
+            }
+            _ => Err(at.error(ErrorCode::InvalidValue, "expected a string")),
+        },
+        _ => Err(at.error(ErrorCode::InvalidType, "expected a string")),
+    }
+}
+
+/// The value at an index of a name table (see [`decode_name`]).
+pub fn pick<T: Copy>(all: &[T], i: usize, at: &At<'_>) -> Result<T> {
+    all.get(i)
+        .copied()
+        .ok_or_else(|| at.error(ErrorCode::InvalidValue, "unknown variant"))
+}
+
+/// The fields of one object, read in sorted key order.
+///
+/// Fields are asked for in sorted order ([`Fields::req`], [`Fields::opt`]);
+/// a key that sorts before the field asked for is one the type does not
+/// define. [`Fields::end`] refuses leftover keys, then absent required fields.
+pub struct Fields<'a> {
+    keys: std::iter::Peekable<serde_json::map::Iter<'a>>,
+    at: &'a At<'a>,
+    /// Errors inside the object are reported at the object itself (the
+    /// fields of a tagged variant).
+    flat: bool,
+    /// A key read separately (a variant's tag).
+    tag: Option<&'static str>,
+    missing: Option<&'static str>,
+    failure: Option<Error>,
+}
+
+impl<'a> Fields<'a> {
+    /// The fields of an object value.
+    pub fn open(v: &'a Value, at: &'a At<'a>) -> Result<Self> {
+        match v {
+            Value::Object(map) => Ok(Self {
+                keys: map.iter().peekable(),
+                at,
+                flat: false,
+                tag: None,
+                missing: None,
+                failure: None,
+            }),
+            _ => Err(at.error(ErrorCode::InvalidType, "expected an object")),
         }
     }
 
-    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Value, E> {
-        // serde_json hands integers beyond u64 to us as floats.
-        let integral = v.is_finite() && v.fract() == 0.0;
-        if integral && (v.abs() >= 9_007_199_254_740_992.0) {
-            return Err(self.fail(
-                ErrorCode::IntegerOutOfRange,
-                "integer outside 0..=2^53 - 1".to_owned(),
-            ));
+    /// The variant fields of a tagged object: `tag` is skipped, and every
+    /// error inside is reported at the object.
+    pub fn variant(mut self, tag: &'static str) -> Self {
+        self.flat = true;
+        self.tag = Some(tag);
+        self
+    }
+
+    fn unknown(&self, key: &str) -> Error {
+        let message = format!(
+            "unknown field `{}`",
+            key.chars().take(80).collect::<String>()
+        );
+        if self.flat {
+            self.at.error(ErrorCode::UnknownField, message)
+        } else {
+            At::Key(self.at, key).error(ErrorCode::UnknownField, message)
         }
-        Err(self.fail(
-            ErrorCode::FloatValue,
-            "numbers must be integers without fraction or exponent".to_owned(),
-        ))
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> std::result::Result<Value, E> {
-        Err(self.fail(
-            ErrorCode::NullValue,
-            "null is not allowed; omit optional fields".to_owned(),
-        ))
-    }
-
-    fn visit_none<E: de::Error>(self) -> std::result::Result<Value, E> {
-        self.visit_unit()
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
-        self.enter()?;
-        let mut items = Vec::new();
-        loop {
-            let child = self.child(Segment::Index(&self.at, items.len()));
-            match seq.next_element_seed(child)? {
-                Some(v) => items.push(v),
-                None => break,
+    fn find(&mut self, name: &str) -> Result<Option<(&'a str, &'a Value)>> {
+        while let Some(&(key, value)) = self.keys.peek() {
+            if Some(key.as_str()) == self.tag {
+                self.keys.next();
+                continue;
+            }
+            match key.as_str().cmp(name) {
+                std::cmp::Ordering::Less => return Err(self.unknown(key)),
+                std::cmp::Ordering::Equal => {
+                    self.keys.next();
+                    return Ok(Some((key.as_str(), value)));
+                }
+                std::cmp::Ordering::Greater => break,
             }
         }
-        Ok(Value::Array(items))
+        Ok(None)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
-        self.enter()?;
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let child = self.child(Segment::Key(&self.at, &key));
-            if out.contains_key(&key) {
-                return Err(child.fail(ErrorCode::DuplicateKey, format!("key `{key}` repeats")));
-            }
-            let v = map.next_value_seed(child)?;
-            out.insert(key, v);
+    /// A field's value and place, if present.
+    #[inline(never)]
+    fn field(&mut self, name: &'static str, required: bool) -> Result<Option<(&'a Value, At<'a>)>> {
+        let found = self.find(name)?;
+        if found.is_none() && required && self.missing.is_none() {
+            self.missing = Some(name);
         }
-        Ok(Value::Object(out))
+        Ok(found.map(|(key, value)| {
+            let at = if self.flat {
+                *self.at
+            } else {
+                At::Key(self.at, key)
+            };
+            (value, at)
+        }))
+    }
+
+    /// A field decoded with `f`; `None` when absent or after a failure,
+    /// which [`Fields::end`] reports.
+    fn read<T>(
+        &mut self,
+        name: &'static str,
+        required: bool,
+        f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
+    ) -> Option<T> {
+        if self.failure.is_some() {
+            return None;
+        }
+        let decoded = match self.field(name, required) {
+            Ok(Some((v, at))) => f(v, &at),
+            Ok(None) => return None,
+            Err(e) => Err(e),
+        };
+        decoded.map_err(|e| self.failure = Some(e)).ok()
+    }
+
+    /// An optional field, decoded with `f`.
+    pub fn opt_with<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
+    ) -> Option<T> {
+        self.read(name, false, f)
+    }
+
+    /// An optional field.
+    pub fn opt<T: Decode>(&mut self, name: &'static str) -> Option<T> {
+        self.read(name, false, T::decode)
+    }
+
+    /// A required field, decoded with `f`; absence is reported by [`Fields::end`].
+    pub fn req_with<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
+    ) -> Option<T> {
+        self.read(name, true, f)
+    }
+
+    /// A required field.
+    pub fn req<T: Decode>(&mut self, name: &'static str) -> Option<T> {
+        self.read(name, true, T::decode)
+    }
+
+    /// The first failure inside a field, else keys left over, else the
+    /// first required field that was absent.
+    pub fn end(&mut self) -> Result<()> {
+        if let Some(e) = self.failure.take() {
+            return Err(e);
+        }
+        if let Some((key, _)) = self.keys.find(|(k, _)| Some(k.as_str()) != self.tag) {
+            return Err(self.unknown(key));
+        }
+        match self.missing {
+            Some(name) => Err(self
+                .at
+                .error(ErrorCode::MissingField, format!("missing field `{name}`"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The error for a required field found absent after [`Fields::end`]
+    /// succeeded (which it reports first, so this is not reached).
+    pub fn incomplete(&self) -> Error {
+        self.at.error(ErrorCode::MissingField, "missing field")
     }
 }
+
+/// The tag of a tagged object (`class`, `mode`): a required string naming a variant.
+pub fn decode_tag(v: &Value, at: &At<'_>, tag: &'static str, names: &[&str]) -> Result<usize> {
+    let Value::Object(map) = v else {
+        return Err(at.error(ErrorCode::InvalidType, "expected an object"));
+    };
+    let Some(value) = map.get(tag) else {
+        return Err(at.error(ErrorCode::MissingField, format!("missing field `{tag}`")));
+    };
+    let here = At::Key(at, tag);
+    match value {
+        Value::String(_) => decode_name(value, &here, names),
+        _ => Err(here.error(ErrorCode::InvalidType, "expected a string")),
+    }
+}
+
+/// Names for a fieldless enum: `as_str`, [`Decode`] and [`Encode`](crate::canonical::Encode) as a string.
+macro_rules! names {
+    ($ty:ident { $($variant:ident => $name:literal),* $(,)? }) => {
+        impl $ty {
+            /// Every value, in the order of [`Self::NAMES`].
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),*];
+            /// Every name.
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
+
+            /// The snake_case name.
+            pub fn as_str(self) -> &'static str {
+                match self { $( $ty::$variant => $name, )* }
+            }
+        }
+
+        impl $crate::decode::Decode for $ty {
+            fn decode(
+                v: &serde_json::Value,
+                at: &$crate::decode::At<'_>,
+            ) -> $crate::error::Result<Self> {
+                let i = $crate::decode::decode_name(v, at, Self::NAMES)?;
+                $crate::decode::pick(Self::ALL, i, at)
+            }
+        }
+
+        impl $crate::canonical::Encode for $ty {
+            fn encode(&self, sink: &mut dyn $crate::canonical::Sink) {
+                sink.str(self.as_str());
+            }
+        }
+    };
+}
+pub(crate) use names;
 
 #[cfg(test)]
 mod tests {

@@ -7,10 +7,11 @@
 //! `stop_cost_budget`; then the outcome decides. Before each dispatch, in
 //! order: total attempts, route exhaustion, cost reservation, deadline.
 
-use serde::{Deserialize, Serialize};
-
 use crate::attempt::{Attempt, Attempts};
-use crate::canonical::digest_of;
+use serde_json::Value;
+
+use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
+use crate::decode::{decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::Outcome;
@@ -19,8 +20,7 @@ use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
 use crate::schedule::{next_delay, Delay, JitterDraw};
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Terminal {
     /// Success on the primary or a compatible fallback, before the deadline.
     Completed,
@@ -40,25 +40,19 @@ pub enum Terminal {
     StopCancelled,
 }
 
-impl Terminal {
-    /// The terminal's snake_case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::StopNonRetryable => "stop_non_retryable",
-            Self::StopIndeterminate => "stop_indeterminate",
-            Self::StopTotalAttempts => "stop_total_attempts",
-            Self::StopRouteExhausted => "stop_route_exhausted",
-            Self::StopCostBudget => "stop_cost_budget",
-            Self::StopDeadline => "stop_deadline",
-            Self::StopCancelled => "stop_cancelled",
-        }
-    }
-}
+names!(Terminal {
+    Completed => "completed",
+    StopNonRetryable => "stop_non_retryable",
+    StopIndeterminate => "stop_indeterminate",
+    StopTotalAttempts => "stop_total_attempts",
+    StopRouteExhausted => "stop_route_exhausted",
+    StopCostBudget => "stop_cost_budget",
+    StopDeadline => "stop_deadline",
+    StopCancelled => "stop_cancelled",
+});
 
 /// The next attempt to dispatch, and not before when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dispatch {
     /// The run's absolute deadline, ms.
     pub deadline_ms: u64,
@@ -67,13 +61,10 @@ pub struct Dispatch {
     /// Digest of the idempotency key to send.
     pub idempotency_key_sha256: Sha256Hex,
     /// Jitter interval upper end, when jitter is on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_max_ms: Option<u64>,
     /// Jitter interval lower end, when jitter is on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_min_ms: Option<u64>,
     /// The jitter sample to record on the attempt, when jitter is on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_sample_ms: Option<u64>,
     /// Digest of the logical request to send.
     pub logical_request_sha256: Sha256Hex,
@@ -111,8 +102,7 @@ impl Dispatch {
 }
 
 /// What to do next: dispatch an attempt, or the run's terminal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Dispatch this attempt no earlier than `not_before_ms`.
     Dispatch(Dispatch),
@@ -121,6 +111,144 @@ pub enum Decision {
         /// How it ended.
         terminal: Terminal,
     },
+}
+
+impl Dispatch {
+    /// The fields in RFC 8785 order, with the decision's `kind` tag among them.
+    fn write(&self, kind: Option<&str>, sink: &mut dyn Sink) {
+        let mut o = ObjectWriter::new(sink);
+        o.u64("deadline_ms", self.deadline_ms)
+            .u64("delay_ms", self.delay_ms)
+            .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
+            .opt_u64("jitter_max_ms", self.jitter_max_ms)
+            .opt_u64("jitter_min_ms", self.jitter_min_ms)
+            .opt_u64("jitter_sample_ms", self.jitter_sample_ms);
+        if let Some(kind) = kind {
+            o.str("kind", kind);
+        }
+        o.doc("logical_request_sha256", &self.logical_request_sha256)
+            .u64("not_before_ms", self.not_before_ms)
+            .u64("ordinal", self.ordinal)
+            .u64("reserve_cost", self.reserve_cost)
+            .u64("retry_after_floor_ms", self.retry_after_floor_ms)
+            .doc("route_id", &self.route_id)
+            .u64("route_ordinal", self.route_ordinal)
+            .doc("route_release_sha256", &self.route_release_sha256)
+            .end();
+    }
+}
+
+impl Encode for Dispatch {
+    fn encode(&self, sink: &mut dyn Sink) {
+        self.write(None, sink);
+    }
+}
+
+/// A decision is an object tagged by `kind`, its keys in RFC 8785 order.
+impl Encode for Decision {
+    fn encode(&self, sink: &mut dyn Sink) {
+        match self {
+            Self::Dispatch(d) => d.write(Some("dispatch"), sink),
+            Self::Terminal { terminal } => {
+                ObjectWriter::new(sink)
+                    .str("kind", "terminal")
+                    .doc("terminal", terminal)
+                    .end();
+            }
+        }
+    }
+}
+
+/// The kinds of [`Decision`], as its `kind` tag names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DecisionKind {
+    Dispatch,
+    Terminal,
+}
+
+names!(DecisionKind {
+    Dispatch => "dispatch",
+    Terminal => "terminal",
+});
+
+/// A decision is an object tagged by `kind`; a bad tag is reported at
+/// `kind`, everything else inside the object at the object.
+impl Decode for Decision {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let kind = pick(
+            DecisionKind::ALL,
+            decode_tag(v, at, "kind", DecisionKind::NAMES)?,
+            at,
+        )?;
+        let mut f = Fields::open(v, at)?.variant("kind");
+        if kind == DecisionKind::Terminal {
+            let terminal = f.req("terminal");
+            f.end()?;
+            let Some(terminal) = terminal else {
+                return Err(f.incomplete());
+            };
+            return Ok(Self::Terminal { terminal });
+        }
+        let deadline_ms = f.req("deadline_ms");
+        let delay_ms = f.req("delay_ms");
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+        let jitter_max_ms = f.opt("jitter_max_ms");
+        let jitter_min_ms = f.opt("jitter_min_ms");
+        let jitter_sample_ms = f.opt("jitter_sample_ms");
+        let logical_request_sha256 = f.req("logical_request_sha256");
+        let not_before_ms = f.req("not_before_ms");
+        let ordinal = f.req("ordinal");
+        let reserve_cost = f.req("reserve_cost");
+        let retry_after_floor_ms = f.req("retry_after_floor_ms");
+        let route_id = f.req("route_id");
+        let route_ordinal = f.req("route_ordinal");
+        let route_release_sha256 = f.req("route_release_sha256");
+        f.end()?;
+        let (
+            Some(deadline_ms),
+            Some(delay_ms),
+            Some(idempotency_key_sha256),
+            Some(logical_request_sha256),
+            Some(not_before_ms),
+            Some(ordinal),
+            Some(reserve_cost),
+            Some(retry_after_floor_ms),
+            Some(route_id),
+            Some(route_ordinal),
+            Some(route_release_sha256),
+        ) = (
+            deadline_ms,
+            delay_ms,
+            idempotency_key_sha256,
+            logical_request_sha256,
+            not_before_ms,
+            ordinal,
+            reserve_cost,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            route_release_sha256,
+        )
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self::Dispatch(Dispatch {
+            deadline_ms,
+            delay_ms,
+            idempotency_key_sha256,
+            jitter_max_ms,
+            jitter_min_ms,
+            jitter_sample_ms,
+            logical_request_sha256,
+            not_before_ms,
+            ordinal,
+            reserve_cost,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            route_release_sha256,
+        }))
+    }
 }
 
 /// Replay state after some observed attempts. It holds no reference to the

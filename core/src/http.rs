@@ -5,22 +5,20 @@
 //! by the policy cap, and a malformed hint on a response is ignored rather
 //! than allowed to choose a delay.
 
-use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::decode::{decode_array, decode_list, names, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::httpdate;
-use crate::ids::bounded_vec;
 use crate::limits::{MAX_HEADERS, MAX_RETRY_AFTER_BYTES, MAX_SAFE_INTEGER};
 use crate::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
 
 /// Which header carried the hint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryAfterHeader {
     /// `Retry-After`: delay-seconds or an HTTP-date.
-    #[serde(rename = "retry-after")]
     RetryAfter,
     /// `retry-after-ms`: milliseconds, possibly fractional (rounded up).
-    #[serde(rename = "retry-after-ms")]
     RetryAfterMs,
 }
 
@@ -44,7 +42,7 @@ pub fn parse_retry_after(
     let invalid = |why: &str| {
         Error::new(
             ErrorCode::RetryAfterInvalid,
-            format!("{why}: `{}`", value.escape_default()),
+            format!("{why}: `{}`", escaped(value)),
         )
     };
     if !value.is_ascii() {
@@ -85,6 +83,26 @@ pub fn parse_retry_after(
     Ok(ms.min(cap))
 }
 
+/// The value as `str::escape_default` writes it: printable ASCII as is,
+/// `\t \r \n \' \" \\` escaped, anything else as `\u{hex}`.
+fn escaped(value: &str) -> String {
+    let mut out = String::new();
+    for c in value.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            '\'' | '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+        }
+    }
+    out
+}
+
 fn seconds_to_ms(digits: &str) -> u64 {
     digits
         .parse::<u64>()
@@ -93,8 +111,7 @@ fn seconds_to_ms(digits: &str) -> u64 {
 }
 
 /// What went wrong below HTTP, if anything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportError {
     /// No connection was made; nothing was sent.
     ConnectFailed,
@@ -105,31 +122,76 @@ pub enum TransportError {
 }
 
 /// One HTTP attempt as the host observed it. Fields in canonical order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpObservation {
     /// Response headers as `[name, value]` pairs (names case-insensitive).
-    #[serde(default, deserialize_with = "bounded_vec::<_, _, MAX_HEADERS>")]
     pub headers: Vec<(String, String)>,
     /// Wall clock at observation, Unix ms (resolves HTTP-date hints).
-    #[serde(default)]
     pub now_unix_ms: u64,
     /// Whether any response body bytes reached the caller.
-    #[serde(default)]
     pub response_bytes_received: bool,
     /// Cap applied to a Retry-After hint, ms.
-    #[serde(default = "default_cap")]
     pub retry_after_cap_ms: u64,
     /// The response status, when one arrived.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u64>,
     /// A transport failure, when one happened.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport_error: Option<TransportError>,
 }
 
-fn default_cap() -> u64 {
-    MAX_SAFE_INTEGER
+names!(RetryAfterHeader {
+    RetryAfter => "retry-after",
+    RetryAfterMs => "retry-after-ms",
+});
+
+names!(TransportError {
+    ConnectFailed => "connect_failed",
+    Timeout => "timeout",
+    ConnectionReset => "connection_reset",
+});
+
+/// A header: a `[name, value]` pair of strings.
+struct Header(String, String);
+
+impl Decode for Header {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let items = decode_array(v, at)?;
+        let mut pair = items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| String::decode(x, &At::Index(at, i)));
+        let short = || at.error(ErrorCode::InvalidValue, "expected a [name, value] pair");
+        let name = pair.next().ok_or_else(short)??;
+        let value = pair.next().ok_or_else(short)??;
+        if items.len() > 2 {
+            return Err(at.error(ErrorCode::TooManyItems, "expected a [name, value] pair"));
+        }
+        Ok(Self(name, value))
+    }
+}
+
+impl Decode for HttpObservation {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let headers = f.opt_with("headers", |v, at| decode_list::<Header>(v, at, MAX_HEADERS));
+        let now_unix_ms = f.opt("now_unix_ms");
+        let response_bytes_received = f.opt("response_bytes_received");
+        let retry_after_cap_ms = f.opt("retry_after_cap_ms");
+        let status = f.opt("status");
+        let transport_error = f.opt("transport_error");
+        f.end()?;
+        Ok(Self {
+            headers: headers
+                .unwrap_or_default()
+                .into_iter()
+                .map(|Header(k, v)| (k, v))
+                .collect(),
+            now_unix_ms: now_unix_ms.unwrap_or(0),
+            response_bytes_received: response_bytes_received.unwrap_or(false),
+            retry_after_cap_ms: retry_after_cap_ms.unwrap_or(MAX_SAFE_INTEGER),
+            status,
+            transport_error,
+        })
+    }
 }
 
 impl HttpObservation {
@@ -261,6 +323,13 @@ mod tests {
             ra(&"1".repeat(65)).unwrap_err().code,
             ErrorCode::RetryAfterOverlong
         );
+    }
+
+    #[test]
+    fn messages_escape_as_escape_default() {
+        for v in ["a b", "tab\tcr\rnl\n", "q'\"\\", "\u{1}\u{7f}", "é２😀", ""] {
+            assert_eq!(escaped(v), v.escape_default().to_string());
+        }
     }
 
     #[test]

@@ -99,9 +99,15 @@ fn epoch(y: i64, m: i64, d: i64, secs: i64) -> Option<i64> {
         .checked_add(secs)
 }
 
+/// `day, rest` at the first comma, which a space must follow.
+fn day_and_rest(v: &str) -> Option<(&str, &str)> {
+    let (day, rest) = v.split_once(',')?;
+    Some((day, rest.strip_prefix(' ')?))
+}
+
 /// `Sun, 06 Nov 1994 08:49:37 GMT`
 fn imf_fixdate(v: &str) -> Option<i64> {
-    let (day, rest) = v.split_once(", ")?;
+    let (day, rest) = day_and_rest(v)?;
     if !DAYS.contains(&day) {
         return None;
     }
@@ -117,7 +123,7 @@ fn imf_fixdate(v: &str) -> Option<i64> {
 
 /// `Sunday, 06-Nov-94 08:49:37 GMT`
 fn rfc850(v: &str, now_year: i64) -> Option<i64> {
-    let (day, rest) = v.split_once(", ")?;
+    let (day, rest) = day_and_rest(v)?;
     if !LONG_DAYS.contains(&day) {
         return None;
     }

@@ -1,18 +1,16 @@
 //! Validated scalar types shared by every document: digests, identifiers and sets.
 
-use std::collections::BTreeSet;
 use std::fmt;
 
-use serde::de::{Deserializer, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
 
-use crate::decode::coded;
-use crate::error::ErrorCode;
+use crate::canonical::{encode_list, Encode, Sink};
+use crate::decode::{decode_array, decode_str, At, Decode};
+use crate::error::{ErrorCode, Result as CoreResult};
 use crate::limits::{MAX_ID_BYTES, MAX_SET_ITEMS};
 
 /// A SHA-256 digest: exactly 64 lowercase hex characters.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Sha256Hex(String);
 
 impl Sha256Hex {
@@ -48,16 +46,20 @@ impl fmt::Display for Sha256Hex {
     }
 }
 
-impl<'de> Deserialize<'de> for Sha256Hex {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Sha256Hex::parse(&s).map_err(|m| coded(ErrorCode::InvalidDigest, m))
+impl Decode for Sha256Hex {
+    fn decode(v: &Value, at: &At<'_>) -> CoreResult<Self> {
+        Sha256Hex::parse(decode_str(v, at)?).map_err(|m| at.error(ErrorCode::InvalidDigest, m))
+    }
+}
+
+impl Encode for Sha256Hex {
+    fn encode(&self, sink: &mut dyn Sink) {
+        sink.str(&self.0);
     }
 }
 
 /// An identifier: 1 to 128 bytes of `A-Z a-z 0-9 . _ - : / @ +`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Identifier(String);
 
 impl Identifier {
@@ -100,10 +102,15 @@ impl fmt::Display for Identifier {
     }
 }
 
-impl<'de> Deserialize<'de> for Identifier {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Identifier::parse(&s).map_err(|(c, m)| coded(c, m))
+impl Decode for Identifier {
+    fn decode(v: &Value, at: &At<'_>) -> CoreResult<Self> {
+        Identifier::parse(decode_str(v, at)?).map_err(|(c, m)| at.error(c, m))
+    }
+}
+
+impl Encode for Identifier {
+    fn encode(&self, sink: &mut dyn Sink) {
+        sink.str(&self.0);
     }
 }
 
@@ -111,103 +118,96 @@ fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
 
-/// A set encoded as a JSON array: items unique, at most 64, emitted in sorted order.
+/// A set encoded as a JSON array: items unique, at most 64, kept (and emitted) in sorted order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Set<T: Ord>(pub BTreeSet<T>);
+pub struct Set<T: Ord>(Vec<T>);
 
 impl<T: Ord> Set<T> {
+    /// Whether an item is in the set.
+    pub fn contains(&self, item: &T) -> bool {
+        self.0.binary_search(item).is_ok()
+    }
+
+    /// Add an item; `false` when it was already there.
+    pub fn insert(&mut self, item: T) -> bool {
+        match self.0.binary_search(&item) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, item);
+                true
+            }
+        }
+    }
+
+    /// The items in sorted order.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    /// The number of items.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether every item of `other` is in `self`.
     pub fn is_superset(&self, other: &Set<T>) -> bool {
-        self.0.is_superset(&other.0)
+        other.0.iter().all(|x| self.contains(x))
     }
 
     /// The items in `other` missing from `self`.
     pub fn missing_from<'a>(&self, other: &'a Set<T>) -> Vec<&'a T> {
-        other.0.iter().filter(|x| !self.0.contains(x)).collect()
+        other.0.iter().filter(|x| !self.contains(x)).collect()
     }
 }
 
 impl<T: Ord> FromIterator<T> for Set<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        Self(iter.into_iter().collect())
+        let mut items: Vec<T> = iter.into_iter().collect();
+        items.sort();
+        items.dedup();
+        Self(items)
     }
 }
 
-impl<T: Ord + Serialize> Serialize for Set<T> {
-    fn serialize<S: Serializer>(&self, s: S) -> ::std::result::Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter())
+impl<T: Ord + Encode> Encode for Set<T> {
+    fn encode(&self, sink: &mut dyn Sink) {
+        encode_list(self.0.iter(), sink);
     }
 }
 
-impl<'de, T: Ord + Deserialize<'de>> Deserialize<'de> for Set<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Ord + Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = Set<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array of unique items")
+impl<T: Ord + Decode> Decode for Set<T> {
+    fn decode(v: &Value, at: &At<'_>) -> CoreResult<Self> {
+        let mut out = Set(Vec::new());
+        for (i, item) in decode_array(v, at)?.iter().enumerate() {
+            let item = T::decode(item, &At::Index(at, i))?;
+            if out.len() >= MAX_SET_ITEMS {
+                return Err(at.error(
+                    ErrorCode::TooManyItems,
+                    format!("more than {MAX_SET_ITEMS} items"),
+                ));
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Set<T>, A::Error> {
-                let mut out = BTreeSet::new();
-                while let Some(item) = seq.next_element::<T>()? {
-                    if out.len() >= MAX_SET_ITEMS {
-                        return Err(coded(
-                            ErrorCode::TooManyItems,
-                            format!("more than {MAX_SET_ITEMS} items"),
-                        ));
-                    }
-                    if !out.insert(item) {
-                        return Err(coded::<A::Error>(
-                            ErrorCode::DuplicateSetItem,
-                            "an item repeats",
-                        ));
-                    }
-                }
-                Ok(Set(out))
+            if !out.insert(item) {
+                return Err(at.error(ErrorCode::DuplicateSetItem, "an item repeats"));
             }
         }
-        d.deserialize_seq(V(std::marker::PhantomData))
+        Ok(out)
     }
-}
-
-/// Deserialize a bounded list, rejecting more than `N` items.
-pub fn bounded_vec<'de, D, T, const N: usize>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    struct V<T, const N: usize>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>, const N: usize> Visitor<'de> for V<T, N> {
-        type Value = Vec<T>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "an array of at most {N} items")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let mut out = Vec::new();
-            while let Some(item) = seq.next_element::<T>()? {
-                if out.len() >= N {
-                    return Err(coded(
-                        ErrorCode::TooManyItems,
-                        format!("more than {N} items"),
-                    ));
-                }
-                out.push(item);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_seq(V::<T, N>(std::marker::PhantomData))
 }
 
 /// Check the `schema` field of a document.
-pub fn expect_schema<'de, D: Deserializer<'de>>(d: D, expected: &str) -> Result<(), D::Error> {
-    let s = String::deserialize(d)?;
+pub fn expect_schema(v: &Value, at: &At<'_>, expected: &str) -> CoreResult<()> {
+    let s = decode_str(v, at)?;
     if s == expected {
         Ok(())
     } else {
-        Err(coded(
+        Err(at.error(
             ErrorCode::SchemaMismatch,
-            format!("schema is `{}`, expected `{expected}`", truncate(&s)),
+            format!("schema is `{}`, expected `{expected}`", truncate(s)),
         ))
     }
 }
@@ -224,15 +224,18 @@ macro_rules! schema_marker {
             pub const NAME: &'static str = $value;
         }
 
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> ::std::result::Result<S::Ok, S::Error> {
-                s.serialize_str($value)
+        impl $crate::canonical::Encode for $name {
+            fn encode(&self, sink: &mut dyn $crate::canonical::Sink) {
+                sink.str($value);
             }
         }
 
-        impl<'de> serde::Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> ::std::result::Result<Self, D::Error> {
-                $crate::ids::expect_schema(d, $value).map(|()| $name)
+        impl $crate::decode::Decode for $name {
+            fn decode(
+                v: &serde_json::Value,
+                at: &$crate::decode::At<'_>,
+            ) -> $crate::error::Result<Self> {
+                $crate::ids::expect_schema(v, at, $value).map(|()| $name)
             }
         }
     };

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
 use crate::canonical::{digest_of, digest_value, sha256_hex, to_jcs};
 use crate::decode::from_value;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::Result;
 use crate::evaluate::{plan_next, Decision};
 use crate::ids::Sha256Hex;
 use crate::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
@@ -181,7 +181,7 @@ fn bundle_value(policy: &Value, steps: &[Step]) -> Result<Value> {
 }
 
 fn to_json(bundle: &Bundle) -> Result<Value> {
-    serde_json::to_value(bundle).map_err(|e| Error::new(ErrorCode::InvalidValue, e.to_string()))
+    Ok(crate::canonical::to_value(bundle))
 }
 
 /// The reference bundle: the reference policy and script, sealed.
@@ -647,7 +647,7 @@ pub fn run() -> Result<Value> {
     }
     Ok(json!({
         "schema": "retryledger.lab_report.v1",
-        "baseline": baseline,
+        "baseline": crate::canonical::to_value(&baseline),
         "baseline_terminal": baseline.receipt.terminal.as_str(),
         "fallback_used": baseline.receipt.fallback_used,
         "policy_sha256": compiled.policy_sha256,

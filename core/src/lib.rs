@@ -38,6 +38,7 @@ pub mod ids;
 pub mod lab;
 pub mod limits;
 pub mod outcome;
+mod parse;
 pub mod policy;
 pub mod receipt;
 pub mod schedule;
@@ -57,6 +58,6 @@ pub fn validate_policy(policy: &Policy) -> Result<String> {
 }
 
 /// Digest of any document: lowercase hex SHA-256 of its canonical JSON.
-pub fn digest<T: serde::Serialize>(document: &T) -> String {
+pub fn digest<T: canonical::Encode>(document: &T) -> String {
     canonical::digest_of(document)
 }

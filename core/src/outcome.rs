@@ -5,11 +5,14 @@
 //! provider does not repair them. Indeterminate outcomes stop for
 //! reconciliation and are never retried.
 
-use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical::{Encode, ObjectWriter, Sink};
+use crate::decode::{decode_tag, names, pick, At, Decode, Fields};
+use crate::error::Result;
 
 /// Failures that policy may retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryableKind {
     /// No response arrived before the attempt timeout.
     TimeoutBeforeResponse,
@@ -20,8 +23,7 @@ pub enum RetryableKind {
 }
 
 /// Failures no other attempt repairs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NonRetryableKind {
     /// The receiver rejected the request.
     Rejected,
@@ -36,8 +38,7 @@ pub enum NonRetryableKind {
 }
 
 /// Outcomes whose effect is unknown; they need reconciliation, not retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndeterminateKind {
     /// The receiver may or may not have accepted the work.
     UnknownProviderAcceptance,
@@ -46,13 +47,7 @@ pub enum IndeterminateKind {
 }
 
 /// An observed outcome, tagged by `class`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(
-    tag = "class",
-    rename_all = "snake_case",
-    deny_unknown_fields,
-    from = "OutcomeDoc"
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// The attempt produced a validated result.
     Success,
@@ -61,7 +56,6 @@ pub enum Outcome {
         /// What failed.
         kind: RetryableKind,
         /// The server's Retry-After hint in ms, unbounded as observed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after_ms: Option<u64>,
     },
     /// A non-retryable failure.
@@ -76,46 +70,106 @@ pub enum Outcome {
     },
 }
 
-/// The decoded form of [`Outcome`]. serde ignores unknown fields beside the
-/// tag of a unit variant, so `success` decodes as an empty struct variant,
-/// where `deny_unknown_fields` applies.
-#[derive(Deserialize)]
-#[serde(tag = "class", rename_all = "snake_case", deny_unknown_fields)]
-enum OutcomeDoc {
-    Success {},
-    Retryable {
-        kind: RetryableKind,
-        #[serde(default)]
-        retry_after_ms: Option<u64>,
-    },
-    NonRetryable {
-        kind: NonRetryableKind,
-    },
-    Indeterminate {
-        kind: IndeterminateKind,
-    },
+names!(RetryableKind {
+    TimeoutBeforeResponse => "timeout_before_response",
+    RateLimited => "rate_limited",
+    Unavailable => "unavailable",
+});
+
+names!(NonRetryableKind {
+    Rejected => "rejected",
+    PolicyDenied => "policy_denied",
+    InvalidRequest => "invalid_request",
+    ProtocolViolation => "protocol_violation",
+    InvalidOutput => "invalid_output",
+});
+
+names!(IndeterminateKind {
+    UnknownProviderAcceptance => "unknown_provider_acceptance",
+    StreamInterruptedAfterOutput => "stream_interrupted_after_output",
+});
+
+names!(OutcomeClass {
+    Success => "success",
+    Retryable => "retryable",
+    NonRetryable => "non_retryable",
+    Indeterminate => "indeterminate",
+});
+
+/// An outcome is an object tagged by `class`. A bad tag is reported at
+/// `class`; everything else inside the object is reported at the object.
+impl Decode for Outcome {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let class = pick(
+            OutcomeClass::ALL,
+            decode_tag(v, at, "class", OutcomeClass::NAMES)?,
+            at,
+        )?;
+        let mut f = Fields::open(v, at)?.variant("class");
+        let outcome = match class {
+            OutcomeClass::Success => {
+                f.end()?;
+                return Ok(Self::Success);
+            }
+            OutcomeClass::Retryable => {
+                let kind = f.req("kind");
+                let retry_after_ms = f.opt("retry_after_ms");
+                f.end()?;
+                let Some(kind) = kind else {
+                    return Err(f.incomplete());
+                };
+                Self::Retryable {
+                    kind,
+                    retry_after_ms,
+                }
+            }
+            OutcomeClass::NonRetryable => {
+                let kind = f.req("kind");
+                f.end()?;
+                let Some(kind) = kind else {
+                    return Err(f.incomplete());
+                };
+                Self::NonRetryable { kind }
+            }
+            OutcomeClass::Indeterminate => {
+                let kind = f.req("kind");
+                f.end()?;
+                let Some(kind) = kind else {
+                    return Err(f.incomplete());
+                };
+                Self::Indeterminate { kind }
+            }
+        };
+        Ok(outcome)
+    }
 }
 
-impl From<OutcomeDoc> for Outcome {
-    fn from(doc: OutcomeDoc) -> Self {
-        match doc {
-            OutcomeDoc::Success {} => Self::Success,
-            OutcomeDoc::Retryable {
+impl Encode for Outcome {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let mut o = ObjectWriter::new(sink);
+        o.str("class", self.class().as_str());
+        match self {
+            Self::Success => {}
+            Self::Retryable {
                 kind,
                 retry_after_ms,
-            } => Self::Retryable {
-                kind,
-                retry_after_ms,
-            },
-            OutcomeDoc::NonRetryable { kind } => Self::NonRetryable { kind },
-            OutcomeDoc::Indeterminate { kind } => Self::Indeterminate { kind },
+            } => {
+                o.doc("kind", kind)
+                    .opt_u64("retry_after_ms", *retry_after_ms);
+            }
+            Self::NonRetryable { kind } => {
+                o.doc("kind", kind);
+            }
+            Self::Indeterminate { kind } => {
+                o.doc("kind", kind);
+            }
         }
+        o.end();
     }
 }
 
 /// The outcome family, as a plain string tag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutcomeClass {
     /// Success.
     Success,
@@ -142,24 +196,9 @@ impl Outcome {
     pub fn kind_name(&self) -> &'static str {
         match self {
             Self::Success => "success",
-            Self::Retryable { kind, .. } => match kind {
-                RetryableKind::TimeoutBeforeResponse => "timeout_before_response",
-                RetryableKind::RateLimited => "rate_limited",
-                RetryableKind::Unavailable => "unavailable",
-            },
-            Self::NonRetryable { kind } => match kind {
-                NonRetryableKind::Rejected => "rejected",
-                NonRetryableKind::PolicyDenied => "policy_denied",
-                NonRetryableKind::InvalidRequest => "invalid_request",
-                NonRetryableKind::ProtocolViolation => "protocol_violation",
-                NonRetryableKind::InvalidOutput => "invalid_output",
-            },
-            Self::Indeterminate { kind } => match kind {
-                IndeterminateKind::UnknownProviderAcceptance => "unknown_provider_acceptance",
-                IndeterminateKind::StreamInterruptedAfterOutput => {
-                    "stream_interrupted_after_output"
-                }
-            },
+            Self::Retryable { kind, .. } => kind.as_str(),
+            Self::NonRetryable { kind } => kind.as_str(),
+            Self::Indeterminate { kind } => kind.as_str(),
         }
     }
 

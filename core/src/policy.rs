@@ -6,12 +6,13 @@
 //! [`CompiledPolicy`] carrying the digests, so a host validates once and
 //! reuses it for every plan and evaluation of the run.
 
-use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::canonical::digest_of;
+use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::capability::Capabilities;
+use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
-use crate::ids::{bounded_vec, schema_marker, Identifier, Set, Sha256Hex};
+use crate::ids::{schema_marker, Identifier, Set, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
 
 schema_marker!(
@@ -21,8 +22,7 @@ schema_marker!(
 
 /// Who owns retries for this request. Only `harness` is accepted; the others
 /// decode so that a policy cannot erase the distinction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryOwner {
     /// This harness observes and decides every attempt.
     Harness,
@@ -33,8 +33,7 @@ pub enum RetryOwner {
 }
 
 /// Where request data may go, narrowest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DataBoundary {
     /// Stays in this process.
     LocalProcess,
@@ -45,8 +44,7 @@ pub enum DataBoundary {
 }
 
 /// Capped exponential backoff with a bounded Retry-After floor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backoff {
     /// Delay after a route's first failed attempt, in ms (doubles per attempt).
     pub base_ms: u64,
@@ -58,13 +56,7 @@ pub struct Backoff {
 
 /// Replayable jitter. The sample is drawn from the seed, the scheduler release
 /// and the attempt ordinal, so a replay draws the same value.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(
-    tag = "mode",
-    rename_all = "snake_case",
-    deny_unknown_fields,
-    from = "JitterDoc"
-)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Jitter {
     /// No jitter: the exponential term is used as is.
     None,
@@ -91,59 +83,103 @@ pub enum Jitter {
     },
 }
 
-/// The decoded form of [`Jitter`]. serde ignores unknown fields beside the tag
-/// of a unit variant, so `none` decodes as an empty struct variant, where
-/// `deny_unknown_fields` applies.
-#[derive(Deserialize)]
-#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
-enum JitterDoc {
-    None {},
-    Full {
-        scheduler_release: Identifier,
-        seed: u64,
-    },
-    Equal {
-        scheduler_release: Identifier,
-        seed: u64,
-    },
-    Decorrelated {
-        scheduler_release: Identifier,
-        seed: u64,
-    },
+/// The jitter modes, as the `mode` tag names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JitterMode {
+    /// [`Jitter::None`]
+    None,
+    /// [`Jitter::Full`]
+    Full,
+    /// [`Jitter::Equal`]
+    Equal,
+    /// [`Jitter::Decorrelated`]
+    Decorrelated,
 }
 
-impl From<JitterDoc> for Jitter {
-    fn from(doc: JitterDoc) -> Self {
-        match doc {
-            JitterDoc::None {} => Self::None,
-            JitterDoc::Full {
-                scheduler_release,
-                seed,
-            } => Self::Full {
-                scheduler_release,
-                seed,
-            },
-            JitterDoc::Equal {
-                scheduler_release,
-                seed,
-            } => Self::Equal {
-                scheduler_release,
-                seed,
-            },
-            JitterDoc::Decorrelated {
-                scheduler_release,
-                seed,
-            } => Self::Decorrelated {
-                scheduler_release,
-                seed,
-            },
+names!(JitterMode {
+    None => "none",
+    Full => "full",
+    Equal => "equal",
+    Decorrelated => "decorrelated",
+});
+
+impl Jitter {
+    /// The mode.
+    pub fn mode(&self) -> JitterMode {
+        match self {
+            Self::None => JitterMode::None,
+            Self::Full { .. } => JitterMode::Full,
+            Self::Equal { .. } => JitterMode::Equal,
+            Self::Decorrelated { .. } => JitterMode::Decorrelated,
         }
     }
 }
 
+/// Jitter is an object tagged by `mode`. A bad tag is reported at `mode`;
+/// everything else inside the object is reported at the object.
+impl Decode for Jitter {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mode = pick(
+            JitterMode::ALL,
+            decode_tag(v, at, "mode", JitterMode::NAMES)?,
+            at,
+        )?;
+        let mut f = Fields::open(v, at)?.variant("mode");
+        if mode == JitterMode::None {
+            f.end()?;
+            return Ok(Self::None);
+        }
+        let scheduler_release = f.req("scheduler_release");
+        let seed = f.req("seed");
+        f.end()?;
+        let (Some(scheduler_release), Some(seed)) = (scheduler_release, seed) else {
+            return Err(f.incomplete());
+        };
+        Ok(match mode {
+            JitterMode::Equal => Self::Equal {
+                scheduler_release,
+                seed,
+            },
+            JitterMode::Decorrelated => Self::Decorrelated {
+                scheduler_release,
+                seed,
+            },
+            JitterMode::Full | JitterMode::None => Self::Full {
+                scheduler_release,
+                seed,
+            },
+        })
+    }
+}
+
+impl Encode for Jitter {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let mut o = ObjectWriter::new(sink);
+        o.str("mode", self.mode().as_str());
+        match self {
+            Self::None => {}
+            Self::Full {
+                scheduler_release,
+                seed,
+            }
+            | Self::Equal {
+                scheduler_release,
+                seed,
+            }
+            | Self::Decorrelated {
+                scheduler_release,
+                seed,
+            } => {
+                o.doc("scheduler_release", scheduler_release)
+                    .u64("seed", *seed);
+            }
+        }
+        o.end();
+    }
+}
+
 /// One route: a prevalidated path to a provider release. Fields in canonical order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     /// The behavior class whose evidence this route carries.
     pub behavior_class_sha256: Sha256Hex,
@@ -166,11 +202,9 @@ pub struct Route {
 }
 
 /// The policy document. Fields in canonical order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Degraded behavior classes a fallback may carry; the receipt reports their use.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_degraded_behavior_classes: Option<Set<Sha256Hex>>,
     /// Backoff parameters.
     pub backoff: Backoff,
@@ -197,10 +231,216 @@ pub struct Policy {
     /// The retry owner; must be `harness`.
     pub retry_owner: RetryOwner,
     /// Routes, in any order; priorities decide.
-    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_ROUTES>")]
     pub routes: Vec<Route>,
     /// `retryledger.policy.v1`
     pub schema: PolicySchema,
+}
+
+names!(RetryOwner {
+    Harness => "harness",
+    Adapter => "adapter",
+    TransportSdk => "transport_sdk",
+});
+
+names!(DataBoundary {
+    LocalProcess => "local_process",
+    PrivateService => "private_service",
+    ExternalProvider => "external_provider",
+});
+
+impl Decode for Backoff {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let base_ms = f.req("base_ms");
+        let max_ms = f.req("max_ms");
+        let retry_after_cap_ms = f.req("retry_after_cap_ms");
+        f.end()?;
+        let (Some(base_ms), Some(max_ms), Some(retry_after_cap_ms)) =
+            (base_ms, max_ms, retry_after_cap_ms)
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self {
+            base_ms,
+            max_ms,
+            retry_after_cap_ms,
+        })
+    }
+}
+
+impl Encode for Backoff {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .u64("base_ms", self.base_ms)
+            .u64("max_ms", self.max_ms)
+            .u64("retry_after_cap_ms", self.retry_after_cap_ms)
+            .end();
+    }
+}
+
+impl Decode for Route {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let behavior_class_sha256 = f.req("behavior_class_sha256");
+        let capabilities = f.req("capabilities");
+        let data_boundary = f.req("data_boundary");
+        let max_attempts = f.req("max_attempts");
+        let priority = f.req("priority");
+        let reserve_cost = f.req("reserve_cost");
+        let route_id = f.req("route_id");
+        let route_release_sha256 = f.req("route_release_sha256");
+        let supports_idempotency = f.req("supports_idempotency");
+        f.end()?;
+        let (
+            Some(behavior_class_sha256),
+            Some(capabilities),
+            Some(data_boundary),
+            Some(max_attempts),
+            Some(priority),
+            Some(reserve_cost),
+            Some(route_id),
+            Some(route_release_sha256),
+            Some(supports_idempotency),
+        ) = (
+            behavior_class_sha256,
+            capabilities,
+            data_boundary,
+            max_attempts,
+            priority,
+            reserve_cost,
+            route_id,
+            route_release_sha256,
+            supports_idempotency,
+        )
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self {
+            behavior_class_sha256,
+            capabilities,
+            data_boundary,
+            max_attempts,
+            priority,
+            reserve_cost,
+            route_id,
+            route_release_sha256,
+            supports_idempotency,
+        })
+    }
+}
+
+impl Encode for Route {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("behavior_class_sha256", &self.behavior_class_sha256)
+            .doc("capabilities", &self.capabilities)
+            .doc("data_boundary", &self.data_boundary)
+            .u64("max_attempts", self.max_attempts)
+            .u64("priority", self.priority)
+            .u64("reserve_cost", self.reserve_cost)
+            .doc("route_id", &self.route_id)
+            .doc("route_release_sha256", &self.route_release_sha256)
+            .bool("supports_idempotency", self.supports_idempotency)
+            .end();
+    }
+}
+
+impl Decode for Policy {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let allowed_degraded_behavior_classes = f.opt("allowed_degraded_behavior_classes");
+        let backoff = f.req("backoff");
+        let behavior_class_sha256 = f.req("behavior_class_sha256");
+        let cost_unit = f.req("cost_unit");
+        let deadline_ms = f.req("deadline_ms");
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+        let jitter = f.req("jitter");
+        let logical_request_sha256 = f.req("logical_request_sha256");
+        let max_data_boundary = f.req("max_data_boundary");
+        let max_total_attempts = f.req("max_total_attempts");
+        let max_total_cost = f.req("max_total_cost");
+        let requirements = f.req("requirements");
+        let retry_owner = f.req("retry_owner");
+        let routes = f.req_with("routes", |v, at| decode_list(v, at, MAX_ROUTES));
+        let schema = f.req("schema");
+        f.end()?;
+        let (
+            Some(backoff),
+            Some(behavior_class_sha256),
+            Some(cost_unit),
+            Some(deadline_ms),
+            Some(idempotency_key_sha256),
+            Some(jitter),
+            Some(logical_request_sha256),
+            Some(max_data_boundary),
+            Some(max_total_attempts),
+            Some(max_total_cost),
+            Some(requirements),
+            Some(retry_owner),
+            Some(routes),
+            Some(schema),
+        ) = (
+            backoff,
+            behavior_class_sha256,
+            cost_unit,
+            deadline_ms,
+            idempotency_key_sha256,
+            jitter,
+            logical_request_sha256,
+            max_data_boundary,
+            max_total_attempts,
+            max_total_cost,
+            requirements,
+            retry_owner,
+            routes,
+            schema,
+        )
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self {
+            allowed_degraded_behavior_classes,
+            backoff,
+            behavior_class_sha256,
+            cost_unit,
+            deadline_ms,
+            idempotency_key_sha256,
+            jitter,
+            logical_request_sha256,
+            max_data_boundary,
+            max_total_attempts,
+            max_total_cost,
+            requirements,
+            retry_owner,
+            routes,
+            schema,
+        })
+    }
+}
+
+impl Encode for Policy {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .opt_doc(
+                "allowed_degraded_behavior_classes",
+                self.allowed_degraded_behavior_classes.as_ref(),
+            )
+            .doc("backoff", &self.backoff)
+            .doc("behavior_class_sha256", &self.behavior_class_sha256)
+            .doc("cost_unit", &self.cost_unit)
+            .u64("deadline_ms", self.deadline_ms)
+            .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
+            .doc("jitter", &self.jitter)
+            .doc("logical_request_sha256", &self.logical_request_sha256)
+            .doc("max_data_boundary", &self.max_data_boundary)
+            .u64("max_total_attempts", self.max_total_attempts)
+            .u64("max_total_cost", self.max_total_cost)
+            .doc("requirements", &self.requirements)
+            .doc("retry_owner", &self.retry_owner)
+            .list("routes", &self.routes)
+            .doc("schema", &self.schema)
+            .end();
+    }
 }
 
 /// A validated policy with its digests, ready to plan and evaluate runs.
@@ -337,7 +577,7 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
         let allowed = r.behavior_class_sha256 == p.behavior_class_sha256
             || p.allowed_degraded_behavior_classes
                 .as_ref()
-                .is_some_and(|s| s.0.contains(&r.behavior_class_sha256));
+                .is_some_and(|s| s.contains(&r.behavior_class_sha256));
         if !allowed {
             return Err(route_err(
                 ErrorCode::BehaviorClassMismatch,

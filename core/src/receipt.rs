@@ -5,14 +5,14 @@
 //! attempts and compares the result with the sealed receipt field by field,
 //! reporting the first drift with its code, attempt and JSON Pointer.
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::attempt::Attempts;
-use crate::canonical::digest_of;
+use crate::canonical::{digest_of, to_value, Encode, ObjectWriter, Sink};
+use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{ErrorCode, ErrorFamily, Result};
 use crate::evaluate::{evaluate, Terminal};
-use crate::ids::{bounded_vec, schema_marker, Identifier, Sha256Hex};
+use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
 use crate::outcome::OutcomeClass;
 use crate::policy::{compile, Policy};
@@ -27,8 +27,7 @@ schema_marker!(
 );
 
 /// Attempts used on one route.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteCount {
     /// Attempts dispatched on the route.
     pub attempts: u64,
@@ -37,8 +36,7 @@ pub struct RouteCount {
 }
 
 /// One attempt as scheduled and observed. Fields in canonical order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleEntry {
     /// Observed completion, ms.
     pub completed_at_ms: u64,
@@ -47,13 +45,10 @@ pub struct ScheduleEntry {
     /// Planned delay from the previous completion, ms.
     pub delay_ms: u64,
     /// Jitter interval upper end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_max_ms: Option<u64>,
     /// Jitter interval lower end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_min_ms: Option<u64>,
     /// Jitter sample.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_sample_ms: Option<u64>,
     /// Planned earliest start, ms.
     pub not_before_ms: u64,
@@ -74,8 +69,7 @@ pub struct ScheduleEntry {
 }
 
 /// The receipt document. Fields in canonical order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
     /// Physical attempts dispatched.
     pub attempt_count: u64,
@@ -90,7 +84,6 @@ pub struct Receipt {
     /// Any attempt used a route other than the primary.
     pub fallback_used: bool,
     /// Route of the last attempt; absent when none was dispatched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_route_id: Option<Identifier>,
     /// Last completion or cancellation time, ms.
     pub finished_at_ms: u64,
@@ -101,10 +94,8 @@ pub struct Receipt {
     /// Digest of the policy document.
     pub policy_sha256: Sha256Hex,
     /// Attempts per route, in priority order.
-    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_ROUTES>")]
     pub route_attempts: Vec<RouteCount>,
     /// Every attempt as scheduled and observed.
-    #[serde(deserialize_with = "bounded_vec::<_, _, MAX_ATTEMPTS>")]
     pub schedule: Vec<ScheduleEntry>,
     /// `retryledger.receipt.v1`
     pub schema: ReceiptSchema,
@@ -115,8 +106,7 @@ pub struct Receipt {
 }
 
 /// A bundle: everything needed to replay a run. Fields in canonical order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bundle {
     /// The observed attempts.
     pub attempts: Attempts,
@@ -129,8 +119,7 @@ pub struct Bundle {
 }
 
 /// The result of replaying a bundle.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// The receipt is exactly the replay of the policy and attempts.
     Verified {
@@ -146,7 +135,6 @@ pub enum Verdict {
     /// The first difference between the sealed run and its replay.
     Drift {
         /// Index of the offending attempt, when the drift is in an attempt.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt_index: Option<usize>,
         /// Stable error code.
         code: String,
@@ -157,17 +145,366 @@ pub enum Verdict {
     },
 }
 
+impl Decode for RouteCount {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let attempts = f.req("attempts");
+        let route_id = f.req("route_id");
+        f.end()?;
+        let (Some(attempts), Some(route_id)) = (attempts, route_id) else {
+            return Err(f.incomplete());
+        };
+        Ok(Self { attempts, route_id })
+    }
+}
+
+impl Encode for RouteCount {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .u64("attempts", self.attempts)
+            .doc("route_id", &self.route_id)
+            .end();
+    }
+}
+
+impl Decode for ScheduleEntry {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let completed_at_ms = f.req("completed_at_ms");
+        let cost = f.req("cost");
+        let delay_ms = f.req("delay_ms");
+        let jitter_max_ms = f.opt("jitter_max_ms");
+        let jitter_min_ms = f.opt("jitter_min_ms");
+        let jitter_sample_ms = f.opt("jitter_sample_ms");
+        let not_before_ms = f.req("not_before_ms");
+        let ordinal = f.req("ordinal");
+        let outcome = f.req("outcome");
+        let outcome_class = f.req("outcome_class");
+        let retry_after_floor_ms = f.req("retry_after_floor_ms");
+        let route_id = f.req("route_id");
+        let route_ordinal = f.req("route_ordinal");
+        let started_at_ms = f.req("started_at_ms");
+        f.end()?;
+        let (
+            Some(completed_at_ms),
+            Some(cost),
+            Some(delay_ms),
+            Some(not_before_ms),
+            Some(ordinal),
+            Some(outcome),
+            Some(outcome_class),
+            Some(retry_after_floor_ms),
+            Some(route_id),
+            Some(route_ordinal),
+            Some(started_at_ms),
+        ) = (
+            completed_at_ms,
+            cost,
+            delay_ms,
+            not_before_ms,
+            ordinal,
+            outcome,
+            outcome_class,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            started_at_ms,
+        )
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self {
+            completed_at_ms,
+            cost,
+            delay_ms,
+            jitter_max_ms,
+            jitter_min_ms,
+            jitter_sample_ms,
+            not_before_ms,
+            ordinal,
+            outcome,
+            outcome_class,
+            retry_after_floor_ms,
+            route_id,
+            route_ordinal,
+            started_at_ms,
+        })
+    }
+}
+
+impl Encode for ScheduleEntry {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .u64("completed_at_ms", self.completed_at_ms)
+            .u64("cost", self.cost)
+            .u64("delay_ms", self.delay_ms)
+            .opt_u64("jitter_max_ms", self.jitter_max_ms)
+            .opt_u64("jitter_min_ms", self.jitter_min_ms)
+            .opt_u64("jitter_sample_ms", self.jitter_sample_ms)
+            .u64("not_before_ms", self.not_before_ms)
+            .u64("ordinal", self.ordinal)
+            .str("outcome", &self.outcome)
+            .doc("outcome_class", &self.outcome_class)
+            .u64("retry_after_floor_ms", self.retry_after_floor_ms)
+            .doc("route_id", &self.route_id)
+            .u64("route_ordinal", self.route_ordinal)
+            .u64("started_at_ms", self.started_at_ms)
+            .end();
+    }
+}
+
+impl Decode for Receipt {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let attempt_count = f.req("attempt_count");
+        let attempts_sha256 = f.req("attempts_sha256");
+        let behavior_class_sha256 = f.req("behavior_class_sha256");
+        let capability_contract_sha256 = f.req("capability_contract_sha256");
+        let degraded = f.req("degraded");
+        let fallback_used = f.req("fallback_used");
+        let final_route_id = f.opt("final_route_id");
+        let finished_at_ms = f.req("finished_at_ms");
+        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+        let logical_request_sha256 = f.req("logical_request_sha256");
+        let policy_sha256 = f.req("policy_sha256");
+        let route_attempts = f.req_with("route_attempts", |v, at| decode_list(v, at, MAX_ROUTES));
+        let schedule = f.req_with("schedule", |v, at| decode_list(v, at, MAX_ATTEMPTS));
+        let schema = f.req("schema");
+        let terminal = f.req("terminal");
+        let total_cost = f.req("total_cost");
+        f.end()?;
+        let (
+            Some(attempt_count),
+            Some(attempts_sha256),
+            Some(behavior_class_sha256),
+            Some(capability_contract_sha256),
+            Some(degraded),
+            Some(fallback_used),
+            Some(finished_at_ms),
+            Some(idempotency_key_sha256),
+            Some(logical_request_sha256),
+            Some(policy_sha256),
+            Some(route_attempts),
+            Some(schedule),
+            Some(schema),
+            Some(terminal),
+            Some(total_cost),
+        ) = (
+            attempt_count,
+            attempts_sha256,
+            behavior_class_sha256,
+            capability_contract_sha256,
+            degraded,
+            fallback_used,
+            finished_at_ms,
+            idempotency_key_sha256,
+            logical_request_sha256,
+            policy_sha256,
+            route_attempts,
+            schedule,
+            schema,
+            terminal,
+            total_cost,
+        )
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self {
+            attempt_count,
+            attempts_sha256,
+            behavior_class_sha256,
+            capability_contract_sha256,
+            degraded,
+            fallback_used,
+            final_route_id,
+            finished_at_ms,
+            idempotency_key_sha256,
+            logical_request_sha256,
+            policy_sha256,
+            route_attempts,
+            schedule,
+            schema,
+            terminal,
+            total_cost,
+        })
+    }
+}
+
+impl Encode for Receipt {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .u64("attempt_count", self.attempt_count)
+            .doc("attempts_sha256", &self.attempts_sha256)
+            .doc("behavior_class_sha256", &self.behavior_class_sha256)
+            .doc(
+                "capability_contract_sha256",
+                &self.capability_contract_sha256,
+            )
+            .bool("degraded", self.degraded)
+            .bool("fallback_used", self.fallback_used)
+            .opt_doc("final_route_id", self.final_route_id.as_ref())
+            .u64("finished_at_ms", self.finished_at_ms)
+            .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
+            .doc("logical_request_sha256", &self.logical_request_sha256)
+            .doc("policy_sha256", &self.policy_sha256)
+            .list("route_attempts", &self.route_attempts)
+            .list("schedule", &self.schedule)
+            .doc("schema", &self.schema)
+            .doc("terminal", &self.terminal)
+            .u64("total_cost", self.total_cost)
+            .end();
+    }
+}
+
+impl Decode for Bundle {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = Fields::open(v, at)?;
+        let attempts = f.req("attempts");
+        let policy = f.req("policy");
+        let receipt = f.req("receipt");
+        let schema = f.req("schema");
+        f.end()?;
+        let (Some(attempts), Some(policy), Some(receipt), Some(schema)) =
+            (attempts, policy, receipt, schema)
+        else {
+            return Err(f.incomplete());
+        };
+        Ok(Self {
+            attempts,
+            policy,
+            receipt,
+            schema,
+        })
+    }
+}
+
+impl Encode for Bundle {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("attempts", &self.attempts)
+            .doc("policy", &self.policy)
+            .doc("receipt", &self.receipt)
+            .doc("schema", &self.schema)
+            .end();
+    }
+}
+
+/// A verdict is an object tagged by `kind`, its keys in RFC 8785 order.
+impl Encode for Verdict {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let mut o = ObjectWriter::new(sink);
+        match self {
+            Self::Verified {
+                attempts_sha256,
+                policy_sha256,
+                receipt_sha256,
+                terminal,
+            } => {
+                o.str("attempts_sha256", attempts_sha256)
+                    .str("kind", "verified")
+                    .str("policy_sha256", policy_sha256)
+                    .str("receipt_sha256", receipt_sha256)
+                    .doc("terminal", terminal);
+            }
+            Self::Drift {
+                attempt_index,
+                code,
+                message,
+                path,
+            } => {
+                o.opt_u64(
+                    "attempt_index",
+                    attempt_index.and_then(|i| u64::try_from(i).ok()),
+                )
+                .str("code", code)
+                .str("kind", "drift")
+                .str("message", message)
+                .str("path", path);
+            }
+        }
+        o.end();
+    }
+}
+
+/// The kinds of [`Verdict`], as its `kind` tag names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VerdictKind {
+    Verified,
+    Drift,
+}
+
+names!(VerdictKind {
+    Verified => "verified",
+    Drift => "drift",
+});
+
+/// A verdict is an object tagged by `kind`; a bad tag is reported at
+/// `kind`, everything else inside the object at the object.
+impl Decode for Verdict {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let kind = pick(
+            VerdictKind::ALL,
+            decode_tag(v, at, "kind", VerdictKind::NAMES)?,
+            at,
+        )?;
+        let mut f = Fields::open(v, at)?.variant("kind");
+        if kind == VerdictKind::Verified {
+            let attempts_sha256 = f.req("attempts_sha256");
+            let policy_sha256 = f.req("policy_sha256");
+            let receipt_sha256 = f.req("receipt_sha256");
+            let terminal = f.req("terminal");
+            f.end()?;
+            let (Some(attempts_sha256), Some(policy_sha256), Some(receipt_sha256), Some(terminal)) =
+                (attempts_sha256, policy_sha256, receipt_sha256, terminal)
+            else {
+                return Err(f.incomplete());
+            };
+            return Ok(Self::Verified {
+                attempts_sha256,
+                policy_sha256,
+                receipt_sha256,
+                terminal,
+            });
+        }
+        let attempt_index: Option<u64> = f.opt("attempt_index");
+        let code = f.req("code");
+        let message = f.req("message");
+        let path = f.req("path");
+        f.end()?;
+        let (Some(code), Some(message), Some(path)) = (code, message, path) else {
+            return Err(f.incomplete());
+        };
+        Ok(Self::Drift {
+            attempt_index: attempt_index.and_then(|i| usize::try_from(i).ok()),
+            code,
+            message,
+            path,
+        })
+    }
+}
+
 /// The first place two JSON values differ, as a JSON Pointer below `at`.
 fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
-                (Some(u), Some(v)) => first_difference(u, v, format!("{at}/{k}")),
-                _ => Some(format!("{at}/{k}")),
-            })
+            // Both maps iterate in key order: walk them side by side.
+            let (mut xs, mut ys) = (x.iter(), y.iter());
+            let (mut p, mut q) = (xs.next(), ys.next());
+            loop {
+                match (p, q) {
+                    (None, None) => return None,
+                    (Some((k, u)), Some((l, v))) if k == l => {
+                        if let Some(d) = first_difference(u, v, format!("{at}/{k}")) {
+                            return Some(d);
+                        }
+                        (p, q) = (xs.next(), ys.next());
+                    }
+                    (Some((k, _)), Some((l, _))) => return Some(format!("{at}/{}", k.min(l))),
+                    (Some((k, _)), None) | (None, Some((k, _))) => {
+                        return Some(format!("{at}/{k}"))
+                    }
+                }
+            }
         }
         (Value::Array(x), Value::Array(y)) => {
             let common = x
@@ -204,8 +541,8 @@ pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
         Err(e) => return Err(e),
     };
     if replayed != bundle.receipt {
-        let sealed = serde_json::to_value(&bundle.receipt).unwrap_or(Value::Null);
-        let fresh = serde_json::to_value(&replayed).unwrap_or(Value::Null);
+        let sealed = to_value(&bundle.receipt);
+        let fresh = to_value(&replayed);
         let path = first_difference(&sealed, &fresh, "/receipt".to_owned())
             .unwrap_or_else(|| "/receipt".to_owned());
         let attempt_index = path

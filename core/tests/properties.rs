@@ -17,7 +17,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, sha256_hex};
+use retryledger_core::canonical::{canonical_json, sha256_hex, to_value};
 use retryledger_core::decode::from_value;
 use retryledger_core::lab;
 use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, RetryableKind};
@@ -559,7 +559,7 @@ proptest! {
     ) {
         let driven = drive(policy(&spec), &steps, lag)?;
         let bundle = seal(&driven.compiled.policy, &driven.attempts).unwrap();
-        let mut value = serde_json::to_value(&bundle).unwrap();
+        let mut value = to_value(&bundle);
         let mut leaves = Vec::new();
         collect_leaves(&value["receipt"], String::from("/receipt"), &mut leaves);
         let pointer = leaves[pick.index(leaves.len())].clone();

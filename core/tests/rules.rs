@@ -9,6 +9,8 @@
 )]
 
 use retryledger_core::api;
+use retryledger_core::canonical::canonical_json;
+use retryledger_core::decode::from_value;
 use retryledger_core::lab::{self, Step};
 use retryledger_core::outcome::{NonRetryableKind, RetryableKind};
 use retryledger_core::{
@@ -363,7 +365,7 @@ fn decode_rules_have_codes_and_paths() {
 }
 
 fn policy(edits: &[(&str, Value)]) -> Policy {
-    serde_json::from_value(with(edits)).unwrap()
+    from_value(with(edits)).unwrap()
 }
 
 fn run(edits: &[(&str, Value)], steps: &[Step]) -> Terminal {
@@ -507,7 +509,7 @@ fn drift_errors_point_at_the_attempt() {
 #[test]
 fn digest_decodes_by_schema() {
     let bundle = lab::reference_bundle().unwrap();
-    let text = serde_json::to_string(&bundle.receipt).unwrap();
+    let text = canonical_json(&bundle.receipt);
     assert_eq!(
         api::digest(&text).unwrap(),
         retryledger_core::digest(&bundle.receipt)
@@ -543,7 +545,7 @@ fn documents_are_objects_with_no_extra_fields_anywhere() {
         ErrorCode::UnknownField
     );
     let bundle = lab::reference_bundle().unwrap();
-    let attempts = serde_json::to_string(&bundle.attempts).unwrap();
+    let attempts = canonical_json(&bundle.attempts);
     let success_with_kind = attempts.replacen(
         "{\"class\":\"success\"}",
         "{\"class\":\"success\",\"kind\":\"rejected\"}",
@@ -562,15 +564,15 @@ fn documents_are_objects_with_no_extra_fields_anywhere() {
 fn every_api_output_is_canonical_json() {
     use retryledger_core::canonical::to_jcs;
     let bundle = lab::reference_bundle().unwrap();
-    let policy = serde_json::to_string(&bundle.policy).unwrap();
-    let attempts = serde_json::to_string(&bundle.attempts).unwrap();
+    let policy = canonical_json(&bundle.policy);
+    let attempts = canonical_json(&bundle.attempts);
     let mut first = bundle.attempts.clone();
     first.attempts.truncate(1);
     let outputs = [
-        api::plan_next(&policy, &serde_json::to_string(&first).unwrap()).unwrap(),
+        api::plan_next(&policy, &canonical_json(&first)).unwrap(),
         api::plan_next(&policy, &attempts).unwrap(),
         api::evaluate(&policy, &attempts).unwrap(),
-        api::verify(&serde_json::to_string(&bundle).unwrap()).unwrap(),
+        api::verify(&canonical_json(&bundle)).unwrap(),
         api::classify_http(r#"{"status":429,"headers":[["retry-after","2"]]}"#).unwrap(),
     ];
     for text in outputs {

@@ -230,7 +230,7 @@ fn input_too_large_for_every_document_operation() {
 fn arithmetic_overflow_through_the_typed_api() {
     // Decoded documents cannot reach it (every integer is at most 2^53 - 1 and
     // the run stops once spent cost exceeds the maximum); typed values can.
-    let mut policy: Policy = serde_json::from_value(lab::reference_policy()).unwrap();
+    let mut policy: Policy = retryledger_core::decode::from_value(lab::reference_policy()).unwrap();
     policy.max_total_cost = u64::MAX;
     for route in &mut policy.routes {
         route.reserve_cost = 0;

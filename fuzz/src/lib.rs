@@ -137,7 +137,7 @@ pub fn check_decode_observation(data: &[u8]) {
     let t = text(data);
     match api::classify_http(&t) {
         Ok(out) => {
-            let o: Outcome = serde_json::from_str(&out).expect("an outcome");
+            let o: Outcome = from_str(&out).expect("an outcome");
             if let Some(ms) = o.retry_after_ms() {
                 assert!(ms <= MAX_SAFE_INTEGER);
             }
@@ -176,7 +176,8 @@ pub fn check_plan_next(data: &[u8]) {
     let (policy, attempts) = pair(data);
     match api::plan_next(&policy, &attempts) {
         Ok(out) => {
-            let d: Decision = serde_json::from_str(&out).expect("a decision");
+            let d: Decision = from_str(&out).expect("a decision");
+            assert_eq!(canonical_json(&d), out);
             assert_jcs(&out);
             if let Decision::Dispatch(d) = d {
                 assert!(d.not_before_ms < d.deadline_ms);
@@ -193,14 +194,14 @@ pub fn check_evaluate(data: &[u8]) {
     let (policy, attempts) = pair(data);
     match api::evaluate(&policy, &attempts) {
         Ok(out) => {
-            let r: Receipt = serde_json::from_str(&out).expect("a receipt");
+            let r: Receipt = from_str(&out).expect("a receipt");
             assert_eq!(canonical_json(&r), out);
             assert_jcs(&out);
             assert_eq!(api::evaluate(&policy, &attempts).unwrap(), out);
             let compiled = api::compile_policy(&policy).expect("evaluated, so valid");
             let bundle = api::seal_compiled(&compiled, &attempts).expect("seals");
-            let verdict: Verdict =
-                serde_json::from_str(&api::verify(&bundle).expect("verifies")).expect("a verdict");
+            let verdict: Verdict = from_str(&api::verify(&bundle).expect("verifies"))
+                .expect("a verdict");
             match verdict {
                 Verdict::Verified {
                     receipt_sha256,
@@ -221,7 +222,7 @@ fn check_verify(t: &str) {
     match api::verify(t) {
         Ok(out) => {
             assert_jcs(&out);
-            let v: Verdict = serde_json::from_str(&out).expect("a verdict");
+            let v: Verdict = from_str(&out).expect("a verdict");
             match v {
                 Verdict::Verified { receipt_sha256, .. } => assert!(is_digest(&receipt_sha256)),
                 Verdict::Drift { code, path, .. } => {
