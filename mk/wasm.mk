@@ -21,16 +21,18 @@ WASM_STAMP_TS := wasm/dist/.built
 WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
 WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
 WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts) wasm/tsconfig.json
-# The module is built at opt-level 3: opt-level z makes it about a quarter
-# smaller but seals receipts about four times slower (serde's serialization
-# and SHA-256 suffer most). `make bench` builds both and reports them side by
-# side; WASM_OPT_LEVEL=z makes the shipped module the small one. The native
-# profile stays as the workspace sets it.
-WASM_OPT_LEVEL ?= 3
+# The module ships at opt-level z, the build that meets the 150 KB size target
+# (SHA-256 stays at opt-level 3 through WASM_CARGO_ARGS). opt-level 3 is about
+# a quarter larger and seals receipts somewhat faster; `make bench` builds the
+# other flavour too and reports both side by side, and WASM_OPT_LEVEL=3 makes
+# the shipped module the fast one. The native profile stays as the workspace
+# sets it.
+WASM_OPT_LEVEL ?= z
+WASM_ALT_OPT_LEVEL := $(if $(filter z,$(WASM_OPT_LEVEL)),3,z)
 WASM_PACK_AT = CARGO_PROFILE_RELEASE_OPT_LEVEL=$(1) wasm-pack build --release --mode no-install --out-name retryledger_wasm
 WASM_PACK = $(call WASM_PACK_AT,$(WASM_OPT_LEVEL))
 WASM_CARGO_ARGS := -- --config profile.release.package.sha2.opt-level=3
-WASM_STAMP_SIZE := wasm/pkg-size/.built
+WASM_STAMP_SIZE = wasm/pkg-size/.built-O$(WASM_ALT_OPT_LEVEL)
 WASM_OPT := node node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue --strip-debug --strip-producers
 
 .PHONY: setup-wasm wasm-node wasm-web test-wasm clippy-wasm typecheck-wasm bench-wasm
@@ -58,11 +60,11 @@ $(WASM_STAMP_WEB): $(WASM_RUST_SOURCES) $(WASM_NPM_STAMP) | setup-wasm
 	cd wasm && $(WASM_OPT) pkg-web/retryledger_wasm_bg.wasm -o pkg-web/retryledger_wasm_bg.wasm
 	@rm -f wasm/pkg-web/.built*; touch $@
 
-# The opt-level z flavour for the benchmark's side-by-side figures (own target dir: no rebuild churn).
+# The other opt-level flavour for the benchmark's side-by-side figures (own target dir: no rebuild churn).
 $(WASM_STAMP_SIZE): $(WASM_RUST_SOURCES) $(WASM_NPM_STAMP) | setup-wasm
-	cd wasm && CARGO_TARGET_DIR=$(ROOT)/target/wasm-size $(call WASM_PACK_AT,z) --target nodejs --out-dir pkg-size . $(WASM_CARGO_ARGS)
+	cd wasm && CARGO_TARGET_DIR=$(ROOT)/target/wasm-size $(call WASM_PACK_AT,$(WASM_ALT_OPT_LEVEL)) --target nodejs --out-dir pkg-size . $(WASM_CARGO_ARGS)
 	cd wasm && $(WASM_OPT) pkg-size/retryledger_wasm_bg.wasm -o pkg-size/retryledger_wasm_bg.wasm
-	@touch $@
+	@rm -f wasm/pkg-size/.built*; touch $@
 
 $(WASM_STAMP_TS): $(WASM_TS_SOURCES) $(WASM_STAMP_NODE) $(WASM_STAMP_WEB)
 	rm -rf wasm/dist
@@ -83,4 +85,4 @@ test-wasm: clippy-wasm typecheck-wasm ## Every npm-package test, on the wasm-opt
 	cd wasm && node --test --test-concurrency=1 test/
 
 bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) ## Driver overhead and module size, into docs/BENCHMARKS.md.
-	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) node bench/run.mjs --write ../docs/BENCHMARKS.md
+	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) node bench/run.mjs --write ../docs/BENCHMARKS.md

@@ -119,12 +119,13 @@ const require = createRequire(import.meta.url);
 // Paths resolved at run time: pkg-size exists only once `make bench-wasm` has built it.
 const shipped = require(path.resolve(here, "../pkg-node/retryledger_wasm.js"));
 const sizeFlavour = require(path.resolve(here, "../pkg-size/retryledger_wasm.js"));
-const optLevel = process.env.WASM_OPT_LEVEL ?? "3";
+const optLevel = process.env.WASM_OPT_LEVEL ?? "z";
+const altLevel = process.env.WASM_ALT_OPT_LEVEL ?? (optLevel === "z" ? "3" : "z");
 
 const bare = await measure(bareCall, CALLS);
 const driver = await measure(driverCall, CALLS);
 const driverUncompiled = await measure(driverUncompiledCall, Math.max(1000, Math.floor(CALLS / 4)));
-// The same driver on the opt-level z module.
+// The same driver on the other opt-level flavour.
 setBindings(sizeFlavour);
 compiled = compilePolicy(policy);
 const driverSmall = await measure(driverCall, CALLS);
@@ -155,21 +156,21 @@ const lines = [
   "| --- | ---: | ---: |",
   `| bare try/catch loop, 3 attempts | ${us(bare)} | 1.00x |`,
   `| \`runWithPolicy\`, compiled policy reused (shipped module, opt-level ${optLevel}) | ${us(driver)} | ${vs(driver)} |`,
-  `| \`runWithPolicy\`, compiled policy reused (opt-level z module) | ${us(driverSmall)} | ${vs(driverSmall)} |`,
+  `| \`runWithPolicy\`, compiled policy reused (opt-level ${altLevel} module) | ${us(driverSmall)} | ${vs(driverSmall)} |`,
   `| \`runWithPolicy\`, policy object compiled per call | ${us(driverUncompiled)} | ${vs(driverUncompiled)} |`,
   `| cockatiel 3 \`retry(handleAll, {maxAttempts: 2, backoff: ConstantBackoff(0)})\` | ${us(cock)} | ${vs(cock)} |`,
   "",
-  `Target: within 15 µs of the bare loop; ${driver - bare <= 15 ? "met" : `not met (+${us(driver - bare)})`}. The driver is ${(cock / driver).toFixed(0)}x faster than cockatiel per logical call: cockatiel awaits a timer between attempts even at 0 ms, which Node clamps to 1 ms, while the driver makes no timer call when the wait is 0 (here it waits on an injected clock, since the core's smallest backoff is 1 ms). What the driver pays for: one deadline timer per run, three attempts recorded in the module (the schedule replayed after each), and one receipt sealed (replay, SHA-256 of the attempts, canonical JSON, parsed into plain objects). Most of it is the receipt, and opt-level z slows exactly that (serde's serialization and SHA-256).`,
+  `Target: within 15 µs of the bare loop; ${driver - bare <= 15 ? "met" : `not met (+${us(driver - bare)})`}. The driver is ${(cock / driver).toFixed(0)}x faster than cockatiel per logical call: cockatiel awaits a timer between attempts even at 0 ms, which Node clamps to 1 ms, while the driver makes no timer call when the wait is 0 (here it waits on an injected clock, since the core's smallest backoff is 1 ms). What the driver pays for: one deadline timer per run, three attempts recorded in the module (one step of the core's Session each), and one receipt sealed (SHA-256 of the attempts' canonical JSON, the receipt's canonical JSON, parsed into plain objects). Most of it is sealing the receipt.`,
   "",
   "WebAssembly module after `wasm-opt -Oz` (binaryen 132 from npm; wasm-pack's own download off):",
   "",
   "| module | raw | gzip -9 |",
   "| --- | ---: | ---: |",
   `| shipped: \`retryledger_wasm_bg.wasm\`, opt-level ${optLevel} (every test runs on it) | ${bytes(big.raw)} | ${bytes(big.gz)} |`,
-  `| the same at opt-level z (\`WASM_OPT_LEVEL=z\`) | ${bytes(small.raw)} | ${bytes(small.gz)} |`,
+  `| the same at opt-level ${altLevel} (\`WASM_OPT_LEVEL=${altLevel}\`) | ${bytes(small.raw)} | ${bytes(small.gz)} |`,
   `| \`retryledger_wasm.js\` (web glue) | ${bytes(glue)} | |`,
   "",
-  `Target: at most 150 KB raw; ${Math.min(big.raw, small.raw) <= 150 * 1024 ? "met" : `not met by either (${kb(small.raw)} at best)`}. Most of the module is serde: typed decoding with JSON Pointer paths (serde_path_to_error over every document type), serde_json and formatting; the replay lab is left out of the module.`,
+  `Target: at most 150 KB (150,000 B) raw for the shipped module; ${big.raw <= 150_000 ? "met" : `not met (${bytes(big.raw)})`}. The core decodes and encodes documents with its own strict reader and hand-written codec (no serde derives), so what remains is spread out: SHA-256, the allocator, the wasm-bindgen glue, the decoders and error messages; the replay lab is left out of the module.`,
 ];
 
 const text = lines.join("\n");
