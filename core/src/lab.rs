@@ -10,15 +10,18 @@
 
 use serde_json::{json, Value};
 
-use crate::attempt::{Attempt, Attempts, AttemptsSchema};
+use std::sync::Arc;
+
+use crate::attempt::Attempts;
 use crate::canonical::{digest_of, digest_value, sha256_hex, to_jcs};
 use crate::decode::from_value;
 use crate::error::Result;
-use crate::evaluate::{plan_next, Decision};
+use crate::evaluate::Decision;
 use crate::ids::Sha256Hex;
 use crate::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
 use crate::policy::{compile, Policy};
 use crate::receipt::{seal, verify_bundle, Bundle, Verdict};
+use crate::session::Session;
 
 /// A label's SHA-256 as a digest, for the lab's fixed identities.
 fn id(label: &str) -> String {
@@ -123,32 +126,16 @@ impl Step {
 /// Run a script against a policy the way a host would: plan, dispatch at the
 /// earliest start, record. Stops at the terminal or when the script ends.
 pub fn simulate(policy: &Policy, steps: &[Step]) -> Result<Attempts> {
-    let compiled = compile(policy.clone())?;
-    let mut attempts = Attempts {
-        attempts: Vec::new(),
-        cancelled_at_ms: None,
-        schema: AttemptsSchema,
-    };
+    let mut session = Session::start(Arc::new(compile(policy.clone())?));
     for step in steps {
-        let Decision::Dispatch(d) = plan_next(&compiled, &attempts)? else {
+        let Decision::Dispatch(d) = session.next() else {
             break;
         };
         let started = d.not_before_ms.saturating_add(step.start_lag_ms);
-        attempts.attempts.push(Attempt {
-            completed_at_ms: started.saturating_add(step.duration_ms),
-            cost: step.cost,
-            idempotency_key_sha256: d.idempotency_key_sha256,
-            jitter_sample_ms: d.jitter_sample_ms,
-            logical_request_sha256: d.logical_request_sha256,
-            ordinal: d.ordinal,
-            outcome: step.outcome,
-            route_id: d.route_id,
-            route_ordinal: d.route_ordinal,
-            route_release_sha256: d.route_release_sha256,
-            started_at_ms: started,
-        });
+        let completed = started.saturating_add(step.duration_ms);
+        session.record(started, completed, step.cost, step.outcome)?;
     }
-    Ok(attempts)
+    Ok(session.attempts().clone())
 }
 
 fn rate_limited(ms: u64) -> Outcome {

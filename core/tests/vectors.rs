@@ -239,15 +239,28 @@ fn arithmetic_overflow_through_the_typed_api() {
         kind: RetryableKind::Unavailable,
         retry_after_ms: None,
     };
-    let attempts = lab::simulate(
+    // A host recording the run step by step is refused at the overflowing attempt...
+    let e = lab::simulate(
         &policy,
         &[
             Step::new(unavailable, 10, u64::MAX - 1),
             Step::new(unavailable, 10, 2),
         ],
     )
-    .unwrap();
-    assert_eq!(attempts.attempts.len(), 2);
+    .unwrap_err();
+    assert_eq!(
+        (e.code, e.attempt_index),
+        (ErrorCode::ArithmeticOverflow, Some(1))
+    );
+    // ...and so is a replay of an attempts list that holds it.
+    let mut attempts = lab::simulate(&policy, &[Step::new(unavailable, 10, u64::MAX - 1)]).unwrap();
+    let mut second = attempts.attempts[0].clone();
+    second.ordinal = 2;
+    second.route_ordinal = 2;
+    second.started_at_ms = 110; // completed at 10, base backoff 100 ms
+    second.completed_at_ms = 120;
+    second.cost = 2;
+    attempts.attempts.push(second);
     let e = evaluate(&compile(policy).unwrap(), &attempts).unwrap_err();
     assert_eq!(
         (e.code, e.attempt_index, e.path.as_deref()),
