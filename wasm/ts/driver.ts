@@ -23,7 +23,7 @@ import type { Attempt, Attempts, Bundle, DispatchDecision, Outcome, Policy, Rece
 
 /** A module call whose thrown JSON text becomes a typed error. */
 function guard<R>(f: () => R): R {
-  return guardCall(() => f());
+  return guardCall(f);
 }
 
 /** One planned attempt, as dispatch sees it. */
@@ -132,9 +132,9 @@ export async function runWithPolicy<T>(
   }
 }
 
-const OUTCOME_INDEX: ReadonlyMap<string, number> = new Map(
+/** The module's outcome index by kind (each kind belongs to one class); success is 0. */
+const OUTCOME_CLASS_INDEX: ReadonlyMap<string, readonly [string, number]> = new Map(
   [
-    "success/",
     "retryable/timeout_before_response",
     "retryable/rate_limited",
     "retryable/unavailable",
@@ -145,8 +145,18 @@ const OUTCOME_INDEX: ReadonlyMap<string, number> = new Map(
     "non_retryable/invalid_output",
     "indeterminate/unknown_provider_acceptance",
     "indeterminate/stream_interrupted_after_output",
-  ].map((k, i) => [k, i]),
+  ].map((k, i): [string, readonly [string, number]] => {
+    const [cls = "", kind = ""] = k.split("/");
+    return [kind, [cls, i + 1]];
+  }),
 );
+
+/** The module's index of an outcome; anything unknown counts as indeterminate/unknown_provider_acceptance (9). */
+function outcomeIndex(outcome: Outcome): number {
+  if (outcome.class === "success") return 0;
+  const entry = OUTCOME_CLASS_INDEX.get(outcome.kind);
+  return entry !== undefined && entry[0] === outcome.class ? entry[1] : 9;
+}
 
 /** Longest delay a host timer takes (2^31 - 1 ms); a deadline further away needs no timer. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -320,7 +330,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         started_at_ms: startedAt,
       };
       if (decision.jitter_sample_ms !== undefined) attempt.jitter_sample_ms = decision.jitter_sample_ms;
-      const index = OUTCOME_INDEX.get(`${outcome.class}/${outcome.class === "success" ? "" : outcome.kind}`) ?? 9;
+      const index = outcomeIndex(outcome);
       const hint = outcome.class === "retryable" ? (outcome.retry_after_ms ?? -1) : -1;
       guard(() => run.record(attempt.started_at_ms, attempt.completed_at_ms, attempt.cost, index, hint));
       attempts.attempts.push(attempt);
