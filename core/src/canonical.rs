@@ -7,9 +7,10 @@
 //! 0..=2^53-1, so JCS reduces to: keys sorted by UTF-16 code units, no
 //! whitespace, integers in plain decimal, and JSON string escaping with
 //! `\b \t \n \f \r \" \\` and `\u00xx` (lowercase hex) for other controls.
-//! Every document type implements [`Encode`] by hand, writing its fields in
-//! that sorted order, so its encoding already *is* its JCS form; a test checks
-//! this against [`to_jcs`] for every document type.
+//! Every document type implements [`Encode`] by hand (a plain object through
+//! the crate's `object!` macro), writing its fields in that sorted order, so
+//! its encoding already *is* its JCS form; a test checks this against
+//! [`to_jcs`] for every document type.
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};

@@ -8,11 +8,8 @@
 //! The first uncovered field is named, so a route is rejected before any
 //! dispatch with the missing capability in the error.
 
-use serde_json::Value;
-
-use crate::canonical::{Encode, ObjectWriter, Sink};
-use crate::decode::{names, At, Decode, Fields};
-use crate::error::Result;
+use crate::canonical::Encode;
+use crate::decode::{names, object};
 use crate::ids::{Identifier, Set};
 
 /// An input or output modality.
@@ -312,89 +309,18 @@ names!(ReleasePin {
     Exact => "exact",
 });
 
-impl Decode for Capabilities {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let input_modalities = f.req("input_modalities");
-        let max_context_tokens = f.req("max_context_tokens");
-        let max_output_tokens = f.req("max_output_tokens");
-        let max_response_bytes = f.req("max_response_bytes");
-        let output_modalities = f.req("output_modalities");
-        let refusal = f.req("refusal");
-        let regions = f.req("regions");
-        let release_pin = f.req("release_pin");
-        let retention_days = f.req("retention_days");
-        let sampling_controls = f.req("sampling_controls");
-        let streaming_events = f.req("streaming_events");
-        let structured_output = f.req("structured_output");
-        let tool_calls = f.req("tool_calls");
-        f.end()?;
-        let (
-            Some(input_modalities),
-            Some(max_context_tokens),
-            Some(max_output_tokens),
-            Some(max_response_bytes),
-            Some(output_modalities),
-            Some(refusal),
-            Some(regions),
-            Some(release_pin),
-            Some(retention_days),
-            Some(sampling_controls),
-            Some(streaming_events),
-            Some(structured_output),
-            Some(tool_calls),
-        ) = (
-            input_modalities,
-            max_context_tokens,
-            max_output_tokens,
-            max_response_bytes,
-            output_modalities,
-            refusal,
-            regions,
-            release_pin,
-            retention_days,
-            sampling_controls,
-            streaming_events,
-            structured_output,
-            tool_calls,
-        )
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self {
-            input_modalities,
-            max_context_tokens,
-            max_output_tokens,
-            max_response_bytes,
-            output_modalities,
-            refusal,
-            regions,
-            release_pin,
-            retention_days,
-            sampling_controls,
-            streaming_events,
-            structured_output,
-            tool_calls,
-        })
-    }
-}
-
-impl Encode for Capabilities {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .doc("input_modalities", &self.input_modalities)
-            .u64("max_context_tokens", self.max_context_tokens)
-            .u64("max_output_tokens", self.max_output_tokens)
-            .u64("max_response_bytes", self.max_response_bytes)
-            .doc("output_modalities", &self.output_modalities)
-            .doc("refusal", &self.refusal)
-            .doc("regions", &self.regions)
-            .doc("release_pin", &self.release_pin)
-            .u64("retention_days", self.retention_days)
-            .doc("sampling_controls", &self.sampling_controls)
-            .doc("streaming_events", &self.streaming_events)
-            .doc("structured_output", &self.structured_output)
-            .doc("tool_calls", &self.tool_calls)
-            .end();
-    }
-}
+object!(Capabilities {
+    input_modalities: doc,
+    max_context_tokens: u64,
+    max_output_tokens: u64,
+    max_response_bytes: u64,
+    output_modalities: doc,
+    refusal: doc,
+    regions: doc,
+    release_pin: doc,
+    retention_days: u64,
+    sampling_controls: doc,
+    streaming_events: doc,
+    structured_output: doc,
+    tool_calls: doc,
+});

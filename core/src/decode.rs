@@ -382,6 +382,58 @@ macro_rules! names {
 }
 pub(crate) use names;
 
+/// [`Decode`] and [`Encode`](crate::canonical::Encode) for a plain object,
+/// from its fields in RFC 8785 key order, each with its writer kind:
+/// `u64`, `bool`, `str` and `doc` are required, `opt_u64` and `opt_doc`
+/// optional, `list(MAX)` a required list of at most `MAX` items. Each field's
+/// key is its name. The expansion is the hand-written shape: one read per
+/// field, [`Fields::end`], then one `let … else` over the required fields
+/// (optional ones stand in as `()`).
+macro_rules! object {
+    ($ty:ident { $($name:ident: $kind:ident $(($max:expr))?),* $(,)? }) => {
+        impl $crate::decode::Decode for $ty {
+            fn decode(
+                v: &serde_json::Value,
+                at: &$crate::decode::At<'_>,
+            ) -> $crate::error::Result<Self> {
+                let mut f = $crate::decode::Fields::open(v, at)?;
+                $(let $name = object!(@read f $kind $name $(($max))?);)*
+                f.end()?;
+                let ($(object!(@pat $kind $name)),*) = ($(object!(@val $kind $name)),*) else {
+                    return Err(f.incomplete());
+                };
+                Ok(Self { $($name),* })
+            }
+        }
+
+        impl $crate::canonical::Encode for $ty {
+            fn encode(&self, sink: &mut dyn $crate::canonical::Sink) {
+                $crate::canonical::ObjectWriter::new(sink)
+                    $(.$kind(stringify!($name), object!(@arg self $kind $name)))*
+                    .end();
+            }
+        }
+    };
+    (@read $f:ident list $name:ident ($max:expr)) => {
+        $f.req_with(stringify!($name), |v, at| $crate::decode::decode_list(v, at, $max))
+    };
+    (@read $f:ident opt_u64 $name:ident) => { $f.opt(stringify!($name)) };
+    (@read $f:ident opt_doc $name:ident) => { $f.opt(stringify!($name)) };
+    (@read $f:ident $kind:ident $name:ident) => { $f.req(stringify!($name)) };
+    (@pat opt_u64 $name:ident) => { () };
+    (@pat opt_doc $name:ident) => { () };
+    (@pat $kind:ident $name:ident) => { Some($name) };
+    (@val opt_u64 $name:ident) => { () };
+    (@val opt_doc $name:ident) => { () };
+    (@val $kind:ident $name:ident) => { $name };
+    (@arg $s:ident u64 $name:ident) => { $s.$name };
+    (@arg $s:ident bool $name:ident) => { $s.$name };
+    (@arg $s:ident opt_u64 $name:ident) => { $s.$name };
+    (@arg $s:ident opt_doc $name:ident) => { $s.$name.as_ref() };
+    (@arg $s:ident $kind:ident $name:ident) => { &$s.$name };
+}
+pub(crate) use object;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::capability::Capabilities;
-use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
+use crate::decode::{decode_tag, names, object, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{schema_marker, Identifier, Set, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
@@ -248,200 +248,41 @@ names!(DataBoundary {
     ExternalProvider => "external_provider",
 });
 
-impl Decode for Backoff {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let base_ms = f.req("base_ms");
-        let max_ms = f.req("max_ms");
-        let retry_after_cap_ms = f.req("retry_after_cap_ms");
-        f.end()?;
-        let (Some(base_ms), Some(max_ms), Some(retry_after_cap_ms)) =
-            (base_ms, max_ms, retry_after_cap_ms)
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self {
-            base_ms,
-            max_ms,
-            retry_after_cap_ms,
-        })
-    }
-}
+object!(Backoff {
+    base_ms: u64,
+    max_ms: u64,
+    retry_after_cap_ms: u64,
+});
 
-impl Encode for Backoff {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .u64("base_ms", self.base_ms)
-            .u64("max_ms", self.max_ms)
-            .u64("retry_after_cap_ms", self.retry_after_cap_ms)
-            .end();
-    }
-}
+object!(Route {
+    behavior_class_sha256: doc,
+    capabilities: doc,
+    data_boundary: doc,
+    max_attempts: u64,
+    priority: u64,
+    reserve_cost: u64,
+    route_id: doc,
+    route_release_sha256: doc,
+    supports_idempotency: bool,
+});
 
-impl Decode for Route {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let behavior_class_sha256 = f.req("behavior_class_sha256");
-        let capabilities = f.req("capabilities");
-        let data_boundary = f.req("data_boundary");
-        let max_attempts = f.req("max_attempts");
-        let priority = f.req("priority");
-        let reserve_cost = f.req("reserve_cost");
-        let route_id = f.req("route_id");
-        let route_release_sha256 = f.req("route_release_sha256");
-        let supports_idempotency = f.req("supports_idempotency");
-        f.end()?;
-        let (
-            Some(behavior_class_sha256),
-            Some(capabilities),
-            Some(data_boundary),
-            Some(max_attempts),
-            Some(priority),
-            Some(reserve_cost),
-            Some(route_id),
-            Some(route_release_sha256),
-            Some(supports_idempotency),
-        ) = (
-            behavior_class_sha256,
-            capabilities,
-            data_boundary,
-            max_attempts,
-            priority,
-            reserve_cost,
-            route_id,
-            route_release_sha256,
-            supports_idempotency,
-        )
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self {
-            behavior_class_sha256,
-            capabilities,
-            data_boundary,
-            max_attempts,
-            priority,
-            reserve_cost,
-            route_id,
-            route_release_sha256,
-            supports_idempotency,
-        })
-    }
-}
-
-impl Encode for Route {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .doc("behavior_class_sha256", &self.behavior_class_sha256)
-            .doc("capabilities", &self.capabilities)
-            .doc("data_boundary", &self.data_boundary)
-            .u64("max_attempts", self.max_attempts)
-            .u64("priority", self.priority)
-            .u64("reserve_cost", self.reserve_cost)
-            .doc("route_id", &self.route_id)
-            .doc("route_release_sha256", &self.route_release_sha256)
-            .bool("supports_idempotency", self.supports_idempotency)
-            .end();
-    }
-}
-
-impl Decode for Policy {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let allowed_degraded_behavior_classes = f.opt("allowed_degraded_behavior_classes");
-        let backoff = f.req("backoff");
-        let behavior_class_sha256 = f.req("behavior_class_sha256");
-        let cost_unit = f.req("cost_unit");
-        let deadline_ms = f.req("deadline_ms");
-        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
-        let jitter = f.req("jitter");
-        let logical_request_sha256 = f.req("logical_request_sha256");
-        let max_data_boundary = f.req("max_data_boundary");
-        let max_total_attempts = f.req("max_total_attempts");
-        let max_total_cost = f.req("max_total_cost");
-        let requirements = f.req("requirements");
-        let retry_owner = f.req("retry_owner");
-        let routes = f.req_with("routes", |v, at| decode_list(v, at, MAX_ROUTES));
-        let schema = f.req("schema");
-        f.end()?;
-        let (
-            Some(backoff),
-            Some(behavior_class_sha256),
-            Some(cost_unit),
-            Some(deadline_ms),
-            Some(idempotency_key_sha256),
-            Some(jitter),
-            Some(logical_request_sha256),
-            Some(max_data_boundary),
-            Some(max_total_attempts),
-            Some(max_total_cost),
-            Some(requirements),
-            Some(retry_owner),
-            Some(routes),
-            Some(schema),
-        ) = (
-            backoff,
-            behavior_class_sha256,
-            cost_unit,
-            deadline_ms,
-            idempotency_key_sha256,
-            jitter,
-            logical_request_sha256,
-            max_data_boundary,
-            max_total_attempts,
-            max_total_cost,
-            requirements,
-            retry_owner,
-            routes,
-            schema,
-        )
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self {
-            allowed_degraded_behavior_classes,
-            backoff,
-            behavior_class_sha256,
-            cost_unit,
-            deadline_ms,
-            idempotency_key_sha256,
-            jitter,
-            logical_request_sha256,
-            max_data_boundary,
-            max_total_attempts,
-            max_total_cost,
-            requirements,
-            retry_owner,
-            routes,
-            schema,
-        })
-    }
-}
-
-impl Encode for Policy {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .opt_doc(
-                "allowed_degraded_behavior_classes",
-                self.allowed_degraded_behavior_classes.as_ref(),
-            )
-            .doc("backoff", &self.backoff)
-            .doc("behavior_class_sha256", &self.behavior_class_sha256)
-            .doc("cost_unit", &self.cost_unit)
-            .u64("deadline_ms", self.deadline_ms)
-            .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
-            .doc("jitter", &self.jitter)
-            .doc("logical_request_sha256", &self.logical_request_sha256)
-            .doc("max_data_boundary", &self.max_data_boundary)
-            .u64("max_total_attempts", self.max_total_attempts)
-            .u64("max_total_cost", self.max_total_cost)
-            .doc("requirements", &self.requirements)
-            .doc("retry_owner", &self.retry_owner)
-            .list("routes", &self.routes)
-            .doc("schema", &self.schema)
-            .end();
-    }
-}
+object!(Policy {
+    allowed_degraded_behavior_classes: opt_doc,
+    backoff: doc,
+    behavior_class_sha256: doc,
+    cost_unit: doc,
+    deadline_ms: u64,
+    idempotency_key_sha256: doc,
+    jitter: doc,
+    logical_request_sha256: doc,
+    max_data_boundary: doc,
+    max_total_attempts: u64,
+    max_total_cost: u64,
+    requirements: doc,
+    retry_owner: doc,
+    routes: list(MAX_ROUTES),
+    schema: doc,
+});
 
 /// A validated policy with its digests, ready to plan and evaluate runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::attempt::Attempts;
 use crate::canonical::{digest_of, to_value, Encode, ObjectWriter, Sink};
-use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
+use crate::decode::{decode_tag, names, object, pick, At, Decode, Fields};
 use crate::error::{ErrorCode, ErrorFamily, Result};
 use crate::evaluate::{evaluate, Terminal};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
@@ -145,249 +145,53 @@ pub enum Verdict {
     },
 }
 
-impl Decode for RouteCount {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let attempts = f.req("attempts");
-        let route_id = f.req("route_id");
-        f.end()?;
-        let (Some(attempts), Some(route_id)) = (attempts, route_id) else {
-            return Err(f.incomplete());
-        };
-        Ok(Self { attempts, route_id })
-    }
-}
+object!(RouteCount {
+    attempts: u64,
+    route_id: doc,
+});
 
-impl Encode for RouteCount {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .u64("attempts", self.attempts)
-            .doc("route_id", &self.route_id)
-            .end();
-    }
-}
+object!(ScheduleEntry {
+    completed_at_ms: u64,
+    cost: u64,
+    delay_ms: u64,
+    jitter_max_ms: opt_u64,
+    jitter_min_ms: opt_u64,
+    jitter_sample_ms: opt_u64,
+    not_before_ms: u64,
+    ordinal: u64,
+    outcome: str,
+    outcome_class: doc,
+    retry_after_floor_ms: u64,
+    route_id: doc,
+    route_ordinal: u64,
+    started_at_ms: u64,
+});
 
-impl Decode for ScheduleEntry {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let completed_at_ms = f.req("completed_at_ms");
-        let cost = f.req("cost");
-        let delay_ms = f.req("delay_ms");
-        let jitter_max_ms = f.opt("jitter_max_ms");
-        let jitter_min_ms = f.opt("jitter_min_ms");
-        let jitter_sample_ms = f.opt("jitter_sample_ms");
-        let not_before_ms = f.req("not_before_ms");
-        let ordinal = f.req("ordinal");
-        let outcome = f.req("outcome");
-        let outcome_class = f.req("outcome_class");
-        let retry_after_floor_ms = f.req("retry_after_floor_ms");
-        let route_id = f.req("route_id");
-        let route_ordinal = f.req("route_ordinal");
-        let started_at_ms = f.req("started_at_ms");
-        f.end()?;
-        let (
-            Some(completed_at_ms),
-            Some(cost),
-            Some(delay_ms),
-            Some(not_before_ms),
-            Some(ordinal),
-            Some(outcome),
-            Some(outcome_class),
-            Some(retry_after_floor_ms),
-            Some(route_id),
-            Some(route_ordinal),
-            Some(started_at_ms),
-        ) = (
-            completed_at_ms,
-            cost,
-            delay_ms,
-            not_before_ms,
-            ordinal,
-            outcome,
-            outcome_class,
-            retry_after_floor_ms,
-            route_id,
-            route_ordinal,
-            started_at_ms,
-        )
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self {
-            completed_at_ms,
-            cost,
-            delay_ms,
-            jitter_max_ms,
-            jitter_min_ms,
-            jitter_sample_ms,
-            not_before_ms,
-            ordinal,
-            outcome,
-            outcome_class,
-            retry_after_floor_ms,
-            route_id,
-            route_ordinal,
-            started_at_ms,
-        })
-    }
-}
+object!(Receipt {
+    attempt_count: u64,
+    attempts_sha256: doc,
+    behavior_class_sha256: doc,
+    capability_contract_sha256: doc,
+    degraded: bool,
+    fallback_used: bool,
+    final_route_id: opt_doc,
+    finished_at_ms: u64,
+    idempotency_key_sha256: doc,
+    logical_request_sha256: doc,
+    policy_sha256: doc,
+    route_attempts: list(MAX_ROUTES),
+    schedule: list(MAX_ATTEMPTS),
+    schema: doc,
+    terminal: doc,
+    total_cost: u64,
+});
 
-impl Encode for ScheduleEntry {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .u64("completed_at_ms", self.completed_at_ms)
-            .u64("cost", self.cost)
-            .u64("delay_ms", self.delay_ms)
-            .opt_u64("jitter_max_ms", self.jitter_max_ms)
-            .opt_u64("jitter_min_ms", self.jitter_min_ms)
-            .opt_u64("jitter_sample_ms", self.jitter_sample_ms)
-            .u64("not_before_ms", self.not_before_ms)
-            .u64("ordinal", self.ordinal)
-            .str("outcome", &self.outcome)
-            .doc("outcome_class", &self.outcome_class)
-            .u64("retry_after_floor_ms", self.retry_after_floor_ms)
-            .doc("route_id", &self.route_id)
-            .u64("route_ordinal", self.route_ordinal)
-            .u64("started_at_ms", self.started_at_ms)
-            .end();
-    }
-}
-
-impl Decode for Receipt {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let attempt_count = f.req("attempt_count");
-        let attempts_sha256 = f.req("attempts_sha256");
-        let behavior_class_sha256 = f.req("behavior_class_sha256");
-        let capability_contract_sha256 = f.req("capability_contract_sha256");
-        let degraded = f.req("degraded");
-        let fallback_used = f.req("fallback_used");
-        let final_route_id = f.opt("final_route_id");
-        let finished_at_ms = f.req("finished_at_ms");
-        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
-        let logical_request_sha256 = f.req("logical_request_sha256");
-        let policy_sha256 = f.req("policy_sha256");
-        let route_attempts = f.req_with("route_attempts", |v, at| decode_list(v, at, MAX_ROUTES));
-        let schedule = f.req_with("schedule", |v, at| decode_list(v, at, MAX_ATTEMPTS));
-        let schema = f.req("schema");
-        let terminal = f.req("terminal");
-        let total_cost = f.req("total_cost");
-        f.end()?;
-        let (
-            Some(attempt_count),
-            Some(attempts_sha256),
-            Some(behavior_class_sha256),
-            Some(capability_contract_sha256),
-            Some(degraded),
-            Some(fallback_used),
-            Some(finished_at_ms),
-            Some(idempotency_key_sha256),
-            Some(logical_request_sha256),
-            Some(policy_sha256),
-            Some(route_attempts),
-            Some(schedule),
-            Some(schema),
-            Some(terminal),
-            Some(total_cost),
-        ) = (
-            attempt_count,
-            attempts_sha256,
-            behavior_class_sha256,
-            capability_contract_sha256,
-            degraded,
-            fallback_used,
-            finished_at_ms,
-            idempotency_key_sha256,
-            logical_request_sha256,
-            policy_sha256,
-            route_attempts,
-            schedule,
-            schema,
-            terminal,
-            total_cost,
-        )
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self {
-            attempt_count,
-            attempts_sha256,
-            behavior_class_sha256,
-            capability_contract_sha256,
-            degraded,
-            fallback_used,
-            final_route_id,
-            finished_at_ms,
-            idempotency_key_sha256,
-            logical_request_sha256,
-            policy_sha256,
-            route_attempts,
-            schedule,
-            schema,
-            terminal,
-            total_cost,
-        })
-    }
-}
-
-impl Encode for Receipt {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .u64("attempt_count", self.attempt_count)
-            .doc("attempts_sha256", &self.attempts_sha256)
-            .doc("behavior_class_sha256", &self.behavior_class_sha256)
-            .doc(
-                "capability_contract_sha256",
-                &self.capability_contract_sha256,
-            )
-            .bool("degraded", self.degraded)
-            .bool("fallback_used", self.fallback_used)
-            .opt_doc("final_route_id", self.final_route_id.as_ref())
-            .u64("finished_at_ms", self.finished_at_ms)
-            .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
-            .doc("logical_request_sha256", &self.logical_request_sha256)
-            .doc("policy_sha256", &self.policy_sha256)
-            .list("route_attempts", &self.route_attempts)
-            .list("schedule", &self.schedule)
-            .doc("schema", &self.schema)
-            .doc("terminal", &self.terminal)
-            .u64("total_cost", self.total_cost)
-            .end();
-    }
-}
-
-impl Decode for Bundle {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let mut f = Fields::open(v, at)?;
-        let attempts = f.req("attempts");
-        let policy = f.req("policy");
-        let receipt = f.req("receipt");
-        let schema = f.req("schema");
-        f.end()?;
-        let (Some(attempts), Some(policy), Some(receipt), Some(schema)) =
-            (attempts, policy, receipt, schema)
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self {
-            attempts,
-            policy,
-            receipt,
-            schema,
-        })
-    }
-}
-
-impl Encode for Bundle {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .doc("attempts", &self.attempts)
-            .doc("policy", &self.policy)
-            .doc("receipt", &self.receipt)
-            .doc("schema", &self.schema)
-            .end();
-    }
-}
+object!(Bundle {
+    attempts: doc,
+    policy: doc,
+    receipt: doc,
+    schema: doc,
+});
 
 /// A verdict is an object tagged by `kind`, its keys in RFC 8785 order.
 impl Encode for Verdict {
