@@ -6,7 +6,7 @@
 //! whole run. The attempt is built from the planned dispatch, so the host only
 //! reports what it observed (times, cost, outcome) and cannot drift the route,
 //! ordinals, digests or jitter sample. Every decision is the one
-//! [`crate::plan_next`] and [`crate::evaluate`] give for the same attempts.
+//! [`crate::plan_next()`] and [`crate::evaluate()`] give for the same attempts.
 
 use std::sync::Arc;
 
