@@ -667,16 +667,7 @@ fn generated_runs_reach_every_terminal() {
         }
     }
     eprintln!("terminals {terminals:?}, fallback used {fallbacks}, floor applied {floors}, jitter draws by mode {jittered:?}");
-    for t in [
-        Terminal::Completed,
-        Terminal::StopNonRetryable,
-        Terminal::StopIndeterminate,
-        Terminal::StopTotalAttempts,
-        Terminal::StopRouteExhausted,
-        Terminal::StopCostBudget,
-        Terminal::StopDeadline,
-        Terminal::StopCancelled,
-    ] {
+    for &t in Terminal::ALL {
         assert!(
             terminals.get(t.as_str()).copied().unwrap_or(0) >= 10,
             "{} rarely reached: {terminals:?}",

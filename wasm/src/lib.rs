@@ -194,18 +194,6 @@ const OUTCOMES: [Outcome; 11] = [
     },
 ];
 
-/// Terminals by index from 1 (0 while the run can still dispatch).
-const TERMINALS: [Terminal; 8] = [
-    Terminal::Completed,
-    Terminal::StopNonRetryable,
-    Terminal::StopIndeterminate,
-    Terminal::StopTotalAttempts,
-    Terminal::StopRouteExhausted,
-    Terminal::StopCostBudget,
-    Terminal::StopDeadline,
-    Terminal::StopCancelled,
-];
-
 #[allow(clippy::cast_precision_loss)]
 fn num(x: u64) -> f64 {
     // Every document integer is at most 2^53 - 1: exact as a JavaScript number.
@@ -244,7 +232,7 @@ impl Run {
     pub fn terminal(&self) -> u32 {
         match self.session.next() {
             Decision::Dispatch(_) => 0,
-            Decision::Terminal { terminal } => TERMINALS
+            Decision::Terminal { terminal } => Terminal::ALL
                 .iter()
                 .position(|t| t == terminal)
                 .and_then(|i| u32::try_from(i).ok())
