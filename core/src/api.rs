@@ -65,12 +65,7 @@ pub fn evaluate(policy_json: &str, attempts_json: &str) -> Result<String> {
 pub fn seal_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<String> {
     let attempts = decode_attempts(attempts_json)?;
     let receipt = run::evaluate(policy, &attempts)?;
-    Ok(out(&Bundle {
-        attempts,
-        policy: policy.policy.clone(),
-        receipt,
-        schema: BundleSchema,
-    }))
+    Ok(out(&Bundle::new(policy.policy.clone(), attempts, receipt)))
 }
 
 /// `verify_bundle`: a `verified` or `drift` verdict as JSON.

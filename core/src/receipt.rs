@@ -372,10 +372,17 @@ pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
 pub fn seal(policy: &Policy, attempts: &Attempts) -> Result<Bundle> {
     let compiled = compile(policy.clone())?;
     let receipt = evaluate(&compiled, attempts)?;
-    Ok(Bundle {
-        attempts: attempts.clone(),
-        policy: policy.clone(),
-        receipt,
-        schema: BundleSchema,
-    })
+    Ok(Bundle::new(policy.clone(), attempts.clone(), receipt))
+}
+
+impl Bundle {
+    /// A bundle of a policy, its observed attempts and their receipt.
+    pub fn new(policy: Policy, attempts: Attempts, receipt: Receipt) -> Self {
+        Bundle {
+            attempts,
+            policy,
+            receipt,
+            schema: BundleSchema,
+        }
+    }
 }

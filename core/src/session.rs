@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Run};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
-use crate::receipt::{Bundle, BundleSchema, Receipt};
+use crate::receipt::{Bundle, Receipt};
 
 /// A run in progress.
 #[derive(Debug, Clone)]
@@ -110,12 +110,12 @@ impl Session {
 
     /// The bundle of the finished run: policy, attempts and receipt.
     pub fn seal(&self) -> Result<Bundle> {
-        Ok(Bundle {
-            attempts: self.attempts.clone(),
-            policy: self.policy.policy.clone(),
-            receipt: self.receipt()?,
-            schema: BundleSchema,
-        })
+        let receipt = self.receipt()?;
+        Ok(Bundle::new(
+            self.policy.policy.clone(),
+            self.attempts.clone(),
+            receipt,
+        ))
     }
 }
 
