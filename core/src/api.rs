@@ -131,6 +131,14 @@ pub fn classify_http(observation_json: &str) -> Result<String> {
     )?)?))
 }
 
+/// `judge`: a host's facts about one attempt in, the judgement (`outcome`
+/// and the deciding `rule`) as JSON out.
+pub fn judge(facts_json: &str) -> Result<String> {
+    Ok(out(&crate::observe::judge(&from_str::<
+        crate::observe::Facts,
+    >(facts_json)?)?))
+}
+
 /// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.
 pub fn error_json(e: &Error) -> String {
     canonical_json(&ErrorDoc(e))

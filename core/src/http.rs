@@ -150,7 +150,23 @@ names!(TransportError {
 });
 
 /// A header: a `[name, value]` pair of strings.
-struct Header(String, String);
+pub(crate) struct Header(pub(crate) String, pub(crate) String);
+
+impl Header {
+    /// The pair as a tuple.
+    pub(crate) fn into_pair(self) -> (String, String) {
+        (self.0, self.1)
+    }
+}
+
+impl crate::canonical::Encode for Header {
+    fn encode(&self, sink: &mut dyn crate::canonical::Sink) {
+        sink.begin_array();
+        sink.str(&self.0);
+        sink.str(&self.1);
+        sink.end_array();
+    }
+}
 
 impl Decode for Header {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
@@ -183,7 +199,7 @@ impl Decode for HttpObservation {
             headers: headers
                 .unwrap_or_default()
                 .into_iter()
-                .map(|Header(k, v)| (k, v))
+                .map(Header::into_pair)
                 .collect(),
             now_unix_ms: now_unix_ms.unwrap_or(0),
             response_bytes_received: response_bytes_received.unwrap_or(false),

@@ -18,3 +18,7 @@ pub const MAX_SET_ITEMS: usize = 64;
 pub const MAX_RETRY_AFTER_BYTES: usize = 64;
 /// Most headers `classify_http` looks at.
 pub const MAX_HEADERS: usize = 256;
+/// Most error class names or error codes a host passes for one attempt.
+pub const MAX_ERROR_NAMES: usize = 32;
+/// Longest error class name or error code, in bytes.
+pub const MAX_ERROR_NAME_BYTES: usize = 256;

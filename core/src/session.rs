@@ -14,6 +14,7 @@ use crate::attempt::{Attempt, Attempts, AttemptsSchema};
 use crate::canonical::digest_of;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Run};
+use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
 use crate::receipt::{Bundle, Receipt};
@@ -94,6 +95,32 @@ impl Session {
         self.run.observe(&self.policy, &attempt, planned, index)?;
         self.attempts.attempts.push(attempt);
         Ok(self.run.next())
+    }
+
+    /// Record the planned attempt from what the host observed: the core
+    /// judges the [`Facts`] ([`crate::observe`]), charges `cost` (the
+    /// planned `reserve_cost` when the host charged nothing) and records the
+    /// attempt. The judgement says which rule decided, so a host can report
+    /// an unrecognized error. Drift leaves the session unchanged.
+    pub fn observe(
+        &mut self,
+        started_at_ms: u64,
+        completed_at_ms: u64,
+        cost: Option<u64>,
+        facts: &Facts,
+    ) -> Result<Judgement> {
+        let (deadline_ms, reserve_cost) = match self.run.next() {
+            Decision::Dispatch(d) => (d.deadline_ms, d.reserve_cost),
+            Decision::Terminal { .. } => (u64::MAX, 0),
+        };
+        let judgement = judge_at(facts, completed_at_ms >= deadline_ms)?;
+        self.record(
+            started_at_ms,
+            completed_at_ms,
+            cost.unwrap_or(reserve_cost),
+            judgement.outcome,
+        )?;
+        Ok(judgement)
     }
 
     /// Mark the run cancelled between attempts at `at_ms` (run clock).
