@@ -37,6 +37,7 @@ mod httpdate;
 pub mod ids;
 pub mod lab;
 pub mod limits;
+pub mod observe;
 pub mod outcome;
 mod parse;
 pub mod policy;

@@ -280,17 +280,26 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
         };
         return decided(o, Rule::Cancelled);
     }
-    if let Some(o) = facts.error_types.iter().find_map(|n| match lookup(ERROR_TYPES, n) {
-        Some(Meaning::Outcome(o)) => Some(o),
-        _ => None,
-    }) {
+    if let Some(o) = facts
+        .error_types
+        .iter()
+        .find_map(|n| match lookup(ERROR_TYPES, n) {
+            Some(Meaning::Outcome(o)) => Some(o),
+            _ => None,
+        })
+    {
         return decided(o, Rule::ErrorType);
     }
     let signal = facts
         .error_types
         .iter()
         .filter_map(|n| lookup(ERROR_TYPES, n))
-        .chain(facts.error_codes.iter().filter_map(|n| lookup(ERROR_CODES, n)))
+        .chain(
+            facts
+                .error_codes
+                .iter()
+                .filter_map(|n| lookup(ERROR_CODES, n)),
+        )
         .filter_map(|m| match m {
             Meaning::Signal(s) => Some(s),
             Meaning::Outcome(_) => None,
@@ -511,7 +520,11 @@ mod tests {
             f.outcome = Some(Outcome::Success);
             f.status = Some(503);
         });
-        assert_eq!(j.rule, Rule::Status, "an explicit success on a raise is ignored");
+        assert_eq!(
+            j.rule,
+            Rule::Status,
+            "an explicit success on a raise is ignored"
+        );
         let j = raised(|f| {
             f.error_types = vec!["APIResponseValidationError".into()];
             f.status = Some(200);
