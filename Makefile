@@ -42,3 +42,4 @@ lab:
 # encoder (sorted keys, no whitespace: RFC 8785 for integer-only documents).
 check-digests: lab
 	python3 tests/recompute_digests.py target/labs/retry-fallback
+	python3 tests/replay_from_spec.py tests/vectors

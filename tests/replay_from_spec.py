@@ -1,0 +1,629 @@
+#!/usr/bin/env python3
+"""Replay the conformance vectors from docs/REPLAY.md alone.
+
+This is an independent implementation of the rules written down in
+docs/REPLAY.md: policy validation order, the schedule, the jitter draw, the
+plan/replay state machine, receipts, bundle verification and document
+digests. It uses the Python standard library only (hashlib, json) and never
+imports retryledger. Every committed vector of the families it covers is
+recomputed and compared with its expected value; the script prints a count
+of checks per family and exits non-zero on any mismatch.
+
+Not covered (see docs/REPLAY.md, "What this page does not cover"): strict
+decoding. Cases whose expected result is a decoding error (`invalid_json`,
+`null_value`, `missing_field`, `schema_mismatch`, ...) are counted as
+skipped, never as passed; decode.json, retry_after.json and
+classify_http.json are not read.
+
+Usage: python3 tests/replay_from_spec.py tests/vectors
+"""
+import hashlib
+import json
+import pathlib
+import sys
+
+U64_MAX = (1 << 64) - 1
+MAX_ATTEMPTS = 10_000
+
+# --------------------------------------------------------------- digests ---
+
+
+def jcs(value):
+    """RFC 8785 for documents holding only integers, strings, booleans,
+    arrays and objects with ASCII keys: sorted keys, no whitespace."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sha(value):
+    return hashlib.sha256(jcs(value)).hexdigest()
+
+
+# Set-valued fields are kept in the order of their value lists below
+# (declaration order, not alphabetical); identifier and digest sets in
+# byte order.
+MODALITIES = ["text", "image", "audio", "video", "file"]
+SAMPLING = ["seed", "temperature", "top_p", "logprobs", "stop_sequences"]
+STREAM_EVENTS = ["terminal", "usage"]
+SET_ORDER = {
+    "input_modalities": MODALITIES,
+    "output_modalities": MODALITIES,
+    "sampling_controls": SAMPLING,
+    "streaming_events": STREAM_EVENTS,
+}
+
+
+def normal_capabilities(c):
+    c = dict(c)
+    for field, order in SET_ORDER.items():
+        c[field] = sorted(c[field], key=order.index)
+    c["regions"] = sorted(c["regions"], key=lambda s: s.encode("utf-8"))
+    return c
+
+
+def normal_policy(p):
+    p = dict(p)
+    p["requirements"] = normal_capabilities(p["requirements"])
+    p["routes"] = [dict(r, capabilities=normal_capabilities(r["capabilities"])) for r in p["routes"]]
+    if "allowed_degraded_behavior_classes" in p:
+        p["allowed_degraded_behavior_classes"] = sorted(p["allowed_degraded_behavior_classes"])
+    return p
+
+
+def normal_document(doc):
+    schema = doc.get("schema")
+    if schema == "retryledger.policy.v1":
+        return normal_policy(doc)
+    if schema == "retryledger.bundle.v1":
+        return dict(doc, policy=normal_policy(doc["policy"]))
+    return doc
+
+
+# ------------------------------------------------------------ validation ---
+
+
+class Fail(Exception):
+    """An error with its stable code and JSON Pointer (or None)."""
+
+    def __init__(self, code, path=None, attempt_index=None, message=""):
+        super().__init__(code)
+        self.code, self.path, self.attempt_index, self.message = code, path, attempt_index, message
+
+    def as_expect(self):
+        e = {"code": self.code}
+        if self.path is not None:
+            e["path"] = self.path
+        return {"error": e}
+
+
+LEVELS = {
+    "refusal": ["none", "in_band_text", "typed"],
+    "release_pin": ["floating", "alias", "exact"],
+    "structured_output": ["none", "json_object", "json_schema", "constrained_decoding"],
+    "tool_calls": ["none", "single", "parallel"],
+}
+BOUNDARY = ["local_process", "private_service", "external_provider"]
+
+
+def uncovered(offer, req):
+    """The first capability field (alphabetical order) the offer fails to cover."""
+    sup = lambda f: set(offer[f]) >= set(req[f])  # noqa: E731
+    lvl = lambda f: LEVELS[f].index(offer[f]) >= LEVELS[f].index(req[f])  # noqa: E731
+    checks = [
+        ("input_modalities", sup("input_modalities")),
+        ("max_context_tokens", offer["max_context_tokens"] >= req["max_context_tokens"]),
+        ("max_output_tokens", offer["max_output_tokens"] >= req["max_output_tokens"]),
+        ("max_response_bytes", offer["max_response_bytes"] >= req["max_response_bytes"]),
+        ("output_modalities", sup("output_modalities")),
+        ("refusal", lvl("refusal")),
+        ("regions", set(req["regions"]) >= set(offer["regions"])),
+        ("release_pin", lvl("release_pin")),
+        ("retention_days", offer["retention_days"] <= req["retention_days"]),
+        ("sampling_controls", sup("sampling_controls")),
+        ("streaming_events", sup("streaming_events")),
+        ("structured_output", lvl("structured_output")),
+        ("tool_calls", lvl("tool_calls")),
+    ]
+    for field, ok in checks:
+        if not ok:
+            return field
+    return None
+
+
+def compile_policy(p):
+    """Validate in the order of docs/REPLAY.md section 6; return the compiled policy."""
+    if p["retry_owner"] != "harness":
+        raise Fail("retry_owner_not_harness", "/retry_owner")
+    if not 1 <= p["max_total_attempts"] <= MAX_ATTEMPTS:
+        raise Fail("budget_unbounded", "/max_total_attempts")
+    if p["deadline_ms"] == 0:
+        raise Fail("budget_unbounded", "/deadline_ms")
+    b = p["backoff"]
+    if b["base_ms"] == 0 or b["max_ms"] < b["base_ms"]:
+        raise Fail("invalid_backoff", "/backoff")
+    routes = p["routes"]
+    if not routes:
+        raise Fail("no_routes", "/routes")
+    n = len(routes)
+    slots = [None] * n
+    allowed = set(p.get("allowed_degraded_behavior_classes", []))
+    for i, r in enumerate(routes):
+        at = "/routes/%d/" % i
+        if r["priority"] >= n:
+            raise Fail("priority_not_contiguous", at + "priority")
+        if slots[r["priority"]] is not None:
+            raise Fail("duplicate_priority", at + "priority")
+        slots[r["priority"]] = i
+        for other in routes[:i]:
+            if other["route_id"] == r["route_id"]:
+                raise Fail("duplicate_route_id", at + "route_id")
+            if other["route_release_sha256"] == r["route_release_sha256"]:
+                raise Fail("duplicate_route_release", at + "route_release_sha256")
+        field = uncovered(r["capabilities"], p["requirements"])
+        if field is not None:
+            raise Fail("capability_missing", at + "capabilities/" + field)
+        if r["behavior_class_sha256"] != p["behavior_class_sha256"] and r["behavior_class_sha256"] not in allowed:
+            raise Fail("behavior_class_mismatch", at + "behavior_class_sha256")
+        if BOUNDARY.index(r["data_boundary"]) > BOUNDARY.index(p["max_data_boundary"]):
+            raise Fail("data_boundary_exceeded", at + "data_boundary")
+        if not r["supports_idempotency"]:
+            raise Fail("idempotency_unsupported", at + "supports_idempotency")
+        if not 1 <= r["max_attempts"] <= MAX_ATTEMPTS:
+            raise Fail("route_attempts_unbounded", at + "max_attempts")
+    policy = normal_policy(p)
+    return {
+        "policy": policy,
+        "routes": [routes[i] for i in slots],  # priority order
+        "policy_sha256": sha(policy),
+        "capability_contract_sha256": sha(policy["requirements"]),
+    }
+
+
+# -------------------------------------------------------------- schedule ---
+
+
+def exponential(backoff, k):
+    shift = k - 1
+    if shift >= 64:
+        return backoff["max_ms"]
+    v = backoff["base_ms"] * (1 << shift)
+    return backoff["max_ms"] if v > U64_MAX else min(v, backoff["max_ms"])
+
+
+def jitter_interval(jitter, backoff, e, previous, latest_delay):
+    mode = jitter["mode"]
+    if mode == "none":
+        return None
+    if mode == "full":
+        lo, hi = 0, e
+    elif mode == "equal":
+        lo, hi = e // 2, e
+    else:  # decorrelated
+        prev = max(backoff["base_ms"] if previous is None else previous, backoff["base_ms"])
+        hi = min(min(prev * 3, U64_MAX), backoff["max_ms"])
+        lo = min(backoff["base_ms"], hi)
+    return lo, max(min(hi, latest_delay), lo)
+
+
+def draw(release, seed, ordinal, lo, hi):
+    pre = b"retryledger.jitter.v1\x00" + release.encode("utf-8") + b"\x00"
+    pre += seed.to_bytes(8, "big") + ordinal.to_bytes(8, "big")
+    x = int.from_bytes(hashlib.sha256(pre).digest()[:8], "big")
+    span = hi - lo + 1
+    if span > U64_MAX:
+        return lo
+    return min(lo + x % span, U64_MAX)
+
+
+def next_delay(policy, k, hint, previous, next_ordinal, latest_delay):
+    b, j = policy["backoff"], policy["jitter"]
+    e = exponential(b, k)
+    floor = min(0 if hint is None else hint, b["retry_after_cap_ms"])
+    iv = jitter_interval(j, b, e, previous, latest_delay)
+    if iv is None:
+        return {"delay_ms": max(e, floor), "retry_after_floor_ms": floor, "jitter": None}
+    lo, hi = iv
+    s = draw(j["scheduler_release"], j["seed"], next_ordinal, lo, hi)
+    return {"delay_ms": max(s, floor), "retry_after_floor_ms": floor, "jitter": (lo, hi, s)}
+
+
+# --------------------------------------------------------------- the run ---
+
+
+def terminal(name):
+    return {"kind": "terminal", "terminal": name}
+
+
+class Run:
+    def __init__(self, cp):
+        self.cp, self.p = cp, cp["policy"]
+        self.spent = 0
+        self.per_route = [0] * len(cp["routes"])
+        self.count = 0
+        self.last_sample = None
+        self.schedule = []
+        self.fallback_used = False
+        self.final_priority = None
+        self.finished_at_ms = 0
+        first = {"delay_ms": 0, "retry_after_floor_ms": 0, "jitter": None}
+        self.next = self.admit(0, 1, 0, first)
+
+    def admit(self, priority, route_ordinal, not_before, d):
+        p = self.p
+        if priority >= len(self.cp["routes"]):
+            return terminal("stop_route_exhausted")
+        route = self.cp["routes"][priority]
+        if self.spent + route["reserve_cost"] > min(p["max_total_cost"], U64_MAX):
+            return terminal("stop_cost_budget")
+        if not_before >= p["deadline_ms"]:
+            return terminal("stop_deadline")
+        out = {
+            "kind": "dispatch",
+            "deadline_ms": p["deadline_ms"],
+            "delay_ms": d["delay_ms"],
+            "idempotency_key_sha256": p["idempotency_key_sha256"],
+            "logical_request_sha256": p["logical_request_sha256"],
+            "not_before_ms": not_before,
+            "ordinal": self.count + 1,
+            "reserve_cost": route["reserve_cost"],
+            "retry_after_floor_ms": d["retry_after_floor_ms"],
+            "route_id": route["route_id"],
+            "route_ordinal": route_ordinal,
+            "route_release_sha256": route["route_release_sha256"],
+        }
+        if d["jitter"] is not None:
+            out["jitter_min_ms"], out["jitter_max_ms"], out["jitter_sample_ms"] = d["jitter"]
+        return out
+
+    def plan_after(self, priority, route_ordinal, completed, hint):
+        p = self.p
+        if self.count >= p["max_total_attempts"]:
+            return terminal("stop_total_attempts")
+        if self.per_route[priority] < self.cp["routes"][priority]["max_attempts"]:
+            nxt, nxt_ord = priority, route_ordinal + 1
+        else:
+            nxt, nxt_ord = priority + 1, 1
+        if nxt >= len(self.cp["routes"]):
+            return terminal("stop_route_exhausted")
+        latest = max(p["deadline_ms"] - 1 - completed, 0)
+        d = next_delay(p, route_ordinal, hint, self.last_sample, self.count + 1, latest)
+        return self.admit(nxt, nxt_ord, min(completed + d["delay_ms"], U64_MAX), d)
+
+    def check(self, a, i):
+        d = self.next
+
+        def drift(code, field):
+            return Fail(code, "/attempts/%d/%s" % (i, field), i)
+
+        if d["kind"] == "terminal":
+            raise drift("attempt_after_terminal", "ordinal")
+        for field, code in [
+            ("route_id", "route_drift"),
+            ("route_release_sha256", "release_drift"),
+            ("ordinal", "ordinal_drift"),
+            ("route_ordinal", "route_ordinal_drift"),
+            ("logical_request_sha256", "logical_request_drift"),
+            ("idempotency_key_sha256", "idempotency_key_drift"),
+        ]:
+            if a[field] != d[field]:
+                raise drift(code, field)
+        planned, seen = d.get("jitter_sample_ms"), a.get("jitter_sample_ms")
+        if planned is not None and seen is None:
+            raise drift("jitter_sample_missing", "jitter_sample_ms")
+        if planned is None and seen is not None:
+            raise drift("jitter_sample_unexpected", "jitter_sample_ms")
+        if planned is not None:
+            if not d["jitter_min_ms"] <= seen <= d["jitter_max_ms"]:
+                raise drift("jitter_out_of_interval", "jitter_sample_ms")
+            if seen != planned:
+                raise drift("jitter_sample_drift", "jitter_sample_ms")
+        if a["started_at_ms"] < d["not_before_ms"]:
+            raise drift("early_start", "started_at_ms")
+        if a["completed_at_ms"] < a["started_at_ms"]:
+            raise drift("completed_before_started", "completed_at_ms")
+        return d
+
+    def observe(self, a, d, i):
+        p = self.p
+        priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
+        self.spent += a["cost"]
+        if self.spent > U64_MAX:
+            raise Fail("arithmetic_overflow", "/attempts/%d/cost" % i, i)
+        self.per_route[priority] += 1
+        self.count += 1
+        if "jitter_sample_ms" in d:
+            self.last_sample = d["jitter_sample_ms"]
+        self.fallback_used = self.fallback_used or priority > 0
+        self.final_priority = priority
+        self.finished_at_ms = a["completed_at_ms"]
+        entry = {
+            "completed_at_ms": a["completed_at_ms"],
+            "cost": a["cost"],
+            "delay_ms": d["delay_ms"],
+            "not_before_ms": d["not_before_ms"],
+            "ordinal": d["ordinal"],
+            "outcome": a["outcome"].get("kind", "success"),
+            "outcome_class": a["outcome"]["class"],
+            "retry_after_floor_ms": d["retry_after_floor_ms"],
+            "route_id": d["route_id"],
+            "route_ordinal": d["route_ordinal"],
+            "started_at_ms": a["started_at_ms"],
+        }
+        for f in ("jitter_min_ms", "jitter_max_ms", "jitter_sample_ms"):
+            if f in d:
+                entry[f] = d[f]
+        self.schedule.append(entry)
+        cls = a["outcome"]["class"]
+        if a["completed_at_ms"] >= p["deadline_ms"]:
+            self.next = terminal("stop_deadline")
+        elif self.spent > p["max_total_cost"]:
+            self.next = terminal("stop_cost_budget")
+        elif cls == "success":
+            self.next = terminal("completed")
+        elif cls == "non_retryable":
+            self.next = terminal("stop_non_retryable")
+        elif cls == "indeterminate":
+            self.next = terminal("stop_indeterminate")
+        else:
+            hint = a["outcome"].get("retry_after_ms")
+            self.next = self.plan_after(priority, d["route_ordinal"], a["completed_at_ms"], hint)
+
+    def cancel(self, at):
+        if self.next["kind"] == "terminal":
+            raise Fail("cancel_drift", "/cancelled_at_ms")
+        if at < self.finished_at_ms:
+            raise Fail("cancel_drift", "/cancelled_at_ms")
+        self.finished_at_ms = at
+        self.next = terminal("stop_cancelled")
+
+    def receipt(self, attempts_sha256):
+        if self.next["kind"] != "terminal":
+            raise Fail("run_not_terminal")
+        p, cp = self.p, self.cp
+        term = self.next["terminal"]
+        final = None if self.final_priority is None else cp["routes"][self.final_priority]
+        r = {
+            "attempt_count": self.count,
+            "attempts_sha256": attempts_sha256,
+            "behavior_class_sha256": p["behavior_class_sha256"],
+            "capability_contract_sha256": cp["capability_contract_sha256"],
+            "degraded": term == "completed"
+            and final is not None
+            and final["behavior_class_sha256"] != p["behavior_class_sha256"],
+            "fallback_used": self.fallback_used,
+            "finished_at_ms": self.finished_at_ms,
+            "idempotency_key_sha256": p["idempotency_key_sha256"],
+            "logical_request_sha256": p["logical_request_sha256"],
+            "policy_sha256": cp["policy_sha256"],
+            "route_attempts": [
+                {"attempts": n, "route_id": route["route_id"]} for route, n in zip(cp["routes"], self.per_route)
+            ],
+            "schedule": self.schedule,
+            "schema": "retryledger.receipt.v1",
+            "terminal": term,
+            "total_cost": self.spent,
+        }
+        if final is not None:
+            r["final_route_id"] = final["route_id"]
+        return r
+
+
+def replay(cp, attempts):
+    run = Run(cp)
+    for i, a in enumerate(attempts["attempts"]):
+        d = run.check(a, i)
+        run.observe(a, d, i)
+    if "cancelled_at_ms" in attempts:
+        run.cancel(attempts["cancelled_at_ms"])
+    return run
+
+
+def plan_next(policy, attempts):
+    return replay(compile_policy(policy), attempts).next
+
+
+def evaluate(policy, attempts):
+    cp = compile_policy(policy)
+    return replay(cp, attempts).receipt(sha(attempts))
+
+
+def first_difference(a, b, at):
+    if isinstance(a, dict) and isinstance(b, dict):
+        xs, ys = sorted(a), sorted(b)
+        for k, l in zip(xs, ys):
+            if k != l:
+                return "%s/%s" % (at, min(k, l))
+            d = first_difference(a[k], b[k], "%s/%s" % (at, k))
+            if d is not None:
+                return d
+        if len(xs) != len(ys):
+            return "%s/%s" % (at, (xs if len(xs) > len(ys) else ys)[min(len(xs), len(ys))])
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (u, v) in enumerate(zip(a, b)):
+            d = first_difference(u, v, "%s/%d" % (at, i))
+            if d is not None:
+                return d
+        return None if len(a) == len(b) else "%s/%d" % (at, min(len(a), len(b)))
+    return None if (a == b and type(a) is type(b)) else at
+
+
+def verify_bundle(bundle):
+    """The verdict without its human `message` (not part of this spec)."""
+    try:
+        cp = compile_policy(bundle["policy"])
+    except Fail as e:
+        raise Fail(e.code, "/policy" + e.path) from None
+    try:
+        fresh = replay(cp, bundle["attempts"]).receipt(sha(bundle["attempts"]))
+    except Fail as e:
+        v = {"code": e.code, "kind": "drift", "path": "/attempts" + (e.path or "")}
+        if e.attempt_index is not None:
+            v["attempt_index"] = e.attempt_index
+        return v
+    path = first_difference(bundle["receipt"], fresh, "/receipt")
+    if path is not None:
+        v = {"code": "receipt_mismatch", "kind": "drift", "path": path}
+        if path.startswith("/receipt/schedule/"):
+            v["attempt_index"] = int(path.split("/")[3])
+        return v
+    return {
+        "attempts_sha256": fresh["attempts_sha256"],
+        "kind": "verified",
+        "policy_sha256": cp["policy_sha256"],
+        "receipt_sha256": sha(fresh),
+        "terminal": fresh["terminal"],
+    }
+
+
+# ---------------------------------------------------------------- driver ---
+
+DECODE_CODES = {
+    "input_too_large", "invalid_json", "nesting_too_deep", "duplicate_key", "null_value", "float_value",
+    "integer_out_of_range", "string_too_long", "too_many_items", "unknown_field", "missing_field",
+    "invalid_type", "invalid_value", "schema_mismatch", "invalid_digest", "invalid_identifier",
+    "duplicate_set_item",
+}
+
+
+def run_op(op, inp):
+    doc = lambda k: json.loads(inp[k])  # noqa: E731
+    try:
+        if op == "validate_policy":
+            return {"ok": compile_policy(doc("policy"))["policy_sha256"]}
+        if op == "plan_next":
+            policy = doc("policy")
+            compile_policy(policy)  # a policy error is reported before the attempts are read
+            return {"ok": plan_next(policy, doc("attempts"))}
+        if op == "evaluate":
+            return {"ok": evaluate(doc("policy"), doc("attempts"))}
+        if op == "verify_bundle":
+            return {"ok": verify_bundle(doc("bundle"))}
+        if op == "digest":
+            return {"ok": sha(normal_document(doc("document")))}
+    except Fail as e:
+        return e.as_expect()
+    raise ValueError("unknown op " + op)
+
+
+def strip_message(expect):
+    if "ok" in expect and isinstance(expect["ok"], dict) and expect["ok"].get("kind") == "drift":
+        return {"ok": {k: v for k, v in expect["ok"].items() if k != "message"}}
+    return expect
+
+
+def draw_checks(case, out):
+    """Recompute each recorded jitter sample from the seed, release and ordinal."""
+    checks = []
+    if case["op"] not in ("plan_next", "evaluate") or "ok" not in out:
+        return checks
+    policy = json.loads(case["input"]["policy"])
+    j = policy["jitter"]
+    if j["mode"] == "none":
+        return checks
+    rows = []
+    if "ok" in out and out["ok"].get("kind") == "dispatch":
+        rows.append(out["ok"])
+    if "ok" in out and "schedule" in out["ok"]:
+        rows.extend(out["ok"]["schedule"])
+    for row in rows:
+        if "jitter_sample_ms" in row:
+            got = draw(j["scheduler_release"], j["seed"], row["ordinal"], row["jitter_min_ms"], row["jitter_max_ms"])
+            checks.append(("draw ordinal %d" % row["ordinal"], got, row["jitter_sample_ms"]))
+    return checks
+
+
+def spec_examples():
+    """The worked numbers of docs/REPLAY.md that no vector holds."""
+    b = {"base_ms": 100, "max_ms": 1000, "retry_after_cap_ms": 2000}
+    eq = {"backoff": b, "jitter": {"mode": "equal", "scheduler_release": "sched-2026.12", "seed": 7}}
+    pre = b"retryledger.jitter.v1\x00sched-2026.12\x00" + (7).to_bytes(8, "big") + (2).to_bytes(8, "big")
+    odd = lambda base: next_delay(dict(eq, backoff=dict(b, base_ms=base)), 1, None, None, 2, 3899)["jitter"]  # noqa: E731
+    dec = dict(eq, jitter=dict(eq["jitter"], mode="decorrelated"), backoff=dict(b, max_ms=5000))
+    dec["jitter"]["seed"] = 42
+    return [
+        ("preimage digest", hashlib.sha256(pre).hexdigest(),
+         "36bc8f53a2dfa0deb05a6c9f7ae66569e0ba1f3fbfa03357b45d5ac2c8129591"),
+        ("x", int.from_bytes(hashlib.sha256(pre).digest()[:8], "big"), 3944184963047334110),
+        ("full [0,100] ordinal 2", draw("sched-2026.12", 7, 2, 0, 100), 23),
+        ("equal [50,100] ordinal 2", draw("sched-2026.12", 7, 2, 50, 100), 61),
+        ("equal [100,200] ordinal 3", draw("sched-2026.12", 7, 3, 100, 200), 194),
+        ("equal e=75", odd(75), (37, 75, 51)),
+        ("equal e=101", odd(101), (50, 101, 64)),
+        ("equal e=1", odd(1), (0, 1, 0)),
+        ("clamp latest 79", next_delay(eq, 1, None, None, 2, 79)["jitter"], (50, 79, 70)),
+        ("clamp latest 39", next_delay(eq, 1, None, None, 2, 39)["jitter"], (50, 50, 50)),
+        ("decorrelated after floor", next_delay(dec, 2, None, 190, 3, 10**6)["jitter"], (100, 570, 356)),
+        ("exponential k=64", exponential({"base_ms": 1, "max_ms": 1000}, 64), 1000),
+        ("exponential k=65", exponential({"base_ms": 1, "max_ms": 1000}, 65), 1000),
+        ("exponential overflow", exponential({"base_ms": 3, "max_ms": 2**53 - 1}, 64), 2**53 - 1),
+    ]
+
+
+def set_order_examples(root):
+    cases = json.loads((root / "jitter.json").read_text(encoding="utf-8"))["cases"]
+    policy = json.loads([c for c in cases if c["name"] == "full_after_rate_limit"][0]["input"]["policy"])
+    policy["requirements"]["input_modalities"] = ["image", "text"]
+    return [
+        ("sets sorted before JCS", sha(normal_policy(policy)),
+         "00c33b3bd7f13e81b40666933259c4e45d6b70ef5f160b41473a4929e8ba34ed"),
+        ("plain JCS of unsorted sets", sha(policy), "0693e571771a1931e2196a1e42e4026e8f2f3eb0a4609f25cee418b7a3f5a581"),
+    ]
+
+
+def check_spec(root):
+    failed = 0
+    examples = spec_examples() + set_order_examples(root)
+    for name, got, want in examples:
+        if got != want:
+            failed += 1
+            print("MISMATCH spec/%s: want %s got %s" % (name, want, got))
+    return len(examples) - failed, failed
+
+
+FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest"]
+
+
+def main(directory):
+    root = pathlib.Path(directory)
+    failures = 0
+    total = 0
+    for family in FAMILIES:
+        vectors = json.loads((root / (family + ".json")).read_text(encoding="utf-8"))
+        passed = skipped = failed = draws = 0
+        for case in vectors["cases"]:
+            want = case["expect"]
+            if "error" in want and want["error"]["code"] in DECODE_CODES:
+                skipped += 1
+                continue
+            try:
+                got = run_op(case["op"], case["input"])
+            except Exception as e:  # a crash is a mismatch, not a pass
+                got = {"crash": repr(e)}
+            if got != strip_message(want):
+                failed += 1
+                print("MISMATCH %s/%s:\n  want %s\n  got  %s" % (family, case["name"], json.dumps(want), json.dumps(got)))
+            else:
+                passed += 1
+                # The expected value itself must carry the seeded draw.
+                for name, g, w in draw_checks(case, want):
+                    if g != w:
+                        failed += 1
+                        print("MISMATCH %s/%s: %s: want %s got %s" % (family, case["name"], name, w, g))
+                    else:
+                        draws += 1
+        line = "%-9s %3d cases passed, %3d failed, %3d skipped (decode errors)" % (family, passed, failed, skipped)
+        if draws:
+            line += ", %d jitter draws recomputed" % draws
+        print(line)
+        failures += failed
+        total += passed + draws
+    passed, failed = check_spec(root)
+    print("%-9s %3d worked examples of docs/REPLAY.md passed, %d failed" % ("spec", passed, failed))
+    failures += failed
+    total += passed
+    print("%d checks passed, %d failed" % (total, failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "tests/vectors"))
