@@ -16,17 +16,20 @@
 //!    else `unknown_provider_acceptance`).
 //! 4. `error_type`: a class name in [`ERROR_TYPES`] that names an outcome
 //!    (an SDK's response-validation error is a protocol violation).
-//! 5. `status`: an HTTP status other than 2xx, judged by
+//! 5. `output_delivered`: any other error raised after response bytes
+//!    reached the caller is `stream_interrupted_after_output` (never
+//!    retried: output of two attempts is never joined).
+//! 6. `status`: an HTTP status other than 2xx, judged by
 //!    [`crate::http::classify_http`] with the response headers; the hint is
 //!    recorded as observed (the schedule bounds it by the policy's cap).
-//! 6. `transport`: a transport signal from the host, [`ERROR_TYPES`] or
+//! 7. `transport`: a transport signal from the host, [`ERROR_TYPES`] or
 //!    [`ERROR_CODES`]; when several are present the strongest evidence wins:
 //!    `connect_failed` (nothing was sent) over `timeout` over
 //!    `connection_reset` over `aborted`. An abort after the run's deadline is
 //!    a timeout before response; any other abort is unknown acceptance.
-//! 7. `deadline`: an error raised at or after the run's deadline that no rule
+//! 8. `deadline`: an error raised at or after the run's deadline that no rule
 //!    above recognizes is a timeout before response.
-//! 8. `unrecognized`: anything else is indeterminate
+//! 9. `unrecognized`: anything else is indeterminate
 //!    `unknown_provider_acceptance` and is never retried; the host reports it
 //!    as unrecognized.
 
@@ -214,6 +217,8 @@ pub enum Rule {
     Cancelled,
     /// An error class name that names an outcome.
     ErrorType,
+    /// Response bytes reached the caller before the error.
+    OutputDelivered,
     /// The HTTP status.
     Status,
     /// A transport signal.
@@ -229,6 +234,7 @@ names!(Rule {
     Explicit => "explicit",
     Cancelled => "cancelled",
     ErrorType => "error_type",
+    OutputDelivered => "output_delivered",
     Status => "status",
     Transport => "transport",
     Deadline => "deadline",
@@ -290,6 +296,9 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
     {
         return decided(o, Rule::ErrorType);
     }
+    if facts.response_bytes_received {
+        return decided(INTERRUPTED, Rule::OutputDelivered);
+    }
     let signal = facts
         .error_types
         .iter()
@@ -310,7 +319,7 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
         let obs = HttpObservation {
             headers: facts.headers.clone(),
             now_unix_ms: facts.now_unix_ms,
-            response_bytes_received: facts.response_bytes_received,
+            response_bytes_received: false,
             retry_after_cap_ms: MAX_SAFE_INTEGER,
             status: Some(status),
             transport_error: signal.and_then(transport),
@@ -322,25 +331,18 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
         }
     }
     if let Some(s) = signal {
-        let o = match (s, facts.response_bytes_received) {
-            (_, true) => INTERRUPTED,
-            (Signal::Aborted, false) if deadline_passed => TIMED_OUT,
-            (Signal::Aborted, false) => UNKNOWN,
-            (s, false) => {
-                let obs = HttpObservation {
-                    headers: Vec::new(),
-                    now_unix_ms: facts.now_unix_ms,
-                    response_bytes_received: false,
-                    retry_after_cap_ms: MAX_SAFE_INTEGER,
-                    status: None,
-                    transport_error: transport(s),
-                };
-                classify_http(&obs)?
-            }
+        let o = match s {
+            Signal::ConnectFailed => Outcome::Retryable {
+                kind: RetryableKind::Unavailable,
+                retry_after_ms: None,
+            },
+            Signal::Timeout => TIMED_OUT,
+            Signal::Aborted if deadline_passed => TIMED_OUT,
+            Signal::ConnectionReset | Signal::Aborted => UNKNOWN,
         };
         return decided(o, Rule::Transport);
     }
-    if deadline_passed && !facts.response_bytes_received {
+    if deadline_passed {
         return decided(TIMED_OUT, Rule::Deadline);
     }
     decided(UNKNOWN, Rule::Unrecognized)
