@@ -174,13 +174,48 @@ pub fn pick<T: Copy>(all: &[T], i: usize, at: &At<'_>) -> Result<T> {
         .ok_or_else(|| at.error(ErrorCode::InvalidValue, "unknown variant"))
 }
 
+/// The entries of an object in sorted key order, whatever order the map
+/// keeps: serde_json's default map iterates sorted, but with its
+/// `preserve_order` feature (turned on by any crate in the build) it keeps
+/// insertion order. Only then, and only for an object not written in sorted
+/// order, are the entries gathered and sorted.
+enum Keys<'a> {
+    /// The map's own iteration, already sorted.
+    Map(serde_json::map::Iter<'a>),
+    /// The entries, sorted here.
+    Sorted(std::vec::IntoIter<(&'a String, &'a Value)>),
+}
+
+impl<'a> Keys<'a> {
+    fn sorted(map: &'a serde_json::Map<String, Value>) -> Self {
+        if map.keys().is_sorted() {
+            Keys::Map(map.iter())
+        } else {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_unstable_by_key(|(a, _)| *a);
+            Keys::Sorted(entries.into_iter())
+        }
+    }
+}
+
+impl<'a> Iterator for Keys<'a> {
+    type Item = (&'a String, &'a Value);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Keys::Map(it) => it.next(),
+            Keys::Sorted(it) => it.next(),
+        }
+    }
+}
+
 /// The fields of one object, read in sorted key order.
 ///
 /// Fields are asked for in sorted order ([`Fields::req`], [`Fields::opt`]);
 /// a key that sorts before the field asked for is one the type does not
 /// define. [`Fields::end`] refuses leftover keys, then absent required fields.
 pub struct Fields<'a> {
-    keys: std::iter::Peekable<serde_json::map::Iter<'a>>,
+    keys: std::iter::Peekable<Keys<'a>>,
     at: &'a At<'a>,
     /// Errors inside the object are reported at the object itself (the
     /// fields of a tagged variant).
@@ -196,7 +231,7 @@ impl<'a> Fields<'a> {
     pub fn open(v: &'a Value, at: &'a At<'a>) -> Result<Self> {
         match v {
             Value::Object(map) => Ok(Self {
-                keys: map.iter().peekable(),
+                keys: Keys::sorted(map).peekable(),
                 at,
                 flat: false,
                 tag: None,
@@ -471,6 +506,42 @@ mod tests {
         assert_eq!(e.path.as_deref(), Some("/a/1/b"));
         let e = parse_strict(r#"{"x/y":{"k":1,"k":2}}"#).unwrap_err();
         assert_eq!(e.path.as_deref(), Some("/x~1y/k"));
+    }
+
+    #[test]
+    fn key_order_in_the_text_does_not_matter() {
+        use crate::policy::Backoff;
+        let fail = |text: &str| {
+            let e = from_str::<Backoff>(text).unwrap_err();
+            (e.code, e.path)
+        };
+        let sorted = from_str::<Backoff>(r#"{"base_ms":1,"max_ms":2,"retry_after_cap_ms":3}"#);
+        let shuffled = from_str::<Backoff>(r#"{"retry_after_cap_ms":3,"max_ms":2,"base_ms":1}"#);
+        assert_eq!(sorted.unwrap(), shuffled.unwrap());
+        // The first unknown key in sorted order, wherever it stands.
+        assert_eq!(
+            fail(r#"{"zz":1,"max_ms":2,"c":1,"base_ms":1,"retry_after_cap_ms":3}"#),
+            (ErrorCode::UnknownField, Some("/c".to_owned()))
+        );
+        // An unknown key sorting before a bad field is reported first...
+        assert_eq!(
+            fail(r#"{"max_ms":"x","retry_after_cap_ms":3,"c":1,"base_ms":1}"#),
+            (ErrorCode::UnknownField, Some("/c".to_owned()))
+        );
+        // ...and one sorting after it is not.
+        assert_eq!(
+            fail(r#"{"zz":1,"max_ms":"x","retry_after_cap_ms":3,"base_ms":1}"#),
+            (ErrorCode::InvalidType, Some("/max_ms".to_owned()))
+        );
+        assert_eq!(
+            fail(r#"{"retry_after_cap_ms":3,"base_ms":1}"#).0,
+            ErrorCode::MissingField
+        );
+        let e = parse_strict(r#"{"b":1,"a":{"y":1,"x":2,"y":3}}"#).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_deref()),
+            (ErrorCode::DuplicateKey, Some("/a/y"))
+        );
     }
 
     #[test]

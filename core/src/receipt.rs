@@ -291,24 +291,16 @@ impl Decode for Verdict {
 fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
-            // Both maps iterate in key order: walk them side by side.
-            let (mut xs, mut ys) = (x.iter(), y.iter());
-            let (mut p, mut q) = (xs.next(), ys.next());
-            loop {
-                match (p, q) {
-                    (None, None) => return None,
-                    (Some((k, u)), Some((l, v))) if k == l => {
-                        if let Some(d) = first_difference(u, v, format!("{at}/{k}")) {
-                            return Some(d);
-                        }
-                        (p, q) = (xs.next(), ys.next());
-                    }
-                    (Some((k, _)), Some((l, _))) => return Some(format!("{at}/{}", k.min(l))),
-                    (Some((k, _)), None) | (None, Some((k, _))) => {
-                        return Some(format!("{at}/{k}"))
-                    }
-                }
-            }
+            // Every key of either map in sorted order (whatever order the
+            // maps keep): the first one absent from one side or holding a
+            // different value there.
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
+                (Some(u), Some(v)) => first_difference(u, v, format!("{at}/{k}")),
+                _ => Some(format!("{at}/{k}")),
+            })
         }
         (Value::Array(x), Value::Array(y)) => {
             let common = x
