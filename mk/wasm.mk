@@ -13,7 +13,8 @@
 TEST_TARGETS += test-wasm
 BENCH_TARGETS += bench-wasm
 
-WASM_BINDGEN_VERSION := 0.2.129
+# The exact wasm-bindgen pin of wasm/Cargo.toml (`wasm-bindgen = "=0.2.N"`), set there only.
+WASM_BINDGEN_VERSION := $(shell sed -n 's/^wasm-bindgen = "=\([0-9.]*\)"$$/\1/p' wasm/Cargo.toml)
 WASM_PACK_VERSION := 0.15.1
 WASM_STAMP_NODE = wasm/pkg-node/.built-O$(WASM_OPT_LEVEL)
 WASM_STAMP_WEB = wasm/pkg-web/.built-O$(WASM_OPT_LEVEL)
@@ -41,10 +42,9 @@ setup-wasm:
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 	@wasm-pack --version 2>/dev/null | grep -qx 'wasm-pack $(WASM_PACK_VERSION)' || \
 	  $(CARGO) install wasm-pack --version $(WASM_PACK_VERSION) --locked
+	@test -n '$(WASM_BINDGEN_VERSION)' || { echo 'wasm/Cargo.toml must pin wasm-bindgen = "=0.2.N"'; exit 1; }
 	@wasm-bindgen --version 2>/dev/null | grep -qx 'wasm-bindgen $(WASM_BINDGEN_VERSION)' || \
 	  $(CARGO) install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --locked
-	@grep -q '^wasm-bindgen = "=$(WASM_BINDGEN_VERSION)"' wasm/Cargo.toml || \
-	  { echo "wasm/Cargo.toml must pin wasm-bindgen = \"=$(WASM_BINDGEN_VERSION)\""; exit 1; }
 
 $(WASM_NPM_STAMP): wasm/package.json wasm/package-lock.json
 	cd wasm && npm ci --no-audit --no-fund
