@@ -4,7 +4,7 @@
 #
 #   make python-setup   .venv with the pinned tools of python/requirements-dev.txt
 #   make python-build   the extension, built by maturin into .venv (release)
-#   make test-python    stubtest, mypy --strict, pytest (vectors read in place)
+#   make test-python    generated tables current, stubtest, mypy --strict, pytest (vectors read in place)
 #   make bench-python   the sync driver against a bare loop and tenacity
 VENV := $(ROOT)/.venv
 VENV_PY := $(VENV)/bin/python
@@ -30,7 +30,11 @@ $(PY_EXTENSION): $(VENV_STAMP) $(PY_EXTENSION_SOURCES)
 
 python-build: $(PY_EXTENSION)
 
-test-python: python-build ## The pip package: stubs against the extension, mypy --strict, pytest.
+test-python: python-build ## The pip package: generated tables current, stubs against the extension, mypy --strict, pytest.
+	@tmp=$$(mktemp) && $(VENV_PY) python/scripts/gen_tables.py tests/vectors/tables.json --out $$tmp \
+		&& diff -u python/retryledger/_tables.py $$tmp; status=$$?; rm -f $$tmp; \
+		if [ $$status -ne 0 ]; then echo "python/retryledger/_tables.py is stale: run python python/scripts/gen_tables.py --out python/retryledger/_tables.py" >&2; fi; \
+		exit $$status
 	$(VENV_PY) -m mypy.stubtest retryledger._core
 	$(VENV_PY) -m mypy --strict python/retryledger python/tests python/benches
 	$(VENV_PY) -m pytest -q python/tests

@@ -1,13 +1,18 @@
 """retryledger: decide every retry and fallback of one logical request, and seal the run.
 
 One no-I/O Rust core validates the policy before the first dispatch, says what
-to dispatch next and not before when, judges each outcome, stops on the first
-exceeded bound and hashes the result; this package is its Python binding and
-the drivers that do the I/O (clock, sleep, dispatch).
+to dispatch next and not before when, judges what each attempt did, stops on
+the first exceeded bound and hashes the result; this package is its Python
+binding and the drivers that do the I/O (clock, sleep, dispatch).
 
     policy = retryledger.Policy(policy_dict)      # every rule checked once
     result = retryledger.run(policy, dispatch, idempotency_key)
     result.value, result.receipt, result.bundle   # sealed in SHA-256 receipts
+
+A host of its own drives the core's state machine directly:
+``session = policy.session()``, then ``session.next()`` (a :class:`Dispatch`
+or :class:`Terminal`), ``session.observe(..., facts=Facts(...))`` (a
+:class:`Judgement`) and ``session.seal()``.
 """
 
 from __future__ import annotations
@@ -19,21 +24,24 @@ from ._api import (
     classify_http,
     digest,
     evaluate,
+    judge,
     lab,
     parse_retry_after,
     plan_next,
     validate_policy,
     verify_bundle,
 )
+from ._core import Dispatch, Facts, Judgement, Outcome, Sealed, Session, Terminal
 from ._driver import (
+    AttemptCallback,
     AttemptError,
     Classifier,
     RunCancelledError,
-    RunStoppedError,
     RunResult,
+    RunStoppedError,
     Step,
     UnrecognizedDispatchError,
-    http_outcome,
+    facts_of,
     run,
     run_async,
 )
@@ -48,27 +56,36 @@ from ._errors import (
 )
 
 __all__ = [
+    "AttemptCallback",
     "AttemptError",
     "Classifier",
     "DecodeError",
+    "Dispatch",
     "Document",
     "DriftError",
+    "Facts",
     "HttpError",
+    "Judgement",
     "LabReport",
+    "Outcome",
     "Policy",
     "PolicyError",
     "ReceiptError",
     "RetryledgerError",
     "RunCancelledError",
     "RunError",
-    "RunStoppedError",
     "RunResult",
+    "RunStoppedError",
+    "Sealed",
+    "Session",
     "Step",
+    "Terminal",
     "UnrecognizedDispatchError",
     "classify_http",
     "digest",
     "evaluate",
-    "http_outcome",
+    "facts_of",
+    "judge",
     "lab",
     "parse_retry_after",
     "plan_next",

@@ -26,6 +26,7 @@ __all__ = [
     "digest",
     "parse_retry_after",
     "classify_http",
+    "judge",
     "lab",
 ]
 
@@ -133,6 +134,10 @@ class Policy:
         """The bundle (policy, attempts, receipt) of a finished run."""
         return _loads(call(self._compiled.seal, to_text(attempts)))
 
+    def session(self) -> _core.Session:
+        """A run of this policy with no attempt yet: the state machine a host drives."""
+        return self._compiled.session()
+
     def __repr__(self) -> str:
         return f"Policy(sha256={self.sha256!r})"
 
@@ -180,6 +185,13 @@ def parse_retry_after(header: str, value: str, now_unix_ms: int, cap_ms: int) ->
 def classify_http(observation: Document) -> dict[str, Any]:
     """A typed outcome from an HTTP observation (status, headers, transport error)."""
     return _loads(call(_core.classify_http, to_text(observation)))
+
+
+def judge(facts: Union[_core.Facts, Document]) -> dict[str, Any]:
+    """The core's judgement of what a host observed of one attempt:
+    ``{"outcome": {...}, "rule": "..."}`` (docs/HOSTS.md)."""
+    text = facts.json if isinstance(facts, _core.Facts) else to_text(facts)
+    return _loads(call(_core.judge, text))
 
 
 class LabReport(NamedTuple):

@@ -1,39 +1,46 @@
-"""The drivers: the single retry owner of one logical request.
+"""The drivers: hosts of the core's Session for one logical request.
 
-``run`` and ``run_async`` ask the core what to dispatch next and not before
-when, sleep until then, call ``dispatch(step)`` exactly once per planned
-attempt, classify what it returned or raised, record it, and seal the run in a
-bundle (policy, attempts, receipt). Conventions, the same as the TypeScript
-driver's:
+``run`` and ``run_async`` do the I/O and nothing else: they ask the session
+what to dispatch next and not before when, sleep until then, call
+``dispatch(step)`` exactly once per planned attempt, extract plain facts from
+what it returned or raised, and hand them to ``session.observe``, where the
+core judges them (docs/HOSTS.md: the rules and the tables) and records the
+attempt. The sealed run (policy, attempts, receipt) comes back with the value
+or on the error. Conventions, the same as the TypeScript driver's:
 
 * The run clock is milliseconds since the driver started. ``clock`` returns
   milliseconds on any monotonic origin and ``sleep`` takes milliseconds (both
   injectable); the driver sleeps until ``not_before_ms`` and makes no sleep
-  call when there is nothing to wait for.
-* ``step`` carries ``ordinal``, ``route_id``, ``route_ordinal``,
-  ``route_release_sha256``, the raw ``idempotency_key`` (its SHA-256 must
-  equal the policy's ``idempotency_key_sha256``, checked before the first
-  dispatch), ``remaining_ms`` until the deadline, ``deadline_ms``,
-  ``started_at_ms`` and ``reserve_cost``. ``step.charge(cost)``
-  records the attempt's actual cost; an attempt never charged costs its
-  ``reserve_cost``.
-* A returned value is a success. A raised exception is classified by the
-  outcome it carries (:class:`AttemptError`), by the ``classify`` hook, or by
-  its HTTP status and headers (``status_code`` and ``response.headers``, as
-  the openai package's ``APIStatusError`` has). Anything else is
-  unrecognized: recorded as indeterminate ``unknown_provider_acceptance``
-  (never retried) and raised as :class:`UnrecognizedDispatchError` whose
-  ``__cause__`` is the original exception.
-* A run that ends without success raises :class:`RunStoppedError` (``code`` is the
-  terminal) carrying the bundle. Cancelling ``run_async``'s task records the
-  cancellation (``cancelled_at_ms`` between attempts, an indeterminate attempt
-  during a dispatch) and raises :class:`RunCancelledError`, a subclass of
-  ``asyncio.CancelledError`` that carries the bundle.
+  call when there is nothing to wait for. ``wall_clock`` is Unix ms (default
+  ``time.time() * 1000``), read to resolve HTTP-date Retry-After hints.
+* ``step`` carries the planned ``Dispatch`` (``step.plan``) and its
+  ``ordinal``, ``route_id``, ``route_ordinal``, ``route_release_sha256``,
+  ``deadline_ms``, ``reserve_cost``, the raw ``idempotency_key`` (its SHA-256
+  must equal the policy's ``idempotency_key_sha256``, checked before the
+  first dispatch), ``started_at_ms`` and ``remaining_ms`` until the deadline.
+  ``step.charge(cost)`` records the attempt's actual cost (an attempt never
+  charged costs its ``reserve_cost``); ``step.output_delivered()`` says that
+  response bytes reached the caller (a failure after it is never retried).
+* The facts of a raised exception (:func:`facts_of`): the outcome it carries
+  (:class:`AttemptError`) or the ``classify`` hook's answer; the class names
+  along ``type(exc).__mro__`` and its ``__cause__`` chain; string ``code``
+  attributes and ``errno`` names along the chain; its HTTP status
+  (``status``, ``status_code``, ``statusCode``, ``response.status``,
+  ``response.status_code``) and the Retry-After headers of ``headers`` or
+  ``response.headers``. An error no rule recognizes is recorded as
+  indeterminate ``unknown_provider_acceptance`` (never retried) and raised as
+  :class:`UnrecognizedDispatchError` whose ``__cause__`` is the exception.
+* A run that ends without success raises :class:`RunStoppedError` (``code``
+  is the terminal) carrying the sealed run. Cancelling ``run_async``'s task
+  records the cancellation (``cancelled_at_ms`` between attempts; during a
+  dispatch that attempt is judged with ``cancelled``) and raises
+  :class:`RunCancelledError`, a subclass of ``asyncio.CancelledError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno as _errno
 import hashlib
 import json
 import time
@@ -43,15 +50,18 @@ from typing import (
     Callable,
     Dict,
     Generic,
+    List,
     Mapping,
     Optional,
+    Tuple,
     TypeVar,
     Union,
 )
 
 from . import _core
-from ._api import Document, Policy, call, check_integer, core_error, to_text
+from ._api import Document, Policy, check_integer
 from ._errors import DecodeError, DriftError, RetryledgerError
+from ._tables import READ_HEADERS, RETRYABLE_KINDS, IndeterminateKind, NonRetryableKind, RetryableKind
 
 __all__ = [
     "AttemptError",
@@ -61,52 +71,79 @@ __all__ = [
     "UnrecognizedDispatchError",
     "RunCancelledError",
     "Classifier",
+    "AttemptCallback",
+    "facts_of",
     "run",
     "run_async",
-    "http_outcome",
 ]
 
 T = TypeVar("T")
 
-#: A classifier maps an exception to an outcome (a mapping or JSON text), or
-#: ``None`` to leave it to the next rule.
-Classifier = Callable[[BaseException], Union[Mapping[str, Any], str, None]]
+#: A classifier maps an exception to an outcome (an ``Outcome``, a mapping or
+#: JSON text), or ``None`` to leave it to the core's rules.
+Classifier = Callable[[BaseException], Union[_core.Outcome, Mapping[str, Any], str, None]]
 
-_OUTCOME_CACHE: Dict[str, _core.Outcome] = {}
+#: Called after each recorded attempt with the attempt (as in the attempts
+#: document) and the core's judgement.
+AttemptCallback = Callable[[Dict[str, Any], _core.Judgement], None]
+
+_Terminal = _core.Terminal
+_Facts = _core.Facts
+
+#: The facts of a dispatch that returned.
+_RETURNED = _Facts(result="returned")
+#: The facts of a dispatch the caller cancelled, without and with output delivered.
+_CANCELLED = (_Facts(result="raised", cancelled=True), _Facts(result="raised", cancelled=True, response_bytes_received=True))
+#: A raised error with nothing known about it.
+_RAISED = _Facts(result="raised")
+
+_MAX_NAMES = 32  # the core's MAX_ERROR_NAMES
+_MAX_NAME_BYTES = 256  # the core's MAX_ERROR_NAME_BYTES
+_READ = frozenset(READ_HEADERS)
+
+# ---- explicit outcomes --------------------------------------------------------
+
+#: Outcome text -> (outcome, facts of an error carrying it), bounded.
+_EXPLICIT: Dict[str, Tuple[_core.Outcome, _core.Facts]] = {}
+_RETRYABLE_TEXT = {k: f'{{"class":"retryable","kind":"{k}"}}' for k in RETRYABLE_KINDS}
 
 
-def _outcome(outcome: Union[Mapping[str, Any], str]) -> _core.Outcome:
-    """An outcome document decoded strictly by the core, once per distinct text (small cache)."""
-    text = outcome if isinstance(outcome, str) else to_text(outcome)
-    decoded = _OUTCOME_CACHE.get(text)
-    if decoded is None:
-        decoded = call(_core.Outcome, text)
-        canonical = decoded.json
-        # Equal outcomes share one object, so the drivers test success by identity.
-        decoded = _OUTCOME_CACHE.get(canonical, decoded)
-        if len(_OUTCOME_CACHE) < 256:
-            _OUTCOME_CACHE.setdefault(canonical, decoded)
-            _OUTCOME_CACHE[text] = decoded
-    return decoded
-
-
-SUCCESS = _outcome('{"class":"success"}')
-UNKNOWN_ACCEPTANCE = _outcome('{"class":"indeterminate","kind":"unknown_provider_acceptance"}')
+def _explicit(outcome: Union[_core.Outcome, Mapping[str, Any], str]) -> Tuple[_core.Outcome, _core.Facts]:
+    """An outcome decoded strictly by the core and the facts of an error carrying
+    it, once per distinct text (a small cache)."""
+    key = outcome if isinstance(outcome, str) else None
+    if key is not None:
+        hit = _EXPLICIT.get(key)
+        if hit is not None:
+            return hit
+    decoded = outcome if isinstance(outcome, _core.Outcome) else _core.Outcome(outcome)
+    canonical = decoded.json
+    hit = _EXPLICIT.get(canonical)
+    if hit is None:
+        hit = (decoded, _Facts(result="raised", outcome=decoded))
+        if len(_EXPLICIT) < 256:
+            _EXPLICIT[canonical] = hit
+    if key is not None and len(_EXPLICIT) < 256:
+        _EXPLICIT[key] = hit
+    return hit
 
 
 class AttemptError(Exception):
     """Raise from ``dispatch`` to say how an attempt failed.
 
     ``outcome`` is an outcome document, e.g. ``{"class": "retryable", "kind":
-    "rate_limited", "retry_after_ms": 250}``; it is checked at construction
-    (:class:`DecodeError` if malformed).
+    "rate_limited", "retry_after_ms": 250}`` (a mapping, JSON text or an
+    ``Outcome``); the core checks it at construction (:class:`DecodeError` if
+    malformed) and judges the attempt by it (rule ``explicit``).
     """
 
-    def __init__(self, outcome: Union[Mapping[str, Any], str], message: Optional[str] = None) -> None:
-        decoded = _OUTCOME_CACHE.get(outcome) if isinstance(outcome, str) else None
-        self._outcome = decoded if decoded is not None else _outcome(outcome)
-        if self._outcome is SUCCESS:
+    def __init__(self, outcome: Union[_core.Outcome, Mapping[str, Any], str], message: Optional[str] = None) -> None:
+        hit = _EXPLICIT.get(outcome) if isinstance(outcome, str) else None
+        if hit is None:
+            hit = _explicit(outcome)
+        if hit[0].json == '{"class":"success"}':
             raise DecodeError("invalid_value", "an AttemptError carries a failure, not success", "/class")
+        self._outcome, self._facts = hit
         if message is None:
             super().__init__()
         else:
@@ -124,77 +161,107 @@ class AttemptError(Exception):
         return self._outcome.json
 
     @property
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> Dict[str, Any]:
         """The outcome as a plain dict."""
-        result: dict[str, Any] = json.loads(self.outcome_json)
-        return result
+        return self._outcome.to_dict()
 
     @classmethod
     def retryable(
-        cls, kind: str, retry_after_ms: Optional[int] = None, message: Optional[str] = None
+        cls, kind: RetryableKind, retry_after_ms: Optional[int] = None, message: Optional[str] = None
     ) -> "AttemptError":
         """A retryable failure: ``timeout_before_response``, ``rate_limited`` or ``unavailable``."""
-        hint = "" if retry_after_ms is None else f',"retry_after_ms":{check_integer("retry_after_ms", retry_after_ms)}'
-        return cls(f'{{"class":"retryable","kind":{json.dumps(kind)}{hint}}}', message)
+        if retry_after_ms is None:
+            text = _RETRYABLE_TEXT.get(kind)
+            if text is not None:
+                return cls(text, message)
+            return cls(f'{{"class":"retryable","kind":{json.dumps(kind)}}}', message)
+        hint = check_integer("retry_after_ms", retry_after_ms)
+        return cls(f'{{"class":"retryable","kind":{json.dumps(kind)},"retry_after_ms":{hint}}}', message)
 
     @classmethod
-    def non_retryable(cls, kind: str, message: Optional[str] = None) -> "AttemptError":
+    def non_retryable(cls, kind: NonRetryableKind, message: Optional[str] = None) -> "AttemptError":
         """A failure no other attempt repairs (``rejected``, ``invalid_request``, ...)."""
         return cls(f'{{"class":"non_retryable","kind":{json.dumps(kind)}}}', message)
 
     @classmethod
-    def indeterminate(cls, kind: str, message: Optional[str] = None) -> "AttemptError":
+    def indeterminate(cls, kind: IndeterminateKind, message: Optional[str] = None) -> "AttemptError":
         """An outcome to reconcile, never retried (``unknown_provider_acceptance``, ...)."""
         return cls(f'{{"class":"indeterminate","kind":{json.dumps(kind)}}}', message)
+
+
+# ---- the step ---------------------------------------------------------------
 
 
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = (
-        "ordinal",
-        "route_id",
-        "route_ordinal",
-        "route_release_sha256",
-        "idempotency_key",
-        "remaining_ms",
-        "deadline_ms",
-        "started_at_ms",
-        "reserve_cost",
-        "_cost",
-    )
+    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered")
 
-    def __init__(self, plan: _core._Plan, idempotency_key: str, started_at_ms: int) -> None:
-        ordinal, route_id, route_ordinal, _, reserve_cost, deadline_ms, release = plan
-        #: Global ordinal of the attempt, from 1.
-        self.ordinal = ordinal
-        #: The route to dispatch to.
-        self.route_id = route_id
-        #: Ordinal on the route, from 1.
-        self.route_ordinal = route_ordinal
-        #: The exact route release the policy names.
-        self.route_release_sha256 = release
+    plan: _core.Dispatch
+    idempotency_key: str
+    started_at_ms: int
+    _cost: Optional[int]
+    _delivered: bool
+
+    def __init__(self, plan: _core.Dispatch, idempotency_key: str, started_at_ms: int) -> None:
+        #: The planned dispatch (every field of the core's decision).
+        self.plan = plan
         #: The raw idempotency key; send it with every attempt.
         self.idempotency_key = idempotency_key
-        #: Milliseconds left until the run's deadline when the attempt started.
-        self.remaining_ms = deadline_ms - started_at_ms if deadline_ms > started_at_ms else 0
-        #: The run's deadline on the run clock, ms.
-        self.deadline_ms = deadline_ms
         #: When the attempt started on the run clock, ms.
         self.started_at_ms = started_at_ms
-        #: Worst-case cost reserved for this attempt.
-        self.reserve_cost = reserve_cost
-        self._cost: Optional[int] = None
+        self._cost = None
+        self._delivered = False
+
+    @property
+    def ordinal(self) -> int:
+        """Global ordinal of the attempt, from 1."""
+        return self.plan.ordinal
+
+    @property
+    def route_id(self) -> str:
+        """The route to dispatch to."""
+        return self.plan.route_id
+
+    @property
+    def route_ordinal(self) -> int:
+        """Ordinal on the route, from 1."""
+        return self.plan.route_ordinal
+
+    @property
+    def route_release_sha256(self) -> str:
+        """The exact route release the policy names."""
+        return self.plan.route_release_sha256
+
+    @property
+    def deadline_ms(self) -> int:
+        """The run's deadline on the run clock, ms."""
+        return self.plan.deadline_ms
+
+    @property
+    def reserve_cost(self) -> int:
+        """Worst-case cost reserved for this attempt."""
+        return self.plan.reserve_cost
+
+    @property
+    def remaining_ms(self) -> int:
+        """Milliseconds left until the run's deadline when the attempt started."""
+        left = self.plan.deadline_ms - self.started_at_ms
+        return left if left > 0 else 0
 
     def charge(self, cost: int) -> None:
         """Record actual cost of this attempt (adds up when called more than once)."""
         cost = check_integer("cost", cost)
         self._cost = check_integer("cost", cost + (self._cost or 0))
 
+    def output_delivered(self) -> None:
+        """Response bytes reached the caller: a failure after this is never retried."""
+        self._delivered = True
+
     @property
     def cost(self) -> int:
         """The cost recorded for this attempt: what was charged, else ``reserve_cost``."""
-        return self.reserve_cost if self._cost is None else self._cost
+        return self.plan.reserve_cost if self._cost is None else self._cost
 
     def __repr__(self) -> str:
         return (
@@ -204,21 +271,15 @@ class Step:
         )
 
 
+# ---- sealed runs --------------------------------------------------------------
+
+
 class _Sealed:
-    """A sealed run: the receipt evaluated by the core when the run ended (with
-    the digests of the policy and the attempts); its own digest and the
-    bundle's JSON are computed on first use, and parsed on first use."""
+    """A sealed run: the receipt evaluated by the core when the run ended; its
+    digest and the bundle are computed on first use."""
 
     _sealed: _core.Sealed
-    _receipt_sha256: Optional[str]
-    _bundle_json: Optional[str]
-    _bundle: Optional[dict[str, Any]]
-
-    def _seal(self, sealed: _core.Sealed) -> None:
-        self._sealed = sealed
-        self._receipt_sha256 = None
-        self._bundle_json = None
-        self._bundle = None
+    _bundle: Optional[Dict[str, Any]] = None
 
     @property
     def terminal(self) -> str:
@@ -226,34 +287,26 @@ class _Sealed:
         return self._sealed.terminal
 
     @property
+    def receipt(self) -> Dict[str, Any]:
+        """The receipt as a plain dict."""
+        return self._sealed.receipt
+
+    @property
     def receipt_sha256(self) -> str:
         """Lowercase hex SHA-256 of the receipt's canonical JSON."""
-        if self._receipt_sha256 is None:
-            self._receipt_sha256 = self._sealed.receipt_sha256
-        return self._receipt_sha256
+        return self._sealed.receipt_sha256
 
     @property
     def bundle_json(self) -> str:
         """The bundle as canonical JSON (what ``python -m retryledger verify`` reads)."""
-        if self._bundle_json is None:
-            self._bundle_json = self._sealed.bundle_json
-        return self._bundle_json
+        return self._sealed.bundle_json
 
     @property
-    def bundle(self) -> dict[str, Any]:
+    def bundle(self) -> Dict[str, Any]:
         """The bundle (``attempts``, ``policy``, ``receipt``) as a plain dict."""
         if self._bundle is None:
-            self._bundle = json.loads(self.bundle_json)
+            self._bundle = self._sealed.bundle
         return self._bundle
-
-    @property
-    def receipt(self) -> dict[str, Any]:
-        """The receipt as a plain dict."""
-        if self._bundle is not None:
-            receipt: dict[str, Any] = self._bundle["receipt"]
-            return receipt
-        parsed: dict[str, Any] = json.loads(self._sealed.receipt_json)
-        return parsed
 
 
 class RunResult(_Sealed, Generic[T]):
@@ -262,7 +315,7 @@ class RunResult(_Sealed, Generic[T]):
     def __init__(self, value: T, sealed: _core.Sealed) -> None:
         #: What ``dispatch`` returned on the successful attempt.
         self.value = value
-        self._seal(sealed)
+        self._sealed = sealed
 
     def __repr__(self) -> str:
         return f"RunResult(value={self.value!r}, receipt_sha256={self.receipt_sha256!r})"
@@ -276,69 +329,152 @@ class RunStoppedError(_Sealed, RetryledgerError):
 
     def __init__(self, sealed: _core.Sealed, message: str) -> None:
         RetryledgerError.__init__(self, sealed.terminal, message)
-        self._seal(sealed)
+        self._sealed = sealed
 
 
 class UnrecognizedDispatchError(RunStoppedError):
-    """``dispatch`` raised an exception no rule classifies; it was recorded as
-    indeterminate (never retried) and is this error's ``__cause__``."""
+    """``dispatch`` raised an exception no rule recognizes (rule ``unrecognized``);
+    it was recorded as indeterminate (never retried) and is this error's ``__cause__``."""
 
 
 class RunCancelledError(_Sealed, asyncio.CancelledError):
-    """The task running ``run_async`` was cancelled; the bundle records it.
+    """The task running ``run_async`` was cancelled; the sealed run records it and
+    ``code`` is its terminal.
 
     Between attempts the attempts document carries ``cancelled_at_ms``
-    (terminal ``stop_cancelled``); during a dispatch that attempt is recorded
-    as indeterminate (terminal ``stop_indeterminate``).
+    (terminal ``stop_cancelled``); during a dispatch that attempt is judged
+    ``cancelled``, indeterminate (terminal ``stop_indeterminate``).
     """
 
     def __init__(self, sealed: _core.Sealed) -> None:
         super().__init__(f"run cancelled: {sealed.terminal}")
-        self._seal(sealed)
+        self._sealed = sealed
+
+    @property
+    def code(self) -> str:
+        """The terminal."""
+        return self._sealed.terminal
 
 
-_RETRY_HEADERS = ("retry-after-ms", "retry-after")
+# ---- facts --------------------------------------------------------------------
 
 
-def _headers_of(exc: BaseException) -> list[list[str]]:
+def _names(exc: BaseException) -> Tuple[List[str], List[str]]:
+    """Class names along the MRO (without ``object``) of the error and its
+    ``__cause__`` chain, and string ``code`` attributes and ``errno`` names
+    along the same chain; at most 32 of each."""
+    types: List[str] = []
+    codes: List[str] = []
+    seen = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        for cls in type(e).__mro__[:-1]:
+            name = cls.__name__
+            if len(types) < _MAX_NAMES and len(name.encode("utf-8", "replace")) <= _MAX_NAME_BYTES:
+                types.append(name)
+        code = getattr(e, "code", None)
+        if isinstance(code, str) and len(codes) < _MAX_NAMES and len(code.encode("utf-8", "replace")) <= _MAX_NAME_BYTES:
+            codes.append(code)
+        if isinstance(e, OSError) and isinstance(e.errno, int) and len(codes) < _MAX_NAMES:
+            errno_name = _errno.errorcode.get(e.errno)
+            if errno_name is not None:
+                codes.append(errno_name)
+        e = e.__cause__
+    return types, codes
+
+
+def _status(exc: BaseException) -> Optional[int]:
+    """The first integer in 100..=599 among the error's HTTP status attributes."""
     response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
+    for holder, name in (
+        (exc, "status"),
+        (exc, "status_code"),
+        (exc, "statusCode"),
+        (response, "status"),
+        (response, "status_code"),
+    ):
+        if holder is None:
+            continue
+        value = getattr(holder, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+            return value
+    return None
+
+
+def _headers(exc: BaseException) -> List[Tuple[str, str]]:
+    """The headers the core reads (``READ_HEADERS``), from ``response.headers`` or ``headers``."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) if response is not None else None
     if headers is None:
         headers = getattr(exc, "headers", None)
-    found: list[list[str]] = []
+    found: List[Tuple[str, str]] = []
     if headers is None:
         return found
-    get = getattr(headers, "get", None)
-    if get is None:
-        return found
-    for name in _RETRY_HEADERS:
-        try:
-            value = get(name)
-        except Exception:
-            continue
-        if isinstance(value, str):
-            found.append([name, value])
+    try:
+        if hasattr(headers, "items"):
+            for name, value in headers.items():
+                if isinstance(name, str) and isinstance(value, str) and name.lower() in _READ:
+                    found.append((name, value))
+        else:
+            get = getattr(headers, "get", None)
+            if get is not None:
+                for name in READ_HEADERS:
+                    value = get(name)
+                    if isinstance(value, str):
+                        found.append((name, value))
+    except Exception:
+        return []
     return found
 
 
-def http_outcome(exc: BaseException) -> Optional[str]:
-    """The outcome of an exception carrying an HTTP status (``status_code``) and
-    headers (``response.headers``), or ``None`` when it carries none or an
-    unusable one. Only ``retry-after-ms`` and ``retry-after`` are read."""
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, bool) or not isinstance(status, int):
-        return None
-    observation = {
-        "headers": _headers_of(exc),
-        "now_unix_ms": int(time.time() * 1000),
-        "status": status,
-    }
+def facts_of(
+    exc: BaseException,
+    *,
+    classify: Optional[Classifier] = None,
+    output_delivered: bool = False,
+    cancelled: bool = False,
+    now_unix_ms: Optional[int] = None,
+) -> _core.Facts:
+    """The facts a driver reports for an exception raised by ``dispatch``
+    (docs/HOSTS.md, "Facts"); ``retryledger.judge(facts)`` gives the core's judgement."""
+    if isinstance(exc, AttemptError) and not cancelled:
+        return exc._facts
+    outcome: Optional[_core.Outcome] = exc._outcome if isinstance(exc, AttemptError) else None
+    if outcome is None and classify is not None:
+        try:
+            given = classify(exc)
+            if given is not None:
+                outcome = _explicit(given)[0]
+        except Exception:
+            outcome = None
+    types, codes = _names(exc)
+    headers = _headers(exc)
+    if now_unix_ms is None:
+        now_unix_ms = int(time.time() * 1000)
     try:
-        outcome = _core.classify_http(json.dumps(observation, separators=(",", ":")))
-    except _core.CoreError:
-        return None
-    # An exception is never a success, whatever status it carries.
-    return None if outcome == '{"class":"success"}' else outcome
+        return _Facts(
+            result="raised",
+            outcome=outcome,
+            error_types=types,
+            error_codes=codes,
+            status=_status(exc),
+            headers=headers,
+            response_bytes_received=output_delivered,
+            cancelled=cancelled,
+            now_unix_ms=now_unix_ms,
+        )
+    except RetryledgerError:
+        # Facts the core refuses (a name with an unpaired surrogate, a wall
+        # clock out of range): report what is certain.
+        return _CANCELLED[output_delivered] if cancelled else _RAISED
+
+
+# ---- the shared bookkeeping -------------------------------------------------
+
+
+def _wall_ms() -> float:
+    return time.time() * 1000.0
 
 
 def _monotonic_ms() -> float:
@@ -370,53 +506,68 @@ def _checked(policy: Union[Policy, Document], idempotency_key: str) -> Policy:
     return compiled
 
 
-def _classified(exc: BaseException, classify: Optional[Classifier]) -> Optional[_core.Outcome]:
-    """The outcome of a raised exception, or ``None`` when no rule recognizes it."""
-    if isinstance(exc, AttemptError):
-        return exc._outcome
-    if classify is not None:
-        try:
-            given = classify(exc)
-            if given is not None:
-                decoded = _outcome(given)
-                # An exception is never a success, whatever a classifier says.
-                return None if decoded is SUCCESS else decoded
-        except Exception:
-            pass
-    text = http_outcome(exc)
-    return None if text is None else _outcome(text)
+class _Host:
+    """What the sync and async drivers share: the session, the hooks, and the
+    per-attempt bookkeeping (facts extraction and recording)."""
 
+    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement")
 
-def _record(state: _core.Run, step: Step, now: float, outcome: _core.Outcome) -> Optional[_core._Plan]:
-    """Record the attempt as completed at ``now``; the next plan."""
-    started = step.started_at_ms
-    completed = int(now)
-    cost = step._cost
-    try:
-        return state.record(
-            started,
-            completed if completed > started else started,
-            step.reserve_cost if cost is None else cost,
-            outcome,
+    def __init__(
+        self,
+        compiled: Policy,
+        classify: Optional[Classifier],
+        wall_clock: Optional[Callable[[], float]],
+        on_attempt: Optional[AttemptCallback],
+    ) -> None:
+        self.session = compiled._compiled.session()
+        self.classify = classify
+        self.wall_clock = wall_clock
+        self.on_attempt = on_attempt
+        self.last_error: Optional[BaseException] = None
+        self.judgement: Optional[_core.Judgement] = None
+
+    def raised(self, step: Step, now: float, exc: BaseException, cancelled: bool = False) -> None:
+        """Record an attempt that raised (or was cancelled), judged by the core."""
+        if isinstance(exc, AttemptError) and not cancelled:
+            facts = exc._facts
+        else:
+            wall = self.wall_clock
+            ms = int((wall or _wall_ms)())
+            facts = facts_of(
+                exc,
+                classify=None if cancelled else self.classify,
+                output_delivered=step._delivered,
+                cancelled=cancelled,
+                now_unix_ms=ms if ms > 0 else 0,
+            )
+        if not cancelled:
+            self.last_error = exc
+        self.record(step, now, facts)
+
+    def record(self, step: Step, now: float, facts: _core.Facts) -> None:
+        """Record the attempt as completed at ``now`` (run clock, ms)."""
+        started = step.started_at_ms
+        completed = int(now)
+        self.judgement = judgement = self.session.observe(
+            started_at_ms=started,
+            completed_at_ms=completed if completed > started else started,
+            cost=step._cost,
+            facts=facts,
         )
-    except _core.CoreError as e:
-        raise core_error(e) from None
+        if self.on_attempt is not None:
+            self.on_attempt(self.session.attempts["attempts"][-1], judgement)
+
+    def failure(self) -> RunStoppedError:
+        sealed = self.session.seal()
+        count = sealed.receipt["attempt_count"]
+        message = f"run ended with {sealed.terminal} after {count} attempt{'s' if count != 1 else ''}"
+        judgement = self.judgement
+        if judgement is not None and judgement.rule == "unrecognized":
+            return UnrecognizedDispatchError(sealed, f"{message}; unrecognized {type(self.last_error).__name__}")
+        return RunStoppedError(sealed, message)
 
 
-def _seal(state: _core.Run) -> _core.Sealed:
-    try:
-        return state.seal()
-    except _core.CoreError as e:
-        raise core_error(e) from None
-
-
-def _failure(state: _core.Run, last_error: Optional[BaseException], unrecognized: bool) -> RunStoppedError:
-    sealed = _seal(state)
-    count = state.attempt_count
-    message = f"run ended with {sealed.terminal} after {count} attempt{'s' if count != 1 else ''}"
-    if unrecognized:
-        return UnrecognizedDispatchError(sealed, f"{message}; unrecognized {type(last_error).__name__}")
-    return RunStoppedError(sealed, message)
+# ---- the drivers --------------------------------------------------------------
 
 
 def run(
@@ -427,40 +578,37 @@ def run(
     classify: Optional[Classifier] = None,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], None]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
 ) -> RunResult[T]:
-    """Run one logical request to its terminal: the value and sealed bundle, or :class:`RunStoppedError`."""
+    """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`."""
     compiled = _checked(policy, idempotency_key)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:
         sleep = _sleep_ms
-    state = compiled._compiled.start()
+    host = _Host(compiled, classify, wall_clock, on_attempt)
+    session = host.session
     t0 = clock()
-    last_error: Optional[BaseException] = None
-    unrecognized = False
-    plan = state.next()
-    while plan is not None:
+    while True:
+        plan = session.next()
+        if isinstance(plan, _Terminal):
+            break
         now = clock() - t0
-        not_before = plan[3]
+        not_before = plan.not_before_ms
         while now < not_before:
             sleep(not_before - now)
             now = clock() - t0
-        started = int(now) if now > 0 else 0
-        step = Step(plan, idempotency_key, started)
+        step = Step(plan, idempotency_key, int(now) if now > 0 else 0)
         try:
             value = dispatch(step)
         except Exception as exc:
-            last_error = exc
-            outcome = exc._outcome if isinstance(exc, AttemptError) else _classified(exc, classify)
-            if outcome is None:
-                unrecognized = True
-                outcome = UNKNOWN_ACCEPTANCE
+            host.raised(step, clock() - t0, exc)
         else:
-            outcome = SUCCESS
-        plan = _record(state, step, clock() - t0, outcome)
-        if outcome is SUCCESS and state.terminal == "completed":
-            return RunResult(value, _seal(state))
-    raise _failure(state, last_error, unrecognized) from last_error
+            host.record(step, clock() - t0, _RETURNED)
+            if session.terminal == "completed":
+                return RunResult(value, session.seal())
+    raise host.failure() from host.last_error
 
 
 async def run_async(
@@ -471,15 +619,17 @@ async def run_async(
     classify: Optional[Classifier] = None,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited.
 
     Cancelling the task stops the run and raises :class:`RunCancelledError`
-    carrying the bundle; ``on_cancel`` receives that error first. On Python
-    3.11 and later ``await task`` re-raises it; 3.9 and 3.10 raise a new
-    ``CancelledError`` whose ``__context__`` it is, and code that replaces the
-    cancellation (``asyncio.wait_for``, task groups) may hide it, so use
+    carrying the sealed run; ``on_cancel`` receives that error first. On
+    Python 3.11 and later ``await task`` re-raises it; 3.9 and 3.10 raise a
+    new ``CancelledError`` whose ``__context__`` it is, and code that replaces
+    the cancellation (``asyncio.wait_for``, task groups) may hide it, so use
     ``on_cancel`` where that matters.
     """
     compiled = _checked(policy, idempotency_key)
@@ -487,49 +637,42 @@ async def run_async(
         clock = _monotonic_ms
     if sleep is None:
         sleep = _async_sleep_ms
-    state = compiled._compiled.start()
+    host = _Host(compiled, classify, wall_clock, on_attempt)
+    session = host.session
     t0 = clock()
-    last_error: Optional[BaseException] = None
-    unrecognized = False
     step: Optional[Step] = None
-    plan = state.next()
     try:
-        while plan is not None:
+        while True:
+            plan = session.next()
+            if isinstance(plan, _Terminal):
+                break
             now = clock() - t0
-            not_before = plan[3]
+            not_before = plan.not_before_ms
             while now < not_before:
                 await sleep(not_before - now)
                 now = clock() - t0
-            started = int(now) if now > 0 else 0
-            step = Step(plan, idempotency_key, started)
+            step = Step(plan, idempotency_key, int(now) if now > 0 else 0)
             try:
                 value = await dispatch(step)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                last_error = exc
-                outcome = _classified(exc, classify)
-                if outcome is None:
-                    unrecognized = True
-                    outcome = UNKNOWN_ACCEPTANCE
+                done, step = step, None
+                host.raised(done, clock() - t0, exc)
             else:
-                outcome = SUCCESS
-            plan = _record(state, step, clock() - t0, outcome)
-            step = None
-            if outcome is SUCCESS and state.terminal == "completed":
-                result: RunResult[T] = RunResult(value, _seal(state))
-                return result
+                done, step = step, None
+                host.record(done, clock() - t0, _RETURNED)
+                if session.terminal == "completed":
+                    return RunResult(value, session.seal())
     except asyncio.CancelledError as cancelled:
-        now = max(clock() - t0, 0.0)
+        now = clock() - t0
         if step is not None:
-            _record(state, step, now, UNKNOWN_ACCEPTANCE)
+            host.raised(step, now, cancelled, cancelled=True)
         else:
-            try:
-                state.cancel(int(now))
-            except _core.CoreError as e:
-                raise core_error(e) from cancelled
-        error = RunCancelledError(_seal(state))
+            at = int(now)
+            session.cancel(at if at > 0 else 0)
+        error = RunCancelledError(session.seal())
         if on_cancel is not None:
             on_cancel(error)
         raise error from cancelled
-    raise _failure(state, last_error, unrecognized) from last_error
+    raise host.failure() from host.last_error

@@ -8,7 +8,9 @@ message and, where known, a JSON Pointer ``path`` and the ``attempt_index``.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Type
+
+from ._tables import ERROR_CODES
 
 __all__ = [
     "RetryledgerError",
@@ -18,6 +20,8 @@ __all__ = [
     "ReceiptError",
     "HttpError",
     "RunError",
+    "EXCEPTION_CLASSES",
+    "exception_class",
 ]
 
 
@@ -81,10 +85,21 @@ _FAMILIES: dict[str, type[RetryledgerError]] = {
 }
 
 
+#: The exception class of every error code of the core (tests/vectors/tables.json).
+EXCEPTION_CLASSES: Dict[str, Type[RetryledgerError]] = {
+    code: _FAMILIES[family] for code, family in ERROR_CODES.items()
+}
+
+
+def exception_class(code: str) -> Type[RetryledgerError]:
+    """The exception class of an error code (:class:`RetryledgerError` for an unknown one)."""
+    return EXCEPTION_CLASSES.get(code, RetryledgerError)
+
+
 def from_error_json(text: str) -> RetryledgerError:
-    """The exception for the core's ``error_json``, its class chosen by family."""
+    """The exception for the core's ``error_json``, its class chosen by its code's family."""
     data: Any = json.loads(text)
-    cls = _FAMILIES.get(data.get("family", ""), RetryledgerError)
+    cls = EXCEPTION_CLASSES.get(data["code"]) or _FAMILIES.get(data.get("family", ""), RetryledgerError)
     return cls(
         data["code"],
         data.get("message", ""),

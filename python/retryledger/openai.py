@@ -3,22 +3,13 @@
 The SDK retries on its own (``max_retries`` defaults to 2), so under a harness
 that also retries, one logical call becomes up to 3 x 3 requests. These
 drivers refuse any client whose ``max_retries`` is not 0, send the same
-``Idempotency-Key`` on every attempt, pass the remaining deadline as the
-request timeout, and map the SDK's exceptions to outcomes:
-
-* ``RateLimitError`` (429): retryable ``rate_limited`` with the server's
-  ``retry-after-ms`` or ``retry-after`` hint (the core bounds it);
-* ``InternalServerError`` and other 5xx: retryable ``unavailable`` (501 and
-  505 are invalid requests);
-* ``APITimeoutError``: retryable ``timeout_before_response``;
-* ``APIConnectionError``: retryable ``unavailable`` when no connection was
-  made, otherwise indeterminate ``unknown_provider_acceptance`` (the request
-  may have been accepted, so it is never resent);
-* the 4xx kinds: ``BadRequestError``, ``NotFoundError``,
-  ``UnprocessableEntityError`` -> ``invalid_request``; ``PermissionDeniedError``
-  -> ``policy_denied``; ``AuthenticationError``, ``ConflictError`` and the
-  rest -> ``rejected`` (none retried);
-* ``APIResponseValidationError``: non-retryable ``protocol_violation``.
+``Idempotency-Key`` on every attempt and pass the remaining deadline as the
+request timeout. The SDK's exceptions need no mapping here: the drivers pass
+their facts (class names along the cause chain, ``status_code``,
+``response.headers``) to the core, whose tables know the SDK's error classes
+(``APIConnectionError``, ``APITimeoutError``, ``APIResponseValidationError``,
+httpx's ``ConnectError``, ...) and whose HTTP rules judge every status
+(docs/HOSTS.md).
 
     clients = {"primary": OpenAI(max_retries=0, ...), "fallback": OpenAI(max_retries=0, ...)}
     result = retryledger.openai.run(
@@ -32,42 +23,16 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping, Optional, TypeVar, Union
 
-import openai as _openai
-
 from ._api import Document, Policy
-from ._driver import RunCancelledError, RunResult, Step, http_outcome, run as _run, run_async as _run_async
+from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 
-__all__ = ["IDEMPOTENCY_HEADER", "classify", "require_no_retries", "run", "run_async"]
+__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
 
 T = TypeVar("T")
 
 #: The header that carries the idempotency key on every attempt.
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-_TIMEOUT = '{"class":"retryable","kind":"timeout_before_response"}'
-_UNAVAILABLE = '{"class":"retryable","kind":"unavailable"}'
-_UNKNOWN = '{"class":"indeterminate","kind":"unknown_provider_acceptance"}'
-_PROTOCOL = '{"class":"non_retryable","kind":"protocol_violation"}'
-
-
-def _connect_failed(exc: BaseException) -> bool:
-    """Whether the transport failed before any connection was made (nothing was sent)."""
-    cause = exc.__cause__
-    return cause is not None and any(c.__name__ == "ConnectError" for c in type(cause).__mro__)
-
-
-def classify(exc: BaseException) -> Optional[str]:
-    """The outcome (JSON text) of an exception the openai package raised, or ``None``."""
-    if isinstance(exc, _openai.APIResponseValidationError):
-        return _PROTOCOL
-    if isinstance(exc, _openai.APITimeoutError):
-        return _TIMEOUT
-    if isinstance(exc, _openai.APIConnectionError):
-        return _UNAVAILABLE if _connect_failed(exc) else _UNKNOWN
-    if isinstance(exc, _openai.APIStatusError):
-        return http_outcome(exc)
-    return None
 
 
 def require_no_retries(client: Any) -> None:
@@ -107,6 +72,8 @@ def run(
     *,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], None]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over openai clients, one per route id."""
     compiled = _prepare(policy, clients)
@@ -114,9 +81,10 @@ def run(
         compiled,
         lambda step: call(_client_for(clients, step), step),
         idempotency_key,
-        classify=classify,
         clock=clock,
         sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
     )
 
 
@@ -128,6 +96,8 @@ async def run_async(
     *,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncOpenAI`` clients, one per route id."""
@@ -136,8 +106,9 @@ async def run_async(
         compiled,
         lambda step: call(_client_for(clients, step), step),
         idempotency_key,
-        classify=classify,
         clock=clock,
         sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
         on_cancel=on_cancel,
     )

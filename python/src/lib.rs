@@ -1,30 +1,36 @@
 //! Python bindings of retryledger-core: the extension module `retryledger._core`.
 //!
-//! Thin glue over [`retryledger_core::api`]: JSON text in, JSON text out. A
-//! failure raises `CoreError` whose single argument is the core's
-//! `error_json` (code, family, message, path, attempt index); the pure-Python
-//! layer turns it into the exception class of the code's family. Integers are
-//! range-checked in Python before they cross, so nothing here can overflow.
+//! The module functions are thin glue over [`retryledger_core::api`]: JSON
+//! text in, JSON text out. A failure raises the exception class of the error
+//! code's family (`retryledger._errors.from_error_json` applied to the core's
+//! `error_json`: code, family, message, path, attempt index), or `CoreError`
+//! carrying that JSON when the pure-Python package is not importable.
 //!
-//! [`Run`] holds the core's [`Session`] for a driver: the driver records each
-//! observation (an [`Outcome`] decoded once, not per attempt) and reads the
-//! next dispatch as a tuple; [`Run::seal`] takes the receipt, and the
-//! receipt's digest and the bundle's JSON are computed only when asked for.
-//! No JSON crosses per attempt.
+//! [`PySession`] is the core's [`Session`] for a host: [`PySession::next`]
+//! gives the decision as a frozen `Dispatch` or `Terminal` object,
+//! [`PySession::observe`] takes the host's plain [`Facts`] (validated by the
+//! core's own decoder, built once and reused across attempts) and returns
+//! the core's [`Judgement`]; [`PySession::seal`] gives the sealed run whose
+//! receipt is a dict built here, and whose digest and bundle are computed
+//! only when asked for. No JSON crosses per attempt.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, digest_of};
-use retryledger_core::decode::from_str;
+use retryledger_core::canonical::{canonical_json, digest_of, Encode, Sink};
+use retryledger_core::decode::{from_str, from_value, parse_strict, At};
 use retryledger_core::error::{Error, ErrorCode};
+use retryledger_core::limits::{MAX_DEPTH, MAX_SAFE_INTEGER};
+use retryledger_core::observe::{Facts, Judgement};
 use retryledger_core::receipt::BundleSchema;
-use retryledger_core::{Attempts, CompiledPolicy, Decision, Outcome, Receipt, Session};
+use retryledger_core::{Attempts, CompiledPolicy, Decision, Dispatch, Outcome, Receipt, Session};
+use serde_json::{Map, Number, Value};
 
 create_exception!(
     retryledger._core,
@@ -33,12 +39,31 @@ create_exception!(
     "A core error; its single argument is the error as JSON (code, family, message, path, attempt_index)."
 );
 
+/// `retryledger._errors.from_error_json`, looked up on the first error.
+static ERROR_FACTORY: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
+
 fn raise(e: &Error) -> PyErr {
-    CoreError::new_err(api::error_json(e))
+    let text = api::error_json(e);
+    Python::attach(|py| {
+        let factory = ERROR_FACTORY.get_or_init(py, || {
+            py.import("retryledger._errors")
+                .and_then(|m| m.getattr("from_error_json"))
+                .map(Bound::unbind)
+                .ok()
+        });
+        match factory.as_ref().map(|f| f.call1(py, (text.as_str(),))) {
+            Some(Ok(exc)) => PyErr::from_value(exc.into_bound(py)),
+            _ => CoreError::new_err(text),
+        }
+    })
 }
 
 fn lift<T>(r: retryledger_core::Result<T>) -> PyResult<T> {
     r.map_err(|e| raise(&e))
+}
+
+fn coded(code: ErrorCode, path: &str, message: &str) -> PyErr {
+    raise(&Error::at(code, path, message))
 }
 
 /// JSON text from a Python `str`; anything else is a coded error, never a crash.
@@ -53,6 +78,236 @@ fn text<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
         ))
     })
 }
+
+/// An integer argument in 0..=2^53-1, with the decoder's codes otherwise.
+fn integer(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    if let Ok(v) = obj.extract::<u64>() {
+        if v <= MAX_SAFE_INTEGER && !obj.is_instance_of::<PyBool>() {
+            return Ok(v);
+        }
+    }
+    let path = format!("/{name}");
+    Err(
+        if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+            if obj.is_instance_of::<PyFloat>() {
+                coded(ErrorCode::FloatValue, &path, "expected an integer")
+            } else {
+                coded(ErrorCode::InvalidType, &path, "expected an integer")
+            }
+        } else {
+            coded(
+                ErrorCode::IntegerOutOfRange,
+                &path,
+                "integer outside 0..=2^53 - 1",
+            )
+        },
+    )
+}
+
+// ---- Python values from documents, and strict values from Python ----------
+
+/// A small, fast hasher for the string cache (short ASCII keys).
+#[derive(Default)]
+struct ShortHasher(u64);
+
+impl std::hash::Hasher for ShortHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            for (w, b) in word.iter_mut().zip(chunk) {
+                *w = *b;
+            }
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type StrCache =
+    std::collections::HashMap<Box<str>, Py<PyString>, std::hash::BuildHasherDefault<ShortHasher>>;
+
+/// Strings documents repeat (field names, route ids, outcome names, schema
+/// names) are made once per thread and shared: immutable, interned, hashed.
+const CACHED_STR_BYTES: usize = 48;
+const CACHED_STRS: usize = 1024;
+
+thread_local! {
+    static STRS: std::cell::RefCell<StrCache> = std::cell::RefCell::new(StrCache::default());
+}
+
+fn short_str<'py>(py: Python<'py>, s: &str) -> Bound<'py, PyString> {
+    if s.len() > CACHED_STR_BYTES {
+        return PyString::new(py, s);
+    }
+    STRS.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        if let Some(v) = cache.get(s) {
+            return v.bind(py).clone();
+        }
+        let v = PyString::intern(py, s);
+        if cache.len() < CACHED_STRS {
+            cache.insert(s.into(), v.clone().unbind());
+        }
+        v
+    })
+}
+
+/// Builds Python objects (dicts in canonical key order, lists, ints, bools,
+/// strs) from a document's encoding events.
+struct PySink<'py> {
+    py: Python<'py>,
+    stack: Vec<(Bound<'py, PyAny>, Option<Bound<'py, PyString>>)>,
+    key: Option<Bound<'py, PyString>>,
+    done: Option<Bound<'py, PyAny>>,
+    failed: Option<PyErr>,
+}
+
+impl<'py> PySink<'py> {
+    fn put(&mut self, value: Bound<'py, PyAny>) {
+        let key = self.key.take();
+        let Some((top, _)) = self.stack.last() else {
+            self.done = Some(value);
+            return;
+        };
+        let r = match key {
+            Some(k) => top
+                .cast::<PyDict>()
+                .map_or(Ok(()), |d| d.set_item(k, value)),
+            None => top.cast::<PyList>().map_or(Ok(()), |l| l.append(value)),
+        };
+        if let Err(e) = r {
+            self.failed.get_or_insert(e);
+        }
+    }
+
+    fn close(&mut self) {
+        if let Some((value, key)) = self.stack.pop() {
+            self.key = key;
+            self.put(value);
+        }
+    }
+}
+
+impl Sink for PySink<'_> {
+    fn begin_object(&mut self) {
+        let key = self.key.take();
+        self.stack.push((PyDict::new(self.py).into_any(), key));
+    }
+    fn key(&mut self, key: &str) {
+        self.key = Some(short_str(self.py, key));
+    }
+    fn end_object(&mut self) {
+        self.close();
+    }
+    fn begin_array(&mut self) {
+        let key = self.key.take();
+        self.stack.push((PyList::empty(self.py).into_any(), key));
+    }
+    fn end_array(&mut self) {
+        self.close();
+    }
+    fn u64(&mut self, v: u64) {
+        let Ok(value) = v.into_pyobject(self.py);
+        self.put(value.into_any());
+    }
+    fn bool(&mut self, v: bool) {
+        self.put(PyBool::new(self.py, v).to_owned().into_any());
+    }
+    fn str(&mut self, v: &str) {
+        self.put(short_str(self.py, v).into_any());
+    }
+}
+
+/// A document as plain Python values (its objects as dicts in canonical order).
+fn to_py<'py, T: Encode + ?Sized>(py: Python<'py>, doc: &T) -> PyResult<Bound<'py, PyAny>> {
+    let mut sink = PySink {
+        py,
+        stack: Vec::new(),
+        key: None,
+        done: None,
+        failed: None,
+    };
+    doc.encode(&mut sink);
+    if let Some(e) = sink.failed {
+        return Err(e);
+    }
+    Ok(sink.done.unwrap_or_else(|| py.None().into_bound(py)))
+}
+
+/// A Python value as a strict JSON value: what the core's parser admits from
+/// text (integers in 0..=2^53-1, no floats, no nulls, string keys, at most
+/// `MAX_DEPTH` levels), with its codes and JSON Pointers otherwise.
+fn value_of(obj: &Bound<'_, PyAny>, at: &At<'_>, depth: usize) -> retryledger_core::Result<Value> {
+    if obj.is_none() {
+        return Err(at.error(ErrorCode::NullValue, "null is not a value here"));
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return match obj.extract::<u64>() {
+            Ok(v) if v <= MAX_SAFE_INTEGER => Ok(Value::Number(Number::from(v))),
+            _ => Err(at.error(ErrorCode::IntegerOutOfRange, "integer outside 0..=2^53 - 1")),
+        };
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        return Err(at.error(ErrorCode::FloatValue, "expected an integer, not a float"));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return s
+            .to_cow()
+            .map(|s| Value::String(s.into_owned()))
+            .map_err(|_| {
+                at.error(
+                    ErrorCode::InvalidJson,
+                    "string is not valid Unicode (unpaired surrogate)",
+                )
+            });
+    }
+    if depth >= MAX_DEPTH {
+        return Err(at.error(ErrorCode::NestingTooDeep, "nesting deeper than the limit"));
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut map = Map::new();
+        for (k, v) in d.iter() {
+            let Ok(k) = k.cast::<PyString>() else {
+                return Err(at.error(ErrorCode::InvalidType, "object keys are strings"));
+            };
+            let key = k
+                .to_cow()
+                .map_err(|_| at.error(ErrorCode::InvalidJson, "key is not valid Unicode"))?;
+            let value = value_of(&v, &At::Key(at, &key), depth.saturating_add(1))?;
+            if map.insert(key.into_owned(), value).is_some() {
+                return Err(at.error(ErrorCode::DuplicateKey, "a key repeats"));
+            }
+        }
+        return Ok(Value::Object(map));
+    }
+    let items: Option<Vec<Bound<'_, PyAny>>> = if let Ok(l) = obj.cast::<PyList>() {
+        Some(l.iter().collect())
+    } else if let Ok(t) = obj.cast::<PyTuple>() {
+        Some(t.iter().collect())
+    } else {
+        None
+    };
+    match items {
+        Some(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| value_of(x, &At::Index(at, i), depth.saturating_add(1)))
+            .collect::<retryledger_core::Result<Vec<_>>>()
+            .map(Value::Array),
+        None => Err(at.error(
+            ErrorCode::InvalidType,
+            "expected a JSON value (dict, list, tuple, str, int or bool)",
+        )),
+    }
+}
+
+// ---- module functions -------------------------------------------------------
 
 /// `validate_policy`: the policy digest.
 #[pyfunction]
@@ -106,10 +361,35 @@ fn classify_http(observation: &Bound<'_, PyAny>) -> PyResult<String> {
     lift(api::classify_http(&text(observation)?))
 }
 
-/// An outcome, decoded strictly once and passed to [`Run::record`] as is.
+/// `judge`: facts as JSON text in, the judgement (`outcome`, `rule`) as JSON out.
+#[pyfunction]
+fn judge(facts: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::judge(&text(facts)?))
+}
+
+/// The replay lab: the report (canonical JSON), its summary table and its case table.
+#[pyfunction]
+fn lab() -> PyResult<(String, String, String)> {
+    lift(api::lab())
+}
+
+// ---- outcomes, facts, judgements -------------------------------------------
+
+/// An outcome, decoded strictly once.
 #[pyclass(frozen, name = "Outcome", module = "retryledger._core")]
 struct PyOutcome {
     inner: Outcome,
+}
+
+/// An outcome from an `Outcome`, JSON text or a dict, decoded by the core.
+fn outcome_of(obj: &Bound<'_, PyAny>) -> PyResult<Outcome> {
+    if let Ok(o) = obj.cast::<PyOutcome>() {
+        return Ok(o.get().inner);
+    }
+    if obj.is_instance_of::<PyString>() {
+        return lift(from_str::<Outcome>(&text(obj)?));
+    }
+    lift(value_of(obj, &At::Root, 0).and_then(from_value::<Outcome>))
 }
 
 #[pymethods]
@@ -117,7 +397,7 @@ impl PyOutcome {
     #[new]
     fn new(outcome: &Bound<'_, PyAny>) -> PyResult<Self> {
         Ok(Self {
-            inner: lift(from_str::<Outcome>(&text(outcome)?))?,
+            inner: outcome_of(outcome)?,
         })
     }
 
@@ -126,13 +406,310 @@ impl PyOutcome {
     fn json(&self) -> String {
         canonical_json(&self.inner)
     }
+
+    /// The outcome document as a dict.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyOutcome>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        canonical_json(&self.inner).hash(&mut h);
+        h.finish() >> 1
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Outcome({})", canonical_json(&self.inner))
+    }
 }
 
-/// The replay lab: the report (canonical JSON), its summary table and its case table.
-#[pyfunction]
-fn lab() -> PyResult<(String, String, String)> {
-    lift(api::lab())
+/// What a host observed of one attempt, validated by the core's decoder.
+#[pyclass(frozen, name = "Facts", module = "retryledger._core")]
+struct PyFacts {
+    inner: Facts,
 }
+
+#[pymethods]
+impl PyFacts {
+    #[new]
+    #[pyo3(signature = (
+        *,
+        result,
+        outcome = None,
+        error_types = None,
+        error_codes = None,
+        status = None,
+        headers = None,
+        response_bytes_received = None,
+        cancelled = None,
+        now_unix_ms = None,
+        transport_error = None,
+        deadline_passed = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        result: &Bound<'_, PyAny>,
+        outcome: Option<&Bound<'_, PyAny>>,
+        error_types: Option<&Bound<'_, PyAny>>,
+        error_codes: Option<&Bound<'_, PyAny>>,
+        status: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        response_bytes_received: Option<&Bound<'_, PyAny>>,
+        cancelled: Option<&Bound<'_, PyAny>>,
+        now_unix_ms: Option<&Bound<'_, PyAny>>,
+        transport_error: Option<&Bound<'_, PyAny>>,
+        deadline_passed: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let mut map = Map::new();
+        let mut typed_outcome = None;
+        let fields = [
+            ("cancelled", cancelled),
+            ("deadline_passed", deadline_passed),
+            ("error_codes", error_codes),
+            ("error_types", error_types),
+            ("now_unix_ms", now_unix_ms),
+            ("response_bytes_received", response_bytes_received),
+            ("result", Some(result)),
+            ("status", status),
+            ("transport_error", transport_error),
+        ];
+        for (name, given) in fields {
+            if let Some(v) = given.filter(|v| !v.is_none()) {
+                map.insert(
+                    name.to_owned(),
+                    lift(value_of(v, &At::Key(&At::Root, name), 1))?,
+                );
+            }
+        }
+        if let Some(h) = headers.filter(|v| !v.is_none()) {
+            let at = At::Key(&At::Root, "headers");
+            let value = match h.cast::<PyDict>() {
+                Ok(d) => {
+                    let pairs = d
+                        .iter()
+                        .map(|(k, v)| PyTuple::new(h.py(), [k, v]).map(Bound::into_any))
+                        .collect::<PyResult<Vec<_>>>()?;
+                    lift(value_of(PyList::new(h.py(), pairs)?.as_any(), &at, 1))?
+                }
+                Err(_) => lift(value_of(h, &at, 1))?,
+            };
+            map.insert("headers".to_owned(), value);
+        }
+        if let Some(o) = outcome.filter(|v| !v.is_none()) {
+            let at = At::Key(&At::Root, "outcome");
+            if let Ok(o) = o.cast::<PyOutcome>() {
+                typed_outcome = Some(o.get().inner);
+            } else if o.is_instance_of::<PyString>() {
+                map.insert("outcome".to_owned(), lift(parse_strict(&text(o)?))?);
+            } else {
+                map.insert("outcome".to_owned(), lift(value_of(o, &at, 1))?);
+            }
+        }
+        let mut inner = lift(from_value::<Facts>(Value::Object(map)))?;
+        if typed_outcome.is_some() {
+            inner.outcome = typed_outcome;
+        }
+        Ok(Self { inner })
+    }
+
+    /// The facts as canonical JSON (what `judge` reads).
+    #[getter]
+    fn json(&self) -> String {
+        canonical_json(&self.inner)
+    }
+
+    /// The facts document as a dict.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Facts({})", canonical_json(&self.inner))
+    }
+}
+
+/// The core's judgement of one attempt: its outcome and the deciding rule.
+#[pyclass(frozen, name = "Judgement", module = "retryledger._core")]
+struct PyJudgement {
+    inner: Judgement,
+}
+
+#[pymethods]
+impl PyJudgement {
+    /// The outcome recorded for the attempt.
+    #[getter]
+    fn outcome(&self) -> PyOutcome {
+        PyOutcome {
+            inner: self.inner.outcome,
+        }
+    }
+
+    /// The rule that decided it (`returned`, `explicit`, ..., `unrecognized`).
+    #[getter]
+    fn rule(&self) -> &'static str {
+        self.inner.rule.as_str()
+    }
+
+    /// `{"outcome": {...}, "rule": "..."}`.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Judgement({})", canonical_json(&self.inner))
+    }
+}
+
+// ---- decisions ---------------------------------------------------------------
+
+/// A planned attempt: the `dispatch` decision's fields as attributes.
+#[pyclass(frozen, name = "Dispatch", module = "retryledger._core")]
+struct PyDispatch {
+    d: Dispatch,
+}
+
+#[pymethods]
+impl PyDispatch {
+    /// Always `"dispatch"`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        "dispatch"
+    }
+    /// Global ordinal, from 1.
+    #[getter]
+    fn ordinal(&self) -> u64 {
+        self.d.ordinal
+    }
+    /// The route to dispatch to.
+    #[getter]
+    fn route_id(&self) -> &str {
+        self.d.route_id.as_str()
+    }
+    /// Ordinal on the route, from 1.
+    #[getter]
+    fn route_ordinal(&self) -> u64 {
+        self.d.route_ordinal
+    }
+    /// Earliest start on the run clock, ms.
+    #[getter]
+    fn not_before_ms(&self) -> u64 {
+        self.d.not_before_ms
+    }
+    /// The delay from the previous completion, ms.
+    #[getter]
+    fn delay_ms(&self) -> u64 {
+        self.d.delay_ms
+    }
+    /// Cost reserved for the attempt.
+    #[getter]
+    fn reserve_cost(&self) -> u64 {
+        self.d.reserve_cost
+    }
+    /// The run's deadline on the run clock, ms.
+    #[getter]
+    fn deadline_ms(&self) -> u64 {
+        self.d.deadline_ms
+    }
+    /// The bounded Retry-After floor that applied, ms.
+    #[getter]
+    fn retry_after_floor_ms(&self) -> u64 {
+        self.d.retry_after_floor_ms
+    }
+    /// The route release the policy names.
+    #[getter]
+    fn route_release_sha256(&self) -> &str {
+        self.d.route_release_sha256.as_str()
+    }
+    /// Digest of the logical request.
+    #[getter]
+    fn logical_request_sha256(&self) -> &str {
+        self.d.logical_request_sha256.as_str()
+    }
+    /// Digest of the idempotency key.
+    #[getter]
+    fn idempotency_key_sha256(&self) -> &str {
+        self.d.idempotency_key_sha256.as_str()
+    }
+    /// Jitter interval lower end, when jitter is on.
+    #[getter]
+    fn jitter_min_ms(&self) -> Option<u64> {
+        self.d.jitter_min_ms
+    }
+    /// Jitter interval upper end, when jitter is on.
+    #[getter]
+    fn jitter_max_ms(&self) -> Option<u64> {
+        self.d.jitter_max_ms
+    }
+    /// The jitter sample the attempt records, when jitter is on.
+    #[getter]
+    fn jitter_sample_ms(&self) -> Option<u64> {
+        self.d.jitter_sample_ms
+    }
+    /// The decision document (`plan_next`'s answer) as a dict.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &Decision::Dispatch(self.d.clone()))
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Dispatch(ordinal={}, route_id='{}', route_ordinal={}, not_before_ms={})",
+            self.d.ordinal,
+            self.d.route_id.as_str(),
+            self.d.route_ordinal,
+            self.d.not_before_ms
+        )
+    }
+}
+
+/// The run is over: the `terminal` decision.
+#[pyclass(frozen, name = "Terminal", module = "retryledger._core")]
+struct PyTerminal {
+    terminal: &'static str,
+    decision: Decision,
+}
+
+#[pymethods]
+impl PyTerminal {
+    /// Always `"terminal"`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        "terminal"
+    }
+    /// How the run ended.
+    #[getter]
+    fn terminal(&self) -> &'static str {
+        self.terminal
+    }
+    /// The decision document as a dict.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.decision)
+    }
+    fn __repr__(&self) -> String {
+        format!("Terminal(terminal='{}')", self.terminal)
+    }
+}
+
+fn decision_object(py: Python<'_>, decision: &Decision) -> PyResult<Py<PyAny>> {
+    Ok(match decision {
+        Decision::Dispatch(d) => Py::new(py, PyDispatch { d: d.clone() })?.into_any(),
+        Decision::Terminal { terminal } => Py::new(
+            py,
+            PyTerminal {
+                terminal: terminal.as_str(),
+                decision: decision.clone(),
+            },
+        )?
+        .into_any(),
+    })
+}
+
+// ---- policies, sessions, sealed runs ----------------------------------------
 
 /// A policy validated and digested once, reused for every plan, evaluation and run.
 #[pyclass(frozen, module = "retryledger._core")]
@@ -186,46 +763,70 @@ impl Compiled {
         lift(api::seal_compiled(&self.inner, &text(attempts)?))
     }
 
-    /// A new run of this policy, with no attempt yet.
-    fn start(slf: Py<Self>, py: Python<'_>) -> Run {
-        Run {
+    /// A run of this policy with no attempt yet.
+    fn session(slf: Py<Self>, py: Python<'_>) -> PySession {
+        PySession {
             session: Session::start(Arc::clone(&slf.get().inner)),
             policy: slf.clone_ref(py),
+            next: None,
         }
     }
 }
 
-/// The planned dispatch as `(ordinal, route_id, route_ordinal, not_before_ms,
-/// reserve_cost, deadline_ms, route_release_sha256)`.
-type Plan = (u64, String, u64, u64, u64, u64, String);
-
-fn plan_of(decision: &Decision) -> Option<Plan> {
-    match decision {
-        Decision::Dispatch(d) => Some((
-            d.ordinal,
-            d.route_id.as_str().to_owned(),
-            d.route_ordinal,
-            d.not_before_ms,
-            d.reserve_cost,
-            d.deadline_ms,
-            d.route_release_sha256.as_str().to_owned(),
-        )),
-        Decision::Terminal { .. } => None,
-    }
-}
-
-/// One run in progress: the core's [`Session`], advanced one attempt at a time.
-#[pyclass(module = "retryledger._core")]
-struct Run {
+/// One run in progress: the core's [`Session`], advanced one observed attempt at a time.
+#[pyclass(name = "Session", module = "retryledger._core")]
+struct PySession {
     session: Session,
     policy: Py<Compiled>,
+    /// The current decision's object, made on the first `next()` after a change.
+    next: Option<Py<PyAny>>,
 }
 
 #[pymethods]
-impl Run {
-    /// The planned dispatch, or `None` once the run has reached a terminal.
-    fn next(&self) -> Option<Plan> {
-        plan_of(self.session.next())
+impl PySession {
+    /// The decision: a `Dispatch` (what to dispatch next and not before when)
+    /// or a `Terminal`.
+    fn next(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(d) = &self.next {
+            return Ok(d.clone_ref(py));
+        }
+        let d = decision_object(py, self.session.next())?;
+        self.next = Some(d.clone_ref(py));
+        Ok(d)
+    }
+
+    /// The core judges `facts`, charges `cost` (the planned `reserve_cost`
+    /// when `None`) and records the planned attempt. Drift (an early start, a
+    /// completion before the start, an attempt after the terminal) raises and
+    /// leaves the session unchanged.
+    #[pyo3(signature = (*, started_at_ms, completed_at_ms, cost = None, facts))]
+    fn observe(
+        &mut self,
+        started_at_ms: &Bound<'_, PyAny>,
+        completed_at_ms: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
+        facts: &Bound<'_, PyFacts>,
+    ) -> PyResult<PyJudgement> {
+        let started = integer(started_at_ms, "started_at_ms")?;
+        let completed = integer(completed_at_ms, "completed_at_ms")?;
+        let cost = match cost.filter(|c| !c.is_none()) {
+            Some(c) => Some(integer(c, "cost")?),
+            None => None,
+        };
+        let judgement = lift(
+            self.session
+                .observe(started, completed, cost, &facts.get().inner),
+        )?;
+        self.next = None;
+        Ok(PyJudgement { inner: judgement })
+    }
+
+    /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
+    fn cancel(&mut self, at_ms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let at = integer(at_ms, "at_ms")?;
+        lift(self.session.cancel(at))?;
+        self.next = None;
+        Ok(())
     }
 
     /// The terminal's name, or `None` while the run can still dispatch.
@@ -237,55 +838,21 @@ impl Run {
         }
     }
 
-    /// The next decision as JSON, exactly as `plan_next` gives it.
+    /// The attempts document so far, as a dict.
     #[getter]
-    fn decision_json(&self) -> String {
-        canonical_json(self.session.next())
+    fn attempts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, self.session.attempts())
     }
 
-    /// Attempts recorded so far.
-    #[getter]
-    fn attempt_count(&self) -> usize {
-        self.session.attempts().attempts.len()
-    }
-
-    /// The attempts so far as JSON.
-    #[getter]
-    fn attempts_json(&self) -> String {
-        canonical_json(self.session.attempts())
-    }
-
-    /// Record the planned attempt's observation and return the next planned
-    /// dispatch (`None` at the terminal). Drift (an early start, a completion
-    /// before the start, an attempt after the terminal) is an error and
-    /// leaves the run unchanged.
-    fn record(
-        &mut self,
-        started_at_ms: u64,
-        completed_at_ms: u64,
-        cost: u64,
-        outcome: &PyOutcome,
-    ) -> PyResult<Option<Plan>> {
-        lift(
-            self.session
-                .record(started_at_ms, completed_at_ms, cost, outcome.inner)
-                .map(plan_of),
-        )
-    }
-
-    /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
-    fn cancel(&mut self, at_ms: u64) -> PyResult<()> {
-        lift(self.session.cancel(at_ms))
-    }
-
-    /// Seal the finished run: its receipt (with the digests of the policy and
-    /// the attempts). The receipt's own digest and the bundle's JSON are
-    /// computed when asked for.
+    /// Seal the finished run (an error while it can still dispatch).
     fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
         Ok(Sealed {
             receipt: lift(self.session.receipt())?,
             attempts: self.session.attempts().clone(),
             policy: self.policy.clone_ref(py),
+            receipt_dict: PyOnceLock::new(),
+            receipt_sha256: OnceLock::new(),
+            bundle_json: OnceLock::new(),
         })
     }
 }
@@ -296,6 +863,9 @@ struct Sealed {
     policy: Py<Compiled>,
     attempts: Attempts,
     receipt: Receipt,
+    receipt_dict: PyOnceLock<Py<PyAny>>,
+    receipt_sha256: OnceLock<String>,
+    bundle_json: OnceLock<String>,
 }
 
 /// A bundle's canonical JSON from its parts' canonical JSON (fields in sorted order).
@@ -308,16 +878,25 @@ fn bundle_text(attempts_json: &str, policy_json: &str, receipt_json: &str) -> St
 
 #[pymethods]
 impl Sealed {
-    /// Lowercase hex SHA-256 of the receipt's canonical JSON.
-    #[getter]
-    fn receipt_sha256(&self) -> String {
-        digest_of(&self.receipt)
-    }
-
     /// How the run ended.
     #[getter]
     fn terminal(&self) -> &'static str {
         self.receipt.terminal.as_str()
+    }
+
+    /// The receipt as a dict (built once, in canonical key order).
+    #[getter]
+    fn receipt(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let d = self
+            .receipt_dict
+            .get_or_try_init(py, || to_py(py, &self.receipt).map(Bound::unbind))?;
+        Ok(d.clone_ref(py))
+    }
+
+    /// Lowercase hex SHA-256 of the receipt's canonical JSON.
+    #[getter]
+    fn receipt_sha256(&self) -> &str {
+        self.receipt_sha256.get_or_init(|| digest_of(&self.receipt))
     }
 
     /// The receipt as canonical JSON.
@@ -326,14 +905,33 @@ impl Sealed {
         canonical_json(&self.receipt)
     }
 
+    /// The attempts document as a dict.
+    #[getter]
+    fn attempts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.attempts)
+    }
+
     /// The bundle (attempts, policy, receipt) as canonical JSON.
     #[getter]
-    fn bundle_json(&self) -> String {
-        bundle_text(
-            &canonical_json(&self.attempts),
-            &self.policy.get().policy_json,
-            &canonical_json(&self.receipt),
-        )
+    fn bundle_json(&self) -> &str {
+        self.bundle_json.get_or_init(|| {
+            bundle_text(
+                &canonical_json(&self.attempts),
+                &self.policy.get().policy_json,
+                &canonical_json(&self.receipt),
+            )
+        })
+    }
+
+    /// The bundle as a dict (a new one on each access).
+    #[getter]
+    fn bundle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("attempts", to_py(py, &self.attempts)?)?;
+        d.set_item("policy", to_py(py, &self.policy.get().inner.policy)?)?;
+        d.set_item("receipt", to_py(py, &self.receipt)?)?;
+        d.set_item("schema", BundleSchema::NAME)?;
+        Ok(d)
     }
 }
 
@@ -359,9 +957,13 @@ mod tests {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CoreError", m.py().get_type::<CoreError>())?;
     m.add_class::<Compiled>()?;
-    m.add_class::<Run>()?;
-    m.add_class::<Sealed>()?;
+    m.add_class::<PySession>()?;
+    m.add_class::<PyDispatch>()?;
+    m.add_class::<PyTerminal>()?;
+    m.add_class::<PyFacts>()?;
+    m.add_class::<PyJudgement>()?;
     m.add_class::<PyOutcome>()?;
+    m.add_class::<Sealed>()?;
     m.add_function(wrap_pyfunction!(validate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(plan_next, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
@@ -369,6 +971,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
+    m.add_function(wrap_pyfunction!(judge, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;
     Ok(())
 }

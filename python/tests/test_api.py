@@ -155,11 +155,16 @@ def test_random_bytes_never_crash() -> None:
                 pass
 
 
-def test_extension_takes_text_only() -> None:
-    with pytest.raises(_core.CoreError):
+def test_extension_raises_typed_coded_errors() -> None:
+    with pytest.raises(retryledger.DecodeError) as info:
         _core.validate_policy(b"{}")
-    with pytest.raises(_core.CoreError):
+    assert info.value.code == "invalid_type"
+    with pytest.raises(retryledger.DecodeError) as info:
         _core.Outcome(None)
+    assert info.value.code == "null_value"
+    with pytest.raises(retryledger.DecodeError) as info:
+        _core.Compiled('{"schema":"retryledger.policy.v1"}')
+    assert info.value.code == "missing_field"
 
 
 def test_lab() -> None:

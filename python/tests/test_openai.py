@@ -207,6 +207,11 @@ def _status_error(cls: Any, status: int, headers: Optional[Dict[str, str]] = Non
     return cls(f"status {status}", response=response, body=None)
 
 
+def _judged(exc: BaseException) -> Dict[str, Any]:
+    """The core's judgement of the facts a driver reads off an SDK exception."""
+    return retryledger.judge(retryledger.facts_of(exc))
+
+
 @pytest.mark.parametrize(
     ("cls", "status", "outcome"),
     [
@@ -222,32 +227,35 @@ def _status_error(cls: Any, status: int, headers: Optional[Dict[str, str]] = Non
     ],
 )
 def test_status_errors_map_to_outcomes(cls: Any, status: int, outcome: Dict[str, Any]) -> None:
-    text = rl_openai.classify(_status_error(cls, status))
-    assert text is not None and json.loads(text) == outcome
+    judgement = _judged(_status_error(cls, status))
+    assert judgement == {"outcome": outcome, "rule": "status"}
 
 
 def test_rate_limit_hints() -> None:
-    seconds = rl_openai.classify(_status_error(openai.RateLimitError, 429, {"retry-after": "2"}))
-    millis = rl_openai.classify(_status_error(openai.RateLimitError, 429, {"retry-after": "2", "retry-after-ms": "250.5"}))
-    garbage = rl_openai.classify(_status_error(openai.RateLimitError, 429, {"retry-after": "soon"}))
-    assert seconds is not None and json.loads(seconds)["retry_after_ms"] == 2_000
-    assert millis is not None and json.loads(millis)["retry_after_ms"] == 251
-    assert garbage is not None and "retry_after_ms" not in json.loads(garbage)
+    seconds = _judged(_status_error(openai.RateLimitError, 429, {"retry-after": "2"}))
+    millis = _judged(_status_error(openai.RateLimitError, 429, {"retry-after": "2", "retry-after-ms": "250.5"}))
+    garbage = _judged(_status_error(openai.RateLimitError, 429, {"retry-after": "soon"}))
+    assert seconds["outcome"]["retry_after_ms"] == 2_000
+    assert millis["outcome"]["retry_after_ms"] == 251
+    assert "retry_after_ms" not in garbage["outcome"]
 
 
 def test_transport_errors_map_to_outcomes() -> None:
     request = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
-    timeout = openai.APITimeoutError(request=request)
-    assert rl_openai.classify(timeout) == '{"class":"retryable","kind":"timeout_before_response"}'
+    timeout = _judged(openai.APITimeoutError(request=request))
+    assert timeout == {"outcome": {"class": "retryable", "kind": "timeout_before_response"}, "rule": "transport"}
     try:
         raise openai.APIConnectionError(request=request) from httpx2.ConnectError("refused")
     except openai.APIConnectionError as refused:
-        assert rl_openai.classify(refused) == '{"class":"retryable","kind":"unavailable"}'
+        assert _judged(refused)["outcome"] == {"class": "retryable", "kind": "unavailable"}
     try:
         raise openai.APIConnectionError(request=request) from httpx2.ReadError("reset")
     except openai.APIConnectionError as reset:
-        assert rl_openai.classify(reset) == '{"class":"indeterminate","kind":"unknown_provider_acceptance"}'
-    assert rl_openai.classify(ValueError("not openai")) is None
+        assert _judged(reset)["outcome"] == {"class": "indeterminate", "kind": "unknown_provider_acceptance"}
+    response = httpx2.Response(200, request=request)
+    validation = openai.APIResponseValidationError(response=response, body=None)
+    assert _judged(validation) == {"outcome": {"class": "non_retryable", "kind": "protocol_violation"}, "rule": "error_type"}
+    assert _judged(ValueError("not openai"))["rule"] == "unrecognized"
 
 
 def test_require_no_retries() -> None:
