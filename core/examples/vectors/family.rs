@@ -1,0 +1,236 @@
+//! A family of vectors: its cases, each computed through `retryledger_core::api`
+//! and checked against what it is meant to show, and its file.
+
+use std::path::Path;
+
+use retryledger_core::api;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// A named set of pointer edits and the code or terminal it must show.
+pub type EditCase = (&'static str, Vec<(&'static str, Value)>, &'static str);
+/// The same with owned pointers.
+pub type DriftCase = (&'static str, Vec<(String, Value)>, &'static str);
+
+/// One vector.
+pub struct Case {
+    pub name: String,
+    op: &'static str,
+    input: Vec<(&'static str, Value)>,
+    expect: Value,
+}
+
+impl Serialize for Case {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("op", self.op)?;
+        m.serialize_entry("input", &Ordered(&self.input))?;
+        m.serialize_entry("expect", &self.expect)?;
+        m.end()
+    }
+}
+
+struct Ordered<'a>(&'a [(&'static str, Value)]);
+
+impl Serialize for Ordered<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+struct FamilyFile<'a> {
+    family: &'a str,
+    description: &'a str,
+    cases: &'a [Case],
+}
+
+impl Serialize for FamilyFile<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("schema", "retryledger.vectors.v1")?;
+        m.serialize_entry("family", self.family)?;
+        m.serialize_entry("description", self.description)?;
+        m.serialize_entry("cases", self.cases)?;
+        m.end()
+    }
+}
+
+/// A family of cases under construction.
+pub struct Family {
+    pub name: &'static str,
+    description: &'static str,
+    pub covers: &'static str,
+    pub cases: Vec<Case>,
+}
+
+fn get<'a>(input: &'a [(&'static str, Value)], key: &str) -> &'a Value {
+    input
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("input has no `{key}`"))
+}
+
+fn text<'a>(input: &'a [(&'static str, Value)], key: &str) -> &'a str {
+    get(input, key).as_str().expect("a text input")
+}
+
+fn parsed(s: String) -> Value {
+    serde_json::from_str(&s).expect("api output is JSON")
+}
+
+/// The expected result of an operation: what the api returns, as data.
+fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
+    let r: retryledger_core::Result<Value> = match op {
+        "validate_policy" => api::validate_policy(text(input, "policy")).map(Value::String),
+        "plan_next" => api::plan_next(text(input, "policy"), text(input, "attempts")).map(parsed),
+        "evaluate" => api::evaluate(text(input, "policy"), text(input, "attempts")).map(parsed),
+        "verify_bundle" => api::verify(text(input, "bundle")).map(parsed),
+        "digest" => api::digest(text(input, "document")).map(Value::String),
+        "parse_retry_after" => api::parse_retry_after(
+            text(input, "header"),
+            text(input, "value"),
+            get(input, "now_unix_ms").as_u64().expect("now"),
+            get(input, "cap_ms").as_u64().expect("cap"),
+        )
+        .map(Value::from),
+        "classify_http" => api::classify_http(text(input, "observation")).map(parsed),
+        other => panic!("unknown op {other}"),
+    };
+    match r {
+        Ok(v) => json!({ "ok": v }),
+        Err(e) => {
+            let mut err = serde_json::Map::new();
+            err.insert("code".into(), json!(e.code.as_str()));
+            if let Some(p) = e.path {
+                err.insert("path".into(), json!(p));
+            }
+            json!({ "error": err })
+        }
+    }
+}
+
+impl Family {
+    pub fn new(name: &'static str, description: &'static str, covers: &'static str) -> Self {
+        Self {
+            name,
+            description,
+            covers,
+            cases: Vec::new(),
+        }
+    }
+
+    /// Add a case; `want` must occur in the computed expectation (as a JSON
+    /// string, or `ok` / `error` for the outcome kind).
+    pub fn add(
+        &mut self,
+        name: &str,
+        op: &'static str,
+        input: Vec<(&'static str, Value)>,
+        want: &str,
+    ) {
+        let expect = compute(op, &input);
+        let shown = expect.to_string();
+        let matches = match want {
+            "ok" => expect.get("ok").is_some(),
+            "error" => expect.get("error").is_some(),
+            w => shown.contains(&format!("\"{w}\"")) || shown.contains(&format!(":{w}")),
+        };
+        assert!(
+            matches,
+            "{}/{name}: expected to show `{want}`, computed {shown:.300}",
+            self.name
+        );
+        self.cases.push(Case {
+            name: name.to_owned(),
+            op,
+            input,
+            expect,
+        });
+    }
+
+    pub fn policy(&mut self, name: &str, policy: &str, want: &str) {
+        self.add(
+            name,
+            "validate_policy",
+            vec![("policy", json!(policy))],
+            want,
+        );
+    }
+
+    pub fn plan(&mut self, name: &str, policy: &str, attempts: &str, want: &str) {
+        self.add(
+            name,
+            "plan_next",
+            vec![("policy", json!(policy)), ("attempts", json!(attempts))],
+            want,
+        );
+    }
+
+    pub fn eval(&mut self, name: &str, policy: &str, attempts: &str, want: &str) {
+        self.add(
+            name,
+            "evaluate",
+            vec![("policy", json!(policy)), ("attempts", json!(attempts))],
+            want,
+        );
+    }
+
+    pub fn verify(&mut self, name: &str, bundle: &str, want: &str) {
+        self.add(name, "verify_bundle", vec![("bundle", json!(bundle))], want);
+    }
+
+    pub fn digest(&mut self, name: &str, document: &str, want: &str) {
+        self.add(name, "digest", vec![("document", json!(document))], want);
+    }
+
+    pub fn retry_after(
+        &mut self,
+        name: &str,
+        header: &str,
+        value: &str,
+        now: u64,
+        cap: u64,
+        want: &str,
+    ) {
+        self.add(
+            name,
+            "parse_retry_after",
+            vec![
+                ("header", json!(header)),
+                ("value", json!(value)),
+                ("now_unix_ms", json!(now)),
+                ("cap_ms", json!(cap)),
+            ],
+            want,
+        );
+    }
+
+    pub fn classify(&mut self, name: &str, observation: &str, want: &str) {
+        self.add(
+            name,
+            "classify_http",
+            vec![("observation", json!(observation))],
+            want,
+        );
+    }
+}
+
+/// Write the family to `<dir>/<name>.json`; the number of bytes written.
+pub fn write_family(dir: &Path, fam: &Family) -> std::io::Result<usize> {
+    let file = FamilyFile {
+        family: fam.name,
+        description: fam.description,
+        cases: &fam.cases,
+    };
+    let mut text = serde_json::to_string_pretty(&file).map_err(std::io::Error::other)?;
+    text.push('\n');
+    std::fs::write(dir.join(format!("{}.json", fam.name)), text.as_bytes())?;
+    Ok(text.len())
+}
