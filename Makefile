@@ -14,7 +14,7 @@ BENCH_TARGETS :=
 .PHONY: demo test bench setup-rust fmt-check clippy test-rust lab check-digests
 
 demo: setup-rust ## Run the replay lab: every case, then the pinned summary.
-	$(CARGO) run -q --release -p retryledger-core --example retry_fallback_replay -- --cases
+	$(CARGO) run -q --release -p retryledger-core --features lab --example retry_fallback_replay -- --cases
 
 include $(sort $(wildcard mk/*.mk))
 
@@ -29,14 +29,17 @@ setup-rust:
 fmt-check: setup-rust
 	$(CARGO) fmt --all -- --check
 
+# The replay lab is the core's non-default `lab` feature: the workspace with it,
+# and the core once more without it, as a plain dependency compiles it.
 clippy: setup-rust
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features retryledger-core/lab -- -D warnings
+	$(CARGO) clippy -p retryledger-core --all-targets -- -D warnings
 
 test-rust:
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --features retryledger-core/lab
 
 lab:
-	$(CARGO) run -q -p retryledger-core --example retry_fallback_replay
+	$(CARGO) run -q -p retryledger-core --features lab --example retry_fallback_replay
 
 # Recompute the lab's digests from the written JSON with Python's own JSON
 # encoder (sorted keys, no whitespace: RFC 8785 for integer-only documents).

@@ -16,15 +16,15 @@ PROPERTY_CASES ?= 10000
 .PHONY: vectors vectors-check properties fuzz fuzz-setup bench-core
 
 vectors: ## Regenerate the conformance vectors in tests/vectors/.
-	$(CARGO) run -q -p retryledger-core --example vectors -- tests/vectors
+	$(CARGO) run -q -p retryledger-core --features lab --example vectors -- tests/vectors
 
 vectors-check: ## The committed vectors are exactly what the core generates.
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	$(CARGO) run -q -p retryledger-core --example vectors -- "$$tmp/vectors" && \
+	$(CARGO) run -q -p retryledger-core --features lab --example vectors -- "$$tmp/vectors" && \
 	diff -r tests/vectors "$$tmp/vectors" && echo "vectors: no difference"
 
 properties: ## Property tests, PROPERTY_CASES cases per property, in release.
-	RETRYLEDGER_PROPERTY_CASES=$(PROPERTY_CASES) $(CARGO) test -q --release -p retryledger-core --test properties
+	RETRYLEDGER_PROPERTY_CASES=$(PROPERTY_CASES) $(CARGO) test -q --release -p retryledger-core --features lab --test properties
 
 fuzz-setup:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
@@ -41,4 +41,4 @@ fuzz: fuzz-setup ## Each fuzz target for FUZZ_SECONDS seconds (default 60), seed
 	done
 
 bench-core: ## Criterion benchmarks of the core.
-	$(CARGO) bench -p retryledger-core --bench core
+	$(CARGO) bench -p retryledger-core --features lab --bench core

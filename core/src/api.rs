@@ -163,6 +163,7 @@ impl Encode for ErrorDoc<'_> {
 }
 
 /// The lab report (canonical JSON), its summary table and its case table.
+#[cfg(feature = "lab")]
 pub fn lab() -> Result<(String, String, String)> {
     let report = crate::lab::run()?;
     let (text, _) = crate::lab::report_bytes(&report);
@@ -173,7 +174,7 @@ pub fn lab() -> Result<(String, String, String)> {
     ))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "lab"))]
 mod tests {
     use super::*;
     use crate::canonical::to_jcs;

@@ -35,6 +35,7 @@ pub mod evaluate;
 pub mod http;
 mod httpdate;
 pub mod ids;
+#[cfg(feature = "lab")]
 pub mod lab;
 pub mod limits;
 pub mod observe;

@@ -146,7 +146,7 @@ impl Session {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "lab"))]
 mod tests {
     use super::*;
     use crate::lab;
