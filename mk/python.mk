@@ -5,7 +5,7 @@
 #   make python-setup   .venv with the pinned tools of python/requirements-dev.txt
 #   make python-build   the extension, built by maturin into .venv (release)
 #   make test-python    generated tables current, stubtest, mypy --strict, pytest (vectors read in place)
-#   make bench-python   the sync driver against a bare loop and tenacity
+#   make bench-python   the sync driver against a bare loop, tenacity, stamina and backoff -> docs/BENCHMARKS.md
 VENV := $(ROOT)/.venv
 VENV_PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.retryledger-requirements
@@ -39,5 +39,5 @@ test-python: python-build ## The pip package: generated tables current, stubs ag
 	$(VENV_PY) -m mypy --strict python/retryledger python/tests python/benches
 	$(VENV_PY) -m pytest -q python/tests
 
-bench-python: python-build ## Sync driver vs bare try/except vs tenacity, per logical call.
-	$(VENV_PY) python/benches/bench_driver.py
+bench-python: python-build ## Sync driver vs tenacity, stamina, backoff and a bare loop (CPU and wall per call), into docs/BENCHMARKS.md.
+	$(VENV_PY) python/benches/bench_driver.py --write docs/BENCHMARKS.md

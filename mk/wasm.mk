@@ -4,7 +4,7 @@
 #   make wasm-node   wasm/pkg-node (wasm-pack --target nodejs, then wasm-opt -Oz) and wasm/dist
 #   make wasm-web    wasm/pkg-web  (wasm-pack --target web,    then wasm-opt -Oz) and wasm/dist
 #   make test-wasm   clippy for wasm32, tsc --strict over sources, declarations and tests, node --test
-#   make bench-wasm  driver overhead against a bare loop and cockatiel; wasm size (opt-level 3 and z) -> docs/BENCHMARKS.md
+#   make bench-wasm  driver CPU and wall per call against p-retry, cockatiel and a bare loop; wasm size (opt-level 3 and z) -> docs/BENCHMARKS.md
 #
 # Installs what it needs, skipping what is there: the wasm32 target, wasm-pack,
 # wasm-bindgen-cli at the crate's exact wasm-bindgen version, and `npm ci`
@@ -84,5 +84,5 @@ typecheck-wasm: $(WASM_STAMP_TS)
 test-wasm: clippy-wasm typecheck-wasm ## Every npm-package test, on the wasm-opt'd module.
 	cd wasm && node --test --test-concurrency=1 test/
 
-bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) ## Driver overhead and module size, into docs/BENCHMARKS.md.
+bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.
 	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) node bench/run.mjs --write ../docs/BENCHMARKS.md
