@@ -87,6 +87,13 @@ fn parsed(s: String) -> Value {
 
 /// The expected result of an operation: what the api returns, as data.
 fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
+    if op == "drive" {
+        let object: serde_json::Map<String, Value> = input
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        return crate::drivers::drive(&Value::Object(object));
+    }
     let r: retryledger_core::Result<Value> = match op {
         "validate_policy" => api::validate_policy(text(input, "policy")).map(Value::String),
         "plan_next" => api::plan_next(text(input, "policy"), text(input, "attempts")).map(parsed),
@@ -101,6 +108,7 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         )
         .map(Value::from),
         "classify_http" => api::classify_http(text(input, "observation")).map(parsed),
+        "judge" => api::judge(text(input, "facts")).map(parsed),
         other => panic!("unknown op {other}"),
     };
     match r {
