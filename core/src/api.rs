@@ -76,6 +76,12 @@ pub fn verify(bundle_json: &str) -> Result<String> {
 /// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding
 /// into the type its `schema` names, so only documents in normal form hash.
 pub fn digest(document_json: &str) -> Result<String> {
+    // A logical request holds arbitrary JSON (floats, nulls): full RFC 8785.
+    if let Ok(Value::Object(map)) = crate::parse::parse_any_sized(document_json) {
+        if map.get("schema").and_then(Value::as_str) == Some(crate::request::REQUEST_SCHEMA) {
+            return request_sha256(document_json);
+        }
+    }
     let value = parse_strict(document_json)?;
     let schema = match &value {
         Value::Object(map) => map.get("schema").and_then(Value::as_str).map(str::to_owned),
@@ -107,6 +113,27 @@ pub fn digest(document_json: &str) -> Result<String> {
             ),
         )),
     }
+}
+
+/// `request_sha256`: the logical request's digest (`logical_request_sha256`)
+/// over its full RFC 8785 canonical form.
+pub fn request_sha256(request_json: &str) -> Result<String> {
+    Ok(crate::request::parse_request(request_json)?.sha256())
+}
+
+/// `canonical_request`: the logical request's RFC 8785 canonical JSON.
+pub fn canonical_request(request_json: &str) -> Result<String> {
+    Ok(crate::request::parse_request(request_json)?.canonical)
+}
+
+/// `idempotency_key_sha256`: a bare key's `sha256(key)`, or a scoped key's
+/// digest when both `tenant` and `operation` are given.
+pub fn idempotency_key_sha256(
+    key: &str,
+    tenant: Option<&str>,
+    operation: Option<&str>,
+) -> Result<String> {
+    crate::request::idempotency_key_sha256(key, tenant, operation)
 }
 
 /// `parse_retry_after` with the header named as `retry-after` or `retry-after-ms`.

@@ -289,9 +289,12 @@ fn write_value(value: &Value, out: &mut String) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => match n.as_u64() {
-            Some(u) => write_u64(u, out),
-            None => out.push_str(&n.to_string()),
+        Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+            (Some(u), _) if u <= crate::limits::MAX_SAFE_INTEGER => write_u64(u, out),
+            // RFC 8785: every number as the IEEE 754 double it is, written as
+            // ECMAScript's Number.prototype.toString writes it.
+            (_, Some(f)) => out.push_str(ryu_js::Buffer::new().format(f)),
+            _ => out.push_str(&n.to_string()),
         },
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {

@@ -43,6 +43,7 @@ pub mod outcome;
 mod parse;
 pub mod policy;
 pub mod receipt;
+pub mod request;
 pub mod schedule;
 pub mod session;
 

@@ -19,9 +19,33 @@ use crate::limits::{MAX_DEPTH, MAX_SAFE_INTEGER};
 
 /// Parse JSON text (already within the size limit) into a value.
 pub(crate) fn parse(text: &str) -> Result<Value> {
+    parse_with(text, false)
+}
+
+/// Parse any JSON text (already within the size limit): `null` and numbers
+/// of every form are values (each number as the binary64 it denotes), but
+/// duplicate keys, lone surrogates, numbers that round to infinity and deep
+/// nesting are still errors. The logical request holds such JSON.
+pub(crate) fn parse_any(text: &str) -> Result<Value> {
+    parse_with(text, true)
+}
+
+/// [`parse_any`] after the size check.
+pub(crate) fn parse_any_sized(text: &str) -> Result<Value> {
+    if text.len() > crate::limits::MAX_INPUT_BYTES {
+        return Err(Error::new(
+            ErrorCode::InputTooLarge,
+            "input over the size limit",
+        ));
+    }
+    parse_any(text)
+}
+
+fn parse_with(text: &str, any: bool) -> Result<Value> {
     let mut p = Parser {
         s: text.as_bytes(),
         i: 0,
+        any,
     };
     let v = p.value(&At::Root, 0)?;
     p.ws();
@@ -38,6 +62,8 @@ fn syntax(message: &str) -> Error {
 struct Parser<'t> {
     s: &'t [u8],
     i: usize,
+    /// Any JSON: `null` and numbers of every form are values.
+    any: bool,
 }
 
 impl Parser<'_> {
@@ -63,6 +89,7 @@ impl Parser<'_> {
             Some(b'"') => Ok(Value::String(self.string()?)),
             Some(b't') => self.literal(b"true", Value::Bool(true)),
             Some(b'f') => self.literal(b"false", Value::Bool(false)),
+            Some(b'n') if self.any => self.literal(b"null", Value::Null),
             Some(b'n') => {
                 self.literal(b"null", Value::Null)?;
                 Err(at.error(
@@ -245,6 +272,29 @@ impl Parser<'_> {
 
     /// A number: an integer in range, or the code of its offence.
     fn number(&mut self, at: &At<'_>) -> Result<Value> {
+        let start = self.i;
+        let strict = self.strict_number(at);
+        if !self.any {
+            return strict;
+        }
+        if let Err(e) = &strict {
+            if e.code == ErrorCode::InvalidJson {
+                return strict;
+            }
+        }
+        // The syntax is valid JSON: the number is the binary64 it denotes
+        // (Rust's parse rounds correctly); one that rounds to infinity is not.
+        let text = std::str::from_utf8(self.s.get(start..self.i).unwrap_or_default())
+            .map_err(|_| syntax("invalid number"))?;
+        text.parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .ok_or_else(|| syntax("number out of range"))
+    }
+
+    /// A number under the document rules: an integer in range, or the code of its offence.
+    fn strict_number(&mut self, at: &At<'_>) -> Result<Value> {
         let negative = self.peek() == Some(b'-');
         if negative {
             self.bump();

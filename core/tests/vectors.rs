@@ -90,6 +90,13 @@ fn actual(op: &str, input: &Value) -> Value {
         "parse_retry_after" => &["cap_ms", "header", "now_unix_ms", "value"],
         "classify_http" => &["observation"],
         "judge" => &["facts"],
+        "canonical_request" | "request_sha256" => &["request"],
+        "idempotency_key_sha256" => match (input.get("tenant"), input.get("operation")) {
+            (Some(_), Some(_)) => &["key", "operation", "tenant"],
+            (Some(_), None) => &["key", "tenant"],
+            (None, Some(_)) => &["key", "operation"],
+            (None, None) => &["key"],
+        },
         other => panic!("unknown op `{other}`"),
     };
     assert_eq!(
@@ -111,6 +118,14 @@ fn actual(op: &str, input: &Value) -> Value {
         )
         .map(Value::from),
         "judge" => api::judge(s(input, "facts")).map(json_of),
+        "canonical_request" => api::canonical_request(s(input, "request")).map(Value::String),
+        "request_sha256" => api::request_sha256(s(input, "request")).map(Value::String),
+        "idempotency_key_sha256" => api::idempotency_key_sha256(
+            s(input, "key"),
+            input.get("tenant").and_then(Value::as_str),
+            input.get("operation").and_then(Value::as_str),
+        )
+        .map(Value::String),
         _ => api::classify_http(s(input, "observation")).map(json_of),
     };
     match r {
