@@ -3,7 +3,8 @@
 #
 #   make wasm-node   wasm/pkg-node (wasm-pack --target nodejs, then wasm-opt -Oz) and wasm/dist
 #   make wasm-web    wasm/pkg-web  (wasm-pack --target web,    then wasm-opt -Oz) and wasm/dist
-#   make test-wasm   clippy for wasm32, tsc --strict over sources, declarations and tests, node --test
+#   make test-wasm   clippy for wasm32, wasm/ts/tables.ts current with tests/vectors/tables.json,
+#                    tsc --strict over sources, declarations and tests, node --test
 #   make bench-wasm  driver CPU and wall per call against p-retry, cockatiel and a bare loop; wasm size (opt-level 3 and z) -> docs/BENCHMARKS.md
 #
 # Installs what it needs, skipping what is there: the wasm32 target, wasm-pack,
@@ -36,7 +37,7 @@ WASM_CARGO_ARGS := -- --config profile.release.package.sha2.opt-level=3
 WASM_STAMP_SIZE = wasm/pkg-size/.built-O$(WASM_ALT_OPT_LEVEL)
 WASM_OPT := node node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue --strip-debug --strip-producers
 
-.PHONY: setup-wasm wasm-node wasm-web test-wasm clippy-wasm typecheck-wasm bench-wasm
+.PHONY: setup-wasm wasm-node wasm-web test-wasm clippy-wasm tables-wasm typecheck-wasm bench-wasm
 
 setup-wasm:
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
@@ -78,10 +79,17 @@ wasm-web: $(WASM_STAMP_WEB) $(WASM_STAMP_TS) ## The browser build: wasm/pkg-web 
 clippy-wasm: setup-wasm
 	$(CARGO) clippy -p retryledger-wasm --target wasm32-unknown-unknown -- -D warnings
 
+# wasm/ts/tables.ts is generated from the core's tables; regenerate it into a
+# temporary file and fail on any difference (`node wasm/scripts/gen-tables.mjs` updates it).
+tables-wasm:
+	@tmp=$$(mktemp) && trap 'rm -f "$$tmp"' EXIT && \
+	  node wasm/scripts/gen-tables.mjs --out "$$tmp" && \
+	  diff -u wasm/ts/tables.ts "$$tmp" || { echo 'wasm/ts/tables.ts is stale: run node wasm/scripts/gen-tables.mjs'; exit 1; }
+
 typecheck-wasm: $(WASM_STAMP_TS)
 	cd wasm && node_modules/.bin/tsc -p tsconfig.check.json
 
-test-wasm: clippy-wasm typecheck-wasm ## Every npm-package test, on the wasm-opt'd module.
+test-wasm: clippy-wasm tables-wasm typecheck-wasm ## Every npm-package test, on the wasm-opt'd module.
 	cd wasm && node --test --test-concurrency=1 test/
 
 bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.

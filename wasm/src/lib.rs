@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use retryledger_core::api;
 use retryledger_core::canonical::{canonical_json, sha256_hex as sha256};
+use retryledger_core::decode::from_str;
 use retryledger_core::error::{Error, ErrorCode};
-use retryledger_core::evaluate::{Decision, Dispatch, Terminal};
+use retryledger_core::evaluate::{Decision, Dispatch};
 use retryledger_core::limits::MAX_SAFE_INTEGER;
-use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
+use retryledger_core::observe::Facts;
+use retryledger_core::outcome::Outcome;
 use retryledger_core::{CompiledPolicy, Session};
 use wasm_bindgen::prelude::*;
 
@@ -148,51 +150,13 @@ impl Compiled {
         lift(api::seal_compiled(&self.inner, attempts))
     }
 
-    /// A new run of this policy with no attempt yet (the driver's state, kept here).
-    pub fn start(&self) -> Run {
-        Run {
+    /// A run of this policy with no attempt yet: the core's Session.
+    pub fn session(&self) -> WasmSession {
+        WasmSession {
             session: Session::start(Arc::clone(&self.inner)),
         }
     }
 }
-
-/// Outcomes by index, so that recording an attempt crosses no JSON.
-const OUTCOMES: [Outcome; 11] = [
-    Outcome::Success,
-    Outcome::Retryable {
-        kind: RetryableKind::TimeoutBeforeResponse,
-        retry_after_ms: None,
-    },
-    Outcome::Retryable {
-        kind: RetryableKind::RateLimited,
-        retry_after_ms: None,
-    },
-    Outcome::Retryable {
-        kind: RetryableKind::Unavailable,
-        retry_after_ms: None,
-    },
-    Outcome::NonRetryable {
-        kind: NonRetryableKind::Rejected,
-    },
-    Outcome::NonRetryable {
-        kind: NonRetryableKind::PolicyDenied,
-    },
-    Outcome::NonRetryable {
-        kind: NonRetryableKind::InvalidRequest,
-    },
-    Outcome::NonRetryable {
-        kind: NonRetryableKind::ProtocolViolation,
-    },
-    Outcome::NonRetryable {
-        kind: NonRetryableKind::InvalidOutput,
-    },
-    Outcome::Indeterminate {
-        kind: IndeterminateKind::UnknownProviderAcceptance,
-    },
-    Outcome::Indeterminate {
-        kind: IndeterminateKind::StreamInterruptedAfterOutput,
-    },
-];
 
 #[allow(clippy::cast_precision_loss)]
 fn num(x: u64) -> f64 {
@@ -200,18 +164,28 @@ fn num(x: u64) -> f64 {
     x as f64
 }
 
-fn opt_num(x: Option<u64>) -> f64 {
-    x.map_or(-1.0, num)
+/// An outcome document, decoded strictly by the core: its canonical JSON.
+#[wasm_bindgen]
+pub fn check_outcome(outcome: &str) -> Out<String> {
+    lift(from_str::<Outcome>(outcome).map(|o| canonical_json(&o)))
 }
 
-/// One run in progress: its attempts and next decision. Recording crosses
-/// numbers only; the receipt crosses as JSON once, at the end.
+/// `judge`: the core's judgement of a host's facts, as JSON.
 #[wasm_bindgen]
-pub struct Run {
+pub fn judge(facts: &str) -> Out<String> {
+    lift(api::judge(facts))
+}
+
+/// A run in progress: the core's [`Session`]. The planned dispatch crosses as
+/// numbers (`undefined` once the run is terminal); an observed attempt
+/// crosses as numbers and, when dispatch raised, the facts' JSON; the
+/// attempts and the receipt cross as JSON when asked for.
+#[wasm_bindgen(js_name = Session)]
+pub struct WasmSession {
     session: Session,
 }
 
-impl Run {
+impl WasmSession {
     fn dispatch(&self) -> Option<&Dispatch> {
         match self.session.next() {
             Decision::Dispatch(d) => Some(d),
@@ -219,120 +193,112 @@ impl Run {
         }
     }
 
-    fn field(&self, f: impl Fn(&Dispatch) -> u64) -> f64 {
-        self.dispatch().map_or(-1.0, |d| num(f(d)))
+    fn field(&self, f: impl Fn(&Dispatch) -> Option<u64>) -> Option<f64> {
+        self.dispatch().and_then(f).map(num)
     }
 }
 
-#[wasm_bindgen]
-impl Run {
-    /// 0 while the next decision is a dispatch, else the terminal's index from 1
-    /// (completed, stop_non_retryable, stop_indeterminate, stop_total_attempts,
-    /// stop_route_exhausted, stop_cost_budget, stop_deadline, stop_cancelled).
-    pub fn terminal(&self) -> u32 {
+#[wasm_bindgen(js_class = Session)]
+impl WasmSession {
+    /// The terminal's name, or `undefined` while the run can dispatch.
+    pub fn terminal(&self) -> Option<String> {
         match self.session.next() {
-            Decision::Dispatch(_) => 0,
-            Decision::Terminal { terminal } => Terminal::ALL
-                .iter()
-                .position(|t| t == terminal)
-                .and_then(|i| u32::try_from(i).ok())
-                .map_or(0, |i| i.saturating_add(1)),
+            Decision::Dispatch(_) => None,
+            Decision::Terminal { terminal } => Some(terminal.as_str().to_owned()),
         }
     }
 
-    /// The planned route's priority (its index in priority order), or -1.
-    pub fn priority(&self) -> i32 {
-        self.dispatch()
-            .and_then(|d| {
-                self.session
-                    .policy()
-                    .routes()
-                    .position(|r| r.route_id == d.route_id)
-            })
-            .and_then(|i| i32::try_from(i).ok())
-            .unwrap_or(-1)
+    /// The planned route's position in priority order.
+    pub fn route_index(&self) -> Option<u32> {
+        let d = self.dispatch()?;
+        self.session
+            .policy()
+            .routes()
+            .position(|r| r.route_id == d.route_id)
+            .and_then(|i| u32::try_from(i).ok())
     }
 
-    /// The planned global ordinal, or -1.
-    pub fn ordinal(&self) -> f64 {
-        self.field(|d| d.ordinal)
+    /// The planned route's id.
+    pub fn route_id(&self) -> Option<String> {
+        self.dispatch().map(|d| d.route_id.to_string())
     }
 
-    /// The planned per-route ordinal, or -1.
-    pub fn route_ordinal(&self) -> f64 {
-        self.field(|d| d.route_ordinal)
+    /// The planned global ordinal.
+    pub fn ordinal(&self) -> Option<f64> {
+        self.field(|d| Some(d.ordinal))
     }
 
-    /// The planned earliest start, ms, or -1.
-    pub fn not_before_ms(&self) -> f64 {
-        self.field(|d| d.not_before_ms)
+    /// The planned per-route ordinal.
+    pub fn route_ordinal(&self) -> Option<f64> {
+        self.field(|d| Some(d.route_ordinal))
     }
 
-    /// The planned delay from the previous completion, ms, or -1.
-    pub fn delay_ms(&self) -> f64 {
-        self.field(|d| d.delay_ms)
+    /// The planned earliest start, ms.
+    pub fn not_before_ms(&self) -> Option<f64> {
+        self.field(|d| Some(d.not_before_ms))
     }
 
-    /// The planned reservation, or -1.
-    pub fn reserve_cost(&self) -> f64 {
-        self.field(|d| d.reserve_cost)
+    /// The planned delay from the previous completion, ms.
+    pub fn delay_ms(&self) -> Option<f64> {
+        self.field(|d| Some(d.delay_ms))
     }
 
-    /// The bounded Retry-After floor of the planned delay, ms, or -1.
-    pub fn retry_after_floor_ms(&self) -> f64 {
-        self.field(|d| d.retry_after_floor_ms)
+    /// The planned reservation.
+    pub fn reserve_cost(&self) -> Option<f64> {
+        self.field(|d| Some(d.reserve_cost))
     }
 
-    /// The jitter interval's lower end, or -1 without jitter.
-    pub fn jitter_min_ms(&self) -> f64 {
-        opt_num(self.dispatch().and_then(|d| d.jitter_min_ms))
+    /// The bounded Retry-After floor of the planned delay, ms.
+    pub fn retry_after_floor_ms(&self) -> Option<f64> {
+        self.field(|d| Some(d.retry_after_floor_ms))
     }
 
-    /// The jitter interval's upper end, or -1 without jitter.
-    pub fn jitter_max_ms(&self) -> f64 {
-        opt_num(self.dispatch().and_then(|d| d.jitter_max_ms))
+    /// The jitter interval's lower end (absent without a draw).
+    pub fn jitter_min_ms(&self) -> Option<f64> {
+        self.field(|d| d.jitter_min_ms)
     }
 
-    /// The jitter sample, or -1 without jitter.
-    pub fn jitter_sample_ms(&self) -> f64 {
-        opt_num(self.dispatch().and_then(|d| d.jitter_sample_ms))
+    /// The jitter interval's upper end (absent without a draw).
+    pub fn jitter_max_ms(&self) -> Option<f64> {
+        self.field(|d| d.jitter_max_ms)
     }
 
-    /// Record the planned attempt: run-clock start and completion, actual cost,
-    /// the outcome's index and its Retry-After hint (-1 for none). Drift is an
-    /// error and leaves the run unchanged.
-    pub fn record(
+    /// The jitter sample (absent without a draw).
+    pub fn jitter_sample_ms(&self) -> Option<f64> {
+        self.field(|d| d.jitter_sample_ms)
+    }
+
+    /// Record the planned attempt (run-clock start and completion, the cost
+    /// charged or the reservation when absent). Without facts the dispatch
+    /// returned: the rule `returned` comes back. With facts (JSON, decoded
+    /// strictly) the core judges them and the judgement's JSON comes back.
+    /// Drift is an error and leaves the run unchanged.
+    pub fn observe(
         &mut self,
         started_at_ms: f64,
         completed_at_ms: f64,
-        cost: f64,
-        outcome: u32,
-        retry_after_ms: f64,
-    ) -> Out<()> {
-        let observed = || -> retryledger_core::Result<(u64, u64, u64, Outcome)> {
+        cost: Option<f64>,
+        facts: Option<String>,
+    ) -> Out<String> {
+        let run = || -> retryledger_core::Result<String> {
             let started = safe_integer(started_at_ms, "started_at_ms")?;
             let completed = safe_integer(completed_at_ms, "completed_at_ms")?;
-            let cost = safe_integer(cost, "cost")?;
-            let hint = if retry_after_ms < 0.0 {
-                None
-            } else {
-                Some(safe_integer(retry_after_ms, "retry_after_ms")?)
-            };
-            let mut outcome = usize::try_from(outcome)
-                .ok()
-                .and_then(|i| OUTCOMES.get(i).copied())
-                .ok_or_else(|| Error::at(ErrorCode::InvalidValue, "/outcome", "no such outcome"))?;
-            if let Outcome::Retryable { retry_after_ms, .. } = &mut outcome {
-                *retry_after_ms = hint;
+            let cost = cost.map(|c| safe_integer(c, "cost")).transpose()?;
+            match facts {
+                None => {
+                    let j = self
+                        .session
+                        .observe(started, completed, cost, &Facts::returned())?;
+                    Ok(j.rule.as_str().to_owned())
+                }
+                Some(text) => {
+                    let facts = from_str::<Facts>(&text)?;
+                    let j = self.session.observe(started, completed, cost, &facts)?;
+                    Ok(canonical_json(&j))
+                }
             }
-            Ok((started, completed, cost, outcome))
         };
-        let (started, completed, cost, outcome) = lift(observed())?;
-        lift(
-            self.session
-                .record(started, completed, cost, outcome)
-                .map(|_| ()),
-        )
+        lift(run())
     }
 
     /// Mark the run cancelled between attempts at `at_ms` on the run clock.
@@ -341,13 +307,18 @@ impl Run {
         lift(self.session.cancel(at))
     }
 
-    /// The receipt of the finished run as JSON.
-    pub fn receipt_json(&self) -> Out<String> {
-        lift(self.session.receipt().map(|r| canonical_json(&r)))
-    }
-
     /// The attempts so far as JSON.
     pub fn attempts_json(&self) -> String {
         canonical_json(self.session.attempts())
+    }
+
+    /// The last recorded attempt as JSON.
+    pub fn last_attempt_json(&self) -> Option<String> {
+        self.session.attempts().attempts.last().map(canonical_json)
+    }
+
+    /// The receipt of the finished run as JSON (`run_not_terminal` before).
+    pub fn receipt_json(&self) -> Out<String> {
+        lift(self.session.receipt().map(|r| canonical_json(&r)))
     }
 }

@@ -4,7 +4,6 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import * as rl from "../dist/index.js";
-import { call } from "../dist/core.js";
 import { KEY, referencePolicy } from "./helpers.mjs";
 
 /** @typedef {import("../dist/index.js").Attempts} Attempts */
@@ -170,31 +169,121 @@ test("hostile input never panics or traps: thousands of mutated documents come b
   assert.equal(rl.validatePolicy(base), rl.digest(base));
 });
 
-test("the module-side run refuses numbers that are not document integers, and drift, without trapping", () => {
+test("the Session refuses numbers that are not document integers, facts the core cannot decode, and drift, without trapping", () => {
   const compiled = rl.compilePolicy(referencePolicy());
-  const run = compiled.startRun();
+  const session = compiled.session();
   try {
-    for (const [args, code] of /** @type {[[number, number, number, number, number], string][]} */ ([
-      [[NaN, 0, 0, 0, -1], "float_value"],
-      [[0, Infinity, 0, 0, -1], "float_value"],
-      [[0, 1, -5, 0, -1], "integer_out_of_range"],
-      [[0, 1, 2 ** 53, 0, -1], "integer_out_of_range"],
-      [[0, 1, 0, 99, -1], "invalid_value"],
-      [[0, 1, 0, 3, 0.5], "float_value"],
-      [[5, 1, 0, 3, -1], "completed_before_started"],
+    const returned = { result: "returned" };
+    for (const [o, code] of /** @type {[import("../dist/index.js").Observation, string][]} */ ([
+      [{ started_at_ms: NaN, completed_at_ms: 0, facts: returned }, "float_value"],
+      [{ started_at_ms: 0, completed_at_ms: Infinity, facts: returned }, "float_value"],
+      [{ started_at_ms: 0, completed_at_ms: 1, cost: -5, facts: returned }, "integer_out_of_range"],
+      [{ started_at_ms: 0, completed_at_ms: 1, cost: 2 ** 53, facts: returned }, "integer_out_of_range"],
+      [{ started_at_ms: 0, completed_at_ms: 1, facts: { result: "raised", bogus: 1 } }, "unknown_field"],
+      [{ started_at_ms: 0, completed_at_ms: 1, facts: { result: "raised", status: 700 } }, "invalid_status"],
+      [{ started_at_ms: 0, completed_at_ms: 1, facts: '{"result":"raised","result":"raised"}' }, "duplicate_key"],
+      [{ started_at_ms: 5, completed_at_ms: 1, facts: rl.RETURNED }, "completed_before_started"],
     ])) {
       assert.throws(
-        () => call(() => run.record(...args)),
+        () => session.observe(o),
         (e) => e instanceof rl.RetryledgerError && e.code === code,
-        `${args.join(",")} -> ${code}`,
+        `${JSON.stringify(o)} -> ${code}`,
       );
     }
     // Nothing was recorded by the refused calls; the run goes on.
-    call(() => run.record(0, 10, 0, 0, -1));
-    assert.equal(run.terminal(), 1);
-    assert.throws(() => call(() => run.record(10, 11, 0, 0, -1)), (e) => e instanceof rl.DriftError && e.code === "attempt_after_terminal");
-    assert.equal(JSON.parse(run.receipt_json()).terminal, "completed");
+    assert.equal(session.terminal, null);
+    assert.deepEqual(session.attempts, { attempts: [], schema: "retryledger.attempts.v1" });
+    assert.throws(() => session.seal(), (e) => e instanceof rl.RunError && e.code === "run_not_terminal");
+    assert.deepEqual(session.observe({ started_at_ms: 0, completed_at_ms: 10, facts: rl.RETURNED }), { outcome: { class: "success" }, rule: "returned" });
+    assert.equal(session.terminal, "completed");
+    assert.deepEqual(session.next(), { kind: "terminal", terminal: "completed" });
+    assert.throws(
+      () => session.observe({ started_at_ms: 10, completed_at_ms: 11, facts: rl.RETURNED }),
+      (e) => e instanceof rl.DriftError && e.code === "attempt_after_terminal",
+    );
+    assert.equal(session.seal().receipt.terminal, "completed");
   } finally {
-    run.free();
+    session.free();
   }
+});
+
+test("the Session: next is planNext's document, observe returns the core's judgement, seal the bundle the core seals", () => {
+  const compiled = rl.compilePolicy(referencePolicy());
+  const session = compiled.session();
+  try {
+    assert.deepEqual(session.next(), rl.planNext(compiled, session.attempts));
+    assert.equal(JSON.stringify(session.next()), compiled.planNextText(session.attempts));
+    const j = session.observe({
+      started_at_ms: 0,
+      completed_at_ms: 1100,
+      cost: 0,
+      facts: { result: "raised", status: 429, headers: [["retry-after-ms", "250"]], error_types: ["RateLimitError"] },
+    });
+    assert.deepEqual(j, { outcome: { class: "retryable", kind: "rate_limited", retry_after_ms: 250 }, rule: "status" });
+    assert.deepEqual(session.next(), rl.planNext(compiled, session.attempts));
+    const second = /** @type {import("../dist/index.js").DispatchDecision} */ (session.next());
+    assert.equal(second.not_before_ms, 1350);
+    const k = session.observe({ started_at_ms: 1350, completed_at_ms: 1450, facts: JSON.stringify({ error_codes: ["ECONNREFUSED"], result: "raised" }) });
+    assert.deepEqual(k, { outcome: { class: "retryable", kind: "unavailable" }, rule: "transport" });
+    assert.equal(session.terminal, null);
+    session.cancel(1500);
+    assert.equal(session.terminal, "stop_cancelled");
+    assert.deepEqual(session.next(), { kind: "terminal", terminal: "stop_cancelled" });
+    const sealed = session.seal();
+    assert.equal(sealed.terminal, "stop_cancelled");
+    assert.deepEqual(sealed.bundle, compiled.seal(session.attempts));
+    assert.equal(sealed.bundle_json, JSON.stringify(compiled.seal(session.attempts)));
+    assert.equal(sealed.receipt_sha256, rl.digest(sealed.receipt));
+    assert.equal(rl.verifyBundle(sealed.bundle_json).kind, "verified");
+    assert.equal(sealed.bundle.attempts.cancelled_at_ms, 1500);
+  } finally {
+    session.free();
+  }
+});
+
+test("judge and factsOf: the host's facts and the core's judgement", () => {
+  assert.deepEqual(rl.judge({ result: "returned" }), { outcome: { class: "success" }, rule: "returned" });
+  class APIError extends Error {}
+  class APIConnectionError extends APIError {}
+  const e = new APIConnectionError("connection error", { cause: Object.assign(new TypeError("fetch failed"), { cause: Object.assign(new Error("x"), { code: "ECONNREFUSED" }) }) });
+  assert.deepEqual(rl.factsOf(e), {
+    result: "raised",
+    error_types: ["APIConnectionError", "APIError", "Error", "TypeError", "Error", "Error"],
+    error_codes: ["ECONNREFUSED"],
+  });
+  assert.deepEqual(rl.judge(rl.factsOf(e)), { outcome: { class: "retryable", kind: "unavailable" }, rule: "transport" });
+  // Status and the headers the core reads, from any common holder.
+  for (const headers of [
+    new Headers({ "Retry-After": "2", "x-other": "1" }),
+    new Map([["Retry-After", "2"], ["x-other", "1"]]),
+    { "Retry-After": "2", "x-other": "1" },
+    [["Retry-After", "2"], ["x-other", "1"]],
+  ]) {
+    const f = rl.factsOf({ statusCode: 999, response: { status: 503, headers } });
+    assert.equal(f.status, 503);
+    assert.deepEqual(f.headers?.map(([k, v]) => [k.toLowerCase(), v]), [["retry-after", "2"]]);
+  }
+  // A DOMException's name is read too.
+  assert.ok(rl.factsOf(new DOMException("t", "TimeoutError")).error_types?.includes("TimeoutError"));
+  // The classify hook's answer is the explicit outcome; one that is not an outcome, or throws, is none.
+  const rejected = /** @type {const} */ ({ class: "non_retryable", kind: "rejected" });
+  assert.deepEqual(rl.factsOf(new Error("q"), { classify: () => rejected }).outcome, rejected);
+  // @ts-expect-error not an outcome
+  assert.equal(rl.factsOf(new Error("q"), { classify: () => ({ class: "nope" }) }).outcome, undefined);
+  assert.equal(rl.factsOf(new Error("q"), { classify: () => { throw new Error("bug"); } }).outcome, undefined);
+  assert.deepEqual(rl.factsOf(new Error("q"), { outputDelivered: true, cancelled: true, nowUnixMs: 5 }), {
+    result: "raised",
+    error_types: ["Error"],
+    response_bytes_received: true,
+    cancelled: true,
+    now_unix_ms: 5,
+  });
+});
+
+test("the generated tables are the core's", () => {
+  assert.deepEqual(rl.READ_HEADERS, ["retry-after", "retry-after-ms"]);
+  assert.ok(rl.TERMINALS.includes("stop_cancelled"));
+  assert.equal(rl.ERROR_CODE_FAMILY.idempotency_key_drift, "drift");
+  // A code the core throws maps to the error class of its family.
+  assert.throws(() => rl.validatePolicy("{"), (x) => x instanceof rl.DecodeError && rl.ERROR_CODE_FAMILY[x.code] === "decode");
 });

@@ -8,7 +8,7 @@ import http from "node:http";
 import OpenAI from "openai";
 
 import * as rl from "../dist/index.js";
-import { classifyOpenAIError, openaiDispatch, runWithOpenAI } from "../dist/openai.js";
+import { openaiDispatch, runWithOpenAI } from "../dist/openai.js";
 import { KEY, referencePolicy } from "./helpers.mjs";
 
 /**
@@ -184,8 +184,8 @@ test("a client with SDK retries on is refused before any request", async () => {
   }
 });
 
-test("openai's errors map to outcomes", () => {
-  const ctx = { nowUnixMs: 784111777000, retryAfterCapMs: 60_000, deadlineExceeded: false };
+test("openai's errors are judged by the core's tables", () => {
+  const ctx = { nowUnixMs: 784111777000 };
   /** @param {number} status @param {Record<string, string>} [h] */
   const apiError = (status, h = {}) => OpenAI.APIError.generate(status, { error: { message: "x" } }, undefined, new Headers(h));
   const cases = /** @type {[unknown, unknown][]} */ ([
@@ -208,14 +208,15 @@ test("openai's errors map to outcomes", () => {
       { class: "retryable", kind: "unavailable" },
     ],
     [new OpenAI.APIConnectionError({ cause: Object.assign(new Error("reset"), { code: "ECONNRESET" }) }), { class: "indeterminate", kind: "unknown_provider_acceptance" }],
-    [new OpenAI.APIUserAbortError(), undefined],
-    [new Error("something else"), undefined],
+    // An abort by a signal that is not the caller's (the caller's is the `cancelled` rule) before the deadline.
+    [new OpenAI.APIUserAbortError(), { class: "indeterminate", kind: "unknown_provider_acceptance" }],
   ]);
   assert.ok(apiError(429) instanceof OpenAI.RateLimitError);
   assert.ok(apiError(500) instanceof OpenAI.InternalServerError);
   for (const [error, expected] of cases) {
-    assert.deepEqual(classifyOpenAIError(error, ctx), expected, String(error));
+    assert.deepEqual(rl.judge(rl.factsOf(error, ctx)).outcome, expected, String(error));
   }
+  assert.equal(rl.judge(rl.factsOf(new Error("something else"), ctx)).rule, "unrecognized");
 });
 
 test("a refused connection is unavailable (retried), through the real SDK", async () => {
@@ -239,10 +240,12 @@ test("the package's own names resolve: retryledger/openai alone loads the module
   const { execFileSync } = await import("node:child_process");
   const script = `
     const m = await import("retryledger/openai");
-    const o = m.classifyOpenAIError(Object.assign(new Error("x"), { status: 429, headers: new Headers({ "retry-after": "3" }) }), { nowUnixMs: 0, retryAfterCapMs: 60000, deadlineExceeded: false });
+    let refused = "";
+    try { m.assertNoSdkRetries({ maxRetries: 2 }); } catch (e) { refused = e.code; }
     const root = await import("retryledger");
-    console.log(JSON.stringify(o), typeof root.runWithPolicy, typeof (await import("retryledger/web")).init);
+    const o = root.judge(root.factsOf(Object.assign(new Error("x"), { status: 429, headers: new Headers({ "retry-after": "3" }) }))).outcome;
+    console.log(refused, JSON.stringify(o), typeof root.runWithPolicy, typeof (await import("retryledger/web")).init);
   `;
   const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { cwd: new URL("..", import.meta.url), encoding: "utf8" });
-  assert.equal(out.trim(), '{"class":"retryable","kind":"rate_limited","retry_after_ms":3000} function function');
+  assert.equal(out.trim(), 'retry_owner_not_harness {"class":"retryable","kind":"rate_limited","retry_after_ms":3000} function function');
 });

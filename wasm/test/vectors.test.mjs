@@ -1,5 +1,7 @@
 // The conformance vectors (../tests/vectors/*.json), read in place: every case
-// through the package's public functions on the wasm-opt'd module. The
+// through the package's public functions on the wasm-opt'd module (the
+// driver cases, op `drive`, replay in drivers.test.mjs; tables.json holds no
+// cases: it generates ts/tables.ts). The
 // result, serialized as it comes back (JSON.stringify keeps the core's key
 // order), must equal the expected output in RFC 8785 form byte for byte;
 // error codes and paths are compared exactly.
@@ -44,12 +46,20 @@ function run(op, input) {
       return rl.parseRetryAfter(input.header, input.value, input.now_unix_ms, input.cap_ms);
     case "classify_http":
       return rl.classifyHttp(input.observation);
+    case "judge":
+      return rl.judge(input.facts);
     default:
       throw new Error(`unknown op ${op}`);
   }
 }
 
-const files = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith(".json")).sort() : [];
+/** The files of single-operation cases (not the driver scripts, not the tables). */
+const files = fs.existsSync(dir)
+  ? fs
+      .readdirSync(dir)
+      .filter((f) => f.endsWith(".json") && f !== "tables.json" && f !== "drivers.json")
+      .sort()
+  : [];
 
 test("the vectors are there (never pass vacuously)", () => {
   assert.ok(files.length > 0, `no vector files in ${dir}`);

@@ -11,21 +11,16 @@ export {
   digest,
   parseRetryAfter,
   classifyHttp,
+  judge,
+  checkOutcome,
   sha256Hex,
   toText,
   type Input,
 } from "./core.js";
-export {
-  AttemptError,
-  classifyError,
-  httpObservationOf,
-  httpOutcome,
-  isOutcome,
-  retryAfterHeaders,
-  type Classifier,
-  type ClassifyContext,
-} from "./classify.js";
+export { Session, RETURNED, type Observation } from "./session.js";
+export { AttemptError, factsOf, type Classifier, type FactsOptions } from "./facts.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+export * from "./tables.js";
 export {
   RetryledgerError,
   DecodeError,

@@ -8,12 +8,15 @@
  */
 
 import { DecodeError, fromWire } from "./errors.js";
+import { Session } from "./session.js";
 import type {
   Attempts,
   Bundle,
   Decision,
   Document,
+  Facts,
   HttpObservation,
+  Judgement,
   Outcome,
   Policy,
   Receipt,
@@ -29,27 +32,34 @@ export interface RawCompiled {
   plan_next(attempts: string): string;
   evaluate(attempts: string): string;
   seal(attempts: string): string;
-  start(): RawRun;
+  session(): RawSession;
   free(): void;
 }
 
-/** A run in progress inside the module: numbers in, numbers out; the receipt as JSON at the end. */
-export interface RawRun {
-  terminal(): number;
-  priority(): number;
-  ordinal(): number;
-  route_ordinal(): number;
-  not_before_ms(): number;
-  delay_ms(): number;
-  reserve_cost(): number;
-  retry_after_floor_ms(): number;
-  jitter_min_ms(): number;
-  jitter_max_ms(): number;
-  jitter_sample_ms(): number;
-  record(startedAtMs: number, completedAtMs: number, cost: number, outcome: number, retryAfterMs: number): void;
+/**
+ * The core's Session inside the module: the planned dispatch as numbers
+ * (`undefined` once terminal), an observed attempt as numbers and, when
+ * dispatch raised, the facts' JSON; attempts and receipt as JSON on request.
+ */
+export interface RawSession {
+  terminal(): string | undefined;
+  route_index(): number | undefined;
+  route_id(): string | undefined;
+  ordinal(): number | undefined;
+  route_ordinal(): number | undefined;
+  not_before_ms(): number | undefined;
+  delay_ms(): number | undefined;
+  reserve_cost(): number | undefined;
+  retry_after_floor_ms(): number | undefined;
+  jitter_min_ms(): number | undefined;
+  jitter_max_ms(): number | undefined;
+  jitter_sample_ms(): number | undefined;
+  /** Without facts: the rule (`returned`); with facts: the judgement's JSON. */
+  observe(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: string | undefined): string;
   cancel(atMs: number): void;
-  receipt_json(): string;
   attempts_json(): string;
+  last_attempt_json(): string | undefined;
+  receipt_json(): string;
   free(): void;
 }
 
@@ -61,6 +71,8 @@ export interface RawBindings {
   digest(document: string): string;
   parse_retry_after(header: string, value: string, nowUnixMs: number, capMs: number): number;
   classify_http(observation: string): string;
+  judge(facts: string): string;
+  check_outcome(outcome: string): string;
   sha256_hex(text: string): string;
   Compiled: { compile(policy: string): RawCompiled };
 }
@@ -141,6 +153,8 @@ export class CompiledPolicy {
   readonly policy: Readonly<Policy>;
   /** The routes in priority order. */
   readonly routesByPriority: readonly Route[];
+  /** The policy's canonical JSON text. */
+  readonly policyJson: string;
   readonly #raw: RawCompiled;
   #checkedKey: string | undefined;
 
@@ -149,7 +163,8 @@ export class CompiledPolicy {
     const text = toText(policy);
     this.#raw = call((b) => b.Compiled.compile(text));
     this.digest = this.#raw.digest();
-    this.policy = deepFreeze(JSON.parse(this.#raw.policy_json()) as Policy);
+    this.policyJson = this.#raw.policy_json();
+    this.policy = deepFreeze(JSON.parse(this.policyJson) as Policy);
     this.routesByPriority = Object.freeze([...this.policy.routes].sort((a, b) => a.priority - b.priority));
   }
 
@@ -161,9 +176,9 @@ export class CompiledPolicy {
     return true;
   }
 
-  /** A run of this policy inside the module (used by the driver; free it when done). */
-  startRun(): RawRun {
-    return call(() => this.#raw.start());
+  /** A run of this policy with no attempt yet: the core's Session (free it when done). */
+  session(): Session {
+    return new Session(this, call(() => this.#raw.session()));
   }
 
   /** The next dispatch, or the terminal, after the observed attempts. */
@@ -275,3 +290,15 @@ export function sha256Hex(text: string): string {
   return bindings().sha256_hex(t);
 }
 
+
+/** The core's judgement of what a host observed of one attempt (docs/HOSTS.md, "Facts"). */
+export function judge(facts: Input<Facts>): Judgement {
+  const text = toText(facts);
+  return JSON.parse(call((b) => b.judge(text))) as Judgement;
+}
+
+/** An outcome document as the core decodes it (strictly): its canonical JSON text; throws `DecodeError`. */
+export function checkOutcome(outcome: Input<Outcome>): string {
+  const text = toText(outcome);
+  return call((b) => b.check_outcome(text));
+}

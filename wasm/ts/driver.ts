@@ -1,30 +1,29 @@
 /**
- * `runWithPolicy`: the single retry owner of one logical request.
+ * `runWithPolicy`: the single retry owner of one logical request, a host of
+ * the core's Session (docs/HOSTS.md).
  *
- * The driver plans with the core, waits until `not_before_ms` (no timer when
- * the wait is 0), calls `dispatch(step, signal)` once per planned attempt with
- * the same idempotency key and a signal that fires at the run's deadline,
- * classifies what dispatch returned or threw (an unrecognized error is
- * recorded as indeterminate and never retried), and seals the run. Time is
- * the run clock: integer milliseconds since the driver started, read from an
+ * The driver asks the Session for the next decision, waits until
+ * `not_before_ms` (no sleep when the wait is 0), calls `dispatch(step,
+ * signal)` once per planned attempt with the same idempotency key, extracts
+ * plain facts from what dispatch returned or threw, and has the Session judge
+ * and record them; the core decides every outcome (an unrecognized error is
+ * indeterminate and never retried) and when the run ends. Time is the run
+ * clock: integer milliseconds since the driver started, read from an
  * injectable clock.
  */
 
-import { CompiledPolicy, call as guardCall, type Input, type RawRun } from "./core.js";
-import { classifyError, type Classifier } from "./classify.js";
+import { CompiledPolicy, type Input } from "./core.js";
+import { factsText, minimalFacts, type Classifier, type FactsOptions } from "./facts.js";
 import {
   DecodeError,
   DriftError,
+  HttpError,
   RunCancelledError,
   RunStoppedError,
   UnrecognizedDispatchError,
 } from "./errors.js";
-import type { Attempt, Attempts, Bundle, DispatchDecision, Outcome, Policy, Receipt } from "./types.js";
-
-/** A module call whose thrown JSON text becomes a typed error. */
-function guard<R>(f: () => R): R {
-  return guardCall(f);
-}
+import { RETURNED, type Session } from "./session.js";
+import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, Receipt, Sealed } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -50,6 +49,8 @@ export interface Step {
   readonly decision: DispatchDecision;
   /** Record actual cost (an integer; calls add up); an attempt never charged costs `reserveCost`. */
   charge(cost: number): void;
+  /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
+  outputDelivered(): void;
 }
 
 /** The caller's attempt: resolve with the result, or throw what went wrong. */
@@ -66,17 +67,20 @@ export interface RunOptions {
   sleep?: (ms: number, signal: AbortSignal | undefined) => Promise<void>;
   /** Wall clock in Unix ms, for HTTP-date Retry-After hints (default `Date.now`). */
   wallClock?: () => number;
-  /** Classifies errors of a particular client (see `openaiClassifier`) before the generic rules. */
+  /** The caller's classify hook: an outcome for an error it knows (the core records it as explicit), or `undefined`. */
   classify?: Classifier;
-  /** Called with every attempt as it is recorded. */
-  onAttempt?: (attempt: Attempt) => void;
+  /** Called with every attempt as the core recorded it, and the core's judgement of it. */
+  onAttempt?: (attempt: Attempt, judgement: Judgement) => void;
 }
 
-/** A completed run: dispatch's result and the sealed bundle. */
+/** A completed run: dispatch's result and the sealed run. */
 export interface RunResult<T> {
-  result: T;
-  bundle: Bundle;
-  receipt: Receipt;
+  readonly result: T;
+  readonly receipt: Receipt;
+  /** Policy, attempts and receipt (built when first read). */
+  readonly bundle: Bundle;
+  /** The sealed run: receipt digest and canonical bundle JSON too. */
+  readonly sealed: Sealed;
 }
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
@@ -102,21 +106,83 @@ function defaultSleep(ms: number, signal: AbortSignal | undefined): Promise<void
 }
 
 function deadlineReason(): Error {
-  const e = new Error("the run's deadline passed during the attempt");
-  e.name = "TimeoutError";
-  return e;
+  return new DOMException("the run's deadline passed during the attempt", "TimeoutError");
 }
 
-const SUCCESS: Outcome = { class: "success" };
-const UNKNOWN: Outcome = { class: "indeterminate", kind: "unknown_provider_acceptance" };
+/** The signal dispatch gets when nothing can fire it (an injected clock and no caller signal). */
+let quiet: AbortSignal | undefined;
+
+/** Longest delay a host timer takes (2^31 - 1 ms); a deadline further away needs no timer. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** One planned attempt, as dispatch sees it. */
+class AttemptStep implements Step {
+  readonly ordinal: number;
+  readonly routeId: string;
+  readonly routeOrdinal: number;
+  readonly routeReleaseSha256: string;
+  readonly idempotencyKey: string;
+  readonly remainingMs: number;
+  readonly deadlineMs: number;
+  readonly startedAtMs: number;
+  readonly reserveCost: number;
+  readonly decision: DispatchDecision;
+  charged: number | undefined = undefined;
+  delivered = false;
+  open = true;
+
+  constructor(decision: DispatchDecision, key: string, startedAt: number) {
+    this.ordinal = decision.ordinal;
+    this.routeId = decision.route_id;
+    this.routeOrdinal = decision.route_ordinal;
+    this.routeReleaseSha256 = decision.route_release_sha256;
+    this.idempotencyKey = key;
+    this.remainingMs = Math.max(0, decision.deadline_ms - startedAt);
+    this.deadlineMs = decision.deadline_ms;
+    this.startedAtMs = startedAt;
+    this.reserveCost = decision.reserve_cost;
+    this.decision = decision;
+  }
+
+  charge(cost: number): void {
+    if (!this.open) throw new Error("charge() after the attempt completed");
+    const total = (this.charged ?? 0) + cost;
+    if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
+      throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
+    }
+    this.charged = total;
+  }
+
+  outputDelivered(): void {
+    if (!this.open) throw new Error("outputDelivered() after the attempt completed");
+    this.delivered = true;
+  }
+}
+
+/** A completed run; the bundle is built when first read. */
+class Completed<T> implements RunResult<T> {
+  readonly result: T;
+  readonly receipt: Receipt;
+  readonly sealed: Sealed;
+
+  constructor(result: T, sealed: Sealed) {
+    this.result = result;
+    this.sealed = sealed;
+    this.receipt = sealed.receipt;
+  }
+
+  get bundle(): Bundle {
+    return this.sealed.bundle;
+  }
+}
 
 /**
- * Run one logical request under a policy. Resolves with `{result, bundle,
- * receipt}` when the run completes; rejects with a `RunStoppedError` (or its
- * subclasses `UnrecognizedDispatchError`, `RunCancelledError`) carrying the
- * bundle otherwise. Throws `DecodeError`/`PolicyError` for a bad policy and
- * `DriftError` `idempotency_key_drift` for a key that is not the policy's,
- * before any dispatch.
+ * Run one logical request under a policy. Resolves with `{result, receipt,
+ * bundle, sealed}` when the run completes; rejects with a `RunStoppedError`
+ * (or its subclasses `UnrecognizedDispatchError`, `RunCancelledError`)
+ * carrying the sealed run otherwise. Throws `DecodeError`/`PolicyError` for a
+ * bad policy and `DriftError` `idempotency_key_drift` for a key that is not
+ * the policy's, before any dispatch.
  */
 export async function runWithPolicy<T>(
   policy: Input<Policy> | CompiledPolicy,
@@ -132,64 +198,20 @@ export async function runWithPolicy<T>(
   }
 }
 
-/** The module's outcome index by kind (each kind belongs to one class); success is 0. */
-const OUTCOME_CLASS_INDEX: ReadonlyMap<string, readonly [string, number]> = new Map(
-  [
-    "retryable/timeout_before_response",
-    "retryable/rate_limited",
-    "retryable/unavailable",
-    "non_retryable/rejected",
-    "non_retryable/policy_denied",
-    "non_retryable/invalid_request",
-    "non_retryable/protocol_violation",
-    "non_retryable/invalid_output",
-    "indeterminate/unknown_provider_acceptance",
-    "indeterminate/stream_interrupted_after_output",
-  ].map((k, i): [string, readonly [string, number]] => {
-    const [cls = "", kind = ""] = k.split("/");
-    return [kind, [cls, i + 1]];
-  }),
-);
-
-/** The module's index of an outcome; anything unknown counts as indeterminate/unknown_provider_acceptance (9). */
-function outcomeIndex(outcome: Outcome): number {
-  if (outcome.class === "success") return 0;
-  const entry = OUTCOME_CLASS_INDEX.get(outcome.kind);
-  return entry !== undefined && entry[0] === outcome.class ? entry[1] : 9;
-}
-
-/** Longest delay a host timer takes (2^31 - 1 ms); a deadline further away needs no timer. */
-const MAX_TIMER_MS = 2_147_483_647;
-
-/** Read the module's planned dispatch as the core's decision document. */
-function decisionOf(run: RawRun, compiled: CompiledPolicy): DispatchDecision {
-  const p = compiled.policy;
-  const route = compiled.routesByPriority[run.priority()];
-  if (route === undefined) throw new Error("retryledger: the planned route is not in the policy");
-  const d: DispatchDecision = {
-    kind: "dispatch",
-    deadline_ms: p.deadline_ms,
-    delay_ms: run.delay_ms(),
-    idempotency_key_sha256: p.idempotency_key_sha256,
-    logical_request_sha256: p.logical_request_sha256,
-    not_before_ms: run.not_before_ms(),
-    ordinal: run.ordinal(),
-    reserve_cost: run.reserve_cost(),
-    retry_after_floor_ms: run.retry_after_floor_ms(),
-    route_id: route.route_id,
-    route_ordinal: run.route_ordinal(),
-    route_release_sha256: route.route_release_sha256,
-  };
-  if (p.jitter.mode !== "none") {
-    // The first dispatch has no draw: the module says -1 for "absent".
-    const sample = run.jitter_sample_ms();
-    if (sample >= 0) {
-      d.jitter_max_ms = run.jitter_max_ms();
-      d.jitter_min_ms = run.jitter_min_ms();
-      d.jitter_sample_ms = sample;
-    }
+/**
+ * Record a raised attempt: the facts go to the core as JSON. Facts the core
+ * refuses (a header value it cannot decode, a hint too long to parse) are
+ * replaced by the ones that are certain, so an odd error never breaks the run.
+ */
+function observeRaised(session: Session, startedAt: number, completedAt: number, cost: number | undefined, error: unknown, facts: FactsOptions): Judgement {
+  const observation = { started_at_ms: startedAt, completed_at_ms: completedAt, cost, facts: factsText(error, facts) };
+  try {
+    return session.observe(observation);
+  } catch (e) {
+    if (!(e instanceof DecodeError || e instanceof HttpError)) throw e;
+    observation.facts = minimalFacts(facts);
+    return session.observe(observation);
   }
-  return d;
 }
 
 async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, options: RunOptions): Promise<RunResult<T>> {
@@ -207,11 +229,13 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       { path: "/idempotency_key_sha256" },
     );
   }
-  const clock = options.clock ?? defaultClock;
+  const injectedClock = options.clock;
+  const clock = injectedClock ?? defaultClock;
   const sleep = options.sleep ?? defaultSleep;
   const wallClock = options.wallClock ?? Date.now;
+  const classify = options.classify;
+  const onAttempt = options.onAttempt;
   const signal = options.signal;
-  const capMs = compiled.policy.backoff.retry_after_cap_ms;
   const deadlineMs = compiled.policy.deadline_ms;
 
   const t0 = clock();
@@ -222,28 +246,40 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
     return last;
   };
 
-  // One signal for every attempt of the run: it fires at the run's deadline
-  // (one host timer per run) or when the caller's signal fires.
-  const controller = new AbortController();
-  let deadlineExceeded = false;
+  // On the real clock one signal serves every attempt of the run: it fires at
+  // the run's deadline (one host timer per run) or when the caller's signal
+  // fires. On an injected clock no timer is armed: the core judges an error
+  // raised at or after the deadline a timeout, and dispatch gets the caller's
+  // signal (or one that never fires).
+  let controller: AbortController | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const onAbort = (): void => controller.abort(signal?.reason);
-  signal?.addEventListener("abort", onAbort, { once: true });
+  let dispatchSignal: AbortSignal;
+  const onAbort = (): void => controller?.abort(signal?.reason);
+  if (injectedClock === undefined) {
+    controller = new AbortController();
+    dispatchSignal = controller.signal;
+    if (signal !== undefined) {
+      if (signal.aborted) onAbort();
+      else signal.addEventListener("abort", onAbort, { once: true });
+    }
+  } else {
+    dispatchSignal = signal ?? (quiet ??= new AbortController().signal);
+  }
 
-  const run = compiled.startRun();
-  const attempts: Attempts = { attempts: [], schema: "retryledger.attempts.v1" };
+  const session = compiled.session();
   let lastError: unknown;
   let lastResult: T | undefined;
+  let lastRule: string | undefined;
   let succeeded = false;
-  let unrecognized = false;
   let cancelled = false;
   let cancelReason: unknown;
-  let receiptText: string;
+  let sealed: Sealed;
 
   try {
     for (;;) {
-      if (run.terminal() !== 0) break;
-      const notBefore = run.not_before_ms();
+      const decision = session.next();
+      if (decision.kind === "terminal") break;
+      const notBefore = decision.not_before_ms;
       let t = now();
       while (t < notBefore && !signal?.aborted) {
         await sleep(notBefore - t, signal);
@@ -252,109 +288,73 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       if (signal?.aborted) {
         cancelled = true;
         cancelReason = signal.reason;
-        const at = now();
-        guard(() => run.cancel(at));
-        attempts.cancelled_at_ms = at;
+        session.cancel(now());
         continue;
       }
 
-      const decision = decisionOf(run, compiled);
       const startedAt = t;
-      const remaining = deadlineMs - startedAt;
-      if (remaining <= 0) {
-        deadlineExceeded = true;
-        controller.abort(deadlineReason());
-      } else if (timer === undefined && remaining <= MAX_TIMER_MS && !controller.signal.aborted) {
-        timer = setTimeout(() => {
-          deadlineExceeded = true;
+      if (controller !== undefined && !controller.signal.aborted) {
+        const remaining = deadlineMs - startedAt;
+        if (remaining <= 0) {
           controller.abort(deadlineReason());
-        }, remaining);
+        } else if (timer === undefined && remaining <= MAX_TIMER_MS) {
+          const c = controller;
+          timer = setTimeout(() => c.abort(deadlineReason()), remaining);
+        }
       }
 
-      let charged: number | undefined;
-      let open = true;
-      const step: Step = {
-        ordinal: decision.ordinal,
-        routeId: decision.route_id,
-        routeOrdinal: decision.route_ordinal,
-        routeReleaseSha256: decision.route_release_sha256,
-        idempotencyKey: key,
-        remainingMs: Math.max(0, remaining),
-        deadlineMs,
-        startedAtMs: startedAt,
-        reserveCost: decision.reserve_cost,
-        decision,
-        charge(cost: number): void {
-          if (!open) throw new Error("charge() after the attempt completed");
-          const total = (charged ?? 0) + cost;
-          if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
-            throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
-          }
-          charged = total;
-        },
-      };
-
-      let outcome: Outcome;
+      const step = new AttemptStep(decision, key, startedAt);
+      let value: T | undefined;
+      let error: unknown;
+      let raised = false;
       try {
-        lastResult = await dispatch(step, controller.signal);
-        outcome = SUCCESS;
-        succeeded = true;
-        lastError = undefined;
+        value = await dispatch(step, dispatchSignal);
       } catch (e) {
+        raised = true;
+        error = e;
+      }
+      step.open = false;
+      const completedAt = now();
+      let judgement: Judgement;
+      if (!raised) {
+        succeeded = true;
+        lastResult = value;
+        lastError = undefined;
+        judgement = session.observe({ started_at_ms: startedAt, completed_at_ms: completedAt, cost: step.charged, facts: RETURNED });
+      } else {
         succeeded = false;
         lastResult = undefined;
-        lastError = e;
-        if (signal?.aborted) {
+        lastError = error;
+        const aborted = signal?.aborted === true;
+        if (aborted) {
           cancelled = true;
-          cancelReason = signal.reason;
-          outcome = UNKNOWN;
-        } else {
-          const classified = classifyError(e, { nowUnixMs: wallClock(), retryAfterCapMs: capMs, deadlineExceeded }, options.classify);
-          unrecognized = classified === undefined;
-          outcome = classified ?? UNKNOWN;
+          cancelReason = signal?.reason;
         }
-      } finally {
-        open = false;
+        judgement = observeRaised(session, startedAt, completedAt, step.charged, error, {
+          classify,
+          outputDelivered: step.delivered,
+          cancelled: aborted,
+          nowUnixMs: wallClock(),
+        });
       }
-
-      const attempt: Attempt = {
-        completed_at_ms: now(),
-        cost: charged ?? decision.reserve_cost,
-        idempotency_key_sha256: decision.idempotency_key_sha256,
-        logical_request_sha256: decision.logical_request_sha256,
-        ordinal: decision.ordinal,
-        outcome,
-        route_id: decision.route_id,
-        route_ordinal: decision.route_ordinal,
-        route_release_sha256: decision.route_release_sha256,
-        started_at_ms: startedAt,
-      };
-      if (decision.jitter_sample_ms !== undefined) attempt.jitter_sample_ms = decision.jitter_sample_ms;
-      const index = outcomeIndex(outcome);
-      const hint = outcome.class === "retryable" ? (outcome.retry_after_ms ?? -1) : -1;
-      guard(() => run.record(attempt.started_at_ms, attempt.completed_at_ms, attempt.cost, index, hint));
-      attempts.attempts.push(attempt);
-      options.onAttempt?.(attempt);
+      lastRule = judgement.rule;
+      if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
     }
-    receiptText = guard(() => run.receipt_json());
+    sealed = session.seal();
   } finally {
     if (timer !== undefined) clearTimeout(timer);
-    signal?.removeEventListener("abort", onAbort);
-    run.free();
+    if (controller !== undefined) signal?.removeEventListener("abort", onAbort);
+    session.free();
   }
 
-  const receipt = JSON.parse(receiptText) as Receipt;
-  const bundle: Bundle = { attempts, policy: compiled.policy as Policy, receipt, schema: "retryledger.bundle.v1" };
-  const terminal = receipt.terminal;
-  if (terminal === "completed") {
-    return { result: lastResult as T, bundle, receipt };
-  }
-  const n = receipt.attempt_count;
+  const terminal = sealed.terminal;
+  if (terminal === "completed") return new Completed(lastResult as T, sealed);
+  const n = sealed.receipt.attempt_count;
   const because = lastError === undefined ? "" : `; last error: ${errorText(lastError)}`;
   const message = `run stopped with ${terminal} after ${n} attempt${n === 1 ? "" : "s"}${because}`;
-  if (cancelled) throw new RunCancelledError<T>(message, { bundle, cause: cancelReason });
-  if (unrecognized) throw new UnrecognizedDispatchError<T>(message, { bundle, cause: lastError });
-  const details = succeeded ? { bundle, cause: lastError, result: lastResult as T } : { bundle, cause: lastError };
+  if (cancelled) throw new RunCancelledError<T>(message, { sealed, cause: cancelReason });
+  if (lastRule === "unrecognized") throw new UnrecognizedDispatchError<T>(message, { sealed, cause: lastError });
+  const details = succeeded ? { sealed, cause: lastError, result: lastResult as T } : { sealed, cause: lastError };
   throw new RunStoppedError<T>(message, details);
 }
 

@@ -4,73 +4,19 @@
  * TypeScript and Python; the message is for people.
  */
 
-import type { Attempts, Bundle, Receipt, Terminal } from "./types.js";
+import { ERROR_CODE_FAMILY, type ErrorCode, type ErrorFamily, type DecodeCode, type DriftCode, type HttpCode, type PolicyCode, type ReceiptCode, type RunCode } from "./tables.js";
+import type { Attempts, Bundle, Receipt, Sealed, Terminal } from "./types.js";
 
-/** The input is not a well-formed document in normal form. */
-export type DecodeCode =
-  | "input_too_large"
-  | "invalid_json"
-  | "nesting_too_deep"
-  | "duplicate_key"
-  | "null_value"
-  | "float_value"
-  | "integer_out_of_range"
-  | "string_too_long"
-  | "too_many_items"
-  | "unknown_field"
-  | "missing_field"
-  | "invalid_type"
-  | "invalid_value"
-  | "schema_mismatch"
-  | "invalid_digest"
-  | "invalid_identifier"
-  | "duplicate_set_item";
-
-/** The policy breaks a rule checked before any dispatch. */
-export type PolicyCode =
-  | "retry_owner_not_harness"
-  | "no_routes"
-  | "duplicate_priority"
-  | "priority_not_contiguous"
-  | "duplicate_route_id"
-  | "duplicate_route_release"
-  | "capability_missing"
-  | "behavior_class_mismatch"
-  | "data_boundary_exceeded"
-  | "idempotency_unsupported"
-  | "route_attempts_unbounded"
-  | "budget_unbounded"
-  | "invalid_backoff";
-
-/** An observed attempt is not the planned one. */
-export type DriftCode =
-  | "attempt_after_terminal"
-  | "route_drift"
-  | "release_drift"
-  | "ordinal_drift"
-  | "route_ordinal_drift"
-  | "logical_request_drift"
-  | "idempotency_key_drift"
-  | "early_start"
-  | "completed_before_started"
-  | "jitter_sample_missing"
-  | "jitter_sample_unexpected"
-  | "jitter_out_of_interval"
-  | "jitter_sample_drift"
-  | "cancel_drift"
-  | "arithmetic_overflow";
-
-/** A sealed receipt does not match its replay. */
-export type ReceiptCode = "receipt_mismatch";
-/** A Retry-After value or HTTP observation is malformed. */
-export type HttpCode = "retry_after_invalid" | "retry_after_overlong" | "invalid_status";
-/** The run cannot be evaluated in its current state. */
-export type RunCode = "run_not_terminal";
-
-/** Every code the core reports. */
-export type ErrorCode = DecodeCode | PolicyCode | DriftCode | ReceiptCode | HttpCode | RunCode;
-/** The family of a core code; one error class each. */
-export type ErrorFamily = "decode" | "policy" | "drift" | "receipt" | "http" | "run";
+export type {
+  DecodeCode,
+  DriftCode,
+  ErrorCode,
+  ErrorFamily,
+  HttpCode,
+  PolicyCode,
+  ReceiptCode,
+  RunCode,
+} from "./tables.js";
 
 export interface ErrorDetails {
   path?: string | undefined;
@@ -175,7 +121,9 @@ export function fromWire(text: string): RetryledgerError {
   }
   const details: ErrorDetails = { path: parsed.path, attemptIndex: parsed.attempt_index };
   const message = parsed.path === undefined ? `${parsed.code}: ${parsed.message}` : `${parsed.code} at ${parsed.path}: ${parsed.message}`;
-  switch (parsed.family) {
+  // The family of a known code is the core's table's; the wire's otherwise.
+  const family: string = Object.hasOwn(ERROR_CODE_FAMILY, parsed.code) ? ERROR_CODE_FAMILY[parsed.code as ErrorCode] : parsed.family;
+  switch (family) {
     case "decode":
       return new DecodeError(parsed.code as DecodeCode, message, details);
     case "policy":
@@ -193,8 +141,9 @@ export function fromWire(text: string): RetryledgerError {
 
 /** What a stopped run carries. */
 export interface StoppedDetails<T = unknown> {
-  bundle: Bundle;
-  /** The last error dispatch threw, if any. */
+  /** The sealed run. */
+  sealed: Sealed;
+  /** The last error dispatch threw (or the signal's reason for a cancelled run), if any. */
   cause?: unknown;
   /** The value the last attempt returned, when it succeeded too late (`stop_deadline`). */
   result?: T;
@@ -202,31 +151,40 @@ export interface StoppedDetails<T = unknown> {
 
 /**
  * The driver's rejection: the run reached a terminal other than `completed`.
- * `code` and `terminal` are the terminal; `bundle` replays the run.
+ * `code` and `terminal` are the terminal; `bundle` replays the run; `sealed`
+ * has its digest and canonical JSON.
  */
 export class RunStoppedError<T = unknown> extends RetryledgerError {
   declare readonly code: Terminal;
   readonly terminal: Terminal;
-  readonly bundle: Bundle;
+  readonly sealed: Sealed;
   readonly receipt: Receipt;
-  readonly attempts: Attempts;
   readonly result: T | undefined;
 
   constructor(message: string, details: StoppedDetails<T>) {
-    const terminal = details.bundle.receipt.terminal;
+    const terminal = details.sealed.terminal;
     super(terminal, "stopped", message, { cause: details.cause });
     this.terminal = terminal;
-    this.bundle = details.bundle;
-    this.receipt = details.bundle.receipt;
-    this.attempts = details.bundle.attempts;
+    this.sealed = details.sealed;
+    this.receipt = details.sealed.receipt;
     this.result = details.result;
+  }
+
+  /** The bundle of policy, attempts and receipt (built when first read). */
+  get bundle(): Bundle {
+    return this.sealed.bundle;
+  }
+
+  /** The attempts document. */
+  get attempts(): Attempts {
+    return this.sealed.bundle.attempts;
   }
 }
 
 /**
- * Dispatch threw an error nobody could classify. It was recorded as
- * `indeterminate` / `unknown_provider_acceptance` (never retried); `cause` is
- * the original error.
+ * Dispatch threw an error the core did not recognize (rule `unrecognized`).
+ * It was recorded as `indeterminate` / `unknown_provider_acceptance` (never
+ * retried); `cause` is the original error.
  */
 export class UnrecognizedDispatchError<T = unknown> extends RunStoppedError<T> {}
 

@@ -6,22 +6,22 @@
  * are nine requests for one logical call). So every client must be built
  * with `maxRetries: 0`, and each call also passes `maxRetries: 0`.
  *
- * Errors map to outcomes through the core's `classifyHttp`: `RateLimitError`
- * (429) is rate limited with its `retry-after-ms` / `retry-after` hint;
- * `InternalServerError` (5xx) unavailable, except 501/505; 408 a timeout;
- * `APIConnectionTimeoutError` a timeout before response; `APIConnectionError`
- * unavailable when the connection was never made (refused, DNS) and unknown
- * acceptance otherwise; `BadRequestError`, `NotFoundError`,
- * `UnprocessableEntityError` invalid requests; `PermissionDeniedError` policy
- * denied; `AuthenticationError`, `ConflictError` and other 4xx rejected.
+ * The SDK's errors are judged by the core like any other (its tables know
+ * `APIConnectionError`, `APIConnectionTimeoutError`, `APIUserAbortError`,
+ * `APIResponseValidationError` and the connection codes of their causes; an
+ * `APIError`'s `status` and `retry-after-ms` / `retry-after` headers go
+ * through the core's HTTP rules): `RateLimitError` (429) is rate limited with
+ * its hint, 5xx unavailable except 501/505, 408 and a connection timeout a
+ * timeout before response, a connection never made (refused, DNS) unavailable
+ * and one broken after sending unknown acceptance.
  * This module does not import `openai`; it reads the errors' fields.
  */
 
-import { AttemptError, httpOutcome, transportOutcome, type ClassifyContext } from "./classify.js";
+import { AttemptError } from "./facts.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
-import type { Outcome, Policy } from "./types.js";
+import type { Policy } from "./types.js";
 
 /** The part of an `OpenAI` client this module looks at. */
 export interface OpenAIClientLike {
@@ -48,44 +48,6 @@ export function assertNoSdkRetries(client: OpenAIClientLike, name = "client"): v
     );
   }
 }
-
-const CONNECT_FAILED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
-
-function causeCode(error: unknown): string | undefined {
-  let e: unknown = error;
-  for (let depth = 0; depth < 6 && typeof e === "object" && e !== null; depth += 1) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && /^[A-Z_]+$/.test(code)) return code;
-    e = (e as { cause?: unknown }).cause;
-  }
-  return undefined;
-}
-
-function errorName(error: unknown): string | undefined {
-  if (typeof error !== "object" || error === null) return undefined;
-  const ctor = (error as { constructor?: { name?: unknown } }).constructor;
-  return typeof ctor?.name === "string" ? ctor.name : undefined;
-}
-
-/**
- * The outcome of an error thrown by the `openai` SDK, or `undefined` when it
- * is not one (the driver then treats it as unrecognized). `APIUserAbortError`
- * is left to the driver, which knows whose signal fired.
- */
-export function classifyOpenAIError(error: unknown, context: ClassifyContext): Outcome | undefined {
-  const name = errorName(error);
-  if (name === "APIUserAbortError") return undefined;
-  if (name === "APIConnectionTimeoutError") return transportOutcome("timeout", context);
-  if (name === "APIConnectionError") {
-    const code = causeCode((error as { cause?: unknown }).cause);
-    const kind = code !== undefined && CONNECT_FAILED.has(code) ? "connect_failed" : "connection_reset";
-    return transportOutcome(kind, context);
-  }
-  return httpOutcome(error, context);
-}
-
-/** `classifyOpenAIError` as a `classify` option for `runWithPolicy`. */
-export const openaiClassifier = classifyOpenAIError;
 
 /**
  * A dispatch function over `openai` clients, one per route id (or one for
@@ -120,7 +82,7 @@ export function openaiDispatch<C extends OpenAIClientLike, T>(
 }
 
 /**
- * `runWithPolicy` over `openai` clients with `openaiClassifier`. Before any
+ * `runWithPolicy` over `openai` clients. Before any
  * request it refuses a client whose `maxRetries` is not 0 and a policy route
  * without a client.
  */
@@ -137,7 +99,7 @@ export async function runWithOpenAI<C extends OpenAIClientLike, T>(
       const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
       if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
     }
-    return await runWithPolicy(compiled, dispatch, { classify: openaiClassifier, ...options });
+    return await runWithPolicy(compiled, dispatch, options);
   } finally {
     if (compiled !== policy) compiled.free();
   }

@@ -4,6 +4,18 @@
  * omitted (never `null`). Every document names its `schema`.
  */
 
+import type {
+  IndeterminateKind,
+  NonRetryableKind,
+  OutcomeClass,
+  RetryableKind,
+  Rule,
+  Signal,
+  Terminal,
+} from "./tables.js";
+
+export type { IndeterminateKind, NonRetryableKind, OutcomeClass, ReadHeader, RetryableKind, Rule, Signal, Terminal } from "./tables.js";
+
 /** Lowercase hex SHA-256: 64 characters of 0-9a-f. */
 export type Sha256Hex = string;
 /** 1 to 128 bytes of `A-Z a-z 0-9 . _ - : / @ +`. */
@@ -92,15 +104,6 @@ export interface Policy {
 
 // ---------------------------------------------------------------- outcomes
 
-export type RetryableKind = "timeout_before_response" | "rate_limited" | "unavailable";
-export type NonRetryableKind =
-  | "rejected"
-  | "policy_denied"
-  | "invalid_request"
-  | "protocol_violation"
-  | "invalid_output";
-export type IndeterminateKind = "unknown_provider_acceptance" | "stream_interrupted_after_output";
-
 export interface SuccessOutcome {
   class: "success";
 }
@@ -120,7 +123,6 @@ export interface IndeterminateOutcome {
 }
 /** An observed outcome, tagged by `class`. */
 export type Outcome = SuccessOutcome | RetryableOutcome | NonRetryableOutcome | IndeterminateOutcome;
-export type OutcomeClass = Outcome["class"];
 
 // ---------------------------------------------------------------- attempts
 
@@ -146,17 +148,6 @@ export interface Attempts {
 }
 
 // ---------------------------------------------------------------- decisions
-
-/** How a run ended. */
-export type Terminal =
-  | "completed"
-  | "stop_non_retryable"
-  | "stop_indeterminate"
-  | "stop_total_attempts"
-  | "stop_route_exhausted"
-  | "stop_cost_budget"
-  | "stop_deadline"
-  | "stop_cancelled";
 
 /** Dispatch this attempt no earlier than `not_before_ms`. */
 export interface DispatchDecision {
@@ -286,3 +277,54 @@ export interface HttpObservation {
 
 /** The header a Retry-After hint came in. */
 export type RetryAfterHeader = "retry-after" | "retry-after-ms";
+
+// ---------------------------------------------------------------- observing
+
+/**
+ * What a host observed of one attempt (docs/HOSTS.md, "Facts"); the core
+ * judges it. Only `result` is required.
+ */
+export interface Facts {
+  /** The caller cancelled while the attempt was in flight. */
+  cancelled?: boolean;
+  /** The attempt completed at or after the run's deadline (a session works this out itself). */
+  deadline_passed?: boolean;
+  /** `code` strings of the error and its causes, at most 32. */
+  error_codes?: string[];
+  /** Class names of the error (most specific first), then of its causes, at most 32. */
+  error_types?: string[];
+  /** The response headers the core reads (`READ_HEADERS`), as `[name, value]` pairs. */
+  headers?: [string, string][];
+  /** Wall clock, Unix ms (resolves HTTP-date Retry-After hints). */
+  now_unix_ms?: number;
+  /** An outcome the error carries explicitly, or the classify hook's answer. */
+  outcome?: Outcome;
+  /** Response bytes reached the caller before the failure. */
+  response_bytes_received?: boolean;
+  /** Whether dispatch returned a value or raised. */
+  result: "returned" | "raised";
+  /** The HTTP status the error carries (100..=599). */
+  status?: number;
+  /** A transport signal the host itself observed. */
+  transport_error?: Signal;
+}
+
+/** The core's judgement of one attempt: its outcome and the rule that decided it. */
+export interface Judgement {
+  outcome: Outcome;
+  rule: Rule;
+}
+
+/** A sealed run: what `Session.seal()` returns and what the driver's results and errors carry. */
+export interface Sealed {
+  /** How the run ended. */
+  readonly terminal: Terminal;
+  /** The receipt. */
+  readonly receipt: Receipt;
+  /** Lowercase hex SHA-256 of the receipt's canonical JSON. */
+  readonly receipt_sha256: Sha256Hex;
+  /** Policy, attempts and receipt: everything `verifyBundle` replays. */
+  readonly bundle: Bundle;
+  /** The bundle's canonical JSON text. */
+  readonly bundle_json: string;
+}

@@ -1,0 +1,203 @@
+/**
+ * The core's Session: a run of one policy, advanced one observed attempt at a
+ * time. The same interface as the Python binding's (docs/HOSTS.md): `next()`
+ * is the decision, `observe(...)` has the core judge the facts and record the
+ * attempt, `cancel(at_ms)` stops between attempts, `seal()` is the sealed run.
+ * Plain values only: no sentinel numbers, no positional tuples.
+ */
+
+import { call, sha256Hex, toText, type CompiledPolicy, type Input, type RawSession } from "./core.js";
+import type {
+  Attempt,
+  Attempts,
+  Bundle,
+  Decision,
+  DispatchDecision,
+  Facts,
+  Judgement,
+  Policy,
+  Receipt,
+  Sealed,
+  Terminal,
+} from "./types.js";
+
+/** The facts of a dispatch that returned a value (the one fact object that crosses no JSON). */
+export const RETURNED: Readonly<Facts> = Object.freeze({ result: "returned" });
+
+const RETURNED_JUDGEMENT: Readonly<Judgement> = Object.freeze({
+  outcome: Object.freeze({ class: "success" }),
+  rule: "returned",
+});
+
+/** One attempt as a host observed it, for `Session.observe`. */
+export interface Observation {
+  /** When the attempt started, run clock, ms. */
+  started_at_ms: number;
+  /** When it completed, run clock, ms. */
+  completed_at_ms: number;
+  /** What it cost (the planned `reserve_cost` when absent). */
+  cost?: number | undefined;
+  /** What the host observed (an object or its JSON text). */
+  facts: Input<Facts>;
+}
+
+/** A run of a compiled policy in progress; create one with `compiled.session()`. */
+export class Session {
+  /** The compiled policy this run follows. */
+  readonly compiled: CompiledPolicy;
+  readonly #raw: RawSession;
+
+  /** @internal Use `compiled.session()`. */
+  constructor(compiled: CompiledPolicy, raw: RawSession) {
+    this.compiled = compiled;
+    this.#raw = raw;
+  }
+
+  /** The decision: `{kind: "dispatch", …}` (exactly `planNext`'s document) or `{kind: "terminal", terminal}`. */
+  next(): Decision {
+    const r = this.#raw;
+    const notBefore = r.not_before_ms();
+    if (notBefore === undefined) return { kind: "terminal", terminal: r.terminal() as Terminal };
+    const route = this.compiled.routesByPriority[r.route_index() as number];
+    if (route === undefined) throw new Error("retryledger: the planned route is not in the policy");
+    const p = this.compiled.policy;
+    const sample = r.jitter_sample_ms();
+    // Keys in canonical order, as planNext's document has them.
+    const d: DispatchDecision =
+      sample === undefined
+        ? {
+            deadline_ms: p.deadline_ms,
+            delay_ms: r.delay_ms() as number,
+            idempotency_key_sha256: p.idempotency_key_sha256,
+            kind: "dispatch",
+            logical_request_sha256: p.logical_request_sha256,
+            not_before_ms: notBefore,
+            ordinal: r.ordinal() as number,
+            reserve_cost: r.reserve_cost() as number,
+            retry_after_floor_ms: r.retry_after_floor_ms() as number,
+            route_id: route.route_id,
+            route_ordinal: r.route_ordinal() as number,
+            route_release_sha256: route.route_release_sha256,
+          }
+        : {
+            deadline_ms: p.deadline_ms,
+            delay_ms: r.delay_ms() as number,
+            idempotency_key_sha256: p.idempotency_key_sha256,
+            jitter_max_ms: r.jitter_max_ms() as number,
+            jitter_min_ms: r.jitter_min_ms() as number,
+            jitter_sample_ms: sample,
+            kind: "dispatch",
+            logical_request_sha256: p.logical_request_sha256,
+            not_before_ms: notBefore,
+            ordinal: r.ordinal() as number,
+            reserve_cost: r.reserve_cost() as number,
+            retry_after_floor_ms: r.retry_after_floor_ms() as number,
+            route_id: route.route_id,
+            route_ordinal: r.route_ordinal() as number,
+            route_release_sha256: route.route_release_sha256,
+          };
+    return d;
+  }
+
+  /**
+   * Record the planned attempt: the core judges the facts (decoded strictly),
+   * charges `cost` (the planned `reserve_cost` when absent) and records it.
+   * Returns the judgement. Drift (an early start, a completion before the
+   * start, an attempt after the terminal) throws and changes nothing.
+   */
+  observe(observation: Observation): Judgement {
+    const { started_at_ms: started, completed_at_ms: completed, cost, facts } = observation;
+    const r = this.#raw;
+    if (facts === RETURNED) {
+      call(() => r.observe(started, completed, cost, undefined));
+      return RETURNED_JUDGEMENT as Judgement;
+    }
+    const text = toText(facts);
+    return JSON.parse(call(() => r.observe(started, completed, cost, text))) as Judgement;
+  }
+
+  /** Mark the run cancelled between attempts at `at_ms` (run clock). */
+  cancel(at_ms: number): void {
+    const r = this.#raw;
+    call(() => r.cancel(at_ms));
+  }
+
+  /** The terminal's name, or `null` while the run can dispatch. */
+  get terminal(): Terminal | null {
+    return (this.#raw.terminal() as Terminal | undefined) ?? null;
+  }
+
+  /** The attempts document so far. */
+  get attempts(): Attempts {
+    return JSON.parse(this.#raw.attempts_json()) as Attempts;
+  }
+
+  /** The last recorded attempt, if any. */
+  lastAttempt(): Attempt | undefined {
+    const text = this.#raw.last_attempt_json();
+    return text === undefined ? undefined : (JSON.parse(text) as Attempt);
+  }
+
+  /** The sealed run (`RunError` `run_not_terminal` while it can still dispatch). */
+  seal(): Sealed {
+    const r = this.#raw;
+    const receipt = call(() => r.receipt_json());
+    return new SealedRun(this.compiled, receipt, r.attempts_json());
+  }
+
+  /** Release the module memory now rather than at garbage collection. */
+  free(): void {
+    this.#raw.free();
+  }
+}
+
+const BUNDLE_SCHEMA = "retryledger.bundle.v1";
+
+/**
+ * A sealed run. The receipt is parsed at once; the receipt digest, the bundle
+ * and its canonical JSON are computed when first read (from the canonical
+ * texts the core returned, so they are byte for byte the core's).
+ */
+class SealedRun implements Sealed {
+  readonly receipt: Receipt;
+  readonly #compiled: CompiledPolicy;
+  readonly #receipt: string;
+  readonly #attempts: string;
+  #bundle: Bundle | undefined;
+  #sha: string | undefined;
+
+  constructor(compiled: CompiledPolicy, receipt: string, attempts: string) {
+    this.#compiled = compiled;
+    this.#receipt = receipt;
+    this.#attempts = attempts;
+    this.receipt = JSON.parse(receipt) as Receipt;
+  }
+
+  get terminal(): Terminal {
+    return this.receipt.terminal;
+  }
+
+  get receipt_sha256(): string {
+    this.#sha ??= sha256Hex(this.#receipt);
+    return this.#sha;
+  }
+
+  get bundle(): Bundle {
+    this.#bundle ??= {
+      attempts: JSON.parse(this.#attempts) as Attempts,
+      policy: this.#compiled.policy as Policy,
+      receipt: this.receipt,
+      schema: BUNDLE_SCHEMA,
+    };
+    return this.#bundle;
+  }
+
+  get bundle_json(): string {
+    // The canonical JSON of the bundle: its fields in key order, each the core's canonical text.
+    return `{"attempts":${this.#attempts},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"}`;
+  }
+
+  toJSON(): { receipt: Receipt; receipt_sha256: string; bundle: Bundle; terminal: Terminal } {
+    return { receipt: this.receipt, receipt_sha256: this.receipt_sha256, bundle: this.bundle, terminal: this.terminal };
+  }
+}
