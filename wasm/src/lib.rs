@@ -176,6 +176,22 @@ pub fn judge(facts: &str) -> Out<String> {
     lift(api::judge(facts))
 }
 
+/// Facts decoded (strictly) once, for attempts that raise the same error.
+#[wasm_bindgen(js_name = Facts)]
+pub struct PreparedFacts {
+    facts: Facts,
+}
+
+#[wasm_bindgen(js_class = Facts)]
+impl PreparedFacts {
+    /// Decode facts from their JSON.
+    pub fn decode(facts: &str) -> Out<PreparedFacts> {
+        Ok(PreparedFacts {
+            facts: lift(from_str::<Facts>(facts))?,
+        })
+    }
+}
+
 /// A run in progress: the core's [`Session`]. The planned dispatch crosses as
 /// numbers (`undefined` once the run is terminal); an observed attempt
 /// crosses as numbers and, when dispatch raised, the facts' JSON; the
@@ -297,6 +313,27 @@ impl WasmSession {
                     Ok(canonical_json(&j))
                 }
             }
+        };
+        lift(run())
+    }
+
+    /// [`Self::observe`] with facts decoded once beforehand (an
+    /// `AttemptError`'s): the rule comes back, nothing crosses as JSON.
+    pub fn observe_prepared(
+        &mut self,
+        started_at_ms: f64,
+        completed_at_ms: f64,
+        cost: Option<f64>,
+        facts: &PreparedFacts,
+    ) -> Out<String> {
+        let mut run = || -> retryledger_core::Result<String> {
+            let started = safe_integer(started_at_ms, "started_at_ms")?;
+            let completed = safe_integer(completed_at_ms, "completed_at_ms")?;
+            let cost = cost.map(|c| safe_integer(c, "cost")).transpose()?;
+            let j = self
+                .session
+                .observe(started, completed, cost, &facts.facts)?;
+            Ok(j.rule.as_str().to_owned())
         };
         lift(run())
     }

@@ -56,10 +56,17 @@ export interface RawSession {
   jitter_sample_ms(): number | undefined;
   /** Without facts: the rule (`returned`); with facts: the judgement's JSON. */
   observe(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: string | undefined): string;
+  /** `observe` with facts decoded beforehand: the rule. */
+  observe_prepared(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: RawFacts): string;
   cancel(atMs: number): void;
   attempts_json(): string;
   last_attempt_json(): string | undefined;
   receipt_json(): string;
+  free(): void;
+}
+
+/** Facts decoded by the core once, for an error raised again and again. */
+export interface RawFacts {
   free(): void;
 }
 
@@ -75,6 +82,7 @@ export interface RawBindings {
   check_outcome(outcome: string): string;
   sha256_hex(text: string): string;
   Compiled: { compile(policy: string): RawCompiled };
+  Facts: { decode(facts: string): RawFacts };
 }
 
 let raw: RawBindings | undefined;
@@ -301,4 +309,9 @@ export function judge(facts: Input<Facts>): Judgement {
 export function checkOutcome(outcome: Input<Outcome>): string {
   const text = toText(outcome);
   return call((b) => b.check_outcome(text));
+}
+
+/** Facts decoded by the core once (throws `DecodeError`). */
+export function prepareFacts(facts: string): RawFacts {
+  return call((b) => b.Facts.decode(facts));
 }

@@ -13,7 +13,7 @@
  */
 
 import { CompiledPolicy, type Input } from "./core.js";
-import { factsText, minimalFacts, type Classifier, type FactsOptions } from "./facts.js";
+import { AttemptError, factsText, minimalFacts, preparedFacts, type Classifier, type FactsOptions } from "./facts.js";
 import {
   DecodeError,
   DriftError,
@@ -22,7 +22,7 @@ import {
   RunStoppedError,
   UnrecognizedDispatchError,
 } from "./errors.js";
-import { RETURNED, type Session } from "./session.js";
+import { RETURNED, sealAndRelease, type Session } from "./session.js";
 import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, Receipt, Sealed } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
@@ -204,6 +204,10 @@ export async function runWithPolicy<T>(
  * replaced by the ones that are certain, so an odd error never breaks the run.
  */
 function observeRaised(session: Session, startedAt: number, completedAt: number, cost: number | undefined, error: unknown, facts: FactsOptions): Judgement {
+  const prepared = preparedFacts(error);
+  if (prepared !== undefined) {
+    return session.observePrepared(startedAt, completedAt, cost, prepared, (error as AttemptError).outcome);
+  }
   const observation = { started_at_ms: startedAt, completed_at_ms: completedAt, cost, facts: factsText(error, facts) };
   try {
     return session.observe(observation);
@@ -273,7 +277,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   let succeeded = false;
   let cancelled = false;
   let cancelReason: unknown;
-  let sealed: Sealed;
+  let sealed: Sealed | undefined;
 
   try {
     for (;;) {
@@ -340,11 +344,12 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       lastRule = judgement.rule;
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
     }
-    sealed = session.seal();
+    sealed = sealAndRelease(session);
   } finally {
     if (timer !== undefined) clearTimeout(timer);
     if (controller !== undefined) signal?.removeEventListener("abort", onAbort);
-    session.free();
+    // Sealed, the session's memory belongs to the sealed run (freed once it has read the attempts).
+    if (sealed === undefined) session.free();
   }
 
   const terminal = sealed.terminal;

@@ -16,7 +16,7 @@
  * - `outcome`: an `AttemptError`'s outcome, else the classify hook's answer.
  */
 
-import { checkOutcome } from "./core.js";
+import { checkOutcome, prepareFacts, type RawFacts } from "./core.js";
 import { READ_HEADERS } from "./tables.js";
 import type { Facts, IndeterminateKind, NonRetryableKind, Outcome, RetryableKind } from "./types.js";
 
@@ -27,6 +27,7 @@ const MAX_NAME_BYTES = 256;
 const MAX_HEADER_PAIRS = 16;
 
 let factsTextOf: (e: AttemptError) => string | undefined;
+let preparedOf: (e: AttemptError) => RawFacts | undefined;
 
 /** An error that says exactly what happened to the attempt. Throw it from `dispatch`. */
 export class AttemptError extends Error {
@@ -34,9 +35,15 @@ export class AttemptError extends Error {
   readonly outcome: Outcome;
   /** The facts' JSON for a raised AttemptError, prepared once (the explicit rule decides them alone). */
   readonly #facts: string | undefined;
+  /** The same facts decoded by the core, on the first attempt that raised this error. */
+  #prepared: RawFacts | undefined;
 
   static {
     factsTextOf = (e) => e.#facts;
+    preparedOf = (e) => {
+      if (e.#prepared === undefined && e.#facts !== undefined) e.#prepared = prepareFacts(e.#facts);
+      return e.#prepared;
+    };
   }
 
   /** The core decodes `outcome` strictly: throws `DecodeError` when it is not an outcome document. */
@@ -209,6 +216,16 @@ export function factsOf(error: unknown, options: FactsOptions = {}): Facts {
   const now = options.nowUnixMs;
   if (typeof now === "number" && Number.isFinite(now) && now > 0) facts.now_unix_ms = Math.min(Math.floor(now), Number.MAX_SAFE_INTEGER);
   return facts;
+}
+
+/**
+ * The facts of a raised `AttemptError` decoded by the core (once per error),
+ * or `undefined` when the error is something else or carries a success (then
+ * the facts go to the core as JSON). The core decides them by the explicit
+ * rule alone, so the error's other properties need not be read.
+ */
+export function preparedFacts(error: unknown): RawFacts | undefined {
+  return error instanceof AttemptError ? preparedOf(error) : undefined;
 }
 
 /** The facts' JSON text for the driver: an `AttemptError`'s prepared text, or `factsOf` serialized. */

@@ -6,7 +6,7 @@
  * Plain values only: no sentinel numbers, no positional tuples.
  */
 
-import { call, sha256Hex, toText, type CompiledPolicy, type Input, type RawSession } from "./core.js";
+import { call, sha256Hex, toText, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
 import type {
   Attempt,
   Attempts,
@@ -15,6 +15,7 @@ import type {
   DispatchDecision,
   Facts,
   Judgement,
+  Outcome,
   Policy,
   Receipt,
   Sealed,
@@ -40,6 +41,14 @@ export interface Observation {
   /** What the host observed (an object or its JSON text). */
   facts: Input<Facts>;
 }
+
+/**
+ * Seal a finished session and hand its module memory to the sealed run, which
+ * reads the attempts from it when the bundle is first asked for and then
+ * frees it (the driver's path: a run whose bundle is never read pays for no
+ * attempts JSON). The session is not to be used afterwards.
+ */
+export let sealAndRelease: (session: Session) => Sealed;
 
 /** A run of a compiled policy in progress; create one with `compiled.session()`. */
 export class Session {
@@ -116,6 +125,16 @@ export class Session {
     return JSON.parse(call(() => r.observe(started, completed, cost, text))) as Judgement;
   }
 
+  /**
+   * @internal `observe` with facts the core decoded beforehand (an
+   * `AttemptError`'s, which carry `outcome`): nothing crosses as JSON.
+   */
+  observePrepared(started: number, completed: number, cost: number | undefined, facts: RawFacts, outcome: Outcome): Judgement {
+    const r = this.#raw;
+    const rule = call(() => r.observe_prepared(started, completed, cost, facts)) as Judgement["rule"];
+    return { outcome, rule };
+  }
+
   /** Mark the run cancelled between attempts at `at_ms` (run clock). */
   cancel(at_ms: number): void {
     const r = this.#raw;
@@ -145,6 +164,13 @@ export class Session {
     return new SealedRun(this.compiled, receipt, r.attempts_json());
   }
 
+  static {
+    sealAndRelease = (session) => {
+      const r = session.#raw;
+      return new SealedRun(session.compiled, call(() => r.receipt_json()), r);
+    };
+  }
+
   /** Release the module memory now rather than at garbage collection. */
   free(): void {
     this.#raw.free();
@@ -162,15 +188,25 @@ class SealedRun implements Sealed {
   readonly receipt: Receipt;
   readonly #compiled: CompiledPolicy;
   readonly #receipt: string;
-  readonly #attempts: string;
+  #attempts: string | RawSession;
   #bundle: Bundle | undefined;
   #sha: string | undefined;
 
-  constructor(compiled: CompiledPolicy, receipt: string, attempts: string) {
+  /** `attempts`: their JSON, or the finished session to read it from once (then freed). */
+  constructor(compiled: CompiledPolicy, receipt: string, attempts: string | RawSession) {
     this.#compiled = compiled;
     this.#receipt = receipt;
     this.#attempts = attempts;
     this.receipt = JSON.parse(receipt) as Receipt;
+  }
+
+  #attemptsText(): string {
+    const a = this.#attempts;
+    if (typeof a === "string") return a;
+    const text = a.attempts_json();
+    a.free();
+    this.#attempts = text;
+    return text;
   }
 
   get terminal(): Terminal {
@@ -184,7 +220,7 @@ class SealedRun implements Sealed {
 
   get bundle(): Bundle {
     this.#bundle ??= {
-      attempts: JSON.parse(this.#attempts) as Attempts,
+      attempts: JSON.parse(this.#attemptsText()) as Attempts,
       policy: this.#compiled.policy as Policy,
       receipt: this.receipt,
       schema: BUNDLE_SCHEMA,
@@ -194,7 +230,7 @@ class SealedRun implements Sealed {
 
   get bundle_json(): string {
     // The canonical JSON of the bundle: its fields in key order, each the core's canonical text.
-    return `{"attempts":${this.#attempts},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"}`;
+    return `{"attempts":${this.#attemptsText()},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"}`;
   }
 
   toJSON(): { receipt: Receipt; receipt_sha256: string; bundle: Bundle; terminal: Terminal } {
