@@ -375,3 +375,61 @@ test("jitter: every mode's draws are recorded on the attempts and the bundle rep
     assert.equal(verifyBundle(run.bundle).kind, "verified", mode);
   }
 });
+
+test("onAttempt gets the core's attempt and judgement; output delivered before a failure is never retried", async () => {
+  const time = fakeTime();
+  /** @type {[unknown, unknown][]} */
+  const seen = [];
+  /** @type {import("../dist/index.js").DispatchFn<string>} */
+  const dispatch = async (step) => {
+    time.advance(5);
+    if (step.ordinal === 1) throw Object.assign(new Error("503"), { status: 503 });
+    step.outputDelivered();
+    throw Object.assign(new Error("reset"), { code: "ECONNRESET" });
+  };
+  await assert.rejects(
+    runWithPolicy(referencePolicy(), dispatch, {
+      idempotencyKey: KEY,
+      clock: time.clock,
+      sleep: time.sleep,
+      onAttempt: (attempt, judgement) => seen.push([attempt, judgement]),
+    }),
+    (e) => {
+      assert.ok(e instanceof rl.RunStoppedError && !(e instanceof rl.UnrecognizedDispatchError));
+      assert.equal(e.code, "stop_indeterminate");
+      assert.deepEqual(
+        seen.map(([a]) => a),
+        e.attempts.attempts,
+      );
+      assert.deepEqual(
+        seen.map(([, j]) => j),
+        [
+          { outcome: { class: "retryable", kind: "unavailable" }, rule: "status" },
+          { outcome: { class: "indeterminate", kind: "stream_interrupted_after_output" }, rule: "output_delivered" },
+        ],
+      );
+      assert.equal(e.sealed.receipt_sha256, rl.digest(e.receipt));
+      return true;
+    },
+  );
+});
+
+test("with an injected clock no deadline timer is armed: an error at the deadline is the core's timeout", async () => {
+  const time = fakeTime();
+  /** @type {AbortSignal | undefined} */
+  let seen;
+  await assert.rejects(
+    runWithPolicy(
+      referencePolicy(),
+      async (_step, signal) => {
+        seen = signal;
+        time.advance(6000);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        throw new Error("gave up");
+      },
+      { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep, onAttempt: (_a, j) => assert.equal(j.rule, "deadline") },
+    ),
+    (e) => e instanceof rl.RunStoppedError && e.code === "stop_deadline",
+  );
+  assert.equal(seen?.aborted, false);
+});
