@@ -1,6 +1,7 @@
 //! WebAssembly bindings of retryledger-core (built only for wasm32).
 //!
-//! Thin glue over [`retryledger_core::api`]: JSON text in, JSON text out. A
+//! Thin glue over [`retryledger_core::api`] and the core's
+//! [`Session`](retryledger_core::Session): JSON text in, JSON text out. A
 //! failure is thrown as the core's `error_json` string (code, family, message,
 //! path, attempt index); the TypeScript layer of the npm package parses it and
 //! throws a typed `Error` subclass. Numbers that cross as JavaScript numbers
@@ -232,11 +233,6 @@ impl WasmSession {
             .routes()
             .position(|r| r.route_id == d.route_id)
             .and_then(|i| u32::try_from(i).ok())
-    }
-
-    /// The planned route's id.
-    pub fn route_id(&self) -> Option<String> {
-        self.dispatch().map(|d| d.route_id.to_string())
     }
 
     /// The planned global ordinal.

@@ -44,7 +44,6 @@ export interface RawCompiled {
 export interface RawSession {
   terminal(): string | undefined;
   route_index(): number | undefined;
-  route_id(): string | undefined;
   ordinal(): number | undefined;
   route_ordinal(): number | undefined;
   not_before_ms(): number | undefined;
