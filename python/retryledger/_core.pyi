@@ -48,11 +48,10 @@ class Session:
     def next(self) -> Union[Dispatch, Terminal]: ...
     def observe(
         self,
-        *,
         started_at_ms: int,
         completed_at_ms: int,
         cost: Optional[int] = None,
-        facts: Facts,
+        facts: Optional[Facts] = None,
     ) -> Judgement: ...
     def cancel(self, at_ms: int) -> None: ...
     @property

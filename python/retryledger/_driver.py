@@ -128,29 +128,39 @@ def _explicit(outcome: Union[_core.Outcome, Mapping[str, Any], str]) -> Tuple[_c
     return hit
 
 
+_SUCCESS = _explicit('{"class":"success"}')
+
+
 class AttemptError(Exception):
     """Raise from ``dispatch`` to say how an attempt failed.
 
     ``outcome`` is an outcome document, e.g. ``{"class": "retryable", "kind":
     "rate_limited", "retry_after_ms": 250}`` (a mapping, JSON text or an
     ``Outcome``); the core checks it at construction (:class:`DecodeError` if
-    malformed) and judges the attempt by it (rule ``explicit``).
+    malformed) and judges the attempt by it (rule ``explicit``). ``args`` are
+    the constructor's arguments.
     """
 
+    _outcome: _core.Outcome
+    _facts: _core.Facts
+
     def __init__(self, outcome: Union[_core.Outcome, Mapping[str, Any], str], message: Optional[str] = None) -> None:
-        hit = _EXPLICIT.get(outcome) if isinstance(outcome, str) else None
+        # BaseException.__new__ has set ``args``; no other state is needed.
+        try:
+            hit = _EXPLICIT.get(outcome)  # type: ignore[arg-type]
+        except TypeError:  # a mapping
+            hit = None
         if hit is None:
             hit = _explicit(outcome)
-        if hit[0].json == '{"class":"success"}':
+        if hit is _SUCCESS:
             raise DecodeError("invalid_value", "an AttemptError carries a failure, not success", "/class")
         self._outcome, self._facts = hit
-        if message is None:
-            super().__init__()
-        else:
-            super().__init__(message)
 
     def __str__(self) -> str:
-        return str(self.args[0]) if self.args else self.outcome_json
+        args = self.args
+        if len(args) > 1 and args[1] is not None:
+            return str(args[1])
+        return self.outcome_json
 
     def __repr__(self) -> str:
         return f"AttemptError({self.outcome_json!r})"
@@ -172,9 +182,9 @@ class AttemptError(Exception):
         """A retryable failure: ``timeout_before_response``, ``rate_limited`` or ``unavailable``."""
         if retry_after_ms is None:
             text = _RETRYABLE_TEXT.get(kind)
-            if text is not None:
-                return cls(text, message)
-            return cls(f'{{"class":"retryable","kind":{json.dumps(kind)}}}', message)
+            if text is None:
+                text = f'{{"class":"retryable","kind":{json.dumps(kind)}}}'
+            return cls(text) if message is None else cls(text, message)
         hint = check_integer("retry_after_ms", retry_after_ms)
         return cls(f'{{"class":"retryable","kind":{json.dumps(kind)},"retry_after_ms":{hint}}}', message)
 
@@ -526,33 +536,28 @@ class _Host:
         self.last_error: Optional[BaseException] = None
         self.judgement: Optional[_core.Judgement] = None
 
-    def raised(self, step: Step, now: float, exc: BaseException, cancelled: bool = False) -> None:
-        """Record an attempt that raised (or was cancelled), judged by the core."""
+    def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
+        """The facts of an attempt that raised (or was cancelled)."""
         if isinstance(exc, AttemptError) and not cancelled:
-            facts = exc._facts
-        else:
-            wall = self.wall_clock
-            ms = int((wall or _wall_ms)())
-            facts = facts_of(
-                exc,
-                classify=None if cancelled else self.classify,
-                output_delivered=step._delivered,
-                cancelled=cancelled,
-                now_unix_ms=ms if ms > 0 else 0,
-            )
-        if not cancelled:
-            self.last_error = exc
-        self.record(step, now, facts)
+            return exc._facts
+        ms = int((self.wall_clock or _wall_ms)())
+        return facts_of(
+            exc,
+            classify=None if cancelled else self.classify,
+            output_delivered=step._delivered,
+            cancelled=cancelled,
+            now_unix_ms=ms if ms > 0 else 0,
+        )
 
-    def record(self, step: Step, now: float, facts: _core.Facts) -> None:
-        """Record the attempt as completed at ``now`` (run clock, ms)."""
+    def record(self, step: Step, now: float, facts: _core.Facts, error: Optional[BaseException]) -> None:
+        """Record the attempt as completed at ``now`` (run clock, ms): the core
+        judges ``facts``; ``error`` is what dispatch raised, if anything."""
+        if error is not None:
+            self.last_error = error
         started = step.started_at_ms
         completed = int(now)
         self.judgement = judgement = self.session.observe(
-            started_at_ms=started,
-            completed_at_ms=completed if completed > started else started,
-            cost=step._cost,
-            facts=facts,
+            started, completed if completed > started else started, step._cost, facts
         )
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
@@ -603,9 +608,9 @@ def run(
         try:
             value = dispatch(step)
         except Exception as exc:
-            host.raised(step, clock() - t0, exc)
+            host.record(step, clock() - t0, exc._facts if type(exc) is AttemptError else host.facts(step, exc), exc)
         else:
-            host.record(step, clock() - t0, _RETURNED)
+            host.record(step, clock() - t0, _RETURNED, None)
             if session.terminal == "completed":
                 return RunResult(value, session.seal())
     raise host.failure() from host.last_error
@@ -658,16 +663,16 @@ async def run_async(
                 raise
             except Exception as exc:
                 done, step = step, None
-                host.raised(done, clock() - t0, exc)
+                host.record(done, clock() - t0, host.facts(done, exc), exc)
             else:
                 done, step = step, None
-                host.record(done, clock() - t0, _RETURNED)
+                host.record(done, clock() - t0, _RETURNED, None)
                 if session.terminal == "completed":
                     return RunResult(value, session.seal())
     except asyncio.CancelledError as cancelled:
         now = clock() - t0
         if step is not None:
-            host.raised(step, now, cancelled, cancelled=True)
+            host.record(step, now, host.facts(step, cancelled, cancelled=True), None)
         else:
             at = int(now)
             session.cancel(at if at > 0 else 0)

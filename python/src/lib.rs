@@ -138,73 +138,167 @@ thread_local! {
     static STRS: std::cell::RefCell<StrCache> = std::cell::RefCell::new(StrCache::default());
 }
 
-fn short_str<'py>(py: Python<'py>, s: &str) -> Bound<'py, PyString> {
+/// A string made once per thread when it is short (`true`: from the cache,
+/// so equal strings are the same object).
+fn short_str<'py>(py: Python<'py>, cache: &mut StrCache, s: &str) -> (Bound<'py, PyString>, bool) {
     if s.len() > CACHED_STR_BYTES {
-        return PyString::new(py, s);
+        return (PyString::new(py, s), false);
     }
-    STRS.with(|cell| {
-        let mut cache = cell.borrow_mut();
-        if let Some(v) = cache.get(s) {
-            return v.bind(py).clone();
+    if let Some(v) = cache.get(s) {
+        return (v.bind(py).clone(), true);
+    }
+    let v = PyString::intern(py, s);
+    let cached = cache.len() < CACHED_STRS;
+    if cached {
+        cache.insert(s.into(), v.clone().unbind());
+    }
+    (v, cached)
+}
+
+type Shapes =
+    std::collections::HashMap<Vec<usize>, Py<PyDict>, std::hash::BuildHasherDefault<ShortHasher>>;
+
+const SHAPES: usize = 256;
+
+thread_local! {
+    /// One dict per object shape (its cached key strings, in order), values
+    /// `None`: copying it and setting the values builds an object without
+    /// growing a dict key by key.
+    static TEMPLATES: std::cell::RefCell<Shapes> = std::cell::RefCell::new(Shapes::default());
+}
+
+/// A dict with these keys in this order and these values.
+fn dict_of<'py>(
+    py: Python<'py>,
+    shapes: &mut Shapes,
+    pairs: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+    shared_keys: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    if shared_keys && pairs.len() > 4 {
+        let shape: Vec<usize> = pairs.iter().map(|(k, _)| k.as_ptr() as usize).collect();
+        let template = (|| -> PyResult<Option<Py<PyDict>>> {
+            if let Some(t) = shapes.get(&shape) {
+                return Ok(Some(t.clone_ref(py)));
+            }
+            if shapes.len() >= SHAPES {
+                return Ok(None);
+            }
+            let t = PyDict::new(py);
+            for (k, _) in &pairs {
+                t.set_item(k, py.None())?;
+            }
+            shapes.insert(shape, t.clone().unbind());
+            Ok(Some(t.unbind()))
+        })()?;
+        if let Some(t) = template {
+            let d = t.bind(py).copy()?;
+            for (k, v) in pairs {
+                d.set_item(k, v)?;
+            }
+            return Ok(d);
         }
-        let v = PyString::intern(py, s);
-        if cache.len() < CACHED_STRS {
-            cache.insert(s.into(), v.clone().unbind());
-        }
-        v
-    })
+    }
+    let d = PyDict::new(py);
+    for (k, v) in pairs {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// An object or array being built, and the key it goes under in its parent.
+enum Frame<'py> {
+    Object {
+        pairs: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+        shared_keys: bool,
+        key: Option<Bound<'py, PyString>>,
+    },
+    Array {
+        items: Vec<Bound<'py, PyAny>>,
+        key: Option<Bound<'py, PyString>>,
+    },
 }
 
 /// Builds Python objects (dicts in canonical key order, lists, ints, bools,
 /// strs) from a document's encoding events.
-struct PySink<'py> {
+struct PySink<'py, 'c> {
     py: Python<'py>,
-    stack: Vec<(Bound<'py, PyAny>, Option<Bound<'py, PyString>>)>,
-    key: Option<Bound<'py, PyString>>,
+    strs: &'c mut StrCache,
+    shapes: &'c mut Shapes,
+    stack: Vec<Frame<'py>>,
+    key: Option<(Bound<'py, PyString>, bool)>,
     done: Option<Bound<'py, PyAny>>,
     failed: Option<PyErr>,
 }
 
-impl<'py> PySink<'py> {
+impl<'py> PySink<'py, '_> {
     fn put(&mut self, value: Bound<'py, PyAny>) {
         let key = self.key.take();
-        let Some((top, _)) = self.stack.last() else {
-            self.done = Some(value);
-            return;
-        };
-        let r = match key {
-            Some(k) => top
-                .cast::<PyDict>()
-                .map_or(Ok(()), |d| d.set_item(k, value)),
-            None => top.cast::<PyList>().map_or(Ok(()), |l| l.append(value)),
-        };
-        if let Err(e) = r {
-            self.failed.get_or_insert(e);
+        match (self.stack.last_mut(), key) {
+            (None, _) => self.done = Some(value),
+            (
+                Some(Frame::Object {
+                    pairs, shared_keys, ..
+                }),
+                Some((k, cached)),
+            ) => {
+                *shared_keys &= cached;
+                pairs.push((k, value));
+            }
+            (Some(Frame::Array { items, .. }), _) => items.push(value),
+            (Some(Frame::Object { .. }), None) => {}
         }
     }
 
     fn close(&mut self) {
-        if let Some((value, key)) = self.stack.pop() {
-            self.key = key;
-            self.put(value);
+        let Some(frame) = self.stack.pop() else {
+            return;
+        };
+        let (value, key) = match frame {
+            Frame::Object {
+                pairs,
+                shared_keys,
+                key,
+            } => (
+                dict_of(self.py, self.shapes, pairs, shared_keys).map(Bound::into_any),
+                key,
+            ),
+            Frame::Array { items, key } => (PyList::new(self.py, items).map(Bound::into_any), key),
+        };
+        self.key = key.map(|k| (k, true));
+        match value {
+            Ok(v) => self.put(v),
+            Err(e) => {
+                self.failed.get_or_insert(e);
+            }
         }
+    }
+
+    fn parent_key(&mut self) -> Option<Bound<'py, PyString>> {
+        self.key.take().map(|(k, _)| k)
     }
 }
 
-impl Sink for PySink<'_> {
+impl Sink for PySink<'_, '_> {
     fn begin_object(&mut self) {
-        let key = self.key.take();
-        self.stack.push((PyDict::new(self.py).into_any(), key));
+        let key = self.parent_key();
+        self.stack.push(Frame::Object {
+            pairs: Vec::with_capacity(16),
+            shared_keys: true,
+            key,
+        });
     }
     fn key(&mut self, key: &str) {
-        self.key = Some(short_str(self.py, key));
+        self.key = Some(short_str(self.py, self.strs, key));
     }
     fn end_object(&mut self) {
         self.close();
     }
     fn begin_array(&mut self) {
-        let key = self.key.take();
-        self.stack.push((PyList::empty(self.py).into_any(), key));
+        let key = self.parent_key();
+        self.stack.push(Frame::Array {
+            items: Vec::new(),
+            key,
+        });
     }
     fn end_array(&mut self) {
         self.close();
@@ -217,14 +311,35 @@ impl Sink for PySink<'_> {
         self.put(PyBool::new(self.py, v).to_owned().into_any());
     }
     fn str(&mut self, v: &str) {
-        self.put(short_str(self.py, v).into_any());
+        let (value, _) = short_str(self.py, self.strs, v);
+        self.put(value.into_any());
     }
 }
 
 /// A document as plain Python values (its objects as dicts in canonical order).
 fn to_py<'py, T: Encode + ?Sized>(py: Python<'py>, doc: &T) -> PyResult<Bound<'py, PyAny>> {
+    STRS.with(|strs| {
+        TEMPLATES.with(|shapes| {
+            let (Ok(mut strs), Ok(mut shapes)) = (strs.try_borrow_mut(), shapes.try_borrow_mut())
+            else {
+                // Re-entered (a destructor ran Python code): no caches.
+                return build(py, doc, &mut StrCache::default(), &mut Shapes::default());
+            };
+            build(py, doc, &mut strs, &mut shapes)
+        })
+    })
+}
+
+fn build<'py, T: Encode + ?Sized>(
+    py: Python<'py>,
+    doc: &T,
+    strs: &mut StrCache,
+    shapes: &mut Shapes,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut sink = PySink {
         py,
+        strs,
+        shapes,
         stack: Vec::new(),
         key: None,
         done: None,
@@ -799,14 +914,21 @@ impl PySession {
     /// when `None`) and records the planned attempt. Drift (an early start, a
     /// completion before the start, an attempt after the terminal) raises and
     /// leaves the session unchanged.
-    #[pyo3(signature = (*, started_at_ms, completed_at_ms, cost = None, facts))]
+    #[pyo3(signature = (started_at_ms, completed_at_ms, cost = None, facts = None))]
     fn observe(
         &mut self,
         started_at_ms: &Bound<'_, PyAny>,
         completed_at_ms: &Bound<'_, PyAny>,
         cost: Option<&Bound<'_, PyAny>>,
-        facts: &Bound<'_, PyFacts>,
+        facts: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyJudgement> {
+        let Some(facts) = facts.and_then(|f| f.cast::<PyFacts>().ok()) else {
+            return Err(coded(
+                ErrorCode::MissingField,
+                "/facts",
+                "observe needs the attempt's facts (a Facts)",
+            ));
+        };
         let started = integer(started_at_ms, "started_at_ms")?;
         let completed = integer(completed_at_ms, "completed_at_ms")?;
         let cost = match cost.filter(|c| !c.is_none()) {
