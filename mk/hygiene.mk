@@ -5,11 +5,17 @@
 #                             must not depend on the map's iteration order)
 #   make deny                 cargo deny check (deny.toml): advisories, licenses,
 #                             bans including duplicate versions, sources
-TEST_TARGETS += test-preserve-order deny
+#   make msrv                 the libraries checked with the workspace's
+#                             rust-version (Cargo.toml), the toolchain
+#                             installed only when missing
+TEST_TARGETS += test-preserve-order deny msrv
 
 DENY_VERSION := 0.20.2
 
-.PHONY: test-preserve-order setup-deny deny
+MSRV := $(shell sed -n 's/^rust-version = "\([0-9.]*\)"$$/\1/p' Cargo.toml)
+MSRV_CARGO = CARGO_TARGET_DIR=$(ROOT)/target/msrv cargo +$(MSRV)
+
+.PHONY: test-preserve-order setup-deny deny setup-msrv msrv
 
 # --all-features: the core's optional parts too (serde_json's feature is not
 # one of the core's own, so it is named).
@@ -27,3 +33,16 @@ deny: setup-deny ## cargo deny check over the workspace (fuzz/ is its own worksp
 	@$(CARGO) deny fetch db 2>/dev/null || \
 	  echo "deny: the advisory database could not be fetched; checking against the local copy"
 	$(CARGO) deny --offline check
+
+setup-msrv:
+	@test -n '$(MSRV)' || { echo 'Cargo.toml must set rust-version = "1.N"'; exit 1; }
+	@rustup toolchain list | cut -d- -f1 | grep -qx '$(MSRV)' || \
+	  rustup toolchain install $(MSRV) --profile minimal
+	@rustup target list --toolchain $(MSRV) --installed | grep -qx wasm32-unknown-unknown || \
+	  rustup target add --toolchain $(MSRV) wasm32-unknown-unknown
+
+# The libraries only: the dev-dependencies need a newer toolchain (see the
+# comment on rust-version). Its own target directory: no rebuild churn.
+msrv: setup-msrv ## The libraries, every feature on, checked with the MSRV toolchain.
+	$(MSRV_CARGO) check --workspace --lib --all-features --locked
+	$(MSRV_CARGO) check -p retryledger-wasm --lib --all-features --target wasm32-unknown-unknown --locked
