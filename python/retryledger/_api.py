@@ -207,6 +207,26 @@ class LabReport(NamedTuple):
         return _loads(self.report_json)
 
 
+def request_sha256(request: Document) -> str:
+    """The digest of a logical request (``retryledger.request.v1``): SHA-256 of
+    its RFC 8785 canonical JSON, numbers as ECMAScript writes them. This is the
+    policy's ``logical_request_sha256``. A mapping is encoded with
+    ``json.dumps`` (floats round-trip exactly); NaN and infinities are refused."""
+    return call(_core.request_sha256, to_text(request))
+
+
+def canonical_request(request: Document) -> str:
+    """A logical request's RFC 8785 canonical JSON."""
+    return call(_core.canonical_request, to_text(request))
+
+
+def idempotency_key_sha256(key: str, *, tenant: Optional[str] = None, operation: Optional[str] = None) -> str:
+    """The digest of an idempotency key: ``sha256(key)`` for a bare key, or the
+    digest of ``{key, operation, tenant}`` when both scope fields are given. The
+    raw key never appears in a document."""
+    return call(_core.idempotency_key_sha256, key, tenant, operation)
+
+
 def lab() -> LabReport:
     """Run the replay lab: the reference run and every mutation case."""
     return LabReport(*call(_core.lab))

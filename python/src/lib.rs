@@ -482,6 +482,35 @@ fn judge(facts: &Bound<'_, PyAny>) -> PyResult<String> {
     lift(api::judge(&text(facts)?))
 }
 
+/// `request_sha256`: a logical request's digest (full RFC 8785).
+#[pyfunction]
+fn request_sha256(request: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::request_sha256(&text(request)?))
+}
+
+/// `canonical_request`: a logical request's RFC 8785 canonical JSON.
+#[pyfunction]
+fn canonical_request(request: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::canonical_request(&text(request)?))
+}
+
+/// `idempotency_key_sha256`: a bare or scoped idempotency key's digest.
+#[pyfunction]
+#[pyo3(signature = (key, tenant=None, operation=None))]
+fn idempotency_key_sha256(
+    key: &Bound<'_, PyAny>,
+    tenant: Option<&Bound<'_, PyAny>>,
+    operation: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let tenant = tenant.map(|t| text(t)).transpose()?;
+    let operation = operation.map(|o| text(o)).transpose()?;
+    lift(api::idempotency_key_sha256(
+        &text(key)?,
+        tenant.as_deref(),
+        operation.as_deref(),
+    ))
+}
+
 /// The replay lab: the report (canonical JSON), its summary table and its case table.
 #[pyfunction]
 fn lab() -> PyResult<(String, String, String)> {
@@ -1094,6 +1123,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
     m.add_function(wrap_pyfunction!(judge, m)?)?;
+    m.add_function(wrap_pyfunction!(request_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical_request, m)?)?;
+    m.add_function(wrap_pyfunction!(idempotency_key_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;
     Ok(())
 }

@@ -29,6 +29,11 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     ),
     "classify_http": lambda i: retryledger.classify_http(i["observation"]),
     "judge": lambda i: retryledger.judge(i["facts"]),
+    "canonical_request": lambda i: retryledger.canonical_request(i["request"]),
+    "request_sha256": lambda i: retryledger.request_sha256(i["request"]),
+    "idempotency_key_sha256": lambda i: retryledger.idempotency_key_sha256(
+        i["key"], tenant=i.get("tenant"), operation=i.get("operation")
+    ),
 }
 
 

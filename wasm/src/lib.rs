@@ -177,6 +177,32 @@ pub fn judge(facts: &str) -> Out<String> {
     lift(api::judge(facts))
 }
 
+/// `request_sha256`: a logical request's digest (full RFC 8785).
+#[wasm_bindgen]
+pub fn request_sha256(request: &str) -> Out<String> {
+    lift(api::request_sha256(request))
+}
+
+/// `canonical_request`: a logical request's RFC 8785 canonical JSON.
+#[wasm_bindgen]
+pub fn canonical_request(request: &str) -> Out<String> {
+    lift(api::canonical_request(request))
+}
+
+/// `idempotency_key_sha256`: a bare or scoped idempotency key's digest.
+#[wasm_bindgen]
+pub fn idempotency_key_sha256(
+    key: &str,
+    tenant: Option<String>,
+    operation: Option<String>,
+) -> Out<String> {
+    lift(api::idempotency_key_sha256(
+        key,
+        tenant.as_deref(),
+        operation.as_deref(),
+    ))
+}
+
 /// Facts decoded (strictly) once, for attempts that raise the same error.
 #[wasm_bindgen(js_name = Facts)]
 pub struct PreparedFacts {

@@ -48,6 +48,15 @@ function run(op, input) {
       return rl.classifyHttp(input.observation);
     case "judge":
       return rl.judge(input.facts);
+    case "canonical_request":
+      return rl.canonicalRequest(input.request);
+    case "request_sha256":
+      return rl.requestSha256(input.request);
+    case "idempotency_key_sha256":
+      return rl.idempotencyKeySha256(
+        input.key,
+        input.tenant === undefined && input.operation === undefined ? undefined : { tenant: input.tenant, operation: input.operation },
+      );
     default:
       throw new Error(`unknown op ${op}`);
   }

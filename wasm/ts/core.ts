@@ -17,6 +17,7 @@ import type {
   Facts,
   HttpObservation,
   Judgement,
+  LogicalRequest,
   Outcome,
   Policy,
   Receipt,
@@ -78,6 +79,9 @@ export interface RawBindings {
   parse_retry_after(header: string, value: string, nowUnixMs: number, capMs: number): number;
   classify_http(observation: string): string;
   judge(facts: string): string;
+  request_sha256(request: string): string;
+  canonical_request(request: string): string;
+  idempotency_key_sha256(key: string, tenant: string | undefined, operation: string | undefined): string;
   check_outcome(outcome: string): string;
   sha256_hex(text: string): string;
   Compiled: { compile(policy: string): RawCompiled };
@@ -302,6 +306,33 @@ export function sha256Hex(text: string): string {
 export function judge(facts: Input<Facts>): Judgement {
   const text = toText(facts);
   return JSON.parse(call((b) => b.judge(text))) as Judgement;
+}
+
+/**
+ * The digest of a logical request (`retryledger.request.v1`): SHA-256 of its
+ * RFC 8785 canonical JSON, numbers as ECMAScript writes them. This is the
+ * policy's `logical_request_sha256`. Throws `DecodeError` for a request that
+ * cannot be canonicalized.
+ */
+export function requestSha256(request: Input<LogicalRequest>): string {
+  const text = toText(request);
+  return call((b) => b.request_sha256(text));
+}
+
+/** A logical request's RFC 8785 canonical JSON. */
+export function canonicalRequest(request: Input<LogicalRequest>): string {
+  const text = toText(request);
+  return call((b) => b.canonical_request(text));
+}
+
+/**
+ * The digest of an idempotency key: `sha256(key)` for a bare key, or the
+ * digest of `{key, operation, tenant}` when `scope` names both. The raw key
+ * never appears in a document.
+ */
+export function idempotencyKeySha256(key: string, scope?: { tenant: string; operation: string }): string {
+  const k = requireString(key, "key");
+  return call((b) => b.idempotency_key_sha256(k, scope?.tenant, scope?.operation));
 }
 
 /** An outcome document as the core decodes it (strictly): its canonical JSON text; throws `DecodeError`. */

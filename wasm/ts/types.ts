@@ -278,6 +278,31 @@ export interface HttpObservation {
 /** The header a Retry-After hint came in. */
 export type RetryAfterHeader = "retry-after" | "retry-after-ms";
 
+// ---------------------------------------------------------------- requests
+
+/** Any JSON value (the inside of a logical request). */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/**
+ * The logical request (`retryledger.request.v1`): what the host means to ask,
+ * before any route lowers it. Its digest is the policy's `logical_request_sha256`.
+ */
+export interface LogicalRequest {
+  schema: "retryledger.request.v1";
+  /** The operation, for example `chat.completions` or `responses`. */
+  operation: string;
+  /** The input: messages or the prompt. */
+  input: Json;
+  tools?: Json;
+  output_contract?: Json;
+  /** Sampling parameters (temperature, top_p, max tokens, ...). */
+  sampling?: { [key: string]: Json };
+  /** A seed, an integer in 0..=2^53-1. */
+  seed?: number;
+  /** Input and output modalities. */
+  modalities?: { [key: string]: Json };
+}
+
 // ---------------------------------------------------------------- observing
 
 /**

@@ -36,6 +36,7 @@ mod jitter;
 mod observe;
 mod plan;
 mod policy;
+mod request;
 mod retry_after;
 mod schedule;
 mod tables;
@@ -55,6 +56,7 @@ const FAMILIES: &[fn() -> Family] = &[
     digest::family,
     retry_after::family,
     classify_http::family,
+    request::family,
     observe::family,
     drivers::family,
 ];
@@ -87,6 +89,8 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `digest` | `document` |\n\
          | `parse_retry_after` | `header` (`retry-after` or `retry-after-ms`), `value`, `now_unix_ms`, `cap_ms` |\n\
          | `classify_http` | `observation` |\n\
+         | `canonical_request`, `request_sha256` | `request` (a logical request: any JSON inside, floats included) |\n\
+         | `idempotency_key_sha256` | `key`, optional `tenant` and `operation` |\n\
          | `judge` | `facts` (what a host observed of one attempt: docs/HOSTS.md) |\n\
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          \n\
