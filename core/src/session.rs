@@ -135,6 +135,19 @@ impl Session {
         self.run.receipt(&self.policy, digest_of(&self.attempts))
     }
 
+    /// The receipt, for a host whose platform hashes natively (Node's
+    /// OpenSSL is several times faster than SHA-256 in WebAssembly): the
+    /// host hashes the canonical attempts text this session gives
+    /// ([`crate::canonical::canonical_json`] of [`Session::attempts`]) and
+    /// passes the lowercase hex digest. Only the hash primitive moves; what
+    /// is hashed and everything else in the receipt stay the core's. A
+    /// malformed digest is `invalid_digest`.
+    pub fn receipt_with_attempts_sha256(&self, attempts_sha256: &str) -> Result<Receipt> {
+        let hex = crate::ids::Sha256Hex::parse(attempts_sha256)
+            .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/attempts_sha256", m))?;
+        self.run.receipt(&self.policy, hex.as_str().to_owned())
+    }
+
     /// The bundle of the finished run: policy, attempts and receipt.
     pub fn seal(&self) -> Result<Bundle> {
         let receipt = self.receipt()?;
@@ -169,6 +182,26 @@ mod tests {
         assert_eq!(session.attempts(), &bundle.attempts);
         assert_eq!(session.receipt().unwrap(), bundle.receipt);
         assert_eq!(session.seal().unwrap(), bundle);
+    }
+
+    #[test]
+    fn a_host_digest_of_the_attempts_gives_the_same_receipt() {
+        let bundle = lab::reference_bundle().unwrap();
+        let policy = Arc::new(compile(bundle.policy.clone()).unwrap());
+        let mut session = Session::start(policy);
+        for a in &bundle.attempts.attempts {
+            session
+                .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
+                .unwrap();
+        }
+        let text = crate::canonical::canonical_json(session.attempts());
+        let hex = crate::canonical::sha256_hex(text.as_bytes());
+        assert_eq!(
+            session.receipt_with_attempts_sha256(&hex).unwrap(),
+            bundle.receipt
+        );
+        let e = session.receipt_with_attempts_sha256("ABC").unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidDigest);
     }
 
     #[test]

@@ -380,4 +380,13 @@ impl WasmSession {
     pub fn receipt_json(&self) -> Out<String> {
         lift(self.session.receipt().map(|r| canonical_json(&r)))
     }
+
+    /// The receipt as JSON, given the host's SHA-256 of `attempts_json()`.
+    pub fn receipt_json_hashed(&self, attempts_sha256: &str) -> Out<String> {
+        lift(
+            self.session
+                .receipt_with_attempts_sha256(attempts_sha256)
+                .map(|r| canonical_json(&r)),
+        )
+    }
 }

@@ -62,6 +62,7 @@ export interface RawSession {
   attempts_json(): string;
   last_attempt_json(): string | undefined;
   receipt_json(): string;
+  receipt_json_hashed(attemptsSha256: string): string;
   free(): void;
 }
 
@@ -89,6 +90,18 @@ export interface RawBindings {
 }
 
 let raw: RawBindings | undefined;
+
+/**
+ * A native SHA-256 of a string's UTF-8 bytes as lowercase hex, where the
+ * platform has one that is synchronous (Node's `node:crypto`); sealing then
+ * hashes the core's canonical attempts text natively. Unset in browsers.
+ */
+export let hostSha256: ((text: string) => string) | undefined;
+
+/** Set the native SHA-256 (the Node entry point does). */
+export function setHostSha256(f: ((text: string) => string) | undefined): void {
+  hostSha256 = f;
+}
 
 /** Install the module's exports (done by the Node entry at load, by the web entry's `init()`). */
 export function setBindings(bindings: RawBindings): void {

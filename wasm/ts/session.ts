@@ -6,7 +6,7 @@
  * Plain values only: no sentinel numbers, no positional tuples.
  */
 
-import { call, sha256Hex, toText, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
+import { call, hostSha256, sha256Hex, toText, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
 import type {
   Attempt,
   Attempts,
@@ -160,14 +160,16 @@ export class Session {
   /** The sealed run (`RunError` `run_not_terminal` while it can still dispatch). */
   seal(): Sealed {
     const r = this.#raw;
-    const receipt = call(() => r.receipt_json());
-    return new SealedRun(this.compiled, receipt, r.attempts_json());
+    const [receipt, attempts] = sealed(r);
+    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json());
   }
 
   static {
     sealAndRelease = (session) => {
       const r = session.#raw;
-      return new SealedRun(session.compiled, call(() => r.receipt_json()), r);
+      const [receipt, attempts] = sealed(r);
+      if (attempts !== undefined) r.free();
+      return new SealedRun(session.compiled, receipt, attempts ?? r);
     };
   }
 
@@ -175,6 +177,19 @@ export class Session {
   free(): void {
     this.#raw.free();
   }
+}
+
+/**
+ * The receipt's JSON, and the attempts' JSON when it was read for hashing:
+ * with a native SHA-256 the core's canonical attempts text is hashed here and
+ * the core builds the receipt around that digest.
+ */
+function sealed(r: RawSession): [string, string | undefined] {
+  const hash = hostSha256;
+  if (hash === undefined) return [call(() => r.receipt_json()), undefined];
+  const attempts = r.attempts_json();
+  const hex = hash(attempts);
+  return [call(() => r.receipt_json_hashed(hex)), attempts];
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
@@ -214,7 +229,7 @@ class SealedRun implements Sealed {
   }
 
   get receipt_sha256(): string {
-    this.#sha ??= sha256Hex(this.#receipt);
+    this.#sha ??= (hostSha256 ?? sha256Hex)(this.#receipt);
     return this.#sha;
   }
 
