@@ -104,6 +104,12 @@ pub fn digest(document_json: &str) -> Result<String> {
         AttemptsSchema::NAME => Ok(digest_of(&from_value::<Attempts>(value)?)),
         ReceiptSchema::NAME => Ok(digest_of(&from_value::<Receipt>(value)?)),
         BundleSchema::NAME => Ok(digest_of(&from_value::<Bundle>(value)?)),
+        crate::builder::RouteReleaseSchema::NAME => Ok(digest_of(&from_value::<
+            crate::builder::RouteRelease,
+        >(value)?)),
+        crate::builder::BehaviorClassSchema::NAME => Ok(digest_of(&from_value::<
+            crate::builder::BehaviorClass,
+        >(value)?)),
         other => Err(Error::at(
             ErrorCode::SchemaMismatch,
             "/schema",
@@ -113,6 +119,15 @@ pub fn digest(document_json: &str) -> Result<String> {
             ),
         )),
     }
+}
+
+/// `build_policy`: a logical request and a policy spec (catalog documents in
+/// place of digests, routes in priority order) in, the validated policy's
+/// canonical JSON out; every digest computed here.
+pub fn build_policy(request_json: &str, spec_json: &str) -> Result<String> {
+    let request = crate::request::parse_request(request_json)?;
+    let spec = from_str::<crate::builder::PolicySpec>(spec_json)?;
+    Ok(out(&crate::builder::build_policy(&request, spec)?.policy))
 }
 
 /// `request_sha256`: the logical request's digest (`logical_request_sha256`)

@@ -27,6 +27,7 @@
 
 pub mod api;
 pub mod attempt;
+pub mod builder;
 pub mod canonical;
 pub mod capability;
 pub mod decode;

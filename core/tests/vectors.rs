@@ -91,6 +91,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "classify_http" => &["observation"],
         "judge" => &["facts"],
         "canonical_request" | "request_sha256" => &["request"],
+        "build_policy" => &["request", "spec"],
         "idempotency_key_sha256" => match (input.get("tenant"), input.get("operation")) {
             (Some(_), Some(_)) => &["key", "operation", "tenant"],
             (Some(_), None) => &["key", "tenant"],
@@ -119,6 +120,7 @@ fn actual(op: &str, input: &Value) -> Value {
         .map(Value::from),
         "judge" => api::judge(s(input, "facts")).map(json_of),
         "canonical_request" => api::canonical_request(s(input, "request")).map(Value::String),
+        "build_policy" => api::build_policy(s(input, "request"), s(input, "spec")).map(json_of),
         "request_sha256" => api::request_sha256(s(input, "request")).map(Value::String),
         "idempotency_key_sha256" => api::idempotency_key_sha256(
             s(input, "key"),
@@ -329,4 +331,44 @@ fn the_exempt_codes_are_exactly_those_without_vectors() {
             }
         }
     }
+}
+
+/// A built policy carries the digests of the documents its spec names.
+#[test]
+fn built_policies_carry_the_digests_of_their_documents() {
+    let mut checked = 0;
+    for (_, doc) in files() {
+        for case in doc["cases"].as_array().unwrap() {
+            let Some(policy) = case["expect"]
+                .get("ok")
+                .filter(|_| case["op"] == "build_policy")
+            else {
+                continue;
+            };
+            let input = &case["input"];
+            let spec: Value = serde_json::from_str(s(input, "spec")).unwrap();
+            assert_eq!(
+                policy["logical_request_sha256"],
+                json!(api::request_sha256(s(input, "request")).unwrap())
+            );
+            assert_eq!(
+                policy["behavior_class_sha256"],
+                json!(api::digest(&spec["behavior_class"].to_string()).unwrap())
+            );
+            for (i, route) in spec["routes"].as_array().unwrap().iter().enumerate() {
+                let built = &policy["routes"].as_array().unwrap()[i];
+                assert_eq!(built["priority"], json!(i));
+                assert_eq!(
+                    built["route_release_sha256"],
+                    json!(api::digest(&route["release"].to_string()).unwrap())
+                );
+            }
+            assert_eq!(
+                api::validate_policy(&policy.to_string()).unwrap(),
+                api::digest(&policy.to_string()).unwrap()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} built policies");
 }

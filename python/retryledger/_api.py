@@ -215,6 +215,16 @@ def request_sha256(request: Document) -> str:
     return call(_core.request_sha256, to_text(request))
 
 
+def build_policy(request: Document, spec: Document) -> Policy:
+    """Build a policy from a logical request and a policy spec
+    (``retryledger.policy_spec.v1``: route releases and behavior classes as
+    catalog documents in place of digests, routes in priority order, budgets).
+    The core computes every digest and validates the result with the same
+    codes as :func:`validate_policy`; the returned :class:`Policy` is ready
+    for :func:`retryledger.run`, and ``policy.document`` is the JSON to store."""
+    return Policy(call(_core.build_policy, to_text(request), to_text(spec)))
+
+
 def canonical_request(request: Document) -> str:
     """A logical request's RFC 8785 canonical JSON."""
     return call(_core.canonical_request, to_text(request))

@@ -488,6 +488,12 @@ fn request_sha256(request: &Bound<'_, PyAny>) -> PyResult<String> {
     lift(api::request_sha256(&text(request)?))
 }
 
+/// `build_policy`: the validated policy (JSON) built from a logical request and a policy spec.
+#[pyfunction]
+fn build_policy(request: &Bound<'_, PyAny>, spec: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::build_policy(&text(request)?, &text(spec)?))
+}
+
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
 #[pyfunction]
 fn canonical_request(request: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1124,6 +1130,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
     m.add_function(wrap_pyfunction!(judge, m)?)?;
     m.add_function(wrap_pyfunction!(request_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(build_policy, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_request, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;

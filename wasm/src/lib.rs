@@ -183,6 +183,12 @@ pub fn request_sha256(request: &str) -> Out<String> {
     lift(api::request_sha256(request))
 }
 
+/// `build_policy`: the validated policy (JSON) built from a logical request and a policy spec.
+#[wasm_bindgen]
+pub fn build_policy(request: &str, spec: &str) -> Out<String> {
+    lift(api::build_policy(request, spec))
+}
+
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
 #[wasm_bindgen]
 pub fn canonical_request(request: &str) -> Out<String> {

@@ -50,6 +50,8 @@ function run(op, input) {
       return rl.judge(input.facts);
     case "canonical_request":
       return rl.canonicalRequest(input.request);
+    case "build_policy":
+      return rl.buildPolicy(input.request, input.spec).policy;
     case "request_sha256":
       return rl.requestSha256(input.request);
     case "idempotency_key_sha256":

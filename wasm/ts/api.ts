@@ -14,6 +14,7 @@ export {
   judge,
   checkOutcome,
   requestSha256,
+  buildPolicy,
   canonicalRequest,
   idempotencyKeySha256,
   sha256Hex,

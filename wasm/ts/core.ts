@@ -19,6 +19,7 @@ import type {
   Judgement,
   LogicalRequest,
   Outcome,
+  PolicySpec,
   Policy,
   Receipt,
   RetryAfterHeader,
@@ -81,6 +82,7 @@ export interface RawBindings {
   classify_http(observation: string): string;
   judge(facts: string): string;
   request_sha256(request: string): string;
+  build_policy(request: string, spec: string): string;
   canonical_request(request: string): string;
   idempotency_key_sha256(key: string, tenant: string | undefined, operation: string | undefined): string;
   check_outcome(outcome: string): string;
@@ -330,6 +332,20 @@ export function judge(facts: Input<Facts>): Judgement {
 export function requestSha256(request: Input<LogicalRequest>): string {
   const text = toText(request);
   return call((b) => b.request_sha256(text));
+}
+
+/**
+ * Build a policy from a logical request and a policy spec
+ * (`retryledger.policy_spec.v1`: route releases and behavior classes as
+ * catalog documents in place of digests, routes in priority order, budgets):
+ * the core computes every digest and validates the result with the same
+ * codes as `validatePolicy`. Returns the compiled policy, ready for
+ * `runWithPolicy`; its `.policy` is the JSON to store.
+ */
+export function buildPolicy(request: Input<LogicalRequest>, spec: Input<PolicySpec>): CompiledPolicy {
+  const r = toText(request);
+  const s = toText(spec);
+  return new CompiledPolicy(call((b) => b.build_policy(r, s)));
 }
 
 /** A logical request's RFC 8785 canonical JSON. */

@@ -303,6 +303,52 @@ export interface LogicalRequest {
   modalities?: { [key: string]: Json };
 }
 
+/** A route release (`retryledger.route_release.v1`): its digest is a route's `route_release_sha256`. */
+export interface RouteRelease {
+  schema: "retryledger.route_release.v1";
+  provider: string;
+  endpoint: string;
+  model: string;
+  release_pin: string;
+}
+
+/** A behavior class (`retryledger.behavior_class.v1`): its digest is a `behavior_class_sha256`. */
+export interface BehaviorClass {
+  schema: "retryledger.behavior_class.v1";
+  name: string;
+}
+
+/** One route of a policy spec; its priority is its place in the list. */
+export interface RouteSpec {
+  route_id: string;
+  release: RouteRelease;
+  /** The spec's behavior class when absent. */
+  behavior_class?: BehaviorClass;
+  capabilities: Capabilities;
+  data_boundary: DataBoundary;
+  max_attempts: number;
+  reserve_cost: number;
+  supports_idempotency: boolean;
+}
+
+/** A policy spec (`retryledger.policy_spec.v1`): a policy with catalog documents in place of digests. */
+export interface PolicySpec {
+  schema: "retryledger.policy_spec.v1";
+  allowed_degraded_behavior_classes?: BehaviorClass[];
+  backoff: Backoff;
+  behavior_class: BehaviorClass;
+  cost_unit: string;
+  deadline_ms: number;
+  /** From `idempotencyKeySha256(key, scope)`: never the raw key. */
+  idempotency_key_sha256: string;
+  jitter?: Jitter;
+  max_data_boundary: DataBoundary;
+  max_total_attempts: number;
+  max_total_cost: number;
+  requirements: Capabilities;
+  routes: RouteSpec[];
+}
+
 // ---------------------------------------------------------------- observing
 
 /**

@@ -109,6 +109,9 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         .map(Value::from),
         "classify_http" => api::classify_http(text(input, "observation")).map(parsed),
         "judge" => api::judge(text(input, "facts")).map(parsed),
+        "build_policy" => {
+            api::build_policy(text(input, "request"), text(input, "spec")).map(parsed)
+        }
         "canonical_request" => api::canonical_request(text(input, "request")).map(Value::String),
         "request_sha256" => api::request_sha256(text(input, "request")).map(Value::String),
         "idempotency_key_sha256" => api::idempotency_key_sha256(

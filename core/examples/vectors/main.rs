@@ -27,6 +27,7 @@ mod family;
 // The families, one module each: `pub fn family() -> Family`, written to
 // `<name>.json`. Adding one (`drivers`, say) is its module here and one line
 // at the end of `FAMILIES`.
+mod builder;
 mod classify_http;
 mod decode;
 mod digest;
@@ -57,6 +58,7 @@ const FAMILIES: &[fn() -> Family] = &[
     retry_after::family,
     classify_http::family,
     request::family,
+    builder::family,
     observe::family,
     drivers::family,
 ];
@@ -91,6 +93,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `classify_http` | `observation` |\n\
          | `canonical_request`, `request_sha256` | `request` (a logical request: any JSON inside, floats included) |\n\
          | `idempotency_key_sha256` | `key`, optional `tenant` and `operation` |\n\
+         | `build_policy` | `request` (a logical request), `spec` (a `retryledger.policy_spec.v1`: route releases and behavior classes as documents, routes in priority order, budgets) |\n\
          | `judge` | `facts` (what a host observed of one attempt: docs/HOSTS.md) |\n\
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          \n\
