@@ -59,7 +59,7 @@ from typing import (
 )
 
 from . import _core
-from ._api import Document, Policy, check_integer
+from ._api import Document, Policy, check_integer, idempotency_key_sha256
 from ._errors import DecodeError, DriftError, RetryledgerError
 from ._tables import READ_HEADERS, RETRYABLE_KINDS, IndeterminateKind, NonRetryableKind, RetryableKind
 
@@ -499,9 +499,21 @@ async def _async_sleep_ms(ms: float) -> None:
     await asyncio.sleep(ms / 1000.0)
 
 
-def _checked(policy: Union[Policy, Document], idempotency_key: str) -> Policy:
-    """The compiled policy, after checking that sha256(key) is the policy's key digest."""
+def _checked(
+    policy: Union[Policy, Document], idempotency_key: str, key_scope: Optional[Tuple[str, str]] = None
+) -> Policy:
+    """The compiled policy, after checking that the key's digest (bare, or
+    scoped by ``(tenant, operation)``) is the policy's key digest."""
     compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    if key_scope is not None:
+        tenant, operation = key_scope
+        if idempotency_key_sha256(idempotency_key, tenant=tenant, operation=operation) != compiled.idempotency_key_sha256:
+            raise DriftError(
+                "idempotency_key_drift",
+                "the scoped digest of idempotency_key differs from the policy's idempotency_key_sha256",
+                "/idempotency_key_sha256",
+            )
+        return compiled
     if compiled._verified_key != idempotency_key:
         if not isinstance(idempotency_key, str):
             raise DriftError("invalid_type", "the idempotency key is a str", "/idempotency_key")
@@ -585,9 +597,13 @@ def run(
     sleep: Optional[Callable[[float], None]] = None,
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
-    """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`."""
-    compiled = _checked(policy, idempotency_key)
+    """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`.
+
+    ``key_scope`` is ``(tenant, operation)`` when the policy's key digest is
+    scoped (:func:`retryledger.idempotency_key_sha256`)."""
+    compiled = _checked(policy, idempotency_key, key_scope)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:
@@ -627,6 +643,7 @@ async def run_async(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited.
 
@@ -637,7 +654,7 @@ async def run_async(
     the cancellation (``asyncio.wait_for``, task groups) may hide it, so use
     ``on_cancel`` where that matters.
     """
-    compiled = _checked(policy, idempotency_key)
+    compiled = _checked(policy, idempotency_key, key_scope)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:

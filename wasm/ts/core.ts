@@ -194,11 +194,15 @@ export class CompiledPolicy {
     this.routesByPriority = Object.freeze([...this.policy.routes].sort((a, b) => a.priority - b.priority));
   }
 
-  /** Whether SHA-256 of the raw idempotency key is the policy's `idempotency_key_sha256`. */
-  acceptsKey(key: string): boolean {
-    if (key === this.#checkedKey) return true;
-    if (sha256Hex(key) !== this.policy.idempotency_key_sha256) return false;
-    this.#checkedKey = key;
+  /**
+   * Whether the raw idempotency key's digest (bare, or scoped by tenant and
+   * operation: `idempotencyKeySha256`) is the policy's `idempotency_key_sha256`.
+   */
+  acceptsKey(key: string, scope?: { tenant: string; operation: string }): boolean {
+    if (scope === undefined && key === this.#checkedKey) return true;
+    const digest = scope === undefined ? sha256Hex(key) : idempotencyKeySha256(key, scope);
+    if (digest !== this.policy.idempotency_key_sha256) return false;
+    if (scope === undefined) this.#checkedKey = key;
     return true;
   }
 

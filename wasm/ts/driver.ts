@@ -57,8 +57,10 @@ export interface Step {
 export type DispatchFn<T> = (step: Step, signal: AbortSignal) => Promise<T> | T;
 
 export interface RunOptions {
-  /** The raw idempotency key; its SHA-256 must be the policy's `idempotency_key_sha256`. */
+  /** The raw idempotency key; its digest must be the policy's `idempotency_key_sha256`. */
   idempotencyKey: string;
+  /** The key's scope, when the policy's key digest is scoped (`idempotencyKeySha256(key, {tenant, operation})`). */
+  keyScope?: { tenant: string; operation: string };
   /** Stops the run: between attempts (`stop_cancelled`) or during one (that attempt is indeterminate). */
   signal?: AbortSignal;
   /** Monotonic milliseconds (default `performance.now`); the run clock starts at its first reading. */
@@ -226,10 +228,10 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       path: "/idempotencyKey",
     });
   }
-  if (!compiled.acceptsKey(key)) {
+  if (!compiled.acceptsKey(key, options.keyScope)) {
     throw new DriftError(
       "idempotency_key_drift",
-      "idempotency_key_drift at /idempotency_key_sha256: SHA-256 of the idempotency key is not the policy's idempotency_key_sha256",
+      "idempotency_key_drift at /idempotency_key_sha256: the digest of the idempotency key (and its scope) is not the policy's idempotency_key_sha256",
       { path: "/idempotency_key_sha256" },
     );
   }
