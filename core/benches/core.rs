@@ -125,11 +125,39 @@ fn scaling(c: &mut Criterion) {
     g.finish();
 }
 
+/// The builder's cost per policy (request digest, catalog digests, build and
+/// validation) next to `validate_policy` on the policy it builds.
+fn builder(c: &mut Criterion) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/builder.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let case = doc["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "build_reference_spec")
+        .unwrap();
+    let request = case["input"]["request"].as_str().unwrap().to_owned();
+    let spec = case["input"]["spec"].as_str().unwrap().to_owned();
+    let built = api::build_policy(&request, &spec).unwrap();
+    let mut g = c.benchmark_group("builder");
+    g.bench_function("build_policy/json", |b| {
+        b.iter(|| api::build_policy(black_box(&request), black_box(&spec)).unwrap())
+    });
+    g.bench_function("validate_policy/json_same_policy", |b| {
+        b.iter(|| api::validate_policy(black_box(&built)).unwrap())
+    });
+    g.bench_function("request_sha256/json", |b| {
+        b.iter(|| api::request_sha256(black_box(&request)).unwrap())
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = reference, scaling
+    targets = reference, scaling, builder
 }
 criterion_main!(benches);
