@@ -104,6 +104,9 @@ pub fn digest(document_json: &str) -> Result<String> {
         AttemptsSchema::NAME => Ok(digest_of(&from_value::<Attempts>(value)?)),
         ReceiptSchema::NAME => Ok(digest_of(&from_value::<Receipt>(value)?)),
         BundleSchema::NAME => Ok(digest_of(&from_value::<Bundle>(value)?)),
+        crate::price::PriceScheduleSchema::NAME => Ok(digest_of(&from_value::<
+            crate::price::PriceSchedule,
+        >(value)?)),
         crate::builder::RouteReleaseSchema::NAME => Ok(digest_of(&from_value::<
             crate::builder::RouteRelease,
         >(value)?)),
@@ -128,6 +131,30 @@ pub fn build_policy(request_json: &str, spec_json: &str) -> Result<String> {
     let request = crate::request::parse_request(request_json)?;
     let spec = from_str::<crate::builder::PolicySpec>(spec_json)?;
     Ok(out(&crate::builder::build_policy(&request, spec)?.policy))
+}
+
+/// `check_price_schedule`: a price schedule checked against a policy before
+/// any dispatch (the same cost unit, every route release priced once); its
+/// digest, which a receipt binds.
+pub fn check_price_schedule(policy_json: &str, schedule_json: &str) -> Result<String> {
+    let policy = compile_policy(policy_json)?;
+    let schedule = from_str::<crate::price::PriceSchedule>(schedule_json)?;
+    crate::price::check_schedule(&policy.policy, &schedule)?;
+    Ok(digest_of(&schedule))
+}
+
+/// `price_cost`: what `usage` (units by kind) costs on a route release under
+/// a price schedule: the sum of `ceil(units * price / 10^6)`.
+pub fn price_cost(
+    schedule_json: &str,
+    route_release_sha256: &str,
+    usage_json: &str,
+) -> Result<u64> {
+    let schedule = from_str::<crate::price::PriceSchedule>(schedule_json)?;
+    let release = crate::ids::Sha256Hex::parse(route_release_sha256)
+        .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/route_release_sha256", m))?;
+    let usage = from_str::<crate::price::Units>(usage_json)?;
+    crate::price::cost(&schedule, &release, &usage)
 }
 
 /// `request_sha256`: the logical request's digest (`logical_request_sha256`)

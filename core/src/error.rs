@@ -124,6 +124,12 @@ codes! {
     BudgetUnbounded => "budget_unbounded", Policy;
     /// The backoff parameters are inconsistent (base 0 or maximum below base).
     InvalidBackoff => "invalid_backoff", Policy;
+    /// A price schedule has no prices for a route release the policy names.
+    PriceScheduleMissingRelease => "price_schedule_missing_release", Policy;
+    /// A price schedule's cost unit is not the policy's.
+    CostUnitMismatch => "cost_unit_mismatch", Policy;
+    /// Usage names a unit the route release's prices do not price.
+    UsageUnpriced => "usage_unpriced", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;

@@ -43,6 +43,7 @@ pub mod observe;
 pub mod outcome;
 mod parse;
 pub mod policy;
+pub mod price;
 pub mod receipt;
 pub mod request;
 pub mod schedule;

@@ -225,6 +225,20 @@ def build_policy(request: Document, spec: Document) -> Policy:
     return Policy(call(_core.build_policy, to_text(request), to_text(spec)))
 
 
+def check_price_schedule(policy: Union[Policy, Document], schedule: Document) -> str:
+    """Check a price schedule (``retryledger.price_schedule.v1``) against a
+    policy before any dispatch: the same cost unit, every route release priced
+    once. Returns the schedule's digest; raises :class:`PolicyError` otherwise."""
+    return call(_core.check_price_schedule, _policy_text(policy), to_text(schedule))
+
+
+def price_cost(schedule: Document, route_release_sha256: str, usage: Document) -> int:
+    """What raw usage (units by kind: ``input``, ``output``, ``cached_input``,
+    ...) costs on a route release: the sum of ``ceil(units * price / 10**6)``.
+    A kind the release does not price is ``usage_unpriced``, never a silent zero."""
+    return call(_core.price_cost, to_text(schedule), route_release_sha256, to_text(usage))
+
+
 def canonical_request(request: Document) -> str:
     """A logical request's RFC 8785 canonical JSON."""
     return call(_core.canonical_request, to_text(request))

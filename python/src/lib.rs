@@ -494,6 +494,29 @@ fn build_policy(request: &Bound<'_, PyAny>, spec: &Bound<'_, PyAny>) -> PyResult
     lift(api::build_policy(&text(request)?, &text(spec)?))
 }
 
+/// `check_price_schedule`: the schedule's digest once checked against the policy.
+#[pyfunction]
+fn check_price_schedule(
+    policy: &Bound<'_, PyAny>,
+    schedule: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    lift(api::check_price_schedule(&text(policy)?, &text(schedule)?))
+}
+
+/// `price_cost`: what raw usage costs on a release under a price schedule.
+#[pyfunction]
+fn price_cost(
+    schedule: &Bound<'_, PyAny>,
+    route_release_sha256: &Bound<'_, PyAny>,
+    usage: &Bound<'_, PyAny>,
+) -> PyResult<u64> {
+    lift(api::price_cost(
+        &text(schedule)?,
+        &text(route_release_sha256)?,
+        &text(usage)?,
+    ))
+}
+
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
 #[pyfunction]
 fn canonical_request(request: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1131,6 +1154,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(judge, m)?)?;
     m.add_function(wrap_pyfunction!(request_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(build_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(check_price_schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(price_cost, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_request, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;

@@ -189,6 +189,20 @@ pub fn build_policy(request: &str, spec: &str) -> Out<String> {
     lift(api::build_policy(request, spec))
 }
 
+/// `check_price_schedule`: the schedule's digest once checked against the policy.
+#[wasm_bindgen]
+pub fn check_price_schedule(policy: &str, schedule: &str) -> Out<String> {
+    lift(api::check_price_schedule(policy, schedule))
+}
+
+/// `price_cost`: what raw usage costs on a release under a price schedule.
+#[wasm_bindgen]
+pub fn price_cost(schedule: &str, route_release_sha256: &str, usage: &str) -> Out<f64> {
+    // Costs are at most 2^53 - 1: exact as JavaScript numbers.
+    #[allow(clippy::cast_precision_loss)]
+    lift(api::price_cost(schedule, route_release_sha256, usage).map(|c| c as f64))
+}
+
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
 #[wasm_bindgen]
 pub fn canonical_request(request: &str) -> Out<String> {

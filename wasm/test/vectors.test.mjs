@@ -50,6 +50,10 @@ function run(op, input) {
       return rl.judge(input.facts);
     case "canonical_request":
       return rl.canonicalRequest(input.request);
+    case "check_price_schedule":
+      return rl.checkPriceSchedule(input.policy, input.schedule);
+    case "price_cost":
+      return rl.priceCost(input.schedule, input.route_release_sha256, input.usage);
     case "build_policy":
       return rl.buildPolicy(input.request, input.spec).policy;
     case "request_sha256":

@@ -15,6 +15,8 @@ export {
   checkOutcome,
   requestSha256,
   buildPolicy,
+  checkPriceSchedule,
+  priceCost,
   canonicalRequest,
   idempotencyKeySha256,
   sha256Hex,

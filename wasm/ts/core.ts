@@ -20,6 +20,8 @@ import type {
   LogicalRequest,
   Outcome,
   PolicySpec,
+  PriceSchedule,
+  Usage,
   Policy,
   Receipt,
   RetryAfterHeader,
@@ -83,6 +85,8 @@ export interface RawBindings {
   judge(facts: string): string;
   request_sha256(request: string): string;
   build_policy(request: string, spec: string): string;
+  check_price_schedule(policy: string, schedule: string): string;
+  price_cost(schedule: string, routeReleaseSha256: string, usage: string): number;
   canonical_request(request: string): string;
   idempotency_key_sha256(key: string, tenant: string | undefined, operation: string | undefined): string;
   check_outcome(outcome: string): string;
@@ -350,6 +354,29 @@ export function buildPolicy(request: Input<LogicalRequest>, spec: Input<PolicySp
   const r = toText(request);
   const s = toText(spec);
   return new CompiledPolicy(call((b) => b.build_policy(r, s)));
+}
+
+/**
+ * Check a price schedule (`retryledger.price_schedule.v1`) against a policy
+ * before any dispatch: the same cost unit, every route release priced once.
+ * Returns the schedule's digest; throws `PolicyError` otherwise.
+ */
+export function checkPriceSchedule(policy: Input<Policy>, schedule: Input<PriceSchedule>): string {
+  const p = toText(policy);
+  const s = toText(schedule);
+  return call((b) => b.check_price_schedule(p, s));
+}
+
+/**
+ * What raw usage (units by kind: `input`, `output`, `cached_input`, …) costs
+ * on a route release: the sum of `ceil(units * price / 10^6)`. A kind the
+ * release does not price is `usage_unpriced`, never a silent zero.
+ */
+export function priceCost(schedule: Input<PriceSchedule>, routeReleaseSha256: string, usage: Input<Usage>): number {
+  const s = toText(schedule);
+  const r = requireString(routeReleaseSha256, "route_release_sha256");
+  const u = toText(usage);
+  return call((b) => b.price_cost(s, r, u));
 }
 
 /** A logical request's RFC 8785 canonical JSON. */

@@ -51,6 +51,9 @@ export const POLICY_CODES = [
   "route_attempts_unbounded",
   "budget_unbounded",
   "invalid_backoff",
+  "price_schedule_missing_release",
+  "cost_unit_mismatch",
+  "usage_unpriced",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -136,6 +139,9 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   route_attempts_unbounded: "policy",
   budget_unbounded: "policy",
   invalid_backoff: "policy",
+  price_schedule_missing_release: "policy",
+  cost_unit_mismatch: "policy",
+  usage_unpriced: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",

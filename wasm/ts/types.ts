@@ -349,6 +349,17 @@ export interface PolicySpec {
   routes: RouteSpec[];
 }
 
+/** Units by kind (`input`, `output`, `cached_input`, `reasoning`, …): usage, or prices per million units. */
+export type Usage = { [kind: string]: number };
+
+/** A price schedule (`retryledger.price_schedule.v1`): integer prices per million units, per route release. */
+export interface PriceSchedule {
+  schema: "retryledger.price_schedule.v1";
+  /** The policy's `cost_unit`. */
+  cost_unit: string;
+  releases: { route_release_sha256: string; prices_per_million: Usage }[];
+}
+
 // ---------------------------------------------------------------- observing
 
 /**

@@ -109,6 +109,16 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         .map(Value::from),
         "classify_http" => api::classify_http(text(input, "observation")).map(parsed),
         "judge" => api::judge(text(input, "facts")).map(parsed),
+        "check_price_schedule" => {
+            api::check_price_schedule(text(input, "policy"), text(input, "schedule"))
+                .map(Value::String)
+        }
+        "price_cost" => api::price_cost(
+            text(input, "schedule"),
+            text(input, "route_release_sha256"),
+            text(input, "usage"),
+        )
+        .map(Value::from),
         "build_policy" => {
             api::build_policy(text(input, "request"), text(input, "spec")).map(parsed)
         }

@@ -37,6 +37,7 @@ mod jitter;
 mod observe;
 mod plan;
 mod policy;
+mod price;
 mod request;
 mod retry_after;
 mod schedule;
@@ -59,6 +60,7 @@ const FAMILIES: &[fn() -> Family] = &[
     classify_http::family,
     request::family,
     builder::family,
+    price::family,
     observe::family,
     drivers::family,
 ];
@@ -94,6 +96,8 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `canonical_request`, `request_sha256` | `request` (a logical request: any JSON inside, floats included) |\n\
          | `idempotency_key_sha256` | `key`, optional `tenant` and `operation` |\n\
          | `build_policy` | `request` (a logical request), `spec` (a `retryledger.policy_spec.v1`: route releases and behavior classes as documents, routes in priority order, budgets) |\n\
+         | `check_price_schedule` | `policy`, `schedule` (a `retryledger.price_schedule.v1`); the schedule's digest |\n\
+         | `price_cost` | `schedule`, `route_release_sha256`, `usage` (units by kind); a number |\n\
          | `judge` | `facts` (what a host observed of one attempt: docs/HOSTS.md) |\n\
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          \n\
@@ -138,17 +142,17 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          ## Error codes\n\
          \n\
          Every code in `ErrorCode::ALL` appears in some case (as `expect.error.code`, or\n\
-         as the `code` of a `drift` verdict of `verify_bundle`), except two that no JSON\n\
-         text within the limits can produce, each covered by a Rust test in\n\
+         as the `code` of a `drift` verdict of `verify_bundle`), except one that no JSON\n\
+         text within the limits can produce, covered by a Rust test in\n\
          `core/tests/vectors.rs` instead:\n\
          \n\
          - `input_too_large`: an input over 2 MiB would make the vector files too large\n\
            to keep in the repository; the test feeds 2 MiB + 1 byte to every operation\n\
            and checks that exactly 2 MiB passes the size check.\n\
-         - `arithmetic_overflow`: spent cost never exceeds `max_total_cost` (at most\n\
-           2^53 - 1) before the run stops, and each cost is at most 2^53 - 1, so the sum\n\
-           cannot overflow from decoded documents; the test reaches it through the typed\n\
-           Rust API with costs beyond 2^53.\n",
+         \n\
+         `arithmetic_overflow` is reached from documents by a price schedule's cost of\n\
+         large usage (`price.json`); a run's spent cost cannot overflow from decoded\n\
+         documents, and a Rust test reaches that case through the typed API.\n",
     );
     out
 }
