@@ -14,6 +14,12 @@ use crate::limits::MAX_INPUT_BYTES;
 
 /// Parse JSON text into a value, enforcing the normal-form rules of every document.
 pub fn parse_strict(text: &str) -> Result<Value> {
+    check_size(text)?;
+    crate::parse::parse(text)
+}
+
+/// Input over [`MAX_INPUT_BYTES`] is `input_too_large`, before any parsing.
+pub(crate) fn check_size(text: &str) -> Result<()> {
     if text.len() > MAX_INPUT_BYTES {
         return Err(Error::new(
             ErrorCode::InputTooLarge,
@@ -23,7 +29,7 @@ pub fn parse_strict(text: &str) -> Result<Value> {
             ),
         ));
     }
-    crate::parse::parse(text)
+    Ok(())
 }
 
 /// Decode JSON text into a typed document.

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::canonical::{sha256_hex, to_jcs};
 use crate::decode::At;
 use crate::error::{Error, ErrorCode, Result};
-use crate::limits::{MAX_ID_BYTES, MAX_INPUT_BYTES, MAX_SAFE_INTEGER};
+use crate::limits::{MAX_ID_BYTES, MAX_SAFE_INTEGER};
 
 /// The request document's schema string.
 pub const REQUEST_SCHEMA: &str = "retryledger.request.v1";
@@ -55,16 +55,7 @@ impl Request {
 /// inside; duplicate keys, lone surrogates, non-finite numbers, oversize
 /// input and deep nesting are errors).
 pub fn parse_request(text: &str) -> Result<Request> {
-    if text.len() > MAX_INPUT_BYTES {
-        return Err(Error::new(
-            ErrorCode::InputTooLarge,
-            format!(
-                "input is {} bytes; the limit is {MAX_INPUT_BYTES}",
-                text.len()
-            ),
-        ));
-    }
-    check_request(crate::parse::parse_any(text)?)
+    check_request(crate::parse::parse_any_sized(text)?)
 }
 
 /// Check a parsed request value.
