@@ -1,0 +1,111 @@
+/**
+ * Integration for the `@anthropic-ai/sdk` npm package.
+ *
+ * The driver must be the only layer that retries: an SDK that retries on its
+ * own multiplies attempts (three harness attempts of three SDK requests each
+ * are nine requests for one logical call). So every client must be built
+ * with `maxRetries: 0`, and each call also passes `maxRetries: 0`.
+ *
+ * The SDK's errors are judged by the core like any other, from the facts the
+ * driver reads off them (this module maps no error): `APIConnectionError`,
+ * `APIConnectionTimeoutError` and `APIUserAbortError` are in the core's class
+ * table, and the connection codes of an `APIConnectionError`'s cause
+ * (`ECONNREFUSED`, DNS, `ECONNRESET`) in its code table; an `APIError`'s
+ * `status` and `retry-after-ms` / `retry-after` headers go through the core's
+ * HTTP rules: `RateLimitError` (429) is rate limited with its hint, 5xx
+ * (`InternalServerError`, `OverloadedError` 529) unavailable except 501/505,
+ * 408 and a connection timeout a timeout before response, a connection never
+ * made unavailable and one broken after sending unknown acceptance.
+ * This module does not import `@anthropic-ai/sdk`; it reads the client's
+ * `maxRetries` only.
+ */
+
+import { AttemptError } from "./facts.js";
+import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { PolicyError } from "./errors.js";
+import { CompiledPolicy, type Input } from "./core.js";
+import type { Policy } from "./types.js";
+
+/** The part of an `Anthropic` client this module looks at. */
+export interface AnthropicClientLike {
+  maxRetries: number;
+}
+
+/** Request options passed to every SDK call: no SDK retries, the run's signal and timeout, the Idempotency-Key header. */
+export interface AnthropicRequestOptions {
+  maxRetries: 0;
+  signal: AbortSignal;
+  timeout: number;
+  headers: Record<string, string>;
+}
+
+/** Throws `PolicyError` `retry_owner_not_harness` unless the client's `maxRetries` is 0. */
+export function assertNoSdkRetries(client: AnthropicClientLike, name = "client"): void {
+  const n = (client as { maxRetries?: unknown } | null | undefined)?.maxRetries;
+  if (n !== 0) {
+    throw new PolicyError(
+      "retry_owner_not_harness",
+      `retry_owner_not_harness: ${name} has maxRetries ${String(n)}; build it with maxRetries: 0 so that the harness is the only retry owner`,
+      { path: "/maxRetries" },
+    );
+  }
+}
+
+function isSingle(clients: unknown): boolean {
+  return typeof (clients as { maxRetries?: unknown }).maxRetries === "number";
+}
+
+/**
+ * A dispatch function over `@anthropic-ai/sdk` clients, one per route id (or
+ * one for every route). Refuses, before any dispatch, a client whose
+ * `maxRetries` is not 0. `call` makes one SDK request (`messages.create`)
+ * with the options it is given.
+ */
+export function anthropicDispatch<C extends AnthropicClientLike, T>(
+  clients: C | Readonly<Record<string, C>>,
+  call: (client: C, options: AnthropicRequestOptions, step: Step) => Promise<T>,
+): DispatchFn<T> {
+  const byRoute = isSingle(clients) ? undefined : (clients as Readonly<Record<string, C>>);
+  if (byRoute === undefined) {
+    assertNoSdkRetries(clients as C);
+  } else {
+    for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
+  }
+  return async (step, signal) => {
+    const client = byRoute === undefined ? (clients as C) : Object.hasOwn(byRoute, step.routeId) ? byRoute[step.routeId] : undefined;
+    if (client === undefined) {
+      throw AttemptError.nonRetryable("invalid_request", { cause: new Error(`no anthropic client for route ${step.routeId}`) });
+    }
+    const options: AnthropicRequestOptions = {
+      maxRetries: 0,
+      signal,
+      timeout: Math.max(1, step.remainingMs),
+      headers: { "Idempotency-Key": step.idempotencyKey },
+    };
+    return call(client, options, step);
+  };
+}
+
+/**
+ * `runWithPolicy` over `@anthropic-ai/sdk` clients. Before any request it
+ * refuses a client whose `maxRetries` is not 0 and a policy route without a
+ * client.
+ */
+export async function runWithAnthropic<C extends AnthropicClientLike, T>(
+  policy: Input<Policy> | CompiledPolicy,
+  clients: C | Readonly<Record<string, C>>,
+  call: (client: C, options: AnthropicRequestOptions, step: Step) => Promise<T>,
+  options: RunOptions,
+): Promise<RunResult<T>> {
+  const dispatch = anthropicDispatch(clients, call);
+  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  try {
+    if (!isSingle(clients)) {
+      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+      if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
+    }
+    return await runWithPolicy(compiled, dispatch, options);
+  } finally {
+    if (compiled !== policy) compiled.free();
+  }
+}
