@@ -1,0 +1,204 @@
+"""Integration with plain ``httpx``: retryledger owns every retry.
+
+``request(client, step)`` makes one request with the client of
+``step.route_id`` (or the one client given for every route) and returns the
+``httpx.Response``; the driver calls ``response.raise_for_status()``, so a
+non-2xx answer becomes ``httpx.HTTPStatusError``, whose
+``response.status_code`` and ``response.headers`` (``retry-after``,
+``retry-after-ms``) the core judges by its HTTP rules. httpx's transport
+errors (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``, ``ReadError``,
+``RemoteProtocolError``, ...) are in the core's tables: nothing is mapped
+here (docs/HOSTS.md).
+
+Every request sent by ``request`` during an attempt carries the run's
+``Idempotency-Key`` and a timeout no longer than the remaining deadline: the
+drivers add one request event hook to each client, which does nothing outside
+an attempt of these drivers (it reads a context variable).
+
+httpx retries nothing by default; ``httpx.HTTPTransport(retries=N)`` retries
+failed connections N times. A client whose transport (or a mounted one) has
+``retries`` above 0 is refused with ``PolicyError("retry_owner_not_harness")``
+before any request. A custom transport that retries in some other way cannot
+be seen from here.
+
+    client = httpx.Client()
+    result = retryledger.httpx.run(
+        policy, client,
+        lambda client, step: client.post(URLS[step.route_id], json=body),
+        idempotency_key,
+    )
+    result.value.json()
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
+
+import httpx
+
+from ._api import Document, Policy
+from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
+from ._errors import PolicyError
+
+__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
+
+C = TypeVar("C", httpx.Client, httpx.AsyncClient)
+
+#: The header that carries the idempotency key on every attempt.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+# (idempotency key, deadline in seconds) of the attempt running in this context.
+_ATTEMPT: contextvars.ContextVar[Optional[Tuple[str, float]]] = contextvars.ContextVar(
+    "retryledger_httpx_attempt", default=None
+)
+
+
+def _stamp(request: httpx.Request) -> None:
+    attempt = _ATTEMPT.get()
+    if attempt is None:
+        return
+    key, seconds = attempt
+    request.headers[IDEMPOTENCY_HEADER] = key
+    timeouts: Dict[str, Any] = dict(request.extensions.get("timeout") or {})
+    for name in ("connect", "read", "write", "pool"):
+        given = timeouts.get(name)
+        timeouts[name] = seconds if given is None else min(float(given), seconds)
+    request.extensions["timeout"] = timeouts
+
+
+def _on_request(request: httpx.Request) -> None:
+    _stamp(request)
+
+
+async def _on_request_async(request: httpx.Request) -> None:
+    _stamp(request)
+
+
+def _transport_retries(transport: Any) -> int:
+    """``retries`` of an ``httpx.HTTPTransport`` / ``AsyncHTTPTransport`` (its httpcore pool's)."""
+    retries = getattr(getattr(transport, "_pool", None), "_retries", 0)
+    return retries if isinstance(retries, int) else 0
+
+
+def require_no_retries(client: Union[httpx.Client, httpx.AsyncClient]) -> None:
+    """Refuse a client whose transport retries on its own: retries at two layers multiply."""
+    transports = [("", getattr(client, "_transport", None))]
+    mounts = getattr(client, "_mounts", None) or {}
+    transports += [(f" (mounted at {getattr(p, 'pattern', p)!s})", t) for p, t in mounts.items()]
+    for where, transport in transports:
+        retries = _transport_retries(transport)
+        if retries != 0:
+            raise PolicyError(
+                "retry_owner_not_harness",
+                f"the httpx client's transport{where} has retries={retries!r}; "
+                "create it with retries=0 (the default) so that retryledger owns every retry",
+                "/retries",
+            )
+
+
+def _hook(client: Union[httpx.Client, httpx.AsyncClient]) -> None:
+    """Give ``client`` the drivers' request hook, once and last."""
+    hook: Any = _on_request_async if isinstance(client, httpx.AsyncClient) else _on_request
+    hooks = client.event_hooks
+    if hook not in hooks["request"]:
+        client.event_hooks = {"request": [*hooks["request"], hook], "response": list(hooks["response"])}
+
+
+def _prepare(policy: Union[Policy, Document], clients: Union[C, Mapping[str, C]]) -> Tuple[Policy, Mapping[str, C]]:
+    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    routes = [r["route_id"] for r in compiled.document["routes"]]
+    by_route: Mapping[str, C]
+    if isinstance(clients, (httpx.Client, httpx.AsyncClient)):
+        by_route = {route: clients for route in routes}
+    else:
+        by_route = clients
+    for client in by_route.values():
+        require_no_retries(client)
+    missing = [route for route in routes if route not in by_route]
+    if missing:
+        raise KeyError(f"no httpx client for route(s) {', '.join(missing)}")
+    for client in by_route.values():
+        _hook(client)
+    return compiled, by_route
+
+
+def _attempt(step: Step) -> Tuple[str, float]:
+    return step.idempotency_key, max(step.remaining_ms, 0) / 1000.0
+
+
+def run(
+    policy: Union[Policy, Document],
+    clients: Union[httpx.Client, Mapping[str, httpx.Client]],
+    request: Callable[[httpx.Client, Step], httpx.Response],
+    idempotency_key: str,
+    *,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+) -> RunResult[httpx.Response]:
+    """:func:`retryledger.run` over ``httpx.Client``: one for every route, or one per route id.
+
+    The run's value is the 2xx response ``request`` returned.
+    """
+    compiled, by_route = _prepare(policy, clients)
+
+    def dispatch(step: Step) -> httpx.Response:
+        token = _ATTEMPT.set(_attempt(step))
+        try:
+            response = request(by_route[step.route_id], step)
+        finally:
+            _ATTEMPT.reset(token)
+        if not response.is_success:
+            response.close()
+        response.raise_for_status()
+        return response
+
+    return _run(
+        compiled,
+        dispatch,
+        idempotency_key,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
+    )
+
+
+async def run_async(
+    policy: Union[Policy, Document],
+    clients: Union[httpx.AsyncClient, Mapping[str, httpx.AsyncClient]],
+    request: Callable[[httpx.AsyncClient, Step], Awaitable[httpx.Response]],
+    idempotency_key: str,
+    *,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+) -> RunResult[httpx.Response]:
+    """:func:`retryledger.run_async` over ``httpx.AsyncClient``: one for every route, or one per route id."""
+    compiled, by_route = _prepare(policy, clients)
+
+    async def dispatch(step: Step) -> httpx.Response:
+        token = _ATTEMPT.set(_attempt(step))
+        try:
+            response = await request(by_route[step.route_id], step)
+        finally:
+            _ATTEMPT.reset(token)
+        if not response.is_success:
+            await response.aclose()
+        response.raise_for_status()
+        return response
+
+    return await _run_async(
+        compiled,
+        dispatch,
+        idempotency_key,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
+        on_cancel=on_cancel,
+    )
