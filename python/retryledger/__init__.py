@@ -38,6 +38,7 @@ from ._api import (
     verify_bundle,
 )
 from ._core import Dispatch, Facts, Judgement, Outcome, Sealed, Session, Terminal
+from ._decorator import Retrying, retry
 from ._driver import (
     AttemptCallback,
     AttemptError,
@@ -62,6 +63,8 @@ from ._errors import (
 )
 
 __all__ = [
+    "retry",
+    "Retrying",
     "AttemptCallback",
     "AttemptError",
     "Classifier",

@@ -25,6 +25,7 @@ export {
 } from "./core.js";
 export { Session, RETURNED, type Observation } from "./session.js";
 export { AttemptError, factsOf, type Classifier, type FactsOptions } from "./facts.js";
+export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 export * from "./tables.js";
 export {

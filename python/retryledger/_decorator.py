@@ -1,0 +1,113 @@
+"""``@retryledger.retry``: the drivers as a decorator, as short as tenacity's.
+
+    @retryledger.retry(policy, idempotency_key="order-7")
+    def summarize(step, text):
+        return client.chat.completions.create(..., extra_headers={"Idempotency-Key": step.idempotency_key})
+
+    summarize("...")            # the value; RunStoppedError (with the bundle) otherwise
+    summarize.run("...")        # the RunResult: value, receipt, bundle
+
+The decorated function receives the planned :class:`Step` first, then the
+caller's arguments; an ``async def`` gets the asyncio driver. ``policy`` and
+``idempotency_key`` may be callables of the caller's arguments, since a
+policy binds one logical request (its digest and its key's digest). Every
+guarantee of :func:`retryledger.run` holds: one owner of retries, the core's
+schedule and judgement, a sealed receipt.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Awaitable, Callable, Generic, Tuple, TypeVar, Union, cast, overload
+
+from ._api import Document, Policy
+from ._driver import RunResult, Step, run, run_async
+
+__all__ = ["retry", "Retrying"]
+
+T = TypeVar("T")
+
+PolicyArg = Union[Policy, Document, Callable[..., Union[Policy, Document]]]
+KeyArg = Union[str, Callable[..., str]]
+
+
+def _resolve(value: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return value(*args, **kwargs) if callable(value) and not isinstance(value, Policy) else value
+
+
+class Retrying(Generic[T]):
+    """A function under a policy: call it for the value, ``.run`` for the whole
+    :class:`RunResult` (sync functions), ``.run_async`` for async ones."""
+
+    __name__: str
+    __doc__: Union[str, None]
+
+    def __init__(self, fn: Callable[..., Any], policy: PolicyArg, idempotency_key: KeyArg, options: dict[str, Any]) -> None:
+        self._fn = fn
+        self._policy = policy
+        self._key = idempotency_key
+        self._options = options
+        self._async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+
+    def _bound(self, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Tuple[Any, str]:
+        policy = _resolve(self._policy, args, kwargs)
+        key = _resolve(self._key, args, kwargs)
+        if not isinstance(key, str):
+            raise TypeError("idempotency_key must be a str or give one")
+        return policy, key
+
+    def run(self, *args: Any, **kwargs: Any) -> RunResult[T]:
+        """Run the function under the policy: the value and the sealed run."""
+        if self._async:
+            raise TypeError("an async function runs with `await f.run_async(...)`")
+        policy, key = self._bound(args, kwargs)
+        fn = self._fn
+        return run(policy, lambda step: cast(T, fn(step, *args, **kwargs)), key, **self._options)
+
+    async def run_async(self, *args: Any, **kwargs: Any) -> RunResult[T]:
+        """The asyncio driver: the value and the sealed run."""
+        policy, key = self._bound(args, kwargs)
+        fn = self._fn
+
+        async def dispatch(step: Step) -> T:
+            out = fn(step, *args, **kwargs)
+            return cast(T, await out) if inspect.isawaitable(out) else cast(T, out)
+
+        return await run_async(policy, dispatch, key, **self._options)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._async:
+            return self._call_async(*args, **kwargs)
+        return self.run(*args, **kwargs).value
+
+    async def _call_async(self, *args: Any, **kwargs: Any) -> T:
+        return (await self.run_async(*args, **kwargs)).value
+
+
+class _Decorate:
+    """What ``retry(...)`` returns: applied to a function, a :class:`Retrying`."""
+
+    def __init__(self, policy: PolicyArg, idempotency_key: KeyArg, options: dict[str, Any]) -> None:
+        self._policy = policy
+        self._key = idempotency_key
+        self._options = options
+
+    @overload
+    def __call__(self, fn: Callable[..., Awaitable[T]]) -> Retrying[T]: ...
+
+    @overload
+    def __call__(self, fn: Callable[..., T]) -> Retrying[T]: ...
+
+    def __call__(self, fn: Callable[..., Any]) -> Retrying[Any]:
+        return Retrying(fn, self._policy, self._key, self._options)
+
+
+def retry(policy: PolicyArg, *, idempotency_key: KeyArg, **options: Any) -> _Decorate:
+    """Decorate a function whose first parameter is the :class:`Step`.
+
+    ``options`` are the driver's keyword arguments (``classify``, ``clock``,
+    ``sleep``, ``wall_clock``, ``on_attempt``, ``key_scope``, and
+    ``on_cancel`` for async functions)."""
+    return _Decorate(policy, idempotency_key, options)
