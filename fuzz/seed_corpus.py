@@ -18,7 +18,7 @@ def put(target, data):
 
 
 for path in sorted((ROOT / "tests" / "vectors").glob("*.json")):
-    for case in json.loads(path.read_text(encoding="utf-8"))["cases"]:
+    for case in json.loads(path.read_text(encoding="utf-8")).get("cases", []):
         op, inp = case["op"], case["input"]
         enc = lambda s: s.encode("utf-8", "surrogatepass")
         if op == "validate_policy":
@@ -34,6 +34,14 @@ for path in sorted((ROOT / "tests" / "vectors").glob("*.json")):
             put("decode_bundle", enc(inp["bundle"]))
         elif op == "digest":
             put("digest", enc(inp["document"]))
+        elif op == "judge":
+            put("judge", enc(inp["facts"]))
+        elif op in ("canonical_request", "request_sha256"):
+            put("request", enc(inp["request"]))
+        elif op == "build_policy":
+            put("build_policy", enc(inp["request"]) + b"\0" + enc(inp["spec"]))
+        elif op == "price_cost":
+            put("price_cost", enc(inp["schedule"]) + b"\0" + enc(inp["route_release_sha256"]) + b"\0" + enc(inp["usage"]))
         elif op == "classify_http":
             put("decode_observation", enc(inp["observation"]))
         elif op == "parse_retry_after":

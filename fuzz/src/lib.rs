@@ -250,3 +250,63 @@ pub fn check_digest(data: &[u8]) {
         Err(e) => check_error(&e),
     }
 }
+
+/// Facts -> judgement: a known rule, an outcome that decodes, canonical output.
+pub fn check_judge(data: &[u8]) {
+    let t = text(data);
+    match api::judge(&t) {
+        Ok(out) => {
+            let v: Value = serde_json::from_str(&out).expect("JSON");
+            let rule = v["rule"].as_str().expect("a rule");
+            assert!(retryledger_core::observe::Rule::NAMES.contains(&rule));
+            let _: Outcome = from_str(&v["outcome"].to_string()).expect("an outcome");
+            assert_jcs(&out);
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+/// A logical request: its canonical form is a fixed point with the same digest.
+pub fn check_request(data: &[u8]) {
+    let t = text(data);
+    match api::canonical_request(&t) {
+        Ok(canonical) => {
+            let digest = api::request_sha256(&t).unwrap();
+            assert_eq!(sha256_hex(canonical.as_bytes()), digest);
+            assert_eq!(api::canonical_request(&canonical).unwrap(), canonical);
+            assert_eq!(api::digest(&canonical).unwrap(), digest);
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+/// `request\0spec`: a built policy validates to its own digest.
+pub fn check_build_policy(data: &[u8]) {
+    let (request, spec) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (text(&data[..i]), text(&data[i + 1..])),
+        None => return,
+    };
+    match api::build_policy(&request, &spec) {
+        Ok(policy) => {
+            assert_jcs(&policy);
+            assert_eq!(
+                api::validate_policy(&policy).unwrap(),
+                sha256_hex(policy.as_bytes())
+            );
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
+/// `schedule\0release\0usage`: a cost in range, or a coded error.
+pub fn check_price_cost(data: &[u8]) {
+    let mut parts = data.splitn(3, |&b| b == 0);
+    let (Some(schedule), Some(release), Some(usage)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return;
+    };
+    match api::price_cost(&text(schedule), &text(release), &text(usage)) {
+        Ok(cost) => assert!(cost <= MAX_SAFE_INTEGER),
+        Err(e) => check_error(&e),
+    }
+}
