@@ -157,6 +157,13 @@ pub fn price_cost(
     crate::price::cost(&schedule, &release, &usage)
 }
 
+/// `lift_request`: a provider SDK call's parameters (`call` names it, e.g.
+/// `openai.chat.completions`) split into the logical request, returned as
+/// canonical JSON; the model and transport options stay out of it.
+pub fn lift_request(call: &str, params_json: &str) -> Result<String> {
+    Ok(crate::lift::lift(call, params_json)?.canonical)
+}
+
 /// `request_sha256`: the logical request's digest (`logical_request_sha256`)
 /// over its full RFC 8785 canonical form.
 pub fn request_sha256(request_json: &str) -> Result<String> {

@@ -38,6 +38,7 @@ mod httpdate;
 pub mod ids;
 #[cfg(feature = "lab")]
 pub mod lab;
+pub mod lift;
 pub mod limits;
 pub mod observe;
 pub mod outcome;

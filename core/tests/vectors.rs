@@ -92,6 +92,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "judge" => &["facts"],
         "canonical_request" | "request_sha256" => &["request"],
         "build_policy" => &["request", "spec"],
+        "lift_request" => &["call", "params"],
         "check_price_schedule" => &["policy", "schedule"],
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
         "idempotency_key_sha256" => match (input.get("tenant"), input.get("operation")) {
@@ -123,6 +124,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "judge" => api::judge(s(input, "facts")).map(json_of),
         "canonical_request" => api::canonical_request(s(input, "request")).map(Value::String),
         "build_policy" => api::build_policy(s(input, "request"), s(input, "spec")).map(json_of),
+        "lift_request" => api::lift_request(s(input, "call"), s(input, "params")).map(json_of),
         "check_price_schedule" => {
             api::check_price_schedule(s(input, "policy"), s(input, "schedule")).map(Value::String)
         }

@@ -51,6 +51,9 @@ def call(fn: Callable[..., R], *args: Any) -> R:
         raise core_error(e) from None
 
 
+_call = call  # for functions whose parameter is named `call`
+
+
 def to_text(document: Any) -> str:
     """JSON text for a document given as a mapping, text or UTF-8 bytes."""
     if isinstance(document, str):
@@ -237,6 +240,15 @@ def price_cost(schedule: Document, route_release_sha256: str, usage: Document) -
     ...) costs on a route release: the sum of ``ceil(units * price / 10**6)``.
     A kind the release does not price is ``usage_unpriced``, never a silent zero."""
     return call(_core.price_cost, to_text(schedule), route_release_sha256, to_text(usage))
+
+
+def lift_request(call: str, params: Document) -> dict[str, Any]:
+    """The logical request of an SDK call, from the parameters you would pass
+    it: ``call`` is ``openai.chat.completions``, ``openai.responses`` or
+    ``anthropic.messages``. The core's table sends messages, tools, the output
+    contract, sampling and the seed into the request and keeps the model and
+    transport options out of it; an unknown parameter is ``unknown_field``."""
+    return _loads(_call(_core.lift_request, call, to_text(params)))
 
 
 def canonical_request(request: Document) -> str:

@@ -517,6 +517,12 @@ fn price_cost(
     ))
 }
 
+/// `lift_request`: the logical request (canonical JSON) of an SDK call's parameters.
+#[pyfunction]
+fn lift_request(call: &Bound<'_, PyAny>, params: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::lift_request(&text(call)?, &text(params)?))
+}
+
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
 #[pyfunction]
 fn canonical_request(request: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1154,6 +1160,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(judge, m)?)?;
     m.add_function(wrap_pyfunction!(request_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(build_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(lift_request, m)?)?;
     m.add_function(wrap_pyfunction!(check_price_schedule, m)?)?;
     m.add_function(wrap_pyfunction!(price_cost, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_request, m)?)?;

@@ -33,6 +33,7 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "request_sha256": lambda i: retryledger.request_sha256(i["request"]),
     "check_price_schedule": lambda i: retryledger.check_price_schedule(i["policy"], i["schedule"]),
     "price_cost": lambda i: retryledger.price_cost(i["schedule"], i["route_release_sha256"], i["usage"]),
+    "lift_request": lambda i: retryledger.lift_request(i["call"], i["params"]),
     "build_policy": lambda i: retryledger.build_policy(i["request"], i["spec"]).document,
     "idempotency_key_sha256": lambda i: retryledger.idempotency_key_sha256(
         i["key"], tenant=i.get("tenant"), operation=i.get("operation")

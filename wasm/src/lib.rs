@@ -203,6 +203,12 @@ pub fn price_cost(schedule: &str, route_release_sha256: &str, usage: &str) -> Ou
     lift(api::price_cost(schedule, route_release_sha256, usage).map(|c| c as f64))
 }
 
+/// `lift_request`: the logical request (canonical JSON) of an SDK call's parameters.
+#[wasm_bindgen]
+pub fn lift_request(call: &str, params: &str) -> Out<String> {
+    lift(api::lift_request(call, params))
+}
+
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
 #[wasm_bindgen]
 pub fn canonical_request(request: &str) -> Out<String> {

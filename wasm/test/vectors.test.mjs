@@ -54,6 +54,8 @@ function run(op, input) {
       return rl.checkPriceSchedule(input.policy, input.schedule);
     case "price_cost":
       return rl.priceCost(input.schedule, input.route_release_sha256, input.usage);
+    case "lift_request":
+      return rl.liftRequest(input.call, input.params);
     case "build_policy":
       return rl.buildPolicy(input.request, input.spec).policy;
     case "request_sha256":

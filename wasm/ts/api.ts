@@ -15,6 +15,7 @@ export {
   checkOutcome,
   requestSha256,
   buildPolicy,
+  liftRequest,
   checkPriceSchedule,
   priceCost,
   canonicalRequest,

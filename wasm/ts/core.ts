@@ -85,6 +85,7 @@ export interface RawBindings {
   judge(facts: string): string;
   request_sha256(request: string): string;
   build_policy(request: string, spec: string): string;
+  lift_request(call: string, params: string): string;
   check_price_schedule(policy: string, schedule: string): string;
   price_cost(schedule: string, routeReleaseSha256: string, usage: string): number;
   canonical_request(request: string): string;
@@ -377,6 +378,19 @@ export function priceCost(schedule: Input<PriceSchedule>, routeReleaseSha256: st
   const r = requireString(routeReleaseSha256, "route_release_sha256");
   const u = toText(usage);
   return call((b) => b.price_cost(s, r, u));
+}
+
+/**
+ * The logical request of an SDK call, from the parameters you would pass it:
+ * `call` is `openai.chat.completions`, `openai.responses` or
+ * `anthropic.messages`. The core's table sends messages, tools, the output
+ * contract, sampling and the seed into the request and keeps the model and
+ * transport options out of it; an unknown parameter is `unknown_field`.
+ */
+export function liftRequest(callName: string, params: Input<Record<string, unknown>>): LogicalRequest {
+  const c = requireString(callName, "call");
+  const p = toText(params);
+  return JSON.parse(call((b) => b.lift_request(c, p))) as LogicalRequest;
 }
 
 /** A logical request's RFC 8785 canonical JSON. */

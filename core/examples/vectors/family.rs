@@ -119,6 +119,7 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
             text(input, "usage"),
         )
         .map(Value::from),
+        "lift_request" => api::lift_request(text(input, "call"), text(input, "params")).map(parsed),
         "build_policy" => {
             api::build_policy(text(input, "request"), text(input, "spec")).map(parsed)
         }

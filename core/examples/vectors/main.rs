@@ -34,6 +34,7 @@ mod digest;
 mod drivers;
 mod evaluate;
 mod jitter;
+mod lift;
 mod observe;
 mod plan;
 mod policy;
@@ -59,6 +60,7 @@ const FAMILIES: &[fn() -> Family] = &[
     retry_after::family,
     classify_http::family,
     request::family,
+    lift::family,
     builder::family,
     price::family,
     observe::family,
@@ -98,6 +100,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `build_policy` | `request` (a logical request), `spec` (a `retryledger.policy_spec.v1`: route releases and behavior classes as documents, routes in priority order, budgets) |\n\
          | `check_price_schedule` | `policy`, `schedule` (a `retryledger.price_schedule.v1`); the schedule's digest |\n\
          | `price_cost` | `schedule`, `route_release_sha256`, `usage` (units by kind); a number |\n\
+         | `lift_request` | `call` (`openai.chat.completions`, `openai.responses`, `anthropic.messages`), `params` (the call's parameters, any JSON) |\n\
          | `judge` | `facts` (what a host observed of one attempt: docs/HOSTS.md) |\n\
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          \n\
