@@ -1,7 +1,9 @@
 // README's TypeScript example, type-checked (tsconfig.check.json) against the
 // declarations; readme.test.mjs checks that README.md and wasm/README.md show
 // exactly the body below and runs it against a fake client.
-import { compilePolicy, runWithPolicy } from "../dist/index.js";
+import OpenAI from "openai";
+import { buildPolicy, compilePolicy, idempotencyKeySha256, liftRequest, runWithPolicy, type PolicySpec } from "../dist/index.js";
+import { runWithOpenAI } from "../dist/openai.js";
 
 declare const policyJson: string;
 declare const idempotencyKey: string;
@@ -21,4 +23,20 @@ const { result, receipt } = await runWithPolicy(policy, async (step, signal) => 
 }, { idempotencyKey });                                  // sleeps until not_before; RunStoppedError carries the bundle
 console.log(result, receipt.terminal, receipt.attempts_sha256);
 // example:end
+}
+
+declare const spec: PolicySpec;
+declare const urls: Record<string, string>;
+
+export async function openaiExample(): Promise<void> {
+// openai:begin
+const params = { model: "gpt-4.1-mini", messages: [{ role: "user" as const, content: "Summarize the incident." }], temperature: 0.2 };
+const request = liftRequest("openai.chat.completions", params);  // the model stays out of the digest
+const policy = buildPolicy(request, { ...spec, idempotency_key_sha256: idempotencyKeySha256("incident-42") });
+const clients = Object.fromEntries(spec.routes.map((r) =>
+  [r.route_id, new OpenAI({ baseURL: urls[r.route_id], apiKey: "sk-test", maxRetries: 0 })]));
+const run = await runWithOpenAI(policy, clients, (client, options) => client.chat.completions.create(params, options),
+  { idempotencyKey: "incident-42" });
+console.log(run.sealed.receipt_sha256);
+// openai:end
 }
