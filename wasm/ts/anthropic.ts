@@ -17,14 +17,28 @@
  * 408 and a connection timeout a timeout before response, a connection never
  * made unavailable and one broken after sending unknown acceptance.
  * This module does not import `@anthropic-ai/sdk`; it reads the client's
- * `maxRetries` only.
+ * `maxRetries` and the `usage` of what `call` returns.
+ *
+ * Usage: when the run has a price schedule (`priceSchedule` in the run
+ * options) and the value `call` returns carries a Messages API `usage` block,
+ * the attempt is charged what it used (`step.usage`) in these units:
+ * `input` = `usage.input_tokens`, `cached_input` =
+ * `usage.cache_read_input_tokens`, `output` = `usage.output_tokens` (the
+ * API's `input_tokens` already leaves cache reads out). Only kinds with a
+ * nonzero count are reported; a nonzero count of a kind the route release does
+ * not price is `usage_unpriced`, thrown from the attempt (never a silent
+ * zero). `usage.cache_creation_input_tokens` is not mapped: cache writes are
+ * not charged. `call` must then not report the same usage itself (it would
+ * be charged twice). A result without `usage` (a stream, a value `call`
+ * built) is not charged here: the attempt keeps its reservation unless `call`
+ * charges it.
  */
 
 import { AttemptError } from "./facts.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
-import type { Policy } from "./types.js";
+import type { Policy, Usage } from "./types.js";
 
 /** The part of an `Anthropic` client this module looks at. */
 export interface AnthropicClientLike {
@@ -49,6 +63,33 @@ export function assertNoSdkRetries(client: AnthropicClientLike, name = "client")
       { path: "/maxRetries" },
     );
   }
+}
+
+function count(usage: Record<string, unknown>, field: string): number {
+  const v = usage[field];
+  if (v === undefined || v === null) return 0;
+  if (typeof v !== "number") throw new TypeError(`usage.${field} is not a number`);
+  return v;
+}
+
+/**
+ * The units of a Messages API result's `usage` (see the module comment), only
+ * kinds with a nonzero count; `undefined` when the result carries no usage.
+ */
+export function anthropicUsageUnits(result: unknown): Usage | undefined {
+  if (result === null || typeof result !== "object") return undefined;
+  const usage: unknown = (result as { usage?: unknown }).usage;
+  if (usage === null || typeof usage !== "object") return undefined;
+  const u = usage as Record<string, unknown>;
+  if (u.input_tokens === undefined && u.output_tokens === undefined) return undefined;
+  const units: Usage = {};
+  const put = (kind: string, n: number): void => {
+    if (n !== 0) units[kind] = n;
+  };
+  put("input", count(u, "input_tokens"));
+  put("cached_input", count(u, "cache_read_input_tokens"));
+  put("output", count(u, "output_tokens"));
+  return units;
 }
 
 function isSingle(clients: unknown): boolean {
@@ -82,14 +123,20 @@ export function anthropicDispatch<C extends AnthropicClientLike, T>(
       timeout: Math.max(1, step.remainingMs),
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
-    return call(client, options, step);
+    const result = await call(client, options, step);
+    if (step.priced) {
+      const units = anthropicUsageUnits(result);
+      if (units !== undefined) step.usage(units);
+    }
+    return result;
   };
 }
 
 /**
  * `runWithPolicy` over `@anthropic-ai/sdk` clients. Before any request it
  * refuses a client whose `maxRetries` is not 0 and a policy route without a
- * client.
+ * client (and, with `priceSchedule`, a schedule that does not fit the
+ * policy). With `priceSchedule` each SDK result's usage is charged.
  */
 export async function runWithAnthropic<C extends AnthropicClientLike, T>(
   policy: Input<Policy> | CompiledPolicy,

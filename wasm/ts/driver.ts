@@ -12,18 +12,19 @@
  * injectable clock.
  */
 
-import { CompiledPolicy, type Input } from "./core.js";
+import { CompiledPolicy, checkPriceSchedule, priceCost, toText, type Input } from "./core.js";
 import { AttemptError, factsText, minimalFacts, preparedFacts, type Classifier, type FactsOptions } from "./facts.js";
 import {
   DecodeError,
   DriftError,
   HttpError,
+  PolicyError,
   RunCancelledError,
   RunStoppedError,
   UnrecognizedDispatchError,
 } from "./errors.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
-import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, Receipt, Sealed } from "./types.js";
+import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -49,6 +50,17 @@ export interface Step {
   readonly decision: DispatchDecision;
   /** Record actual cost (an integer; calls add up); an attempt never charged costs `reserveCost`. */
   charge(cost: number): void;
+  /** Whether the run has a price schedule, so that `usage` can price what the attempt used. */
+  readonly priced: boolean;
+  /**
+   * Record raw usage (units by kind: `input`, `output`, `cached_input`,
+   * `reasoning`, …): its cost on `routeReleaseSha256` under the run's price
+   * schedule (`priceCost`) is charged like `charge`. Throws the core's coded
+   * error for bad usage (`usage_unpriced`, `integer_out_of_range`,
+   * `float_value`, `arithmetic_overflow`), and `PolicyError`
+   * `price_schedule_missing_release` when the run has no price schedule.
+   */
+  usage(units: Usage): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
 }
@@ -73,6 +85,12 @@ export interface RunOptions {
   classify?: Classifier;
   /** Called with every attempt as the core recorded it, and the core's judgement of it. */
   onAttempt?: (attempt: Attempt, judgement: Judgement) => void;
+  /**
+   * Prices per route release (`retryledger.price_schedule.v1`), checked
+   * against the policy before any dispatch (`checkPriceSchedule`); with it
+   * `step.usage(units)` charges what an attempt used.
+   */
+  priceSchedule?: Input<PriceSchedule>;
 }
 
 /** A completed run: dispatch's result and the sealed run. */
@@ -133,7 +151,10 @@ class AttemptStep implements Step {
   delivered = false;
   open = true;
 
-  constructor(decision: DispatchDecision, key: string, startedAt: number) {
+  readonly priced: boolean;
+  readonly #schedule: string | undefined;
+
+  constructor(decision: DispatchDecision, key: string, startedAt: number, schedule: string | undefined) {
     this.ordinal = decision.ordinal;
     this.routeId = decision.route_id;
     this.routeOrdinal = decision.route_ordinal;
@@ -144,6 +165,8 @@ class AttemptStep implements Step {
     this.startedAtMs = startedAt;
     this.reserveCost = decision.reserve_cost;
     this.decision = decision;
+    this.priced = schedule !== undefined;
+    this.#schedule = schedule;
   }
 
   charge(cost: number): void {
@@ -153,6 +176,18 @@ class AttemptStep implements Step {
       throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
     }
     this.charged = total;
+  }
+
+  usage(units: Usage): void {
+    if (!this.open) throw new Error("usage() after the attempt completed");
+    if (this.#schedule === undefined) {
+      throw new PolicyError(
+        "price_schedule_missing_release",
+        "price_schedule_missing_release: the run has no price schedule; pass priceSchedule in the run options to report usage",
+        { path: "/priceSchedule" },
+      );
+    }
+    this.charge(priceCost(this.#schedule, this.routeReleaseSha256, units));
   }
 
   outputDelivered(): void {
@@ -184,7 +219,9 @@ class Completed<T> implements RunResult<T> {
  * (or its subclasses `UnrecognizedDispatchError`, `RunCancelledError`)
  * carrying the sealed run otherwise. Throws `DecodeError`/`PolicyError` for a
  * bad policy and `DriftError` `idempotency_key_drift` for a key that is not
- * the policy's, before any dispatch.
+ * the policy's, before any dispatch; with `priceSchedule`, the schedule's
+ * `PolicyError` (`price_schedule_missing_release`, `cost_unit_mismatch`, …)
+ * before any dispatch too.
  */
 export async function runWithPolicy<T>(
   policy: Input<Policy> | CompiledPolicy,
@@ -234,6 +271,11 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       "idempotency_key_drift at /idempotency_key_sha256: the digest of the idempotency key (and its scope) is not the policy's idempotency_key_sha256",
       { path: "/idempotency_key_sha256" },
     );
+  }
+  let schedule: string | undefined;
+  if (options.priceSchedule !== undefined) {
+    schedule = toText(options.priceSchedule);
+    checkPriceSchedule(compiled.policy, schedule);
   }
   const injectedClock = options.clock;
   const clock = injectedClock ?? defaultClock;
@@ -309,7 +351,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         }
       }
 
-      const step = new AttemptStep(decision, key, startedAt);
+      const step = new AttemptStep(decision, key, startedAt, schedule);
       let value: T | undefined;
       let error: unknown;
       let raised = false;

@@ -15,13 +15,79 @@
  * timeout before response, a connection never made (refused, DNS) unavailable
  * and one broken after sending unknown acceptance.
  * This module does not import `openai`; it reads the errors' fields.
+ *
+ * Usage: when the run has a price schedule (`priceSchedule` in the run
+ * options) and the value `call` returns carries an SDK `usage` block, the
+ * attempt is charged what it used (`step.usage`), in these units:
+ *
+ * | unit           | chat completions                                      | responses API                                       |
+ * |----------------|-------------------------------------------------------|-----------------------------------------------------|
+ * | `input`        | `prompt_tokens - prompt_tokens_details.cached_tokens` | `input_tokens - input_tokens_details.cached_tokens` |
+ * | `cached_input` | `prompt_tokens_details.cached_tokens`                 | `input_tokens_details.cached_tokens`                |
+ * | `output`       | `completion_tokens - completion_tokens_details.reasoning_tokens` | `output_tokens - output_tokens_details.reasoning_tokens` |
+ * | `reasoning`    | `completion_tokens_details.reasoning_tokens`          | `output_tokens_details.reasoning_tokens`            |
+ *
+ * Only kinds with a nonzero count are reported, so a schedule need not price
+ * `reasoning` for a model that never reports it; a nonzero count of a kind the
+ * route release does not price is `usage_unpriced`, thrown from the attempt
+ * (never a silent zero). `call` must then not report the same usage itself
+ * (it would be charged twice). A result without `usage` (a stream, a value
+ * `call` built) is not charged here: the attempt keeps its reservation unless
+ * `call` charges it.
  */
 
 import { AttemptError } from "./facts.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
-import type { Policy } from "./types.js";
+import type { Policy, Usage } from "./types.js";
+
+function count(usage: Record<string, unknown>, field: string, detail?: string): number {
+  let v: unknown = usage[field];
+  let name = field;
+  if (detail !== undefined) {
+    v = v === null || typeof v !== "object" ? undefined : (v as Record<string, unknown>)[detail];
+    name = `${field}.${detail}`;
+  }
+  if (v === undefined || v === null) return 0;
+  if (typeof v !== "number") throw new TypeError(`usage.${name} is not a number`);
+  return v;
+}
+
+/**
+ * The units of an openai SDK result's `usage` (chat completions or responses
+ * API; see the module comment), only kinds with a nonzero count; `undefined`
+ * when the result carries no usage.
+ */
+export function openaiUsageUnits(result: unknown): Usage | undefined {
+  if (result === null || typeof result !== "object") return undefined;
+  const usage: unknown = (result as { usage?: unknown }).usage;
+  if (usage === null || typeof usage !== "object") return undefined;
+  const u = usage as Record<string, unknown>;
+  let inputAll: number, cached: number, outputAll: number, reasoning: number;
+  if (u.prompt_tokens !== undefined || u.completion_tokens !== undefined) {
+    inputAll = count(u, "prompt_tokens");
+    cached = count(u, "prompt_tokens_details", "cached_tokens");
+    outputAll = count(u, "completion_tokens");
+    reasoning = count(u, "completion_tokens_details", "reasoning_tokens");
+  } else if (u.input_tokens !== undefined || u.output_tokens !== undefined) {
+    inputAll = count(u, "input_tokens");
+    cached = count(u, "input_tokens_details", "cached_tokens");
+    outputAll = count(u, "output_tokens");
+    reasoning = count(u, "output_tokens_details", "reasoning_tokens");
+  } else {
+    return undefined;
+  }
+  const units: Usage = {};
+  const put = (kind: string, n: number): void => {
+    if (n !== 0) units[kind] = n;
+  };
+  put("input", inputAll - cached);
+  put("cached_input", cached);
+  put("output", outputAll - reasoning);
+  put("reasoning", reasoning);
+  return units;
+}
 
 /** The part of an `OpenAI` client this module looks at. */
 export interface OpenAIClientLike {
@@ -77,14 +143,20 @@ export function openaiDispatch<C extends OpenAIClientLike, T>(
       idempotencyKey: step.idempotencyKey,
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
-    return call(client, options, step);
+    const result = await call(client, options, step);
+    if (step.priced) {
+      const units = openaiUsageUnits(result);
+      if (units !== undefined) step.usage(units);
+    }
+    return result;
   };
 }
 
 /**
  * `runWithPolicy` over `openai` clients. Before any
  * request it refuses a client whose `maxRetries` is not 0 and a policy route
- * without a client.
+ * without a client (and, with `priceSchedule`, a schedule that does not fit
+ * the policy). With `priceSchedule` each SDK result's usage is charged.
  */
 export async function runWithOpenAI<C extends OpenAIClientLike, T>(
   policy: Input<Policy> | CompiledPolicy,
