@@ -21,6 +21,18 @@ or on the error. Conventions, the same as the TypeScript driver's:
   ``step.charge(cost)`` records the attempt's actual cost (an attempt never
   charged costs its ``reserve_cost``); ``step.output_delivered()`` says that
   response bytes reached the caller (a failure after it is never retried).
+* ``price_schedule`` (a ``retryledger.price_schedule.v1`` document) is
+  checked against the policy before the first dispatch
+  (:func:`retryledger.check_price_schedule`: the same cost unit, every route
+  release priced; a coded :class:`PolicyError` and nothing dispatched
+  otherwise). ``step.usage({"input": 812, "output": 96})`` then charges what
+  that usage costs on the step's ``route_release_sha256``
+  (:func:`retryledger.price_cost`), added like ``charge``. An attempt whose
+  usage is never reported keeps its reservation. Usage the core refuses (a
+  kind the release does not price, a negative or fractional count) raises
+  its coded error from ``step.usage``; raised out of ``dispatch`` it ends
+  the run as any unrecognized error does. ``step.usage`` in a run without a
+  schedule raises :class:`PolicyError` ``price_schedule_missing_release``.
 * The facts of a raised exception (:func:`facts_of`): the outcome it carries
   (:class:`AttemptError`) or the ``classify`` hook's answer; the class names
   along ``type(exc).__mro__`` and its ``__cause__`` chain; string ``code``
@@ -59,8 +71,16 @@ from typing import (
 )
 
 from . import _core
-from ._api import Document, Policy, check_integer, idempotency_key_sha256
-from ._errors import DecodeError, DriftError, RetryledgerError
+from ._api import (
+    Document,
+    Policy,
+    check_integer,
+    check_price_schedule,
+    idempotency_key_sha256,
+    price_cost,
+    to_text,
+)
+from ._errors import DecodeError, DriftError, PolicyError, RetryledgerError
 from ._tables import READ_HEADERS, RETRYABLE_KINDS, IndeterminateKind, NonRetryableKind, RetryableKind
 
 __all__ = [
@@ -205,15 +225,18 @@ class AttemptError(Exception):
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered")
+    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule")
 
     plan: _core.Dispatch
     idempotency_key: str
     started_at_ms: int
     _cost: Optional[int]
     _delivered: bool
+    _schedule: Optional[str]
 
-    def __init__(self, plan: _core.Dispatch, idempotency_key: str, started_at_ms: int) -> None:
+    def __init__(
+        self, plan: _core.Dispatch, idempotency_key: str, started_at_ms: int, price_schedule: Optional[str] = None
+    ) -> None:
         #: The planned dispatch (every field of the core's decision).
         self.plan = plan
         #: The raw idempotency key; send it with every attempt.
@@ -222,6 +245,8 @@ class Step:
         self.started_at_ms = started_at_ms
         self._cost = None
         self._delivered = False
+        #: The run's price schedule as JSON text, checked against the policy.
+        self._schedule = price_schedule
 
     @property
     def ordinal(self) -> int:
@@ -263,6 +288,30 @@ class Step:
         """Record actual cost of this attempt (adds up when called more than once)."""
         cost = check_integer("cost", cost)
         self._cost = check_integer("cost", cost + (self._cost or 0))
+
+    def usage(self, units: Mapping[str, int]) -> None:
+        """Charge what ``units`` (kind -> count, e.g. ``{"input": 812, "output":
+        96}``) cost on this step's route release under the run's price schedule
+        (adds up with ``charge`` and earlier calls).
+
+        Raises the core's coded error for usage it refuses (``usage_unpriced``,
+        ``integer_out_of_range``, ``float_value``, ``arithmetic_overflow``, ...)
+        and :class:`PolicyError` ``price_schedule_missing_release`` when the run
+        has no price schedule; nothing is charged then.
+        """
+        schedule = self._schedule
+        if schedule is None:
+            raise PolicyError(
+                "price_schedule_missing_release",
+                "the run has no price schedule: pass price_schedule= to the driver to charge usage",
+                "/price_schedule",
+            )
+        self.charge(price_cost(schedule, self.plan.route_release_sha256, dict(units)))
+
+    @property
+    def price_schedule(self) -> Optional[str]:
+        """The run's price schedule as JSON text, or ``None`` when the run has none."""
+        return self._schedule
 
     def output_delivered(self) -> None:
         """Response bytes reached the caller: a failure after this is never retried."""
@@ -528,6 +577,16 @@ def _checked(
     return compiled
 
 
+def _schedule_for(compiled: Policy, price_schedule: Optional[Document]) -> Optional[str]:
+    """The price schedule as JSON text after the core has checked it against
+    the policy (:class:`PolicyError` otherwise), or ``None`` without one."""
+    if price_schedule is None:
+        return None
+    text = to_text(price_schedule)
+    check_price_schedule(compiled, text)
+    return text
+
+
 class _Host:
     """What the sync and async drivers share: the session, the hooks, and the
     per-attempt bookkeeping (facts extraction and recording)."""
@@ -598,12 +657,15 @@ def run(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    price_schedule: Optional[Document] = None,
 ) -> RunResult[T]:
     """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`.
 
     ``key_scope`` is ``(tenant, operation)`` when the policy's key digest is
-    scoped (:func:`retryledger.idempotency_key_sha256`)."""
+    scoped (:func:`retryledger.idempotency_key_sha256`). ``price_schedule``
+    prices usage reported with ``step.usage`` (checked before the first dispatch)."""
     compiled = _checked(policy, idempotency_key, key_scope)
+    schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:
@@ -620,7 +682,7 @@ def run(
         while now < not_before:
             sleep(not_before - now)
             now = clock() - t0
-        step = Step(plan, idempotency_key, int(now) if now > 0 else 0)
+        step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
         try:
             value = dispatch(step)
         except Exception as exc:
@@ -644,6 +706,7 @@ async def run_async(
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    price_schedule: Optional[Document] = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited.
 
@@ -655,6 +718,7 @@ async def run_async(
     ``on_cancel`` where that matters.
     """
     compiled = _checked(policy, idempotency_key, key_scope)
+    schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:
@@ -673,7 +737,7 @@ async def run_async(
             while now < not_before:
                 await sleep(not_before - now)
                 now = clock() - t0
-            step = Step(plan, idempotency_key, int(now) if now > 0 else 0)
+            step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
             try:
                 value = await dispatch(step)
             except asyncio.CancelledError:

@@ -21,11 +21,31 @@ openai's) and whose HTTP rules judge every status, 529 included
         lambda client, step: client.messages.create(model=..., max_tokens=..., messages=...),
         idempotency_key,
     )
+
+Usage is charged automatically when the run has a price schedule
+(``price_schedule=``, checked against the policy before the first dispatch)
+and the value ``call`` returns carries ``usage`` (return the SDK's
+``Message``, or anything with its ``usage``). The units, with only nonzero
+counts charged:
+
+* ``input``: ``usage.input_tokens`` (the API counts cache reads and writes apart)
+* ``cached_input``: ``usage.cache_read_input_tokens``
+* ``output``: ``usage.output_tokens``
+* ``cache_creation_input``: ``usage.cache_creation_input_tokens``
+
+Cache writes are charged as their own unit, so a schedule that does not
+price ``cache_creation_input`` refuses a response that wrote the cache
+rather than leaving those tokens uncharged. An attempt whose value carries
+no usage (a stream, a value ``call`` built itself) keeps its reservation
+unless ``call`` reports it with ``step.usage(...)`` (:func:`usage_units` maps
+an SDK usage object). Usage the schedule does not price raises the core's
+coded error (``usage_unpriced``) out of the attempt, which ends the run as
+an unrecognized error.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
 
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
@@ -34,7 +54,7 @@ from ._errors import PolicyError
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
 
-__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
+__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async", "usage_units"]
 
 T = TypeVar("T")
 C = TypeVar("C", "Anthropic", "AsyncAnthropic")
@@ -53,6 +73,46 @@ def require_no_retries(client: Union[Anthropic, AsyncAnthropic]) -> None:
             "create it with max_retries=0 so that retryledger owns every retry",
             "/max_retries",
         )
+
+
+def _field(holder: Any, name: str) -> Any:
+    """``holder[name]`` of a mapping, else the attribute; ``None`` when absent."""
+    if holder is None:
+        return None
+    if isinstance(holder, Mapping):
+        return holder.get(name)
+    return getattr(holder, name, None)
+
+
+#: Price unit -> the field of the SDK's ``Usage``.
+_UNITS = (
+    ("input", "input_tokens"),
+    ("cached_input", "cache_read_input_tokens"),
+    ("output", "output_tokens"),
+    ("cache_creation_input", "cache_creation_input_tokens"),
+)
+
+
+def usage_units(response: Any) -> Optional[Dict[str, Any]]:
+    """The price units of a message's ``usage`` (the SDK object or its dict
+    form; a bare usage object is accepted too), only the nonzero ones;
+    ``None`` when it carries no usage. See the module's table."""
+    usage = _field(response, "usage")
+    if usage is None:
+        usage = response
+    if _field(usage, "input_tokens") is None and _field(usage, "output_tokens") is None:
+        return None
+    units = {kind: _field(usage, name) for kind, name in _UNITS}
+    return {kind: count for kind, count in units.items() if count is not None and count != 0}
+
+
+def _charged(step: Step, value: T) -> T:
+    """Charge the usage ``value`` carries when the run has a price schedule."""
+    if step.price_schedule is not None:
+        units = usage_units(value)
+        if units is not None:
+            step.usage(units)
+    return value
 
 
 def _prepare(policy: Union[Policy, Document], clients: Mapping[str, C]) -> Policy:
@@ -83,22 +143,25 @@ def run(
     sleep: Optional[Callable[[float], None]] = None,
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
+    price_schedule: Optional[Document] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over ``Anthropic`` clients, one per route id.
 
     ``call(client, step)`` makes one request (``client.messages.create(...)``)
     with the client of ``step.route_id``, already carrying the idempotency key
-    and the remaining deadline as its timeout.
+    and the remaining deadline as its timeout. With ``price_schedule`` the
+    usage of each returned message is charged.
     """
     compiled = _prepare(policy, clients)
     return _run(
         compiled,
-        lambda step: call(_client_for(clients, step), step),
+        lambda step: _charged(step, call(_client_for(clients, step), step)),
         idempotency_key,
         clock=clock,
         sleep=sleep,
         wall_clock=wall_clock,
         on_attempt=on_attempt,
+        price_schedule=price_schedule,
     )
 
 
@@ -113,16 +176,23 @@ async def run_async(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+    price_schedule: Optional[Document] = None,
 ) -> RunResult[T]:
-    """:func:`retryledger.run_async` over ``AsyncAnthropic`` clients, one per route id."""
+    """:func:`retryledger.run_async` over ``AsyncAnthropic`` clients, one per
+    route id; with ``price_schedule`` the usage of each returned message is charged."""
     compiled = _prepare(policy, clients)
+
+    async def dispatch(step: Step) -> T:
+        return _charged(step, await call(_client_for(clients, step), step))
+
     return await _run_async(
         compiled,
-        lambda step: call(_client_for(clients, step), step),
+        dispatch,
         idempotency_key,
         clock=clock,
         sleep=sleep,
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         on_cancel=on_cancel,
+        price_schedule=price_schedule,
     )

@@ -17,17 +17,39 @@ httpx's ``ConnectError``, ...) and whose HTTP rules judge every status
         lambda client, step: client.chat.completions.create(model=..., messages=...),
         idempotency_key,
     )
+
+Usage is charged automatically when the run has a price schedule
+(``price_schedule=``, checked against the policy before the first dispatch)
+and the value ``call`` returns carries ``usage`` (return the SDK's response,
+or anything with its ``usage``). The units, with only nonzero counts charged
+so that a schedule without ``reasoning`` serves models without it:
+
+=================  ===============================================  =====================================================
+unit               chat completions (``usage.``)                    responses (``usage.``)
+=================  ===============================================  =====================================================
+``input``          ``prompt_tokens`` - ``cached_tokens``            ``input_tokens`` - ``cached_tokens``
+``cached_input``   ``prompt_tokens_details.cached_tokens``          ``input_tokens_details.cached_tokens``
+``output``         ``completion_tokens`` - ``reasoning_tokens``     ``output_tokens`` - ``reasoning_tokens``
+``reasoning``      ``completion_tokens_details.reasoning_tokens``   ``output_tokens_details.reasoning_tokens``
+=================  ===============================================  =====================================================
+
+An attempt whose value carries no usage (a stream, a value ``call`` built
+itself) keeps its reservation unless ``call`` reports it with
+``step.usage(...)`` (:func:`usage_units` maps an SDK usage object). Usage the
+schedule does not price raises the core's coded error (``usage_unpriced``)
+out of the attempt, which ends the run as an unrecognized error: nothing is
+silently left uncharged.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping, Optional, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
 
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 
-__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
+__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async", "usage_units"]
 
 T = TypeVar("T")
 
@@ -45,6 +67,55 @@ def require_no_retries(client: Any) -> None:
             "create it with max_retries=0 so that retryledger owns every retry",
             "/max_retries",
         )
+
+
+def _field(holder: Any, name: str) -> Any:
+    """``holder[name]`` of a mapping, else the attribute; ``None`` when absent."""
+    if holder is None:
+        return None
+    if isinstance(holder, Mapping):
+        return holder.get(name)
+    return getattr(holder, name, None)
+
+
+def _tokens(holder: Any, name: str) -> Any:
+    value = _field(holder, name)
+    return 0 if value is None else value
+
+
+def usage_units(response: Any) -> Optional[Dict[str, Any]]:
+    """The price units of a chat completion's or a response's ``usage`` (the
+    SDK object or its dict form; a bare usage object is accepted too), only
+    the nonzero ones; ``None`` when it carries no usage. See the module's table."""
+    usage = _field(response, "usage")
+    if usage is None:
+        usage = response
+    if _field(usage, "prompt_tokens") is not None:  # chat completions
+        given, given_details, cached_name = "prompt_tokens", "prompt_tokens_details", "cached_tokens"
+        made, made_details, reasoning_name = "completion_tokens", "completion_tokens_details", "reasoning_tokens"
+    elif _field(usage, "input_tokens") is not None:  # responses
+        given, given_details, cached_name = "input_tokens", "input_tokens_details", "cached_tokens"
+        made, made_details, reasoning_name = "output_tokens", "output_tokens_details", "reasoning_tokens"
+    else:
+        return None
+    cached = _tokens(_field(usage, given_details), cached_name)
+    reasoning = _tokens(_field(usage, made_details), reasoning_name)
+    units = {
+        "input": _tokens(usage, given) - cached,
+        "cached_input": cached,
+        "output": _tokens(usage, made) - reasoning,
+        "reasoning": reasoning,
+    }
+    return {kind: count for kind, count in units.items() if count != 0}
+
+
+def _charged(step: Step, value: T) -> T:
+    """Charge the usage ``value`` carries when the run has a price schedule."""
+    if step.price_schedule is not None:
+        units = usage_units(value)
+        if units is not None:
+            step.usage(units)
+    return value
 
 
 def _prepare(policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:
@@ -74,17 +145,20 @@ def run(
     sleep: Optional[Callable[[float], None]] = None,
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
+    price_schedule: Optional[Document] = None,
 ) -> RunResult[T]:
-    """:func:`retryledger.run` over openai clients, one per route id."""
+    """:func:`retryledger.run` over openai clients, one per route id; with
+    ``price_schedule`` the usage of each returned response is charged."""
     compiled = _prepare(policy, clients)
     return _run(
         compiled,
-        lambda step: call(_client_for(clients, step), step),
+        lambda step: _charged(step, call(_client_for(clients, step), step)),
         idempotency_key,
         clock=clock,
         sleep=sleep,
         wall_clock=wall_clock,
         on_attempt=on_attempt,
+        price_schedule=price_schedule,
     )
 
 
@@ -99,16 +173,23 @@ async def run_async(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+    price_schedule: Optional[Document] = None,
 ) -> RunResult[T]:
-    """:func:`retryledger.run_async` over ``AsyncOpenAI`` clients, one per route id."""
+    """:func:`retryledger.run_async` over ``AsyncOpenAI`` clients, one per route
+    id; with ``price_schedule`` the usage of each returned response is charged."""
     compiled = _prepare(policy, clients)
+
+    async def dispatch(step: Step) -> T:
+        return _charged(step, await call(_client_for(clients, step), step))
+
     return await _run_async(
         compiled,
-        lambda step: call(_client_for(clients, step), step),
+        dispatch,
         idempotency_key,
         clock=clock,
         sleep=sleep,
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         on_cancel=on_cancel,
+        price_schedule=price_schedule,
     )
