@@ -312,3 +312,10 @@ test("anthropic against a loopback server: the message's usage is charged automa
     await provider.close();
   }
 });
+
+test("anthropic usage units are the Python package's: cache writes are their own kind", () => {
+  assert.deepEqual(
+    anthropicUsageUnits({ usage: { input_tokens: 10, output_tokens: 5, cache_read_input_tokens: 3, cache_creation_input_tokens: 2 } }),
+    { input: 10, cached_input: 3, cache_creation_input: 2, output: 5 },
+  );
+});

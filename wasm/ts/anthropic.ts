@@ -23,12 +23,13 @@
  * options) and the value `call` returns carries a Messages API `usage` block,
  * the attempt is charged what it used (`step.usage`) in these units:
  * `input` = `usage.input_tokens`, `cached_input` =
- * `usage.cache_read_input_tokens`, `output` = `usage.output_tokens` (the
- * API's `input_tokens` already leaves cache reads out). Only kinds with a
+ * `usage.cache_read_input_tokens`, `cache_creation_input` =
+ * `usage.cache_creation_input_tokens`, `output` = `usage.output_tokens` (the
+ * API's `input_tokens` leaves cache reads and writes out). Only kinds with a
  * nonzero count are reported; a nonzero count of a kind the route release does
  * not price is `usage_unpriced`, thrown from the attempt (never a silent
- * zero). `usage.cache_creation_input_tokens` is not mapped: cache writes are
- * not charged. `call` must then not report the same usage itself (it would
+ * zero), so a schedule that does not price `cache_creation_input` refuses a
+ * message that wrote the cache. `call` must then not report the same usage itself (it would
  * be charged twice). A result without `usage` (a stream, a value `call`
  * built) is not charged here: the attempt keeps its reservation unless `call`
  * charges it.
@@ -88,6 +89,8 @@ export function anthropicUsageUnits(result: unknown): Usage | undefined {
   };
   put("input", count(u, "input_tokens"));
   put("cached_input", count(u, "cache_read_input_tokens"));
+  // Cache writes are not in input_tokens: their own kind, so they are never left uncharged.
+  put("cache_creation_input", count(u, "cache_creation_input_tokens"));
   put("output", count(u, "output_tokens"));
   return units;
 }
