@@ -21,8 +21,15 @@
 //! 5. Every document decodes strictly ([`decode`]) and hashes as SHA-256 over
 //!    its RFC 8785 canonical JSON ([`canonical`]).
 //!
-//! [`http`] reads Retry-After hints and classifies HTTP observations; [`api`]
-//! is the JSON-text boundary the WebAssembly and Python bindings call.
+//! [`http`] reads Retry-After hints and classifies HTTP observations;
+//! [`observe`] judges what a host saw of one attempt (error class names and
+//! codes, status, headers, output delivered, cancellation) by one set of
+//! tables, and [`session`] is the state machine both drivers host.
+//! [`request`] is the logical request (full RFC 8785, floats included) and
+//! scoped idempotency keys, [`lift`] lifts it from an SDK call's parameters,
+//! [`builder`] builds a policy from a request and catalog documents, and
+//! [`price`] prices usage per route release. [`api`] is the JSON-text
+//! boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
 pub mod api;
