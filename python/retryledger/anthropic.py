@@ -45,7 +45,7 @@ an unrecognized error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
 
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
@@ -144,6 +144,7 @@ def run(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over ``Anthropic`` clients, one per route id.
 
@@ -162,6 +163,7 @@ def run(
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         price_schedule=price_schedule,
+        key_scope=key_scope,
     )
 
 
@@ -177,6 +179,7 @@ async def run_async(
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncAnthropic`` clients, one per
     route id; with ``price_schedule`` the usage of each returned message is charged."""
@@ -195,4 +198,5 @@ async def run_async(
         on_attempt=on_attempt,
         on_cancel=on_cancel,
         price_schedule=price_schedule,
+        key_scope=key_scope,
     )

@@ -137,6 +137,8 @@ def run(
     sleep: Optional[Callable[[float], None]] = None,
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
+    price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[httpx.Response]:
     """:func:`retryledger.run` over ``httpx.Client``: one for every route, or one per route id.
 
@@ -163,6 +165,8 @@ def run(
         sleep=sleep,
         wall_clock=wall_clock,
         on_attempt=on_attempt,
+        price_schedule=price_schedule,
+        key_scope=key_scope,
     )
 
 
@@ -177,6 +181,8 @@ async def run_async(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+    price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[httpx.Response]:
     """:func:`retryledger.run_async` over ``httpx.AsyncClient``: one for every route, or one per route id."""
     compiled, by_route = _prepare(policy, clients)
@@ -201,4 +207,6 @@ async def run_async(
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         on_cancel=on_cancel,
+        price_schedule=price_schedule,
+        key_scope=key_scope,
     )

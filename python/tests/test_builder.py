@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -62,3 +63,19 @@ def test_builder_errors_are_validation_codes() -> None:
     with pytest.raises(retryledger.DecodeError) as d:
         retryledger.build_policy({"schema": "retryledger.request.v1", "operation": "x", "input": float("nan")}, spec)
     assert d.value.code == "invalid_json"
+
+
+def test_the_integrations_pass_the_key_scope_through() -> None:
+    import inspect
+
+    import retryledger.anthropic
+    import retryledger.httpx
+    import retryledger.openai
+
+    for module in (retryledger.openai, retryledger.anthropic, retryledger.httpx):
+        for fn in (module.run, module.run_async):
+            assert "key_scope" in inspect.signature(fn).parameters, f"{module.__name__}.{fn.__name__}"
+    policy = built("tenant-a", "chat.completions", "order-7")
+    with pytest.raises(retryledger.DriftError):
+        clients = {r["route_id"]: SimpleNamespace(max_retries=0) for r in policy.document["routes"]}
+        retryledger.openai.run(policy, clients, lambda c, s: None, "order-7", key_scope=("tenant-b", "chat.completions"))
