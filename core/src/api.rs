@@ -76,13 +76,19 @@ pub fn verify(bundle_json: &str) -> Result<String> {
 /// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding
 /// into the type its `schema` names, so only documents in normal form hash.
 pub fn digest(document_json: &str) -> Result<String> {
-    // A logical request holds arbitrary JSON (floats, nulls): full RFC 8785.
-    if let Ok(Value::Object(map)) = crate::parse::parse_any_sized(document_json) {
-        if map.get("schema").and_then(Value::as_str) == Some(crate::request::REQUEST_SCHEMA) {
-            return request_sha256(document_json);
+    let value = match parse_strict(document_json) {
+        Ok(v) => v,
+        // Only a logical request may hold floats and nulls (full RFC 8785);
+        // anything else keeps the strict reader's error.
+        Err(strict) => {
+            return match crate::parse::parse_any_sized(document_json) {
+                Ok(v) if schema_of(&v) == Some(crate::request::REQUEST_SCHEMA) => {
+                    Ok(crate::request::check_request(v)?.sha256())
+                }
+                _ => Err(strict),
+            }
         }
-    }
-    let value = parse_strict(document_json)?;
+    };
     let schema = match &value {
         Value::Object(map) => map.get("schema").and_then(Value::as_str).map(str::to_owned),
         _ => {
@@ -100,6 +106,7 @@ pub fn digest(document_json: &str) -> Result<String> {
         ));
     };
     match schema.as_str() {
+        crate::request::REQUEST_SCHEMA => Ok(crate::request::check_request(value)?.sha256()),
         PolicySchema::NAME => Ok(digest_of(&from_value::<Policy>(value)?)),
         AttemptsSchema::NAME => Ok(digest_of(&from_value::<Attempts>(value)?)),
         ReceiptSchema::NAME => Ok(digest_of(&from_value::<Receipt>(value)?)),
@@ -183,6 +190,10 @@ pub fn idempotency_key_sha256(
     operation: Option<&str>,
 ) -> Result<String> {
     crate::request::idempotency_key_sha256(key, tenant, operation)
+}
+
+fn schema_of(v: &Value) -> Option<&str> {
+    v.as_object()?.get("schema")?.as_str()
 }
 
 /// `parse_retry_after` with the header named as `retry-after` or `retry-after-ms`.
@@ -302,6 +313,18 @@ mod tests {
             (e.code, e.path.as_deref()),
             (ErrorCode::InvalidType, Some("/class"))
         );
+    }
+
+    #[test]
+    fn requests_digest_the_same_with_or_without_floats() {
+        let ints = r#"{"schema":"retryledger.request.v1","operation":"chat","input":[1,2]}"#;
+        let floats =
+            r#"{"schema":"retryledger.request.v1","operation":"chat","input":[1.0,2e0],"seed":0}"#;
+        assert_eq!(digest(ints).unwrap(), request_sha256(ints).unwrap());
+        assert_eq!(digest(floats).unwrap(), request_sha256(floats).unwrap());
+        // A float anywhere else keeps the strict reader's error.
+        let e = digest(r#"{"schema":"retryledger.policy.v1","x":1.5}"#).unwrap_err();
+        assert_eq!(e.code, ErrorCode::FloatValue);
     }
 
     #[test]

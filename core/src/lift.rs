@@ -146,12 +146,8 @@ pub fn lift(call: &str, params_json: &str) -> Result<Request> {
         ));
     };
     let mut request = Map::new();
-    let mut input = Map::new();
-    let mut groups: [(&str, Map<String, Value>); 3] = [
-        ("tools", Map::new()),
-        ("sampling", Map::new()),
-        ("modalities", Map::new()),
-    ];
+    let (mut input, mut tools, mut sampling, mut modalities) =
+        (Map::new(), Map::new(), Map::new(), Map::new());
     for (k, v) in params {
         let place = call
             .parameters
@@ -170,33 +166,16 @@ pub fn lift(call: &str, params_json: &str) -> Result<Request> {
                     ),
                 )
             })?;
-        let group = |g: &str| match g {
-            "tools" => 0,
-            "sampling" => 1,
-            _ => 2,
+        let (map, key) = match place {
+            Place::Input => (&mut input, k),
+            Place::Tools => (&mut tools, k),
+            Place::Sampling => (&mut sampling, k),
+            Place::Modalities => (&mut modalities, k),
+            Place::OutputContract => (&mut request, "output_contract".to_owned()),
+            Place::Seed => (&mut request, "seed".to_owned()),
+            Place::Lowering => continue,
         };
-        match place {
-            Place::Input => {
-                input.insert(k, v);
-            }
-            Place::OutputContract => {
-                request.insert("output_contract".to_owned(), v);
-            }
-            Place::Seed => {
-                request.insert("seed".to_owned(), v);
-            }
-            Place::Tools | Place::Sampling | Place::Modalities => {
-                let g = match place {
-                    Place::Tools => "tools",
-                    Place::Sampling => "sampling",
-                    _ => "modalities",
-                };
-                if let Some((_, m)) = groups.get_mut(group(g)) {
-                    m.insert(k, v);
-                }
-            }
-            Place::Lowering => {}
-        }
+        map.insert(key, v);
     }
     if input.is_empty() {
         return Err(Error::new(
@@ -205,7 +184,11 @@ pub fn lift(call: &str, params_json: &str) -> Result<Request> {
         ));
     }
     request.insert("input".to_owned(), Value::Object(input));
-    for (name, m) in groups {
+    for (name, m) in [
+        ("modalities", modalities),
+        ("sampling", sampling),
+        ("tools", tools),
+    ] {
         if !m.is_empty() {
             request.insert(name.to_owned(), Value::Object(m));
         }

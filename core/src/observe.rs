@@ -241,7 +241,7 @@ names!(Rule {
     Unrecognized => "unrecognized",
 });
 
-/// An outcome and the rule that decided it.
+/// An outcome and the rule that decided it. Fields in canonical order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Judgement {
     /// The outcome to record.
@@ -249,6 +249,11 @@ pub struct Judgement {
     /// The rule that decided it.
     pub rule: Rule,
 }
+
+object!(Judgement {
+    outcome: doc,
+    rule: doc,
+});
 
 const UNKNOWN: Outcome = Outcome::Indeterminate {
     kind: IndeterminateKind::UnknownProviderAcceptance,
@@ -464,37 +469,6 @@ impl Encode for Facts {
         o.opt_u64("status", self.status);
         o.opt_doc("transport_error", self.transport_error.as_ref());
         o.end();
-    }
-}
-
-object!(JudgementDoc {
-    outcome: doc,
-    rule: doc,
-});
-
-/// A judgement as a document: `{"outcome": ..., "rule": ...}`.
-struct JudgementDoc {
-    outcome: Outcome,
-    rule: Rule,
-}
-
-impl Encode for Judgement {
-    fn encode(&self, sink: &mut dyn Sink) {
-        JudgementDoc {
-            outcome: self.outcome,
-            rule: self.rule,
-        }
-        .encode(sink);
-    }
-}
-
-impl Decode for Judgement {
-    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
-        let d = JudgementDoc::decode(v, at)?;
-        Ok(Self {
-            outcome: d.outcome,
-            rule: d.rule,
-        })
     }
 }
 
