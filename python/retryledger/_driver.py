@@ -81,7 +81,15 @@ from ._api import (
     to_text,
 )
 from ._errors import DecodeError, DriftError, PolicyError, RetryledgerError
-from ._tables import READ_HEADERS, RETRYABLE_KINDS, IndeterminateKind, NonRetryableKind, RetryableKind
+from ._tables import (
+    MAX_ERROR_NAME_BYTES as _MAX_NAME_BYTES,
+    MAX_ERROR_NAMES as _MAX_NAMES,
+    READ_HEADERS,
+    RETRYABLE_KINDS,
+    IndeterminateKind,
+    NonRetryableKind,
+    RetryableKind,
+)
 
 __all__ = [
     "AttemptError",
@@ -112,13 +120,7 @@ _Facts = _core.Facts
 
 #: The facts of a dispatch that returned.
 _RETURNED = _Facts(result="returned")
-#: The facts of a dispatch the caller cancelled, without and with output delivered.
-_CANCELLED = (_Facts(result="raised", cancelled=True), _Facts(result="raised", cancelled=True, response_bytes_received=True))
-#: A raised error with nothing known about it.
-_RAISED = _Facts(result="raised")
 
-_MAX_NAMES = 32  # the core's MAX_ERROR_NAMES
-_MAX_NAME_BYTES = 256  # the core's MAX_ERROR_NAME_BYTES
 _READ = frozenset(READ_HEADERS)
 
 # ---- explicit outcomes --------------------------------------------------------
@@ -525,8 +527,9 @@ def facts_of(
         )
     except RetryledgerError:
         # Facts the core refuses (a name with an unpaired surrogate, a wall
-        # clock out of range): report what is certain.
-        return _CANCELLED[output_delivered] if cancelled else _RAISED
+        # clock out of range): report what is certain, as the TypeScript
+        # driver does (raised, cancelled, output delivered).
+        return _Facts(result="raised", cancelled=cancelled, response_bytes_received=output_delivered)
 
 
 # ---- the shared bookkeeping -------------------------------------------------

@@ -272,6 +272,11 @@ READ_HEADERS: Tuple[str, ...] = (
     "retry-after-ms",
 )
 
+#: Most error class names or codes a host passes for one attempt.
+MAX_ERROR_NAMES = 32
+#: Longest error class name or code, in UTF-8 bytes.
+MAX_ERROR_NAME_BYTES = 256
+
 #: Document schemas.
 SCHEMAS: Tuple[str, ...] = (
     "retryledger.policy.v1",

@@ -79,6 +79,14 @@ def render(tables: Dict[str, Any]) -> str:
     lines += _literal("Signal", tables["signals"], "A transport signal.")
     lines += _tuple("SIGNALS", tables["signals"], "Transport signals, strongest evidence first.", "Signal")
     lines += _tuple("READ_HEADERS", tables["read_headers"], "The response headers the core reads.")
+    limits = tables["fact_limits"]
+    lines += [
+        "#: Most error class names or codes a host passes for one attempt.",
+        f"MAX_ERROR_NAMES = {int(limits['max_error_names'])}",
+        "#: Longest error class name or code, in UTF-8 bytes.",
+        f"MAX_ERROR_NAME_BYTES = {int(limits['max_error_name_bytes'])}",
+        "",
+    ]
     lines += _tuple("SCHEMAS", tables["schemas"], "Document schemas.")
     lines += _meanings(
         "OBSERVED_ERROR_TYPES", tables["observed_error_types"], "Error class names the classifier knows."

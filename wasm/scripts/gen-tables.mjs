@@ -32,6 +32,7 @@ const outFile = option("--out", path.resolve(here, "../ts/tables.ts"));
  *   rules: string[],
  *   signals: string[],
  *   read_headers: string[],
+ *   fact_limits: {max_error_names: number, max_error_name_bytes: number},
  *   schemas: string[],
  *   observed_error_types: {name: string, meaning: Meaning}[],
  *   observed_error_codes: {name: string, meaning: Meaning}[],
@@ -94,6 +95,13 @@ union("The rules of the core's judgement, in the order they apply.", "RULES", "R
 union("The transport signals an error's class name or code is evidence of.", "SIGNALS", "Signal", t.signals);
 union("The response headers the core reads (hosts pass no others).", "READ_HEADERS", "ReadHeader", t.read_headers);
 union("The document schemas.", "SCHEMAS", "SchemaName", t.schemas);
+out.push(
+  "/** Most error class names or codes a host passes for one attempt. */",
+  `export const MAX_ERROR_NAMES = ${Number(t.fact_limits.max_error_names)};`,
+  "/** Longest error class name or code, in UTF-8 bytes. */",
+  `export const MAX_ERROR_NAME_BYTES = ${Number(t.fact_limits.max_error_name_bytes)};`,
+  "",
+);
 
 /** @param {Meaning} m */
 const meaning = (m) => JSON.stringify(m).replace(/"([a-z_]+)":/g, "$1: ").replace(/,/g, ", ");

@@ -17,12 +17,9 @@
  */
 
 import { checkOutcome, prepareFacts, type RawFacts } from "./core.js";
-import { READ_HEADERS } from "./tables.js";
+import { MAX_ERROR_NAME_BYTES as MAX_NAME_BYTES, MAX_ERROR_NAMES as MAX_NAMES, READ_HEADERS } from "./tables.js";
 import type { Facts, IndeterminateKind, NonRetryableKind, Outcome, RetryableKind } from "./types.js";
 
-/** The most names and codes a fact list holds, and the longest name in UTF-8 bytes (the core's limits). */
-const MAX_NAMES = 32;
-const MAX_NAME_BYTES = 256;
 /** The most header pairs passed on. */
 const MAX_HEADER_PAIRS = 16;
 

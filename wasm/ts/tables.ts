@@ -259,6 +259,11 @@ export const SCHEMAS = [
 /** One of the document schemas. */
 export type SchemaName = (typeof SCHEMAS)[number];
 
+/** Most error class names or codes a host passes for one attempt. */
+export const MAX_ERROR_NAMES = 32;
+/** Longest error class name or code, in UTF-8 bytes. */
+export const MAX_ERROR_NAME_BYTES = 256;
+
 /** What an entry of the classifier's tables says: a transport signal, or the outcome itself. */
 export type Meaning =
   | { readonly signal: Signal }

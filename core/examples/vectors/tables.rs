@@ -45,6 +45,10 @@ pub fn tables() -> Value {
         "rules": Rule::NAMES,
         "signals": Signal::NAMES,
         "read_headers": READ_HEADERS,
+        "fact_limits": {
+            "max_error_names": retryledger_core::limits::MAX_ERROR_NAMES,
+            "max_error_name_bytes": retryledger_core::limits::MAX_ERROR_NAME_BYTES,
+        },
         "observed_error_types": table(ERROR_TYPES),
         "observed_error_codes": table(ERROR_CODES),
         "schemas": [PolicySchema::NAME, AttemptsSchema::NAME, ReceiptSchema::NAME, BundleSchema::NAME],
