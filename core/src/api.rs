@@ -70,7 +70,9 @@ pub fn seal_compiled(policy: &CompiledPolicy, attempts_json: &str) -> Result<Str
 
 /// `verify_bundle`: a `verified` or `drift` verdict as JSON.
 pub fn verify(bundle_json: &str) -> Result<String> {
-    Ok(out(&verify_bundle(&from_str::<Bundle>(bundle_json)?)?))
+    let bundle =
+        crate::decode::from_str_within::<Bundle>(bundle_json, crate::limits::MAX_BUNDLE_BYTES)?;
+    Ok(out(&verify_bundle(&bundle)?))
 }
 
 /// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding
@@ -119,6 +121,9 @@ pub fn digest(document_json: &str) -> Result<String> {
         >(value)?)),
         crate::builder::BehaviorClassSchema::NAME => Ok(digest_of(&from_value::<
             crate::builder::BehaviorClass,
+        >(value)?)),
+        crate::stream::StreamEventSchema::NAME => Ok(digest_of(&from_value::<
+            crate::stream::StreamEvent,
         >(value)?)),
         other => Err(Error::at(
             ErrorCode::SchemaMismatch,

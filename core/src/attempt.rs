@@ -4,6 +4,7 @@ use crate::decode::object;
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::MAX_ATTEMPTS;
 use crate::outcome::Outcome;
+use crate::stream::StreamRecord;
 
 schema_marker!(
     /// `retryledger.attempts.v1`
@@ -35,6 +36,8 @@ pub struct Attempt {
     pub route_release_sha256: Sha256Hex,
     /// When the attempt was dispatched (run clock, ms).
     pub started_at_ms: u64,
+    /// What the attempt streamed, when the policy has a stream contract.
+    pub stream: Option<StreamRecord>,
 }
 
 /// The attempts document. Fields in canonical order.
@@ -60,6 +63,7 @@ object!(Attempt {
     route_ordinal: u64,
     route_release_sha256: doc,
     started_at_ms: u64,
+    stream: opt_doc,
 });
 
 object!(Attempts {

@@ -137,6 +137,8 @@ pub struct PolicySpec {
     pub requirements: Capabilities,
     /// Routes in priority order: the first is the primary.
     pub routes: Vec<RouteSpec>,
+    /// The stream contract, for a streamed request.
+    pub stream: Option<crate::stream::StreamContract>,
 }
 
 impl Decode for PolicySpec {
@@ -157,6 +159,7 @@ impl Decode for PolicySpec {
         let requirements = f.req("requirements");
         let routes = f.req_with("routes", |v, at| decode_list(v, at, MAX_ROUTES));
         let schema: Option<PolicySpecSchema> = f.req("schema");
+        let stream = f.opt("stream");
         f.end()?;
         let (
             Some(backoff),
@@ -199,6 +202,7 @@ impl Decode for PolicySpec {
             max_total_cost,
             requirements,
             routes,
+            stream,
         })
     }
 }
@@ -261,5 +265,6 @@ pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolic
         retry_owner: RetryOwner::Harness,
         routes,
         schema: PolicySchema,
+        stream: spec.stream,
     })
 }

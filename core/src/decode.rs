@@ -20,13 +20,14 @@ pub fn parse_strict(text: &str) -> Result<Value> {
 
 /// Input over [`MAX_INPUT_BYTES`] is `input_too_large`, before any parsing.
 pub(crate) fn check_size(text: &str) -> Result<()> {
-    if text.len() > MAX_INPUT_BYTES {
+    check_size_within(text, MAX_INPUT_BYTES)
+}
+
+fn check_size_within(text: &str, max: usize) -> Result<()> {
+    if text.len() > max {
         return Err(Error::new(
             ErrorCode::InputTooLarge,
-            format!(
-                "input is {} bytes; the limit is {MAX_INPUT_BYTES}",
-                text.len()
-            ),
+            format!("input is {} bytes; the limit is {max}", text.len()),
         ));
     }
     Ok(())
@@ -35,6 +36,13 @@ pub(crate) fn check_size(text: &str) -> Result<()> {
 /// Decode JSON text into a typed document.
 pub fn from_str<T: Decode>(text: &str) -> Result<T> {
     from_value(parse_strict(text)?)
+}
+
+/// [`from_str`] for a document allowed up to `max` bytes (a bundle, whose
+/// stream event log may be long: [`crate::limits::MAX_BUNDLE_BYTES`]).
+pub fn from_str_within<T: Decode>(text: &str, max: usize) -> Result<T> {
+    check_size_within(text, max)?;
+    from_value(crate::parse::parse(text)?)
 }
 
 /// Map a strict value onto a typed document.

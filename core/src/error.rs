@@ -130,6 +130,8 @@ codes! {
     CostUnitMismatch => "cost_unit_mismatch", Policy;
     /// Usage names a unit the route release's prices do not price.
     UsageUnpriced => "usage_unpriced", Policy;
+    /// A stream contract out of bounds.
+    InvalidStreamContract => "invalid_stream_contract", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;
@@ -161,6 +163,22 @@ codes! {
     CancelDrift => "cancel_drift", Drift;
     /// A sum or product left the integer range.
     ArithmeticOverflow => "arithmetic_overflow", Drift;
+    /// The policy streams but the attempt records no stream.
+    StreamRecordMissing => "stream_record_missing", Drift;
+    /// The attempt records a stream the policy does not have.
+    StreamRecordUnexpected => "stream_record_unexpected", Drift;
+    /// The attempt's continuation is not the planned one.
+    ContinuationDrift => "continuation_drift", Drift;
+    /// Output of two attempts that are not one continuation chain, joined.
+    StreamSplice => "stream_splice", Drift;
+    /// A commit (or a success) without the provider's terminal event.
+    StreamCommitBeforeTerminal => "stream_commit_before_terminal", Drift;
+    /// A delta of an attempt after its events were invalidated.
+    StreamDeltaAfterInvalidate => "stream_delta_after_invalidate", Drift;
+    /// Delivered deltas that do not hash to what the attempt recorded.
+    StreamDeltasMismatch => "stream_deltas_mismatch", Drift;
+    /// A stream event that differs from the log the attempts imply.
+    StreamEventDrift => "stream_event_drift", Drift;
 
     /// A sealed receipt differs from the replayed one.
     ReceiptMismatch => "receipt_mismatch", Receipt;

@@ -18,6 +18,7 @@ use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
 use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
 use crate::schedule::{next_delay, Delay, JitterDraw};
+use crate::stream::{Continuation, StreamAction, Streaming};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,8 @@ names!(Terminal {
 /// The next attempt to dispatch, and not before when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dispatch {
+    /// For a streamed run: the provider response this attempt resumes.
+    pub continuation: Option<Continuation>,
     /// The run's absolute deadline, ms.
     pub deadline_ms: u64,
     /// The delay from the previous completion, ms (0 for the first attempt).
@@ -103,6 +106,10 @@ impl Dispatch {
 
 /// What to do next: dispatch an attempt, or the run's terminal.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a decision is held once per run and passed by reference; boxing the dispatch costs an allocation per attempt"
+)]
 pub enum Decision {
     /// Dispatch this attempt no earlier than `not_before_ms`.
     Dispatch(Dispatch),
@@ -117,7 +124,8 @@ impl Dispatch {
     /// The fields in RFC 8785 order, with the decision's `kind` tag among them.
     fn write(&self, kind: Option<&str>, sink: &mut dyn Sink) {
         let mut o = ObjectWriter::new(sink);
-        o.u64("deadline_ms", self.deadline_ms)
+        o.opt_doc("continuation", self.continuation.as_ref())
+            .u64("deadline_ms", self.deadline_ms)
             .u64("delay_ms", self.delay_ms)
             .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
             .opt_u64("jitter_max_ms", self.jitter_max_ms)
@@ -189,6 +197,7 @@ impl Decode for Decision {
             };
             return Ok(Self::Terminal { terminal });
         }
+        let continuation: Option<Continuation> = f.opt("continuation");
         let deadline_ms = f.req("deadline_ms");
         let delay_ms = f.req("delay_ms");
         let idempotency_key_sha256 = f.req("idempotency_key_sha256");
@@ -233,6 +242,7 @@ impl Decode for Decision {
             return Err(f.incomplete());
         };
         Ok(Self::Dispatch(Dispatch {
+            continuation,
             deadline_ms,
             delay_ms,
             idempotency_key_sha256,
@@ -265,6 +275,9 @@ pub(crate) struct Run {
     fallback_used: bool,
     final_priority: Option<usize>,
     finished_at_ms: u64,
+    streaming: Option<Streaming>,
+    /// The stream action after each attempt (and after a cancellation).
+    actions: Vec<StreamAction>,
 }
 
 impl Run {
@@ -281,6 +294,8 @@ impl Run {
             fallback_used: false,
             final_priority: None,
             finished_at_ms: 0,
+            streaming: cp.policy.stream.as_ref().map(|s| Streaming::new(s.mode)),
+            actions: Vec::new(),
         };
         let first = Delay {
             delay_ms: 0,
@@ -331,6 +346,7 @@ impl Run {
             };
         }
         Decision::Dispatch(Dispatch {
+            continuation: None,
             deadline_ms: p.deadline_ms,
             delay_ms: delay.delay_ms,
             idempotency_key_sha256: p.idempotency_key_sha256.clone(),
@@ -483,6 +499,42 @@ impl Run {
                 }
             }
         }
+        match (&self.streaming, &a.stream) {
+            (Some(_), None) => {
+                return drift(
+                    ErrorCode::StreamRecordMissing,
+                    "stream",
+                    "the policy streams but the attempt records no stream".into(),
+                )
+            }
+            (None, Some(_)) => {
+                return drift(
+                    ErrorCode::StreamRecordUnexpected,
+                    "stream",
+                    "the attempt records a stream the policy does not have".into(),
+                )
+            }
+            (Some(_), Some(s)) => {
+                let planned = d.continuation.as_ref();
+                if s.continues_ordinal != planned.map(|c| c.continues_ordinal)
+                    || s.starting_after != planned.map(|c| c.starting_after)
+                {
+                    return drift(
+                        ErrorCode::ContinuationDrift,
+                        "stream/continues_ordinal",
+                        "the attempt's continuation is not the planned one".into(),
+                    );
+                }
+                if a.outcome == Outcome::Success && !s.terminal_event {
+                    return drift(
+                        ErrorCode::StreamCommitBeforeTerminal,
+                        "stream/terminal_event",
+                        "a streamed attempt succeeded without the provider's terminal event".into(),
+                    );
+                }
+            }
+            (None, None) => {}
+        }
         if a.started_at_ms < d.not_before_ms {
             return drift(
                 ErrorCode::EarlyStart,
@@ -571,7 +623,48 @@ impl Run {
                 ),
             }
         };
+        self.settle_stream(a);
         Ok(())
+    }
+
+    /// The stream side of an observed attempt: account its events, plan a
+    /// continuation when the contract allows one, and record the action.
+    fn settle_stream(&mut self, a: &Attempt) {
+        let (Some(st), Some(record)) = (self.streaming.as_mut(), a.stream.as_ref()) else {
+            return;
+        };
+        let terminal = match &self.next {
+            Decision::Terminal { terminal } => Some(*terminal),
+            Decision::Dispatch(_) => None,
+        };
+        st.deliver(a.ordinal, record, terminal == Some(Terminal::Completed));
+        let mut continues = false;
+        if let Decision::Dispatch(d) = &mut self.next {
+            if st.may_continue(record, &a.outcome) && d.route_id == a.route_id {
+                if let (Some(response_id), Some(starting_after)) =
+                    (record.response_id.clone(), record.last_sequence)
+                {
+                    d.continuation = Some(Continuation {
+                        continues_ordinal: a.ordinal,
+                        response_id,
+                        starting_after,
+                    });
+                    continues = true;
+                }
+            }
+        }
+        let action = st.settle(terminal, continues);
+        self.actions.push(action);
+    }
+
+    /// The stream action after each observed attempt, then after a cancellation.
+    pub(crate) fn stream_actions(&self) -> &[StreamAction] {
+        &self.actions
+    }
+
+    /// The action the last step took, for a session's event log.
+    pub(crate) fn last_action(&self) -> StreamAction {
+        self.actions.last().copied().unwrap_or(StreamAction::None)
     }
 
     /// Mark the run cancelled between attempts at `at` (run clock, ms).
@@ -597,6 +690,10 @@ impl Run {
         self.next = Decision::Terminal {
             terminal: Terminal::StopCancelled,
         };
+        if let Some(st) = self.streaming.as_mut() {
+            let action = st.settle(Some(Terminal::StopCancelled), false);
+            self.actions.push(action);
+        }
         Ok(())
     }
 
@@ -634,13 +731,14 @@ impl Run {
                 .collect(),
             schedule: self.schedule.clone(),
             schema: ReceiptSchema,
+            stream: self.streaming.as_ref().map(Streaming::summary),
             terminal,
             total_cost: self.spent,
         })
     }
 }
 
-fn replay(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Run> {
+pub(crate) fn replay(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Run> {
     let mut run = Run::new(policy);
     for (i, a) in attempts.attempts.iter().enumerate() {
         let d = run.check(a, i)?;

@@ -732,3 +732,66 @@ pub fn case_table(report: &Value) -> String {
     }
     out
 }
+
+/// Run a scripted streamed session, as the `stream_session` vectors pin it.
+///
+/// Each step of `script` is either `{"cancel": true}` (the caller cancels
+/// between attempts, at the last completion) or an observed attempt:
+/// `{"duration_ms", "facts", "deltas"?, "cost"?, "lag_ms"?}`, started at the
+/// planned `not_before_ms` plus `lag_ms` and completed `duration_ms` later.
+/// The answer: each step's judgement and the decision after it, the event
+/// log, the receipt, the sealed bundle's digest and its replay's verdict.
+/// The first error (drift, malformed facts) is the answer instead.
+pub fn stream_session(policy_json: &str, script_json: &str) -> Result<Value> {
+    use crate::canonical::to_value;
+    let (bundle, judgements, decisions) = drive_stream(policy_json, script_json)?;
+    let verdict = verify_bundle(&bundle)?;
+    Ok(json!({
+        "bundle_sha256": digest_of(&bundle),
+        "decisions": decisions,
+        "judgements": judgements,
+        "receipt": to_value(&bundle.receipt),
+        "stream_events": bundle.stream_events.as_ref().map(to_value).unwrap_or(Value::Null),
+        "verdict": to_value(&verdict),
+    }))
+}
+
+/// The sealed bundle of a scripted streamed session ([`stream_session`]).
+pub fn stream_bundle(policy_json: &str, script_json: &str) -> Result<Bundle> {
+    Ok(drive_stream(policy_json, script_json)?.0)
+}
+
+fn drive_stream(policy_json: &str, script_json: &str) -> Result<(Bundle, Vec<Value>, Vec<Value>)> {
+    use crate::canonical::to_value;
+    use crate::observe::Facts;
+    let policy = Arc::new(crate::api::compile_policy(policy_json)?);
+    let script: Value = crate::decode::parse_strict(script_json)?;
+    let mut session = Session::start(policy);
+    let (mut judgements, mut decisions) = (Vec::new(), Vec::new());
+    let mut now = 0u64;
+    for step in script.as_array().into_iter().flatten() {
+        if step.get("cancel").is_some() {
+            session.cancel(now)?;
+            decisions.push(to_value(session.next()));
+            continue;
+        }
+        let not_before = match session.next() {
+            Decision::Dispatch(d) => d.not_before_ms,
+            Decision::Terminal { .. } => now,
+        };
+        let num = |k: &str| step.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let started = not_before.max(now).saturating_add(num("lag_ms"));
+        now = started.saturating_add(num("duration_ms"));
+        let facts: Facts = from_value(step.get("facts").cloned().unwrap_or(Value::Null))?;
+        let deltas: Vec<&str> = step
+            .get("deltas")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let cost = step.get("cost").and_then(Value::as_u64);
+        let j = session.observe_stream(started, now, cost, &facts, &deltas)?;
+        judgements.push(to_value(&j));
+        decisions.push(to_value(session.next()));
+    }
+    Ok((session.seal()?, judgements, decisions))
+}

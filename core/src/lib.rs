@@ -28,7 +28,8 @@
 //! [`request`] is the logical request (full RFC 8785, floats included) and
 //! scoped idempotency keys, [`lift`] lifts it from an SDK call's parameters,
 //! [`builder`] builds a policy from a request and catalog documents, and
-//! [`price`] prices usage per route release. [`api`] is the JSON-text
+//! [`price`] prices usage per route release, and [`stream`] is the stream
+//! contract: tentative events, commit or invalidate, exact continuation. [`api`] is the JSON-text
 //! boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
@@ -56,6 +57,7 @@ pub mod receipt;
 pub mod request;
 pub mod schedule;
 pub mod session;
+pub mod stream;
 
 pub use attempt::{Attempt, Attempts};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};

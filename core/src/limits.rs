@@ -22,3 +22,10 @@ pub const MAX_HEADERS: usize = 256;
 pub const MAX_ERROR_NAMES: usize = 32;
 /// Longest error class name or error code, in bytes.
 pub const MAX_ERROR_NAME_BYTES: usize = 256;
+/// Most events in one run's stream event log.
+pub const MAX_STREAM_EVENTS: usize = 100_000;
+/// Largest `max_response_bytes` a stream contract may set (256 MiB).
+pub const MAX_STREAM_RESPONSE_BYTES: u64 = 256 * 1024 * 1024;
+/// Largest bundle text accepted, in bytes (32 MiB): a bundle may carry a
+/// stream event log of up to [`MAX_STREAM_EVENTS`] events.
+pub const MAX_BUNDLE_BYTES: usize = 32 * 1024 * 1024;

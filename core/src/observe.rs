@@ -7,31 +7,39 @@
 //! caller cancelled) and the core turns them into an [`Outcome`] with
 //! [`judge`], in a fixed order of [`Rule`]s:
 //!
-//! 1. `returned`: the dispatch returned a value: success.
+//! 1. `returned`: the dispatch returned a value: success (a stream only
+//!    with its terminal event and no protocol violation).
 //! 2. `explicit`: the error carries an outcome (an `AttemptError`, or the
 //!    host's classify hook). A raised error is never a success, so an explicit
 //!    success is ignored and the next rules decide.
 //! 3. `cancelled`: the caller cancelled during the attempt: indeterminate
-//!    (`stream_interrupted_after_output` when bytes reached the caller,
+//!    (`stream_interrupted_after_output` when output reached the caller,
 //!    else `unknown_provider_acceptance`).
-//! 4. `error_type`: a class name in [`ERROR_TYPES`] that names an outcome
+//! 4. `stream_violation`: the host detected a broken stream protocol: a
+//!    protocol violation.
+//! 5. `error_type`: a class name in [`ERROR_TYPES`] that names an outcome
 //!    (an SDK's response-validation error is a protocol violation).
-//! 5. `output_delivered`: any other error raised after response bytes
-//!    reached the caller is `stream_interrupted_after_output` (never
-//!    retried: output of two attempts is never joined).
-//! 6. `status`: an HTTP status other than 2xx, judged by
+//! 6. `output_delivered`: any other error raised after output reached the
+//!    caller is `stream_interrupted_after_output` (never retried: output of
+//!    two attempts is never joined), except under the `tentative` and
+//!    `continuation` stream contracts, whose events are invalidated or
+//!    resumed ([`crate::stream`]).
+//! 7. `status`: an HTTP status other than 2xx, judged by
 //!    [`crate::http::classify_http`] with the response headers; the hint is
 //!    recorded as observed (the schedule bounds it by the policy's cap).
-//! 7. `transport`: a transport signal from the host, [`ERROR_TYPES`] or
+//! 8. `stream_cut`: an opened stream that broke (no transport signal, or a
+//!    connection reset) or ended without its terminal event: retryable
+//!    `unavailable` (the provider produced a response; its delivery failed).
+//! 9. `transport`: a transport signal from the host, [`ERROR_TYPES`] or
 //!    [`ERROR_CODES`]; when several are present the strongest evidence wins:
 //!    `connect_failed` (nothing was sent) over `timeout` over
 //!    `connection_reset` over `aborted`. An abort after the run's deadline is
 //!    a timeout before response; any other abort is unknown acceptance.
-//! 8. `deadline`: an error raised at or after the run's deadline that no rule
-//!    above recognizes is a timeout before response.
-//! 9. `unrecognized`: anything else is indeterminate
-//!    `unknown_provider_acceptance` and is never retried; the host reports it
-//!    as unrecognized.
+//! 10. `deadline`: an error raised at or after the run's deadline that no
+//!     rule above recognizes is a timeout before response.
+//! 11. `unrecognized`: anything else is indeterminate
+//!     `unknown_provider_acceptance` and is never retried; the host reports
+//!     it as unrecognized.
 
 use serde_json::Value;
 
@@ -41,6 +49,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::http::{classify_http, Header, HttpObservation, TransportError};
 use crate::limits::{MAX_ERROR_NAMES, MAX_ERROR_NAME_BYTES, MAX_HEADERS, MAX_SAFE_INTEGER};
 use crate::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
+use crate::stream::{StreamAction, StreamFacts, StreamMode};
 
 /// What the dispatch did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +183,8 @@ pub struct Facts {
     pub result: Returned,
     /// The HTTP status the error carries, if any.
     pub status: Option<u64>,
+    /// What the host saw of the stream, when the dispatch opened one.
+    pub stream: Option<StreamFacts>,
     /// A transport signal the host itself observed.
     pub transport_error: Option<Signal>,
 }
@@ -201,6 +212,7 @@ impl Facts {
             response_bytes_received: false,
             result,
             status: None,
+            stream: None,
             transport_error: None,
         }
     }
@@ -215,12 +227,16 @@ pub enum Rule {
     Explicit,
     /// The caller cancelled during the attempt.
     Cancelled,
+    /// The host detected a broken stream protocol.
+    StreamViolation,
     /// An error class name that names an outcome.
     ErrorType,
     /// Response bytes reached the caller before the error.
     OutputDelivered,
     /// The HTTP status.
     Status,
+    /// An opened stream broke or ended without its terminal event.
+    StreamCut,
     /// A transport signal.
     Transport,
     /// Raised after the run's deadline, otherwise unrecognized.
@@ -233,9 +249,11 @@ names!(Rule {
     Returned => "returned",
     Explicit => "explicit",
     Cancelled => "cancelled",
+    StreamViolation => "stream_violation",
     ErrorType => "error_type",
     OutputDelivered => "output_delivered",
     Status => "status",
+    StreamCut => "stream_cut",
     Transport => "transport",
     Deadline => "deadline",
     Unrecognized => "unrecognized",
@@ -248,11 +266,15 @@ pub struct Judgement {
     pub outcome: Outcome,
     /// The rule that decided it.
     pub rule: Rule,
+    /// For a streamed run observed by a session: what the host does with
+    /// the consumer's events ([`crate::stream::StreamAction`]).
+    pub stream: Option<StreamAction>,
 }
 
 object!(Judgement {
     outcome: doc,
     rule: doc,
+    stream: opt_doc,
 });
 
 const UNKNOWN: Outcome = Outcome::Indeterminate {
@@ -274,8 +296,17 @@ pub fn judge(facts: &Facts) -> Result<Judgement> {
 /// [`judge`] with `deadline_passed` given by a session, which knows the
 /// attempt's completion and the run's deadline.
 pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement> {
-    let decided = |outcome, rule| Ok(Judgement { outcome, rule });
-    if facts.result == Returned::Returned {
+    let decided = |outcome, rule| {
+        Ok(Judgement {
+            outcome,
+            rule,
+            stream: None,
+        })
+    };
+    let stream = facts.stream.as_ref();
+    // A stream is complete only with the provider's terminal event.
+    let complete = stream.is_none_or(|s| s.terminal_event && s.violation.is_none());
+    if facts.result == Returned::Returned && complete {
         return decided(Outcome::Success, Rule::Returned);
     }
     if let Some(o) = facts.outcome {
@@ -283,13 +314,21 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
             return decided(o, Rule::Explicit);
         }
     }
+    // Output reached the consumer: bytes of a response, or events of a live
+    // stream (under `buffer` nothing reaches it before validation).
+    let delivered =
+        facts.response_bytes_received || stream.is_some_and(StreamFacts::delivered_live);
     if facts.cancelled {
-        let o = if facts.response_bytes_received {
-            INTERRUPTED
-        } else {
-            UNKNOWN
-        };
+        let o = if delivered { INTERRUPTED } else { UNKNOWN };
         return decided(o, Rule::Cancelled);
+    }
+    if stream.is_some_and(|s| s.violation.is_some()) {
+        return decided(
+            Outcome::NonRetryable {
+                kind: NonRetryableKind::ProtocolViolation,
+            },
+            Rule::StreamViolation,
+        );
     }
     if let Some(o) = facts
         .error_types
@@ -301,7 +340,13 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
     {
         return decided(o, Rule::ErrorType);
     }
-    if facts.response_bytes_received {
+    // Under `tentative` and `continuation` delivered events are invalidated
+    // or resumed, so the failure itself decides; elsewhere output that
+    // reached the consumer is never retried.
+    let recoverable = stream
+        .and_then(|s| s.mode)
+        .is_some_and(|m| matches!(m, StreamMode::Tentative | StreamMode::Continuation));
+    if delivered && !recoverable {
         return decided(INTERRUPTED, Rule::OutputDelivered);
     }
     let signal = facts
@@ -334,6 +379,17 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
         if o != Outcome::Success {
             return decided(o, Rule::Status);
         }
+    }
+    // An opened stream that broke (or ended without its terminal event) is
+    // a failed delivery of a response the provider produced: retryable.
+    if stream.is_some() && matches!(signal, None | Some(Signal::ConnectionReset)) {
+        return decided(
+            Outcome::Retryable {
+                kind: RetryableKind::Unavailable,
+                retry_after_ms: None,
+            },
+            Rule::StreamCut,
+        );
     }
     if let Some(s) = signal {
         let o = match s {
@@ -401,6 +457,7 @@ impl Decode for Facts {
         let response_bytes_received = f.opt("response_bytes_received");
         let result = f.req("result");
         let status = f.opt("status");
+        let stream = f.opt("stream");
         let transport_error = f.opt("transport_error");
         f.end()?;
         let Some(result) = result else {
@@ -430,6 +487,7 @@ impl Decode for Facts {
             response_bytes_received: response_bytes_received.unwrap_or(false),
             result,
             status,
+            stream,
             transport_error,
         })
     }
@@ -467,6 +525,7 @@ impl Encode for Facts {
         }
         o.doc("result", &self.result);
         o.opt_u64("status", self.status);
+        o.opt_doc("stream", self.stream.as_ref());
         o.opt_doc("transport_error", self.transport_error.as_ref());
         o.end();
     }

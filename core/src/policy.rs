@@ -14,6 +14,7 @@ use crate::decode::{decode_tag, names, object, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{schema_marker, Identifier, Set, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
+use crate::stream::StreamContract;
 
 schema_marker!(
     /// `retryledger.policy.v1`
@@ -234,6 +235,8 @@ pub struct Policy {
     pub routes: Vec<Route>,
     /// `retryledger.policy.v1`
     pub schema: PolicySchema,
+    /// The stream contract, for a streamed request ([`crate::stream`]).
+    pub stream: Option<StreamContract>,
 }
 
 names!(RetryOwner {
@@ -282,6 +285,7 @@ object!(Policy {
     retry_owner: doc,
     routes: list(MAX_ROUTES),
     schema: doc,
+    stream: opt_doc,
 });
 
 /// A validated policy with its digests, ready to plan and evaluate runs.
@@ -353,6 +357,9 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
             "/backoff",
             "backoff needs base_ms >= 1 and max_ms >= base_ms",
         ));
+    }
+    if let Some(stream) = &p.stream {
+        stream.check(p.deadline_ms)?;
     }
     if p.routes.is_empty() {
         return Err(Error::at(

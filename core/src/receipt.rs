@@ -11,11 +11,12 @@ use crate::attempt::Attempts;
 use crate::canonical::{digest_of, to_value, Encode, ObjectWriter, Sink};
 use crate::decode::{decode_tag, names, object, pick, At, Decode, Fields};
 use crate::error::{ErrorCode, ErrorFamily, Result};
-use crate::evaluate::{evaluate, Terminal};
+use crate::evaluate::{replay, Terminal};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
 use crate::outcome::OutcomeClass;
 use crate::policy::{compile, Policy};
+use crate::stream::{verify_events, StreamEvents, StreamSummary};
 
 schema_marker!(
     /// `retryledger.receipt.v1`
@@ -99,6 +100,8 @@ pub struct Receipt {
     pub schedule: Vec<ScheduleEntry>,
     /// `retryledger.receipt.v1`
     pub schema: ReceiptSchema,
+    /// What a streamed run delivered, committed and invalidated.
+    pub stream: Option<StreamSummary>,
     /// How the run ended.
     pub terminal: Terminal,
     /// Total actual cost.
@@ -116,6 +119,8 @@ pub struct Bundle {
     pub receipt: Receipt,
     /// `retryledger.bundle.v1`
     pub schema: BundleSchema,
+    /// The events the consumer received, for a streamed run.
+    pub stream_events: Option<StreamEvents>,
 }
 
 /// The result of replaying a bundle.
@@ -182,6 +187,7 @@ object!(Receipt {
     route_attempts: list(MAX_ROUTES),
     schedule: list(MAX_ATTEMPTS),
     schema: doc,
+    stream: opt_doc,
     terminal: doc,
     total_cost: u64,
 });
@@ -191,6 +197,7 @@ object!(Bundle {
     policy: doc,
     receipt: doc,
     schema: doc,
+    stream_events: opt_doc,
 });
 
 /// A verdict is an object tagged by `kind`, its keys in RFC 8785 order.
@@ -320,7 +327,9 @@ fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
 /// validation is an error, as it would be before any dispatch.
 pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
     let policy = compile(bundle.policy.clone()).map_err(|e| e.under("/policy"))?;
-    let replayed = match evaluate(&policy, &bundle.attempts) {
+    let run = replay(&policy, &bundle.attempts)
+        .and_then(|run| Ok((run.receipt(&policy, digest_of(&bundle.attempts))?, run)));
+    let (replayed, run) = match run {
         Ok(r) => r,
         Err(e) if matches!(e.family(), ErrorFamily::Drift | ErrorFamily::Run) => {
             let path = match &e.path {
@@ -352,6 +361,9 @@ pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
             path,
         });
     }
+    if let Some(e) = stream_drift(&policy, bundle, run.stream_actions()) {
+        return Ok(e);
+    }
     Ok(Verdict::Verified {
         attempts_sha256: replayed.attempts_sha256.as_str().to_owned(),
         policy_sha256: policy.policy_sha256.clone(),
@@ -360,11 +372,82 @@ pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
     })
 }
 
+/// The first problem of a bundle's stream event log, as a verdict.
+fn stream_drift(
+    policy: &crate::policy::CompiledPolicy,
+    bundle: &Bundle,
+    actions: &[crate::stream::StreamAction],
+) -> Option<Verdict> {
+    let mode = policy.policy.stream.as_ref().map(|s| s.mode);
+    let drift = |code: ErrorCode, path: &str, message: String| Verdict::Drift {
+        attempt_index: None,
+        code: code.as_str().to_owned(),
+        message,
+        path: path.to_owned(),
+    };
+    let (mode, events) = match (mode, &bundle.stream_events) {
+        (None, None) => return None,
+        (Some(mode), Some(events)) => (mode, events),
+        (Some(_), None) => {
+            return Some(drift(
+                ErrorCode::StreamEventDrift,
+                "/stream_events",
+                "the policy streams but the bundle carries no stream events".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Some(drift(
+                ErrorCode::StreamEventDrift,
+                "/stream_events",
+                "the bundle carries stream events but the policy does not stream".into(),
+            ))
+        }
+    };
+    let policy_sha256 = Sha256Hex::computed(policy.policy_sha256.clone());
+    verify_events(&policy_sha256, mode, &bundle.attempts, actions, &events.0)
+        .err()
+        .map(|e| Verdict::Drift {
+            attempt_index: None,
+            code: e.code.as_str().to_owned(),
+            path: e.path.unwrap_or_else(|| "/stream_events".to_owned()),
+            message: e.message,
+        })
+}
+
 /// Seal a finished run into a bundle.
+///
+/// A streamed run's bundle carries its event log. Built from the attempts
+/// alone, the log can hold no delivered delta (their digests live with the
+/// session that observed them), so a streamed run that delivered output is
+/// sealed by its [`crate::session::Session`]; here it is `invalid_value`.
 pub fn seal(policy: &Policy, attempts: &Attempts) -> Result<Bundle> {
     let compiled = compile(policy.clone())?;
-    let receipt = evaluate(&compiled, attempts)?;
-    Ok(Bundle::new(policy.clone(), attempts.clone(), receipt))
+    let run = replay(&compiled, attempts)?;
+    let receipt = run.receipt(&compiled, digest_of(attempts))?;
+    let mut bundle = Bundle::new(policy.clone(), attempts.clone(), receipt);
+    if let Some(contract) = &policy.stream {
+        if let Some(i) = attempts
+            .attempts
+            .iter()
+            .position(|a| a.stream.as_ref().is_some_and(|s| s.events > 0))
+        {
+            return Err(crate::error::Error::at(
+                ErrorCode::InvalidValue,
+                format!("/attempts/{i}/stream/events"),
+                "a streamed run that delivered output is sealed by its session, which holds the deltas' digests",
+            ));
+        }
+        let policy_sha256 = Sha256Hex::computed(compiled.policy_sha256.clone());
+        let log = crate::stream::EventLog::replayed(
+            &policy_sha256,
+            contract.mode,
+            attempts,
+            run.stream_actions(),
+            |_| Vec::new(),
+        );
+        bundle.stream_events = Some(StreamEvents(log.events().to_vec()));
+    }
+    Ok(bundle)
 }
 
 impl Bundle {
@@ -375,6 +458,7 @@ impl Bundle {
             policy,
             receipt,
             schema: BundleSchema,
+            stream_events: None,
         }
     }
 }

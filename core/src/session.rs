@@ -14,17 +14,21 @@ use crate::attempt::{Attempt, Attempts, AttemptsSchema};
 use crate::canonical::digest_of;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Run};
+use crate::ids::Sha256Hex;
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
 use crate::receipt::{Bundle, Receipt};
+use crate::stream::{delta_digest, EventLog, StreamAction, StreamEvent, StreamEvents, StreamFacts};
 
 /// A run in progress.
 #[derive(Debug, Clone)]
 pub struct Session {
     policy: Arc<CompiledPolicy>,
+    policy_sha256: Sha256Hex,
     attempts: Attempts,
     run: Run,
+    log: EventLog,
 }
 
 impl Session {
@@ -37,9 +41,11 @@ impl Session {
             schema: AttemptsSchema,
         };
         Self {
+            policy_sha256: Sha256Hex::computed(policy.policy_sha256.clone()),
             policy,
             attempts,
             run,
+            log: EventLog::default(),
         }
     }
 
@@ -60,7 +66,8 @@ impl Session {
 
     /// Record what the planned attempt did. Drift (an early start, a
     /// completion before the start, an attempt after the terminal) is an
-    /// error and leaves the session unchanged.
+    /// error and leaves the session unchanged. A streamed run records its
+    /// attempts with [`Session::observe_stream`].
     pub fn record(
         &mut self,
         started_at_ms: u64,
@@ -68,6 +75,18 @@ impl Session {
         cost: u64,
         outcome: Outcome,
     ) -> Result<&Decision> {
+        self.push(started_at_ms, completed_at_ms, cost, outcome, None)?;
+        Ok(self.run.next())
+    }
+
+    fn push(
+        &mut self,
+        started_at_ms: u64,
+        completed_at_ms: u64,
+        cost: u64,
+        outcome: Outcome,
+        stream: Option<(Option<&StreamFacts>, Vec<Sha256Hex>, u64)>,
+    ) -> Result<StreamAction> {
         let index = self.attempts.attempts.len();
         let Decision::Dispatch(d) = self.run.next() else {
             return Err(Error::attempt(
@@ -76,6 +95,18 @@ impl Session {
                 "ordinal",
                 "the run has already reached a terminal",
             ));
+        };
+        let (record, deltas) = match stream {
+            Some((facts, deltas, bytes)) => (
+                Some(crate::stream::record_of(
+                    facts,
+                    &deltas,
+                    bytes,
+                    d.continuation.as_ref(),
+                )),
+                deltas,
+            ),
+            None => (None, Vec::new()),
         };
         let attempt = Attempt {
             completed_at_ms,
@@ -89,12 +120,23 @@ impl Session {
             route_ordinal: d.route_ordinal,
             route_release_sha256: d.route_release_sha256.clone(),
             started_at_ms,
+            stream: record,
         };
         let planned = self.run.check(&attempt, index)?;
         // `observe` fails only before it changes anything (a cost overflow).
         self.run.observe(&self.policy, &attempt, planned, index)?;
+        let action = self.run.last_action();
+        if let Some(contract) = &self.policy.policy.stream {
+            self.log.append(
+                &self.policy_sha256,
+                contract.mode,
+                attempt.ordinal,
+                deltas,
+                action,
+            );
+        }
         self.attempts.attempts.push(attempt);
-        Ok(self.run.next())
+        Ok(action)
     }
 
     /// Record the planned attempt from what the host observed: the core
@@ -109,24 +151,117 @@ impl Session {
         cost: Option<u64>,
         facts: &Facts,
     ) -> Result<Judgement> {
+        self.observe_stream::<&str>(started_at_ms, completed_at_ms, cost, facts, &[])
+    }
+
+    /// [`Session::observe`] for a streamed run: `deltas` are the texts of
+    /// the events the attempt received, in order (their count and UTF-8
+    /// bytes must match `facts.stream`). The session fills in the stream
+    /// mode, records the attempt's stream, appends the consumer's events to
+    /// the run's log and says in the judgement what the host does with them:
+    /// `commit`, `invalidate`, `continue` (the next dispatch resumes this
+    /// response) or `none`.
+    pub fn observe_stream<S: AsRef<str>>(
+        &mut self,
+        started_at_ms: u64,
+        completed_at_ms: u64,
+        cost: Option<u64>,
+        facts: &Facts,
+        deltas: &[S],
+    ) -> Result<Judgement> {
+        let index = self.attempts.attempts.len();
         let (deadline_ms, reserve_cost) = match self.run.next() {
             Decision::Dispatch(d) => (d.deadline_ms, d.reserve_cost),
             Decision::Terminal { .. } => (u64::MAX, 0),
         };
-        let judgement = judge_at(facts, completed_at_ms >= deadline_ms)?;
-        self.record(
+        let mode = self.policy.policy.stream.as_ref().map(|s| s.mode);
+        let bad = |field: &str, msg: String| {
+            Err(Error::attempt(ErrorCode::InvalidValue, index, field, msg))
+        };
+        let mut stream_facts = facts.stream.clone();
+        let bytes: u64 = deltas
+            .iter()
+            .map(|d| u64::try_from(d.as_ref().len()).unwrap_or(u64::MAX))
+            .fold(0, u64::saturating_add);
+        let events = u64::try_from(deltas.len()).unwrap_or(u64::MAX);
+        match (mode, stream_facts.as_mut()) {
+            (None, Some(_)) => {
+                return Err(Error::attempt(
+                    ErrorCode::StreamRecordUnexpected,
+                    index,
+                    "stream",
+                    "the facts describe a stream the policy does not have",
+                ))
+            }
+            (None, None) if events > 0 => {
+                return bad(
+                    "stream",
+                    "deltas for a policy without a stream contract".into(),
+                )
+            }
+            (Some(_), None) if events > 0 => {
+                return bad("stream/events", "deltas without stream facts".into())
+            }
+            (Some(m), Some(s)) => {
+                if s.mode.is_some_and(|given| given != m) {
+                    return bad(
+                        "stream/mode",
+                        format!("the policy's stream mode is {}", m.as_str()),
+                    );
+                }
+                s.mode = Some(m);
+                if s.events != events {
+                    return bad(
+                        "stream/events",
+                        format!("{} events reported, {events} deltas given", s.events),
+                    );
+                }
+                if s.bytes != bytes {
+                    return bad(
+                        "stream/bytes",
+                        format!("{} bytes reported, the deltas hold {bytes}", s.bytes),
+                    );
+                }
+            }
+            _ => {}
+        }
+        let judged = Facts {
+            stream: stream_facts,
+            ..facts.clone()
+        };
+        let mut judgement = judge_at(&judged, completed_at_ms >= deadline_ms)?;
+        let stream = mode.map(|_| {
+            let digests = deltas
+                .iter()
+                .map(|d| delta_digest(d.as_ref().as_bytes()))
+                .collect();
+            (judged.stream.as_ref(), digests, bytes)
+        });
+        let action = self.push(
             started_at_ms,
             completed_at_ms,
             cost.unwrap_or(reserve_cost),
             judgement.outcome,
+            stream,
         )?;
+        if mode.is_some() {
+            judgement.stream = Some(action);
+        }
         Ok(judgement)
+    }
+
+    /// The events the consumer received so far (a streamed run).
+    pub fn stream_events(&self) -> &[StreamEvent] {
+        self.log.events()
     }
 
     /// Mark the run cancelled between attempts at `at_ms` (run clock).
     pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
         self.run.cancel(at_ms)?;
         self.attempts.cancelled_at_ms = Some(at_ms);
+        let ordinal = self.attempts.attempts.last().map_or(0, |a| a.ordinal);
+        self.log
+            .close(&self.policy_sha256, ordinal, self.run.last_action());
         Ok(())
     }
 
@@ -151,11 +286,11 @@ impl Session {
     /// The bundle of the finished run: policy, attempts and receipt.
     pub fn seal(&self) -> Result<Bundle> {
         let receipt = self.receipt()?;
-        Ok(Bundle::new(
-            self.policy.policy.clone(),
-            self.attempts.clone(),
-            receipt,
-        ))
+        let mut bundle = Bundle::new(self.policy.policy.clone(), self.attempts.clone(), receipt);
+        if self.policy.policy.stream.is_some() {
+            bundle.stream_events = Some(StreamEvents(self.log.events().to_vec()));
+        }
+        Ok(bundle)
     }
 }
 

@@ -374,6 +374,7 @@ fn drive(policy: Policy, steps: &[StepSpec], cancel_lag: u64) -> Result<Driven, 
             route_ordinal: d.route_ordinal,
             route_release_sha256: d.route_release_sha256,
             started_at_ms: started,
+            stream: None,
         });
         per_route[index] += 1;
         spent_before_last = spent;

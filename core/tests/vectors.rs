@@ -95,6 +95,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "lift_request" => &["call", "params"],
         "check_price_schedule" => &["policy", "schedule"],
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
+        "stream_session" => &["policy", "script"],
         "idempotency_key_sha256" => match (input.get("tenant"), input.get("operation")) {
             (Some(_), Some(_)) => &["key", "operation", "tenant"],
             (Some(_), None) => &["key", "tenant"],
@@ -135,6 +136,7 @@ fn actual(op: &str, input: &Value) -> Value {
         )
         .map(Value::from),
         "request_sha256" => api::request_sha256(s(input, "request")).map(Value::String),
+        "stream_session" => lab::stream_session(s(input, "policy"), s(input, "script")),
         "idempotency_key_sha256" => api::idempotency_key_sha256(
             s(input, "key"),
             input.get("tenant").and_then(Value::as_str),
@@ -271,7 +273,6 @@ fn input_too_large_for_every_document_operation() {
             api::plan_next(&reference, text).map(|_| ()),
             api::evaluate(text, "{}").map(|_| ()),
             api::evaluate(&reference, text).map(|_| ()),
-            api::verify(text).map(|_| ()),
             api::digest(text).map(|_| ()),
             api::classify_http(text).map(|_| ()),
         ];
@@ -279,7 +280,15 @@ fn input_too_large_for_every_document_operation() {
             let e = r.unwrap_err();
             assert_eq!((e.code, e.path), (ErrorCode::InputTooLarge, None));
         }
+        // A bundle may carry a long stream event log: its own, larger limit.
+        assert_ne!(
+            api::verify(text).unwrap_err().code,
+            ErrorCode::InputTooLarge
+        );
     }
+    let over_bundle = " ".repeat(retryledger_core::limits::MAX_BUNDLE_BYTES + 1);
+    let e = api::verify(&over_bundle).unwrap_err();
+    assert_eq!((e.code, e.path), (ErrorCode::InputTooLarge, None));
 }
 
 #[test]

@@ -631,6 +631,7 @@ impl PyFacts {
         now_unix_ms = None,
         transport_error = None,
         deadline_passed = None,
+        stream = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -645,6 +646,7 @@ impl PyFacts {
         now_unix_ms: Option<&Bound<'_, PyAny>>,
         transport_error: Option<&Bound<'_, PyAny>>,
         deadline_passed: Option<&Bound<'_, PyAny>>,
+        stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut map = Map::new();
         let mut typed_outcome = None;
@@ -657,6 +659,7 @@ impl PyFacts {
             ("response_bytes_received", response_bytes_received),
             ("result", Some(result)),
             ("status", status),
+            ("stream", stream),
             ("transport_error", transport_error),
         ];
         for (name, given) in fields {
@@ -736,7 +739,14 @@ impl PyJudgement {
         self.inner.rule.as_str()
     }
 
-    /// `{"outcome": {...}, "rule": "..."}`.
+    /// For a streamed run: what the host does with the consumer's events
+    /// (`commit`, `invalidate`, `continue` or `none`); `None` otherwise.
+    #[getter]
+    fn stream(&self) -> Option<&'static str> {
+        self.inner.stream.map(|a| a.as_str())
+    }
+
+    /// `{"outcome": {...}, "rule": "...", "stream"?: "..."}`.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.inner)
     }
@@ -780,6 +790,16 @@ impl PyDispatch {
     #[getter]
     fn not_before_ms(&self) -> u64 {
         self.d.not_before_ms
+    }
+    /// For a streamed run: the provider response this attempt resumes, as
+    /// `{"continues_ordinal", "response_id", "starting_after"}`; else `None`.
+    #[getter]
+    fn continuation<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.d
+            .continuation
+            .as_ref()
+            .map(|c| to_py(py, c))
+            .transpose()
     }
     /// The delay from the previous completion, ms.
     #[getter]
@@ -978,13 +998,17 @@ impl PySession {
     /// when `None`) and records the planned attempt. Drift (an early start, a
     /// completion before the start, an attempt after the terminal) raises and
     /// leaves the session unchanged.
-    #[pyo3(signature = (started_at_ms, completed_at_ms, cost = None, facts = None))]
+    ///
+    /// For a streamed run, `deltas` are the texts of the events the attempt
+    /// received, in order; the judgement's `stream` says what to do with them.
+    #[pyo3(signature = (started_at_ms, completed_at_ms, cost = None, facts = None, deltas = None))]
     fn observe(
         &mut self,
         started_at_ms: &Bound<'_, PyAny>,
         completed_at_ms: &Bound<'_, PyAny>,
         cost: Option<&Bound<'_, PyAny>>,
         facts: Option<&Bound<'_, PyAny>>,
+        deltas: Option<Vec<String>>,
     ) -> PyResult<PyJudgement> {
         let Some(facts) = facts.and_then(|f| f.cast::<PyFacts>().ok()) else {
             return Err(coded(
@@ -999,10 +1023,14 @@ impl PySession {
             Some(c) => Some(integer(c, "cost")?),
             None => None,
         };
-        let judgement = lift(
-            self.session
-                .observe(started, completed, cost, &facts.get().inner),
-        )?;
+        let deltas = deltas.unwrap_or_default();
+        let judgement = lift(self.session.observe_stream(
+            started,
+            completed,
+            cost,
+            &facts.get().inner,
+            &deltas,
+        ))?;
         self.next = None;
         Ok(PyJudgement { inner: judgement })
     }
@@ -1030,11 +1058,24 @@ impl PySession {
         to_py(py, self.session.attempts())
     }
 
+    /// The stream events the consumer received so far, as dicts (a streamed run).
+    #[getter]
+    fn stream_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(
+            py,
+            &retryledger_core::stream::StreamEvents(self.session.stream_events().to_vec()),
+        )
+    }
+
     /// Seal the finished run (an error while it can still dispatch).
     fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
+        let stream_events = self.session.policy().policy.stream.as_ref().map(|_| {
+            retryledger_core::stream::StreamEvents(self.session.stream_events().to_vec())
+        });
         Ok(Sealed {
             receipt: lift(self.session.receipt())?,
             attempts: self.session.attempts().clone(),
+            stream_events,
             policy: self.policy.clone_ref(py),
             receipt_dict: PyOnceLock::new(),
             receipt_sha256: OnceLock::new(),
@@ -1048,6 +1089,7 @@ impl PySession {
 struct Sealed {
     policy: Py<Compiled>,
     attempts: Attempts,
+    stream_events: Option<retryledger_core::stream::StreamEvents>,
     receipt: Receipt,
     receipt_dict: PyOnceLock<Py<PyAny>>,
     receipt_sha256: OnceLock<String>,
@@ -1055,9 +1097,17 @@ struct Sealed {
 }
 
 /// A bundle's canonical JSON from its parts' canonical JSON (fields in sorted order).
-fn bundle_text(attempts_json: &str, policy_json: &str, receipt_json: &str) -> String {
+fn bundle_text(
+    attempts_json: &str,
+    policy_json: &str,
+    receipt_json: &str,
+    stream_events_json: Option<&str>,
+) -> String {
+    let events = stream_events_json
+        .map(|e| format!(",\"stream_events\":{e}"))
+        .unwrap_or_default();
     format!(
-        "{{\"attempts\":{attempts_json},\"policy\":{policy_json},\"receipt\":{receipt_json},\"schema\":\"{}\"}}",
+        "{{\"attempts\":{attempts_json},\"policy\":{policy_json},\"receipt\":{receipt_json},\"schema\":\"{}\"{events}}}",
         BundleSchema::NAME
     )
 }
@@ -1105,6 +1155,7 @@ impl Sealed {
                 &canonical_json(&self.attempts),
                 &self.policy.get().policy_json,
                 &canonical_json(&self.receipt),
+                self.stream_events.as_ref().map(canonical_json).as_deref(),
             )
         })
     }
@@ -1117,6 +1168,9 @@ impl Sealed {
         d.set_item("policy", to_py(py, &self.policy.get().inner.policy)?)?;
         d.set_item("receipt", to_py(py, &self.receipt)?)?;
         d.set_item("schema", BundleSchema::NAME)?;
+        if let Some(events) = &self.stream_events {
+            d.set_item("stream_events", to_py(py, events)?)?;
+        }
         Ok(d)
     }
 }
@@ -1132,6 +1186,7 @@ mod tests {
             &canonical_json(&bundle.attempts),
             &canonical_json(&bundle.policy),
             &canonical_json(&bundle.receipt),
+            None,
         );
         assert_eq!(text, canonical_json(&bundle));
         Ok(())

@@ -386,6 +386,49 @@ impl WasmSession {
         lift(run())
     }
 
+    /// [`Self::observe`] for a streamed run: the facts' JSON (with their
+    /// `stream` part when a stream opened) and the texts of the events the
+    /// attempt received, in order. The judgement's JSON comes back; its
+    /// `stream` says what the host does with the consumer's events.
+    pub fn observe_stream(
+        &mut self,
+        started_at_ms: f64,
+        completed_at_ms: f64,
+        cost: Option<f64>,
+        facts: &str,
+        deltas: Vec<String>,
+    ) -> Out<String> {
+        let mut run = || -> retryledger_core::Result<String> {
+            let started = safe_integer(started_at_ms, "started_at_ms")?;
+            let completed = safe_integer(completed_at_ms, "completed_at_ms")?;
+            let cost = cost.map(|c| safe_integer(c, "cost")).transpose()?;
+            let facts = from_str::<Facts>(facts)?;
+            let j = self
+                .session
+                .observe_stream(started, completed, cost, &facts, &deltas)?;
+            Ok(canonical_json(&j))
+        };
+        lift(run())
+    }
+
+    /// The planned attempt's continuation as JSON (a streamed run resuming
+    /// a provider response), or `undefined`.
+    pub fn continuation_json(&self) -> Option<String> {
+        self.dispatch()
+            .and_then(|d| d.continuation.as_ref())
+            .map(canonical_json)
+    }
+
+    /// The stream events the consumer received so far as JSON, or
+    /// `undefined` when the policy does not stream.
+    pub fn stream_events_json(&self) -> Option<String> {
+        self.session.policy().policy.stream.as_ref().map(|_| {
+            canonical_json(&retryledger_core::stream::StreamEvents(
+                self.session.stream_events().to_vec(),
+            ))
+        })
+    }
+
     /// Mark the run cancelled between attempts at `at_ms` on the run clock.
     pub fn cancel(&mut self, at_ms: f64) -> Out<()> {
         let at = lift(safe_integer(at_ms, "cancelled_at_ms"))?;

@@ -54,6 +54,7 @@ export const POLICY_CODES = [
   "price_schedule_missing_release",
   "cost_unit_mismatch",
   "usage_unpriced",
+  "invalid_stream_contract",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -75,6 +76,14 @@ export const DRIFT_CODES = [
   "jitter_sample_drift",
   "cancel_drift",
   "arithmetic_overflow",
+  "stream_record_missing",
+  "stream_record_unexpected",
+  "continuation_drift",
+  "stream_splice",
+  "stream_commit_before_terminal",
+  "stream_delta_after_invalidate",
+  "stream_deltas_mismatch",
+  "stream_event_drift",
 ] as const;
 /** One of the core's error codes of the `drift` family. */
 export type DriftCode = (typeof DRIFT_CODES)[number];
@@ -142,6 +151,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   price_schedule_missing_release: "policy",
   cost_unit_mismatch: "policy",
   usage_unpriced: "policy",
+  invalid_stream_contract: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
@@ -157,6 +167,14 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   jitter_sample_drift: "drift",
   cancel_drift: "drift",
   arithmetic_overflow: "drift",
+  stream_record_missing: "drift",
+  stream_record_unexpected: "drift",
+  continuation_drift: "drift",
+  stream_splice: "drift",
+  stream_commit_before_terminal: "drift",
+  stream_delta_after_invalidate: "drift",
+  stream_deltas_mismatch: "drift",
+  stream_event_drift: "drift",
   receipt_mismatch: "receipt",
   retry_after_invalid: "http",
   retry_after_overlong: "http",
@@ -221,9 +239,11 @@ export const RULES = [
   "returned",
   "explicit",
   "cancelled",
+  "stream_violation",
   "error_type",
   "output_delivered",
   "status",
+  "stream_cut",
   "transport",
   "deadline",
   "unrecognized",

@@ -137,6 +137,9 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
                 .and_then(|(_, v)| v.as_str()),
         )
         .map(Value::String),
+        "stream_session" => {
+            retryledger_core::lab::stream_session(text(input, "policy"), text(input, "script"))
+        }
         other => panic!("unknown op {other}"),
     };
     match r {

@@ -42,6 +42,7 @@ mod price;
 mod request;
 mod retry_after;
 mod schedule;
+mod stream;
 mod tables;
 mod verify;
 
@@ -65,6 +66,7 @@ const FAMILIES: &[fn() -> Family] = &[
     price::family,
     observe::family,
     drivers::family,
+    stream::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
