@@ -5,7 +5,7 @@
 import { loadCore } from "./core.js";
 import { layoutTimeline } from "./timeline.js";
 
-const MAX_FILE_BYTES = 8 * 1024 * 1024;
+const MAX_FILE_BYTES = 32 * 1024 * 1024;
 const SVG_NS = "http://www.w3.org/2000/svg";
 const $ = (id) => document.getElementById(id);
 
@@ -158,6 +158,20 @@ function renderTimeline(bundle, verdict) {
     }
     if (bar.width >= 22) root.append(svg("text", { x: bar.x + 4, y: bar.y + 12, class: "bar-label" }, `#${bar.ordinal}`));
   }
+  for (const mark of layout.streamMarks) {
+    const r = svg("rect", {
+      class: `stream-mark ${mark.status}`,
+      x: mark.x,
+      y: mark.y,
+      width: mark.width,
+      height: mark.height,
+      "data-testid": "stream-mark",
+      "data-ordinal": mark.ordinal,
+      "data-status": mark.status,
+    });
+    r.append(svg("title", {}, mark.label));
+    root.append(r);
+  }
   if (layout.deadline) {
     const d = layout.deadline;
     root.append(svg("line", { class: "deadline-line", x1: d.x, x2: d.x, y1: 0, y2: layout.axisY, "data-testid": "deadline" }));
@@ -258,7 +272,7 @@ function renderDocuments(bundle) {
 
 async function readFile(file) {
   if (file.size > MAX_FILE_BYTES) {
-    setVerdict("error", "File too large", [`${file.name} is ${fmt(file.size)} bytes; bundles are at most 2 MiB.`]);
+    setVerdict("error", "File too large", [`${file.name} is ${fmt(file.size)} bytes; bundles are at most 32 MiB.`]);
     return;
   }
   inspect(await file.text(), file.name);

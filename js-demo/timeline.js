@@ -1,7 +1,9 @@
 // Timeline layout for a bundle: pure data, no DOM, so it can be tested in
 // Node and drawn by app.js. One lane per route in priority order; one bar per
 // attempt from start to completion; backoff gaps ending at not_before;
-// Retry-After floors; jitter intervals; the deadline.
+// Retry-After floors; jitter intervals; the deadline; for a streamed run, a
+// mark under each attempt that delivered events, saying whether they were
+// committed, invalidated or are still pending.
 
 const LANE_HEIGHT = 56;
 const TOP = 24;
@@ -88,6 +90,8 @@ export function layoutTimeline(bundle, opts = {}) {
     rows.push([a.ordinal, a.route_id, a.route_ordinal, kind, entry ? fmt(entry.not_before_ms) : "?", fmt(a.started_at_ms), fmt(a.completed_at_ms), entry ? fmt(entry.delay_ms) : "?", fmt(a.cost)]);
   });
 
+  const streamMarks = streamMarksOf(bundle, bars);
+
   const step = niceStep(domain, Math.max(2, Math.floor(width / 110)));
   const ticks = [];
   for (let t = 0; t <= domain; t += step) ticks.push({ x: x(t), label: `${fmt(t)} ms` });
@@ -103,9 +107,52 @@ export function layoutTimeline(bundle, opts = {}) {
     gaps,
     hints,
     jitter,
+    streamMarks,
     ticks,
     rows,
     summary,
     deadline: { x: onScale ? x(deadlineMs) : width - RIGHT, ms: deadlineMs, offScale: !onScale },
   };
+}
+
+/**
+ * Per attempt of a streamed run: the deltas the consumer received, and
+ * whether the event that closed them was a commit or an invalidate (read
+ * from the bundle's stream event log, in order).
+ */
+function streamMarksOf(bundle, bars) {
+  const events = bundle.stream_events ?? [];
+  const per = new Map();
+  let pending = [];
+  for (const e of events) {
+    if (e.kind === "delta") {
+      const m = per.get(e.attempt_ordinal) ?? { delivered: 0, status: "pending", sequences: [] };
+      m.delivered += 1;
+      m.sequences.push(e.sequence);
+      per.set(e.attempt_ordinal, m);
+      if (!pending.includes(e.attempt_ordinal)) pending.push(e.attempt_ordinal);
+    } else {
+      const status = e.kind === "commit" ? "committed" : "invalidated";
+      for (const o of pending) per.get(o).status = status;
+      pending = [];
+    }
+  }
+  const marks = [];
+  for (const bar of bars) {
+    const m = per.get(bar.ordinal);
+    if (!m) continue;
+    const first = m.sequences[0];
+    const last = m.sequences[m.sequences.length - 1];
+    marks.push({
+      ordinal: bar.ordinal,
+      status: m.status,
+      delivered: m.delivered,
+      x: bar.x,
+      y: bar.y + bar.height + 2,
+      width: bar.width,
+      height: 4,
+      label: `attempt ${bar.ordinal}: ${m.delivered} event(s) delivered (sequence ${first}–${last}), ${m.status}`,
+    });
+  }
+  return marks;
 }

@@ -78,6 +78,26 @@ pub fn verify(bundle_json: &str) -> Result<String> {
 /// `digest`: the SHA-256 of a document's canonical JSON, after strict decoding
 /// into the type its `schema` names, so only documents in normal form hash.
 pub fn digest(document_json: &str) -> Result<String> {
+    // A bundle may carry a long stream event log: it alone may exceed the
+    // common input limit, up to its own.
+    if document_json.len() > crate::limits::MAX_INPUT_BYTES {
+        let bundle = crate::decode::from_str_within::<Bundle>(
+            document_json,
+            crate::limits::MAX_BUNDLE_BYTES,
+        )
+        .map_err(|e| match e.code {
+            ErrorCode::InputTooLarge => e,
+            _ => Error::new(
+                ErrorCode::InputTooLarge,
+                format!(
+                    "input is {} bytes; only a bundle may exceed {}",
+                    document_json.len(),
+                    crate::limits::MAX_INPUT_BYTES
+                ),
+            ),
+        })?;
+        return Ok(digest_of(&bundle));
+    }
     let value = match parse_strict(document_json) {
         Ok(v) => v,
         // Only a logical request may hold floats and nulls (full RFC 8785);
@@ -122,9 +142,9 @@ pub fn digest(document_json: &str) -> Result<String> {
         crate::builder::BehaviorClassSchema::NAME => Ok(digest_of(&from_value::<
             crate::builder::BehaviorClass,
         >(value)?)),
-        crate::stream::StreamEventSchema::NAME => Ok(digest_of(&from_value::<
-            crate::stream::StreamEvent,
-        >(value)?)),
+        crate::stream::StreamEventSchema::NAME => {
+            Ok(digest_of(&from_value::<crate::stream::StreamEvent>(value)?))
+        }
         other => Err(Error::at(
             ErrorCode::SchemaMismatch,
             "/schema",

@@ -44,3 +44,40 @@ test("a run with no attempts still lays out its lanes", () => {
   assert.equal(t.lanes.length, 2);
   assert.equal(t.bars.length, 0);
 });
+
+// Streamed runs, from the conformance vectors' sealed stream bundles.
+const streamCases = JSON.parse(await readFile(path.resolve(here, "..", "..", "tests", "vectors", "stream.json"), "utf8")).cases;
+const streamBundle = (name) => JSON.parse(streamCases.find((c) => c.name === name).input.bundle);
+
+test("a tentative run: the cut attempt's events are marked invalidated, the last attempt's committed", () => {
+  const b = streamBundle("stream_verify_sealed");
+  const t = layoutTimeline(b, { width: 1000 });
+  assert.deepEqual(
+    t.streamMarks.map((m) => [m.ordinal, m.delivered, m.status]),
+    [
+      [1, 2, "invalidated"],
+      [2, 3, "committed"],
+    ],
+  );
+  for (const m of t.streamMarks) {
+    const bar = t.bars.find((x) => x.ordinal === m.ordinal);
+    assert.equal(m.x, bar.x);
+    assert.ok(m.y >= bar.y + bar.height);
+  }
+  assert.match(t.streamMarks[0].label, /sequence 1–2\), invalidated/);
+});
+
+test("a resumed run: both attempts of the continuation chain are committed together", () => {
+  const t = layoutTimeline(streamBundle("stream_verify_continuation_sealed"));
+  assert.deepEqual(
+    t.streamMarks.map((m) => [m.ordinal, m.delivered, m.status]),
+    [
+      [1, 3, "committed"],
+      [2, 2, "committed"],
+    ],
+  );
+});
+
+test("a run without a stream has no stream marks", () => {
+  assert.deepEqual(layoutTimeline(bundle("valid_success")).streamMarks, []);
+});
