@@ -65,8 +65,55 @@ function run(op, input) {
         input.key,
         input.tenant === undefined && input.operation === undefined ? undefined : { tenant: input.tenant, operation: input.operation },
       );
+    case "stream_session":
+      return streamSession(input.policy, input.script);
     default:
       throw new Error(`unknown op ${op}`);
+  }
+}
+
+/**
+ * A scripted streamed session, replayed as the core's `drive_stream` does
+ * (core/src/lab.rs): each step cancels at the last completion, or starts at
+ * the planned `not_before_ms` (never before the last completion) plus
+ * `lag_ms`, completes `duration_ms` later and is observed with its facts and
+ * deltas; then the sealed bundle's digest and its replay's verdict.
+ * @param {string} policy @param {string} script
+ */
+function streamSession(policy, script) {
+  const compiled = new rl.CompiledPolicy(policy);
+  const session = compiled.session();
+  try {
+    const judgements = [];
+    const decisions = [];
+    let now = 0;
+    for (const step of JSON.parse(script)) {
+      if (step.cancel !== undefined) {
+        session.cancel(now);
+        decisions.push(session.next());
+        continue;
+      }
+      const d = session.next();
+      const notBefore = d.kind === "dispatch" ? d.not_before_ms : now;
+      const started = Math.max(notBefore, now) + (step.lag_ms ?? 0);
+      now = started + (step.duration_ms ?? 0);
+      const facts = step.facts === undefined ? "null" : JSON.stringify(step.facts);
+      judgements.push(session.observe({ started_at_ms: started, completed_at_ms: now, cost: step.cost, facts, deltas: step.deltas ?? [] }));
+      decisions.push(session.next());
+    }
+    const sealed = session.seal();
+    const bundleJson = sealed.bundle_json;
+    return {
+      bundle_sha256: rl.digest(bundleJson),
+      decisions,
+      judgements,
+      receipt: sealed.receipt,
+      stream_events: sealed.bundle.stream_events ?? null,
+      verdict: rl.verifyBundle(bundleJson),
+    };
+  } finally {
+    session.free();
+    compiled.free();
   }
 }
 

@@ -19,8 +19,18 @@ import type {
   Policy,
   Receipt,
   Sealed,
+  StreamLogEntry,
   Terminal,
 } from "./types.js";
+
+/** The raw session's streaming methods (the module's `Session` has them). */
+interface RawStreaming {
+  observe_stream(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: string, deltas: string[]): string;
+  continuation_json(): string | undefined;
+  stream_events_json(): string | undefined;
+}
+
+const streaming = (r: RawSession): RawStreaming => r as unknown as RawStreaming;
 
 /** The facts of a dispatch that returned a value (the one fact object that crosses no JSON). */
 export const RETURNED: Readonly<Facts> = Object.freeze({ result: "returned" });
@@ -40,6 +50,12 @@ export interface Observation {
   cost?: number | undefined;
   /** What the host observed (an object or its JSON text). */
   facts: Input<Facts>;
+  /**
+   * In a streamed run: the text of every provider event the attempt
+   * received, in order (`""` for an event without text). Their count and
+   * UTF-8 bytes must match `facts.stream`.
+   */
+  deltas?: readonly string[] | undefined;
 }
 
 /**
@@ -55,11 +71,13 @@ export class Session {
   /** The compiled policy this run follows. */
   readonly compiled: CompiledPolicy;
   readonly #raw: RawSession;
+  readonly #streams: boolean;
 
   /** @internal Use `compiled.session()`. */
   constructor(compiled: CompiledPolicy, raw: RawSession) {
     this.compiled = compiled;
     this.#raw = raw;
+    this.#streams = compiled.policy.stream !== undefined;
   }
 
   /** The decision: `{kind: "dispatch", …}` (exactly `planNext`'s document) or `{kind: "terminal", terminal}`. */
@@ -105,6 +123,11 @@ export class Session {
             route_ordinal: r.route_ordinal() as number,
             route_release_sha256: route.route_release_sha256,
           };
+    if (this.#streams) {
+      const c = streaming(r).continuation_json();
+      // `continuation` sorts first: keys stay in canonical order.
+      if (c !== undefined) return { continuation: JSON.parse(c), ...d } as DispatchDecision;
+    }
     return d;
   }
 
@@ -115,8 +138,13 @@ export class Session {
    * start, an attempt after the terminal) throws and changes nothing.
    */
   observe(observation: Observation): Judgement {
-    const { started_at_ms: started, completed_at_ms: completed, cost, facts } = observation;
+    const { started_at_ms: started, completed_at_ms: completed, cost, facts, deltas } = observation;
     const r = this.#raw;
+    if (deltas !== undefined || this.#streams || (typeof facts === "object" && facts !== null && facts.stream !== undefined)) {
+      const text = toText(facts);
+      const list = deltas === undefined ? [] : Array.isArray(deltas) ? (deltas as string[]) : [...deltas];
+      return JSON.parse(call(() => streaming(r).observe_stream(started, completed, cost, text, list))) as Judgement;
+    }
     if (facts === RETURNED) {
       call(() => r.observe(started, completed, cost, undefined));
       return RETURNED_JUDGEMENT as Judgement;
@@ -151,6 +179,20 @@ export class Session {
     return JSON.parse(this.#raw.attempts_json()) as Attempts;
   }
 
+  /**
+   * The consumer's event log so far (`retryledger.stream_event.v1`), or
+   * `undefined` when the policy does not stream.
+   */
+  get streamEvents(): StreamLogEntry[] | undefined {
+    const text = streaming(this.#raw).stream_events_json();
+    return text === undefined ? undefined : (JSON.parse(text) as StreamLogEntry[]);
+  }
+
+  /** @internal The event log's canonical JSON, or `undefined` when the policy does not stream. */
+  streamEventsJson(): string | undefined {
+    return streaming(this.#raw).stream_events_json();
+  }
+
   /** The last recorded attempt, if any. */
   lastAttempt(): Attempt | undefined {
     const text = this.#raw.last_attempt_json();
@@ -161,15 +203,17 @@ export class Session {
   seal(): Sealed {
     const r = this.#raw;
     const [receipt, attempts] = sealed(r);
-    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json());
+    const events = this.#streams ? streaming(r).stream_events_json() : undefined;
+    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json(), events);
   }
 
   static {
     sealAndRelease = (session) => {
       const r = session.#raw;
       const [receipt, attempts] = sealed(r);
+      const events = session.#streams ? streaming(r).stream_events_json() : undefined;
       if (attempts !== undefined) r.free();
-      return new SealedRun(session.compiled, receipt, attempts ?? r);
+      return new SealedRun(session.compiled, receipt, attempts ?? r, events);
     };
   }
 
@@ -204,14 +248,19 @@ class SealedRun implements Sealed {
   readonly #compiled: CompiledPolicy;
   readonly #receipt: string;
   #attempts: string | RawSession;
+  readonly #events: string | undefined;
   #bundle: Bundle | undefined;
   #sha: string | undefined;
 
-  /** `attempts`: their JSON, or the finished session to read it from once (then freed). */
-  constructor(compiled: CompiledPolicy, receipt: string, attempts: string | RawSession) {
+  /**
+   * `attempts`: their JSON, or the finished session to read it from once
+   * (then freed); `events`: the stream event log's JSON in a streamed run.
+   */
+  constructor(compiled: CompiledPolicy, receipt: string, attempts: string | RawSession, events: string | undefined) {
     this.#compiled = compiled;
     this.#receipt = receipt;
     this.#attempts = attempts;
+    this.#events = events;
     this.receipt = JSON.parse(receipt) as Receipt;
   }
 
@@ -234,18 +283,23 @@ class SealedRun implements Sealed {
   }
 
   get bundle(): Bundle {
-    this.#bundle ??= {
-      attempts: JSON.parse(this.#attemptsText()) as Attempts,
-      policy: this.#compiled.policy as Policy,
-      receipt: this.receipt,
-      schema: BUNDLE_SCHEMA,
-    };
+    if (this.#bundle === undefined) {
+      const b: Bundle = {
+        attempts: JSON.parse(this.#attemptsText()) as Attempts,
+        policy: this.#compiled.policy as Policy,
+        receipt: this.receipt,
+        schema: BUNDLE_SCHEMA,
+      };
+      if (this.#events !== undefined) b.stream_events = JSON.parse(this.#events) as StreamLogEntry[];
+      this.#bundle = b;
+    }
     return this.#bundle;
   }
 
   get bundle_json(): string {
     // The canonical JSON of the bundle: its fields in key order, each the core's canonical text.
-    return `{"attempts":${this.#attemptsText()},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"}`;
+    const events = this.#events === undefined ? "" : `,"stream_events":${this.#events}`;
+    return `{"attempts":${this.#attemptsText()},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"${events}}`;
   }
 
   toJSON(): { receipt: Receipt; receipt_sha256: string; bundle: Bundle; terminal: Terminal } {

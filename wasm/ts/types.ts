@@ -100,6 +100,8 @@ export interface Policy {
   retry_owner: RetryOwner;
   routes: Route[];
   schema: "retryledger.policy.v1";
+  /** The stream contract, when the run streams. */
+  stream?: StreamContract;
 }
 
 // ---------------------------------------------------------------- outcomes
@@ -138,6 +140,8 @@ export interface Attempt {
   route_ordinal: number;
   route_release_sha256: Sha256Hex;
   started_at_ms: number;
+  /** The attempt's stream record, in a streamed run. */
+  stream?: StreamRecord;
 }
 
 /** `retryledger.attempts.v1` */
@@ -152,6 +156,8 @@ export interface Attempts {
 /** Dispatch this attempt no earlier than `not_before_ms`. */
 export interface DispatchDecision {
   kind: "dispatch";
+  /** A streamed run resuming a provider response: dispatch resumes it instead of creating one. */
+  continuation?: Continuation;
   deadline_ms: number;
   delay_ms: number;
   idempotency_key_sha256: Sha256Hex;
@@ -218,6 +224,8 @@ export interface Receipt {
   route_attempts: RouteCount[];
   schedule: ScheduleEntry[];
   schema: "retryledger.receipt.v1";
+  /** What the consumer received, in a streamed run. */
+  stream?: StreamSummary;
   terminal: Terminal;
   total_cost: number;
 }
@@ -228,6 +236,8 @@ export interface Bundle {
   policy: Policy;
   receipt: Receipt;
   schema: "retryledger.bundle.v1";
+  /** The consumer's event log, in a streamed run. */
+  stream_events?: StreamLogEntry[];
 }
 
 /** The receipt is exactly the replay of the policy and attempts. */
@@ -387,6 +397,8 @@ export interface Facts {
   result: "returned" | "raised";
   /** The HTTP status the error carries (100..=599). */
   status?: number;
+  /** What the host saw of the stream, when dispatch opened one. */
+  stream?: StreamFacts;
   /** A transport signal the host itself observed. */
   transport_error?: Signal;
 }
@@ -395,6 +407,8 @@ export interface Facts {
 export interface Judgement {
   outcome: Outcome;
   rule: Rule;
+  /** In a streamed run: what the host does with the consumer's events. */
+  stream?: StreamAction;
 }
 
 /** A sealed run: what `Session.seal()` returns and what the driver's results and errors carry. */
@@ -409,4 +423,92 @@ export interface Sealed {
   readonly bundle: Bundle;
   /** The bundle's canonical JSON text. */
   readonly bundle_json: string;
+}
+
+// ---------------------------------------------------------------- streaming
+
+/** What happens to output delivered before a failure. */
+export type StreamMode = "buffer" | "tentative" | "continuation" | "restart";
+
+/** The policy's `stream` section. */
+export interface StreamContract {
+  /** Longest wait for a stream's first event, ms (inside the run's deadline). */
+  first_byte_timeout_ms?: number;
+  /** Longest wait between two events, ms (inside the run's deadline). */
+  idle_timeout_ms?: number;
+  /** Most bytes of delta text one attempt may deliver (also the bound on any single event). */
+  max_response_bytes: number;
+  mode: StreamMode;
+}
+
+/** A broken stream protocol the host detected. */
+export type StreamViolation =
+  | "malformed_event"
+  | "event_too_large"
+  | "response_too_large"
+  | "sequence_back"
+  | "sequence_gap"
+  | "impossible_usage";
+
+/** What a host saw of one stream that opened. */
+export interface StreamFacts {
+  /** UTF-8 bytes of all delta texts. */
+  bytes: number;
+  /** Provider events received (one delta text each, `""` for events without text). */
+  events: number;
+  last_sequence?: number;
+  /** Filled in by the session. */
+  mode?: StreamMode;
+  response_id?: Identifier;
+  terminal_event: boolean;
+  usage_event: boolean;
+  violation?: StreamViolation;
+}
+
+/** The stream record of one attempt. */
+export interface StreamRecord {
+  bytes: number;
+  continues_ordinal?: number;
+  deltas_sha256: Sha256Hex;
+  events: number;
+  last_sequence?: number;
+  response_id?: Identifier;
+  starting_after?: number;
+  terminal_event: boolean;
+  usage_event: boolean;
+  violation?: StreamViolation;
+}
+
+/** A planned continuation: resume a provider response. */
+export interface Continuation {
+  continues_ordinal: number;
+  response_id: Identifier;
+  starting_after: number;
+}
+
+/** What a host does with the consumer's events after an attempt. */
+export type StreamAction = "none" | "commit" | "invalidate" | "continue";
+
+export type StreamEventKind = "delta" | "commit" | "invalidate";
+export type StreamEventStatus = "tentative" | "committed" | "invalidated";
+
+/** One event of the consumer's log (`retryledger.stream_event.v1`). */
+export interface StreamLogEntry {
+  attempt_ordinal: number;
+  committed_sha256?: Sha256Hex;
+  delta_sha256?: Sha256Hex;
+  kind: StreamEventKind;
+  policy_sha256: Sha256Hex;
+  schema: "retryledger.stream_event.v1";
+  sequence: number;
+  status: StreamEventStatus;
+}
+
+/** What the receipt says of a streamed run. */
+export interface StreamSummary {
+  committed_events: number;
+  delivered_events: number;
+  invalidated_events: number;
+  mode: StreamMode;
+  resumed_attempts: number;
 }
