@@ -13,3 +13,13 @@ setBindings(require("../pkg-node/retryledger_wasm.js") as RawBindings);
 setHostSha256((text) => createHash("sha256").update(text, "utf8").digest("hex"));
 
 export * from "./api.js";
+export {
+  runStream,
+  StreamProtocolError,
+  type StreamDispatchFn,
+  type StreamReader,
+  type StreamRun,
+  type StreamRunEvent,
+  type StreamRunOptions,
+  type StreamStep,
+} from "./stream.js";
