@@ -38,7 +38,42 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "idempotency_key_sha256": lambda i: retryledger.idempotency_key_sha256(
         i["key"], tenant=i.get("tenant"), operation=i.get("operation")
     ),
+    "stream_session": lambda i: _stream_session(i["policy"], i["script"]),
 }
+
+
+def _stream_session(policy: Any, script: Any) -> Dict[str, Any]:
+    """Replay a scripted streamed session as the core's reference host loop
+    does (core/src/lab.rs, ``drive_stream``) and answer what it answers."""
+    compiled = retryledger.Policy(policy)
+    steps = json.loads(script) if isinstance(script, str) else script
+    session = compiled.session()
+    judgements: List[Dict[str, Any]] = []
+    decisions: List[Dict[str, Any]] = []
+    now = 0
+    for step in steps:
+        if "cancel" in step:
+            session.cancel(now)
+            decisions.append(session.next().to_dict())
+            continue
+        plan = session.next()
+        not_before = plan.not_before_ms if isinstance(plan, retryledger.Dispatch) else now
+        started = max(not_before, now) + int(step.get("lag_ms", 0))
+        now = started + int(step.get("duration_ms", 0))
+        facts = retryledger.Facts(**step.get("facts", {}))
+        judgement = session.observe(started, now, step.get("cost"), facts=facts, deltas=step.get("deltas", []))
+        judgements.append(judgement.to_dict())
+        decisions.append(session.next().to_dict())
+    sealed = session.seal()
+    bundle_json = sealed.bundle_json
+    return {
+        "bundle_sha256": retryledger.digest(bundle_json),
+        "decisions": decisions,
+        "judgements": judgements,
+        "receipt": sealed.receipt,
+        "stream_events": sealed.bundle.get("stream_events"),
+        "verdict": retryledger.verify_bundle(bundle_json),
+    }
 
 
 def _cases() -> List[Tuple[str, Dict[str, Any]]]:
