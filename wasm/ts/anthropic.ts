@@ -39,6 +39,7 @@ import { AttemptError } from "./facts.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
+import { runStream, type StreamDispatchFn, type StreamReader, type StreamRun, type StreamRunOptions, type StreamStep } from "./stream.js";
 import type { Policy, Usage } from "./types.js";
 
 /** The part of an `Anthropic` client this module looks at. */
@@ -158,4 +159,124 @@ export async function runWithAnthropic<C extends AnthropicClientLike, T>(
   } finally {
     if (compiled !== policy) compiled.free();
   }
+}
+
+// ---------------------------------------------------------------- streaming
+
+type AnthropicEvent = {
+  type?: unknown;
+  message?: { id?: unknown; usage?: unknown } | null;
+  delta?: { type?: unknown; text?: unknown } | null;
+  usage?: unknown;
+};
+
+/** Usage the reader reports: `anthropicUsageUnits`, or impossible counts when the block is not numbers. */
+function streamUsage(holder: unknown): Usage | undefined {
+  try {
+    return anthropicUsageUnits(holder);
+  } catch {
+    return { output: Number.NaN };
+  }
+}
+
+/**
+ * Reads the events of `messages.create({stream: true})`: text from
+ * `content_block_delta` (`text_delta`), the message id from
+ * `message_start`, `message_stop` as the terminal event, usage from
+ * `message_start` (input, cache reads and writes) and `message_delta`
+ * (cumulative output), in `anthropicUsageUnits`' units. An `error` event
+ * inside the stream is raised by the SDK as an `APIError` whose `type` (e.g.
+ * `overloaded_error`) the facts carry.
+ */
+export const anthropicStreamReader: StreamReader<unknown> = {
+  text(event) {
+    const e = event as AnthropicEvent;
+    if (e.type !== "content_block_delta") return "";
+    const d = e.delta;
+    return d?.type === "text_delta" && typeof d.text === "string" ? d.text : "";
+  },
+  responseId(event) {
+    const e = event as AnthropicEvent;
+    const id = e.type === "message_start" ? e.message?.id : undefined;
+    return typeof id === "string" ? id : undefined;
+  },
+  terminal(event) {
+    return (event as AnthropicEvent).type === "message_stop";
+  },
+  usage(event) {
+    const e = event as AnthropicEvent;
+    if (e.type === "message_start") return streamUsage(e.message);
+    if (e.type === "message_delta" && e.usage !== undefined && e.usage !== null) return streamUsage(e);
+    return undefined;
+  },
+};
+
+/** A streamed SDK call: (a promise of) the SDK's stream of events. */
+export type AnthropicStreamCall<C, E> = (
+  client: C,
+  options: AnthropicRequestOptions,
+  step: StreamStep,
+) => Promise<AsyncIterable<E>> | AsyncIterable<E>;
+
+/** `messages.create({...params, stream: true}, options)`. */
+export function anthropicMessagesStream<E = unknown>(
+  params: Record<string, unknown>,
+): AnthropicStreamCall<{ messages: { create(params: object, options?: object): unknown } }, E> {
+  return (client, options) => client.messages.create({ ...params, stream: true }, options) as Promise<AsyncIterable<E>>;
+}
+
+/**
+ * A stream dispatch over `@anthropic-ai/sdk` clients, one per route id (or
+ * one for every route): no SDK retries, the attempt's signal, the run's
+ * remaining time as `timeout`, the Idempotency-Key header. Refuses, before
+ * any dispatch, a client whose `maxRetries` is not 0.
+ */
+export function anthropicStreamDispatch<C extends AnthropicClientLike, E>(
+  clients: C | Readonly<Record<string, C>>,
+  call: AnthropicStreamCall<C, E>,
+): StreamDispatchFn<E> {
+  const byRoute = isSingle(clients) ? undefined : (clients as Readonly<Record<string, C>>);
+  if (byRoute === undefined) {
+    assertNoSdkRetries(clients as C);
+  } else {
+    for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
+  }
+  return (step, signal) => {
+    const client = byRoute === undefined ? (clients as C) : Object.hasOwn(byRoute, step.routeId) ? byRoute[step.routeId] : undefined;
+    if (client === undefined) {
+      throw AttemptError.nonRetryable("invalid_request", { cause: new Error(`no anthropic client for route ${step.routeId}`) });
+    }
+    const options: AnthropicRequestOptions = {
+      maxRetries: 0,
+      signal,
+      timeout: Math.max(1, step.remainingMs),
+      headers: { "Idempotency-Key": step.idempotencyKey },
+    };
+    return call(client, options, step);
+  };
+}
+
+/**
+ * `runStream` over `@anthropic-ai/sdk` clients, reading events with
+ * `anthropicStreamReader` unless `options.reader` says otherwise. Before any
+ * request it refuses a client whose `maxRetries` is not 0 and a policy route
+ * without a client. With `priceSchedule` the stream's usage is charged.
+ */
+export function runStreamWithAnthropic<C extends AnthropicClientLike, E = unknown>(
+  policy: Input<Policy> | CompiledPolicy,
+  clients: C | Readonly<Record<string, C>>,
+  call: AnthropicStreamCall<C, E>,
+  options: StreamRunOptions<E>,
+): StreamRun<E> {
+  const dispatch = anthropicStreamDispatch(clients, call);
+  if (!isSingle(clients)) {
+    const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+    try {
+      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+      if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
+    } finally {
+      if (compiled !== policy) compiled.free();
+    }
+  }
+  return runStream(policy, dispatch, { ...options, reader: options.reader ?? (anthropicStreamReader as StreamReader<E>) });
 }

@@ -40,6 +40,7 @@ import { AttemptError } from "./facts.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
+import { runStream, type StreamDispatchFn, type StreamReader, type StreamRun, type StreamRunOptions, type StreamStep } from "./stream.js";
 import type { Policy, Usage } from "./types.js";
 
 function count(usage: Record<string, unknown>, field: string, detail?: string): number {
@@ -175,4 +176,189 @@ export async function runWithOpenAI<C extends OpenAIClientLike, T>(
   } finally {
     if (compiled !== policy) compiled.free();
   }
+}
+
+// ---------------------------------------------------------------- streaming
+
+/**
+ * An error event inside an OpenAI stream the SDK yields as an event rather
+ * than raising (the Responses API's `error` and `response.failed`): raised
+ * by the reader with the event's `code` and `type`, so that the facts carry
+ * them.
+ */
+export class OpenAIStreamError extends Error {
+  readonly code: string | undefined;
+  readonly type: string | undefined;
+  readonly event: unknown;
+  constructor(event: unknown, code: unknown, message: unknown) {
+    super(typeof message === "string" && message !== "" ? message : "error event in the stream");
+    this.name = "OpenAIStreamError";
+    this.code = typeof code === "string" ? code : undefined;
+    this.type = typeof (event as { type?: unknown })?.type === "string" ? ((event as { type: string }).type) : undefined;
+    this.event = event;
+  }
+}
+
+type Ev = Record<string, unknown> & {
+  type?: unknown;
+  delta?: unknown;
+  sequence_number?: unknown;
+  response?: { id?: unknown; error?: { code?: unknown; message?: unknown } | null } | null;
+  choices?: { delta?: { content?: unknown } | null; finish_reason?: unknown }[];
+  id?: unknown;
+  object?: unknown;
+};
+
+/** Usage the reader reports: `openaiUsageUnits`, or impossible counts when the block is not numbers. */
+function streamUsage(holder: unknown): Usage | undefined {
+  try {
+    return openaiUsageUnits(holder);
+  } catch {
+    return { output: Number.NaN };
+  }
+}
+
+/**
+ * Reads the events of an `openai` stream, chat completions (`stream: true`)
+ * and the Responses API alike:
+ *
+ * - text: a chat chunk's `choices[0].delta.content`; a Responses
+ *   `response.output_text.delta`'s `delta`; `""` for any other event;
+ * - sequence: the Responses events' `sequence_number` (chat chunks have none);
+ * - response id: the Responses `response.id` (`response.created`), a chat chunk's `id`;
+ * - terminal: `response.completed` (or `response.incomplete`); for chat, a
+ *   chunk with a `finish_reason` (the SDK consumes `[DONE]` and ends the
+ *   iteration without showing it; a stream cut before it raises);
+ * - usage: a chat chunk's `usage` (`stream_options: {include_usage: true}`),
+ *   the `usage` of `response.completed`, in `openaiUsageUnits`' units.
+ *
+ * A Responses `error` or `response.failed` event raises `OpenAIStreamError`
+ * with the event's code.
+ */
+export const openaiStreamReader: StreamReader<unknown> = {
+  text(event) {
+    const e = event as Ev;
+    const type = e.type;
+    if (typeof type === "string") {
+      if (type === "response.output_text.delta") return typeof e.delta === "string" ? e.delta : "";
+      if (type === "error") throw new OpenAIStreamError(e, e.code, e.message);
+      if (type === "response.failed") throw new OpenAIStreamError(e, e.response?.error?.code, e.response?.error?.message);
+      return "";
+    }
+    const content = e.choices?.[0]?.delta?.content;
+    return typeof content === "string" ? content : "";
+  },
+  sequence(event) {
+    const n = (event as Ev).sequence_number;
+    return typeof n === "number" ? n : undefined;
+  },
+  responseId(event) {
+    const e = event as Ev;
+    const id = typeof e.type === "string" ? e.response?.id : e.object === "chat.completion.chunk" ? e.id : undefined;
+    return typeof id === "string" ? id : undefined;
+  },
+  terminal(event) {
+    const e = event as Ev;
+    if (typeof e.type === "string") return e.type === "response.completed" || e.type === "response.incomplete";
+    const choices = e.choices;
+    return Array.isArray(choices) && choices.some((c) => c?.finish_reason !== null && c?.finish_reason !== undefined);
+  },
+  usage(event) {
+    const e = event as Ev;
+    if (typeof e.type === "string") return e.type === "response.completed" ? streamUsage(e.response) : undefined;
+    return e.usage === null || e.usage === undefined ? undefined : streamUsage(e);
+  },
+};
+
+/** The parts of a client the stream calls use (an `OpenAI` client has them). */
+export interface OpenAIStreamClientLike extends OpenAIClientLike {
+  chat: { completions: { create(params: object, options?: object): unknown } };
+  responses: { create(params: object, options?: object): unknown; retrieve(id: string, query?: object, options?: object): unknown };
+}
+
+/** A streamed SDK call: (a promise of) the SDK's stream of events. */
+export type OpenAIStreamCall<C, E> = (
+  client: C,
+  options: OpenAIRequestOptions,
+  step: StreamStep,
+) => Promise<AsyncIterable<E>> | AsyncIterable<E>;
+
+/** `chat.completions.create({...params, stream: true}, options)`. */
+export function openaiChatStream<E = unknown>(params: Record<string, unknown>): OpenAIStreamCall<Pick<OpenAIStreamClientLike, "chat">, E> {
+  return (client, options) => client.chat.completions.create({ ...params, stream: true }, options) as Promise<AsyncIterable<E>>;
+}
+
+/**
+ * A Responses API stream: `responses.create({...params, stream: true,
+ * background: true}, options)` (a background response can be resumed); when
+ * the step resumes an earlier attempt's response, `responses.retrieve(id,
+ * {stream: true, starting_after}, options)` instead, which continues its
+ * events after the last sequence number seen.
+ */
+export function openaiResponsesStream<E = unknown>(params: Record<string, unknown>): OpenAIStreamCall<Pick<OpenAIStreamClientLike, "responses">, E> {
+  return (client, options, step) => {
+    const c = step.continuation;
+    if (c !== undefined) {
+      return client.responses.retrieve(c.response_id, { stream: true, starting_after: c.starting_after }, options) as Promise<AsyncIterable<E>>;
+    }
+    return client.responses.create({ ...params, stream: true, background: true }, options) as Promise<AsyncIterable<E>>;
+  };
+}
+
+/**
+ * A stream dispatch over `openai` clients, one per route id (or one for
+ * every route): each attempt calls `call` with no SDK retries, the attempt's
+ * signal, the run's remaining time as `timeout` and the Idempotency-Key
+ * header. Refuses, before any dispatch, a client whose `maxRetries` is not 0.
+ */
+export function openaiStreamDispatch<C extends OpenAIClientLike, E>(
+  clients: C | Readonly<Record<string, C>>,
+  call: OpenAIStreamCall<C, E>,
+): StreamDispatchFn<E> {
+  const single = typeof (clients as { maxRetries?: unknown }).maxRetries === "number";
+  const byRoute = single ? undefined : (clients as Readonly<Record<string, C>>);
+  if (byRoute === undefined) {
+    assertNoSdkRetries(clients as C);
+  } else {
+    for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
+  }
+  return (step, signal) => {
+    const client = byRoute === undefined ? (clients as C) : Object.hasOwn(byRoute, step.routeId) ? byRoute[step.routeId] : undefined;
+    if (client === undefined) {
+      throw AttemptError.nonRetryable("invalid_request", { cause: new Error(`no openai client for route ${step.routeId}`) });
+    }
+    const options: OpenAIRequestOptions = {
+      maxRetries: 0,
+      signal,
+      timeout: Math.max(1, step.remainingMs),
+      idempotencyKey: step.idempotencyKey,
+      headers: { "Idempotency-Key": step.idempotencyKey },
+    };
+    return call(client, options, step);
+  };
+}
+
+/**
+ * `runStream` over `openai` clients, reading events with
+ * `openaiStreamReader` unless `options.reader` says otherwise. Before any
+ * request it refuses a client whose `maxRetries` is not 0 and a policy route
+ * without a client. With `priceSchedule` the stream's usage is charged.
+ */
+export function runStreamWithOpenAI<C extends OpenAIClientLike, E = unknown>(
+  policy: Input<Policy> | CompiledPolicy,
+  clients: C | Readonly<Record<string, C>>,
+  call: OpenAIStreamCall<C, E>,
+  options: StreamRunOptions<E>,
+): StreamRun<E> {
+  const dispatch = openaiStreamDispatch(clients, call);
+  if (typeof (clients as { maxRetries?: unknown }).maxRetries !== "number") {
+    const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+    try {
+      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+      if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
+    } finally {
+      if (compiled !== policy) compiled.free();
+    }
+  }
+  return runStream(policy, dispatch, { ...options, reader: options.reader ?? (openaiStreamReader as StreamReader<E>) });
 }

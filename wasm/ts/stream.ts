@@ -64,7 +64,11 @@ export interface StreamReader<E> {
   responseId?(event: E): string | undefined;
   /** Whether this is the provider's terminal event (without `terminal`: the stream's normal end is). */
   terminal?(event: E): boolean;
-  /** The usage the event reports (units by kind), if any. */
+  /**
+   * The usage the event reports (units by kind), if any. Reports of one
+   * attempt are merged by kind, a later count replacing an earlier one; with
+   * a price schedule the attempt is charged the merged usage at its end.
+   */
   usage?(event: E): Usage | undefined;
 }
 
@@ -592,7 +596,8 @@ async function* drive<E>(
                   break;
                 }
                 usageSeen = true;
-                lastUsage = u;
+                // Reports add up by kind, a later count of a kind replacing an earlier one (counts are cumulative).
+                lastUsage = lastUsage === undefined ? u : { ...lastUsage, ...u };
               }
             }
             if (readResponseId !== undefined && responseId === undefined) {
