@@ -211,9 +211,10 @@ export class Session {
     sealAndRelease = (session) => {
       const r = session.#raw;
       const [receipt, attempts] = sealed(r);
-      const events = session.#streams ? streaming(r).stream_events_json() : undefined;
+      // A streamed run's event log is read with the bundle, from the session kept until then.
+      if (session.#streams) return new SealedRun(session.compiled, receipt, attempts ?? r, r);
       if (attempts !== undefined) r.free();
-      return new SealedRun(session.compiled, receipt, attempts ?? r, events);
+      return new SealedRun(session.compiled, receipt, attempts ?? r, undefined);
     };
   }
 
@@ -248,15 +249,16 @@ class SealedRun implements Sealed {
   readonly #compiled: CompiledPolicy;
   readonly #receipt: string;
   #attempts: string | RawSession;
-  readonly #events: string | undefined;
+  #events: string | RawSession | undefined;
   #bundle: Bundle | undefined;
   #sha: string | undefined;
 
   /**
-   * `attempts`: their JSON, or the finished session to read it from once
-   * (then freed); `events`: the stream event log's JSON in a streamed run.
+   * `attempts`: their JSON, or the finished session to read it from once;
+   * `events`: in a streamed run, the event log's JSON or the session to read
+   * it from once. A session given is freed once everything it holds was read.
    */
-  constructor(compiled: CompiledPolicy, receipt: string, attempts: string | RawSession, events: string | undefined) {
+  constructor(compiled: CompiledPolicy, receipt: string, attempts: string | RawSession, events: string | RawSession | undefined) {
     this.#compiled = compiled;
     this.#receipt = receipt;
     this.#attempts = attempts;
@@ -268,9 +270,23 @@ class SealedRun implements Sealed {
     const a = this.#attempts;
     if (typeof a === "string") return a;
     const text = a.attempts_json();
-    a.free();
     this.#attempts = text;
+    this.#release(a);
     return text;
+  }
+
+  #eventsText(): string | undefined {
+    const e = this.#events;
+    if (e === undefined || typeof e === "string") return e;
+    const text = streaming(e).stream_events_json();
+    this.#events = text;
+    this.#release(e);
+    return text;
+  }
+
+  /** Free a session once neither the attempts nor the events are still to be read from it. */
+  #release(r: RawSession): void {
+    if (this.#attempts !== r && this.#events !== r) r.free();
   }
 
   get terminal(): Terminal {
@@ -290,7 +306,8 @@ class SealedRun implements Sealed {
         receipt: this.receipt,
         schema: BUNDLE_SCHEMA,
       };
-      if (this.#events !== undefined) b.stream_events = JSON.parse(this.#events) as StreamLogEntry[];
+      const events = this.#eventsText();
+      if (events !== undefined) b.stream_events = JSON.parse(events) as StreamLogEntry[];
       this.#bundle = b;
     }
     return this.#bundle;
@@ -298,7 +315,8 @@ class SealedRun implements Sealed {
 
   get bundle_json(): string {
     // The canonical JSON of the bundle: its fields in key order, each the core's canonical text.
-    const events = this.#events === undefined ? "" : `,"stream_events":${this.#events}`;
+    const log = this.#eventsText();
+    const events = log === undefined ? "" : `,"stream_events":${log}`;
     return `{"attempts":${this.#attemptsText()},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"${events}}`;
   }
 

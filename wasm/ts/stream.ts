@@ -268,6 +268,8 @@ class InFlight {
   events = 0;
   readonly fired: Promise<Fired>;
   #wake!: (f: Fired) => void;
+  /** The pending read's resolver: `fire` settles it, so a read the stream never answers is abandoned. */
+  #reading: ((r: IteratorResult<unknown> | Fired) => void) | undefined;
 
   constructor(startedAt: number) {
     this.lastAt = startedAt;
@@ -282,6 +284,23 @@ class InFlight {
     this.end();
     this.controller.abort(reason);
     this.#wake(FIRED);
+    this.#reading?.(FIRED);
+  }
+
+  /**
+   * The stream's next event, or `FIRED` once the attempt's watchdog or the
+   * caller's signal fired (one promise per read; nothing accumulates on
+   * `fired`).
+   */
+  read<E>(it: AsyncIterator<E>): Promise<IteratorResult<E> | Fired> {
+    return new Promise<IteratorResult<E> | Fired>((resolve, reject) => {
+      if (this.stop !== undefined) {
+        resolve(FIRED);
+        return;
+      }
+      this.#reading = resolve as (r: IteratorResult<unknown> | Fired) => void;
+      it.next().then(resolve, reject);
+    });
   }
 
   end(): void {
@@ -544,9 +563,8 @@ async function* drive<E>(
           if (it === undefined) throw new TypeError("dispatch must return an async iterable of provider events");
           flight.it = it;
           opened = true;
-          const fired = f.fired;
           for (;;) {
-            const r = await Promise.race([it.next(), fired]);
+            const r = await f.read(it);
             if (r === FIRED || f.stop !== undefined) break;
             if (r.done === true) {
               ended = true;
