@@ -287,3 +287,60 @@ test("openaiStreamReader reads chat chunks and Responses events", () => {
   assert.equal(r.terminal?.({ type: "response.completed", response: { id: "resp_1" } }), true);
   assert.throws(() => r.text({ type: "error", code: "server_error", message: "boom" }), { name: "OpenAIStreamError", code: "server_error" });
 });
+
+test("chat: a stream that stalls past the idle limit is aborted on the real clock, invalidated and retried", async () => {
+  const server = await sseServer({ "private-primary": [{ stallAfter: 2, stallS: 2 }, {}] });
+  try {
+    const policy = policyWith((p) => {
+      p.stream = { mode: "tentative", max_response_bytes: 65536, idle_timeout_ms: 300 };
+    });
+    /** @type {AbortSignal[]} */
+    const signals = [];
+    const call = /** @type {typeof chat} */ ((c, o, step) => {
+      signals.push(o.signal);
+      return chat(c, o, step);
+    });
+    const t0 = performance.now();
+    const run = /** @type {any} */ (runStreamWithOpenAI(policy, clients(server), call, { idempotencyKey: KEY }));
+    const { events, error } = await collect(run);
+    assert.equal(error, undefined, String(error));
+    assert.ok(performance.now() - t0 < 1500, "the stall was not waited out");
+    assert.equal(signals[0]?.aborted, true);
+    const a = run.bundle.attempts.attempts[0];
+    assert.deepEqual(a.outcome, { class: "retryable", kind: "timeout_before_response" });
+    assert.ok(a.completed_at_ms - a.started_at_ms >= 300);
+    const invalidate = events.findIndex((e) => e.kind === "invalidate");
+    assert.equal(events[invalidate + 1].attempt, 2);
+    assert.equal(textOf(events, 2), DEFAULT_TEXT);
+    assert.equal(server.count(), 2);
+    checkLog(run.sealed, events);
+  } finally {
+    await server.close();
+  }
+});
+
+test("chat: a consumer that stops early closes the provider stream and the run is sealed", async () => {
+  const server = await sseServer({ "private-primary": [{ stallAfter: 3, stallS: 2 }] });
+  try {
+    const run = /** @type {any} */ (runStreamWithOpenAI(streamPolicy("tentative"), clients(server), chat, { idempotencyKey: KEY }));
+    const events = [];
+    for await (const ev of run) {
+      events.push(ev);
+      if (events.length === 3) break;
+    }
+    assert.equal(run.terminal, "stop_indeterminate");
+    const a = run.bundle.attempts.attempts[0];
+    assert.equal(a.stream.events, 3);
+    assert.deepEqual(a.outcome, { class: "indeterminate", kind: "stream_interrupted_after_output" });
+    assert.equal(server.count(), 1);
+    const log = run.bundle.stream_events;
+    assert.deepEqual(
+      events.map((e) => [e.kind, e.sequence]),
+      log.slice(0, 3).map((/** @type {any} */ e) => [e.kind, e.sequence]),
+    );
+    assert.equal(log.at(-1).kind, "invalidate");
+    assert.equal(rl.verifyBundle(run.sealed.bundle_json).kind, "verified");
+  } finally {
+    await server.close();
+  }
+});
