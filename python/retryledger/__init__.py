@@ -9,6 +9,10 @@ binding and the drivers that do the I/O (clock, sleep, dispatch).
     result = retryledger.run(policy, dispatch, idempotency_key)
     result.value, result.receipt, result.bundle   # sealed in SHA-256 receipts
 
+A streamed request: ``for event in retryledger.run_stream(policy, dispatch,
+key)`` yields the consumer's events (tentative deltas, one commit, an
+invalidate for a failed attempt's output) under the policy's stream contract.
+
 A host of its own drives the core's state machine directly:
 ``session = policy.session()``, then ``session.next()`` (a :class:`Dispatch`
 or :class:`Terminal`), ``session.observe(..., facts=Facts(...))`` (a
@@ -52,6 +56,18 @@ from ._driver import (
     facts_of,
     run,
     run_async,
+)
+from ._stream import (
+    AsyncStreamRun,
+    StreamEvent,
+    StreamProtocolError,
+    StreamReader,
+    StreamRun,
+    StreamStep,
+    StreamTimeoutError,
+    TextReader,
+    run_stream,
+    run_stream_async,
 )
 from ._errors import (
     DecodeError,
@@ -108,6 +124,16 @@ __all__ = [
     "plan_next",
     "run",
     "run_async",
+    "run_stream",
+    "run_stream_async",
+    "AsyncStreamRun",
+    "StreamEvent",
+    "StreamProtocolError",
+    "StreamReader",
+    "StreamRun",
+    "StreamStep",
+    "StreamTimeoutError",
+    "TextReader",
     "validate_policy",
     "verify_bundle",
 ]
