@@ -153,11 +153,13 @@ names!(Violation {
 /// stream). Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamFacts {
-    /// Bytes of delta text received (UTF-8).
+    /// Bytes of the delivered events' delta text (UTF-8).
     pub bytes: u64,
-    /// Events received from the provider.
+    /// Provider events delivered (under `buffer`: received); a host holds a
+    /// fresh attempt's events without text until its first event with text
+    /// and does not report held events it never delivered.
     pub events: u64,
-    /// The provider's sequence number of the last event, when it numbers them.
+    /// The provider's sequence number of the last delivered event, when it numbers them.
     pub last_sequence: Option<u64>,
     /// The policy's stream mode (a session fills it in).
     pub mode: Option<StreamMode>,

@@ -130,6 +130,24 @@ test("a stream cut before its first event is retried invisibly", async () => {
   }
 });
 
+test("a stream cut after message_start but before any text is retried invisibly", async () => {
+  // cutAfter 0: message_start, content_block_start (and a ping) go out, then the cut.
+  const server = await sseServer({ "private-primary": [{ cutAfter: 0 }, {}] });
+  try {
+    const run = /** @type {any} */ (runStreamWithAnthropic(streamPolicy("tentative"), clients(server), messages, { idempotencyKey: KEY }));
+    const { events, error } = await collect(run);
+    assert.equal(error, undefined);
+    assert.ok(events.every((e) => e.attempt === 2), "nothing of attempt 1 reached the consumer");
+    assert.ok(!events.some((e) => e.kind === "invalidate"));
+    assert.equal(events.at(-1).kind, "commit");
+    assert.equal(run.bundle.attempts.attempts[0].stream.events, 0);
+    assert.equal(server.count("private-primary"), 2);
+    checkLog(run.sealed, events);
+  } finally {
+    await server.close();
+  }
+});
+
 test("tentative: a cut after output is invalidated before any event of the next attempt", async () => {
   const server = await sseServer({ "private-primary": [{ cutAfter: 2 }, {}] });
   try {

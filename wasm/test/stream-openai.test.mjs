@@ -136,6 +136,27 @@ test("chat: a stream cut before its first event is retried invisibly", async () 
   }
 });
 
+test("chat: a stream cut after its role chunk but before any text is retried invisibly", async () => {
+  // cutAfter 0: the server sends the opening chunk (role, no content), then cuts.
+  const server = await sseServer({ "private-primary": [{ cutAfter: 0 }, {}] });
+  try {
+    const run = /** @type {any} */ (runStreamWithOpenAI(streamPolicy("tentative"), clients(server), chat, { idempotencyKey: KEY }));
+    const { events, error } = await collect(run);
+    assert.equal(error, undefined);
+    assert.ok(events.every((e) => e.attempt === 2), "nothing of attempt 1 reached the consumer");
+    assert.ok(!events.some((e) => e.kind === "invalidate"));
+    assert.equal(textOf(events, 2), DEFAULT_TEXT);
+    assert.equal(events.at(-1).kind, "commit");
+    assert.deepEqual(run.bundle.attempts.attempts[0].outcome, { class: "retryable", kind: "unavailable" });
+    assert.equal(run.bundle.attempts.attempts[0].stream.events, 0);
+    assert.equal(run.receipt.stream.invalidated_events, 0);
+    assert.equal(server.count("private-primary"), 2);
+    checkLog(run.sealed, events);
+  } finally {
+    await server.close();
+  }
+});
+
 test("chat, tentative: a cut after output is invalidated before any event of the next attempt", async () => {
   const server = await sseServer({ "private-primary": [{ cutAfter: 2 }, {}] });
   try {

@@ -526,8 +526,14 @@ async function* drive<E>(
 
       const texts: string[] = [];
       const buffered: E[] = [];
+      // Live, a fresh attempt holds its events without text (a role chunk,
+      // `response.created`, `message_start`) until its first event with text:
+      // a stream cut before any output then reaches the consumer not at all.
+      const held: E[] = [];
+      let holding = live && cont === undefined;
       let bytes = 0;
       let lastSeq: number | undefined;
+      let deliveredSeq: number | undefined;
       let responseId: string | undefined;
       let terminal = false;
       let usageSeen = false;
@@ -541,7 +547,7 @@ async function* drive<E>(
       const streamFacts = (): StreamFacts | undefined => {
         if (!opened) return undefined;
         const s: StreamFacts = { bytes, events: texts.length, terminal_event: terminal, usage_event: usageSeen };
-        if (lastSeq !== undefined) s.last_sequence = lastSeq;
+        if (deliveredSeq !== undefined) s.last_sequence = deliveredSeq;
         if (responseId !== undefined) s.response_id = responseId;
         if (violation !== undefined) s.violation = violation;
         return s;
@@ -623,14 +629,38 @@ async function* drive<E>(
               if (typeof id === "string" && id !== "") responseId = id;
             }
             if (readTerminal !== undefined && readTerminal(ev) === true) terminal = true;
+            if (holding && text === "") {
+              held.push(ev);
+              continue;
+            }
+            if (holding) {
+              holding = false;
+              for (const h of held) {
+                texts.push("");
+                pending++;
+                yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: h, text: "" };
+              }
+              held.length = 0;
+            }
             texts.push(text);
             bytes += n;
+            deliveredSeq = lastSeq;
             if (live) {
               pending++;
               yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: ev, text };
             } else {
               buffered.push(ev);
             }
+          }
+          // A whole response without any text: its held events are its output.
+          if (ended && (terminal || readTerminal === undefined) && held.length > 0) {
+            for (const h of held) {
+              texts.push("");
+              pending++;
+              yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: h, text: "" };
+            }
+            held.length = 0;
+            deliveredSeq = lastSeq;
           }
         }
       } catch (e) {
