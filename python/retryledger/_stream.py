@@ -14,6 +14,11 @@ them (``retryledger.stream_event.v1``, the sealed bundle's ``stream_events``):
   ``text`` its delta text, ``""`` for an event without text): ``tentative``
   as it arrives under ``tentative``, ``continuation`` and ``restart``;
   ``committed`` under ``buffer``, delivered only once the run completed;
+* in live modes a fresh attempt's events without text (a role chunk,
+  ``response.created``, ``message_start``, ``ping``) are held back until its
+  first text, then delivered in order before it (or at the end of a stream
+  without text): a stream that breaks before any text delivered nothing, so
+  its retry is invisible (its facts report no events);
 * ``commit`` once, when the run completes;
 * ``invalidate`` when the core voids a failed attempt's events, before any
   event of a later attempt; a run that does not complete then raises what
@@ -296,31 +301,65 @@ class _StreamHost(_Host):
         return judgement
 
 
+#: At most this many events without text are held back before an attempt's first text.
+_MAX_HELD = 256
+
+
 class _Reading:
     """What one attempt's stream said so far (the facts' ``stream`` part)."""
 
-    __slots__ = ("deltas", "bytes", "last_sequence", "response_id", "terminal", "usage", "violation", "buffer")
+    __slots__ = (
+        "deltas",
+        "bytes",
+        "last_sequence",
+        "response_id",
+        "terminal",
+        "usage",
+        "usage_event",
+        "violation",
+        "buffer",
+        "holding",
+        "held",
+        "ready",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, holding: bool, response_id: Optional[str]) -> None:
         self.deltas: List[str] = []
         self.bytes = 0
         self.last_sequence: Optional[int] = None
-        self.response_id: Optional[str] = None
+        self.response_id = response_id
         self.terminal = False
+        #: Price units reported so far (charged even when the events are dropped).
         self.usage: Optional[Dict[str, Any]] = None
+        self.usage_event = False
         self.violation: Optional[str] = None
+        #: Buffer mode: the events, delivered once the run completes.
         self.buffer: List[Tuple[Any, str]] = []
+        #: Live modes, a fresh attempt: events without text are held back until the first text.
+        self.holding = holding
+        self.held: List[Any] = []
+        #: Held events released with the first text, to yield before it.
+        self.ready: List[StreamEvent] = []
+
+    def drop_held(self) -> None:
+        """The attempt ended before its first text: the held events never
+        reached the consumer, so nothing was delivered."""
+        self.held = []
+        self.deltas = []
+        self.last_sequence = None
+        self.terminal = False
+        self.usage_event = False
 
     def facts(self) -> Dict[str, Any]:
         part: Dict[str, Any] = {
             "bytes": self.bytes,
             "events": len(self.deltas),
             "terminal_event": self.terminal,
-            "usage_event": self.usage is not None,
+            "usage_event": self.usage_event,
         }
         if self.last_sequence is not None:
             part["last_sequence"] = self.last_sequence
-        if self.response_id is not None:
+        if self.response_id is not None and self.deltas:
             part["response_id"] = self.response_id
         if self.violation is not None:
             part["violation"] = self.violation
@@ -441,6 +480,8 @@ class _Core:
     ) -> List[StreamEvent]:
         """Judge the attempt; the events the consumer receives after it."""
         host = self.host
+        if reading is not None and reading.held:
+            reading.drop_held()
         if reading is not None and reading.usage is not None and reading.violation is None and self.schedule is not None:
             try:
                 step.usage(reading.usage)
@@ -473,6 +514,15 @@ class _Core:
             self.sequence += 1
             out.append(_event("invalidate", "invalidated", ordinal, self.sequence))
         return out
+
+    def reading(self, step: StreamStep) -> _Reading:
+        """The reading state of a stream that opened: a resumption knows its
+        response id; a fresh attempt of a live mode holds back events without
+        text until its first text."""
+        c = step.plan.continuation
+        if c is not None:
+            return _Reading(False, c["response_id"])
+        return _Reading(self.p.live, None)
 
     def read(self, reading: Optional[_Reading], step: StreamStep, ev: Any) -> Optional[StreamEvent]:
         """Take one provider event: the consumer's event (live modes), or
@@ -512,20 +562,37 @@ class _Core:
             reading.last_sequence = seq
         if units is not None:
             reading.usage = dict(units) if reading.usage is None else {**reading.usage, **units}
+            reading.usage_event = True
         if reader.is_terminal(ev):
             reading.terminal = True
         reading.bytes += n
         reading.deltas.append(text)
         if self.p.live:
+            if reading.holding:
+                if not text and len(reading.held) < _MAX_HELD:
+                    reading.held.append(ev)
+                    return None
+                self.release(reading, step)
             self.sequence += 1
             return _event("delta", "tentative", step.plan.ordinal, self.sequence, ev, text)
         reading.buffer.append((ev, text))
         return None
 
-    def ended(self, reading: _Reading) -> None:
-        """The iteration ended normally."""
+    def release(self, reading: _Reading, step: StreamStep) -> None:
+        """Deliver the held events (into ``reading.ready``, in order)."""
+        reading.holding = False
+        ordinal = step.plan.ordinal
+        for ev in reading.held:
+            self.sequence += 1
+            reading.ready.append(_event("delta", "tentative", ordinal, self.sequence, ev, ""))
+        reading.held = []
+
+    def ended(self, reading: _Reading, step: StreamStep) -> None:
+        """The iteration ended normally: held events are delivered (``reading.ready``)."""
         if getattr(self.reader, "terminal_at_end", False):
             reading.terminal = True
+        if reading.held:
+            self.release(reading, step)
 
     def end(self) -> Union[None, RunStoppedError]:
         """After the last attempt: ``None`` when the run completed, else the error to raise."""
@@ -652,7 +719,7 @@ class StreamRun(_Run):
                 except Exception as exc:
                     error = exc
                 if error is None:
-                    reading = _Reading()
+                    reading = core.reading(step)
                     t_deadline = float(plan.deadline_ms)
                     until = _limit_ms(core.p, True, float(step.started_at_ms), t_deadline)
                     idle = core.p.idle_ms
@@ -664,6 +731,9 @@ class StreamRun(_Run):
                                 raise StreamTimeoutError("no stream event within the first-byte or idle timeout")
                             out = read(reading, step, ev)
                             if out is not None:
+                                if reading.ready:
+                                    ready, reading.ready = reading.ready, []
+                                    yield from ready
                                 yield out
                                 # The wait for the next event starts when the consumer is done.
                                 now = clock() - t0
@@ -673,7 +743,10 @@ class StreamRun(_Run):
                                     until = t_deadline
                             elif until != t_deadline:
                                 until = t_deadline
-                        core.ended(reading)
+                        core.ended(reading, step)
+                        if reading.ready:
+                            ready, reading.ready = reading.ready, []
+                            yield from ready
                     except StreamProtocolError as exc:
                         reading.violation = exc.violation
                         error = exc
@@ -871,7 +944,7 @@ class AsyncStreamRun(_Run):
                     except Exception as exc:
                         error = exc
                     if error is None:
-                        reading = _Reading()
+                        reading = core.reading(step)
                         t_deadline = float(plan.deadline_ms)
                         until = _limit_ms(core.p, True, float(step.started_at_ms), t_deadline)
                         idle = core.p.idle_ms
@@ -900,12 +973,20 @@ class AsyncStreamRun(_Run):
                                         raise StreamTimeoutError("no stream event within the first-byte or idle timeout")
                                 out = read(reading, step, ev)
                                 if out is not None:
+                                    if reading.ready:
+                                        ready, reading.ready = reading.ready, []
+                                        for held in ready:
+                                            yield held
                                     yield out
                                 if sync_it is not None:
                                     now = clock() - t0
                                     until = t_deadline if idle is None else min(now + idle, t_deadline)
                             dog.waiting = False
-                            core.ended(reading)
+                            core.ended(reading, step)
+                            if reading.ready:
+                                ready, reading.ready = reading.ready, []
+                                for held in ready:
+                                    yield held
                         except asyncio.CancelledError:
                             if not dog.fired:
                                 raise

@@ -22,6 +22,12 @@ openai's) and whose HTTP rules judge every status, 529 included
         idempotency_key,
     )
 
+Streams: :func:`stream_messages` (``messages.create(stream=True)``) and
+:func:`stream_messages_async` run :func:`retryledger.run_stream` under the
+policy's stream contract (:data:`MESSAGES_READER` reads the events);
+:func:`run_stream` takes any ``call(client, step)``. Each attempt's client
+carries the Idempotency-Key and the stream's read timeout.
+
 Usage is charged automatically when the run has a price schedule
 (``price_schedule=``, checked against the policy before the first dispatch)
 and the value ``call`` returns carries ``usage`` (return the SDK's
@@ -50,11 +56,31 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optio
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
+from ._stream import (
+    AsyncStreamRun,
+    StreamReader,
+    StreamRun,
+    StreamStep,
+    run_stream as _run_stream,
+    run_stream_async as _run_stream_async,
+)
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
 
-__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async", "usage_units"]
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "require_no_retries",
+    "run",
+    "run_async",
+    "usage_units",
+    "run_stream",
+    "run_stream_async",
+    "stream_messages",
+    "stream_messages_async",
+    "MessagesReader",
+    "MESSAGES_READER",
+]
 
 T = TypeVar("T")
 C = TypeVar("C", "Anthropic", "AsyncAnthropic")
@@ -200,3 +226,156 @@ async def run_async(
         price_schedule=price_schedule,
         key_scope=key_scope,
     )
+
+
+# ---- streams ------------------------------------------------------------------
+
+
+class MessagesReader:
+    """Message stream events (``messages.create(stream=True)``): the text of
+    ``content_block_delta`` events with a ``text_delta``, the message id of
+    ``message_start``, ``message_stop`` as the terminal event, and the usage
+    of ``message_start`` and ``message_delta`` (the later counts replace the
+    earlier ones: ``message_delta`` carries the final output tokens). No
+    sequence numbers: a message stream is never resumed."""
+
+    def text(self, event: Any) -> str:
+        if _field(event, "type") != "content_block_delta":
+            return ""
+        delta = _field(event, "delta")
+        if _field(delta, "type") != "text_delta":
+            return ""
+        text = _field(delta, "text")
+        return text if isinstance(text, str) else ""
+
+    def sequence(self, event: Any) -> Optional[int]:
+        return None
+
+    def response_id(self, event: Any) -> Optional[str]:
+        if _field(event, "type") != "message_start":
+            return None
+        ident = _field(_field(event, "message"), "id")
+        return ident if isinstance(ident, str) and ident else None
+
+    def is_terminal(self, event: Any) -> bool:
+        return bool(_field(event, "type") == "message_stop")
+
+    def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
+        kind = _field(event, "type")
+        if kind == "message_start":
+            return usage_units(_field(event, "message"))
+        if kind == "message_delta" and _field(event, "usage") is not None:
+            return usage_units(event)
+        return None
+
+
+MESSAGES_READER = MessagesReader()
+
+#: Parameters of a request: a mapping, or a function of the step (a model per route).
+Params = Union[Mapping[str, Any], Callable[[StreamStep], Mapping[str, Any]]]
+
+
+def _stream_client_for(clients: Mapping[str, C], step: StreamStep) -> C:
+    return clients[step.route_id].with_options(
+        timeout=step.timeout_s,
+        max_retries=0,
+        default_headers={IDEMPOTENCY_HEADER: step.idempotency_key},
+    )
+
+
+def run_stream(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Anthropic],
+    call: Callable[[Anthropic, StreamStep], Any],
+    idempotency_key: str,
+    *,
+    reader: Optional[StreamReader[Any]] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+) -> StreamRun:
+    """:func:`retryledger.run_stream` over ``Anthropic`` clients, one per route
+    id: ``call(client, step)`` opens the stream with the route's client
+    (carrying the idempotency key and the stream's read timeout); ``reader``
+    defaults to :data:`MESSAGES_READER`."""
+    compiled = _prepare(policy, clients)
+    return _run_stream(
+        compiled,
+        lambda step: call(_stream_client_for(clients, step), step),
+        idempotency_key,
+        reader=MESSAGES_READER if reader is None else reader,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
+        price_schedule=price_schedule,
+        key_scope=key_scope,
+    )
+
+
+def run_stream_async(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, AsyncAnthropic],
+    call: Callable[[AsyncAnthropic, StreamStep], Any],
+    idempotency_key: str,
+    *,
+    reader: Optional[StreamReader[Any]] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+    price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+) -> AsyncStreamRun:
+    """:func:`retryledger.run_stream_async` over ``AsyncAnthropic`` clients."""
+    compiled = _prepare(policy, clients)
+    return _run_stream_async(
+        compiled,
+        lambda step: call(_stream_client_for(clients, step), step),
+        idempotency_key,
+        reader=MESSAGES_READER if reader is None else reader,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
+        on_cancel=on_cancel,
+        price_schedule=price_schedule,
+        key_scope=key_scope,
+    )
+
+
+def _messages_call(params: Params) -> Callable[[Any, StreamStep], Any]:
+    def call(client: Any, step: StreamStep) -> Any:
+        args = dict(params(step) if callable(params) else params)
+        return client.messages.create(**args, stream=True)
+
+    return call
+
+
+def stream_messages(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Anthropic],
+    params: Params,
+    idempotency_key: str,
+    **options: Any,
+) -> StreamRun:
+    """Stream a message: ``client.messages.create(**params, stream=True)`` on
+    each attempt's route; ``params`` is a mapping or a function of the step.
+    ``options`` are :func:`run_stream`'s. Yields
+    :class:`retryledger.StreamEvent` objects whose ``data`` is the SDK's event."""
+    return run_stream(policy, clients, _messages_call(params), idempotency_key, reader=MESSAGES_READER, **options)
+
+
+def stream_messages_async(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, AsyncAnthropic],
+    params: Params,
+    idempotency_key: str,
+    **options: Any,
+) -> AsyncStreamRun:
+    """:func:`stream_messages` over ``AsyncAnthropic`` clients."""
+    return run_stream_async(policy, clients, _messages_call(params), idempotency_key, reader=MESSAGES_READER, **options)

@@ -18,6 +18,20 @@ httpx's ``ConnectError``, ...) and whose HTTP rules judge every status
         idempotency_key,
     )
 
+Streams: :func:`stream_chat_completions` (``stream=True``,
+``stream_options={"include_usage": True}``) and :func:`stream_responses`
+(``stream=True, background=True``; a resumption under the ``continuation``
+mode is ``responses.retrieve(id, stream=True, starting_after=N)``) and their
+``_async`` twins run :func:`retryledger.run_stream` under the policy's stream
+contract; :func:`run_stream` takes any ``call(client, step)`` with a reader
+(:data:`CHAT_READER`, :data:`RESPONSES_READER`). Each attempt's client
+carries the Idempotency-Key and the stream's read timeout.
+
+    for event in retryledger.openai.stream_chat_completions(
+        policy, clients, {"model": ..., "messages": ...}, idempotency_key
+    ):
+        ...  # event.kind: delta (event.text), invalidate, commit
+
 Usage is charged automatically when the run has a price schedule
 (``price_schedule=``, checked against the policy before the first dispatch)
 and the value ``call`` returns carries ``usage`` (return the SDK's response,
@@ -48,8 +62,32 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Typ
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
+from ._stream import (
+    AsyncStreamRun,
+    StreamReader,
+    StreamRun,
+    StreamStep,
+    run_stream as _run_stream,
+    run_stream_async as _run_stream_async,
+)
 
-__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async", "usage_units"]
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "require_no_retries",
+    "run",
+    "run_async",
+    "usage_units",
+    "run_stream",
+    "run_stream_async",
+    "stream_chat_completions",
+    "stream_chat_completions_async",
+    "stream_responses",
+    "stream_responses_async",
+    "ChatReader",
+    "ResponsesReader",
+    "CHAT_READER",
+    "RESPONSES_READER",
+]
 
 T = TypeVar("T")
 
@@ -197,3 +235,239 @@ async def run_async(
         price_schedule=price_schedule,
         key_scope=key_scope,
     )
+
+
+# ---- streams ------------------------------------------------------------------
+#
+# The stream drivers (retryledger.run_stream) over openai clients. Each attempt
+# gets the route's client with the Idempotency-Key and the stream's read
+# timeout (the first-byte / idle limit, within the remaining deadline) as its
+# timeout; the readers tell the driver what each SDK event means.
+
+
+class ChatReader:
+    """Chat completion chunks (``stream=True``): the text is
+    ``choices[0].delta.content``; a chunk with a ``finish_reason`` is the
+    terminal event (the SDK consumes ``[DONE]`` itself, so a stream that ends
+    normally after that chunk is complete, and one that ends without it is
+    not); the usage chunk of ``stream_options={"include_usage": True}`` is
+    the usage event. Chunks carry no sequence numbers, so a chat stream is
+    never resumed."""
+
+    def text(self, event: Any) -> str:
+        choices = _field(event, "choices")
+        if not choices:
+            return ""
+        content = _field(_field(choices[0], "delta"), "content")
+        return content if isinstance(content, str) else ""
+
+    def sequence(self, event: Any) -> Optional[int]:
+        return None
+
+    def response_id(self, event: Any) -> Optional[str]:
+        ident = _field(event, "id")
+        return ident if isinstance(ident, str) and ident else None
+
+    def is_terminal(self, event: Any) -> bool:
+        for choice in _field(event, "choices") or ():
+            if _field(choice, "finish_reason") is not None:
+                return True
+        return False
+
+    def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
+        if _field(event, "usage") is None:
+            return None
+        return usage_units(event)
+
+
+class ResponsesReader:
+    """Responses API events (``stream=True``): the text of
+    ``response.output_text.delta``, the ``sequence_number`` of every event,
+    the response id of ``response.created`` (and of the other events that
+    carry the response), ``response.completed`` as the terminal event and its
+    usage. An ``error`` event, ``response.failed`` or ``response.incomplete``
+    end the stream without the terminal event."""
+
+    def text(self, event: Any) -> str:
+        if _field(event, "type") == "response.output_text.delta":
+            delta = _field(event, "delta")
+            return delta if isinstance(delta, str) else ""
+        return ""
+
+    def sequence(self, event: Any) -> Optional[int]:
+        seq = _field(event, "sequence_number")
+        return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+    def response_id(self, event: Any) -> Optional[str]:
+        ident = _field(_field(event, "response"), "id")
+        return ident if isinstance(ident, str) and ident else None
+
+    def is_terminal(self, event: Any) -> bool:
+        return bool(_field(event, "type") == "response.completed")
+
+    def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
+        if _field(event, "type") != "response.completed":
+            return None
+        response = _field(event, "response")
+        if _field(response, "usage") is None:
+            return None
+        return usage_units(response)
+
+
+CHAT_READER = ChatReader()
+RESPONSES_READER = ResponsesReader()
+
+#: Parameters of a request: a mapping, or a function of the step (a model per route).
+Params = Union[Mapping[str, Any], Callable[[StreamStep], Mapping[str, Any]]]
+
+
+def _stream_client_for(clients: Mapping[str, Any], step: StreamStep) -> Any:
+    return clients[step.route_id].with_options(
+        timeout=step.timeout_s,
+        default_headers={IDEMPOTENCY_HEADER: step.idempotency_key},
+    )
+
+
+def _params(params: Params, step: StreamStep) -> Dict[str, Any]:
+    return dict(params(step) if callable(params) else params)
+
+
+def run_stream(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    call: Callable[[Any, StreamStep], Any],
+    idempotency_key: str,
+    *,
+    reader: Optional[StreamReader[Any]] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+) -> StreamRun:
+    """:func:`retryledger.run_stream` over openai clients, one per route id:
+    ``call(client, step)`` opens the stream with the route's client (carrying
+    the idempotency key and the stream's read timeout); ``reader`` defaults to
+    :data:`CHAT_READER`. With ``price_schedule`` the usage events are charged."""
+    compiled = _prepare(policy, clients)
+    return _run_stream(
+        compiled,
+        lambda step: call(_stream_client_for(clients, step), step),
+        idempotency_key,
+        reader=CHAT_READER if reader is None else reader,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
+        price_schedule=price_schedule,
+        key_scope=key_scope,
+    )
+
+
+def run_stream_async(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    call: Callable[[Any, StreamStep], Any],
+    idempotency_key: str,
+    *,
+    reader: Optional[StreamReader[Any]] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+    price_schedule: Optional[Document] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+) -> AsyncStreamRun:
+    """:func:`retryledger.run_stream_async` over ``AsyncOpenAI`` clients, one
+    per route id: ``call(client, step)`` returns (an awaitable of) the SDK's
+    async stream; ``reader`` defaults to :data:`CHAT_READER`."""
+    compiled = _prepare(policy, clients)
+    return _run_stream_async(
+        compiled,
+        lambda step: call(_stream_client_for(clients, step), step),
+        idempotency_key,
+        reader=CHAT_READER if reader is None else reader,
+        clock=clock,
+        sleep=sleep,
+        wall_clock=wall_clock,
+        on_attempt=on_attempt,
+        on_cancel=on_cancel,
+        price_schedule=price_schedule,
+        key_scope=key_scope,
+    )
+
+
+def _chat_call(params: Params) -> Callable[[Any, StreamStep], Any]:
+    def call(client: Any, step: StreamStep) -> Any:
+        args = _params(params, step)
+        options = dict(args.pop("stream_options", None) or {})
+        options["include_usage"] = True
+        return client.chat.completions.create(**args, stream=True, stream_options=options)
+
+    return call
+
+
+def _responses_call(params: Params) -> Callable[[Any, StreamStep], Any]:
+    def call(client: Any, step: StreamStep) -> Any:
+        resume = step.continuation
+        if resume is not None:
+            return client.responses.retrieve(
+                resume["response_id"], stream=True, starting_after=resume["starting_after"]
+            )
+        return client.responses.create(**_params(params, step), stream=True, background=True)
+
+    return call
+
+
+def stream_chat_completions(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    params: Params,
+    idempotency_key: str,
+    **options: Any,
+) -> StreamRun:
+    """Stream a chat completion: ``client.chat.completions.create(**params,
+    stream=True, stream_options={"include_usage": True})`` on each attempt's
+    route; ``params`` is a mapping or a function of the step. ``options`` are
+    :func:`run_stream`'s. Yields :class:`retryledger.StreamEvent` objects whose
+    ``data`` is the SDK's chunk."""
+    return run_stream(policy, clients, _chat_call(params), idempotency_key, reader=CHAT_READER, **options)
+
+
+def stream_chat_completions_async(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    params: Params,
+    idempotency_key: str,
+    **options: Any,
+) -> AsyncStreamRun:
+    """:func:`stream_chat_completions` over ``AsyncOpenAI`` clients."""
+    return run_stream_async(policy, clients, _chat_call(params), idempotency_key, reader=CHAT_READER, **options)
+
+
+def stream_responses(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    params: Params,
+    idempotency_key: str,
+    **options: Any,
+) -> StreamRun:
+    """Stream a response of the Responses API: ``client.responses.create(**params,
+    stream=True, background=True)``; when the step resumes a response (the
+    policy's ``continuation`` mode after a cut), ``client.responses.retrieve(
+    response_id, stream=True, starting_after=N)`` instead, so the resumed
+    events continue the output. ``options`` are :func:`run_stream`'s."""
+    return run_stream(policy, clients, _responses_call(params), idempotency_key, reader=RESPONSES_READER, **options)
+
+
+def stream_responses_async(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    params: Params,
+    idempotency_key: str,
+    **options: Any,
+) -> AsyncStreamRun:
+    """:func:`stream_responses` over ``AsyncOpenAI`` clients."""
+    return run_stream_async(policy, clients, _responses_call(params), idempotency_key, reader=RESPONSES_READER, **options)

@@ -535,3 +535,27 @@ def test_sealed_run_is_unavailable_before_the_end() -> None:
         iter(run)
     rest = list(it)
     assert run.terminal == "completed" and len(rest) == 3
+
+
+def test_events_without_text_are_held_back_until_the_first_text() -> None:
+    # A prelude without text (a role chunk, response.created, message_start)
+    # and then a cut: nothing reached the consumer, so the retry is invisible.
+    prelude: List[Any] = [{"seq": 0, "id": "resp_a"}, {"seq": 1, "id": "resp_a"}]
+    clean = [{"seq": 0, "id": "resp_b"}] + numbered(TEXT, 1, rid="resp_b", end=True)
+    run, events, provider, error = drive("continuation", prelude + [CUT], clean, reader=Seq())
+    assert error is None and {e.attempt for e in events} == {2}
+    assert provider.steps[1].continuation is None  # nothing delivered: a fresh response, not a resumption
+    # Held events are delivered, in order, with the first text.
+    assert [e.data["seq"] for e in events if e.kind == "delta"] == [0, 1, 2, 3, 4]
+    assert [e.text for e in events[:2]] == ["", "The incident"]
+    first = run.bundle["attempts"]["attempts"][0]["stream"]
+    assert first["events"] == 0 and "last_sequence" not in first
+    check_sealed(run, events)
+
+
+def test_a_stream_without_any_text_is_delivered_at_its_end() -> None:
+    items: List[Any] = [{"seq": 0, "id": "resp_a"}, {"seq": 1, "id": "resp_a", "end": True}]
+    run, events, provider, error = drive("tentative", items, reader=Seq())
+    assert error is None
+    assert rows(events) == [("delta", "tentative", 1, 1), ("delta", "tentative", 1, 2), ("commit", "committed", 1, 3)]
+    check_sealed(run, events)
