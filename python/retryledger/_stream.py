@@ -190,6 +190,10 @@ class StreamReader(Protocol[E_contra]):
     ``terminal_at_end`` (optional, default false): the normal end of the
     iteration is the terminal event (a plain iterable of deltas).
     A reader may raise :class:`StreamProtocolError` for an event it cannot read.
+
+    A reader may also define ``read(event) -> (text, sequence, is_terminal,
+    usage)``: the driver then calls it once per event instead of the four
+    methods (``response_id`` is still asked until an event answers).
     """
 
     def text(self, event: E_contra) -> str: ...
@@ -321,9 +325,12 @@ class _Reading:
         "holding",
         "held",
         "ready",
+        "ordinal",
     )
 
-    def __init__(self, holding: bool, response_id: Optional[str]) -> None:
+    def __init__(self, holding: bool, response_id: Optional[str], ordinal: int) -> None:
+        #: The attempt's ordinal.
+        self.ordinal = ordinal
         self.deltas: List[str] = []
         self.bytes = 0
         self.last_sequence: Optional[int] = None
@@ -464,12 +471,37 @@ def _step(plan: _core.Dispatch, key: str, now: float, schedule: Optional[str], p
 class _Core:
     """The reading state shared by the sync and async loops for one run."""
 
-    __slots__ = ("host", "p", "reader", "schedule", "key", "sequence")
+    __slots__ = (
+        "host",
+        "p",
+        "reader",
+        "schedule",
+        "key",
+        "sequence",
+        "live",
+        "max_bytes",
+        "r_text",
+        "r_sequence",
+        "r_response_id",
+        "r_is_terminal",
+        "r_usage",
+        "r_all",
+    )
 
     def __init__(self, host: _StreamHost, p: _Plan, reader: Any, schedule: Optional[str], key: str) -> None:
         self.host = host
         self.p = p
         self.reader = reader
+        self.live = p.live
+        self.max_bytes = p.max_bytes
+        self.r_text: Callable[[Any], str] = reader.text
+        self.r_sequence: Callable[[Any], Optional[int]] = reader.sequence
+        self.r_response_id: Callable[[Any], Optional[str]] = reader.response_id
+        self.r_is_terminal: Callable[[Any], bool] = reader.is_terminal
+        self.r_usage: Callable[[Any], Optional[Mapping[str, Any]]] = reader.usage
+        self.r_all: Optional[Callable[[Any], Tuple[str, Optional[int], bool, Optional[Mapping[str, Any]]]]] = getattr(
+            reader, "read", None
+        )
         self.schedule = schedule
         self.key = key
         #: The consumer's sequence: events yielded (or logged) so far.
@@ -521,25 +553,31 @@ class _Core:
         text until its first text."""
         c = step.plan.continuation
         if c is not None:
-            return _Reading(False, c["response_id"])
-        return _Reading(self.p.live, None)
+            return _Reading(False, c["response_id"], step.plan.ordinal)
+        return _Reading(self.p.live, None, step.plan.ordinal)
 
     def read(self, reading: Optional[_Reading], step: StreamStep, ev: Any) -> Optional[StreamEvent]:
         """Take one provider event: the consumer's event (live modes), or
-        ``None`` (buffered). Raises :class:`StreamProtocolError` on a violation
-        (the event is not taken)."""
+        ``None`` (buffered, or held back). Raises :class:`StreamProtocolError`
+        on a violation (the event is not taken)."""
         assert reading is not None
-        reader = self.reader
-        text = reader.text(ev)
-        if not isinstance(text, str):
+        r_all = self.r_all
+        if r_all is not None:
+            text, seq, terminal, units = r_all(ev)
+        else:
+            text = self.r_text(ev)
+            seq = self.r_sequence(ev)
+            terminal = self.r_is_terminal(ev)
+            units = self.r_usage(ev)
+        if type(text) is not str and not isinstance(text, str):
             raise StreamProtocolError("malformed_event", "the reader's delta text is not a str")
         n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        limit = self.p.max_bytes
+        limit = self.max_bytes
         if n > limit:
             raise StreamProtocolError("event_too_large", f"one event of {n} bytes over max_response_bytes {limit}")
-        if reading.bytes + n > limit:
+        total = reading.bytes + n
+        if total > limit:
             raise StreamProtocolError("response_too_large", f"over max_response_bytes {limit}")
-        seq = reader.sequence(ev)
         if seq is not None:
             last = reading.last_sequence
             if last is None:
@@ -551,31 +589,68 @@ class _Core:
                     )
             elif seq <= last:
                 raise StreamProtocolError("sequence_back", f"sequence number {seq} after {last}")
-        units = reader.usage(ev)
-        if units is not None and not _usage_ok(units):
-            raise StreamProtocolError("impossible_usage", "usage counts must be nonnegative integers")
-        if reading.response_id is None:
-            rid = reader.response_id(ev)
-            if rid is not None:
-                reading.response_id = rid
-        if seq is not None:
-            reading.last_sequence = seq
         if units is not None:
+            if not _usage_ok(units):
+                raise StreamProtocolError("impossible_usage", "usage counts must be nonnegative integers")
             reading.usage = dict(units) if reading.usage is None else {**reading.usage, **units}
             reading.usage_event = True
-        if reader.is_terminal(ev):
+        if reading.response_id is None:
+            reading.response_id = self.r_response_id(ev)
+        if seq is not None:
+            reading.last_sequence = seq
+        if terminal:
             reading.terminal = True
-        reading.bytes += n
+        reading.bytes = total
         reading.deltas.append(text)
-        if self.p.live:
+        if self.live:
             if reading.holding:
                 if not text and len(reading.held) < _MAX_HELD:
                     reading.held.append(ev)
                     return None
                 self.release(reading, step)
-            self.sequence += 1
-            return _event("delta", "tentative", step.plan.ordinal, self.sequence, ev, text)
+            self.sequence = sequence = self.sequence + 1
+            out = _new(StreamEvent)
+            _kind_slot(out, "delta")
+            _status_slot(out, "tentative")
+            _attempt_slot(out, reading.ordinal)
+            _sequence_slot(out, sequence)
+            _data_slot(out, ev)
+            _text_slot(out, text)
+            return out
         reading.buffer.append((ev, text))
+        return None
+
+    def read_plain(self, reading: Optional[_Reading], step: StreamStep, ev: Any) -> Optional[StreamEvent]:
+        """:meth:`read` for the default reader (``str`` deltas: no sequence
+        numbers, id, usage or terminal event to ask about)."""
+        assert reading is not None
+        if type(ev) is not str:
+            raise StreamProtocolError("malformed_event", f"expected a str delta, got {type(ev).__name__}")
+        n = len(ev) if ev.isascii() else len(ev.encode("utf-8", "surrogatepass"))
+        limit = self.max_bytes
+        if n > limit:
+            raise StreamProtocolError("event_too_large", f"one event of {n} bytes over max_response_bytes {limit}")
+        total = reading.bytes + n
+        if total > limit:
+            raise StreamProtocolError("response_too_large", f"over max_response_bytes {limit}")
+        reading.bytes = total
+        reading.deltas.append(ev)
+        if self.live:
+            if reading.holding:
+                if not ev and len(reading.held) < _MAX_HELD:
+                    reading.held.append(ev)
+                    return None
+                self.release(reading, step)
+            self.sequence = sequence = self.sequence + 1
+            out = _new(StreamEvent)
+            _kind_slot(out, "delta")
+            _status_slot(out, "tentative")
+            _attempt_slot(out, reading.ordinal)
+            _sequence_slot(out, sequence)
+            _data_slot(out, ev)
+            _text_slot(out, ev)
+            return out
+        reading.buffer.append((ev, ev))
         return None
 
     def release(self, reading: _Reading, step: StreamStep) -> None:
@@ -723,7 +798,7 @@ class StreamRun(_Run):
                     t_deadline = float(plan.deadline_ms)
                     until = _limit_ms(core.p, True, float(step.started_at_ms), t_deadline)
                     idle = core.p.idle_ms
-                    read = core.read
+                    read = core.read_plain if core.reader is _TEXT_READER else core.read
                     try:
                         for ev in it:
                             now = clock() - t0
@@ -735,10 +810,9 @@ class StreamRun(_Run):
                                     ready, reading.ready = reading.ready, []
                                     yield from ready
                                 yield out
-                                # The wait for the next event starts when the consumer is done.
-                                now = clock() - t0
                             if idle is not None:
-                                until = now + idle
+                                # The wait for the next event starts when the consumer is done.
+                                until = clock() - t0 + idle
                                 if until > t_deadline:
                                     until = t_deadline
                             elif until != t_deadline:
@@ -948,7 +1022,7 @@ class AsyncStreamRun(_Run):
                         t_deadline = float(plan.deadline_ms)
                         until = _limit_ms(core.p, True, float(step.started_at_ms), t_deadline)
                         idle = core.p.idle_ms
-                        read = core.read
+                        read = core.read_plain if core.reader is _TEXT_READER else core.read
                         try:
                             while True:
                                 dog.since = loop.time()

@@ -230,6 +230,13 @@ async def run_async(
 
 # ---- streams ------------------------------------------------------------------
 
+def _get(holder: Any, name: str) -> Any:
+    """``_field`` for the readers' hot path: a dict's item, else the attribute."""
+    if type(holder) is dict:
+        return holder.get(name)
+    return getattr(holder, name, None)
+
+
 
 class MessagesReader:
     """Message stream events (``messages.create(stream=True)``): the text of
@@ -240,31 +247,31 @@ class MessagesReader:
     sequence numbers: a message stream is never resumed."""
 
     def text(self, event: Any) -> str:
-        if _field(event, "type") != "content_block_delta":
+        if _get(event, "type") != "content_block_delta":
             return ""
-        delta = _field(event, "delta")
-        if _field(delta, "type") != "text_delta":
+        delta = _get(event, "delta")
+        if _get(delta, "type") != "text_delta":
             return ""
-        text = _field(delta, "text")
+        text = _get(delta, "text")
         return text if isinstance(text, str) else ""
 
     def sequence(self, event: Any) -> Optional[int]:
         return None
 
     def response_id(self, event: Any) -> Optional[str]:
-        if _field(event, "type") != "message_start":
+        if _get(event, "type") != "message_start":
             return None
-        ident = _field(_field(event, "message"), "id")
+        ident = _get(_get(event, "message"), "id")
         return ident if isinstance(ident, str) and ident else None
 
     def is_terminal(self, event: Any) -> bool:
-        return bool(_field(event, "type") == "message_stop")
+        return bool(_get(event, "type") == "message_stop")
 
     def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
-        kind = _field(event, "type")
+        kind = _get(event, "type")
         if kind == "message_start":
-            return usage_units(_field(event, "message"))
-        if kind == "message_delta" and _field(event, "usage") is not None:
+            return usage_units(_get(event, "message"))
+        if kind == "message_delta" and _get(event, "usage") is not None:
             return usage_units(event)
         return None
 

@@ -244,6 +244,13 @@ async def run_async(
 # timeout (the first-byte / idle limit, within the remaining deadline) as its
 # timeout; the readers tell the driver what each SDK event means.
 
+def _get(holder: Any, name: str) -> Any:
+    """``_field`` for the readers' hot path: a dict's item, else the attribute."""
+    if type(holder) is dict:
+        return holder.get(name)
+    return getattr(holder, name, None)
+
+
 
 class ChatReader:
     """Chat completion chunks (``stream=True``): the text is
@@ -255,27 +262,27 @@ class ChatReader:
     never resumed."""
 
     def text(self, event: Any) -> str:
-        choices = _field(event, "choices")
+        choices = _get(event, "choices")
         if not choices:
             return ""
-        content = _field(_field(choices[0], "delta"), "content")
+        content = _get(_get(choices[0], "delta"), "content")
         return content if isinstance(content, str) else ""
 
     def sequence(self, event: Any) -> Optional[int]:
         return None
 
     def response_id(self, event: Any) -> Optional[str]:
-        ident = _field(event, "id")
+        ident = _get(event, "id")
         return ident if isinstance(ident, str) and ident else None
 
     def is_terminal(self, event: Any) -> bool:
-        for choice in _field(event, "choices") or ():
-            if _field(choice, "finish_reason") is not None:
+        for choice in _get(event, "choices") or ():
+            if _get(choice, "finish_reason") is not None:
                 return True
         return False
 
     def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
-        if _field(event, "usage") is None:
+        if _get(event, "usage") is None:
             return None
         return usage_units(event)
 
@@ -289,27 +296,50 @@ class ResponsesReader:
     end the stream without the terminal event."""
 
     def text(self, event: Any) -> str:
-        if _field(event, "type") == "response.output_text.delta":
-            delta = _field(event, "delta")
-            return delta if isinstance(delta, str) else ""
+        if type(event) is dict:
+            kind, delta = event.get("type"), event.get("delta")
+        else:
+            kind = getattr(event, "type", None)
+            if kind != "response.output_text.delta":
+                return ""
+            delta = getattr(event, "delta", None)
+        if kind == "response.output_text.delta" and type(delta) is str:
+            return delta
         return ""
 
+    def read(self, event: Any) -> Tuple[str, Optional[int], bool, Optional[Mapping[str, Any]]]:
+        """Text, sequence number, terminal and usage at once (the driver's hot path)."""
+        if type(event) is dict:
+            return self.text(event), self.sequence(event), self.is_terminal(event), self.usage(event)
+        kind = getattr(event, "type", None)
+        seq = getattr(event, "sequence_number", None)
+        if type(seq) is not int:
+            seq = None
+        if kind == "response.output_text.delta":
+            delta = getattr(event, "delta", None)
+            return (delta if type(delta) is str else ""), seq, False, None
+        if kind == "response.completed":
+            return "", seq, True, self.usage(event)
+        return "", seq, False, None
+
     def sequence(self, event: Any) -> Optional[int]:
-        seq = _field(event, "sequence_number")
-        return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        seq = event.get("sequence_number") if type(event) is dict else getattr(event, "sequence_number", None)
+        return seq if type(seq) is int else None
 
     def response_id(self, event: Any) -> Optional[str]:
-        ident = _field(_field(event, "response"), "id")
+        ident = _get(_get(event, "response"), "id")
         return ident if isinstance(ident, str) and ident else None
 
     def is_terminal(self, event: Any) -> bool:
-        return bool(_field(event, "type") == "response.completed")
+        kind = event.get("type") if type(event) is dict else getattr(event, "type", None)
+        return bool(kind == "response.completed")
 
     def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
-        if _field(event, "type") != "response.completed":
+        kind = event.get("type") if type(event) is dict else getattr(event, "type", None)
+        if kind != "response.completed":
             return None
-        response = _field(event, "response")
-        if _field(response, "usage") is None:
+        response = _get(event, "response")
+        if _get(response, "usage") is None:
             return None
         return usage_units(response)
 
