@@ -45,9 +45,12 @@ driver cannot interrupt a blocking read: ``step.timeout_s`` is the read
 timeout to give the SDK, and the driver checks the time after each event. On
 expiry the stream is closed and the attempt reported as a ``timeout``.
 
-A consumer that stops early (``break``, ``close()``, ``aclose()``, a
-cancelled task) closes the provider stream; the in-flight attempt is recorded
-as cancelled and the run sealed (``.terminal``, ``.bundle`` afterwards).
+A consumer that stops early closes the provider stream; the in-flight
+attempt is recorded as cancelled and the run sealed (``.terminal``,
+``.bundle`` afterwards). Sync: ``break`` (the dropped iterator is closed at
+once), ``close()`` or a ``with`` block. Async: ``aclose()``, an ``async with``
+block or a cancelled task (an async generator left after ``break`` is only
+finalized by the event loop later, so close it).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import weakref
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -736,19 +740,24 @@ class StreamRun(_Run):
         self._dispatch = dispatch
         self._clock = clock
         self._sleep = sleep
-        self._gen: Optional[Generator[StreamEvent, None, None]] = None
+        #: The iterator, weakly: a consumer that breaks and drops it closes it.
+        self._gen: Optional["weakref.ref[Generator[StreamEvent, None, None]]"] = None
+        self._iterated = False
 
     def __iter__(self) -> Iterator[StreamEvent]:
-        if self._gen is not None:
+        if self._iterated:
             raise RuntimeError("a stream run is iterated once")
-        self._gen = gen = self._events()
+        self._iterated = True
+        gen = self._events()
+        self._gen = weakref.ref(gen)
         return gen
 
     def close(self) -> None:
         """Stop the run early: the provider stream is closed and the in-flight
         attempt recorded as cancelled (nothing happens once the run has ended)."""
-        if self._gen is not None:
-            self._gen.close()
+        gen = self._gen() if self._gen is not None else None
+        if gen is not None:
+            gen.close()
         if not self._done:
             session = self._core.host.session
             if session.terminal is None:
@@ -837,6 +846,8 @@ class StreamRun(_Run):
                 for out in events:
                     yield out
         except GeneratorExit:
+            if self._done:
+                raise
             if stream is not None:
                 _close(stream)
             if step is not None:
@@ -941,6 +952,7 @@ class AsyncStreamRun(_Run):
         self._clock = clock
         self._sleep = sleep
         self._on_cancel = on_cancel
+        #: The iterator (an async generator is closed by ``aclose``, not by dropping it).
         self._gen: Optional[AsyncGenerator[StreamEvent, None]] = None
 
     def __aiter__(self) -> AsyncIterator[StreamEvent]:
@@ -1087,6 +1099,8 @@ class AsyncStreamRun(_Run):
         except GeneratorExit:
             if dog is not None:
                 dog.stop()
+            if self._done:
+                raise
             if stream is not None:
                 await _aclose(stream)
             if step is not None:

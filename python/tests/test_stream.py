@@ -559,3 +559,19 @@ def test_a_stream_without_any_text_is_delivered_at_its_end() -> None:
     assert error is None
     assert rows(events) == [("delta", "tentative", 1, 1), ("delta", "tentative", 1, 2), ("commit", "committed", 1, 3)]
     check_sealed(run, events)
+
+
+def test_break_without_close_closes_the_stream_when_the_iterator_is_dropped() -> None:
+    clock = FakeClock()
+    provider = Provider(clock, list(TEXT) + ["more"] * 10)
+    run = retryledger.run_stream(policy("tentative"), provider, KEY, clock=clock, sleep=clock.sleep)
+    events: List[StreamEvent] = []
+    for ev in run:
+        events.append(ev)
+        if len(events) == 3:
+            break
+    # The for loop dropped its iterator: the provider stream is closed, the run sealed.
+    assert provider.closed == [True]
+    assert run.terminal == "stop_indeterminate"
+    assert logged(run) == rows(events) + [("invalidate", "invalidated", 1, 4)]
+    assert retryledger.verify_bundle(run.bundle_json)["kind"] == "verified"
