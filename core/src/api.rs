@@ -145,6 +145,12 @@ pub fn digest(document_json: &str) -> Result<String> {
         crate::stream::StreamEventSchema::NAME => {
             Ok(digest_of(&from_value::<crate::stream::StreamEvent>(value)?))
         }
+        crate::breaker::BreakerSchema::NAME => Ok(digest_of(&from_value::<
+            crate::breaker::BreakerSnapshot,
+        >(value)?)),
+        crate::budget::RetryBudgetSchema::NAME => Ok(digest_of(&from_value::<
+            crate::budget::RetryBudgetSnapshot,
+        >(value)?)),
         other => Err(Error::at(
             ErrorCode::SchemaMismatch,
             "/schema",
@@ -249,6 +255,112 @@ pub fn judge(facts_json: &str) -> Result<String> {
     Ok(out(&crate::observe::judge(&from_str::<
         crate::observe::Facts,
     >(facts_json)?)?))
+}
+
+/// `{"admission": …, "snapshot": …}`: a breaker answer and its next snapshot.
+struct BreakerStep(
+    crate::breaker::BreakerAdmission,
+    crate::breaker::BreakerSnapshot,
+);
+
+impl Encode for BreakerStep {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("admission", &self.0)
+            .doc("snapshot", &self.1)
+            .end();
+    }
+}
+
+/// `{"granted": …, "snapshot": …}`: a withdrawal's answer and the next snapshot.
+struct BudgetStep(bool, crate::budget::RetryBudgetSnapshot);
+
+impl Encode for BudgetStep {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .bool("granted", self.0)
+            .doc("snapshot", &self.1)
+            .end();
+    }
+}
+
+fn breaker_inputs(
+    config_json: &str,
+    snapshot_json: &str,
+) -> Result<(
+    crate::breaker::BreakerConfig,
+    crate::breaker::BreakerSnapshot,
+)> {
+    let cfg =
+        from_str::<crate::breaker::BreakerConfig>(config_json).map_err(|e| e.under("/config"))?;
+    cfg.check("/config")?;
+    let snap = from_str::<crate::breaker::BreakerSnapshot>(snapshot_json)
+        .map_err(|e| e.under("/snapshot"))?;
+    snap.check(&cfg, &snap.route_release_sha256, "/snapshot")?;
+    Ok((cfg, snap))
+}
+
+fn budget_inputs(
+    config_json: &str,
+    snapshot_json: &str,
+) -> Result<(
+    crate::budget::RetryBudgetConfig,
+    crate::budget::RetryBudgetSnapshot,
+)> {
+    let cfg = from_str::<crate::budget::RetryBudgetConfig>(config_json)
+        .map_err(|e| e.under("/config"))?;
+    cfg.check("/config")?;
+    let snap = from_str::<crate::budget::RetryBudgetSnapshot>(snapshot_json)
+        .map_err(|e| e.under("/snapshot"))?;
+    snap.check(&cfg, "/snapshot")?;
+    Ok((cfg, snap))
+}
+
+/// `breaker_admit`: a breaker configuration and snapshot and the wall clock
+/// in; `{"admission", "snapshot"}` out (the answer and the next snapshot).
+pub fn breaker_admit(config_json: &str, snapshot_json: &str, now_epoch_ms: u64) -> Result<String> {
+    let (cfg, snap) = breaker_inputs(config_json, snapshot_json)?;
+    let (a, next) = crate::breaker::admit(&cfg, &snap, now_epoch_ms);
+    Ok(out(&BreakerStep(a, next)))
+}
+
+/// `breaker_record`: an admitted attempt's outcome (and whether it was a
+/// probe) recorded on the snapshot; the next snapshot out.
+pub fn breaker_record(
+    config_json: &str,
+    snapshot_json: &str,
+    probe: bool,
+    outcome_json: &str,
+    now_epoch_ms: u64,
+) -> Result<String> {
+    let (cfg, snap) = breaker_inputs(config_json, snapshot_json)?;
+    let outcome =
+        from_str::<crate::outcome::Outcome>(outcome_json).map_err(|e| e.under("/outcome"))?;
+    let health = crate::breaker::Health::of(&outcome);
+    Ok(out(&crate::breaker::record(
+        &cfg,
+        &snap,
+        probe,
+        health,
+        now_epoch_ms,
+    )))
+}
+
+/// `budget_deposit`: a first attempt's deposit; the next snapshot out.
+pub fn budget_deposit(config_json: &str, snapshot_json: &str, now_epoch_ms: u64) -> Result<String> {
+    let (cfg, snap) = budget_inputs(config_json, snapshot_json)?;
+    Ok(out(&crate::budget::deposit(&cfg, &snap, now_epoch_ms)))
+}
+
+/// `budget_withdraw`: a retry's withdrawal; `{"granted", "snapshot"}` out.
+pub fn budget_withdraw(
+    config_json: &str,
+    snapshot_json: &str,
+    now_epoch_ms: u64,
+) -> Result<String> {
+    let (cfg, snap) = budget_inputs(config_json, snapshot_json)?;
+    let (granted, next) = crate::budget::withdraw(&cfg, &snap, now_epoch_ms);
+    Ok(out(&BudgetStep(granted, next)))
 }
 
 /// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.

@@ -1,6 +1,7 @@
 //! The attempts document: every physical attempt of one logical request, as observed.
 
 use crate::decode::object;
+use crate::fleet::{Admission, FleetStop};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::MAX_ATTEMPTS;
 use crate::outcome::Outcome;
@@ -14,6 +15,8 @@ schema_marker!(
 /// One physical attempt. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
+    /// What the fleet admitted it under, when the policy has a fleet section.
+    pub admission: Option<Admission>,
     /// When the outcome was observed (run clock, ms).
     pub completed_at_ms: u64,
     /// Actual cost charged, in the policy's unit.
@@ -47,11 +50,14 @@ pub struct Attempts {
     pub attempts: Vec<Attempt>,
     /// Set when the caller cancelled the run between attempts (run clock, ms).
     pub cancelled_at_ms: Option<u64>,
+    /// Set when the fleet refused the next dispatch.
+    pub fleet_stop: Option<FleetStop>,
     /// `retryledger.attempts.v1`
     pub schema: AttemptsSchema,
 }
 
 object!(Attempt {
+    admission: opt_doc,
     completed_at_ms: u64,
     cost: u64,
     idempotency_key_sha256: doc,
@@ -69,5 +75,6 @@ object!(Attempt {
 object!(Attempts {
     attempts: list(MAX_ATTEMPTS),
     cancelled_at_ms: opt_u64,
+    fleet_stop: opt_doc,
     schema: doc,
 });

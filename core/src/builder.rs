@@ -139,6 +139,8 @@ pub struct PolicySpec {
     pub routes: Vec<RouteSpec>,
     /// The stream contract, for a streamed request.
     pub stream: Option<crate::stream::StreamContract>,
+    /// Fleet protection (breakers, retry budget).
+    pub fleet: Option<crate::fleet::FleetConfig>,
 }
 
 impl Decode for PolicySpec {
@@ -151,6 +153,7 @@ impl Decode for PolicySpec {
         let behavior_class = f.req("behavior_class");
         let cost_unit = f.req("cost_unit");
         let deadline_ms = f.req("deadline_ms");
+        let fleet = f.opt("fleet");
         let idempotency_key_sha256 = f.req("idempotency_key_sha256");
         let jitter = f.opt("jitter");
         let max_data_boundary = f.req("max_data_boundary");
@@ -203,6 +206,7 @@ impl Decode for PolicySpec {
             requirements,
             routes,
             stream,
+            fleet,
         })
     }
 }
@@ -255,6 +259,7 @@ pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolic
         behavior_class_sha256: class_sha256(&spec.behavior_class),
         cost_unit: spec.cost_unit,
         deadline_ms: spec.deadline_ms,
+        fleet: spec.fleet,
         idempotency_key_sha256: spec.idempotency_key_sha256,
         jitter: spec.jitter.unwrap_or(Jitter::None),
         logical_request_sha256: Sha256Hex::computed(request.sha256()),

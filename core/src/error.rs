@@ -132,6 +132,10 @@ codes! {
     UsageUnpriced => "usage_unpriced", Policy;
     /// A stream contract out of bounds.
     InvalidStreamContract => "invalid_stream_contract", Policy;
+    /// A breaker configuration out of bounds (or a fleet section with neither part).
+    InvalidBreaker => "invalid_breaker", Policy;
+    /// A retry budget configuration out of bounds.
+    InvalidRetryBudget => "invalid_retry_budget", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;
@@ -179,6 +183,22 @@ codes! {
     StreamDeltasMismatch => "stream_deltas_mismatch", Drift;
     /// A stream event that differs from the log the attempts imply.
     StreamEventDrift => "stream_event_drift", Drift;
+    /// The policy has a fleet section but the attempt records no admission.
+    AdmissionMissing => "admission_missing", Drift;
+    /// The attempt records an admission the policy has no fleet for.
+    AdmissionUnexpected => "admission_unexpected", Drift;
+    /// An admission (or a fleet stop) its snapshots do not give.
+    AdmissionDrift => "admission_drift", Drift;
+    /// An admission reads a snapshot the bundle does not carry.
+    SnapshotMissing => "snapshot_missing", Drift;
+    /// A breaker or budget snapshot that is inconsistent in itself.
+    InvalidSnapshot => "invalid_snapshot", Drift;
+    /// A snapshot under another key (route release or scope) than asked for.
+    SnapshotKeyMismatch => "snapshot_key_mismatch", Drift;
+    /// A retry budget snapshot whose balance is over its cap.
+    BudgetOverCap => "budget_over_cap", Drift;
+    /// A snapshot older (a lower generation) than one already seen.
+    GenerationRegressed => "generation_regressed", Drift;
 
     /// A sealed receipt differs from the replayed one.
     ReceiptMismatch => "receipt_mismatch", Receipt;
@@ -192,6 +212,8 @@ codes! {
 
     /// `evaluate` was asked for a receipt of a run that has not reached a terminal.
     RunNotTerminal => "run_not_terminal", Run;
+    /// A store write kept conflicting after its bounded retries.
+    StoreConflict => "store_conflict", Run;
 }
 
 /// An error with a stable code, a human message and, where known, a JSON Pointer

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::decode::{decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
+use crate::fleet::{BudgetUse, FleetStop, FleetSummary, OnStoreUnavailable, StopReason};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
@@ -39,6 +40,12 @@ pub enum Terminal {
     StopDeadline,
     /// The caller cancelled the run between attempts.
     StopCancelled,
+    /// No route's circuit breaker admits.
+    StopCircuitOpen,
+    /// A retry or fallback the fleet retry budget does not cover.
+    StopRetryBudget,
+    /// The fleet store is unavailable and the policy fails closed.
+    StopStoreUnavailable,
 }
 
 names!(Terminal {
@@ -50,6 +57,9 @@ names!(Terminal {
     StopCostBudget => "stop_cost_budget",
     StopDeadline => "stop_deadline",
     StopCancelled => "stop_cancelled",
+    StopCircuitOpen => "stop_circuit_open",
+    StopRetryBudget => "stop_retry_budget",
+    StopStoreUnavailable => "stop_store_unavailable",
 });
 
 /// The next attempt to dispatch, and not before when.
@@ -278,6 +288,7 @@ pub(crate) struct Run {
     streaming: Option<Streaming>,
     /// The stream action after each attempt (and after a cancellation).
     actions: Vec<StreamAction>,
+    fleet: Option<FleetSummary>,
 }
 
 impl Run {
@@ -296,6 +307,7 @@ impl Run {
             finished_at_ms: 0,
             streaming: cp.policy.stream.as_ref().map(|s| Streaming::new(s.mode)),
             actions: Vec::new(),
+            fleet: cp.policy.fleet.as_ref().map(|_| FleetSummary::default()),
         };
         let first = Delay {
             delay_ms: 0,
@@ -405,9 +417,193 @@ impl Run {
         self.admit(cp, next_priority, next_ordinal, not_before, d)
     }
 
-    pub(crate) fn check(&self, a: &Attempt, i: usize) -> Result<Dispatch> {
+    /// The planned dispatch on the next route by priority that still has
+    /// attempts, when the planned route is skipped (its breaker refused).
+    pub(crate) fn skip_route(&self, cp: &CompiledPolicy, d: &Dispatch) -> Option<Dispatch> {
+        let from = cp.routes().position(|r| r.route_id == d.route_id)?;
+        let (priority, used) = cp
+            .routes()
+            .enumerate()
+            .skip(from.saturating_add(1))
+            .map(|(p, r)| (p, self.per_route.get(p).copied().unwrap_or(0), r))
+            .find(|(_, used, r)| *used < r.max_attempts)
+            .map(|(p, used, _)| (p, used))?;
+        let delay = Delay {
+            delay_ms: d.delay_ms,
+            retry_after_floor_ms: d.retry_after_floor_ms,
+            jitter: d.jitter(),
+        };
+        match self.admit(cp, priority, used.saturating_add(1), d.not_before_ms, delay) {
+            Decision::Dispatch(moved) => Some(Dispatch {
+                continuation: None,
+                ..moved
+            }),
+            Decision::Terminal { .. } => None,
+        }
+    }
+
+    /// The dispatch an attempt's admission implies: the plan after its
+    /// skipped routes. The admission must fit the policy's fleet section.
+    fn admitted(
+        &self,
+        cp: &CompiledPolicy,
+        d: Dispatch,
+        a: &Attempt,
+        i: usize,
+    ) -> Result<Dispatch> {
+        let drift =
+            |code, field: &str, msg: &str| Err(Error::attempt(code, i, field, msg.to_owned()));
+        let (fleet, adm) = match (&cp.policy.fleet, &a.admission) {
+            (None, None) => return Ok(d),
+            (Some(_), None) => {
+                return drift(
+                    ErrorCode::AdmissionMissing,
+                    "admission",
+                    "the policy has a fleet section but the attempt records no admission",
+                )
+            }
+            (None, Some(_)) => {
+                return drift(
+                    ErrorCode::AdmissionUnexpected,
+                    "admission",
+                    "the attempt records an admission the policy has no fleet for",
+                )
+            }
+            (Some(f), Some(adm)) => (f, adm),
+        };
+        if adm.store.is_some() {
+            if fleet.on_store_unavailable != OnStoreUnavailable::FailOpen
+                || adm.breaker.is_some()
+                || adm.budget.is_some()
+                || adm.skipped.is_some()
+            {
+                return drift(
+                    ErrorCode::AdmissionDrift,
+                    "admission/store",
+                    "only a fail_open policy admits without its store, and then reads no snapshot",
+                );
+            }
+            return Ok(d);
+        }
+        let mut plan = d;
+        for skip in adm.skipped.iter().flat_map(|s| s.0.iter()) {
+            if fleet.breaker.is_none() || skip.route_id != plan.route_id {
+                return drift(
+                    ErrorCode::AdmissionDrift,
+                    "admission/skipped",
+                    "a skipped route is not the planned one",
+                );
+            }
+            plan = match self.skip_route(cp, &plan) {
+                Some(p) => p,
+                None => {
+                    return drift(
+                        ErrorCode::AdmissionDrift,
+                        "admission/skipped",
+                        "no route is left after the skipped ones: the run should have stopped",
+                    )
+                }
+            };
+        }
+        if fleet.breaker.is_some() != adm.breaker.is_some() {
+            return drift(
+                ErrorCode::AdmissionDrift,
+                "admission/breaker",
+                "an admission reads the breaker exactly when the policy has one",
+            );
+        }
+        let want = if plan.ordinal == 1 {
+            BudgetUse::Deposit
+        } else {
+            BudgetUse::Withdraw
+        };
+        let budget_ok = match (&fleet.retry_budget, &adm.budget) {
+            (None, None) => true,
+            (Some(_), Some(b)) => b.kind == want,
+            _ => false,
+        };
+        if !budget_ok {
+            return drift(
+                ErrorCode::AdmissionDrift,
+                "admission/budget",
+                "a first attempt deposits into the retry budget and every later one withdraws",
+            );
+        }
+        Ok(plan)
+    }
+
+    /// The fleet refused the next dispatch at `stop.at_ms` (run clock).
+    pub(crate) fn fleet_stop(&mut self, cp: &CompiledPolicy, stop: &FleetStop) -> Result<()> {
+        let bad = |msg: &str| {
+            Err(Error::at(
+                ErrorCode::AdmissionDrift,
+                "/fleet_stop",
+                msg.to_owned(),
+            ))
+        };
+        let Some(fleet) = &cp.policy.fleet else {
+            return Err(Error::at(
+                ErrorCode::AdmissionUnexpected,
+                "/fleet_stop",
+                "a fleet stop under a policy without a fleet section",
+            ));
+        };
+        let Decision::Dispatch(d) = &self.next else {
+            return bad("the run had already ended");
+        };
+        if stop.at_ms < self.finished_at_ms {
+            return bad("the fleet stop comes before the last completion");
+        }
+        let mut plan = d.clone();
+        let skips: &[crate::fleet::Skip] = stop.skipped.as_ref().map_or(&[], |s| &s.0);
+        let mut exhausted = false;
+        for (k, skip) in skips.iter().enumerate() {
+            if fleet.breaker.is_none() || skip.route_id != plan.route_id || exhausted {
+                return bad("a skipped route is not the planned one");
+            }
+            match self.skip_route(cp, &plan) {
+                Some(p) => plan = p,
+                None => exhausted = k.saturating_add(1) == skips.len(),
+            }
+        }
+        let terminal = match stop.reason {
+            StopReason::CircuitOpen if exhausted => Terminal::StopCircuitOpen,
+            StopReason::CircuitOpen => return bad("a route is left that was not tried"),
+            StopReason::RetryBudget
+                if fleet.retry_budget.is_some() && plan.ordinal > 1 && stop.budget.is_some() =>
+            {
+                Terminal::StopRetryBudget
+            }
+            StopReason::RetryBudget => {
+                return bad("only a retry or fallback can be short of the retry budget")
+            }
+            StopReason::StoreUnavailable
+                if fleet.on_store_unavailable == OnStoreUnavailable::FailClosed
+                    && skips.is_empty() =>
+            {
+                Terminal::StopStoreUnavailable
+            }
+            StopReason::StoreUnavailable => {
+                return bad("only a fail_closed policy stops for its store")
+            }
+        };
+        if let Some(f) = self.fleet.as_mut() {
+            f.routes_skipped = f
+                .routes_skipped
+                .saturating_add(u64::try_from(skips.len()).unwrap_or(0));
+        }
+        self.finished_at_ms = stop.at_ms;
+        self.next = Decision::Terminal { terminal };
+        if let Some(st) = self.streaming.as_mut() {
+            let action = st.settle(Some(terminal), false);
+            self.actions.push(action);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check(&self, cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<Dispatch> {
         let d = match &self.next {
-            Decision::Dispatch(d) => d.clone(),
+            Decision::Dispatch(d) => self.admitted(cp, d.clone(), a, i)?,
             Decision::Terminal { terminal } => {
                 return Err(Error::attempt(
                     ErrorCode::AttemptAfterTerminal,
@@ -586,6 +782,25 @@ impl Run {
             self.last_sample = d.jitter_sample_ms;
         }
         self.fallback_used |= priority > 0;
+        if let (Some(f), Some(adm)) = (self.fleet.as_mut(), &a.admission) {
+            if adm.store.is_some() {
+                f.admitted_without_store = f.admitted_without_store.saturating_add(1);
+            }
+            if adm.breaker.as_ref().is_some_and(|b| b.probe) {
+                f.probes = f.probes.saturating_add(1);
+            }
+            let skipped = adm.skipped.as_ref().map_or(0, |s| s.0.len());
+            f.routes_skipped = f
+                .routes_skipped
+                .saturating_add(u64::try_from(skipped).unwrap_or(0));
+            if adm
+                .budget
+                .as_ref()
+                .is_some_and(|b| b.kind == BudgetUse::Withdraw)
+            {
+                f.withdrawals = f.withdrawals.saturating_add(1);
+            }
+        }
         self.final_priority = Some(priority);
         self.finished_at_ms = a.completed_at_ms;
         self.schedule.push(ScheduleEntry {
@@ -716,6 +931,7 @@ impl Run {
             degraded: terminal == Terminal::Completed
                 && final_route.is_some_and(|r| cp.is_degraded(r)),
             fallback_used: self.fallback_used,
+            fleet: self.fleet.clone(),
             final_route_id: final_route.map(|r| r.route_id.clone()),
             finished_at_ms: self.finished_at_ms,
             idempotency_key_sha256: p.idempotency_key_sha256.clone(),
@@ -741,11 +957,14 @@ impl Run {
 pub(crate) fn replay(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Run> {
     let mut run = Run::new(policy);
     for (i, a) in attempts.attempts.iter().enumerate() {
-        let d = run.check(a, i)?;
+        let d = run.check(policy, a, i)?;
         run.observe(policy, a, d, i)?;
     }
     if let Some(at) = attempts.cancelled_at_ms {
         run.cancel(at)?;
+    }
+    if let Some(stop) = &attempts.fleet_stop {
+        run.fleet_stop(policy, stop)?;
     }
     Ok(run)
 }

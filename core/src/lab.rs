@@ -795,3 +795,156 @@ fn drive_stream(policy_json: &str, script_json: &str) -> Result<(Bundle, Vec<Val
     }
     Ok((session.seal()?, judgements, decisions))
 }
+
+/// Run a scripted session under a fleet section against an in-memory store,
+/// as the `fleet_session` vectors pin it.
+///
+/// `store` seeds the store: `{"breakers": [snapshots], "budget": snapshot?}`.
+/// Each step of `script` is one of:
+/// - `{"admit": now_epoch_ms}`: read the view from the store (or
+///   `{"admit": now, "store_down": true}` for an unreachable store), admit at
+///   the planned `not_before_ms` (or the run clock, if later), write back;
+/// - `{"observe": {"duration_ms", "facts"}}`: observe the admitted attempt,
+///   then record its outcome on its route's breaker in the store at
+///   `admitted_at_epoch_ms + duration_ms`;
+/// - `{"set": snapshot}`: another process writes a snapshot.
+///
+/// The answer: each step's result, the final store, the receipt, the sealed
+/// bundle's digest and its verdict; or the first error.
+pub fn fleet_session(policy_json: &str, store_json: &str, script_json: &str) -> Result<Value> {
+    use crate::canonical::to_value;
+    let (bundle, steps, store) = fleet_drive(policy_json, store_json, script_json)?;
+    let verdict = verify_bundle(&bundle)?;
+    Ok(json!({
+        "bundle_sha256": digest_of(&bundle),
+        "receipt": to_value(&bundle.receipt),
+        "steps": steps,
+        "store": store,
+        "verdict": to_value(&verdict),
+    }))
+}
+
+/// The sealed bundle of a scripted fleet session ([`fleet_session`]).
+pub fn fleet_bundle(policy_json: &str, store_json: &str, script_json: &str) -> Result<Bundle> {
+    Ok(fleet_drive(policy_json, store_json, script_json)?.0)
+}
+
+fn fleet_drive(
+    policy_json: &str,
+    store_json: &str,
+    script_json: &str,
+) -> Result<(Bundle, Vec<Value>, Value)> {
+    use crate::breaker::BreakerSnapshot;
+    use crate::budget::RetryBudgetSnapshot;
+    use crate::canonical::to_value;
+    use crate::fleet::FleetView;
+    use crate::observe::Facts;
+    let policy = Arc::new(crate::api::compile_policy(policy_json)?);
+    let store: Value = crate::decode::parse_strict(store_json)?;
+    // The store: breaker snapshots under their keys (a seeded key may hold
+    // another release's snapshot, as a broken store would return it).
+    let mut breakers: Vec<(Sha256Hex, BreakerSnapshot)> = Vec::new();
+    for (key, b) in store
+        .get("breakers")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let key = Sha256Hex::parse(key).map_err(|m| {
+            crate::error::Error::at(crate::error::ErrorCode::InvalidDigest, "/breakers", m)
+        })?;
+        breakers.push((key, from_value(b.clone())?));
+    }
+    let mut budget: Option<RetryBudgetSnapshot> = store
+        .get("budget")
+        .map(|b| from_value(b.clone()))
+        .transpose()?;
+    let script: Value = crate::decode::parse_strict(script_json)?;
+    let mut session = Session::start(policy);
+    let mut steps = Vec::new();
+    let (mut now, mut epoch) = (0u64, 0u64);
+    let put = |breakers: &mut Vec<(Sha256Hex, BreakerSnapshot)>, s: BreakerSnapshot| {
+        breakers.retain(|(k, _)| k != &s.route_release_sha256);
+        breakers.push((s.route_release_sha256.clone(), s));
+    };
+    for step in script.as_array().into_iter().flatten() {
+        if let Some(at) = step.get("admit").and_then(Value::as_u64) {
+            epoch = at;
+            let at_ms = match session.next() {
+                Decision::Dispatch(d) => d.not_before_ms.max(now),
+                Decision::Terminal { .. } => now,
+            };
+            now = at_ms;
+            let view = FleetView {
+                breakers: breakers.clone(),
+                budget: budget.clone(),
+                store_unavailable: step.get("store_down").is_some(),
+            };
+            let admitted = session.admit(at_ms, at, &view)?;
+            for b in &admitted.writes.breakers {
+                put(&mut breakers, b.clone());
+            }
+            if let Some(b) = &admitted.writes.budget {
+                budget = Some(b.clone());
+            }
+            steps.push(json!({
+                "decision": to_value(&admitted.decision),
+                "writes": to_value(&admitted.writes),
+            }));
+        } else if let Some(o) = step.get("observe") {
+            let started = now;
+            let duration = o.get("duration_ms").and_then(Value::as_u64).unwrap_or(0);
+            now = started.saturating_add(duration);
+            let facts: Facts = from_value(o.get("facts").cloned().unwrap_or(Value::Null))?;
+            let j = session.observe(started, now, None, &facts)?;
+            let mut recorded = Value::Null;
+            let release = session
+                .attempts()
+                .attempts
+                .last()
+                .map(|a| a.route_release_sha256.clone());
+            if let (Some(release), Some(_)) = (
+                release,
+                session
+                    .policy()
+                    .policy
+                    .fleet
+                    .as_ref()
+                    .and_then(|f| f.breaker.as_ref()),
+            ) {
+                let at = epoch.saturating_add(duration);
+                let current = breakers
+                    .iter()
+                    .find(|(k, _)| k == &release)
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_else(|| BreakerSnapshot::fresh(release.clone(), at));
+                let next = session.breaker_after(&current, at)?;
+                recorded = to_value(&next);
+                put(&mut breakers, next);
+            }
+            steps.push(json!({
+                "breaker": recorded,
+                "judgement": to_value(&j),
+                "next": to_value(session.next()),
+            }));
+        } else if let Some(s) = step.get("set") {
+            if s.get("schema").and_then(Value::as_str)
+                == Some(crate::budget::RetryBudgetSchema::NAME)
+            {
+                budget = Some(from_value(s.clone())?);
+            } else {
+                put(&mut breakers, from_value(s.clone())?);
+            }
+            steps.push(json!({"set": true}));
+        }
+    }
+    breakers.sort_by(|a, b| a.0.cmp(&b.0));
+    let store = json!({
+        "breakers": breakers
+            .iter()
+            .map(|(k, b)| (k.as_str().to_owned(), to_value(b)))
+            .collect::<serde_json::Map<String, Value>>(),
+        "budget": budget.as_ref().map(to_value),
+    });
+    Ok((session.seal()?, steps, store))
+}

@@ -29,18 +29,24 @@
 //! scoped idempotency keys, [`lift`] lifts it from an SDK call's parameters,
 //! [`builder`] builds a policy from a request and catalog documents, and
 //! [`price`] prices usage per route release, and [`stream`] is the stream
-//! contract: tentative events, commit or invalidate, exact continuation. [`api`] is the JSON-text
+//! contract: tentative events, commit or invalidate, exact continuation.
+//! Across runs, [`breaker`] (a circuit breaker per route release) and
+//! [`budget`] (a retry budget per scope) are pure transitions over snapshots
+//! a store holds, and [`fleet`] admits each attempt under them. [`api`] is the JSON-text
 //! boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
 pub mod api;
 pub mod attempt;
+pub mod breaker;
+pub mod budget;
 pub mod builder;
 pub mod canonical;
 pub mod capability;
 pub mod decode;
 pub mod error;
 pub mod evaluate;
+pub mod fleet;
 pub mod http;
 mod httpdate;
 pub mod ids;

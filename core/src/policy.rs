@@ -12,6 +12,7 @@ use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::capability::Capabilities;
 use crate::decode::{decode_tag, names, object, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
+use crate::fleet::FleetConfig;
 use crate::ids::{schema_marker, Identifier, Set, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
 use crate::stream::StreamContract;
@@ -215,6 +216,8 @@ pub struct Policy {
     pub cost_unit: Identifier,
     /// Absolute deadline on the run clock (ms since admission).
     pub deadline_ms: u64,
+    /// Fleet protection: circuit breakers and a retry budget shared across runs.
+    pub fleet: Option<FleetConfig>,
     /// Digest of the idempotency key every attempt carries.
     pub idempotency_key_sha256: Sha256Hex,
     /// Jitter mode.
@@ -275,6 +278,7 @@ object!(Policy {
     behavior_class_sha256: doc,
     cost_unit: doc,
     deadline_ms: u64,
+    fleet: opt_doc,
     idempotency_key_sha256: doc,
     jitter: doc,
     logical_request_sha256: doc,
@@ -360,6 +364,9 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
     }
     if let Some(stream) = &p.stream {
         stream.check(p.deadline_ms)?;
+    }
+    if let Some(fleet) = &p.fleet {
+        fleet.check()?;
     }
     if p.routes.is_empty() {
         return Err(Error::at(

@@ -12,6 +12,7 @@ use crate::canonical::{digest_of, to_value, Encode, ObjectWriter, Sink};
 use crate::decode::{decode_tag, names, object, pick, At, Decode, Fields};
 use crate::error::{ErrorCode, ErrorFamily, Result};
 use crate::evaluate::{replay, Terminal};
+use crate::fleet::{FleetSnapshots, FleetSummary};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
 use crate::outcome::OutcomeClass;
@@ -88,6 +89,8 @@ pub struct Receipt {
     pub final_route_id: Option<Identifier>,
     /// Last completion or cancellation time, ms.
     pub finished_at_ms: u64,
+    /// What the fleet did to the run.
+    pub fleet: Option<FleetSummary>,
     /// Idempotency key digest of every attempt.
     pub idempotency_key_sha256: Sha256Hex,
     /// Logical request digest of every attempt.
@@ -113,6 +116,8 @@ pub struct Receipt {
 pub struct Bundle {
     /// The observed attempts.
     pub attempts: Attempts,
+    /// The fleet snapshots every admission read.
+    pub fleet_snapshots: Option<FleetSnapshots>,
     /// The policy.
     pub policy: Policy,
     /// The sealed receipt.
@@ -181,6 +186,7 @@ object!(Receipt {
     fallback_used: bool,
     final_route_id: opt_doc,
     finished_at_ms: u64,
+    fleet: opt_doc,
     idempotency_key_sha256: doc,
     logical_request_sha256: doc,
     policy_sha256: doc,
@@ -194,6 +200,7 @@ object!(Receipt {
 
 object!(Bundle {
     attempts: doc,
+    fleet_snapshots: opt_doc,
     policy: doc,
     receipt: doc,
     schema: doc,
@@ -364,6 +371,15 @@ pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
     if let Some(e) = stream_drift(&policy, bundle, run.stream_actions()) {
         return Ok(e);
     }
+    let snapshots = bundle.fleet_snapshots.clone().unwrap_or_default();
+    if let Err(e) = crate::fleet::verify_admissions(&policy, &bundle.attempts, &snapshots) {
+        return Ok(Verdict::Drift {
+            attempt_index: e.attempt_index,
+            code: e.code.as_str().to_owned(),
+            path: e.path.unwrap_or_else(|| "/fleet_snapshots".to_owned()),
+            message: e.message,
+        });
+    }
     Ok(Verdict::Verified {
         attempts_sha256: replayed.attempts_sha256.as_str().to_owned(),
         policy_sha256: policy.policy_sha256.clone(),
@@ -455,6 +471,7 @@ impl Bundle {
     pub fn new(policy: Policy, attempts: Attempts, receipt: Receipt) -> Self {
         Bundle {
             attempts,
+            fleet_snapshots: None,
             policy,
             receipt,
             schema: BundleSchema,

@@ -11,9 +11,15 @@
 use std::sync::Arc;
 
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
+use crate::breaker::{self, BreakerAdmission};
+use crate::budget;
 use crate::canonical::digest_of;
 use crate::error::{Error, ErrorCode, Result};
-use crate::evaluate::{Decision, Run};
+use crate::evaluate::{Decision, Dispatch, Run};
+use crate::fleet::{
+    breaker_in, budget_in, Admission, BreakerRef, BudgetRef, BudgetUse, FleetSnapshots, FleetStop,
+    FleetView, FleetWrites, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
+};
 use crate::ids::Sha256Hex;
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::Outcome;
@@ -29,6 +35,27 @@ pub struct Session {
     attempts: Attempts,
     run: Run,
     log: EventLog,
+    pending: Option<Pending>,
+    snapshots: FleetSnapshots,
+    /// The highest generation seen per snapshot key (release or scope).
+    seen: Vec<(String, u64)>,
+}
+
+/// An admission waiting for its attempt's observation.
+#[derive(Debug, Clone)]
+struct Pending {
+    admission: Admission,
+    decision: Decision,
+}
+
+/// The answer of [`Session::admit`]: the decision (the dispatch on the route
+/// admitted, or the fleet's terminal) and the snapshots to write back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// What to do.
+    pub decision: Decision,
+    /// Snapshots that changed; write each with compare-and-set.
+    pub writes: FleetWrites,
 }
 
 impl Session {
@@ -38,6 +65,7 @@ impl Session {
         let attempts = Attempts {
             attempts: Vec::new(),
             cancelled_at_ms: None,
+            fleet_stop: None,
             schema: AttemptsSchema,
         };
         Self {
@@ -46,6 +74,9 @@ impl Session {
             attempts,
             run,
             log: EventLog::default(),
+            pending: None,
+            snapshots: FleetSnapshots::default(),
+            seen: Vec::new(),
         }
     }
 
@@ -59,9 +90,13 @@ impl Session {
         &self.attempts
     }
 
-    /// The next decision: the planned dispatch, or the terminal.
+    /// The next decision: the planned dispatch (after an admission, on the
+    /// route it admitted), or the terminal.
     pub fn next(&self) -> &Decision {
-        self.run.next()
+        match &self.pending {
+            Some(p) => &p.decision,
+            None => self.run.next(),
+        }
     }
 
     /// Record what the planned attempt did. Drift (an early start, a
@@ -88,13 +123,25 @@ impl Session {
         stream: Option<(Option<&StreamFacts>, Vec<Sha256Hex>, u64)>,
     ) -> Result<StreamAction> {
         let index = self.attempts.attempts.len();
-        let Decision::Dispatch(d) = self.run.next() else {
+        let Decision::Dispatch(d) = self.next() else {
             return Err(Error::attempt(
                 ErrorCode::AttemptAfterTerminal,
                 index,
                 "ordinal",
                 "the run has already reached a terminal",
             ));
+        };
+        let admission = match (&self.policy.policy.fleet, &self.pending) {
+            (None, _) => None,
+            (Some(_), Some(p)) => Some(p.admission.clone()),
+            (Some(_), None) => {
+                return Err(Error::attempt(
+                    ErrorCode::AdmissionMissing,
+                    index,
+                    "admission",
+                    "the policy has a fleet section: admit the attempt before dispatching it",
+                ))
+            }
         };
         let (record, deltas) = match stream {
             Some((facts, deltas, bytes)) => (
@@ -109,6 +156,7 @@ impl Session {
             None => (None, Vec::new()),
         };
         let attempt = Attempt {
+            admission,
             completed_at_ms,
             cost,
             idempotency_key_sha256: d.idempotency_key_sha256.clone(),
@@ -122,7 +170,7 @@ impl Session {
             started_at_ms,
             stream: record,
         };
-        let planned = self.run.check(&attempt, index)?;
+        let planned = self.run.check(&self.policy, &attempt, index)?;
         // `observe` fails only before it changes anything (a cost overflow).
         self.run.observe(&self.policy, &attempt, planned, index)?;
         let action = self.run.last_action();
@@ -136,6 +184,7 @@ impl Session {
             );
         }
         self.attempts.attempts.push(attempt);
+        self.pending = None;
         Ok(action)
     }
 
@@ -255,9 +304,249 @@ impl Session {
         self.log.events()
     }
 
+    /// Admit the planned attempt under the fleet view a host read from its
+    /// store at `now_epoch_ms` (wall clock), `at_ms` on the run clock. A
+    /// route whose breaker refuses is skipped (the plan moves to the next
+    /// route by priority, no attempt spent); the first attempt deposits into
+    /// the retry budget and every later one withdraws. The answer is the
+    /// dispatch to make (also what [`Session::next`] now gives) or the
+    /// fleet's terminal (`stop_circuit_open`, `stop_retry_budget`,
+    /// `stop_store_unavailable`), and the snapshots to write back. Calling it
+    /// again before the observation (after a compare-and-set conflict, with a
+    /// fresh view) replaces the admission.
+    pub fn admit(&mut self, at_ms: u64, now_epoch_ms: u64, view: &FleetView) -> Result<Admitted> {
+        let Some(fleet) = self.policy.policy.fleet.clone() else {
+            return Err(Error::at(
+                ErrorCode::AdmissionUnexpected,
+                "/fleet",
+                "the policy has no fleet section",
+            ));
+        };
+        let Decision::Dispatch(planned) = self.run.next().clone() else {
+            return Err(Error::new(
+                ErrorCode::AttemptAfterTerminal,
+                "the run has already reached a terminal",
+            ));
+        };
+        self.pending = None;
+        let mut writes = FleetWrites::default();
+        let mut admission = Admission {
+            admitted_at_epoch_ms: now_epoch_ms,
+            breaker: None,
+            budget: None,
+            skipped: None,
+            store: None,
+        };
+        if view.store_unavailable {
+            if fleet.on_store_unavailable == OnStoreUnavailable::FailOpen {
+                admission.store = Some(StoreStatus::Unavailable);
+                return Ok(self.hold(admission, planned, writes));
+            }
+            return self.stop(
+                at_ms,
+                now_epoch_ms,
+                StopReason::StoreUnavailable,
+                Vec::new(),
+                None,
+            );
+        }
+        let mut plan = planned;
+        let mut skips = Vec::new();
+        if let Some(cfg) = &fleet.breaker {
+            loop {
+                let s = breaker_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
+                self.saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
+                let digest = self.snapshots.keep_breaker(&s);
+                let (answer, next) = breaker::admit(cfg, &s, now_epoch_ms);
+                match answer {
+                    BreakerAdmission::Admitted { probe } => {
+                        admission.breaker = Some(BreakerRef {
+                            generation: s.generation,
+                            probe,
+                            snapshot_sha256: digest,
+                        });
+                        if changed(&next, &s) {
+                            writes.breakers.push(next);
+                        }
+                        break;
+                    }
+                    BreakerAdmission::Rejected { .. } => {
+                        if changed(&next, &s) {
+                            writes.breakers.push(next);
+                        }
+                        skips.push(Skip {
+                            route_id: plan.route_id.clone(),
+                            snapshot_sha256: digest,
+                        });
+                        match self.run.skip_route(&self.policy, &plan) {
+                            Some(p) => plan = p,
+                            None => {
+                                return self.stop(
+                                    at_ms,
+                                    now_epoch_ms,
+                                    StopReason::CircuitOpen,
+                                    skips,
+                                    None,
+                                )
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(cfg) = &fleet.retry_budget {
+            let s = budget_in(cfg, view, now_epoch_ms)?;
+            self.saw(s.scope.as_str(), s.generation, "/budget")?;
+            let digest = self.snapshots.keep_budget(&s);
+            if plan.ordinal == 1 {
+                writes.budget = Some(budget::deposit(cfg, &s, now_epoch_ms));
+                admission.budget = Some(BudgetRef {
+                    kind: BudgetUse::Deposit,
+                    snapshot_sha256: digest,
+                });
+            } else {
+                let (granted, next) = budget::withdraw(cfg, &s, now_epoch_ms);
+                let used = BudgetRef {
+                    kind: BudgetUse::Withdraw,
+                    snapshot_sha256: digest,
+                };
+                if !granted {
+                    return self.stop(
+                        at_ms,
+                        now_epoch_ms,
+                        StopReason::RetryBudget,
+                        skips,
+                        Some(used),
+                    );
+                }
+                writes.budget = Some(next);
+                admission.budget = Some(used);
+            }
+        }
+        if !skips.is_empty() {
+            admission.skipped = Some(Skips(skips));
+        }
+        Ok(self.hold(admission, plan, writes))
+    }
+
+    /// A snapshot's generation may not go back below one this run saw.
+    fn saw(&mut self, key: &str, generation: u64, at: &str) -> Result<()> {
+        match self.seen.iter_mut().find(|(k, _)| k == key) {
+            Some((_, g)) if *g > generation => Err(Error::at(
+                ErrorCode::GenerationRegressed,
+                format!("{at}/generation"),
+                format!("generation {generation} after {g} was seen"),
+            )),
+            Some((_, g)) => {
+                *g = generation;
+                Ok(())
+            }
+            None => {
+                self.seen.push((key.to_owned(), generation));
+                Ok(())
+            }
+        }
+    }
+
+    fn hold(&mut self, admission: Admission, plan: Dispatch, writes: FleetWrites) -> Admitted {
+        for b in &writes.breakers {
+            let _ = self.saw(b.route_release_sha256.as_str(), b.generation, "");
+        }
+        if let Some(b) = &writes.budget {
+            let _ = self.saw(b.scope.as_str(), b.generation, "");
+        }
+        let decision = Decision::Dispatch(plan);
+        self.pending = Some(Pending {
+            admission,
+            decision: decision.clone(),
+        });
+        Admitted { decision, writes }
+    }
+
+    fn stop(
+        &mut self,
+        at_ms: u64,
+        at_epoch_ms: u64,
+        reason: StopReason,
+        skips: Vec<Skip>,
+        budget: Option<BudgetRef>,
+    ) -> Result<Admitted> {
+        let stop = FleetStop {
+            at_epoch_ms,
+            at_ms,
+            budget,
+            reason,
+            skipped: (!skips.is_empty()).then_some(Skips(skips)),
+        };
+        self.run.fleet_stop(&self.policy, &stop)?;
+        self.attempts.fleet_stop = Some(stop);
+        let ordinal = self.attempts.attempts.last().map_or(0, |a| a.ordinal);
+        self.log
+            .close(&self.policy_sha256, ordinal, self.run.last_action());
+        Ok(Admitted {
+            decision: self.run.next().clone(),
+            writes: FleetWrites::default(),
+        })
+    }
+
+    /// The next snapshot of the last attempt's breaker after its outcome,
+    /// from the snapshot the host reads now (`now_epoch_ms`, wall clock).
+    pub fn breaker_after(
+        &self,
+        snapshot: &crate::breaker::BreakerSnapshot,
+        now_epoch_ms: u64,
+    ) -> Result<crate::breaker::BreakerSnapshot> {
+        let cfg = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.breaker.as_ref())
+            .ok_or_else(|| {
+                Error::at(
+                    ErrorCode::AdmissionUnexpected,
+                    "/fleet/breaker",
+                    "the policy has no breaker",
+                )
+            })?;
+        let Some(a) = self.attempts.attempts.last() else {
+            return Err(Error::new(
+                ErrorCode::AdmissionMissing,
+                "no attempt has been observed",
+            ));
+        };
+        snapshot.check(cfg, &a.route_release_sha256, "")?;
+        if let Some((_, g)) = self
+            .seen
+            .iter()
+            .find(|(k, _)| k == a.route_release_sha256.as_str())
+        {
+            if *g > snapshot.generation {
+                return Err(Error::at(
+                    ErrorCode::GenerationRegressed,
+                    "/generation",
+                    format!("generation {} after {g} was seen", snapshot.generation),
+                ));
+            }
+        }
+        let probe = a
+            .admission
+            .as_ref()
+            .and_then(|adm| adm.breaker.as_ref())
+            .is_some_and(|b| b.probe);
+        Ok(breaker::record(
+            cfg,
+            snapshot,
+            probe,
+            breaker::Health::of(&a.outcome),
+            now_epoch_ms,
+        ))
+    }
+
     /// Mark the run cancelled between attempts at `at_ms` (run clock).
     pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
         self.run.cancel(at_ms)?;
+        self.pending = None;
         self.attempts.cancelled_at_ms = Some(at_ms);
         let ordinal = self.attempts.attempts.last().map_or(0, |a| a.ordinal);
         self.log
@@ -289,6 +578,9 @@ impl Session {
         let mut bundle = Bundle::new(self.policy.policy.clone(), self.attempts.clone(), receipt);
         if self.policy.policy.stream.is_some() {
             bundle.stream_events = Some(StreamEvents(self.log.events().to_vec()));
+        }
+        if self.policy.policy.fleet.is_some() {
+            bundle.fleet_snapshots = Some(self.snapshots.clone());
         }
         Ok(bundle)
     }
@@ -376,4 +668,11 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::AttemptAfterTerminal);
     }
+}
+
+/// Whether a snapshot changed beyond its clock (only then is it written back).
+fn changed(next: &crate::breaker::BreakerSnapshot, read: &crate::breaker::BreakerSnapshot) -> bool {
+    let mut same_clock = next.clone();
+    same_clock.updated_at_epoch_ms = read.updated_at_epoch_ms;
+    &same_clock != read
 }

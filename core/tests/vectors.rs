@@ -22,8 +22,11 @@ use retryledger_core::outcome::RetryableKind;
 use retryledger_core::{compile, evaluate, ErrorCode, Outcome, Policy};
 use serde_json::{json, Value};
 
-/// Codes no JSON text within the limits can produce; each has its own test below.
-const NOT_IN_VECTORS: [ErrorCode; 1] = [ErrorCode::InputTooLarge];
+/// Codes no vector shows: `input_too_large` (no JSON text within the limits
+/// produces it; its own test is below) and `store_conflict` (a host's: a
+/// store write that keeps conflicting, which the store conformance scenarios
+/// exercise).
+const NOT_IN_VECTORS: [ErrorCode; 2] = [ErrorCode::InputTooLarge, ErrorCode::StoreConflict];
 
 fn vectors_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -96,6 +99,11 @@ fn actual(op: &str, input: &Value) -> Value {
         "check_price_schedule" => &["policy", "schedule"],
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
         "stream_session" => &["policy", "script"],
+        "fleet_session" => &["policy", "script", "store"],
+        "breaker_admit" | "budget_deposit" | "budget_withdraw" => {
+            &["config", "now_epoch_ms", "snapshot"]
+        }
+        "breaker_record" => &["config", "now_epoch_ms", "outcome", "probe", "snapshot"],
         "idempotency_key_sha256" => match (input.get("tenant"), input.get("operation")) {
             (Some(_), Some(_)) => &["key", "operation", "tenant"],
             (Some(_), None) => &["key", "tenant"],
@@ -137,6 +145,35 @@ fn actual(op: &str, input: &Value) -> Value {
         .map(Value::from),
         "request_sha256" => api::request_sha256(s(input, "request")).map(Value::String),
         "stream_session" => lab::stream_session(s(input, "policy"), s(input, "script")),
+        "fleet_session" => {
+            lab::fleet_session(s(input, "policy"), s(input, "store"), s(input, "script"))
+        }
+        "breaker_admit" => api::breaker_admit(
+            s(input, "config"),
+            s(input, "snapshot"),
+            n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
+        "breaker_record" => api::breaker_record(
+            s(input, "config"),
+            s(input, "snapshot"),
+            input["probe"].as_bool().unwrap(),
+            s(input, "outcome"),
+            n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
+        "budget_deposit" => api::budget_deposit(
+            s(input, "config"),
+            s(input, "snapshot"),
+            n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
+        "budget_withdraw" => api::budget_withdraw(
+            s(input, "config"),
+            s(input, "snapshot"),
+            n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
         "idempotency_key_sha256" => api::idempotency_key_sha256(
             s(input, "key"),
             input.get("tenant").and_then(Value::as_str),

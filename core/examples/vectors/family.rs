@@ -137,6 +137,37 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
                 .and_then(|(_, v)| v.as_str()),
         )
         .map(Value::String),
+        "breaker_admit" => api::breaker_admit(
+            text(input, "config"),
+            text(input, "snapshot"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
+        "breaker_record" => api::breaker_record(
+            text(input, "config"),
+            text(input, "snapshot"),
+            get(input, "probe").as_bool().expect("probe"),
+            text(input, "outcome"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
+        "budget_deposit" => api::budget_deposit(
+            text(input, "config"),
+            text(input, "snapshot"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
+        "budget_withdraw" => api::budget_withdraw(
+            text(input, "config"),
+            text(input, "snapshot"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
+        "fleet_session" => retryledger_core::lab::fleet_session(
+            text(input, "policy"),
+            text(input, "store"),
+            text(input, "script"),
+        ),
         "stream_session" => {
             retryledger_core::lab::stream_session(text(input, "policy"), text(input, "script"))
         }
@@ -179,6 +210,8 @@ impl Family {
         let matches = match want {
             "ok" => expect.get("ok").is_some(),
             "error" => expect.get("error").is_some(),
+            // A `key":value` fragment is looked for as it stands.
+            w if w.contains("\":") => shown.contains(&format!("\"{w}")),
             w => shown.contains(&format!("\"{w}\"")) || shown.contains(&format!(":{w}")),
         };
         assert!(

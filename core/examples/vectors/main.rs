@@ -33,6 +33,7 @@ mod decode;
 mod digest;
 mod drivers;
 mod evaluate;
+mod fleet;
 mod jitter;
 mod lift;
 mod observe;
@@ -67,6 +68,7 @@ const FAMILIES: &[fn() -> Family] = &[
     observe::family,
     drivers::family,
     stream::family,
+    fleet::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {

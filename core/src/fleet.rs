@@ -1,0 +1,515 @@
+//! Fleet protection in a run: the policy's `fleet` section (a circuit breaker
+//! per route release, a retry budget per scope, what to do when the store is
+//! unreachable), the admission each attempt was dispatched under, and the
+//! replay of every admission against the snapshots a bundle carries.
+//!
+//! Before each dispatch a host reads the snapshots of the planned route's
+//! breaker and of the budget from its store and asks the session to admit
+//! ([`crate::session::Session::admit`]). An open route is skipped without
+//! spending an attempt (the plan moves to the next route by priority); when no
+//! route admits the run ends `stop_circuit_open`; a retry or fallback the
+//! budget does not cover ends it `stop_retry_budget`; an unreachable store
+//! ends it `stop_store_unavailable` (`fail_closed`) or is admitted and
+//! recorded as such (`fail_open`). Each attempt records the snapshots' digests
+//! and the breaker generation it was admitted under; the bundle carries the
+//! snapshots, and [`verify_admissions`] re-runs every admission.
+
+use serde_json::Value;
+
+use crate::attempt::Attempts;
+use crate::breaker::{self, BreakerAdmission, BreakerConfig, BreakerSnapshot};
+use crate::budget::{self, RetryBudgetConfig, RetryBudgetSnapshot};
+use crate::canonical::{digest_of, encode_list, Encode, Sink};
+use crate::decode::{decode_list, names, object, At, Decode};
+use crate::error::{Error, ErrorCode, Result};
+use crate::ids::{Identifier, Sha256Hex};
+use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
+use crate::policy::CompiledPolicy;
+
+/// What happens when the store cannot be read or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreUnavailable {
+    /// Stop with `stop_store_unavailable`.
+    FailClosed,
+    /// Dispatch without the fleet view; the attempt and receipt say so.
+    FailOpen,
+}
+
+names!(OnStoreUnavailable {
+    FailClosed => "fail_closed",
+    FailOpen => "fail_open",
+});
+
+/// The policy's `fleet` section. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// A circuit breaker per route release.
+    pub breaker: Option<BreakerConfig>,
+    /// What happens when the store is unreachable.
+    pub on_store_unavailable: OnStoreUnavailable,
+    /// A retry budget shared by every run of its scope.
+    pub retry_budget: Option<RetryBudgetConfig>,
+}
+
+object!(FleetConfig {
+    breaker: opt_doc,
+    on_store_unavailable: doc,
+    retry_budget: opt_doc,
+});
+
+impl FleetConfig {
+    /// Check the section.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.breaker.is_none() && self.retry_budget.is_none() {
+            return Err(Error::at(
+                ErrorCode::InvalidBreaker,
+                "/fleet",
+                "a fleet section needs a breaker, a retry budget or both",
+            ));
+        }
+        if let Some(b) = &self.breaker {
+            b.check("/fleet/breaker")?;
+        }
+        if let Some(b) = &self.retry_budget {
+            b.check("/fleet/retry_budget")?;
+        }
+        Ok(())
+    }
+}
+
+/// The breaker an attempt was admitted under. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerRef {
+    /// The snapshot's generation.
+    pub generation: u64,
+    /// Admitted as a half-open probe.
+    pub probe: bool,
+    /// Digest of the snapshot read.
+    pub snapshot_sha256: Sha256Hex,
+}
+
+object!(BreakerRef {
+    generation: u64,
+    probe: bool,
+    snapshot_sha256: doc,
+});
+
+/// What an admission did to the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetUse {
+    /// A first attempt deposited its share.
+    Deposit,
+    /// A retry or fallback withdrew a token.
+    Withdraw,
+}
+
+names!(BudgetUse {
+    Deposit => "deposit",
+    Withdraw => "withdraw",
+});
+
+/// The budget an attempt was admitted under. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetRef {
+    /// Deposit or withdraw.
+    pub kind: BudgetUse,
+    /// Digest of the snapshot read.
+    pub snapshot_sha256: Sha256Hex,
+}
+
+object!(BudgetRef {
+    kind: doc,
+    snapshot_sha256: doc,
+});
+
+/// A route skipped because its breaker refused. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    /// The route skipped.
+    pub route_id: Identifier,
+    /// Digest of its breaker snapshot read.
+    pub snapshot_sha256: Sha256Hex,
+}
+
+object!(Skip {
+    route_id: doc,
+    snapshot_sha256: doc,
+});
+
+/// Routes skipped before an admission, in the order they were tried.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Skips(pub Vec<Skip>);
+
+impl Decode for Skips {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        decode_list(v, at, MAX_ROUTES).map(Self)
+    }
+}
+
+impl Encode for Skips {
+    fn encode(&self, sink: &mut dyn Sink) {
+        encode_list(self.0.iter(), sink);
+    }
+}
+
+/// The store could not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreStatus {
+    /// Unreachable, or failing.
+    Unavailable,
+}
+
+names!(StoreStatus {
+    Unavailable => "unavailable",
+});
+
+/// What an attempt was admitted under. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// Wall clock of the admission, Unix ms.
+    pub admitted_at_epoch_ms: u64,
+    /// The breaker of the attempt's route.
+    pub breaker: Option<BreakerRef>,
+    /// The retry budget.
+    pub budget: Option<BudgetRef>,
+    /// Routes skipped before it (open breakers).
+    pub skipped: Option<Skips>,
+    /// Set when the store was unavailable and the policy fails open.
+    pub store: Option<StoreStatus>,
+}
+
+object!(Admission {
+    admitted_at_epoch_ms: u64,
+    breaker: opt_doc,
+    budget: opt_doc,
+    skipped: opt_doc,
+    store: opt_doc,
+});
+
+/// Why the fleet stopped a run before a dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// No route's breaker admits.
+    CircuitOpen,
+    /// A retry or fallback the budget does not cover.
+    RetryBudget,
+    /// The store is unavailable and the policy fails closed.
+    StoreUnavailable,
+}
+
+names!(StopReason {
+    CircuitOpen => "circuit_open",
+    RetryBudget => "retry_budget",
+    StoreUnavailable => "store_unavailable",
+});
+
+/// The fleet's refusal of the next dispatch (on the attempts document).
+/// Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetStop {
+    /// Wall clock of the refusal, Unix ms.
+    pub at_epoch_ms: u64,
+    /// Run clock of the refusal, ms.
+    pub at_ms: u64,
+    /// The budget snapshot that refused (retry_budget).
+    pub budget: Option<BudgetRef>,
+    /// Why.
+    pub reason: StopReason,
+    /// Routes skipped (circuit_open: every route left).
+    pub skipped: Option<Skips>,
+}
+
+object!(FleetStop {
+    at_epoch_ms: u64,
+    at_ms: u64,
+    budget: opt_doc,
+    reason: doc,
+    skipped: opt_doc,
+});
+
+/// What the fleet did to a run (in the receipt). Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetSummary {
+    /// Attempts admitted without the store (`fail_open`).
+    pub admitted_without_store: u64,
+    /// Attempts admitted as half-open probes.
+    pub probes: u64,
+    /// Routes skipped because their breaker refused.
+    pub routes_skipped: u64,
+    /// Attempts that withdrew from the retry budget.
+    pub withdrawals: u64,
+}
+
+object!(FleetSummary {
+    admitted_without_store: u64,
+    probes: u64,
+    routes_skipped: u64,
+    withdrawals: u64,
+});
+
+/// The snapshots a bundle carries: every one an admission read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetSnapshots {
+    /// Breaker snapshots.
+    pub breakers: Vec<BreakerSnapshot>,
+    /// Retry budget snapshots.
+    pub budgets: Vec<RetryBudgetSnapshot>,
+}
+
+impl Decode for FleetSnapshots {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = crate::decode::Fields::open(v, at)?;
+        let breakers = f.req_with("breakers", |v, at| decode_list(v, at, MAX_ATTEMPTS));
+        let budgets = f.req_with("budgets", |v, at| decode_list(v, at, MAX_ATTEMPTS));
+        f.end()?;
+        let (Some(breakers), Some(budgets)) = (breakers, budgets) else {
+            return Err(f.incomplete());
+        };
+        Ok(Self { breakers, budgets })
+    }
+}
+
+impl Encode for FleetSnapshots {
+    fn encode(&self, sink: &mut dyn Sink) {
+        crate::canonical::ObjectWriter::new(sink)
+            .list("breakers", &self.breakers)
+            .list("budgets", &self.budgets)
+            .end();
+    }
+}
+
+impl FleetSnapshots {
+    /// Keep a breaker snapshot (once); its digest.
+    pub(crate) fn keep_breaker(&mut self, s: &BreakerSnapshot) -> Sha256Hex {
+        let d = Sha256Hex::computed(digest_of(s));
+        if !self.breakers.iter().any(|b| b == s) {
+            self.breakers.push(s.clone());
+        }
+        d
+    }
+
+    /// Keep a budget snapshot (once); its digest.
+    pub(crate) fn keep_budget(&mut self, s: &RetryBudgetSnapshot) -> Sha256Hex {
+        let d = Sha256Hex::computed(digest_of(s));
+        if !self.budgets.iter().any(|b| b == s) {
+            self.budgets.push(s.clone());
+        }
+        d
+    }
+
+    fn breaker(&self, d: &Sha256Hex) -> Option<&BreakerSnapshot> {
+        self.breakers.iter().find(|s| digest_of(*s) == d.as_str())
+    }
+
+    fn budget(&self, d: &Sha256Hex) -> Option<&RetryBudgetSnapshot> {
+        self.budgets.iter().find(|s| digest_of(*s) == d.as_str())
+    }
+}
+
+/// What a host read from its store before a dispatch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetView {
+    /// Breaker snapshots of the policy's routes, each under the key (route
+    /// release) the host read it with, in any order; a route the store holds
+    /// nothing for gets a fresh closed breaker.
+    pub breakers: Vec<(Sha256Hex, BreakerSnapshot)>,
+    /// The budget snapshot (a fresh empty one when absent).
+    pub budget: Option<RetryBudgetSnapshot>,
+    /// The store could not be read.
+    pub store_unavailable: bool,
+}
+
+/// The snapshots a host writes back (compare-and-set) after an admission:
+/// only those that changed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetWrites {
+    /// Breaker snapshots to write.
+    pub breakers: Vec<BreakerSnapshot>,
+    /// The budget snapshot to write.
+    pub budget: Option<RetryBudgetSnapshot>,
+}
+
+impl Encode for FleetWrites {
+    fn encode(&self, sink: &mut dyn Sink) {
+        crate::canonical::ObjectWriter::new(sink)
+            .list("breakers", &self.breakers)
+            .opt_doc("budget", self.budget.as_ref())
+            .end();
+    }
+}
+
+/// The breaker snapshot of a release in a view, or a fresh one; checked.
+pub(crate) fn breaker_in(
+    cfg: &BreakerConfig,
+    view: &FleetView,
+    release: &Sha256Hex,
+    now: u64,
+) -> Result<BreakerSnapshot> {
+    match view.breakers.iter().find(|(key, _)| key == release) {
+        Some((key, s)) => {
+            s.check(cfg, release, &format!("/breakers/{}", key.as_str()))?;
+            Ok(s.clone())
+        }
+        None => Ok(BreakerSnapshot::fresh(release.clone(), now)),
+    }
+}
+
+/// The budget snapshot of a view, or a fresh one; checked.
+pub(crate) fn budget_in(
+    cfg: &RetryBudgetConfig,
+    view: &FleetView,
+    now: u64,
+) -> Result<RetryBudgetSnapshot> {
+    match &view.budget {
+        Some(s) => {
+            s.check(cfg, "/budget")?;
+            Ok(s.clone())
+        }
+        None => Ok(RetryBudgetSnapshot::fresh(cfg.scope.clone(), now)),
+    }
+}
+
+fn drift(i: Option<usize>, path: String, msg: String) -> Error {
+    let mut e = Error::at(ErrorCode::AdmissionDrift, path, msg);
+    e.attempt_index = i;
+    e
+}
+
+/// Check one skip: the snapshot is in the bundle, is the route's, and refuses.
+fn check_skip(
+    cp: &CompiledPolicy,
+    cfg: &BreakerConfig,
+    snapshots: &FleetSnapshots,
+    skip: &Skip,
+    at_epoch_ms: u64,
+    i: Option<usize>,
+    at: &str,
+) -> Result<()> {
+    let Some(route) = cp.routes().find(|r| r.route_id == skip.route_id) else {
+        return Err(drift(
+            i,
+            format!("{at}/route_id"),
+            format!("no route `{}`", skip.route_id),
+        ));
+    };
+    let Some(s) = snapshots.breaker(&skip.snapshot_sha256) else {
+        return Err(missing(i, format!("{at}/snapshot_sha256")));
+    };
+    s.check(cfg, &route.route_release_sha256, at)?;
+    if let (BreakerAdmission::Admitted { .. }, _) = breaker::admit(cfg, s, at_epoch_ms) {
+        return Err(drift(
+            i,
+            format!("{at}/route_id"),
+            format!(
+                "route `{}` was skipped, but its breaker snapshot admits at {at_epoch_ms}",
+                skip.route_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn missing(i: Option<usize>, path: String) -> Error {
+    let mut e = Error::at(
+        ErrorCode::SnapshotMissing,
+        path,
+        "the bundle does not carry the snapshot this admission read",
+    );
+    e.attempt_index = i;
+    e
+}
+
+/// Replay every admission of a run against the snapshots its bundle carries.
+pub fn verify_admissions(
+    cp: &CompiledPolicy,
+    attempts: &Attempts,
+    snapshots: &FleetSnapshots,
+) -> Result<()> {
+    let Some(fleet) = &cp.policy.fleet else {
+        return Ok(());
+    };
+    for (i, a) in attempts.attempts.iter().enumerate() {
+        let Some(adm) = &a.admission else { continue };
+        let at = format!("/attempts/attempts/{i}/admission");
+        let now = adm.admitted_at_epoch_ms;
+        if adm.store.is_some() {
+            continue;
+        }
+        if let Some(cfg) = &fleet.breaker {
+            for (k, skip) in adm.skipped.iter().flat_map(|s| s.0.iter()).enumerate() {
+                check_skip(
+                    cp,
+                    cfg,
+                    snapshots,
+                    skip,
+                    now,
+                    Some(i),
+                    &format!("{at}/skipped/{k}"),
+                )?;
+            }
+            if let Some(b) = &adm.breaker {
+                let Some(s) = snapshots.breaker(&b.snapshot_sha256) else {
+                    return Err(missing(Some(i), format!("{at}/breaker/snapshot_sha256")));
+                };
+                s.check(cfg, &a.route_release_sha256, &format!("{at}/breaker"))?;
+                let (answer, _) = breaker::admit(cfg, s, now);
+                if answer != (BreakerAdmission::Admitted { probe: b.probe })
+                    || s.generation != b.generation
+                {
+                    return Err(drift(
+                        Some(i),
+                        format!("{at}/breaker"),
+                        "the breaker snapshot does not give this admission".into(),
+                    ));
+                }
+            }
+        }
+        if let (Some(cfg), Some(b)) = (&fleet.retry_budget, &adm.budget) {
+            let Some(s) = snapshots.budget(&b.snapshot_sha256) else {
+                return Err(missing(Some(i), format!("{at}/budget/snapshot_sha256")));
+            };
+            s.check(cfg, &format!("{at}/budget"))?;
+            if b.kind == BudgetUse::Withdraw && !budget::withdraw(cfg, s, now).0 {
+                return Err(drift(
+                    Some(i),
+                    format!("{at}/budget"),
+                    "the budget snapshot does not cover this withdrawal".into(),
+                ));
+            }
+        }
+    }
+    if let Some(stop) = &attempts.fleet_stop {
+        let at = "/attempts/fleet_stop";
+        let now = stop.at_epoch_ms;
+        if let Some(cfg) = &fleet.breaker {
+            for (k, skip) in stop.skipped.iter().flat_map(|s| s.0.iter()).enumerate() {
+                check_skip(
+                    cp,
+                    cfg,
+                    snapshots,
+                    skip,
+                    now,
+                    None,
+                    &format!("{at}/skipped/{k}"),
+                )?;
+            }
+        }
+        if let (Some(cfg), Some(b), StopReason::RetryBudget) =
+            (&fleet.retry_budget, &stop.budget, stop.reason)
+        {
+            let Some(s) = snapshots.budget(&b.snapshot_sha256) else {
+                return Err(missing(None, format!("{at}/budget/snapshot_sha256")));
+            };
+            s.check(cfg, &format!("{at}/budget"))?;
+            if budget::withdraw(cfg, s, now).0 {
+                return Err(drift(
+                    None,
+                    format!("{at}/budget"),
+                    "the run stopped for its retry budget, but the snapshot covers the withdrawal"
+                        .into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
