@@ -319,6 +319,37 @@ pub struct FleetView {
     pub store_unavailable: bool,
 }
 
+/// A view is `{"breakers": {release: snapshot, …}, "budget"?: snapshot,
+/// "store_unavailable"?: bool}`: each breaker under the key it was read with.
+impl Decode for FleetView {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        let mut f = crate::decode::Fields::open(v, at)?;
+        let breakers = f.opt_with("breakers", |v, at| {
+            let Value::Object(map) = v else {
+                return Err(at.error(ErrorCode::InvalidType, "expected an object of snapshots by route release"));
+            };
+            if map.len() > MAX_ROUTES {
+                return Err(at.error(ErrorCode::TooManyItems, format!("at most {MAX_ROUTES} breakers")));
+            }
+            let mut out = Vec::with_capacity(map.len());
+            for (key, snapshot) in map {
+                let here = At::Key(at, key);
+                let release = Sha256Hex::parse(key).map_err(|m| here.error(ErrorCode::InvalidDigest, m))?;
+                out.push((release, BreakerSnapshot::decode(snapshot, &here)?));
+            }
+            Ok(out)
+        });
+        let budget = f.opt("budget");
+        let store_unavailable: Option<bool> = f.opt("store_unavailable");
+        f.end()?;
+        Ok(Self {
+            breakers: breakers.unwrap_or_default(),
+            budget,
+            store_unavailable: store_unavailable.unwrap_or(false),
+        })
+    }
+}
+
 /// The snapshots a host writes back (compare-and-set) after an admission:
 /// only those that changed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -58,6 +58,16 @@ pub struct Admitted {
     pub writes: FleetWrites,
 }
 
+/// `{"decision": …, "writes": …}`.
+impl crate::canonical::Encode for Admitted {
+    fn encode(&self, sink: &mut dyn crate::canonical::Sink) {
+        crate::canonical::ObjectWriter::new(sink)
+            .doc("decision", &self.decision)
+            .doc("writes", &self.writes)
+            .end();
+    }
+}
+
 impl Session {
     /// Admit a logical request: no attempt yet, the first dispatch planned.
     pub fn start(policy: Arc<CompiledPolicy>) -> Self {
@@ -297,6 +307,11 @@ impl Session {
             judgement.stream = Some(action);
         }
         Ok(judgement)
+    }
+
+    /// The fleet snapshots every admission so far read.
+    pub fn fleet_snapshots(&self) -> &FleetSnapshots {
+        &self.snapshots
     }
 
     /// The events the consumer received so far (a streamed run).

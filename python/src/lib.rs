@@ -482,6 +482,58 @@ fn judge(facts: &Bound<'_, PyAny>) -> PyResult<String> {
     lift(api::judge(&text(facts)?))
 }
 
+/// `breaker_admit`: `{"admission", "snapshot"}` (JSON) for a breaker configuration and snapshot at a wall-clock time.
+#[pyfunction]
+fn breaker_admit(
+    config: &Bound<'_, PyAny>,
+    snapshot: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    lift(api::breaker_admit(&text(config)?, &text(snapshot)?, now))
+}
+
+/// `breaker_record`: the next breaker snapshot (JSON) after an admitted attempt's outcome.
+#[pyfunction]
+fn breaker_record(
+    config: &Bound<'_, PyAny>,
+    snapshot: &Bound<'_, PyAny>,
+    probe: bool,
+    outcome: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    lift(api::breaker_record(
+        &text(config)?,
+        &text(snapshot)?,
+        probe,
+        &text(outcome)?,
+        now,
+    ))
+}
+
+/// `budget_deposit`: the next budget snapshot (JSON) after a first attempt's deposit.
+#[pyfunction]
+fn budget_deposit(
+    config: &Bound<'_, PyAny>,
+    snapshot: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    lift(api::budget_deposit(&text(config)?, &text(snapshot)?, now))
+}
+
+/// `budget_withdraw`: `{"granted", "snapshot"}` (JSON) for a retry's withdrawal.
+#[pyfunction]
+fn budget_withdraw(
+    config: &Bound<'_, PyAny>,
+    snapshot: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    lift(api::budget_withdraw(&text(config)?, &text(snapshot)?, now))
+}
+
 /// `request_sha256`: a logical request's digest (full RFC 8785).
 #[pyfunction]
 fn request_sha256(request: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1035,6 +1087,39 @@ impl PySession {
         Ok(PyJudgement { inner: judgement })
     }
 
+    /// Admit the planned attempt under the fleet view read from the store
+    /// at `now_epoch_ms` (`{"breakers": {release: snapshot}, "budget"?,
+    /// "store_unavailable"?}`, a dict or JSON), `at_ms` on the run clock:
+    /// `{"decision": …, "writes": …}` as a dict.
+    fn admit<'py>(
+        &mut self,
+        py: Python<'py>,
+        at_ms: &Bound<'_, PyAny>,
+        now_epoch_ms: &Bound<'_, PyAny>,
+        view: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let at = integer(at_ms, "at_ms")?;
+        let now = integer(now_epoch_ms, "now_epoch_ms")?;
+        let view = lift(from_str::<retryledger_core::fleet::FleetView>(&text(view)?))?;
+        let admitted = lift(self.session.admit(at, now, &view))?;
+        self.next = None;
+        to_py(py, &admitted)
+    }
+
+    /// The last attempt's breaker after its outcome, from the snapshot read
+    /// now (a dict or JSON): the next snapshot as a dict.
+    fn breaker_after<'py>(
+        &self,
+        py: Python<'py>,
+        snapshot: &Bound<'_, PyAny>,
+        now_epoch_ms: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let now = integer(now_epoch_ms, "now_epoch_ms")?;
+        let snapshot =
+            lift(from_str::<retryledger_core::breaker::BreakerSnapshot>(&text(snapshot)?))?;
+        to_py(py, &lift(self.session.breaker_after(&snapshot, now))?)
+    }
+
     /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
     fn cancel(&mut self, at_ms: &Bound<'_, PyAny>) -> PyResult<()> {
         let at = integer(at_ms, "at_ms")?;
@@ -1069,12 +1154,21 @@ impl PySession {
 
     /// Seal the finished run (an error while it can still dispatch).
     fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
-        let stream_events = self.session.policy().policy.stream.as_ref().map(|_| {
-            retryledger_core::stream::StreamEvents(self.session.stream_events().to_vec())
-        });
+        let stream_events =
+            self.session.policy().policy.stream.as_ref().map(|_| {
+                retryledger_core::stream::StreamEvents(self.session.stream_events().to_vec())
+            });
+        let fleet_snapshots = self
+            .session
+            .policy()
+            .policy
+            .fleet
+            .as_ref()
+            .map(|_| self.session.fleet_snapshots().clone());
         Ok(Sealed {
             receipt: lift(self.session.receipt())?,
             attempts: self.session.attempts().clone(),
+            fleet_snapshots,
             stream_events,
             policy: self.policy.clone_ref(py),
             receipt_dict: PyOnceLock::new(),
@@ -1089,6 +1183,7 @@ impl PySession {
 struct Sealed {
     policy: Py<Compiled>,
     attempts: Attempts,
+    fleet_snapshots: Option<retryledger_core::fleet::FleetSnapshots>,
     stream_events: Option<retryledger_core::stream::StreamEvents>,
     receipt: Receipt,
     receipt_dict: PyOnceLock<Py<PyAny>>,
@@ -1099,15 +1194,19 @@ struct Sealed {
 /// A bundle's canonical JSON from its parts' canonical JSON (fields in sorted order).
 fn bundle_text(
     attempts_json: &str,
+    fleet_snapshots_json: Option<&str>,
     policy_json: &str,
     receipt_json: &str,
     stream_events_json: Option<&str>,
 ) -> String {
+    let fleet = fleet_snapshots_json
+        .map(|f| format!(",\"fleet_snapshots\":{f}"))
+        .unwrap_or_default();
     let events = stream_events_json
         .map(|e| format!(",\"stream_events\":{e}"))
         .unwrap_or_default();
     format!(
-        "{{\"attempts\":{attempts_json},\"policy\":{policy_json},\"receipt\":{receipt_json},\"schema\":\"{}\"{events}}}",
+        "{{\"attempts\":{attempts_json}{fleet},\"policy\":{policy_json},\"receipt\":{receipt_json},\"schema\":\"{}\"{events}}}",
         BundleSchema::NAME
     )
 }
@@ -1153,6 +1252,7 @@ impl Sealed {
         self.bundle_json.get_or_init(|| {
             bundle_text(
                 &canonical_json(&self.attempts),
+                self.fleet_snapshots.as_ref().map(canonical_json).as_deref(),
                 &self.policy.get().policy_json,
                 &canonical_json(&self.receipt),
                 self.stream_events.as_ref().map(canonical_json).as_deref(),
@@ -1165,6 +1265,9 @@ impl Sealed {
     fn bundle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("attempts", to_py(py, &self.attempts)?)?;
+        if let Some(f) = &self.fleet_snapshots {
+            d.set_item("fleet_snapshots", to_py(py, f)?)?;
+        }
         d.set_item("policy", to_py(py, &self.policy.get().inner.policy)?)?;
         d.set_item("receipt", to_py(py, &self.receipt)?)?;
         d.set_item("schema", BundleSchema::NAME)?;
@@ -1184,6 +1287,7 @@ mod tests {
         let bundle = retryledger_core::lab::reference_bundle()?;
         let text = bundle_text(
             &canonical_json(&bundle.attempts),
+            None,
             &canonical_json(&bundle.policy),
             &canonical_json(&bundle.receipt),
             None,
@@ -1213,6 +1317,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
     m.add_function(wrap_pyfunction!(judge, m)?)?;
+    m.add_function(wrap_pyfunction!(breaker_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(breaker_record, m)?)?;
+    m.add_function(wrap_pyfunction!(budget_deposit, m)?)?;
+    m.add_function(wrap_pyfunction!(budget_withdraw, m)?)?;
     m.add_function(wrap_pyfunction!(request_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(build_policy, m)?)?;
     m.add_function(wrap_pyfunction!(lift_request, m)?)?;

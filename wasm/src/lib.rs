@@ -229,6 +229,40 @@ pub fn idempotency_key_sha256(
     ))
 }
 
+/// `breakerAdmit`: `{"admission", "snapshot"}` for a breaker configuration and snapshot at a wall-clock time.
+#[wasm_bindgen]
+pub fn breaker_admit(config: &str, snapshot: &str, now_epoch_ms: f64) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::breaker_admit(config, snapshot, now))
+}
+
+/// `breakerRecord`: the next breaker snapshot after an admitted attempt's outcome.
+#[wasm_bindgen]
+pub fn breaker_record(
+    config: &str,
+    snapshot: &str,
+    probe: bool,
+    outcome: &str,
+    now_epoch_ms: f64,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::breaker_record(config, snapshot, probe, outcome, now))
+}
+
+/// `budgetDeposit`: the next budget snapshot after a first attempt's deposit.
+#[wasm_bindgen]
+pub fn budget_deposit(config: &str, snapshot: &str, now_epoch_ms: f64) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::budget_deposit(config, snapshot, now))
+}
+
+/// `budgetWithdraw`: `{"granted", "snapshot"}` for a retry's withdrawal.
+#[wasm_bindgen]
+pub fn budget_withdraw(config: &str, snapshot: &str, now_epoch_ms: f64) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::budget_withdraw(config, snapshot, now))
+}
+
 /// Facts decoded (strictly) once, for attempts that raise the same error.
 #[wasm_bindgen(js_name = Facts)]
 pub struct PreparedFacts {
@@ -427,6 +461,40 @@ impl WasmSession {
                 self.session.stream_events().to_vec(),
             ))
         })
+    }
+
+    /// Admit the planned attempt under the fleet view (JSON: breakers by
+    /// route release, the budget, whether the store is unavailable) read at
+    /// `now_epoch_ms`, `at_ms` on the run clock: `{"decision", "writes"}`.
+    pub fn admit(&mut self, at_ms: f64, now_epoch_ms: f64, view: &str) -> Out<String> {
+        let mut run = || -> retryledger_core::Result<String> {
+            let at = safe_integer(at_ms, "at_ms")?;
+            let now = safe_integer(now_epoch_ms, "now_epoch_ms")?;
+            let view = from_str::<retryledger_core::fleet::FleetView>(view)?;
+            Ok(canonical_json(&self.session.admit(at, now, &view)?))
+        };
+        lift(run())
+    }
+
+    /// The last attempt's breaker after its outcome, from the snapshot (JSON)
+    /// read now: the next snapshot's JSON.
+    pub fn breaker_after(&self, snapshot: &str, now_epoch_ms: f64) -> Out<String> {
+        let run = || -> retryledger_core::Result<String> {
+            let now = safe_integer(now_epoch_ms, "now_epoch_ms")?;
+            let snapshot = from_str::<retryledger_core::breaker::BreakerSnapshot>(snapshot)?;
+            Ok(canonical_json(&self.session.breaker_after(&snapshot, now)?))
+        };
+        lift(run())
+    }
+
+    /// The fleet snapshots the admissions read, as JSON (`undefined` without a fleet section).
+    pub fn fleet_snapshots_json(&self) -> Option<String> {
+        self.session
+            .policy()
+            .policy
+            .fleet
+            .as_ref()
+            .map(|_| canonical_json(self.session.fleet_snapshots()))
     }
 
     /// Mark the run cancelled between attempts at `at_ms` on the run clock.
