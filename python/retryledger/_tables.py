@@ -62,6 +62,8 @@ ErrorCode = Literal[
     "cost_unit_mismatch",
     "usage_unpriced",
     "invalid_stream_contract",
+    "invalid_breaker",
+    "invalid_retry_budget",
     "attempt_after_terminal",
     "route_drift",
     "release_drift",
@@ -85,11 +87,20 @@ ErrorCode = Literal[
     "stream_delta_after_invalidate",
     "stream_deltas_mismatch",
     "stream_event_drift",
+    "admission_missing",
+    "admission_unexpected",
+    "admission_drift",
+    "snapshot_missing",
+    "invalid_snapshot",
+    "snapshot_key_mismatch",
+    "budget_over_cap",
+    "generation_regressed",
     "receipt_mismatch",
     "retry_after_invalid",
     "retry_after_overlong",
     "invalid_status",
     "run_not_terminal",
+    "store_conflict",
 ]
 
 #: Every error code and its family, in the core's order.
@@ -128,6 +139,8 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "cost_unit_mismatch": "policy",
     "usage_unpriced": "policy",
     "invalid_stream_contract": "policy",
+    "invalid_breaker": "policy",
+    "invalid_retry_budget": "policy",
     "attempt_after_terminal": "drift",
     "route_drift": "drift",
     "release_drift": "drift",
@@ -151,11 +164,20 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "stream_delta_after_invalidate": "drift",
     "stream_deltas_mismatch": "drift",
     "stream_event_drift": "drift",
+    "admission_missing": "drift",
+    "admission_unexpected": "drift",
+    "admission_drift": "drift",
+    "snapshot_missing": "drift",
+    "invalid_snapshot": "drift",
+    "snapshot_key_mismatch": "drift",
+    "budget_over_cap": "drift",
+    "generation_regressed": "drift",
     "receipt_mismatch": "receipt",
     "retry_after_invalid": "http",
     "retry_after_overlong": "http",
     "invalid_status": "http",
     "run_not_terminal": "run",
+    "store_conflict": "run",
 }
 
 #: A terminal's name.
@@ -168,6 +190,9 @@ Terminal = Literal[
     "stop_cost_budget",
     "stop_deadline",
     "stop_cancelled",
+    "stop_circuit_open",
+    "stop_retry_budget",
+    "stop_store_unavailable",
 ]
 
 #: How a run ends.
@@ -180,6 +205,9 @@ TERMINALS: Tuple[Terminal, ...] = (
     "stop_cost_budget",
     "stop_deadline",
     "stop_cancelled",
+    "stop_circuit_open",
+    "stop_retry_budget",
+    "stop_store_unavailable",
 )
 
 #: An outcome class.

@@ -55,6 +55,8 @@ export const POLICY_CODES = [
   "cost_unit_mismatch",
   "usage_unpriced",
   "invalid_stream_contract",
+  "invalid_breaker",
+  "invalid_retry_budget",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -84,6 +86,14 @@ export const DRIFT_CODES = [
   "stream_delta_after_invalidate",
   "stream_deltas_mismatch",
   "stream_event_drift",
+  "admission_missing",
+  "admission_unexpected",
+  "admission_drift",
+  "snapshot_missing",
+  "invalid_snapshot",
+  "snapshot_key_mismatch",
+  "budget_over_cap",
+  "generation_regressed",
 ] as const;
 /** One of the core's error codes of the `drift` family. */
 export type DriftCode = (typeof DRIFT_CODES)[number];
@@ -107,6 +117,7 @@ export type HttpCode = (typeof HTTP_CODES)[number];
 /** The core's error codes of the `run` family. */
 export const RUN_CODES = [
   "run_not_terminal",
+  "store_conflict",
 ] as const;
 /** One of the core's error codes of the `run` family. */
 export type RunCode = (typeof RUN_CODES)[number];
@@ -152,6 +163,8 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   cost_unit_mismatch: "policy",
   usage_unpriced: "policy",
   invalid_stream_contract: "policy",
+  invalid_breaker: "policy",
+  invalid_retry_budget: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
@@ -175,11 +188,20 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   stream_delta_after_invalidate: "drift",
   stream_deltas_mismatch: "drift",
   stream_event_drift: "drift",
+  admission_missing: "drift",
+  admission_unexpected: "drift",
+  admission_drift: "drift",
+  snapshot_missing: "drift",
+  invalid_snapshot: "drift",
+  snapshot_key_mismatch: "drift",
+  budget_over_cap: "drift",
+  generation_regressed: "drift",
   receipt_mismatch: "receipt",
   retry_after_invalid: "http",
   retry_after_overlong: "http",
   invalid_status: "http",
   run_not_terminal: "run",
+  store_conflict: "run",
 };
 
 /** How a run ends. */
@@ -192,6 +214,9 @@ export const TERMINALS = [
   "stop_cost_budget",
   "stop_deadline",
   "stop_cancelled",
+  "stop_circuit_open",
+  "stop_retry_budget",
+  "stop_store_unavailable",
 ] as const;
 /** How a run ends. */
 export type Terminal = (typeof TERMINALS)[number];
