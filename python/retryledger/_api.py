@@ -27,6 +27,10 @@ __all__ = [
     "parse_retry_after",
     "classify_http",
     "judge",
+    "breaker_admit",
+    "breaker_record",
+    "budget_deposit",
+    "budget_withdraw",
     "lab",
 ]
 
@@ -195,6 +199,41 @@ def judge(facts: Union[_core.Facts, Document]) -> dict[str, Any]:
     ``{"outcome": {...}, "rule": "..."}`` (docs/HOSTS.md)."""
     text = facts.json if isinstance(facts, _core.Facts) else to_text(facts)
     return _loads(call(_core.judge, text))
+
+
+def breaker_admit(config: Document, snapshot: Document, now_epoch_ms: int) -> dict[str, Any]:
+    """Ask a circuit breaker (``retryledger.breaker.v1``) to admit one attempt at
+    ``now_epoch_ms`` (wall clock, Unix ms): ``{"admission": {"kind": "admitted",
+    "probe": ...} | {"kind": "rejected", ...}, "snapshot": next}``. ``config`` is
+    the policy's ``fleet.breaker`` section."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    return _loads(call(_core.breaker_admit, to_text(config), to_text(snapshot), now))
+
+
+def breaker_record(
+    config: Document, snapshot: Document, probe: bool, outcome: Document, now_epoch_ms: int
+) -> dict[str, Any]:
+    """The breaker snapshot after an attempt's ``outcome`` (an outcome document);
+    ``probe`` says whether the attempt was admitted as a half-open probe. Only
+    outcomes that say the route is unhealthy count as failures."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    if not isinstance(probe, bool):
+        raise DecodeError("invalid_type", "`probe` must be a bool", "/probe")
+    return _loads(call(_core.breaker_record, to_text(config), to_text(snapshot), probe, to_text(outcome), now))
+
+
+def budget_deposit(config: Document, snapshot: Document, now_epoch_ms: int) -> dict[str, Any]:
+    """The retry budget (``retryledger.retry_budget.v1``) after a first attempt's
+    deposit at ``now_epoch_ms``: the next snapshot."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    return _loads(call(_core.budget_deposit, to_text(config), to_text(snapshot), now))
+
+
+def budget_withdraw(config: Document, snapshot: Document, now_epoch_ms: int) -> dict[str, Any]:
+    """Withdraw one retry from the budget at ``now_epoch_ms``: ``{"granted": bool,
+    "snapshot": next}`` (a refused withdrawal still refills the balance)."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    return _loads(call(_core.budget_withdraw, to_text(config), to_text(snapshot), now))
 
 
 class LabReport(NamedTuple):

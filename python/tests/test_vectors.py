@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 
 import retryledger
+import retryledger.fleet
 
 from conftest import ROOT
 
@@ -39,7 +40,87 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
         i["key"], tenant=i.get("tenant"), operation=i.get("operation")
     ),
     "stream_session": lambda i: _stream_session(i["policy"], i["script"]),
+    "breaker_admit": lambda i: retryledger.breaker_admit(i["config"], i["snapshot"], i["now_epoch_ms"]),
+    "breaker_record": lambda i: retryledger.breaker_record(
+        i["config"], i["snapshot"], i["probe"], i["outcome"], i["now_epoch_ms"]
+    ),
+    "budget_deposit": lambda i: retryledger.budget_deposit(i["config"], i["snapshot"], i["now_epoch_ms"]),
+    "budget_withdraw": lambda i: retryledger.budget_withdraw(i["config"], i["snapshot"], i["now_epoch_ms"]),
+    "fleet_session": lambda i: _fleet_session(i["policy"], i["store"], i["script"]),
 }
+
+
+def _fleet_session(policy: Any, store_doc: Any, script: Any) -> Dict[str, Any]:
+    """Replay a scripted fleet session as the core's reference host loop does
+    (core/src/lab.rs, ``fleet_drive``) against an in-memory store: read the
+    view, admit, write back what changed; after each observation record the
+    attempt's breaker."""
+    call = retryledger._api.call
+    compiled = retryledger.Policy(policy)
+    store = json.loads(store_doc) if isinstance(store_doc, str) else store_doc
+    steps_in = json.loads(script) if isinstance(script, str) else script
+    breakers: Dict[str, Any] = dict(store.get("breakers", {}))
+    budget: Any = store.get("budget")
+    has_breaker = "breaker" in (compiled.document.get("fleet") or {})
+    session = compiled.session()
+    steps: List[Dict[str, Any]] = []
+    now = 0
+    epoch = 0
+    for step in steps_in:
+        if "admit" in step:
+            epoch = step["admit"]
+            plan = session.next()
+            at_ms = max(plan.not_before_ms, now) if isinstance(plan, retryledger.Dispatch) else now
+            now = at_ms
+            view: Dict[str, Any] = {"breakers": dict(breakers)}
+            if budget is not None:
+                view["budget"] = budget
+            if "store_down" in step:
+                view["store_unavailable"] = True
+            admitted = call(session.admit, at_ms, epoch, json.dumps(view))
+            for b in admitted["writes"]["breakers"]:
+                breakers[b["route_release_sha256"]] = b
+            if admitted["writes"].get("budget") is not None:
+                budget = admitted["writes"]["budget"]
+            steps.append({"decision": admitted["decision"], "writes": admitted["writes"]})
+        elif "observe" in step:
+            o = step["observe"]
+            started = now
+            duration = int(o.get("duration_ms", 0))
+            now = started + duration
+            judgement = call(session.observe, started, now, None, retryledger.Facts(**o.get("facts", {})))
+            recorded: Any = None
+            attempts = session.attempts["attempts"]
+            if attempts and has_breaker:
+                release = attempts[-1]["route_release_sha256"]
+                at = epoch + duration
+                current = breakers.get(release)
+                if current is None:
+                    current = _fresh_breaker(release, at)
+                recorded = call(session.breaker_after, json.dumps(current), at)
+                breakers[release] = recorded
+            steps.append({"breaker": recorded, "judgement": judgement.to_dict(), "next": session.next().to_dict()})
+        elif "set" in step:
+            doc = step["set"]
+            if doc.get("schema") == "retryledger.retry_budget.v1":
+                budget = doc
+            else:
+                breakers[doc["route_release_sha256"]] = doc
+            steps.append({"set": True})
+    sealed = call(session.seal)
+    bundle_json = sealed.bundle_json
+    return {
+        "bundle_sha256": retryledger.digest(bundle_json),
+        "receipt": sealed.receipt,
+        "steps": steps,
+        "store": {"breakers": dict(sorted(breakers.items())), "budget": budget},
+        "verdict": retryledger.verify_bundle(bundle_json),
+    }
+
+
+def _fresh_breaker(release: str, now_epoch_ms: int) -> Dict[str, Any]:
+    """A closed breaker with no history (the core's ``BreakerSnapshot::fresh``)."""
+    return retryledger.fleet.fresh_breaker(release, now_epoch_ms)
 
 
 def _stream_session(policy: Any, script: Any) -> Dict[str, Any]:

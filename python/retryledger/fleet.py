@@ -1,0 +1,285 @@
+"""Fleet protection across runs, processes and machines: circuit breakers per
+route release and a retry budget per scope, kept in a shared store
+(docs/FLEET.md).
+
+A :class:`Fleet` holds a store (:mod:`retryledger.stores`: memory, SQLite,
+Redis), a namespace that prefixes every key, and how many compare-and-set
+conflicts one admission may meet. The drivers (``run``, ``run_async``,
+``run_stream``, ``run_stream_async`` and the SDK wrappers) take it as
+``fleet=`` and, for a policy with a ``fleet`` section, before each dispatch:
+
+1. read the view: the breaker of every route of the policy
+   (``<namespace>/breaker/<route_release_sha256>``) and the retry budget
+   (``<namespace>/budget/<scope>``);
+2. ask the session to admit (``session.admit``): the dispatch (an open route
+   skipped, the plan moved to the next route) or the fleet's terminal;
+3. write every changed snapshot back with compare-and-set, expecting the
+   generation read; on a conflict read and admit again, at most
+   ``max_conflicts`` times, then raise the core's ``store_conflict``
+   (:class:`RunError`), never a silent admit.
+
+After the observation the attempt's breaker is read, recorded
+(``session.breaker_after``) and written back the same way. A store that
+cannot be reached, or that answers with state older than the run has
+already seen (a restarted store that lost its data), is reported to the
+core as unavailable: ``fail_closed`` ends the run ``stop_store_unavailable``,
+``fail_open`` dispatches and the attempt and receipt say so.
+
+Store calls are synchronous; the async drivers make them inline (each is one
+local or network round trip).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _core
+from ._api import Policy, call, check_integer, to_text
+from ._errors import RetryledgerError, exception_class
+from .stores import MemoryStore, RedisStore, SQLiteStore, Store, StoreUnavailableError
+
+__all__ = [
+    "Fleet",
+    "Store",
+    "StoreUnavailableError",
+    "MemoryStore",
+    "SQLiteStore",
+    "RedisStore",
+    "fresh_breaker",
+    "fresh_budget",
+]
+
+BREAKER_SCHEMA = "retryledger.breaker.v1"
+BUDGET_SCHEMA = "retryledger.retry_budget.v1"
+_UNAVAILABLE = '{"breakers":{},"store_unavailable":true}'
+
+
+def fresh_breaker(route_release_sha256: str, now_epoch_ms: int) -> Dict[str, Any]:
+    """A closed breaker with no history (what the core assumes for an absent key)."""
+    return {
+        "consecutive_failures": 0,
+        "generation": 0,
+        "probe_successes": 0,
+        "probes_in_flight": 0,
+        "route_release_sha256": route_release_sha256,
+        "schema": BREAKER_SCHEMA,
+        "state": "closed",
+        "updated_at_epoch_ms": now_epoch_ms,
+        "window_failures": 0,
+        "window_start_epoch_ms": now_epoch_ms,
+        "window_total": 0,
+    }
+
+
+def fresh_budget(scope: str, now_epoch_ms: int) -> Dict[str, Any]:
+    """An empty retry budget (what the core assumes for an absent key)."""
+    return {
+        "balance_milli": 0,
+        "deposits": 0,
+        "generation": 0,
+        "schema": BUDGET_SCHEMA,
+        "scope": scope,
+        "updated_at_epoch_ms": now_epoch_ms,
+        "withdrawals": 0,
+    }
+
+
+class _Shape:
+    """What a policy's fleet section asks of the store."""
+
+    __slots__ = ("releases", "breaker", "scope")
+
+    def __init__(self, policy: Policy) -> None:
+        doc = policy.document
+        fleet = doc.get("fleet") or {}
+        releases: List[str] = []
+        for route in doc.get("routes", []):
+            release = route["route_release_sha256"]
+            if release not in releases:
+                releases.append(release)
+        self.releases = releases
+        self.breaker = "breaker" in fleet
+        budget = fleet.get("retry_budget")
+        self.scope: Optional[str] = budget["scope"] if budget is not None else None
+
+
+def _conflict(what: str, attempts: int) -> RetryledgerError:
+    return exception_class("store_conflict")(
+        "store_conflict",
+        f"{what}: the store's compare-and-set conflicted {attempts} times in a row",
+        None,
+    )
+
+
+class Fleet:
+    """A store shared by the runs of a fleet, under ``namespace``.
+
+    ``max_conflicts`` bounds the compare-and-set conflicts one admission (or
+    one breaker record) may meet before the run raises ``store_conflict``.
+    Counters (``admissions``, ``conflicts``, ``unavailable``, ``records``)
+    tell what the fleet did; they are approximate under threads.
+    """
+
+    def __init__(self, store: Store, *, namespace: str = "retryledger", max_conflicts: int = 5) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError("a fleet needs a non-empty namespace")
+        self.store = store
+        self.namespace = namespace
+        self.max_conflicts = check_integer("max_conflicts", max_conflicts)
+        self._shapes: Dict[str, _Shape] = {}
+        self._lock = threading.Lock()
+        #: Admissions made (each attempt's, including fleet stops).
+        self.admissions = 0
+        #: Compare-and-set conflicts met (each one re-read and re-admitted).
+        self.conflicts = 0
+        #: Admissions and records made without the store.
+        self.unavailable = 0
+        #: Breaker outcomes written back.
+        self.records = 0
+
+    def __repr__(self) -> str:
+        return f"Fleet({self.store!r}, namespace={self.namespace!r})"
+
+    # ---- keys and reads ---------------------------------------------------
+
+    def breaker_key(self, route_release_sha256: str) -> str:
+        """The store key of a route release's breaker."""
+        return f"{self.namespace}/breaker/{route_release_sha256}"
+
+    def budget_key(self, scope: str) -> str:
+        """The store key of a retry budget scope."""
+        return f"{self.namespace}/budget/{scope}"
+
+    def breaker(self, route_release_sha256: str) -> Optional[Dict[str, Any]]:
+        """The breaker snapshot the store holds for a route release, if any."""
+        return self.store.get(self.breaker_key(route_release_sha256))[0]
+
+    def budget(self, scope: str) -> Optional[Dict[str, Any]]:
+        """The retry budget snapshot the store holds for a scope, if any."""
+        return self.store.get(self.budget_key(scope))[0]
+
+    def _shape(self, policy: Policy) -> _Shape:
+        sha = policy.sha256
+        shape = self._shapes.get(sha)
+        if shape is None:
+            shape = _Shape(policy)
+            with self._lock:
+                if len(self._shapes) >= 256:
+                    self._shapes.clear()
+                self._shapes[sha] = shape
+        return shape
+
+    def read_view(self, policy: Policy) -> Tuple[Dict[str, Any], Dict[str, int]]:
+        """The fleet view of a policy (``{"breakers": {...}, "budget"?: ...}``)
+        and the store generation of every key read (0 for an absent key).
+        Raises :class:`StoreUnavailableError`."""
+        shape = self._shape(policy)
+        get = self.store.get
+        breakers: Dict[str, Any] = {}
+        generations: Dict[str, int] = {}
+        if shape.breaker:
+            for release in shape.releases:
+                key = self.breaker_key(release)
+                document, generation = get(key)
+                generations[key] = generation
+                if document is not None:
+                    breakers[release] = document
+        view: Dict[str, Any] = {"breakers": breakers}
+        if shape.scope is not None:
+            key = self.budget_key(shape.scope)
+            document, generation = get(key)
+            generations[key] = generation
+            if document is not None:
+                view["budget"] = document
+        return view, generations
+
+    # ---- what the drivers call ----------------------------------------------
+
+    def admit(self, session: _core.Session, policy: Policy, at_ms: int, now_epoch_ms: int) -> Dict[str, Any]:
+        """Admit the session's planned attempt against the store (read, admit,
+        write back with compare-and-set; re-read on a conflict). Returns the
+        core's answer ``{"decision", "writes"}``; afterwards ``session.next()``
+        is the dispatch to make or the fleet's terminal."""
+        self.admissions += 1
+        cas = self.store.compare_and_set
+        for _ in range(self.max_conflicts + 1):
+            try:
+                view, generations = self.read_view(policy)
+            except StoreUnavailableError:
+                return self._without_store(session, at_ms, now_epoch_ms)
+            try:
+                answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, to_text(view))
+            except RetryledgerError as e:
+                if e.code == "generation_regressed":
+                    # The store lost state the run has already seen.
+                    return self._without_store(session, at_ms, now_epoch_ms)
+                raise
+            writes = answer["writes"]
+            try:
+                written = True
+                for snapshot in writes["breakers"]:
+                    key = self.breaker_key(snapshot["route_release_sha256"])
+                    if not cas(key, generations.get(key, 0), snapshot)[0]:
+                        written = False
+                        break
+                budget = writes.get("budget")
+                if written and budget is not None:
+                    key = self.budget_key(budget["scope"])
+                    written = cas(key, generations.get(key, 0), budget)[0]
+            except StoreUnavailableError:
+                return self._without_store(session, at_ms, now_epoch_ms)
+            if written:
+                return answer
+            self.conflicts += 1
+        raise _conflict("admission", self.max_conflicts + 1)
+
+    def _without_store(self, session: _core.Session, at_ms: int, now_epoch_ms: int) -> Dict[str, Any]:
+        self.unavailable += 1
+        answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, _UNAVAILABLE)
+        return answer
+
+    def record(self, session: _core.Session, policy: Policy, now_epoch_ms: int) -> Optional[Dict[str, Any]]:
+        """Record the last observed attempt's outcome in its route's breaker
+        (read, ``session.breaker_after``, compare-and-set; re-read on a
+        conflict). Returns the snapshot written, or ``None`` when the policy
+        has no breaker, no attempt was observed, or the store is unavailable
+        (the outcome is then not counted)."""
+        if not self._shape(policy).breaker:
+            return None
+        attempts = session.attempts["attempts"]
+        if not attempts:
+            return None
+        release = attempts[-1]["route_release_sha256"]
+        key = self.breaker_key(release)
+        store = self.store
+        for _ in range(self.max_conflicts + 1):
+            try:
+                current, generation = store.get(key)
+            except StoreUnavailableError:
+                self.unavailable += 1
+                return None
+            if current is None:
+                current = fresh_breaker(release, now_epoch_ms)
+            try:
+                nxt: Dict[str, Any] = call(session.breaker_after, to_text(current), now_epoch_ms)
+            except RetryledgerError as e:
+                if e.code == "generation_regressed":
+                    self.unavailable += 1
+                    return None
+                raise
+            try:
+                ok = store.compare_and_set(key, generation, nxt)[0]
+            except StoreUnavailableError:
+                self.unavailable += 1
+                return None
+            if ok:
+                self.records += 1
+                return nxt
+            self.conflicts += 1
+        raise _conflict("breaker record", self.max_conflicts + 1)
+
+    def uses(self, policy: Policy) -> bool:
+        """Whether the policy has a fleet section (the drivers admit only then)."""
+        shape = self._shape(policy)
+        return shape.breaker or shape.scope is not None

@@ -1,0 +1,88 @@
+"""A register store in Redis (the ``redis`` package, ``pip install
+retryledger[redis]``): each key is a hash holding the document (``d``) and the
+store's generation (``g``); a compare-and-set is one Lua script, atomic on
+the server, so any number of processes on any number of machines share it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+
+from . import StoreUnavailableError, _decode, _encode
+
+if TYPE_CHECKING:  # pragma: no cover
+    import redis as _redis
+
+__all__ = ["RedisStore", "CAS_SCRIPT"]
+
+#: KEYS[1] the register, ARGV[1] the expected generation, ARGV[2] the document.
+#: Returns {1, new generation} or {0, current generation}.
+CAS_SCRIPT = """
+local g = tonumber(redis.call('HGET', KEYS[1], 'g') or '0')
+if g ~= tonumber(ARGV[1]) then
+  return {0, g}
+end
+redis.call('HSET', KEYS[1], 'd', ARGV[2], 'g', g + 1)
+return {1, g + 1}
+"""
+
+
+class RedisStore:
+    """Registers in Redis. Give a ``redis.Redis`` client, or a ``url``
+    (``redis://host:port/db``) with timeouts in seconds. Connection errors and
+    timeouts are :class:`StoreUnavailableError`."""
+
+    __slots__ = ("_client", "_cas")
+
+    def __init__(
+        self,
+        client: "Optional[_redis.Redis]" = None,
+        *,
+        url: Optional[str] = None,
+        socket_timeout: float = 1.0,
+        socket_connect_timeout: float = 1.0,
+    ) -> None:
+        import redis
+
+        if client is None:
+            if url is None:
+                raise ValueError("RedisStore needs a client or a url")
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                retry_on_timeout=False,
+            )
+        self._client: "_redis.Redis" = client
+        self._cas = client.register_script(CAS_SCRIPT)
+
+    @property
+    def client(self) -> "_redis.Redis":
+        """The Redis client."""
+        return self._client
+
+    def get(self, key: str) -> Tuple[Optional[Dict[str, Any]], int]:
+        import redis
+
+        try:
+            document, generation = self._client.hmget(key, ["d", "g"])
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        except redis.RedisError as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        if document is None:
+            return None, 0
+        text = document.decode("utf-8") if isinstance(document, bytes) else str(document)
+        return _decode(text), int(generation or 0)
+
+    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+        import redis
+
+        text = _encode(document)
+        try:
+            ok, generation = self._cas(keys=[key], args=[int(expected_generation), text])
+        except redis.RedisError as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        return bool(ok), int(generation)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._client!r})"

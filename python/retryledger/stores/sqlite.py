@@ -1,0 +1,99 @@
+"""A register store in an SQLite file, with the standard library's sqlite3:
+safe for several processes (and threads) on one machine. Each
+compare-and-set is one ``BEGIN IMMEDIATE`` transaction (the write lock is
+taken before the generation is read), the journal is WAL and a busy timeout
+waits for another writer instead of failing at once."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from typing import Any, Dict, Optional, Tuple, Union
+
+import os
+
+from . import StoreUnavailableError, _decode, _encode
+
+__all__ = ["SQLiteStore"]
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS retryledger_register ("
+    "key TEXT PRIMARY KEY NOT NULL, generation INTEGER NOT NULL, document TEXT NOT NULL)"
+)
+
+
+class SQLiteStore:
+    """Registers in the table ``retryledger_register`` of the SQLite file at
+    ``path`` (created when absent). ``busy_timeout_ms`` bounds how long a
+    read or write waits for another process's write lock before the store
+    reports itself unavailable."""
+
+    __slots__ = ("_path", "_conn", "_lock")
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], *, busy_timeout_ms: int = 5000) -> None:
+        self._path = os.fspath(path)
+        self._lock = threading.Lock()
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=busy_timeout_ms / 1000.0, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(_SCHEMA)
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+        self._conn = conn
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    def get(self, key: str) -> Tuple[Optional[Dict[str, Any]], int]:
+        try:
+            with self._lock:
+                row = self._conn.execute(
+                    "SELECT generation, document FROM retryledger_register WHERE key = ?", (key,)
+                ).fetchone()
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+        if row is None:
+            return None, 0
+        return _decode(row[1]), int(row[0])
+
+    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+        text = _encode(document)
+        try:
+            with self._lock:
+                conn = self._conn
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    row = conn.execute(
+                        "SELECT generation FROM retryledger_register WHERE key = ?", (key,)
+                    ).fetchone()
+                    current = 0 if row is None else int(row[0])
+                    if current != expected_generation:
+                        conn.execute("ROLLBACK")
+                        return False, current
+                    conn.execute(
+                        "INSERT INTO retryledger_register (key, generation, document) VALUES (?, ?, ?) "
+                        "ON CONFLICT(key) DO UPDATE SET generation = excluded.generation, document = excluded.document",
+                        (key, current + 1, text),
+                    )
+                    conn.execute("COMMIT")
+                    return True, current + 1
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self._path!r})"
