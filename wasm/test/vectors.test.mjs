@@ -67,6 +67,16 @@ function run(op, input) {
       );
     case "stream_session":
       return streamSession(input.policy, input.script);
+    case "breaker_admit":
+      return rl.breakerAdmit(input.config, input.snapshot, input.now_epoch_ms);
+    case "breaker_record":
+      return rl.breakerRecord(input.config, input.snapshot, input.probe, input.outcome, input.now_epoch_ms);
+    case "budget_deposit":
+      return rl.budgetDeposit(input.config, input.snapshot, input.now_epoch_ms);
+    case "budget_withdraw":
+      return rl.budgetWithdraw(input.config, input.snapshot, input.now_epoch_ms);
+    case "fleet_session":
+      return fleetSession(input.policy, input.store, input.script);
     default:
       throw new Error(`unknown op ${op}`);
   }
@@ -117,6 +127,95 @@ function streamSession(policy, script) {
   }
 }
 
+/**
+ * A scripted fleet session, replayed as the core's `fleet_session` does
+ * (core/src/lab.rs), through the package's `Fleet` over a `MemoryStore`
+ * seeded with the vector's store: `admit` steps read the view and write back
+ * with compare-and-set at the step's wall clock (`store_down`: the store
+ * throws), `observe` steps observe and record the breaker at the admission's
+ * wall clock plus the duration, `set` steps are another process's write.
+ * @param {string} policy @param {string} storeJson @param {string} script
+ */
+async function fleetSession(policy, storeJson, script) {
+  const compiled = new rl.CompiledPolicy(policy);
+  const session = compiled.session();
+  const memory = new rl.MemoryStore();
+  let down = false;
+  let wall = 0;
+  /** @type {import("../dist/index.js").FleetStore} */
+  const store = {
+    get: (k) => {
+      if (down) throw new rl.StoreUnavailableError("down");
+      return memory.get(k);
+    },
+    compareAndSet: (k, g, d) => {
+      if (down) throw new rl.StoreUnavailableError("down");
+      return memory.compareAndSet(k, g, d);
+    },
+  };
+  const fleet = new rl.Fleet(store, { namespace: "v", now: () => wall });
+  const scope = compiled.policy.fleet?.retry_budget?.scope;
+  /** @param {string} key @param {any} doc */
+  const put = (key, doc) => {
+    memory.compareAndSet(key, memory.get(key).generation, doc);
+  };
+  /** @param {any} doc */
+  const putBudget = (doc) => put(fleet.budgetKey(scope ?? doc.scope), doc);
+  try {
+    const seed = JSON.parse(storeJson);
+    for (const [k, b] of Object.entries(seed.breakers ?? {})) put(fleet.breakerKey(k), b);
+    if (seed.budget !== undefined) putBudget(seed.budget);
+    const steps = [];
+    let now = 0;
+    let epoch = 0;
+    for (const step of JSON.parse(script)) {
+      if (step.admit !== undefined) {
+        epoch = step.admit;
+        wall = epoch;
+        const d = session.next();
+        const atMs = d.kind === "dispatch" ? Math.max(d.not_before_ms, now) : now;
+        now = atMs;
+        down = step.store_down === true;
+        try {
+          steps.push(await fleet.admit(session, atMs));
+        } finally {
+          down = false;
+        }
+      } else if (step.observe !== undefined) {
+        const started = now;
+        const duration = step.observe.duration_ms ?? 0;
+        now = started + duration;
+        const facts = step.observe.facts === undefined ? "null" : JSON.stringify(step.observe.facts);
+        const judgement = session.observe({ started_at_ms: started, completed_at_ms: now, facts });
+        wall = epoch + duration;
+        const breaker = (await fleet.record(session)) ?? null;
+        steps.push({ breaker, judgement, next: session.next() });
+      } else if (step.set !== undefined) {
+        if (step.set.schema === "retryledger.retry_budget.v1") putBudget(step.set);
+        else put(fleet.breakerKey(step.set.route_release_sha256), step.set);
+        steps.push({ set: true });
+      }
+    }
+    /** @type {Record<string, unknown>} */
+    const breakers = {};
+    const prefix = fleet.breakerKey("");
+    for (const k of memory.keys()) if (k.startsWith(prefix)) breakers[k.slice(prefix.length)] = memory.get(k).document;
+    const budget = scope === undefined ? null : memory.get(fleet.budgetKey(scope)).document;
+    const sealed = session.seal();
+    const bundleJson = sealed.bundle_json;
+    return {
+      bundle_sha256: rl.digest(bundleJson),
+      receipt: sealed.receipt,
+      steps,
+      store: { breakers, budget },
+      verdict: rl.verifyBundle(bundleJson),
+    };
+  } finally {
+    session.free();
+    compiled.free();
+  }
+}
+
 /** The files of single-operation cases (not the driver scripts, not the tables). */
 const files = fs.existsSync(dir)
   ? fs
@@ -137,14 +236,14 @@ for (const file of files) {
   total += doc.cases.length;
   test(`vectors ${file} (${doc.family}, ${doc.cases.length} cases)`, async (t) => {
     for (const c of doc.cases) {
-      await t.test(c.name, () => {
+      await t.test(c.name, async () => {
         if ("ok" in c.expect) {
-          const got = run(c.op, c.input);
+          const got = await run(c.op, c.input);
           assert.equal(JSON.stringify(got), canonical(c.expect.ok));
         } else {
           let thrown;
           try {
-            run(c.op, c.input);
+            await run(c.op, c.input);
           } catch (e) {
             thrown = e;
           }

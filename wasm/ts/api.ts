@@ -1,5 +1,17 @@
 /** Everything the package exports, whichever build of the module is installed. */
 
+import { call, toText, type Input, type RawBindings } from "./core.js";
+import { DecodeError } from "./errors.js";
+import type {
+  BreakerAdmitResult,
+  BreakerConfig,
+  BreakerSnapshot,
+  BudgetWithdrawResult,
+  Outcome,
+  RetryBudgetConfig,
+  RetryBudgetSnapshot,
+} from "./types.js";
+
 export {
   CompiledPolicy,
   compilePolicy,
@@ -25,6 +37,9 @@ export {
   type Input,
 } from "./core.js";
 export { Session, RETURNED, type Observation } from "./session.js";
+export { Fleet, freshBreaker, freshBudget, breakerKey, budgetKey, type FleetOptions, type FleetRunSummary } from "./fleet.js";
+export { MemoryStore } from "./stores/memory.js";
+export { StoreUnavailableError, type FleetStore, type StoreDocument, type StoreRead, type StoreWrite } from "./stores/store.js";
 export { AttemptError, factsOf, type Classifier, type FactsOptions } from "./facts.js";
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
@@ -52,3 +67,66 @@ export {
   type StoppedDetails,
 } from "./errors.js";
 export type * from "./types.js";
+
+/** The module's fleet transitions (JSON text in and out). */
+interface FleetBindings {
+  breaker_admit(config: string, snapshot: string, nowEpochMs: number): string;
+  breaker_record(config: string, snapshot: string, probe: boolean, outcome: string, nowEpochMs: number): string;
+  budget_deposit(config: string, snapshot: string, nowEpochMs: number): string;
+  budget_withdraw(config: string, snapshot: string, nowEpochMs: number): string;
+}
+
+const fleetCall = <T>(f: (b: FleetBindings) => T): T => call((b: RawBindings) => f(b as unknown as FleetBindings));
+
+function epochMs(x: unknown): number {
+  if (typeof x !== "number") {
+    throw new DecodeError("invalid_type", "invalid_type at /now_epoch_ms: `now_epoch_ms` must be a number", { path: "/now_epoch_ms" });
+  }
+  return x;
+}
+
+/**
+ * A breaker's admission at a wall-clock time: `{admission, snapshot}`, the
+ * admission `admitted` (as a half-open probe or not) or `rejected`, and the
+ * next snapshot (write it back when it changed).
+ */
+export function breakerAdmit(config: Input<BreakerConfig>, snapshot: Input<BreakerSnapshot>, nowEpochMs: number): BreakerAdmitResult {
+  const c = toText(config);
+  const s = toText(snapshot);
+  const now = epochMs(nowEpochMs);
+  return JSON.parse(fleetCall((b) => b.breaker_admit(c, s, now))) as BreakerAdmitResult;
+}
+
+/** The next breaker snapshot after an admitted attempt's outcome (`probe`: it was admitted as a half-open probe). */
+export function breakerRecord(
+  config: Input<BreakerConfig>,
+  snapshot: Input<BreakerSnapshot>,
+  probe: boolean,
+  outcome: Input<Outcome>,
+  nowEpochMs: number,
+): BreakerSnapshot {
+  const c = toText(config);
+  const s = toText(snapshot);
+  const o = toText(outcome);
+  if (typeof probe !== "boolean") {
+    throw new DecodeError("invalid_type", "invalid_type at /probe: `probe` must be a boolean", { path: "/probe" });
+  }
+  const now = epochMs(nowEpochMs);
+  return JSON.parse(fleetCall((b) => b.breaker_record(c, s, probe, o, now))) as BreakerSnapshot;
+}
+
+/** The next budget snapshot after an admitted first attempt deposits its share. */
+export function budgetDeposit(config: Input<RetryBudgetConfig>, snapshot: Input<RetryBudgetSnapshot>, nowEpochMs: number): RetryBudgetSnapshot {
+  const c = toText(config);
+  const s = toText(snapshot);
+  const now = epochMs(nowEpochMs);
+  return JSON.parse(fleetCall((b) => b.budget_deposit(c, s, now))) as RetryBudgetSnapshot;
+}
+
+/** A retry's or fallback's withdrawal: `{granted, snapshot}` (the snapshot unchanged but for the floor's refill when refused). */
+export function budgetWithdraw(config: Input<RetryBudgetConfig>, snapshot: Input<RetryBudgetSnapshot>, nowEpochMs: number): BudgetWithdrawResult {
+  const c = toText(config);
+  const s = toText(snapshot);
+  const now = epochMs(nowEpochMs);
+  return JSON.parse(fleetCall((b) => b.budget_withdraw(c, s, now))) as BudgetWithdrawResult;
+}

@@ -8,7 +8,11 @@
 
 import { call, hostSha256, sha256Hex, toText, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
 import type {
+  AdmitAnswer,
   Attempt,
+  BreakerSnapshot,
+  FleetSnapshots,
+  FleetView,
   Attempts,
   Bundle,
   Decision,
@@ -31,6 +35,15 @@ interface RawStreaming {
 }
 
 const streaming = (r: RawSession): RawStreaming => r as unknown as RawStreaming;
+
+/** The raw session's fleet methods (the module's `Session` has them). */
+interface RawFleet {
+  admit(atMs: number, nowEpochMs: number, view: string): string;
+  breaker_after(snapshot: string, nowEpochMs: number): string;
+  fleet_snapshots_json(): string | undefined;
+}
+
+const fleetOf = (r: RawSession): RawFleet => r as unknown as RawFleet;
 
 /** The facts of a dispatch that returned a value (the one fact object that crosses no JSON). */
 export const RETURNED: Readonly<Facts> = Object.freeze({ result: "returned" });
@@ -72,12 +85,46 @@ export class Session {
   readonly compiled: CompiledPolicy;
   readonly #raw: RawSession;
   readonly #streams: boolean;
+  readonly #fleet: boolean;
 
   /** @internal Use `compiled.session()`. */
   constructor(compiled: CompiledPolicy, raw: RawSession) {
     this.compiled = compiled;
     this.#raw = raw;
     this.#streams = compiled.policy.stream !== undefined;
+    this.#fleet = compiled.policy.fleet !== undefined;
+  }
+
+  /**
+   * Under a fleet section, admit the planned attempt before dispatching it:
+   * `view` is what the host read from its store at `now_epoch_ms` (wall
+   * clock, Unix ms), `at_ms` the run clock. The answer's decision is the
+   * dispatch to make (an open route skipped: perhaps on a later route; also
+   * what `next()` now gives) or the fleet's terminal; its `writes` are the
+   * snapshots to write back with compare-and-set. Admitting again before the
+   * observation (after a conflict, with a fresh view) replaces the admission.
+   */
+  admit(at_ms: number, now_epoch_ms: number, view: Input<FleetView>): AdmitAnswer {
+    const r = fleetOf(this.#raw);
+    const text = toText(view);
+    return JSON.parse(call(() => r.admit(at_ms, now_epoch_ms, text))) as AdmitAnswer;
+  }
+
+  /**
+   * After the observation: the last attempt's route breaker with its outcome
+   * recorded, from `snapshot` (the breaker as the host reads it now) at
+   * `now_epoch_ms`; write it back with compare-and-set.
+   */
+  breakerAfter(snapshot: Input<BreakerSnapshot>, now_epoch_ms: number): BreakerSnapshot {
+    const r = fleetOf(this.#raw);
+    const text = toText(snapshot);
+    return JSON.parse(call(() => r.breaker_after(text, now_epoch_ms))) as BreakerSnapshot;
+  }
+
+  /** Every fleet snapshot the admissions read so far, or `undefined` without a fleet section. */
+  get fleetSnapshots(): FleetSnapshots | undefined {
+    const text = fleetOf(this.#raw).fleet_snapshots_json();
+    return text === undefined ? undefined : (JSON.parse(text) as FleetSnapshots);
   }
 
   /** The decision: `{kind: "dispatch", …}` (exactly `planNext`'s document) or `{kind: "terminal", terminal}`. */
@@ -204,17 +251,20 @@ export class Session {
     const r = this.#raw;
     const [receipt, attempts] = sealed(r);
     const events = this.#streams ? streaming(r).stream_events_json() : undefined;
-    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json(), events);
+    const snapshots = this.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
+    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json(), events, snapshots);
   }
 
   static {
     sealAndRelease = (session) => {
       const r = session.#raw;
       const [receipt, attempts] = sealed(r);
+      // The fleet snapshots are read now (the session may be freed below).
+      const snapshots = session.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
       // A streamed run's event log is read with the bundle, from the session kept until then.
-      if (session.#streams) return new SealedRun(session.compiled, receipt, attempts ?? r, r);
+      if (session.#streams) return new SealedRun(session.compiled, receipt, attempts ?? r, r, snapshots);
       if (attempts !== undefined) r.free();
-      return new SealedRun(session.compiled, receipt, attempts ?? r, undefined);
+      return new SealedRun(session.compiled, receipt, attempts ?? r, undefined, snapshots);
     };
   }
 
@@ -250,6 +300,7 @@ class SealedRun implements Sealed {
   readonly #receipt: string;
   #attempts: string | RawSession;
   #events: string | RawSession | undefined;
+  readonly #snapshots: string | undefined;
   #bundle: Bundle | undefined;
   #sha: string | undefined;
 
@@ -257,9 +308,17 @@ class SealedRun implements Sealed {
    * `attempts`: their JSON, or the finished session to read it from once;
    * `events`: in a streamed run, the event log's JSON or the session to read
    * it from once. A session given is freed once everything it holds was read.
+   * `snapshots`: under a fleet section, the fleet snapshots' JSON.
    */
-  constructor(compiled: CompiledPolicy, receipt: string, attempts: string | RawSession, events: string | RawSession | undefined) {
+  constructor(
+    compiled: CompiledPolicy,
+    receipt: string,
+    attempts: string | RawSession,
+    events: string | RawSession | undefined,
+    snapshots: string | undefined,
+  ) {
     this.#compiled = compiled;
+    this.#snapshots = snapshots;
     this.#receipt = receipt;
     this.#attempts = attempts;
     this.#events = events;
@@ -300,12 +359,14 @@ class SealedRun implements Sealed {
 
   get bundle(): Bundle {
     if (this.#bundle === undefined) {
-      const b: Bundle = {
-        attempts: JSON.parse(this.#attemptsText()) as Attempts,
-        policy: this.#compiled.policy as Policy,
-        receipt: this.receipt,
-        schema: BUNDLE_SCHEMA,
-      };
+      const attempts = JSON.parse(this.#attemptsText()) as Attempts;
+      const policy = this.#compiled.policy as Policy;
+      const snapshots = this.#snapshots;
+      // Keys in canonical order.
+      const b: Bundle =
+        snapshots === undefined
+          ? { attempts, policy, receipt: this.receipt, schema: BUNDLE_SCHEMA }
+          : { attempts, fleet_snapshots: JSON.parse(snapshots) as FleetSnapshots, policy, receipt: this.receipt, schema: BUNDLE_SCHEMA };
       const events = this.#eventsText();
       if (events !== undefined) b.stream_events = JSON.parse(events) as StreamLogEntry[];
       this.#bundle = b;
@@ -317,7 +378,8 @@ class SealedRun implements Sealed {
     // The canonical JSON of the bundle: its fields in key order, each the core's canonical text.
     const log = this.#eventsText();
     const events = log === undefined ? "" : `,"stream_events":${log}`;
-    return `{"attempts":${this.#attemptsText()},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"${events}}`;
+    const snapshots = this.#snapshots === undefined ? "" : `,"fleet_snapshots":${this.#snapshots}`;
+    return `{"attempts":${this.#attemptsText()}${snapshots},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"${events}}`;
   }
 
   toJSON(): { receipt: Receipt; receipt_sha256: string; bundle: Bundle; terminal: Terminal } {

@@ -100,6 +100,8 @@ export interface Policy {
   retry_owner: RetryOwner;
   routes: Route[];
   schema: "retryledger.policy.v1";
+  /** Fleet protection: breakers per route release, a retry budget per scope. */
+  fleet?: FleetConfig;
   /** The stream contract, when the run streams. */
   stream?: StreamContract;
 }
@@ -129,6 +131,8 @@ export type Outcome = SuccessOutcome | RetryableOutcome | NonRetryableOutcome | 
 // ---------------------------------------------------------------- attempts
 
 export interface Attempt {
+  /** What the attempt was admitted under, when the policy has a fleet section. */
+  admission?: Admission;
   completed_at_ms: number;
   cost: number;
   idempotency_key_sha256: Sha256Hex;
@@ -148,6 +152,8 @@ export interface Attempt {
 export interface Attempts {
   attempts: Attempt[];
   cancelled_at_ms?: number;
+  /** The fleet's refusal of the next dispatch, when it ended the run. */
+  fleet_stop?: FleetStop;
   schema: "retryledger.attempts.v1";
 }
 
@@ -218,6 +224,8 @@ export interface Receipt {
   fallback_used: boolean;
   final_route_id?: Identifier;
   finished_at_ms: number;
+  /** What the fleet did to the run, when the policy has a fleet section. */
+  fleet?: FleetSummary;
   idempotency_key_sha256: Sha256Hex;
   logical_request_sha256: Sha256Hex;
   policy_sha256: Sha256Hex;
@@ -233,6 +241,8 @@ export interface Receipt {
 /** `retryledger.bundle.v1`: everything needed to replay a run. */
 export interface Bundle {
   attempts: Attempts;
+  /** Every fleet snapshot an admission read, when the policy has a fleet section. */
+  fleet_snapshots?: FleetSnapshots;
   policy: Policy;
   receipt: Receipt;
   schema: "retryledger.bundle.v1";
@@ -511,4 +521,167 @@ export interface StreamSummary {
   invalidated_events: number;
   mode: StreamMode;
   resumed_attempts: number;
+}
+
+// ---------------------------------------------------------------- fleet
+
+/** A policy's circuit breaker (the same for every route release). */
+export interface BreakerConfig {
+  /** Open after this many consecutive unhealthy outcomes. */
+  consecutive_failures?: number;
+  /** Open when unhealthy outcomes reach this share (per mille) of the window's outcomes. */
+  failure_ratio_permille?: number;
+  /** Probes admitted at once when half-open; as many successes close it. */
+  half_open_probes: number;
+  /** The ratio's minimum number of outcomes in the window. */
+  minimum_volume?: number;
+  /** How long the breaker stays open before probing, ms. */
+  open_ms: number;
+  /** The ratio's window, ms. */
+  window_ms?: number;
+}
+
+export type BreakerState = "closed" | "open" | "half_open";
+
+/** `retryledger.breaker.v1`: the breaker of one route release. */
+export interface BreakerSnapshot {
+  consecutive_failures: number;
+  /** Raised on every state change. */
+  generation: number;
+  /** When it opened (open). */
+  opened_at_epoch_ms?: number;
+  probe_successes: number;
+  probes_in_flight: number;
+  /** The route release it guards (its key). */
+  route_release_sha256: Sha256Hex;
+  schema: "retryledger.breaker.v1";
+  state: BreakerState;
+  /** The latest time it saw, Unix ms. */
+  updated_at_epoch_ms: number;
+  window_failures: number;
+  window_start_epoch_ms: number;
+  window_total: number;
+}
+
+/** A policy's retry budget. */
+export interface RetryBudgetConfig {
+  /** Tokens per second added whatever the traffic. */
+  floor_per_second: number;
+  /** The balance's cap, in tokens. */
+  max_tokens: number;
+  /** Milli-tokens each first attempt deposits. */
+  ratio_permille: number;
+  /** Runs under one scope share the budget. */
+  scope: Identifier;
+}
+
+/** `retryledger.retry_budget.v1`: the retry budget of one scope. */
+export interface RetryBudgetSnapshot {
+  /** The balance, milli-tokens. */
+  balance_milli: number;
+  deposits: number;
+  /** Raised on every change. */
+  generation: number;
+  schema: "retryledger.retry_budget.v1";
+  scope: Identifier;
+  /** The latest time it saw, Unix ms. */
+  updated_at_epoch_ms: number;
+  withdrawals: number;
+}
+
+/** What a run does when its store cannot be reached. */
+export type OnStoreUnavailable = "fail_closed" | "fail_open";
+
+/** The policy's `fleet` section. */
+export interface FleetConfig {
+  breaker?: BreakerConfig;
+  on_store_unavailable: OnStoreUnavailable;
+  retry_budget?: RetryBudgetConfig;
+}
+
+/** What a host read from its store before a dispatch (`Session.admit`'s view). */
+export interface FleetView {
+  /** Breaker snapshots by the route release each was read under. */
+  breakers: { [route_release_sha256: string]: BreakerSnapshot };
+  /** The budget snapshot, when the store holds one. */
+  budget?: RetryBudgetSnapshot;
+  /** The store could not be read. */
+  store_unavailable?: true;
+}
+
+/** The snapshots to write back with compare-and-set after an admission (only those that changed). */
+export interface FleetWrites {
+  breakers: BreakerSnapshot[];
+  budget?: RetryBudgetSnapshot;
+}
+
+/** `Session.admit`'s answer. */
+export interface AdmitAnswer {
+  /** The dispatch admitted (perhaps on a later route), or the fleet's terminal. */
+  decision: Decision;
+  writes: FleetWrites;
+}
+
+export interface BreakerRef {
+  generation: number;
+  probe: boolean;
+  snapshot_sha256: Sha256Hex;
+}
+
+export interface BudgetRef {
+  kind: "deposit" | "withdraw";
+  snapshot_sha256: Sha256Hex;
+}
+
+/** A route skipped because its breaker refused. */
+export interface Skip {
+  route_id: Identifier;
+  snapshot_sha256: Sha256Hex;
+}
+
+/** What an attempt was admitted under (on the attempt). */
+export interface Admission {
+  admitted_at_epoch_ms: number;
+  breaker?: BreakerRef;
+  budget?: BudgetRef;
+  skipped?: Skip[];
+  /** Set when the store was unavailable and the policy fails open. */
+  store?: "unavailable";
+}
+
+export type FleetStopReason = "circuit_open" | "retry_budget" | "store_unavailable";
+
+/** The fleet's refusal of the next dispatch (on the attempts document). */
+export interface FleetStop {
+  at_epoch_ms: number;
+  at_ms: number;
+  budget?: BudgetRef;
+  reason: FleetStopReason;
+  skipped?: Skip[];
+}
+
+/** What the fleet did to a run (in the receipt). */
+export interface FleetSummary {
+  admitted_without_store: number;
+  probes: number;
+  routes_skipped: number;
+  withdrawals: number;
+}
+
+/** The snapshots a bundle carries: every one an admission read. */
+export interface FleetSnapshots {
+  breakers: BreakerSnapshot[];
+  budgets: RetryBudgetSnapshot[];
+}
+
+/** `breakerAdmit`'s answer. */
+export interface BreakerAdmitResult {
+  admission: { kind: "admitted"; probe: boolean } | { kind: "rejected"; retry_at_epoch_ms?: number };
+  snapshot: BreakerSnapshot;
+}
+
+/** `budgetWithdraw`'s answer. */
+export interface BudgetWithdrawResult {
+  granted: boolean;
+  snapshot: RetryBudgetSnapshot;
 }
