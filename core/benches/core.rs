@@ -153,11 +153,98 @@ fn builder(c: &mut Criterion) {
     g.finish();
 }
 
+/// A streamed attempt of 1,000 short deltas observed by a session (the core's
+/// share of a host's per-event cost: digests, the record, the event log), and
+/// a fleet admission plus the breaker's record for one attempt, in memory.
+fn streams_and_fleet(c: &mut Criterion) {
+    use retryledger_core::observe::Facts;
+    use retryledger_core::stream::StreamFacts;
+    use retryledger_core::Session;
+    use std::sync::Arc;
+
+    let mut p = lab::reference_policy();
+    p["stream"] = json!({"max_response_bytes": 1_000_000, "mode": "tentative"});
+    let policy = Arc::new(compile(from_value(p).unwrap()).unwrap());
+    let deltas: Vec<String> = (0..1_000).map(|i| format!(" tok{i}")).collect();
+    let bytes: u64 = deltas.iter().map(|d| d.len() as u64).sum();
+    let mut facts = Facts::returned();
+    facts.stream = Some(StreamFacts {
+        bytes,
+        events: 1_000,
+        last_sequence: None,
+        mode: None,
+        response_id: None,
+        terminal_event: true,
+        usage_event: true,
+        violation: None,
+    });
+    let mut g = c.benchmark_group("streams");
+    g.throughput(Throughput::Elements(1_000));
+    g.bench_function("observe_stream/1000_deltas", |b| {
+        b.iter(|| {
+            let mut s = Session::start(policy.clone());
+            black_box(
+                s.observe_stream(1_000, 1_500, None, &facts, &deltas)
+                    .unwrap(),
+            )
+        })
+    });
+    g.bench_function("observe_stream_and_seal/1000_deltas", |b| {
+        b.iter(|| {
+            let mut s = Session::start(policy.clone());
+            black_box(
+                s.observe_stream(1_000, 1_500, None, &facts, &deltas)
+                    .unwrap(),
+            );
+            black_box(s.seal().unwrap())
+        })
+    });
+    g.bench_function("sha256/1000_deltas", |b| {
+        b.iter(|| {
+            for d in &deltas {
+                black_box(retryledger_core::stream::delta_digest(d.as_bytes()));
+            }
+        })
+    });
+    g.finish();
+
+    let mut p = lab::reference_policy();
+    p["fleet"] = json!({
+        "breaker": {"consecutive_failures": 5, "half_open_probes": 1, "open_ms": 30_000},
+        "on_store_unavailable": "fail_closed",
+        "retry_budget": {"floor_per_second": 1, "max_tokens": 20, "ratio_permille": 100, "scope": "tenant-7"}
+    });
+    let policy = Arc::new(compile(from_value(p).unwrap()).unwrap());
+    let view = retryledger_core::fleet::FleetView::default();
+    let mut g = c.benchmark_group("fleet");
+    g.bench_function("admit_observe_record/one_attempt", |b| {
+        b.iter(|| {
+            let mut s = Session::start(policy.clone());
+            let admitted = s.admit(1_000, 1_780_000_000_000, black_box(&view)).unwrap();
+            black_box(&admitted);
+            s.observe(1_000, 1_040, None, &Facts::returned()).unwrap();
+            let fresh = retryledger_core::breaker::BreakerSnapshot::fresh(
+                s.attempts().attempts[0].route_release_sha256.clone(),
+                1_780_000_000_000,
+            );
+            black_box(s.breaker_after(&fresh, 1_780_000_000_040).unwrap())
+        })
+    });
+    g.bench_function("session_observe/one_attempt_without_fleet", |b| {
+        let plain = Arc::new(compile(lab::reference_bundle().unwrap().policy).unwrap());
+        b.iter(|| {
+            let mut s = Session::start(plain.clone());
+            black_box(s.observe(1_000, 1_040, None, &Facts::returned()).unwrap())
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = reference, scaling, builder
+    targets = reference, scaling, builder, streams_and_fleet
 }
 criterion_main!(benches);

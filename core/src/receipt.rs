@@ -455,13 +455,12 @@ pub fn seal(policy: &Policy, attempts: &Attempts) -> Result<Bundle> {
         }
         let policy_sha256 = Sha256Hex::computed(compiled.policy_sha256.clone());
         let log = crate::stream::EventLog::replayed(
-            &policy_sha256,
             contract.mode,
             attempts,
             run.stream_actions(),
             |_| Vec::new(),
         );
-        bundle.stream_events = Some(StreamEvents(log.events().to_vec()));
+        bundle.stream_events = Some(StreamEvents(log.events(&policy_sha256)));
     }
     Ok(bundle)
 }

@@ -130,7 +130,7 @@ impl Session {
         completed_at_ms: u64,
         cost: u64,
         outcome: Outcome,
-        stream: Option<(Option<&StreamFacts>, Vec<Sha256Hex>, u64)>,
+        stream: Option<(Option<&StreamFacts>, Vec<crate::stream::Digest>, u64)>,
     ) -> Result<StreamAction> {
         let index = self.attempts.attempts.len();
         let Decision::Dispatch(d) = self.next() else {
@@ -185,13 +185,9 @@ impl Session {
         self.run.observe(&self.policy, &attempt, planned, index)?;
         let action = self.run.last_action();
         if let Some(contract) = &self.policy.policy.stream {
-            self.log.append(
-                &self.policy_sha256,
-                contract.mode,
-                attempt.ordinal,
-                deltas,
-                action,
-            );
+            let listed = attempt.stream.as_ref().map(|r| &r.deltas_sha256);
+            self.log
+                .append(contract.mode, attempt.ordinal, deltas, listed, action);
         }
         self.attempts.attempts.push(attempt);
         self.pending = None;
@@ -314,9 +310,14 @@ impl Session {
         &self.snapshots
     }
 
-    /// The events the consumer received so far (a streamed run).
-    pub fn stream_events(&self) -> &[StreamEvent] {
-        self.log.events()
+    /// The events the consumer received so far (a streamed run), as documents.
+    pub fn stream_events(&self) -> Vec<StreamEvent> {
+        self.log.events(&self.policy_sha256)
+    }
+
+    /// How many events the consumer received so far.
+    pub fn stream_event_count(&self) -> usize {
+        self.log.len()
     }
 
     /// Admit the planned attempt under the fleet view a host read from its
@@ -496,8 +497,7 @@ impl Session {
         self.run.fleet_stop(&self.policy, &stop)?;
         self.attempts.fleet_stop = Some(stop);
         let ordinal = self.attempts.attempts.last().map_or(0, |a| a.ordinal);
-        self.log
-            .close(&self.policy_sha256, ordinal, self.run.last_action());
+        self.log.close(ordinal, self.run.last_action());
         Ok(Admitted {
             decision: self.run.next().clone(),
             writes: FleetWrites::default(),
@@ -564,8 +564,7 @@ impl Session {
         self.pending = None;
         self.attempts.cancelled_at_ms = Some(at_ms);
         let ordinal = self.attempts.attempts.last().map_or(0, |a| a.ordinal);
-        self.log
-            .close(&self.policy_sha256, ordinal, self.run.last_action());
+        self.log.close(ordinal, self.run.last_action());
         Ok(())
     }
 
@@ -592,7 +591,7 @@ impl Session {
         let receipt = self.receipt()?;
         let mut bundle = Bundle::new(self.policy.policy.clone(), self.attempts.clone(), receipt);
         if self.policy.policy.stream.is_some() {
-            bundle.stream_events = Some(StreamEvents(self.log.events().to_vec()));
+            bundle.stream_events = Some(StreamEvents(self.stream_events()));
         }
         if self.policy.policy.fleet.is_some() {
             bundle.fleet_snapshots = Some(self.snapshots.clone());

@@ -29,7 +29,7 @@
 use serde_json::Value;
 
 use crate::attempt::Attempts;
-use crate::canonical::{sha256_hex, Encode, Sink};
+use crate::canonical::{Encode, Sink};
 use crate::decode::{decode_list, names, object, At, Decode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::Terminal;
@@ -374,24 +374,61 @@ object!(StreamSummary {
     resumed_attempts: u64,
 });
 
+/// A delta's digest: the raw SHA-256 of its text (hex only when written).
+pub type Digest = [u8; 32];
+
+fn hex64(d: &Digest) -> [u8; 64] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 64];
+    for (pair, b) in out.chunks_exact_mut(2).zip(d.iter()) {
+        if let ([hi, lo], Some(h), Some(l)) = (
+            pair,
+            HEX.get(usize::from(b >> 4)),
+            HEX.get(usize::from(b & 0xf)),
+        ) {
+            *hi = *h;
+            *lo = *l;
+        }
+    }
+    out
+}
+
+fn hex_of(d: &Digest) -> Sha256Hex {
+    Sha256Hex::computed(String::from_utf8_lossy(&hex64(d)).into_owned())
+}
+
+/// SHA-256 of the canonical JSON array of digests given as their hex text
+/// (`["…","…"]`), hashed as it is written.
+fn digest_hex_list<'a>(hexes: impl IntoIterator<Item = &'a [u8]>) -> Sha256Hex {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"[");
+    for (i, x) in hexes.into_iter().enumerate() {
+        if i > 0 {
+            h.update(b",");
+        }
+        h.update(b"\"");
+        h.update(x);
+        h.update(b"\"");
+    }
+    h.update(b"]");
+    Sha256Hex::computed(crate::canonical::hex(&h.finalize()))
+}
+
 /// SHA-256 of the canonical JSON array of digests (`["…","…"]`).
 pub fn digest_list<'a>(digests: impl IntoIterator<Item = &'a Sha256Hex>) -> Sha256Hex {
-    let mut text = String::from("[");
-    for (i, d) in digests.into_iter().enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        text.push('"');
-        text.push_str(d.as_str());
-        text.push('"');
-    }
-    text.push(']');
-    Sha256Hex::computed(sha256_hex(text.as_bytes()))
+    digest_hex_list(digests.into_iter().map(|d| d.as_str().as_bytes()))
+}
+
+fn digest_raw_list(digests: &[Digest]) -> Sha256Hex {
+    let hexes: Vec<[u8; 64]> = digests.iter().map(hex64).collect();
+    digest_hex_list(hexes.iter().map(|h| &h[..]))
 }
 
 /// The digest of one delta's text.
-pub fn delta_digest(text: &[u8]) -> Sha256Hex {
-    Sha256Hex::computed(sha256_hex(text))
+pub fn delta_digest(text: &[u8]) -> Digest {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(text).into()
 }
 
 /// The stream side of a run's replay state: the pending chain and the counts.
@@ -482,7 +519,7 @@ impl Streaming {
 /// The record of an attempt from the host's facts and its deltas' digests.
 pub(crate) fn record_of(
     facts: Option<&StreamFacts>,
-    deltas: &[Sha256Hex],
+    deltas: &[Digest],
     bytes: u64,
     continuation: Option<&Continuation>,
 ) -> StreamRecord {
@@ -501,7 +538,7 @@ pub(crate) fn record_of(
     StreamRecord {
         bytes,
         continues_ordinal: continuation.map(|c| c.continues_ordinal),
-        deltas_sha256: digest_list(deltas),
+        deltas_sha256: digest_raw_list(deltas),
         events: u64::try_from(deltas.len()).unwrap_or(MAX_SAFE_INTEGER),
         last_sequence: f.last_sequence.or(continuation.map(|c| c.starting_after)),
         response_id: f
@@ -514,35 +551,39 @@ pub(crate) fn record_of(
     }
 }
 
+/// One event of the log, compact: documents are written only when asked for.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    attempt_ordinal: u64,
+    kind: EventKind,
+    status: EventStatus,
+    /// A delta's digest, or a commit's.
+    digest: Option<Digest>,
+}
+
 /// Builds the consumer's event log as a session observes attempts.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EventLog {
-    events: Vec<StreamEvent>,
-    pending: Vec<Sha256Hex>,
+    entries: Vec<Entry>,
+    pending: Vec<Digest>,
+    /// The pending deltas' list digest, when they are one attempt's (its
+    /// record already holds it: the commit need not hash the list again).
+    pending_digest: Option<Sha256Hex>,
 }
 
 impl EventLog {
     fn push(
         &mut self,
-        policy_sha256: &Sha256Hex,
         attempt_ordinal: u64,
         kind: EventKind,
         status: EventStatus,
-        delta: Option<Sha256Hex>,
-        committed: Option<Sha256Hex>,
+        digest: Option<Digest>,
     ) {
-        let sequence = u64::try_from(self.events.len())
-            .unwrap_or(MAX_SAFE_INTEGER)
-            .saturating_add(1);
-        self.events.push(StreamEvent {
+        self.entries.push(Entry {
             attempt_ordinal,
-            committed_sha256: committed,
-            delta_sha256: delta,
             kind,
-            policy_sha256: policy_sha256.clone(),
-            schema: StreamEventSchema,
-            sequence,
             status,
+            digest,
         });
     }
 
@@ -550,10 +591,10 @@ impl EventLog {
     /// action that closed it.
     pub(crate) fn append(
         &mut self,
-        policy_sha256: &Sha256Hex,
         mode: StreamMode,
         ordinal: u64,
-        deltas: Vec<Sha256Hex>,
+        deltas: Vec<Digest>,
+        deltas_sha256: Option<&Sha256Hex>,
         action: StreamAction,
     ) {
         let live = mode.is_live();
@@ -563,44 +604,43 @@ impl EventLog {
             } else {
                 EventStatus::Committed
             };
+            self.entries.reserve(deltas.len());
             for d in &deltas {
-                self.push(
-                    policy_sha256,
-                    ordinal,
-                    EventKind::Delta,
-                    status,
-                    Some(d.clone()),
-                    None,
-                );
+                self.push(ordinal, EventKind::Delta, status, Some(*d));
             }
+            self.pending_digest = match (self.pending.is_empty(), deltas_sha256) {
+                (true, Some(d)) => Some(d.clone()),
+                _ => None,
+            };
             self.pending.extend(deltas);
         }
-        self.close(policy_sha256, ordinal, action);
+        self.close(ordinal, action);
     }
 
     /// Close the pending chain with an action (commit or invalidate).
-    pub(crate) fn close(&mut self, policy_sha256: &Sha256Hex, ordinal: u64, action: StreamAction) {
+    pub(crate) fn close(&mut self, ordinal: u64, action: StreamAction) {
         match action {
             StreamAction::Commit => {
-                let committed = digest_list(&self.pending);
+                let list = match self.pending_digest.take() {
+                    Some(d) => d,
+                    None => digest_raw_list(&self.pending),
+                };
+                let committed = raw_of(&list);
                 self.pending.clear();
                 self.push(
-                    policy_sha256,
                     ordinal,
                     EventKind::Commit,
                     EventStatus::Committed,
-                    None,
                     Some(committed),
                 );
             }
             StreamAction::Invalidate => {
                 self.pending.clear();
+                self.pending_digest = None;
                 self.push(
-                    policy_sha256,
                     ordinal,
                     EventKind::Invalidate,
                     EventStatus::Invalidated,
-                    None,
                     None,
                 );
             }
@@ -611,27 +651,70 @@ impl EventLog {
     /// The log a replay implies: each attempt's delivered deltas (given by
     /// index) and the action after it, then the action after a cancellation.
     pub(crate) fn replayed(
-        policy_sha256: &Sha256Hex,
         mode: StreamMode,
         attempts: &Attempts,
         actions: &[StreamAction],
-        deltas: impl Fn(usize) -> Vec<Sha256Hex>,
+        deltas: impl Fn(usize) -> Vec<Digest>,
     ) -> Self {
         let mut log = Self::default();
         for (i, a) in attempts.attempts.iter().enumerate() {
             let action = actions.get(i).copied().unwrap_or(StreamAction::None);
-            log.append(policy_sha256, mode, a.ordinal, deltas(i), action);
+            log.append(mode, a.ordinal, deltas(i), None, action);
         }
         if let Some(&last) = actions.get(attempts.attempts.len()) {
             let ordinal = attempts.attempts.last().map_or(0, |a| a.ordinal);
-            log.close(policy_sha256, ordinal, last);
+            log.close(ordinal, last);
         }
         log
     }
 
-    pub(crate) fn events(&self) -> &[StreamEvent] {
-        &self.events
+    /// How many events the log holds.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
     }
+
+    /// The log's documents.
+    pub(crate) fn events(&self, policy_sha256: &Sha256Hex) -> Vec<StreamEvent> {
+        self.entries
+            .iter()
+            .zip(1u64..)
+            .map(|(e, sequence)| {
+                let digest = e.digest.as_ref().map(hex_of);
+                let (delta, committed) = match e.kind {
+                    EventKind::Delta => (digest, None),
+                    EventKind::Commit => (None, digest),
+                    EventKind::Invalidate => (None, None),
+                };
+                StreamEvent {
+                    attempt_ordinal: e.attempt_ordinal,
+                    committed_sha256: committed,
+                    delta_sha256: delta,
+                    kind: e.kind,
+                    policy_sha256: policy_sha256.clone(),
+                    schema: StreamEventSchema,
+                    sequence,
+                    status: e.status,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A hex digest back to its bytes (digests in documents are checked lowercase hex).
+fn raw_of(d: &Sha256Hex) -> Digest {
+    let mut raw = [0u8; 32];
+    let nibble = |c: u8| {
+        (c as char)
+            .to_digit(16)
+            .and_then(|v| u8::try_from(v).ok())
+            .unwrap_or(0)
+    };
+    for (slot, pair) in raw.iter_mut().zip(d.as_str().as_bytes().chunks(2)) {
+        if let [hi, lo] = pair {
+            *slot = (nibble(*hi) << 4) | nibble(*lo);
+        }
+    }
+    raw
 }
 
 fn drift(code: ErrorCode, index: usize, field: &str, message: String) -> Error {
@@ -828,10 +911,13 @@ pub fn verify_events(
         }
     }
     // The actions the replay took must each appear, in order.
-    let expected = EventLog::replayed(policy_sha256, mode, attempts, actions, |i| {
-        per_attempt.get(i).cloned().unwrap_or_default()
+    let expected = EventLog::replayed(mode, attempts, actions, |i| {
+        per_attempt
+            .get(i)
+            .map(|v| v.iter().map(raw_of).collect())
+            .unwrap_or_default()
     });
-    let fresh = expected.events();
+    let fresh = expected.events(policy_sha256);
     for (i, (sealed, replayed)) in events.iter().zip(fresh.iter()).enumerate() {
         if sealed != replayed {
             return Err(drift(

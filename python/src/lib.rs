@@ -1115,8 +1115,9 @@ impl PySession {
         now_epoch_ms: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let now = integer(now_epoch_ms, "now_epoch_ms")?;
-        let snapshot =
-            lift(from_str::<retryledger_core::breaker::BreakerSnapshot>(&text(snapshot)?))?;
+        let snapshot = lift(from_str::<retryledger_core::breaker::BreakerSnapshot>(
+            &text(snapshot)?,
+        ))?;
         to_py(py, &lift(self.session.breaker_after(&snapshot, now))?)
     }
 
@@ -1148,16 +1149,19 @@ impl PySession {
     fn stream_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(
             py,
-            &retryledger_core::stream::StreamEvents(self.session.stream_events().to_vec()),
+            &retryledger_core::stream::StreamEvents(self.session.stream_events()),
         )
     }
 
     /// Seal the finished run (an error while it can still dispatch).
     fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
-        let stream_events =
-            self.session.policy().policy.stream.as_ref().map(|_| {
-                retryledger_core::stream::StreamEvents(self.session.stream_events().to_vec())
-            });
+        let stream_events = self
+            .session
+            .policy()
+            .policy
+            .stream
+            .as_ref()
+            .map(|_| retryledger_core::stream::StreamEvents(self.session.stream_events()));
         let fleet_snapshots = self
             .session
             .policy()

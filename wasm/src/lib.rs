@@ -458,7 +458,7 @@ impl WasmSession {
     pub fn stream_events_json(&self) -> Option<String> {
         self.session.policy().policy.stream.as_ref().map(|_| {
             canonical_json(&retryledger_core::stream::StreamEvents(
-                self.session.stream_events().to_vec(),
+                self.session.stream_events(),
             ))
         })
     }
