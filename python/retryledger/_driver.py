@@ -81,6 +81,7 @@ from ._api import (
     to_text,
 )
 from ._errors import DecodeError, DriftError, PolicyError, RetryledgerError
+from .fleet import Fleet
 from ._tables import (
     MAX_ERROR_NAME_BYTES as _MAX_NAME_BYTES,
     MAX_ERROR_NAMES as _MAX_NAMES,
@@ -590,11 +591,29 @@ def _schedule_for(compiled: Policy, price_schedule: Optional[Document]) -> Optio
     return text
 
 
+def _fleet_for(compiled: Policy, fleet: Optional[Fleet]) -> Optional[Fleet]:
+    """The fleet a run admits through: ``fleet`` when the policy has a fleet
+    section (none otherwise: a fleet given to a policy without one is unused).
+    A policy with a fleet section needs a fleet: :class:`DriftError`
+    ``admission_missing`` before anything is dispatched."""
+    if fleet is not None:
+        if not isinstance(fleet, Fleet):
+            raise DriftError("invalid_type", "fleet= takes a retryledger.fleet.Fleet", "/fleet")
+        return fleet if fleet.uses(compiled) else None
+    if "fleet" in compiled.document:
+        raise DriftError(
+            "admission_missing",
+            "the policy has a fleet section: pass fleet= (a retryledger.fleet.Fleet) to admit each attempt",
+            "/fleet",
+        )
+    return None
+
+
 class _Host:
     """What the sync and async drivers share: the session, the hooks, and the
-    per-attempt bookkeeping (facts extraction and recording)."""
+    per-attempt bookkeeping (fleet admission, facts extraction and recording)."""
 
-    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement")
+    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy")
 
     def __init__(
         self,
@@ -602,6 +621,7 @@ class _Host:
         classify: Optional[Classifier],
         wall_clock: Optional[Callable[[], float]],
         on_attempt: Optional[AttemptCallback],
+        fleet: Optional[Fleet] = None,
     ) -> None:
         self.session = compiled._compiled.session()
         self.classify = classify
@@ -609,6 +629,30 @@ class _Host:
         self.on_attempt = on_attempt
         self.last_error: Optional[BaseException] = None
         self.judgement: Optional[_core.Judgement] = None
+        #: The fleet admitting each attempt (None: the policy has no fleet section).
+        self.fleet = _fleet_for(compiled, fleet)
+        self.policy = compiled
+
+    def epoch_ms(self) -> int:
+        """The wall clock, Unix ms."""
+        ms = int((self.wall_clock or _wall_ms)())
+        return ms if ms > 0 else 0
+
+    def admit(self, now: float) -> Union[_core.Dispatch, _core.Terminal]:
+        """Admit the planned attempt at ``now`` (run clock) through the fleet:
+        the dispatch to make (perhaps on another route) or the fleet's terminal."""
+        fleet = self.fleet
+        session = self.session
+        if fleet is not None:
+            at = int(now)
+            fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
+        return session.next()
+
+    def recorded(self) -> None:
+        """After an observation: the attempt's outcome into its breaker."""
+        fleet = self.fleet
+        if fleet is not None:
+            fleet.record(self.session, self.policy, self.epoch_ms())
 
     def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
         """The facts of an attempt that raised (or was cancelled)."""
@@ -633,6 +677,8 @@ class _Host:
         self.judgement = judgement = self.session.observe(
             started, completed if completed > started else started, step._cost, facts
         )
+        if self.fleet is not None:
+            self.recorded()
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
 
@@ -661,20 +707,27 @@ def run(
     on_attempt: Optional[AttemptCallback] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
 ) -> RunResult[T]:
     """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`.
 
     ``key_scope`` is ``(tenant, operation)`` when the policy's key digest is
     scoped (:func:`retryledger.idempotency_key_sha256`). ``price_schedule``
-    prices usage reported with ``step.usage`` (checked before the first dispatch)."""
+    prices usage reported with ``step.usage`` (checked before the first dispatch).
+    ``fleet`` (:class:`retryledger.fleet.Fleet`) admits each attempt against the
+    fleet's breakers and retry budget and records each outcome in the breaker,
+    for a policy with a ``fleet`` section (required then); a run the fleet stops
+    raises :class:`RunStoppedError` with ``stop_circuit_open``,
+    ``stop_retry_budget`` or ``stop_store_unavailable``."""
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:
         sleep = _sleep_ms
-    host = _Host(compiled, classify, wall_clock, on_attempt)
+    host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     session = host.session
+    admitting = host.fleet is not None
     t0 = clock()
     while True:
         plan = session.next()
@@ -685,6 +738,10 @@ def run(
         while now < not_before:
             sleep(not_before - now)
             now = clock() - t0
+        if admitting:
+            plan = host.admit(now)
+            if isinstance(plan, _Terminal):
+                break
         step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
         try:
             value = dispatch(step)
@@ -710,8 +767,10 @@ async def run_async(
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
 ) -> RunResult[T]:
-    """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited.
+    """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited
+    (the fleet's store calls are made inline).
 
     Cancelling the task stops the run and raises :class:`RunCancelledError`
     carrying the sealed run; ``on_cancel`` receives that error first. On
@@ -726,8 +785,9 @@ async def run_async(
         clock = _monotonic_ms
     if sleep is None:
         sleep = _async_sleep_ms
-    host = _Host(compiled, classify, wall_clock, on_attempt)
+    host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     session = host.session
+    admitting = host.fleet is not None
     t0 = clock()
     step: Optional[Step] = None
     try:
@@ -740,6 +800,10 @@ async def run_async(
             while now < not_before:
                 await sleep(not_before - now)
                 now = clock() - t0
+            if admitting:
+                plan = host.admit(now)
+                if isinstance(plan, _Terminal):
+                    break
             step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
             try:
                 value = await dispatch(step)

@@ -97,6 +97,7 @@ from ._driver import (
     _sleep_ms,
 )
 from ._errors import PolicyError
+from .fleet import Fleet
 
 
 __all__ = [
@@ -304,6 +305,8 @@ class _StreamHost(_Host):
         self.judgement = judgement = self.session.observe(
             started, completed if completed > started else started, step._cost, facts, deltas
         )
+        if self.fleet is not None:
+            self.recorded()
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
         return judgement
@@ -794,6 +797,10 @@ class StreamRun(_Run):
                 while now < not_before:
                     sleep(not_before - now)
                     now = clock() - t0
+                if host.fleet is not None:
+                    plan = host.admit(now)
+                    if isinstance(plan, _Terminal):
+                        break
                 step = _step(plan, core.key, now, core.schedule, core.p)
                 reading = None
                 error: Optional[BaseException] = None
@@ -1004,6 +1011,10 @@ class AsyncStreamRun(_Run):
                 while now < not_before:
                     await self._sleep(not_before - now)
                     now = clock() - t0
+                if host.fleet is not None:
+                    plan = host.admit(now)
+                    if isinstance(plan, _Terminal):
+                        break
                 step = _step(plan, core.key, now, core.schedule, core.p)
                 reading = None
                 error: Optional[BaseException] = None
@@ -1141,11 +1152,12 @@ def _prepare(
     on_attempt: Optional[AttemptCallback],
     key_scope: Optional[Tuple[str, str]],
     price_schedule: Optional[Document],
+    fleet: Optional[Fleet] = None,
 ) -> _Core:
     compiled = _checked(policy, idempotency_key, key_scope)
     p = _Plan(compiled)
     schedule = _schedule_for(compiled, price_schedule)
-    host = _StreamHost(compiled, classify, wall_clock, on_attempt)
+    host = _StreamHost(compiled, classify, wall_clock, on_attempt, fleet)
     return _Core(host, p, _TEXT_READER if reader is None else reader, schedule, idempotency_key)
 
 
@@ -1162,6 +1174,7 @@ def run_stream(
     on_attempt: Optional[AttemptCallback] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
 ) -> StreamRun:
     """Stream one logical request under the policy's stream contract.
 
@@ -1171,8 +1184,9 @@ def run_stream(
     objects; a run that does not complete raises :class:`RunStoppedError`
     (or :class:`UnrecognizedDispatchError`) after its last event. The policy,
     key and schedule are checked here, before anything is dispatched; the
-    options are :func:`retryledger.run`'s."""
-    core = _prepare(policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule)
+    options (``fleet`` too: each attempt admitted before its stream opens) are
+    :func:`retryledger.run`'s."""
+    core = _prepare(policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet)
     return StreamRun(core, dispatch, clock or _monotonic_ms, sleep or _sleep_ms)
 
 
@@ -1190,6 +1204,7 @@ def run_stream_async(
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
 ) -> AsyncStreamRun:
     """The async streaming driver: like :func:`run_stream`; ``dispatch(step)``
     returns an async iterable (or an awaitable of one, or a plain iterable),
@@ -1197,5 +1212,5 @@ def run_stream_async(
     events. Cancelling the consuming task while it waits on the run records
     the cancellation and raises :class:`RunCancelledError` (``on_cancel``
     receives it first)."""
-    core = _prepare(policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule)
+    core = _prepare(policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet)
     return AsyncStreamRun(core, dispatch, clock or _monotonic_ms, sleep or _async_sleep_ms, on_cancel)

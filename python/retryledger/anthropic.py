@@ -28,6 +28,10 @@ policy's stream contract (:data:`MESSAGES_READER` reads the events);
 :func:`run_stream` takes any ``call(client, step)``. Each attempt's client
 carries the Idempotency-Key and the stream's read timeout.
 
+For a policy with a ``fleet`` section every function takes ``fleet=`` (a
+:class:`retryledger.fleet.Fleet`): each attempt is admitted against the
+fleet's breakers and retry budget first, its outcome recorded after.
+
 Usage is charged automatically when the run has a price schedule
 (``price_schedule=``, checked against the policy before the first dispatch)
 and the value ``call`` returns carries ``usage`` (return the SDK's
@@ -56,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optio
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
+from .fleet import Fleet
 from ._stream import (
     AsyncStreamRun,
     StreamReader,
@@ -170,6 +175,7 @@ def run(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over ``Anthropic`` clients, one per route id.
@@ -189,6 +195,7 @@ def run(
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 
@@ -205,6 +212,7 @@ async def run_async(
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncAnthropic`` clients, one per
@@ -224,6 +232,7 @@ async def run_async(
         on_attempt=on_attempt,
         on_cancel=on_cancel,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 
@@ -302,6 +311,7 @@ def run_stream(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> StreamRun:
     """:func:`retryledger.run_stream` over ``Anthropic`` clients, one per route
@@ -319,6 +329,7 @@ def run_stream(
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 
@@ -336,6 +347,7 @@ def run_stream_async(
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> AsyncStreamRun:
     """:func:`retryledger.run_stream_async` over ``AsyncAnthropic`` clients."""
@@ -351,6 +363,7 @@ def run_stream_async(
         on_attempt=on_attempt,
         on_cancel=on_cancel,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 

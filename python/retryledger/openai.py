@@ -32,6 +32,10 @@ carries the Idempotency-Key and the stream's read timeout.
     ):
         ...  # event.kind: delta (event.text), invalidate, commit
 
+For a policy with a ``fleet`` section every function takes ``fleet=`` (a
+:class:`retryledger.fleet.Fleet`): each attempt is admitted against the
+fleet's breakers and retry budget first, its outcome recorded after.
+
 Usage is charged automatically when the run has a price schedule
 (``price_schedule=``, checked against the policy before the first dispatch)
 and the value ``call`` returns carries ``usage`` (return the SDK's response,
@@ -62,6 +66,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Typ
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
+from .fleet import Fleet
 from ._stream import (
     AsyncStreamRun,
     StreamReader,
@@ -184,6 +189,7 @@ def run(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over openai clients, one per route id; with
@@ -198,6 +204,7 @@ def run(
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 
@@ -214,6 +221,7 @@ async def run_async(
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncOpenAI`` clients, one per route
@@ -233,6 +241,7 @@ async def run_async(
         on_attempt=on_attempt,
         on_cancel=on_cancel,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 
@@ -374,6 +383,7 @@ def run_stream(
     wall_clock: Optional[Callable[[], float]] = None,
     on_attempt: Optional[AttemptCallback] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> StreamRun:
     """:func:`retryledger.run_stream` over openai clients, one per route id:
@@ -391,6 +401,7 @@ def run_stream(
         wall_clock=wall_clock,
         on_attempt=on_attempt,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 
@@ -408,6 +419,7 @@ def run_stream_async(
     on_attempt: Optional[AttemptCallback] = None,
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> AsyncStreamRun:
     """:func:`retryledger.run_stream_async` over ``AsyncOpenAI`` clients, one
@@ -425,6 +437,7 @@ def run_stream_async(
         on_attempt=on_attempt,
         on_cancel=on_cancel,
         price_schedule=price_schedule,
+        fleet=fleet,
         key_scope=key_scope,
     )
 

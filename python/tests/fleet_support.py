@@ -1,0 +1,75 @@
+"""Shared by the fleet tests: the stores under test (memory, SQLite, Redis),
+the Redis server of tests/servers/with-redis.sh, and a policy with a fleet
+section."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import pytest
+
+from retryledger.stores import MemoryStore, RedisStore, SQLiteStore, Store
+
+from conftest import make_policy
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "fleet_child.py"
+
+BREAKER = {"consecutive_failures": 2, "half_open_probes": 1, "open_ms": 10_000}
+
+
+def redis_url() -> str:
+    """The Redis server's URL (``REDIS_URL``). Under make (``MAKELEVEL`` set) a
+    missing server is a failure; run by hand, the test is skipped with the reason."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return url
+    reason = "REDIS_URL is not set: run under tests/servers/with-redis.sh (it starts a Redis of its own)"
+    if os.environ.get("MAKELEVEL"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+    raise AssertionError("unreachable")
+
+
+def make_store(backend: str, tmp: Path) -> Store:
+    """A store of a backend: a fresh one (memory), a file under ``tmp`` (SQLite),
+    or the test server (Redis; each test uses a fresh namespace)."""
+    if backend == "memory":
+        return MemoryStore()
+    if backend == "sqlite":
+        return SQLiteStore(tmp / "fleet.sqlite3")
+    if backend == "redis":
+        return RedisStore(url=redis_url())
+    raise ValueError(backend)
+
+
+def store_target(backend: str, tmp: Path) -> str:
+    """How a child process opens the same store: the SQLite file or the Redis URL."""
+    if backend == "sqlite":
+        return str(tmp / "fleet.sqlite3")
+    if backend == "redis":
+        return redis_url()
+    raise ValueError(backend)
+
+
+def namespace() -> str:
+    """A namespace no other test uses."""
+    return f"test-{uuid.uuid4().hex}"
+
+
+def fleet_policy(
+    breaker: Optional[Dict[str, Any]] = None,
+    budget: Optional[Dict[str, Any]] = None,
+    on_store_unavailable: str = "fail_closed",
+    **overrides: Any,
+) -> Dict[str, Any]:
+    """The reference policy (two routes, two attempts each) with a fleet section."""
+    fleet: Dict[str, Any] = {"on_store_unavailable": on_store_unavailable}
+    if breaker is not None:
+        fleet["breaker"] = breaker
+    if budget is not None:
+        fleet["retry_budget"] = budget
+    return make_policy(fleet=fleet, **overrides)

@@ -1,0 +1,293 @@
+"""The drivers with ``fleet=``: each attempt admitted against the fleet's
+breakers and retry budget before it is dispatched, each outcome recorded in
+its breaker after; fleet stops, stores that fail or conflict, and every
+driver (run, run_async, run_stream, run_stream_async)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+import retryledger
+from retryledger import AttemptError, RunStoppedError, Step
+from retryledger.fleet import Fleet
+from retryledger.stores import MemoryStore, StoreUnavailableError
+
+from conftest import KEY, FakeClock, make_policy
+from fleet_support import BREAKER, fleet_policy
+
+EPOCH = 1_780_000_000_000
+PRIMARY = "private-primary"
+FALLBACK = "external-fallback"
+SCOPE = "tenant-7/summaries"
+BUDGET: Dict[str, Any] = {"scope": SCOPE, "ratio_permille": 500, "floor_per_second": 1, "max_tokens": 3}
+
+
+def primary_down(routes: List[str]) -> Any:
+    def dispatch(step: Step) -> str:
+        routes.append(step.route_id)
+        if step.route_id == PRIMARY:
+            raise AttemptError.retryable("unavailable")
+        return "done"
+
+    return dispatch
+
+
+def drive(policy: retryledger.Policy, fleet: Fleet, dispatch: Any) -> Tuple[str, Dict[str, Any]]:
+    """One run on a fake clock (wall clock EPOCH + run clock): its terminal and bundle."""
+    clock = FakeClock()
+    try:
+        r = retryledger.run(
+            policy, dispatch, KEY, fleet=fleet, clock=clock, sleep=clock.sleep, wall_clock=lambda: EPOCH + clock.now
+        )
+        return r.terminal, r.bundle
+    except RunStoppedError as e:
+        return e.terminal, e.bundle
+
+
+def verified(bundle: Dict[str, Any]) -> bool:
+    return bool(retryledger.verify_bundle(json.dumps(bundle))["kind"] == "verified")
+
+
+def test_a_breaker_opened_by_one_run_skips_the_route_in_the_next() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER))
+    fleet = Fleet(MemoryStore(), namespace="t")
+    routes: List[str] = []
+    terminal, bundle = drive(policy, fleet, primary_down(routes))
+    assert terminal == "completed"
+    assert routes == [PRIMARY, PRIMARY, FALLBACK]
+    assert all("admission" in a for a in bundle["attempts"]["attempts"])
+    assert verified(bundle)
+    release = bundle["attempts"]["attempts"][0]["route_release_sha256"]
+    snapshot = fleet.breaker(release)
+    assert snapshot is not None and snapshot["state"] == "open"
+
+    routes.clear()
+    terminal, bundle = drive(policy, fleet, primary_down(routes))
+    assert terminal == "completed"
+    assert routes == [FALLBACK]  # the open primary was skipped without spending an attempt
+    first = bundle["attempts"]["attempts"][0]
+    assert [s["route_id"] for s in first["admission"]["skipped"]] == [PRIMARY]
+    assert bundle["receipt"]["fleet"]["routes_skipped"] == 1
+    assert bundle["fleet_snapshots"]["breakers"]
+    assert verified(bundle)
+
+
+def test_every_route_open_stops_before_any_dispatch() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER))
+    fleet = Fleet(MemoryStore())
+    routes: List[str] = []
+
+    def all_down(step: Step) -> str:
+        routes.append(step.route_id)
+        raise AttemptError.retryable("unavailable")
+
+    terminal, _ = drive(policy, fleet, all_down)
+    assert terminal == "stop_total_attempts"
+    dispatched = len(routes)
+    terminal, bundle = drive(policy, fleet, all_down)
+    assert terminal == "stop_circuit_open"
+    assert len(routes) == dispatched  # nothing dispatched by the second run
+    assert bundle["attempts"]["fleet_stop"]["reason"] == "circuit_open"
+    assert verified(bundle)
+
+
+def test_the_retry_budget_stops_a_retry_it_does_not_cover() -> None:
+    policy = retryledger.Policy(fleet_policy(budget=BUDGET))
+    fleet = Fleet(MemoryStore())
+    routes: List[str] = []
+    terminal, bundle = drive(policy, fleet, primary_down(routes))
+    # The first attempt deposits 500 milli-tokens: not enough for a retry.
+    assert terminal == "stop_retry_budget"
+    assert routes == [PRIMARY]
+    assert bundle["attempts"]["fleet_stop"]["reason"] == "retry_budget"
+    budget = fleet.budget(SCOPE)
+    assert budget is not None and budget["deposits"] == 1 and budget["withdrawals"] == 0
+    assert verified(bundle)
+    # A second run deposits again: 1,000 milli-tokens cover one retry.
+    routes.clear()
+    terminal, bundle = drive(policy, fleet, primary_down(routes))
+    assert routes == [PRIMARY, PRIMARY]
+    assert terminal == "stop_retry_budget"
+    assert bundle["receipt"]["fleet"]["withdrawals"] == 1
+    budget = fleet.budget(SCOPE)
+    assert budget is not None and budget["deposits"] == 2 and budget["withdrawals"] == 1
+
+
+def test_a_fleet_policy_without_a_fleet_is_refused_before_dispatch() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER))
+    routes: List[str] = []
+    with pytest.raises(retryledger.DriftError) as info:
+        retryledger.run(policy, primary_down(routes), KEY)
+    assert info.value.code == "admission_missing"
+    assert routes == []
+
+
+def test_a_fleet_is_unused_by_a_policy_without_a_fleet_section() -> None:
+    store = MemoryStore()
+    clock = FakeClock()
+    r = retryledger.run(make_policy(), lambda step: "ok", KEY, fleet=Fleet(store), clock=clock, sleep=clock.sleep)
+    assert r.terminal == "completed"
+    assert "admission" not in r.bundle["attempts"]["attempts"][0]
+    assert store._data == {}
+
+
+class DownStore:
+    """A store that cannot be reached."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def get(self, key: str) -> Tuple[Optional[Dict[str, Any]], int]:
+        self.calls += 1
+        raise StoreUnavailableError("connection refused")
+
+    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+        self.calls += 1
+        raise StoreUnavailableError("connection refused")
+
+
+def test_an_unreachable_store_fails_closed() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER, budget=BUDGET, on_store_unavailable="fail_closed"))
+    routes: List[str] = []
+    terminal, bundle = drive(policy, Fleet(DownStore()), primary_down(routes))
+    assert terminal == "stop_store_unavailable"
+    assert routes == []
+    assert bundle["attempts"]["fleet_stop"]["reason"] == "store_unavailable"
+    assert verified(bundle)
+
+
+def test_an_unreachable_store_fails_open_and_says_so() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER, budget=BUDGET, on_store_unavailable="fail_open"))
+    fleet = Fleet(DownStore())
+    routes: List[str] = []
+    terminal, bundle = drive(policy, fleet, primary_down(routes))
+    assert terminal == "completed"
+    assert routes == [PRIMARY, PRIMARY, FALLBACK]
+    assert [a["admission"].get("store") for a in bundle["attempts"]["attempts"]] == ["unavailable"] * 3
+    assert bundle["receipt"]["fleet"]["admitted_without_store"] == 3
+    assert fleet.unavailable >= 3
+    assert verified(bundle)
+
+
+class ConflictingStore(MemoryStore):
+    """A memory store whose first ``conflicts`` writes lose to another writer
+    that wrote the same transition first (another run's equal document)."""
+
+    def __init__(self, conflicts: int) -> None:
+        super().__init__()
+        self.left = conflicts
+
+    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+        if self.left > 0:
+            self.left -= 1
+            _, generation = self.get(key)
+            super().compare_and_set(key, generation, document)
+            return False, generation + 1
+        return super().compare_and_set(key, expected_generation, document)
+
+
+def test_a_conflict_is_read_again_and_admitted_again() -> None:
+    policy = retryledger.Policy(fleet_policy(budget=BUDGET))
+    store = ConflictingStore(2)
+    fleet = Fleet(store)
+    terminal, bundle = drive(policy, fleet, lambda step: "ok")
+    assert terminal == "completed"
+    assert fleet.conflicts == 2
+    budget = fleet.budget(SCOPE)
+    # Two other runs' deposits won the first two writes; this run's came third.
+    assert budget is not None and budget["deposits"] == 3
+    assert verified(bundle)
+
+
+def test_bounded_conflicts_end_in_store_conflict() -> None:
+    policy = retryledger.Policy(fleet_policy(budget=BUDGET))
+    fleet = Fleet(ConflictingStore(10**6), max_conflicts=3)
+    routes: List[str] = []
+    with pytest.raises(retryledger.RunError) as info:
+        drive(policy, fleet, primary_down(routes))
+    assert info.value.code == "store_conflict"
+    assert routes == []  # never a silent admit
+    assert fleet.conflicts == 4
+
+
+def test_run_async_admits_and_records() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER))
+    fleet = Fleet(MemoryStore())
+    routes: List[str] = []
+
+    async def dispatch(step: Step) -> str:
+        return primary_down(routes)(step)  # type: ignore[no-any-return]
+
+    async def one() -> Dict[str, Any]:
+        clock = FakeClock()
+        r = await retryledger.run_async(
+            policy, dispatch, KEY, fleet=fleet, clock=clock, sleep=clock.async_sleep, wall_clock=lambda: EPOCH + clock.now
+        )
+        return r.bundle
+
+    asyncio.run(one())
+    assert routes == [PRIMARY, PRIMARY, FALLBACK]
+    routes.clear()
+    bundle = asyncio.run(one())
+    assert routes == [FALLBACK]
+    assert verified(bundle)
+
+
+def _stream_policy() -> retryledger.Policy:
+    contract = {"mode": "buffer", "max_response_bytes": 4096}
+    return retryledger.Policy(fleet_policy(breaker=BREAKER, stream=contract))
+
+
+def test_run_stream_and_run_stream_async_admit_each_attempt() -> None:
+    policy = _stream_policy()
+    fleet = Fleet(MemoryStore())
+    routes: List[str] = []
+
+    def dispatch(step: Any) -> Iterator[str]:
+        routes.append(step.route_id)
+        if step.route_id == PRIMARY:
+            raise AttemptError.retryable("unavailable")
+        return iter(["hel", "lo"])
+
+    def one() -> Tuple[str, Dict[str, Any], str]:
+        clock = FakeClock()
+        run = retryledger.run_stream(
+            policy, dispatch, KEY, fleet=fleet, clock=clock, sleep=clock.sleep, wall_clock=lambda: EPOCH + clock.now
+        )
+        text = "".join(e.text or "" for e in run if e.kind == "delta")
+        return run.terminal, run.bundle, text
+
+    terminal, bundle, text = one()
+    assert (terminal, text) == ("completed", "hello")
+    assert routes[-1] == FALLBACK and routes.count(PRIMARY) == 2
+    routes.clear()
+    terminal, bundle, text = one()
+    assert (terminal, text, routes) == ("completed", "hello", [FALLBACK])
+    assert verified(bundle)
+
+    async def adispatch(step: Any) -> AsyncIterator[str]:
+        routes.append(step.route_id)
+
+        async def gen() -> AsyncIterator[str]:
+            yield "hel"
+            yield "lo"
+
+        return gen()
+
+    async def aone() -> Tuple[str, Dict[str, Any], str]:
+        clock = FakeClock()
+        run = retryledger.run_stream_async(
+            policy, adispatch, KEY, fleet=fleet, clock=clock, sleep=clock.async_sleep, wall_clock=lambda: EPOCH + clock.now
+        )
+        parts = [e.text or "" async for e in run if e.kind == "delta"]
+        return run.terminal, run.bundle, "".join(parts)
+
+    routes.clear()
+    terminal, bundle, text = asyncio.run(aone())
+    assert (terminal, text, routes) == ("completed", "hello", [FALLBACK])
+    assert bundle["attempts"]["attempts"][0]["admission"]["skipped"][0]["route_id"] == PRIMARY
+    assert verified(bundle)
