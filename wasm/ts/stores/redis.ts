@@ -1,0 +1,145 @@
+/**
+ * Registers in Redis (`ioredis`), shared by every machine that reaches the
+ * server: each key a hash with the document (`d`) and the generation (`g`),
+ * the same layout as the Python package's store. A compare-and-set is one
+ * Lua script (`CAS_SCRIPT`): it compares the stored generation and sets
+ * document and generation atomically. Reads of several keys go in one
+ * pipeline. Commands are never queued while disconnected: a store that
+ * cannot be reached within the timeouts throws `StoreUnavailableError` at
+ * once, and the client reconnects in the background.
+ */
+
+import { Redis, type RedisOptions } from "ioredis";
+import { checkGeneration, decodeDocument, encodeDocument, StoreUnavailableError, type FleetStore, type StoreDocument, type StoreRead, type StoreWrite } from "./store.js";
+
+export { StoreUnavailableError } from "./store.js";
+
+/** KEYS[1] the register, ARGV[1] the expected generation, ARGV[2] the document: `{1, new generation}` or `{0, current}`. */
+export const CAS_SCRIPT = `
+local g = tonumber(redis.call('HGET', KEYS[1], 'g') or '0')
+if g ~= tonumber(ARGV[1]) then
+  return {0, g}
+end
+redis.call('HSET', KEYS[1], 'd', ARGV[2], 'g', g + 1)
+return {1, g + 1}
+`;
+
+export interface RedisStoreOptions {
+  /** `redis://host:port/db` (default `redis://127.0.0.1:6379`), when no `client` is given. */
+  url?: string;
+  /** A client of your own (its options are yours: keep its offline queue off for fast failure). */
+  client?: Redis;
+  /** Per-command timeout, ms (default 1000). */
+  commandTimeoutMs?: number;
+  /** Connect timeout, ms (default 1000). */
+  connectTimeoutMs?: number;
+}
+
+type CasClient = Redis & { retryledgerCas(key: string, expected: number, document: string): Promise<[number, number]> };
+
+export class RedisStore implements FleetStore {
+  readonly client: Redis;
+  readonly #owned: boolean;
+  readonly #connectTimeoutMs: number;
+
+  constructor(options: RedisStoreOptions = {}) {
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? 1000;
+    if (options.client !== undefined) {
+      this.client = options.client;
+      this.#owned = false;
+    } else {
+      const o: RedisOptions = {
+        commandTimeout: options.commandTimeoutMs ?? 1000,
+        connectTimeout: this.#connectTimeoutMs,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        retryStrategy: (times) => Math.min(times * 50, 500),
+      };
+      this.client = new Redis(options.url ?? "redis://127.0.0.1:6379", o);
+      // Errors surface on the commands; a client without a listener would print them.
+      this.client.on("error", () => {});
+      this.#owned = true;
+    }
+    if (typeof (this.client as unknown as Partial<CasClient>).retryledgerCas !== "function") {
+      this.client.defineCommand("retryledgerCas", { numberOfKeys: 1, lua: CAS_SCRIPT });
+    }
+  }
+
+  /** Wait for the connection when it is being made (at start, after a restart), at most the connect timeout. */
+  async #ready(): Promise<void> {
+    const c = this.client;
+    if (c.status === "ready") return;
+    if (c.status === "end" || c.status === "close") throw new StoreUnavailableError(`redis store: connection ${c.status}`);
+    await new Promise<void>((resolve, reject) => {
+      const done = (e?: Error): void => {
+        clearTimeout(timer);
+        c.off("ready", onReady);
+        c.off("end", onEnd);
+        if (e === undefined) resolve();
+        else reject(e);
+      };
+      const onReady = (): void => done();
+      const onEnd = (): void => done(new StoreUnavailableError("redis store: connection ended"));
+      const timer = setTimeout(() => done(new StoreUnavailableError(`redis store: not connected after ${this.#connectTimeoutMs} ms (${c.status})`)), this.#connectTimeoutMs);
+      c.on("ready", onReady);
+      c.on("end", onEnd);
+    });
+  }
+
+  async get(key: string): Promise<StoreRead> {
+    try {
+      await this.#ready();
+      return read(await this.client.hmget(key, "d", "g"));
+    } catch (e) {
+      throw unavailable(e);
+    }
+  }
+
+  async getMany(keys: readonly string[]): Promise<StoreRead[]> {
+    try {
+      await this.#ready();
+      const p = this.client.pipeline();
+      for (const k of keys) p.hmget(k, "d", "g");
+      const results = (await p.exec()) ?? [];
+      return results.map(([err, value]) => {
+        if (err) throw err;
+        return read(value as (string | null)[]);
+      });
+    } catch (e) {
+      throw unavailable(e);
+    }
+  }
+
+  async compareAndSet(key: string, expectedGeneration: number, document: StoreDocument): Promise<StoreWrite> {
+    const expected = checkGeneration(expectedGeneration);
+    const text = encodeDocument(document);
+    try {
+      await this.#ready();
+      const [ok, generation] = await (this.client as unknown as CasClient).retryledgerCas(key, expected, text);
+      return { ok: ok === 1, generation: Number(generation) };
+    } catch (e) {
+      throw unavailable(e);
+    }
+  }
+
+  /** Close the connection (only one this store opened). */
+  async close(): Promise<void> {
+    if (!this.#owned) return;
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+}
+
+function read(v: (string | null)[]): StoreRead {
+  const [d, g] = v;
+  if (d === null || d === undefined) return { document: null, generation: 0 };
+  return { document: decodeDocument(d), generation: Number(g ?? "0") };
+}
+
+function unavailable(e: unknown): StoreUnavailableError {
+  if (e instanceof StoreUnavailableError) return e;
+  return new StoreUnavailableError(`redis store: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+}
