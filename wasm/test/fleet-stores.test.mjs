@@ -77,7 +77,7 @@ async function concurrency(stores) {
       }
     }),
   );
-  const end = await stores[0].get(key);
+  const end = await /** @type {FleetStore} */ (stores[0]).get(key);
   assert.deepEqual(end, { document: { n: workers * increments }, generation: workers * increments });
   return conflicts;
 }
