@@ -445,6 +445,53 @@ impl WasmSession {
         lift(run())
     }
 
+    /// [`Self::observe_stream`] with the delta texts joined into one string
+    /// and their UTF-8 byte lengths: one crossing for the whole attempt. A
+    /// length that does not end on a character boundary, or lengths that do
+    /// not add up to the text, is `invalid_value`.
+    pub fn observe_stream_joined(
+        &mut self,
+        started_at_ms: f64,
+        completed_at_ms: f64,
+        cost: Option<f64>,
+        facts: &str,
+        joined: &str,
+        lengths: &[u32],
+    ) -> Out<String> {
+        let mut run = || -> retryledger_core::Result<String> {
+            let started = safe_integer(started_at_ms, "started_at_ms")?;
+            let completed = safe_integer(completed_at_ms, "completed_at_ms")?;
+            let cost = cost.map(|c| safe_integer(c, "cost")).transpose()?;
+            let facts = from_str::<Facts>(facts)?;
+            let mut deltas: Vec<&str> = Vec::with_capacity(lengths.len());
+            let mut at = 0usize;
+            for (i, n) in lengths.iter().enumerate() {
+                let end = usize::try_from(*n).ok().and_then(|n| at.checked_add(n));
+                let Some(piece) = end.and_then(|end| joined.get(at..end)) else {
+                    return Err(Error::at(
+                        ErrorCode::InvalidValue,
+                        format!("/deltas/{i}"),
+                        "a delta length past the text or inside a character",
+                    ));
+                };
+                deltas.push(piece);
+                at = at.saturating_add(piece.len());
+            }
+            if at != joined.len() {
+                return Err(Error::at(
+                    ErrorCode::InvalidValue,
+                    "/deltas",
+                    "the delta lengths do not add up to the text",
+                ));
+            }
+            let j = self
+                .session
+                .observe_stream(started, completed, cost, &facts, &deltas)?;
+            Ok(canonical_json(&j))
+        };
+        lift(run())
+    }
+
     /// The planned attempt's continuation as JSON (a streamed run resuming
     /// a provider response), or `undefined`.
     pub fn continuation_json(&self) -> Option<String> {
