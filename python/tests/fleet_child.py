@@ -57,7 +57,7 @@ def run(store: Store, ns: str, policy_path: str, script: str, out: str) -> None:
 
     result: Dict[str, Any]
     try:
-        r = retryledger.run(policy, dispatch, KEY, fleet=fleet, sleep=lambda ms: None)
+        r = retryledger.run(policy, dispatch, KEY, fleet=fleet)
         result = {"terminal": r.terminal, "bundle": r.bundle_json}
     except retryledger.RunStoppedError as e:
         result = {"terminal": e.terminal, "bundle": e.bundle_json}

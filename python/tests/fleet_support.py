@@ -5,6 +5,7 @@ section."""
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -73,3 +74,75 @@ def fleet_policy(
     if budget is not None:
         fleet["retry_budget"] = budget
     return make_policy(fleet=fleet, **overrides)
+
+
+def free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port: int = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class RedisServer:
+    """A Redis server of a test's own (Debian's redis-server, no persistence),
+    to kill and restart on the same port mid-run. Needs ``redis-server``:
+    under make a missing binary fails the test, run by hand it skips."""
+
+    def __init__(self, directory: Path) -> None:
+        import shutil
+
+        if shutil.which("redis-server") is None:
+            reason = "redis-server is not installed"
+            if os.environ.get("MAKELEVEL"):
+                pytest.fail(reason)
+            pytest.skip(reason)
+        self.port = free_port()
+        self.dir = directory
+        self.process: Optional["subprocess.Popen[bytes]"] = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import subprocess
+        import time
+
+        self.process = subprocess.Popen(
+            [
+                "redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+                "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes",
+                "--logfile", str(self.dir / "redis.log"),
+            ]
+        )
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if client.ping():
+                    break
+            except redis.RedisError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start: {(self.dir / 'redis.log').read_text()}")
+            time.sleep(0.02)
+        client.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server and wait for it."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def __enter__(self) -> "RedisServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()

@@ -28,8 +28,8 @@ return {1, g + 1}
 
 class RedisStore:
     """Registers in Redis. Give a ``redis.Redis`` client, or a ``url``
-    (``redis://host:port/db``) with timeouts in seconds. Connection errors and
-    timeouts are :class:`StoreUnavailableError`."""
+    (``redis://host:port/db``) with timeouts in seconds. Connection errors,
+    timeouts and other Redis errors are :class:`StoreUnavailableError`."""
 
     __slots__ = ("_client", "_cas")
 
@@ -42,15 +42,19 @@ class RedisStore:
         socket_connect_timeout: float = 1.0,
     ) -> None:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         if client is None:
             if url is None:
                 raise ValueError("RedisStore needs a client or a url")
+            # One immediate retry: a connection the server dropped (a restart)
+            # is replaced once; an unreachable server fails within the timeouts.
             client = redis.Redis.from_url(
                 url,
                 socket_timeout=socket_timeout,
                 socket_connect_timeout=socket_connect_timeout,
-                retry_on_timeout=False,
+                retry=Retry(NoBackoff(), 1),
             )
         self._client: "_redis.Redis" = client
         self._cas = client.register_script(CAS_SCRIPT)
@@ -65,8 +69,6 @@ class RedisStore:
 
         try:
             document, generation = self._client.hmget(key, ["d", "g"])
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise StoreUnavailableError(f"redis store: {e}") from e
         except redis.RedisError as e:
             raise StoreUnavailableError(f"redis store: {e}") from e
         if document is None:
