@@ -2,6 +2,10 @@
 
     fleet_child.py increment <sqlite|redis> <target> <key> <times>
         add 1 to the counter document at <key> <times> times (get, compare_and_set, retry)
+    fleet_child.py outage <sqlite|redis> <target> <namespace> <policy.json> <runs> <go-file> <out.json>
+        wait for <go-file> to exist, then <runs> runs whose primary route is down
+        (every attempt on it fails unavailable) and whose fallback serves; write
+        {primary, fallback, terminals} to <out.json>
     fleet_child.py run <sqlite|redis> <target> <namespace> <policy.json> <script> <out.json>
         drive retryledger.run with fleet= against the store; <script> is a
         comma-separated list of what each dispatch does (ok, unavailable,
@@ -65,11 +69,44 @@ def run(store: Store, ns: str, policy_path: str, script: str, out: str) -> None:
     Path(out).write_text(json.dumps(result), encoding="utf-8")
 
 
+def outage(store: Store, ns: str, policy_path: str, runs: int, go: str, out: str) -> None:
+    import time
+
+    from conftest import KEY
+
+    policy = retryledger.Policy(Path(policy_path).read_text(encoding="utf-8"))
+    fleet = Fleet(store, namespace=ns, max_conflicts=200)
+    counts = {"primary": 0, "fallback": 0}
+
+    def dispatch(step: retryledger.Step) -> str:
+        if step.route_id == "private-primary":
+            counts["primary"] += 1
+            time.sleep(0.002)  # a failing call takes a little time
+            raise retryledger.AttemptError.retryable("unavailable")
+        counts["fallback"] += 1
+        return "done"
+
+    deadline = time.monotonic() + 60
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("no go signal")
+        time.sleep(0.001)
+    terminals: List[str] = []
+    for _ in range(runs):
+        try:
+            terminals.append(retryledger.run(policy, dispatch, KEY, fleet=fleet).terminal)
+        except retryledger.RunStoppedError as e:
+            terminals.append(e.terminal)
+    Path(out).write_text(json.dumps(dict(counts, terminals=terminals)), encoding="utf-8")
+
+
 def main(argv: List[str]) -> None:
     command, backend, target = argv[1], argv[2], argv[3]
     store = open_store(backend, target)
     if command == "increment":
         increment(store, argv[4], int(argv[5]))
+    elif command == "outage":
+        outage(store, argv[4], argv[5], int(argv[6]), argv[7], argv[8])
     elif command == "run":
         run(store, argv[4], argv[5], argv[6], argv[7])
     else:
