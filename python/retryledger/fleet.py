@@ -172,25 +172,29 @@ class Fleet:
 
     def read_view(self, policy: Policy) -> Tuple[Dict[str, Any], Dict[str, int]]:
         """The fleet view of a policy (``{"breakers": {...}, "budget"?: ...}``)
-        and the store generation of every key read (0 for an absent key).
-        Raises :class:`StoreUnavailableError`."""
+        and the store generation of every key read (0 for an absent key). A
+        store with ``get_many(keys)`` (Redis: one pipelined round trip) reads
+        them at once. Raises :class:`StoreUnavailableError`."""
         shape = self._shape(policy)
-        get = self.store.get
+        keys = [self.breaker_key(r) for r in shape.releases] if shape.breaker else []
+        if shape.scope is not None:
+            keys.append(self.budget_key(shape.scope))
+        get_many = getattr(self.store, "get_many", None)
+        if get_many is not None:
+            rows: List[Tuple[Optional[Dict[str, Any]], int]] = get_many(keys)
+        else:
+            get = self.store.get
+            rows = [get(key) for key in keys]
         breakers: Dict[str, Any] = {}
         generations: Dict[str, int] = {}
-        if shape.breaker:
-            for release in shape.releases:
-                key = self.breaker_key(release)
-                document, generation = get(key)
-                generations[key] = generation
-                if document is not None:
-                    breakers[release] = document
         view: Dict[str, Any] = {"breakers": breakers}
-        if shape.scope is not None:
-            key = self.budget_key(shape.scope)
-            document, generation = get(key)
+        for i, (key, (document, generation)) in enumerate(zip(keys, rows)):
             generations[key] = generation
-            if document is not None:
+            if document is None:
+                continue
+            if shape.breaker and i < len(shape.releases):
+                breakers[shape.releases[i]] = document
+            else:
                 view["budget"] = document
         return view, generations
 

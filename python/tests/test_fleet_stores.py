@@ -141,3 +141,16 @@ def test_redis_unreachable_is_unavailable() -> None:
         store.get("k")
     with pytest.raises(StoreUnavailableError):
         store.compare_and_set("k", 0, {"a": 1})
+
+
+def test_redis_get_many_reads_what_get_reads(tmp_path: Path) -> None:
+    from retryledger.stores import RedisStore
+
+    store = make_store("redis", tmp_path)
+    assert isinstance(store, RedisStore)
+    ns = namespace()
+    keys = [f"{ns}/breaker/a", f"{ns}/breaker/b", f"{ns}/budget/s"]
+    assert store.compare_and_set(keys[0], 0, {"a": 1}) == (True, 1)
+    assert store.compare_and_set(keys[2], 0, {"s": 1}) == (True, 1)
+    assert store.compare_and_set(keys[2], 1, {"s": 2}) == (True, 2)
+    assert store.get_many(keys) == [store.get(k) for k in keys] == [({"a": 1}, 1), (None, 0), ({"s": 2}, 2)]

@@ -43,6 +43,8 @@ class Store(Protocol):
 
     def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]: ...
 
+    # Optional: get_many(keys) -> [(document | None, generation), ...], several keys at once.
+
 
 class MemoryStore:
     """A store in this process's memory (thread-safe): for tests, benches and a

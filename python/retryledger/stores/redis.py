@@ -5,7 +5,7 @@ the server, so any number of processes on any number of machines share it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import StoreUnavailableError, _decode, _encode
 
@@ -75,6 +75,27 @@ class RedisStore:
             return None, 0
         text = document.decode("utf-8") if isinstance(document, bytes) else str(document)
         return _decode(text), int(generation or 0)
+
+    def get_many(self, keys: List[str]) -> List[Tuple[Optional[Dict[str, Any]], int]]:
+        """``get`` of several keys in one round trip (a pipeline, no transaction:
+        each key is read as of its own moment, as separate ``get`` calls would)."""
+        import redis
+
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hmget(key, ["d", "g"])
+            rows = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        out: List[Tuple[Optional[Dict[str, Any]], int]] = []
+        for document, generation in rows:
+            if document is None:
+                out.append((None, 0))
+            else:
+                text = document.decode("utf-8") if isinstance(document, bytes) else str(document)
+                out.append((_decode(text), int(generation or 0)))
+        return out
 
     def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
         import redis
