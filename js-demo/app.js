@@ -57,6 +57,13 @@ function inspect(text, source) {
     setVerdict("error", "Nothing to inspect", ["The input is empty. Open, drop or paste a retryledger bundle."]);
     return;
   }
+  // Over the bundle limit, however it is counted: refused before parsing.
+  if (text.length > MAX_FILE_BYTES) {
+    const line = el("span");
+    line.append(codeSpan("input_too_large"), document.createTextNode(` — ${source} is ${fmt(text.length)} characters; bundles are at most ${fmt(MAX_FILE_BYTES)} bytes.`));
+    setVerdict("error", "Too large", [line]);
+    return;
+  }
   let doc = null;
   try {
     doc = JSON.parse(text);
@@ -107,7 +114,15 @@ function render(bundle, verdict) {
 function renderTimeline(bundle, verdict) {
   // Lay out at the container's own width so text stays readable on phones.
   const width = Math.max(360, Math.min(1400, $("timeline").clientWidth || 1100));
-  const layout = layoutTimeline(bundle, { width });
+  const snapshots = new Map();
+  for (const s of [...(bundle.fleet_snapshots?.breakers ?? []), ...(bundle.fleet_snapshots?.budgets ?? [])]) {
+    try {
+      snapshots.set(core.digest(JSON.stringify(s)), s);
+    } catch {
+      // A snapshot that does not decode has no digest: the verdict says why.
+    }
+  }
+  const layout = layoutTimeline(bundle, { width, snapshots });
   const root = svg("svg", {
     viewBox: `0 0 ${layout.width} ${layout.height}`,
     role: "img",
@@ -171,6 +186,22 @@ function renderTimeline(bundle, verdict) {
     });
     r.append(svg("title", {}, mark.label));
     root.append(r);
+  }
+  for (const adm of layout.admissions) {
+    const badge = svg("circle", {
+      class: `admission${adm.probe ? " probe" : ""}${adm.skipped ? " skipped" : ""}`,
+      cx: adm.x + 4,
+      cy: adm.y,
+      r: 4,
+      "data-testid": "admission",
+      "data-ordinal": adm.ordinal,
+    });
+    badge.append(svg("title", {}, adm.label));
+    root.append(badge);
+  }
+  if (layout.fleetStop) {
+    const f = layout.fleetStop;
+    root.append(svg("text", { x: 6, y: layout.axisY - 6, fill: "#cf222e", "data-testid": "fleet-stop" }, `fleet stop: ${f.reason.replace("_", " ")}${(f.skipped ?? []).length ? ` (skipped ${(f.skipped ?? []).map((k) => k.route_id).join(", ")})` : ""}`));
   }
   if (layout.deadline) {
     const d = layout.deadline;

@@ -3,7 +3,9 @@
 // attempt from start to completion; backoff gaps ending at not_before;
 // Retry-After floors; jitter intervals; the deadline; for a streamed run, a
 // mark under each attempt that delivered events, saying whether they were
-// committed, invalidated or are still pending.
+// committed, invalidated or are still pending; under a fleet section, what
+// each attempt was admitted under (breaker state and generation, probe,
+// budget balance, routes skipped) and the fleet's stop.
 
 const LANE_HEIGHT = 56;
 const TOP = 24;
@@ -22,7 +24,9 @@ const fmt = (n) => Number(n).toLocaleString("en-US");
 
 /**
  * @param {object} bundle a decoded retryledger.bundle.v1 document
- * @param {{width?: number}} opts
+ * @param {{width?: number, snapshots?: Map<string, object>}} opts
+ *   `snapshots`: the bundle's fleet snapshots by their digest (the page
+ *   computes them with the core's `digest`)
  */
 export function layoutTimeline(bundle, opts = {}) {
   const width = opts.width ?? 1100;
@@ -91,6 +95,7 @@ export function layoutTimeline(bundle, opts = {}) {
   });
 
   const streamMarks = streamMarksOf(bundle, bars);
+  const admissions = admissionsOf(bundle, bars, opts.snapshots ?? new Map());
 
   const step = niceStep(domain, Math.max(2, Math.floor(width / 110)));
   const ticks = [];
@@ -108,6 +113,8 @@ export function layoutTimeline(bundle, opts = {}) {
     hints,
     jitter,
     streamMarks,
+    admissions,
+    fleetStop: bundle.attempts?.fleet_stop ?? null,
     ticks,
     rows,
     summary,
@@ -155,4 +162,41 @@ function streamMarksOf(bundle, bars) {
     });
   }
   return marks;
+}
+
+/**
+ * Per admitted attempt: the breaker and budget snapshots it was admitted
+ * under (found by digest), as a badge above its bar.
+ */
+function admissionsOf(bundle, bars, snapshots) {
+  const attempts = bundle.attempts?.attempts ?? [];
+  const out = [];
+  for (const bar of bars) {
+    const a = attempts.find((x) => x.ordinal === bar.ordinal);
+    const adm = a?.admission;
+    if (!adm) continue;
+    const parts = [];
+    if (adm.store === "unavailable") parts.push("admitted without the store (fail open)");
+    if (adm.breaker) {
+      const s = snapshots.get(adm.breaker.snapshot_sha256);
+      const state = s ? s.state : "?";
+      parts.push(`breaker ${state}, generation ${adm.breaker.generation}${adm.breaker.probe ? ", half-open probe" : ""}`);
+    }
+    if (adm.budget) {
+      const s = snapshots.get(adm.budget.snapshot_sha256);
+      const balance = s ? `${(s.balance_milli / 1000).toFixed(3)} tokens` : "?";
+      parts.push(`budget ${adm.budget.kind} (balance ${balance})`);
+    }
+    const skipped = adm.skipped ?? [];
+    if (skipped.length > 0) parts.push(`skipped ${skipped.map((k) => k.route_id).join(", ")} (breaker open)`);
+    out.push({
+      ordinal: bar.ordinal,
+      probe: adm.breaker?.probe === true,
+      skipped: skipped.length,
+      x: bar.x,
+      y: bar.y - 6,
+      label: `attempt ${bar.ordinal} admitted under: ${parts.join("; ")}`,
+    });
+  }
+  return out;
 }

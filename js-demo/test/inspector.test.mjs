@@ -7,7 +7,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
 import { mkdtemp, mkdir, readFile, rm, stat } from "node:fs/promises";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -145,6 +145,34 @@ test("a policy the core rejects is shown as a policy error", async () => {
   await page.close();
 });
 
+test("streamed and fleet runs: delivered events marked on their attempts, admissions shown with their snapshots", async () => {
+  const vectors = (file) => JSON.parse(readFileSync(path.join(repo, "tests", "vectors", file), "utf8")).cases;
+  const bundleOf = (file, name) => vectors(file).find((c) => c.name === name).input.bundle;
+  const page = await open();
+  await page.$eval("#paste-input", (t, s) => (t.value = s), bundleOf("stream.json", "stream_verify_sealed"));
+  await page.click("#paste-verify");
+  let v = await verdict(page);
+  assert.match(v.text, /Verified: completed/);
+  const marks = await page.$$eval('[data-testid="stream-mark"]', (els) => els.map((e) => [e.getAttribute("data-ordinal"), e.getAttribute("data-status")]));
+  assert.deepEqual(marks, [
+    ["1", "invalidated"],
+    ["2", "committed"],
+  ]);
+  await page.$eval("#paste-input", (t, s) => (t.value = s), bundleOf("fleet.json", "fleet_verify_skip"));
+  await page.click("#paste-verify");
+  v = await verdict(page);
+  assert.match(v.text, /Verified: completed/);
+  const titles = await page.$$eval('[data-testid="admission"] title', (els) => els.map((e) => e.textContent));
+  assert.equal(titles.length, 1);
+  assert.match(titles[0], /breaker closed, generation 0; budget deposit/);
+  assert.match(titles[0], /skipped private-primary/);
+  await page.$eval("#paste-input", (t, s) => (t.value = s), bundleOf("fleet.json", "fleet_verify_circuit_open_stop"));
+  await page.click("#paste-verify");
+  assert.match(await page.$eval('[data-testid="fleet-stop"]', (e) => e.textContent), /fleet stop: circuit open/);
+  await page.screenshot({ path: path.join(shots, "fleet.png"), fullPage: true });
+  await page.close();
+});
+
 test("garbage, another schema and oversize input get clear messages", async () => {
   const page = await open();
   await page.fill("#paste-input", "this is not json {");
@@ -161,8 +189,7 @@ test("garbage, another schema and oversize input get clear messages", async () =
   assert.match(v.text, /Not a receipt bundle/);
 
   // Bundles may reach 32 MiB (a stream event log); one byte more is refused.
-  const big = JSON.stringify({ schema: "retryledger.bundle.v1", pad: "x".repeat(32 * 1024 * 1024) });
-  await page.$eval("#paste-input", (t, s) => (t.value = s), big);
+  await page.$eval("#paste-input", (t) => (t.value = JSON.stringify({ schema: "retryledger.bundle.v1", pad: "x".repeat(32 * 1024 * 1024) })));
   await page.click("#paste-verify");
   v = await verdict(page);
   assert.match(v.text, /input_too_large/);

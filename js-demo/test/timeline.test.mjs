@@ -81,3 +81,30 @@ test("a resumed run: both attempts of the continuation chain are committed toget
 test("a run without a stream has no stream marks", () => {
   assert.deepEqual(layoutTimeline(bundle("valid_success")).streamMarks, []);
 });
+
+// Fleet runs, from the conformance vectors' sealed fleet bundles; snapshot
+// digests from the npm package's core, as the page computes them.
+const fleetCases = JSON.parse(await readFile(path.resolve(here, "..", "..", "tests", "vectors", "fleet.json"), "utf8")).cases;
+const fleetBundle = (name) => JSON.parse(fleetCases.find((c) => c.name === name).input.bundle);
+const { digest } = await import(path.resolve(here, "..", "..", "wasm", "dist", "index.js"));
+const byDigest = (b) =>
+  new Map([...(b.fleet_snapshots?.breakers ?? []), ...(b.fleet_snapshots?.budgets ?? [])].map((s) => [digest(s), s]));
+
+test("a fleet run: the attempt admitted after skipping the open primary shows the breaker and budget it was admitted under", () => {
+  const b = fleetBundle("fleet_verify_skip");
+  const t = layoutTimeline(b, { width: 1000, snapshots: byDigest(b) });
+  assert.equal(t.admissions.length, 1);
+  const [a] = t.admissions;
+  assert.equal(a.skipped, 1);
+  assert.match(a.label, /breaker closed, generation 0/);
+  assert.match(a.label, /budget deposit \(balance 0\.000 tokens\)/);
+  assert.match(a.label, /skipped private-primary \(breaker open\)/);
+  assert.equal(t.fleetStop, null);
+});
+
+test("a run the retry budget stopped: its stop is laid out", () => {
+  const b = fleetBundle("fleet_verify_budget_stop");
+  const t = layoutTimeline(b, { snapshots: byDigest(b) });
+  assert.equal(t.fleetStop.reason, "retry_budget");
+  assert.equal(t.admissions.length, 1);
+});
