@@ -42,3 +42,4 @@ test-python: python-build ## The pip package: generated tables current, stubs ag
 bench-python: python-build ## Sync driver vs tenacity, stamina, backoff and a bare loop (CPU and wall per call), into docs/BENCHMARKS.md.
 	$(VENV_PY) python/benches/bench_driver.py --write docs/BENCHMARKS.md
 	$(VENV_PY) python/benches/bench_stream.py --write docs/BENCHMARKS.md
+	$(VENV_PY) python/benches/bench_fleet.py --write docs/BENCHMARKS.md

@@ -648,11 +648,11 @@ class _Host:
             fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
         return session.next()
 
-    def recorded(self) -> None:
-        """After an observation: the attempt's outcome into its breaker."""
+    def recorded(self, route_release_sha256: str) -> None:
+        """After an observation: the attempt's outcome into its route's breaker."""
         fleet = self.fleet
         if fleet is not None:
-            fleet.record(self.session, self.policy, self.epoch_ms())
+            fleet.record(self.session, self.policy, self.epoch_ms(), route_release_sha256)
 
     def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
         """The facts of an attempt that raised (or was cancelled)."""
@@ -678,7 +678,7 @@ class _Host:
             started, completed if completed > started else started, step._cost, facts
         )
         if self.fleet is not None:
-            self.recorded()
+            self.recorded(step.plan.route_release_sha256)
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
 

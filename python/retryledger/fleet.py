@@ -31,6 +31,7 @@ local or network round trip).
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -88,7 +89,7 @@ def fresh_budget(scope: str, now_epoch_ms: int) -> Dict[str, Any]:
 class _Shape:
     """What a policy's fleet section asks of the store."""
 
-    __slots__ = ("releases", "breaker", "scope")
+    __slots__ = ("releases", "breaker", "scope", "keys")
 
     def __init__(self, policy: Policy) -> None:
         doc = policy.document
@@ -102,6 +103,8 @@ class _Shape:
         self.breaker = "breaker" in fleet
         budget = fleet.get("retry_budget")
         self.scope: Optional[str] = budget["scope"] if budget is not None else None
+        #: The store keys of the view, in order (breakers, then the budget), once known.
+        self.keys: Optional[List[str]] = None
 
 
 def _conflict(what: str, attempts: int) -> RetryledgerError:
@@ -170,32 +173,65 @@ class Fleet:
                 self._shapes[sha] = shape
         return shape
 
+    def _keys(self, shape: _Shape) -> List[str]:
+        keys = shape.keys
+        if keys is None:
+            keys = [self.breaker_key(r) for r in shape.releases] if shape.breaker else []
+            if shape.scope is not None:
+                keys.append(self.budget_key(shape.scope))
+            shape.keys = keys
+        return keys
+
+    def _read(self, keys: List[str]) -> List[Tuple[Optional[str], int]]:
+        """The documents (JSON text) and generations of ``keys``: one
+        ``get_many_raw`` round trip when the store has it, else ``get`` each."""
+        store = self.store
+        raw = getattr(store, "get_many_raw", None)
+        if raw is not None:
+            rows: List[Tuple[Optional[str], int]] = raw(keys)
+            return rows
+        out: List[Tuple[Optional[str], int]] = []
+        many = getattr(store, "get_many", None)
+        got = many(keys) if many is not None else [store.get(k) for k in keys]
+        for document, generation in got:
+            out.append((None if document is None else to_text(document), generation))
+        return out
+
+    def _cas(self, key: str, expected_generation: int, document: Dict[str, Any]) -> bool:
+        raw = getattr(self.store, "compare_and_set_raw", None)
+        if raw is not None:
+            ok: bool = raw(key, expected_generation, to_text(document))[0]
+            return ok
+        return self.store.compare_and_set(key, expected_generation, document)[0]
+
+    def _view(self, policy: Policy) -> Tuple[str, Dict[str, int]]:
+        """The view as JSON text, and the generation of every key read."""
+        shape = self._shape(policy)
+        keys = self._keys(shape)
+        rows = self._read(keys)
+        generations: Dict[str, int] = {}
+        parts: List[str] = []
+        budget: Optional[str] = None
+        n = len(shape.releases) if shape.breaker else 0
+        for i, (key, (text, generation)) in enumerate(zip(keys, rows)):
+            generations[key] = generation
+            if text is None:
+                continue
+            if i < n:
+                parts.append(f'"{shape.releases[i]}":{text}')
+            else:
+                budget = text
+        view = '{"breakers":{' + ",".join(parts) + "}"
+        if budget is not None:
+            view += ',"budget":' + budget
+        return view + "}", generations
+
     def read_view(self, policy: Policy) -> Tuple[Dict[str, Any], Dict[str, int]]:
         """The fleet view of a policy (``{"breakers": {...}, "budget"?: ...}``)
-        and the store generation of every key read (0 for an absent key). A
-        store with ``get_many(keys)`` (Redis: one pipelined round trip) reads
-        them at once. Raises :class:`StoreUnavailableError`."""
-        shape = self._shape(policy)
-        keys = [self.breaker_key(r) for r in shape.releases] if shape.breaker else []
-        if shape.scope is not None:
-            keys.append(self.budget_key(shape.scope))
-        get_many = getattr(self.store, "get_many", None)
-        if get_many is not None:
-            rows: List[Tuple[Optional[Dict[str, Any]], int]] = get_many(keys)
-        else:
-            get = self.store.get
-            rows = [get(key) for key in keys]
-        breakers: Dict[str, Any] = {}
-        generations: Dict[str, int] = {}
-        view: Dict[str, Any] = {"breakers": breakers}
-        for i, (key, (document, generation)) in enumerate(zip(keys, rows)):
-            generations[key] = generation
-            if document is None:
-                continue
-            if shape.breaker and i < len(shape.releases):
-                breakers[shape.releases[i]] = document
-            else:
-                view["budget"] = document
+        and the store generation of every key read (0 for an absent key).
+        Raises :class:`StoreUnavailableError`."""
+        text, generations = self._view(policy)
+        view: Dict[str, Any] = json.loads(text)
         return view, generations
 
     # ---- what the drivers call ----------------------------------------------
@@ -206,14 +242,14 @@ class Fleet:
         core's answer ``{"decision", "writes"}``; afterwards ``session.next()``
         is the dispatch to make or the fleet's terminal."""
         self.admissions += 1
-        cas = self.store.compare_and_set
+        cas = self._cas
         for _ in range(self.max_conflicts + 1):
             try:
-                view, generations = self.read_view(policy)
+                view, generations = self._view(policy)
             except StoreUnavailableError:
                 return self._without_store(session, at_ms, now_epoch_ms)
             try:
-                answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, to_text(view))
+                answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, view)
             except RetryledgerError as e:
                 if e.code == "generation_regressed":
                     # The store lost state the run has already seen.
@@ -224,13 +260,13 @@ class Fleet:
                 written = True
                 for snapshot in writes["breakers"]:
                     key = self.breaker_key(snapshot["route_release_sha256"])
-                    if not cas(key, generations.get(key, 0), snapshot)[0]:
+                    if not cas(key, generations.get(key, 0), snapshot):
                         written = False
                         break
                 budget = writes.get("budget")
                 if written and budget is not None:
                     key = self.budget_key(budget["scope"])
-                    written = cas(key, generations.get(key, 0), budget)[0]
+                    written = cas(key, generations.get(key, 0), budget)
             except StoreUnavailableError:
                 return self._without_store(session, at_ms, now_epoch_ms)
             if written:
@@ -243,37 +279,45 @@ class Fleet:
         answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, _UNAVAILABLE)
         return answer
 
-    def record(self, session: _core.Session, policy: Policy, now_epoch_ms: int) -> Optional[Dict[str, Any]]:
+    def record(
+        self,
+        session: _core.Session,
+        policy: Policy,
+        now_epoch_ms: int,
+        route_release_sha256: Optional[str] = None,
+    ) -> Optional[Dict[str, Any]]:
         """Record the last observed attempt's outcome in its route's breaker
         (read, ``session.breaker_after``, compare-and-set; re-read on a
-        conflict). Returns the snapshot written, or ``None`` when the policy
-        has no breaker, no attempt was observed, or the store is unavailable
-        (the outcome is then not counted)."""
+        conflict). ``route_release_sha256`` is that attempt's route release
+        (read from the session when not given). Returns the snapshot written,
+        or ``None`` when the policy has no breaker, no attempt was observed,
+        or the store is unavailable (the outcome is then not counted)."""
         if not self._shape(policy).breaker:
             return None
-        attempts = session.attempts["attempts"]
-        if not attempts:
-            return None
-        release = attempts[-1]["route_release_sha256"]
+        release = route_release_sha256
+        if release is None:
+            attempts = session.attempts["attempts"]
+            if not attempts:
+                return None
+            release = str(attempts[-1]["route_release_sha256"])
         key = self.breaker_key(release)
-        store = self.store
         for _ in range(self.max_conflicts + 1):
             try:
-                current, generation = store.get(key)
+                current, generation = self._read([key])[0]
             except StoreUnavailableError:
                 self.unavailable += 1
                 return None
             if current is None:
-                current = fresh_breaker(release, now_epoch_ms)
+                current = to_text(fresh_breaker(release, now_epoch_ms))
             try:
-                nxt: Dict[str, Any] = call(session.breaker_after, to_text(current), now_epoch_ms)
+                nxt: Dict[str, Any] = call(session.breaker_after, current, now_epoch_ms)
             except RetryledgerError as e:
                 if e.code == "generation_regressed":
                     self.unavailable += 1
                     return None
                 raise
             try:
-                ok = store.compare_and_set(key, generation, nxt)[0]
+                ok = self._cas(key, generation, nxt)
             except StoreUnavailableError:
                 self.unavailable += 1
                 return None

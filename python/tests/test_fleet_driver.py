@@ -181,13 +181,13 @@ class ConflictingStore(MemoryStore):
         super().__init__()
         self.left = conflicts
 
-    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+    def compare_and_set_raw(self, key: str, expected_generation: int, text: str) -> Tuple[bool, int]:
         if self.left > 0:
             self.left -= 1
-            _, generation = self.get(key)
-            super().compare_and_set(key, generation, document)
+            _, generation = self.get_raw(key)
+            super().compare_and_set_raw(key, generation, text)
             return False, generation + 1
-        return super().compare_and_set(key, expected_generation, document)
+        return super().compare_and_set_raw(key, expected_generation, text)
 
 
 def test_a_conflict_is_read_again_and_admitted_again() -> None:
@@ -291,3 +291,35 @@ def test_run_stream_and_run_stream_async_admit_each_attempt() -> None:
     assert (terminal, text, routes) == ("completed", "hello", [FALLBACK])
     assert bundle["attempts"]["attempts"][0]["admission"]["skipped"][0]["route_id"] == PRIMARY
     assert verified(bundle)
+
+
+class PlainStore:
+    """A store with only the two register operations (no optional fast paths)."""
+
+    def __init__(self) -> None:
+        self.data: Dict[str, Tuple[int, str]] = {}
+
+    def get(self, key: str) -> Tuple[Optional[Dict[str, Any]], int]:
+        hit = self.data.get(key)
+        return (None, 0) if hit is None else (json.loads(hit[1]), hit[0])
+
+    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+        current = self.data.get(key, (0, ""))[0]
+        if current != expected_generation:
+            return False, current
+        self.data[key] = (current + 1, json.dumps(document))
+        return True, current + 1
+
+
+def test_a_store_with_only_get_and_compare_and_set_serves_a_fleet() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER, budget=dict(BUDGET, ratio_permille=1000)))
+    store = PlainStore()
+    fleet = Fleet(store, namespace="plain")
+    routes: List[str] = []
+    terminal, _ = drive(policy, fleet, primary_down(routes))
+    assert routes[:2] == [PRIMARY, PRIMARY]
+    routes.clear()
+    terminal, bundle = drive(policy, fleet, primary_down(routes))
+    assert (terminal, routes) == ("completed", [FALLBACK])
+    assert verified(bundle)
+    assert sorted(k.split("/")[1] for k in store.data) == ["breaker", "breaker", "budget"]

@@ -65,20 +65,29 @@ class RedisStore:
         return self._client
 
     def get(self, key: str) -> Tuple[Optional[Dict[str, Any]], int]:
+        text, generation = self.get_raw(key)
+        return (None if text is None else _decode(text)), generation
+
+    def get_many(self, keys: List[str]) -> List[Tuple[Optional[Dict[str, Any]], int]]:
+        """``get`` of several keys in one round trip (a pipeline, no transaction:
+        each key is read as of its own moment, as separate ``get`` calls would)."""
+        return [((None if t is None else _decode(t)), g) for t, g in self.get_many_raw(keys)]
+
+    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+        return self.compare_and_set_raw(key, expected_generation, _encode(document))
+
+    def get_raw(self, key: str) -> Tuple[Optional[str], int]:
+        """``get`` with the document as the JSON text stored."""
         import redis
 
         try:
             document, generation = self._client.hmget(key, ["d", "g"])
         except redis.RedisError as e:
             raise StoreUnavailableError(f"redis store: {e}") from e
-        if document is None:
-            return None, 0
-        text = document.decode("utf-8") if isinstance(document, bytes) else str(document)
-        return _decode(text), int(generation or 0)
+        return _row(document, generation)
 
-    def get_many(self, keys: List[str]) -> List[Tuple[Optional[Dict[str, Any]], int]]:
-        """``get`` of several keys in one round trip (a pipeline, no transaction:
-        each key is read as of its own moment, as separate ``get`` calls would)."""
+    def get_many_raw(self, keys: List[str]) -> List[Tuple[Optional[str], int]]:
+        """``get_raw`` of several keys in one pipelined round trip."""
         import redis
 
         try:
@@ -88,19 +97,12 @@ class RedisStore:
             rows = pipe.execute()
         except redis.RedisError as e:
             raise StoreUnavailableError(f"redis store: {e}") from e
-        out: List[Tuple[Optional[Dict[str, Any]], int]] = []
-        for document, generation in rows:
-            if document is None:
-                out.append((None, 0))
-            else:
-                text = document.decode("utf-8") if isinstance(document, bytes) else str(document)
-                out.append((_decode(text), int(generation or 0)))
-        return out
+        return [_row(document, generation) for document, generation in rows]
 
-    def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
+    def compare_and_set_raw(self, key: str, expected_generation: int, text: str) -> Tuple[bool, int]:
+        """``compare_and_set`` of a document given as JSON text: one Lua script."""
         import redis
 
-        text = _encode(document)
         try:
             ok, generation = self._cas(keys=[key], args=[int(expected_generation), text])
         except redis.RedisError as e:
@@ -109,3 +111,10 @@ class RedisStore:
 
     def __repr__(self) -> str:
         return f"RedisStore({self._client!r})"
+
+
+def _row(document: Any, generation: Any) -> Tuple[Optional[str], int]:
+    if document is None:
+        return None, 0
+    text = document.decode("utf-8") if isinstance(document, bytes) else str(document)
+    return text, int(generation or 0)

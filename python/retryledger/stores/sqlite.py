@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from typing import Any, Dict, Optional, Tuple, Union
-
 import os
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import StoreUnavailableError, _decode, _encode
 
@@ -51,19 +50,32 @@ class SQLiteStore:
         return self._path
 
     def get(self, key: str) -> Tuple[Optional[Dict[str, Any]], int]:
-        try:
-            with self._lock:
-                row = self._conn.execute(
-                    "SELECT generation, document FROM retryledger_register WHERE key = ?", (key,)
-                ).fetchone()
-        except sqlite3.Error as e:
-            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
-        if row is None:
-            return None, 0
-        return _decode(row[1]), int(row[0])
+        text, generation = self.get_raw(key)
+        return (None if text is None else _decode(text)), generation
 
     def compare_and_set(self, key: str, expected_generation: int, document: Dict[str, Any]) -> Tuple[bool, int]:
-        text = _encode(document)
+        return self.compare_and_set_raw(key, expected_generation, _encode(document))
+
+    def get_raw(self, key: str) -> Tuple[Optional[str], int]:
+        """``get`` with the document as the JSON text stored."""
+        return self.get_many_raw([key])[0]
+
+    def get_many_raw(self, keys: List[str]) -> List[Tuple[Optional[str], int]]:
+        """``get_raw`` of several keys in one statement (one read transaction)."""
+        marks = ",".join("?" * len(keys))
+        try:
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT key, generation, document FROM retryledger_register WHERE key IN ({marks})", keys
+                ).fetchall()
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+        found = {row[0]: (str(row[2]), int(row[1])) for row in rows}
+        return [found.get(key, (None, 0)) for key in keys]
+
+    def compare_and_set_raw(self, key: str, expected_generation: int, text: str) -> Tuple[bool, int]:
+        """``compare_and_set`` of a document given as JSON text (stored as given):
+        one ``BEGIN IMMEDIATE`` transaction."""
         try:
             with self._lock:
                 conn = self._conn
