@@ -256,17 +256,22 @@ class Fleet:
                     return self._without_store(session, at_ms, now_epoch_ms)
                 raise
             writes = answer["writes"]
+            # The budget first: when a later breaker write conflicts, the
+            # re-admission spends or deposits again (bounded by max_conflicts),
+            # whereas a probe reserved in a breaker and then abandoned would
+            # hold the half-open breaker's probe slot.
             try:
                 written = True
-                for snapshot in writes["breakers"]:
-                    key = self.breaker_key(snapshot["route_release_sha256"])
-                    if not cas(key, generations.get(key, 0), snapshot):
-                        written = False
-                        break
                 budget = writes.get("budget")
-                if written and budget is not None:
+                if budget is not None:
                     key = self.budget_key(budget["scope"])
                     written = cas(key, generations.get(key, 0), budget)
+                if written:
+                    for snapshot in writes["breakers"]:
+                        key = self.breaker_key(snapshot["route_release_sha256"])
+                        if not cas(key, generations.get(key, 0), snapshot):
+                            written = False
+                            break
             except StoreUnavailableError:
                 return self._without_store(session, at_ms, now_epoch_ms)
             if written:

@@ -36,12 +36,22 @@ def primary_down(routes: List[str]) -> Any:
     return dispatch
 
 
-def drive(policy: retryledger.Policy, fleet: Fleet, dispatch: Any) -> Tuple[str, Dict[str, Any]]:
-    """One run on a fake clock (wall clock EPOCH + run clock): its terminal and bundle."""
+def serving(routes: List[str]) -> Any:
+    """Every route serves."""
+
+    def dispatch(step: Step) -> str:
+        routes.append(step.route_id)
+        return "done"
+
+    return dispatch
+
+
+def drive(policy: retryledger.Policy, fleet: Fleet, dispatch: Any, epoch: int = EPOCH) -> Tuple[str, Dict[str, Any]]:
+    """One run on a fake clock (wall clock ``epoch`` + run clock): its terminal and bundle."""
     clock = FakeClock()
     try:
         r = retryledger.run(
-            policy, dispatch, KEY, fleet=fleet, clock=clock, sleep=clock.sleep, wall_clock=lambda: EPOCH + clock.now
+            policy, dispatch, KEY, fleet=fleet, clock=clock, sleep=clock.sleep, wall_clock=lambda: epoch + clock.now
         )
         return r.terminal, r.bundle
     except RunStoppedError as e:
@@ -74,6 +84,32 @@ def test_a_breaker_opened_by_one_run_skips_the_route_in_the_next() -> None:
     assert bundle["receipt"]["fleet"]["routes_skipped"] == 1
     assert bundle["fleet_snapshots"]["breakers"]
     assert verified(bundle)
+
+
+def test_after_open_ms_one_probe_closes_the_breaker() -> None:
+    policy = retryledger.Policy(fleet_policy(breaker=BREAKER))
+    fleet = Fleet(MemoryStore())
+    routes: List[str] = []
+    drive(policy, fleet, primary_down(routes))
+    opened = fleet.breaker(_primary_release(policy))
+    assert opened is not None and opened["state"] == "open"
+    routes.clear()
+    # Still open 5 s later: skipped.
+    terminal, _ = drive(policy, fleet, serving(routes), EPOCH + 5_000)
+    assert routes == [FALLBACK]
+    # After open_ms (10 s) the next attempt on the primary is a half-open probe.
+    routes.clear()
+    terminal, bundle = drive(policy, fleet, serving(routes), EPOCH + 20_000)
+    assert (terminal, routes) == ("completed", [PRIMARY])
+    assert bundle["attempts"]["attempts"][0]["admission"]["breaker"]["probe"] is True
+    assert bundle["receipt"]["fleet"]["probes"] == 1
+    assert verified(bundle)
+    snapshot = fleet.breaker(_primary_release(policy))
+    assert snapshot is not None and snapshot["state"] == "closed"
+
+
+def _primary_release(policy: retryledger.Policy) -> str:
+    return str(policy.document["routes"][0]["route_release_sha256"])
 
 
 def test_every_route_open_stops_before_any_dispatch() -> None:
