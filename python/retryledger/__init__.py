@@ -13,6 +13,11 @@ A streamed request: ``for event in retryledger.run_stream(policy, dispatch,
 key)`` yields the consumer's events (tentative deltas, one commit, an
 invalidate for a failed attempt's output) under the policy's stream contract.
 
+Fleet protection (docs/FLEET.md): for a policy with a ``fleet`` section, pass
+``fleet=retryledger.Fleet(store)`` (a store of :mod:`retryledger.stores`:
+memory, SQLite, Redis) to any driver; each attempt is admitted against the
+shared circuit breakers and retry budget before it is dispatched.
+
 A host of its own drives the core's state machine directly:
 ``session = policy.session()``, then ``session.next()`` (a :class:`Dispatch`
 or :class:`Terminal`), ``session.observe(..., facts=Facts(...))`` (a
@@ -73,6 +78,7 @@ from ._stream import (
     run_stream,
     run_stream_async,
 )
+from .fleet import Fleet
 from ._errors import (
     DecodeError,
     DriftError,
@@ -94,6 +100,7 @@ __all__ = [
     "Document",
     "DriftError",
     "Facts",
+    "Fleet",
     "HttpError",
     "Judgement",
     "LabReport",
