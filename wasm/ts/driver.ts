@@ -23,6 +23,7 @@ import {
   RunStoppedError,
   UnrecognizedDispatchError,
 } from "./errors.js";
+import type { Fleet } from "./fleet.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
 import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
 
@@ -91,6 +92,31 @@ export interface RunOptions {
    * `step.usage(units)` charges what an attempt used.
    */
   priceSchedule?: Input<PriceSchedule>;
+  /**
+   * The fleet the run belongs to (required when the policy has a `fleet`
+   * section): every attempt is admitted against its store before dispatch
+   * (breakers, retry budget) and its outcome recorded on its route's
+   * breaker after the observation.
+   */
+  fleet?: Fleet;
+}
+
+/**
+ * A policy with a fleet section needs a fleet (and one without, none):
+ * checked before any dispatch.
+ * @internal
+ */
+export function checkFleet(policy: Policy, fleet: Fleet | undefined): void {
+  if (policy.fleet !== undefined && fleet === undefined) {
+    throw new DriftError("admission_missing", "admission_missing at /fleet: the policy has a fleet section; pass `fleet` in the run options", {
+      path: "/fleet",
+    });
+  }
+  if (policy.fleet === undefined && fleet !== undefined) {
+    throw new DriftError("admission_unexpected", "admission_unexpected at /fleet: a fleet was given but the policy has no fleet section", {
+      path: "/fleet",
+    });
+  }
 }
 
 /** A completed run: dispatch's result and the sealed run. */
@@ -285,6 +311,8 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   const onAttempt = options.onAttempt;
   const signal = options.signal;
   const deadlineMs = compiled.policy.deadline_ms;
+  const fleet = options.fleet;
+  checkFleet(compiled.policy, fleet);
 
   const t0 = clock();
   let last = 0;
@@ -325,13 +353,25 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
 
   try {
     for (;;) {
-      const decision = session.next();
+      let decision = session.next();
       if (decision.kind === "terminal") break;
-      const notBefore = decision.not_before_ms;
+      let notBefore = decision.not_before_ms;
       let t = now();
       while (t < notBefore && !signal?.aborted) {
         await sleep(notBefore - t, signal);
         t = now();
+      }
+      if (fleet !== undefined && !signal?.aborted) {
+        // Admitted against the fleet's store: perhaps on a later route, or the fleet's terminal.
+        const answer = await fleet.admit(session, t);
+        if (answer.decision.kind === "terminal") continue;
+        decision = session.next() as DispatchDecision;
+        notBefore = decision.not_before_ms;
+        t = now();
+        while (t < notBefore && !signal?.aborted) {
+          await sleep(notBefore - t, signal);
+          t = now();
+        }
       }
       if (signal?.aborted) {
         cancelled = true;
@@ -386,6 +426,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         });
       }
       lastRule = judgement.rule;
+      if (fleet !== undefined) await fleet.record(session);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
     }
     sealed = sealAndRelease(session);

@@ -24,7 +24,8 @@
 
 import { CompiledPolicy, checkPriceSchedule, priceCost, toText, type Input } from "./core.js";
 import { factsOf, type Classifier } from "./facts.js";
-import type { Step } from "./driver.js";
+import { checkFleet, type Step } from "./driver.js";
+import type { Fleet } from "./fleet.js";
 import {
   DecodeError,
   DriftError,
@@ -105,6 +106,8 @@ export interface StreamRunOptions<E> {
   priceSchedule?: Input<PriceSchedule>;
   /** How to read a provider event (default: the event is its text, the stream's end its terminal event). */
   reader?: StreamReader<E>;
+  /** The fleet the run belongs to (required when the policy has a `fleet` section), as in `runWithPolicy`. */
+  fleet?: Fleet;
 }
 
 /** One event the consumer receives; the same as the run's event log, one to one. */
@@ -408,6 +411,7 @@ export function runStream<E = string>(
         { path: "/idempotency_key_sha256" },
       );
     }
+    checkFleet(compiled.policy, options.fleet);
     let schedule: string | undefined;
     if (options.priceSchedule !== undefined) {
       schedule = toText(options.priceSchedule);
@@ -448,6 +452,7 @@ async function* drive<E>(
   const classify = options.classify;
   const onAttempt = options.onAttempt;
   const signal = options.signal;
+  const fleet = options.fleet;
 
   const t0 = clock();
   let last = 0;
@@ -495,13 +500,25 @@ async function* drive<E>(
 
   try {
     for (;;) {
-      const decision = session.next();
+      let decision = session.next();
       if (decision.kind === "terminal") break;
-      const notBefore = decision.not_before_ms;
+      let notBefore = decision.not_before_ms;
       let t = now();
       while (t < notBefore && !signal?.aborted) {
         await sleep(notBefore - t, signal);
         t = now();
+      }
+      if (fleet !== undefined && !signal?.aborted) {
+        // Admitted against the fleet's store: perhaps on a later route, or the fleet's terminal.
+        const answer = await fleet.admit(session, t);
+        if (answer.decision.kind === "terminal") continue;
+        decision = session.next() as DispatchDecision;
+        notBefore = decision.not_before_ms;
+        t = now();
+        while (t < notBefore && !signal?.aborted) {
+          await sleep(notBefore - t, signal);
+          t = now();
+        }
       }
       if (signal?.aborted) {
         cancelled = true;
@@ -717,6 +734,7 @@ async function* drive<E>(
       lastError = error;
       const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts);
       lastRule = judgement.rule;
+      if (fleet !== undefined) await fleet.record(session);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
 
       switch (judgement.stream) {
