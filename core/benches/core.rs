@@ -230,6 +230,15 @@ fn streams_and_fleet(c: &mut Criterion) {
             black_box(s.breaker_after(&fresh, 1_780_000_000_040).unwrap())
         })
     });
+    g.bench_function("admit_only/one_attempt", |b| {
+        b.iter(|| {
+            let mut s = Session::start(policy.clone());
+            black_box(s.admit(1_000, 1_780_000_000_000, black_box(&view)).unwrap())
+        })
+    });
+    g.bench_function("session_start/fleet_policy", |b| {
+        b.iter(|| black_box(Session::start(policy.clone())))
+    });
     g.bench_function("session_observe/one_attempt_without_fleet", |b| {
         let plain = Arc::new(compile(lab::reference_bundle().unwrap().policy).unwrap());
         b.iter(|| {

@@ -331,7 +331,8 @@ impl Session {
     /// again before the observation (after a compare-and-set conflict, with a
     /// fresh view) replaces the admission.
     pub fn admit(&mut self, at_ms: u64, now_epoch_ms: u64, view: &FleetView) -> Result<Admitted> {
-        let Some(fleet) = self.policy.policy.fleet.clone() else {
+        let policy = Arc::clone(&self.policy);
+        let Some(fleet) = policy.policy.fleet.as_ref() else {
             return Err(Error::at(
                 ErrorCode::AdmissionUnexpected,
                 "/fleet",
