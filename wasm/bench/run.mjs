@@ -6,6 +6,9 @@
 //   try/catch loop;
 // * the per-event overhead of `runStream` over iterating the same in-memory
 //   async stream of small SDK-like events directly (CPU and wall µs per event);
+// * fleet protection: the cost per attempt of admission and breaker record
+//   against an in-memory store, and with REDIS_URL set, the store round trips
+//   per attempt against Redis next to a plain GET/SET pair;
 // * the WebAssembly module's size after wasm-opt -Oz, raw and gzip.
 //
 // `node bench/run.mjs [--write ../docs/BENCHMARKS.md] [--calls N] [--rounds R] [--events N]`
@@ -24,7 +27,7 @@ import { fileURLToPath } from "node:url";
 import { ConstantBackoff, handleAll, retry } from "cockatiel";
 import pRetry from "p-retry";
 
-import { AttemptError, CompiledPolicy, runStream, runWithPolicy } from "../dist/index.js";
+import { AttemptError, CompiledPolicy, Fleet, MemoryStore, runStream, runWithPolicy } from "../dist/index.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -43,6 +46,8 @@ const CALLS = Number(option("--calls") ?? 20_000);
 const ROUNDS = Number(option("--rounds") ?? 7);
 /** Provider events per streamed run. */
 const EVENTS = Number(option("--events") ?? 10_000);
+/** Logical calls per batch with a fleet (in memory; a tenth of them against Redis). */
+const FLEET_CALLS = Number(option("--fleet-calls") ?? 5_000);
 
 // ---- the policy: one route, three attempts -------------------------------
 
@@ -294,6 +299,88 @@ const sCore = streamFig("core");
 const overhead = { cpu: sDriven.cpu - sDirect.cpu, wall: sDriven.wall - sDirect.wall };
 const STREAM_TARGET = 2.0;
 
+// ---- fleet: admission and breaker record per attempt ------------------------
+
+// The same three-attempt call under a fleet section (a breaker that the two
+// failures do not open, a retry budget that covers both retries), against a
+// MemoryStore; and, with REDIS_URL, against Redis, counting the store's round
+// trips (a pipelined read of several keys is one).
+const fleetCompiled = new CompiledPolicy({
+  ...policy,
+  fleet: {
+    breaker: { consecutive_failures: 100, half_open_probes: 1, open_ms: 1000 },
+    on_store_unavailable: "fail_closed",
+    retry_budget: { scope: "bench", ratio_permille: 10_000, floor_per_second: 1000, max_tokens: 1000 },
+  },
+});
+
+/** A store wrapper counting calls (each one round trip to a remote store). @param {import("../dist/index.js").FleetStore} inner */
+function counted(inner) {
+  const n = { trips: 0 };
+  /** @type {import("../dist/index.js").FleetStore} */
+  const store = {
+    get: (k) => (n.trips++, inner.get(k)),
+    compareAndSet: (k, g, d) => (n.trips++, inner.compareAndSet(k, g, d)),
+    getMany: (keys) => (n.trips++, inner.getMany ? inner.getMany(keys) : Promise.all(keys.map((k) => inner.get(k)))),
+  };
+  return { store, n };
+}
+
+/** @param {import("../dist/index.js").Fleet | undefined} fleet @param {CompiledPolicy} p */
+function fleetCall(fleet, p) {
+  return async () => {
+    let t = 0;
+    const options = { idempotencyKey: KEY, clock: () => t, sleep: async (/** @type {number} */ ms) => void (t += ms) };
+    const run = await runWithPolicy(p, makeDispatch(), fleet === undefined ? options : { ...options, fleet });
+    if (run.receipt.attempt_count !== 3) throw new Error("fleet bench: not three attempts");
+    return run.receipt.attempts_sha256;
+  };
+}
+
+/** Median CPU and wall µs per call over ROUNDS batches of `calls`. @param {() => Promise<unknown>} call @param {number} calls */
+async function medianOf(call, calls) {
+  await batch({ id: "", label: "", calls: Math.max(1, calls >> 3), call });
+  const cpu = [];
+  const wall = [];
+  for (let r = 0; r < ROUNDS; r += 1) {
+    const s = await batch({ id: "", label: "", calls, call });
+    cpu.push(s.cpu);
+    wall.push(s.wall);
+  }
+  return { cpu: median(cpu), wall: median(wall) };
+}
+
+const memCount = counted(new MemoryStore());
+const memFleet = new Fleet(memCount.store, { namespace: "bench" });
+const fNone = await medianOf(fleetCall(undefined, compiled), FLEET_CALLS);
+const tripsBefore = memCount.n.trips;
+const fMem = await medianOf(fleetCall(memFleet, fleetCompiled), FLEET_CALLS);
+const callsMade = Math.max(1, FLEET_CALLS >> 3) + ROUNDS * FLEET_CALLS;
+const tripsPerAttempt = (memCount.n.trips - tripsBefore) / (callsMade * 3);
+const fleetPerAttempt = { cpu: (fMem.cpu - fNone.cpu) / 3, wall: (fMem.wall - fNone.wall) / 3 };
+
+/** @type {{fleet: {cpu: number, wall: number}, getset: {cpu: number, wall: number}, trips: number} | undefined} */
+let fRedis;
+const redisUrl = process.env.REDIS_URL;
+if (redisUrl !== undefined && redisUrl !== "") {
+  const { RedisStore } = await import("../dist/stores/redis.js");
+  const redisStore = new RedisStore({ url: redisUrl });
+  const c = counted(redisStore);
+  const rf = new Fleet(c.store, { namespace: `bench-${process.pid}` });
+  const n = Math.max(1, FLEET_CALLS >> 4);
+  const t0 = c.n.trips;
+  const withFleet = await medianOf(fleetCall(rf, fleetCompiled), n);
+  const trips = (c.n.trips - t0) / ((Math.max(1, n >> 3) + ROUNDS * n) * 3);
+  const client = redisStore.client;
+  const getset = await medianOf(async () => {
+    await client.get(`bench-${process.pid}/plain`);
+    await client.set(`bench-${process.pid}/plain`, "x");
+    return 1;
+  }, n * 3);
+  fRedis = { fleet: { cpu: (withFleet.cpu - fNone.cpu) / 3, wall: (withFleet.wall - fNone.wall) / 3 }, getset, trips };
+  await redisStore.close();
+}
+
 // ---- module sizes ------------------------------------------------------------
 
 /** @param {string} dir */
@@ -347,6 +434,18 @@ const lines = [
   "",
   `**Per-event overhead ${us(overhead.cpu)} CPU (target <= ${us(STREAM_TARGET)}): ${overhead.cpu <= STREAM_TARGET ? "holds" : "does not hold"}.** ` +
     "The core's share is the crossing of every delta text into the module and its SHA-256 there (the event log binds each delta); the sealed bundle, whose event log is built when first read, is not read here.",
+  "",
+  `Fleet protection: the same three-attempt call with a policy \`fleet\` section (a breaker per route release and a retry budget) and \`fleet\` in the run options: before each attempt the driver reads the view, the core admits it and the changed snapshots are written back with compare-and-set; after it, the route's breaker is read, recorded and written. Median of ${ROUNDS} batches of ${FLEET_CALLS.toLocaleString("en-US")} calls; per attempt = (with the fleet − without) / 3.`,
+  "",
+  "| store | CPU per attempt | wall per attempt | store round trips per attempt |",
+  "| --- | ---: | ---: | ---: |",
+  `| \`MemoryStore\` (admission + breaker record) | ${us(fleetPerAttempt.cpu)} | ${us(fleetPerAttempt.wall)} | ${tripsPerAttempt.toFixed(2)} calls |`,
+  ...(fRedis === undefined
+    ? ["| Redis | not measured (no `REDIS_URL`; run under `tests/servers/with-redis.sh`) | | |"]
+    : [
+        `| Redis on loopback (\`RedisStore\`, ioredis; ${Math.max(1, FLEET_CALLS >> 4).toLocaleString("en-US")} calls per batch) | ${us(fRedis.fleet.cpu)} | ${us(fRedis.fleet.wall)} | ${fRedis.trips.toFixed(2)} |`,
+        `| a plain GET then SET on the same client, for scale | ${us(fRedis.getset.cpu)} | ${us(fRedis.getset.wall)} | 2 |`,
+      ]),
   "",
   "WebAssembly module after `wasm-opt -Oz` (binaryen 132 from npm; wasm-pack's own download off):",
   "",

@@ -426,7 +426,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         });
       }
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session);
+      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
     }
     sealed = sealAndRelease(session);

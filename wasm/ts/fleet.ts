@@ -210,16 +210,17 @@ export class Fleet {
   /**
    * After the session observed its attempt: record the outcome on the
    * attempt's route breaker (read, `session.breakerAfter`, compare-and-set;
-   * conflicts as in `admit`). Returns the snapshot written, or `undefined`
+   * conflicts as in `admit`); `routeReleaseSha256`, the attempt's route
+   * release when the host knows it (the core checks it is the last
+   * attempt's). Returns the snapshot written, or `undefined`
    * when the policy has no breaker or the store threw (`lastStoreError`;
    * the outcome is then lost to the breaker).
    */
-  async record(session: Session): Promise<BreakerSnapshot | undefined> {
+  async record(session: Session, routeReleaseSha256?: string): Promise<BreakerSnapshot | undefined> {
     if (session.compiled.policy.fleet?.breaker === undefined) return undefined;
-    const attempt = session.lastAttempt();
     // Recorded even when the attempt was admitted without the store (fail_open): the store may be back.
-    if (attempt === undefined) return undefined;
-    const release = attempt.route_release_sha256;
+    const release = routeReleaseSha256 ?? session.lastAttempt()?.route_release_sha256;
+    if (release === undefined) return undefined;
     const key = this.breakerKey(release);
     for (let conflicts = 0; ; ) {
       let written: boolean;

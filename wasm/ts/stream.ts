@@ -734,7 +734,7 @@ async function* drive<E>(
       lastError = error;
       const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts);
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session);
+      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
 
       switch (judgement.stream) {
