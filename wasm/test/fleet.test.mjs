@@ -299,3 +299,32 @@ test("runStream admits before each streamed attempt and records the breaker afte
   assert.deepEqual(Object.keys(sealed.bundle), ["attempts", "fleet_snapshots", "policy", "receipt", "schema", "stream_events"]);
   assert.equal(verifyBundle(sealed.bundle_json).kind, "verified");
 });
+
+test("a consumer leaving a streamed half-open probe early still records it: the probe's place is freed", async () => {
+  const policy = fleetPolicy({ breaker: { consecutive_failures: 2, half_open_probes: 1, open_ms: 60000 } }, (p) => {
+    p.stream = { mode: "tentative", max_response_bytes: 1 << 20 };
+  });
+  const store = new MemoryStore();
+  const fleet = new Fleet(store, { namespace: namespace("probe") });
+  const release = policy.routes[0]?.route_release_sha256 ?? "";
+  const opened = Date.now() - 120000;
+  const open = { ...rl.freshBreaker(release, opened), generation: 1, opened_at_epoch_ms: opened, state: /** @type {const} */ ("open") };
+  assert.equal((await store.compareAndSet(fleet.breakerKey(release), 0, open)).ok, true);
+  const run = runStream(
+    policy,
+    async function* () {
+      yield "first";
+      await new Promise((r) => setTimeout(r, 5));
+      yield "second";
+    },
+    { idempotencyKey: KEY, fleet },
+  );
+  for await (const e of run) {
+    if (e.kind === "delta") break;
+  }
+  const attempt = run.bundle?.attempts.attempts[0];
+  assert.equal(attempt?.admission?.breaker?.probe, true, "admitted as the half-open probe");
+  const after = /** @type {any} */ ((await store.get(fleet.breakerKey(release))).document);
+  assert.equal(after.state, "half_open");
+  assert.equal(after.probes_in_flight, 0, "the abandoned probe was recorded");
+});

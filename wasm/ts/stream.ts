@@ -781,6 +781,8 @@ async function* drive<E>(
             const sf = flight.facts();
             if (sf !== undefined) facts.stream = sf;
             observe(session, flight.step.startedAtMs, now(), flight.step.charged, facts, flight.texts);
+            // Its breaker too: a half-open probe left unrecorded would hold its place.
+            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256).catch(() => undefined);
           }
           if (session.terminal === null) session.cancel(now());
           sealed = sealAndRelease(session);
