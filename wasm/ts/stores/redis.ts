@@ -125,6 +125,11 @@ export class RedisStore implements FleetStore {
   /** Close the connection (only one this store opened). */
   async close(): Promise<void> {
     if (!this.#owned) return;
+    // Not connected: stop reconnecting at once (QUIT would wait for a connection).
+    if (this.client.status !== "ready") {
+      this.client.disconnect();
+      return;
+    }
     try {
       await this.client.quit();
     } catch {
