@@ -326,15 +326,22 @@ impl Decode for FleetView {
         let mut f = crate::decode::Fields::open(v, at)?;
         let breakers = f.opt_with("breakers", |v, at| {
             let Value::Object(map) = v else {
-                return Err(at.error(ErrorCode::InvalidType, "expected an object of snapshots by route release"));
+                return Err(at.error(
+                    ErrorCode::InvalidType,
+                    "expected an object of snapshots by route release",
+                ));
             };
             if map.len() > MAX_ROUTES {
-                return Err(at.error(ErrorCode::TooManyItems, format!("at most {MAX_ROUTES} breakers")));
+                return Err(at.error(
+                    ErrorCode::TooManyItems,
+                    format!("at most {MAX_ROUTES} breakers"),
+                ));
             }
             let mut out = Vec::with_capacity(map.len());
             for (key, snapshot) in map {
                 let here = At::Key(at, key);
-                let release = Sha256Hex::parse(key).map_err(|m| here.error(ErrorCode::InvalidDigest, m))?;
+                let release =
+                    Sha256Hex::parse(key).map_err(|m| here.error(ErrorCode::InvalidDigest, m))?;
                 out.push((release, BreakerSnapshot::decode(snapshot, &here)?));
             }
             Ok(out)
