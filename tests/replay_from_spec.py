@@ -278,12 +278,19 @@ class Run:
         p = self.p
         if self.count >= p["max_total_attempts"]:
             return terminal("stop_total_attempts")
-        if self.per_route[priority] < self.cp["routes"][priority]["max_attempts"]:
+        over_cap = hint is not None and hint > p["backoff"]["retry_after_cap_ms"]
+        mode = p["backoff"].get("retry_after_over_cap", "clamp")
+        if over_cap and mode == "stop":
+            return terminal("stop_retry_after")
+        leave = over_cap and mode == "skip_route"
+        if self.per_route[priority] < self.cp["routes"][priority]["max_attempts"] and not leave:
             nxt, nxt_ord = priority, route_ordinal + 1
         else:
             nxt, nxt_ord = priority + 1, 1
         if nxt >= len(self.cp["routes"]):
-            return terminal("stop_route_exhausted")
+            return terminal("stop_retry_after" if leave else "stop_route_exhausted")
+        if leave:
+            hint = None
         latest = max(p["deadline_ms"] - 1 - completed, 0)
         d = next_delay(p, route_ordinal, hint, self.last_sample, self.count + 1, latest)
         return self.admit(nxt, nxt_ord, min(completed + d["delay_ms"], U64_MAX), d)

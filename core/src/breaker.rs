@@ -7,7 +7,8 @@
 //! `half_open_probes`) close it; a probe's failure reopens it. Only outcomes
 //! that say the route is unhealthy count: a timeout before a response,
 //! unavailable, rate limited. A caller's invalid request never opens a
-//! breaker. Each state change raises the generation, so a store's
+//! breaker. Probes left unanswered for `open_ms` after the latest one was
+//! admitted are presumed lost and their slots released. Each state change raises the generation, so a store's
 //! compare-and-set and a replay can tell snapshots apart.
 //!
 //! Everything here is pure: [`admit`] and [`record`] take a snapshot and the
@@ -142,6 +143,10 @@ pub struct BreakerSnapshot {
     pub generation: u64,
     /// When it opened (open).
     pub opened_at_epoch_ms: Option<u64>,
+    /// When the latest probe was admitted (half-open). Probes unanswered
+    /// for `open_ms` after it are presumed lost (a crashed host), so a
+    /// breaker never stays half-open for ever.
+    pub probe_started_at_epoch_ms: Option<u64>,
     /// Successful probes so far (half-open).
     pub probe_successes: u64,
     /// Probes admitted and not yet recorded (half-open).
@@ -166,6 +171,7 @@ object!(BreakerSnapshot {
     consecutive_failures: u64,
     generation: u64,
     opened_at_epoch_ms: opt_u64,
+    probe_started_at_epoch_ms: opt_u64,
     probe_successes: u64,
     probes_in_flight: u64,
     route_release_sha256: doc,
@@ -251,6 +257,7 @@ impl BreakerSnapshot {
             consecutive_failures: 0,
             generation: 0,
             opened_at_epoch_ms: None,
+            probe_started_at_epoch_ms: None,
             probe_successes: 0,
             probes_in_flight: 0,
             route_release_sha256,
@@ -284,7 +291,9 @@ impl BreakerSnapshot {
             );
         }
         if self.state != BreakerState::HalfOpen
-            && (self.probes_in_flight > 0 || self.probe_successes > 0)
+            && (self.probes_in_flight > 0
+                || self.probe_successes > 0
+                || self.probe_started_at_epoch_ms.is_some())
         {
             return bad(
                 ErrorCode::InvalidSnapshot,
@@ -325,6 +334,7 @@ impl BreakerSnapshot {
         self.window_start_epoch_ms = now;
         self.probe_successes = 0;
         self.probes_in_flight = 0;
+        self.probe_started_at_epoch_ms = None;
     }
 
     fn enter(&mut self, state: BreakerState, now: u64) {
@@ -359,10 +369,22 @@ pub fn admit(
         }
         next.enter(BreakerState::HalfOpen, now);
     }
+    // Every probe slot taken, none answered for open_ms: the probes are
+    // presumed lost (their hosts crashed or could not record) and released.
+    let lost = next.state == BreakerState::HalfOpen
+        && next.probes_in_flight >= cfg.half_open_probes
+        && next
+            .probe_started_at_epoch_ms
+            .is_some_and(|t| now >= t.saturating_add(cfg.open_ms));
+    if lost {
+        next.probes_in_flight = 0;
+        next.generation = next.generation.saturating_add(1);
+    }
     match next.state {
         BreakerState::Closed => (BreakerAdmission::Admitted { probe: false }, next),
         BreakerState::HalfOpen if next.probes_in_flight < cfg.half_open_probes => {
             next.probes_in_flight = next.probes_in_flight.saturating_add(1);
+            next.probe_started_at_epoch_ms = Some(now);
             (BreakerAdmission::Admitted { probe: true }, next)
         }
         BreakerState::HalfOpen | BreakerState::Open => (

@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::{BudgetUse, FleetStop, FleetSummary, OnStoreUnavailable, StopReason};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::Outcome;
-use crate::policy::CompiledPolicy;
+use crate::policy::{CompiledPolicy, OverCap};
 use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
 use crate::schedule::{next_delay, Delay, JitterDraw};
 use crate::stream::{Continuation, StreamAction, Streaming};
@@ -46,6 +46,9 @@ pub enum Terminal {
     StopRetryBudget,
     /// The fleet store is unavailable and the policy fails closed.
     StopStoreUnavailable,
+    /// A Retry-After hint above the policy's cap, under `stop` (or
+    /// `skip_route` with no route left).
+    StopRetryAfter,
 }
 
 names!(Terminal {
@@ -60,6 +63,7 @@ names!(Terminal {
     StopCircuitOpen => "stop_circuit_open",
     StopRetryBudget => "stop_retry_budget",
     StopStoreUnavailable => "stop_store_unavailable",
+    StopRetryAfter => "stop_retry_after",
 });
 
 /// The next attempt to dispatch, and not before when.
@@ -393,16 +397,31 @@ impl Run {
         }
         let used = self.per_route.get(priority).copied().unwrap_or(0);
         let bound = cp.route_at(priority).map_or(0, |r| r.max_attempts);
-        let (next_priority, next_ordinal) = if used < bound {
+        // A hint above the cap: clamp it (below), stop, or leave the route.
+        let over_cap = hint.is_some_and(|h| h > p.backoff.retry_after_cap_ms);
+        let mode = p.backoff.retry_after_over_cap.unwrap_or(OverCap::Clamp);
+        let leave = over_cap && mode == OverCap::SkipRoute;
+        if over_cap && mode == OverCap::Stop {
+            return Decision::Terminal {
+                terminal: Terminal::StopRetryAfter,
+            };
+        }
+        let (next_priority, next_ordinal) = if used < bound && !leave {
             (priority, route_ordinal.saturating_add(1))
         } else {
             (priority.saturating_add(1), 1)
         };
         if cp.route_at(next_priority).is_none() {
             return Decision::Terminal {
-                terminal: Terminal::StopRouteExhausted,
+                terminal: if leave {
+                    Terminal::StopRetryAfter
+                } else {
+                    Terminal::StopRouteExhausted
+                },
             };
         }
+        // The hint is the failed route's: another route waits the backoff only.
+        let hint = if leave { None } else { hint };
         let latest_delay = p.deadline_ms.saturating_sub(1).saturating_sub(completed);
         let d = next_delay(
             &p.backoff,

@@ -54,7 +54,29 @@ pub struct Backoff {
     pub max_ms: u64,
     /// Cap on a server's Retry-After hint, in ms.
     pub retry_after_cap_ms: u64,
+    /// What a hint above the cap does; absent is `clamp`.
+    pub retry_after_over_cap: Option<OverCap>,
 }
+
+/// What a Retry-After hint above `retry_after_cap_ms` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverCap {
+    /// Wait the cap instead (the next attempt may start before the hint).
+    Clamp,
+    /// Never dispatch to that route before the hint: move on to the next
+    /// route by priority at once (backoff only), or stop `stop_retry_after`
+    /// when none is left.
+    SkipRoute,
+    /// Stop `stop_retry_after`: the server asked for a longer wait than the
+    /// policy allows.
+    Stop,
+}
+
+names!(OverCap {
+    Clamp => "clamp",
+    SkipRoute => "skip_route",
+    Stop => "stop",
+});
 
 /// Replayable jitter. The sample is drawn from the seed, the scheduler release
 /// and the attempt ordinal, so a replay draws the same value.
@@ -258,6 +280,7 @@ object!(Backoff {
     base_ms: u64,
     max_ms: u64,
     retry_after_cap_ms: u64,
+    retry_after_over_cap: opt_doc,
 });
 
 object!(Route {

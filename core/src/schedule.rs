@@ -161,6 +161,7 @@ mod tests {
             base_ms: base,
             max_ms: max,
             retry_after_cap_ms: 2_000,
+            retry_after_over_cap: None,
         }
     }
 
@@ -188,6 +189,7 @@ mod tests {
             base_ms: u64::MAX / 2,
             max_ms: u64::MAX,
             retry_after_cap_ms: 0,
+            retry_after_over_cap: None,
         };
         assert_eq!(exponential_ms(&huge, 3), u64::MAX);
     }

@@ -208,6 +208,31 @@ fn breaker_cases(f: &mut Family) {
         T0 + 1,
         "rejected",
     );
+    let stuck = snap(
+        &p,
+        &[
+            ("state", json!("half_open")),
+            ("generation", json!(2)),
+            ("probes_in_flight", json!(2)),
+            ("probe_started_at_epoch_ms", json!(T0)),
+        ],
+    );
+    b_admit(
+        f,
+        "breaker_admit_probes_unanswered_before_open_ms",
+        &c,
+        &stuck,
+        T0 + 9_999,
+        "rejected",
+    );
+    b_admit(
+        f,
+        "breaker_admit_probes_unanswered_for_open_ms_are_released",
+        &c,
+        &stuck,
+        T0 + 10_000,
+        "probes_in_flight\":1",
+    );
     b_admit(
         f,
         "breaker_admit_clock_behind_the_snapshot",
@@ -441,6 +466,11 @@ fn breaker_cases(f: &mut Family) {
         (
             "breaker_snapshot_closed_with_probes",
             snap(&p, &[("probes_in_flight", json!(1))]),
+            "invalid_snapshot",
+        ),
+        (
+            "breaker_snapshot_closed_with_probe_time",
+            snap(&p, &[("probe_started_at_epoch_ms", json!(T0))]),
             "invalid_snapshot",
         ),
         (

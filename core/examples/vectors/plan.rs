@@ -14,7 +14,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "plan",
         "plan_next: every decision branch and terminal, the order of the checks, and drift in observed attempts.",
-        "plan_next after every outcome kind, each terminal (completed, stop_non_retryable, stop_indeterminate, stop_total_attempts, stop_route_exhausted, stop_cost_budget spent and reserved, stop_deadline late and before dispatch, stop_cancelled), boundaries (cost equal to the maximum, reservation that exactly fits, completion one ms before the deadline), the check order (deadline before cost before outcome; total attempts before route exhaustion; reservation before deadline), and each drift code in its check order",
+        "plan_next after every outcome kind, each terminal (completed, stop_non_retryable, stop_indeterminate, stop_total_attempts, stop_route_exhausted, stop_cost_budget spent and reserved, stop_deadline late and before dispatch, stop_cancelled), boundaries (cost equal to the maximum, reservation that exactly fits, completion one ms before the deadline), the check order (deadline before cost before outcome; total attempts before route exhaustion; reservation before deadline), Retry-After above the cap under clamp, skip_route and stop (stop_retry_after), and each drift code in its check order",
     );
     let r = reference();
     let pt = t(&r);
@@ -465,6 +465,49 @@ pub fn family() -> Family {
         &t(&policy_with(&[("/retry_owner", json!("adapter"))])),
         "{",
         "retry_owner_not_harness",
+    );
+    // A Retry-After hint above the cap (2,000 ms): clamp waits the cap;
+    // skip_route leaves the route (the fallback waits the backoff only) or
+    // stops when none is left; stop ends the run.
+    for (name, mode, routes, hint, want) in [
+        ("over_cap_clamp_waits_the_cap", "clamp", 2, 5_000, "2000"),
+        (
+            "over_cap_skip_route_falls_back_at_once",
+            "skip_route",
+            2,
+            5_000,
+            "external-fallback",
+        ),
+        (
+            "over_cap_skip_route_without_a_route_left_stops",
+            "skip_route",
+            1,
+            5_000,
+            "stop_retry_after",
+        ),
+        ("over_cap_stop", "stop", 2, 5_000, "stop_retry_after"),
+        (
+            "over_cap_stop_hint_at_the_cap_waits",
+            "stop",
+            2,
+            2_000,
+            "private-primary",
+        ),
+    ] {
+        let mut p = policy_with(&[("/backoff/retry_after_over_cap", serde_json::json!(mode))]);
+        if routes == 1 {
+            p["routes"].as_array_mut().expect("routes").truncate(1);
+        }
+        let attempts = run(&p, &[s(rl(hint), 100, 0)]);
+        f.plan(name, &t(&p), &t(&attempts), want);
+    }
+    f.policy(
+        "over_cap_unknown_mode",
+        &t(&policy_with(&[(
+            "/backoff/retry_after_over_cap",
+            serde_json::json!("wait"),
+        )])),
+        "invalid_value",
     );
     f
 }
