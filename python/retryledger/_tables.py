@@ -193,6 +193,7 @@ Terminal = Literal[
     "stop_circuit_open",
     "stop_retry_budget",
     "stop_store_unavailable",
+    "stop_retry_after",
 ]
 
 #: How a run ends.
@@ -208,6 +209,7 @@ TERMINALS: Tuple[Terminal, ...] = (
     "stop_circuit_open",
     "stop_retry_budget",
     "stop_store_unavailable",
+    "stop_retry_after",
 )
 
 #: An outcome class.

@@ -217,6 +217,7 @@ export const TERMINALS = [
   "stop_circuit_open",
   "stop_retry_budget",
   "stop_store_unavailable",
+  "stop_retry_after",
 ] as const;
 /** How a run ends. */
 export type Terminal = (typeof TERMINALS)[number];
