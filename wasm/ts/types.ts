@@ -550,6 +550,8 @@ export interface BreakerSnapshot {
   generation: number;
   /** When it opened (open). */
   opened_at_epoch_ms?: number;
+  /** When the latest half-open probe was admitted (half-open with probes in flight); unanswered for `open_ms`, their slots are released. */
+  probe_started_at_epoch_ms?: number;
   probe_successes: number;
   probes_in_flight: number;
   /** The route release it guards (its key). */
