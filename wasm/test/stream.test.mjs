@@ -204,6 +204,19 @@ for (const mode of /** @type {const} */ (["buffer", "tentative", "continuation",
   });
 }
 
+test("deltas that split a surrogate pair between them, and non-ASCII text, are recorded and hashed exactly", async () => {
+  const time = fakeTime();
+  // "😀" split across two deltas (high surrogate, then low); "é" and "✓" whole.
+  const words = ["caf\u00e9 \ud83d", "\ude00 ok \u2713"];
+  const { dispatch } = scripted(time, [{ events: words }]);
+  const run = started(streamPolicy("tentative"), dispatch, { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep });
+  const { events, error } = await collect(run);
+  assert.equal(error, undefined);
+  assert.deepEqual(kinds(events), ["delta:1", "delta:1", "commit:1"]);
+  checkLog(run.sealed, events);
+  assert.equal(run.bundle.attempts.attempts[0].stream.bytes, words.reduce((n, w) => n + Buffer.byteLength(w), 0));
+});
+
 test("buffer: a cut after output is retried and nothing of the failed attempt reaches the consumer", async () => {
   const time = fakeTime();
   const { dispatch } = scripted(time, [{ events: WORDS.slice(0, 2), error: cut() }, { events: WORDS }]);

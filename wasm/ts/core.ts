@@ -137,6 +137,22 @@ export function call<T>(f: (b: RawBindings) => T): T {
 export type Input<T> = T | string;
 
 /** JSON text of a document given as an object or as text. */
+/** UTF-8 length of a string (lone surrogates count as U+FFFD, as the encoder writes them). */
+export function utf8Length(s: string): number {
+  const n = s.length;
+  let bytes = n;
+  for (let i = 0; i < n; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) continue;
+    if (c < 0x800) bytes += 1;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < n && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      bytes += 2; // a pair: 4 bytes for 2 code units
+      i++;
+    } else bytes += 2;
+  }
+  return bytes;
+}
+
 export function toText(doc: unknown): string {
   if (typeof doc === "string") return doc;
   let text: string | undefined;

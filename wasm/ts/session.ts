@@ -6,7 +6,7 @@
  * Plain values only: no sentinel numbers, no positional tuples.
  */
 
-import { call, hostSha256, sha256Hex, toText, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
+import { call, hostSha256, sha256Hex, toText, utf8Length, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
 import type {
   AdmitAnswer,
   Attempt,
@@ -30,6 +30,7 @@ import type {
 /** The raw session's streaming methods (the module's `Session` has them). */
 interface RawStreaming {
   observe_stream(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: string, deltas: string[]): string;
+  observe_stream_joined(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: string, joined: string, lengths: Uint32Array): string;
   continuation_json(): string | undefined;
   stream_events_json(): string | undefined;
 }
@@ -190,6 +191,23 @@ export class Session {
     if (deltas !== undefined || this.#streams || (typeof facts === "object" && facts !== null && facts.stream !== undefined)) {
       const text = toText(facts);
       const list = deltas === undefined ? [] : Array.isArray(deltas) ? (deltas as string[]) : [...deltas];
+      // One crossing for the whole attempt: the texts joined, with their
+      // UTF-8 lengths. A text ending in a high surrogate could pair with the
+      // next one's start once joined: such an attempt crosses text by text.
+      const lengths = new Uint32Array(list.length);
+      let joinable = true;
+      for (let i = 0; i < list.length; i++) {
+        const t = list[i] as string;
+        const last = t.length === 0 ? 0 : t.charCodeAt(t.length - 1);
+        if (last >= 0xd800 && last <= 0xdbff) {
+          joinable = false;
+          break;
+        }
+        lengths[i] = utf8Length(t);
+      }
+      if (joinable) {
+        return JSON.parse(call(() => streaming(r).observe_stream_joined(started, completed, cost, text, list.join(""), lengths))) as Judgement;
+      }
       return JSON.parse(call(() => streaming(r).observe_stream(started, completed, cost, text, list))) as Judgement;
     }
     if (facts === RETURNED) {

@@ -22,7 +22,7 @@
  * the signal cannot hang the run.
  */
 
-import { CompiledPolicy, checkPriceSchedule, priceCost, toText, type Input } from "./core.js";
+import { CompiledPolicy, checkPriceSchedule, priceCost, toText, utf8Length, type Input } from "./core.js";
 import { factsOf, type Classifier } from "./facts.js";
 import { checkFleet, type Step } from "./driver.js";
 import type { Fleet } from "./fleet.js";
@@ -169,22 +169,6 @@ function defaultSleep(ms: number, signal: AbortSignal | undefined): Promise<void
 }
 
 const textReader: StreamReader<unknown> = { text: (e) => (typeof e === "string" ? e : "") };
-
-/** UTF-8 length of a string (lone surrogates count as U+FFFD, as the encoder writes them). */
-function utf8Length(s: string): number {
-  const n = s.length;
-  let bytes = n;
-  for (let i = 0; i < n; i++) {
-    const c = s.charCodeAt(i);
-    if (c < 0x80) continue;
-    if (c < 0x800) bytes += 1;
-    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < n && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-      bytes += 2; // a pair: 4 bytes for 2 code units
-      i++;
-    } else bytes += 2;
-  }
-  return bytes;
-}
 
 function validUsage(u: unknown): u is Usage {
   if (typeof u !== "object" || u === null) return false;
