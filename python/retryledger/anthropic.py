@@ -58,8 +58,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
 
 from ._api import Document, Policy
-from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
-from ._errors import PolicyError
+from ._driver import AttemptCallback, RunCancelledError, RunResult, Step
+from ._integration import (
+    IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER,
+    Params as Params,
+    _Sdk,
+    field as _field,
+    get as _get,
+    params_for as _params,
+    require_max_retries_zero,
+)
 from .fleet import Fleet
 from ._stream import (
     AsyncStreamRun,
@@ -88,31 +96,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-C = TypeVar("C", "Anthropic", "AsyncAnthropic")
-
-#: The header that carries the idempotency key on every attempt.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def require_no_retries(client: Union[Anthropic, AsyncAnthropic]) -> None:
     """Refuse a client that retries on its own: retries at two layers multiply."""
-    retries = getattr(client, "max_retries", None)
-    if retries != 0 or isinstance(retries, bool):
-        raise PolicyError(
-            "retry_owner_not_harness",
-            f"the anthropic client has max_retries={retries!r}; "
-            "create it with max_retries=0 so that retryledger owns every retry",
-            "/max_retries",
-        )
-
-
-def _field(holder: Any, name: str) -> Any:
-    """``holder[name]`` of a mapping, else the attribute; ``None`` when absent."""
-    if holder is None:
-        return None
-    if isinstance(holder, Mapping):
-        return holder.get(name)
-    return getattr(holder, name, None)
+    require_max_retries_zero(client, "anthropic")
 
 
 #: Price unit -> the field of the SDK's ``Usage``.
@@ -137,33 +125,6 @@ def usage_units(response: Any) -> Optional[Dict[str, Any]]:
     return {kind: count for kind, count in units.items() if count is not None and count != 0}
 
 
-def _charged(step: Step, value: T) -> T:
-    """Charge the usage ``value`` carries when the run has a price schedule."""
-    if step.price_schedule is not None:
-        units = usage_units(value)
-        if units is not None:
-            step.usage(units)
-    return value
-
-
-def _prepare(policy: Union[Policy, Document], clients: Mapping[str, C]) -> Policy:
-    compiled = policy if isinstance(policy, Policy) else Policy(policy)
-    for client in clients.values():
-        require_no_retries(client)
-    missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
-    if missing:
-        raise KeyError(f"no anthropic client for route(s) {', '.join(missing)}")
-    return compiled
-
-
-def _client_for(clients: Mapping[str, C], step: Step) -> C:
-    return clients[step.route_id].with_options(
-        timeout=step.remaining_ms / 1000.0,
-        max_retries=0,
-        default_headers={IDEMPOTENCY_HEADER: step.idempotency_key},
-    )
-
-
 def run(
     policy: Union[Policy, Document],
     clients: Mapping[str, Anthropic],
@@ -185,18 +146,10 @@ def run(
     and the remaining deadline as its timeout. With ``price_schedule`` the
     usage of each returned message is charged.
     """
-    compiled = _prepare(policy, clients)
-    return _run(
-        compiled,
-        lambda step: _charged(step, call(_client_for(clients, step), step)),
-        idempotency_key,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return _SDK.run(
+        policy, clients, call, idempotency_key,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 
@@ -217,35 +170,14 @@ async def run_async(
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncAnthropic`` clients, one per
     route id; with ``price_schedule`` the usage of each returned message is charged."""
-    compiled = _prepare(policy, clients)
-
-    async def dispatch(step: Step) -> T:
-        return _charged(step, await call(_client_for(clients, step), step))
-
-    return await _run_async(
-        compiled,
-        dispatch,
-        idempotency_key,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        on_cancel=on_cancel,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return await _SDK.run_async(
+        policy, clients, call, idempotency_key,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 
 # ---- streams ------------------------------------------------------------------
-
-def _get(holder: Any, name: str) -> Any:
-    """``_field`` for the readers' hot path: a dict's item, else the attribute."""
-    if type(holder) is dict:
-        return holder.get(name)
-    return getattr(holder, name, None)
-
-
 
 class MessagesReader:
     """Message stream events (``messages.create(stream=True)``): the text of
@@ -287,16 +219,7 @@ class MessagesReader:
 
 MESSAGES_READER = MessagesReader()
 
-#: Parameters of a request: a mapping, or a function of the step (a model per route).
-Params = Union[Mapping[str, Any], Callable[[StreamStep], Mapping[str, Any]]]
-
-
-def _stream_client_for(clients: Mapping[str, C], step: StreamStep) -> C:
-    return clients[step.route_id].with_options(
-        timeout=step.timeout_s,
-        max_retries=0,
-        default_headers={IDEMPOTENCY_HEADER: step.idempotency_key},
-    )
+_SDK = _Sdk("anthropic", usage_units, MESSAGES_READER, {"max_retries": 0})
 
 
 def run_stream(
@@ -318,19 +241,10 @@ def run_stream(
     id: ``call(client, step)`` opens the stream with the route's client
     (carrying the idempotency key and the stream's read timeout); ``reader``
     defaults to :data:`MESSAGES_READER`."""
-    compiled = _prepare(policy, clients)
-    return _run_stream(
-        compiled,
-        lambda step: call(_stream_client_for(clients, step), step),
-        idempotency_key,
-        reader=MESSAGES_READER if reader is None else reader,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return _SDK.stream(
+        _run_stream, policy, clients, call, idempotency_key, reader,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 
@@ -351,27 +265,16 @@ def run_stream_async(
     key_scope: Optional[Tuple[str, str]] = None,
 ) -> AsyncStreamRun:
     """:func:`retryledger.run_stream_async` over ``AsyncAnthropic`` clients."""
-    compiled = _prepare(policy, clients)
-    return _run_stream_async(
-        compiled,
-        lambda step: call(_stream_client_for(clients, step), step),
-        idempotency_key,
-        reader=MESSAGES_READER if reader is None else reader,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        on_cancel=on_cancel,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return _SDK.stream(
+        _run_stream_async, policy, clients, call, idempotency_key, reader,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 
 def _messages_call(params: Params) -> Callable[[Any, StreamStep], Any]:
     def call(client: Any, step: StreamStep) -> Any:
-        args = dict(params(step) if callable(params) else params)
-        return client.messages.create(**args, stream=True)
+        return client.messages.create(**_params(params, step), stream=True)
 
     return call
 

@@ -64,8 +64,16 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
 
 from ._api import Document, Policy
-from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
-from ._errors import PolicyError
+from ._driver import AttemptCallback, RunCancelledError, RunResult, Step
+from ._integration import (
+    IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER,
+    Params as Params,
+    _Sdk,
+    field as _field,
+    get as _get,
+    params_for as _params,
+    require_max_retries_zero,
+)
 from .fleet import Fleet
 from ._stream import (
     AsyncStreamRun,
@@ -96,29 +104,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The header that carries the idempotency key on every attempt.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-
 
 def require_no_retries(client: Any) -> None:
     """Refuse a client that retries on its own: retries at two layers multiply."""
-    retries = getattr(client, "max_retries", None)
-    if retries != 0 or isinstance(retries, bool):
-        raise PolicyError(
-            "retry_owner_not_harness",
-            f"the openai client has max_retries={retries!r}; "
-            "create it with max_retries=0 so that retryledger owns every retry",
-            "/max_retries",
-        )
-
-
-def _field(holder: Any, name: str) -> Any:
-    """``holder[name]`` of a mapping, else the attribute; ``None`` when absent."""
-    if holder is None:
-        return None
-    if isinstance(holder, Mapping):
-        return holder.get(name)
-    return getattr(holder, name, None)
+    require_max_retries_zero(client, "openai")
 
 
 def _tokens(holder: Any, name: str) -> Any:
@@ -152,32 +141,6 @@ def usage_units(response: Any) -> Optional[Dict[str, Any]]:
     return {kind: count for kind, count in units.items() if count != 0}
 
 
-def _charged(step: Step, value: T) -> T:
-    """Charge the usage ``value`` carries when the run has a price schedule."""
-    if step.price_schedule is not None:
-        units = usage_units(value)
-        if units is not None:
-            step.usage(units)
-    return value
-
-
-def _prepare(policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:
-    compiled = policy if isinstance(policy, Policy) else Policy(policy)
-    for client in clients.values():
-        require_no_retries(client)
-    missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
-    if missing:
-        raise KeyError(f"no openai client for route(s) {', '.join(missing)}")
-    return compiled
-
-
-def _client_for(clients: Mapping[str, Any], step: Step) -> Any:
-    return clients[step.route_id].with_options(
-        timeout=step.remaining_ms / 1000.0,
-        default_headers={IDEMPOTENCY_HEADER: step.idempotency_key},
-    )
-
-
 def run(
     policy: Union[Policy, Document],
     clients: Mapping[str, Any],
@@ -194,18 +157,10 @@ def run(
 ) -> RunResult[T]:
     """:func:`retryledger.run` over openai clients, one per route id; with
     ``price_schedule`` the usage of each returned response is charged."""
-    compiled = _prepare(policy, clients)
-    return _run(
-        compiled,
-        lambda step: _charged(step, call(_client_for(clients, step), step)),
-        idempotency_key,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return _SDK.run(
+        policy, clients, call, idempotency_key,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 
@@ -226,23 +181,10 @@ async def run_async(
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncOpenAI`` clients, one per route
     id; with ``price_schedule`` the usage of each returned response is charged."""
-    compiled = _prepare(policy, clients)
-
-    async def dispatch(step: Step) -> T:
-        return _charged(step, await call(_client_for(clients, step), step))
-
-    return await _run_async(
-        compiled,
-        dispatch,
-        idempotency_key,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        on_cancel=on_cancel,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return await _SDK.run_async(
+        policy, clients, call, idempotency_key,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 
@@ -252,14 +194,6 @@ async def run_async(
 # gets the route's client with the Idempotency-Key and the stream's read
 # timeout (the first-byte / idle limit, within the remaining deadline) as its
 # timeout; the readers tell the driver what each SDK event means.
-
-def _get(holder: Any, name: str) -> Any:
-    """``_field`` for the readers' hot path: a dict's item, else the attribute."""
-    if type(holder) is dict:
-        return holder.get(name)
-    return getattr(holder, name, None)
-
-
 
 class ChatReader:
     """Chat completion chunks (``stream=True``): the text is
@@ -356,19 +290,7 @@ class ResponsesReader:
 CHAT_READER = ChatReader()
 RESPONSES_READER = ResponsesReader()
 
-#: Parameters of a request: a mapping, or a function of the step (a model per route).
-Params = Union[Mapping[str, Any], Callable[[StreamStep], Mapping[str, Any]]]
-
-
-def _stream_client_for(clients: Mapping[str, Any], step: StreamStep) -> Any:
-    return clients[step.route_id].with_options(
-        timeout=step.timeout_s,
-        default_headers={IDEMPOTENCY_HEADER: step.idempotency_key},
-    )
-
-
-def _params(params: Params, step: StreamStep) -> Dict[str, Any]:
-    return dict(params(step) if callable(params) else params)
+_SDK = _Sdk("openai", usage_units, CHAT_READER, {})
 
 
 def run_stream(
@@ -390,19 +312,10 @@ def run_stream(
     ``call(client, step)`` opens the stream with the route's client (carrying
     the idempotency key and the stream's read timeout); ``reader`` defaults to
     :data:`CHAT_READER`. With ``price_schedule`` the usage events are charged."""
-    compiled = _prepare(policy, clients)
-    return _run_stream(
-        compiled,
-        lambda step: call(_stream_client_for(clients, step), step),
-        idempotency_key,
-        reader=CHAT_READER if reader is None else reader,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return _SDK.stream(
+        _run_stream, policy, clients, call, idempotency_key, reader,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 
@@ -425,20 +338,10 @@ def run_stream_async(
     """:func:`retryledger.run_stream_async` over ``AsyncOpenAI`` clients, one
     per route id: ``call(client, step)`` returns (an awaitable of) the SDK's
     async stream; ``reader`` defaults to :data:`CHAT_READER`."""
-    compiled = _prepare(policy, clients)
-    return _run_stream_async(
-        compiled,
-        lambda step: call(_stream_client_for(clients, step), step),
-        idempotency_key,
-        reader=CHAT_READER if reader is None else reader,
-        clock=clock,
-        sleep=sleep,
-        wall_clock=wall_clock,
-        on_attempt=on_attempt,
-        on_cancel=on_cancel,
-        price_schedule=price_schedule,
-        fleet=fleet,
-        key_scope=key_scope,
+    return _SDK.stream(
+        _run_stream_async, policy, clients, call, idempotency_key, reader,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
     )
 
 

@@ -1,0 +1,162 @@
+"""What the SDK integrations (``openai``, ``anthropic``) share: the client
+checks, the per-attempt client, the usage charge and the drivers they host.
+
+An :class:`_Sdk` holds the provider-specific parts (the SDK's name, its usage
+mapping, its default stream reader, the options each attempt's client gets);
+each integration's public functions keep their own signatures and docstrings
+and pass their keyword options through to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
+
+from ._api import Document, Policy
+from ._driver import RunResult, Step, run as _run, run_async as _run_async
+from ._errors import PolicyError
+from ._stream import StreamReader, StreamStep
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: The header that carries the idempotency key on every attempt.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+#: Parameters of a request: a mapping, or a function of the step (a model per route).
+Params = Union[Mapping[str, Any], Callable[[StreamStep], Mapping[str, Any]]]
+
+
+def params_for(params: Params, step: StreamStep) -> Dict[str, Any]:
+    """The request's parameters for ``step``, as a fresh dict."""
+    return dict(params(step) if callable(params) else params)
+
+
+def field(holder: Any, name: str) -> Any:
+    """``holder[name]`` of a mapping, else the attribute; ``None`` when absent."""
+    if holder is None:
+        return None
+    if isinstance(holder, Mapping):
+        return holder.get(name)
+    return getattr(holder, name, None)
+
+
+def get(holder: Any, name: str) -> Any:
+    """``field`` for the readers' hot path: a dict's item, else the attribute."""
+    if type(holder) is dict:
+        return holder.get(name)
+    return getattr(holder, name, None)
+
+
+def require_max_retries_zero(client: Any, sdk: str) -> None:
+    """Refuse an SDK client whose ``max_retries`` is not 0: retries at two layers multiply."""
+    retries = getattr(client, "max_retries", None)
+    if retries != 0 or isinstance(retries, bool):
+        raise PolicyError(
+            "retry_owner_not_harness",
+            f"the {sdk} client has max_retries={retries!r}; "
+            "create it with max_retries=0 so that retryledger owns every retry",
+            "/max_retries",
+        )
+
+
+class _Sdk:
+    """The provider-specific parts of an SDK integration and the drivers over them.
+
+    ``name``: the SDK's name in errors; ``usage_units``: the price units of
+    a returned value (``None`` without usage); ``reader``: the default stream
+    reader; ``client_options``: what each attempt's client gets besides its
+    timeout and the idempotency header (``with_options``)."""
+
+    __slots__ = ("name", "usage_units", "reader", "client_options")
+
+    def __init__(
+        self,
+        name: str,
+        usage_units: Callable[[Any], Optional[Dict[str, Any]]],
+        reader: StreamReader[Any],
+        client_options: Mapping[str, Any],
+    ) -> None:
+        self.name = name
+        self.usage_units = usage_units
+        self.reader = reader
+        self.client_options = dict(client_options)
+
+    def prepare(self, policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:
+        """The compiled policy, after every client is checked and every route has one."""
+        compiled = policy if isinstance(policy, Policy) else Policy(policy)
+        for client in clients.values():
+            require_max_retries_zero(client, self.name)
+        missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
+        if missing:
+            raise KeyError(f"no {self.name} client for route(s) {', '.join(missing)}")
+        return compiled
+
+    def client(self, clients: Mapping[str, Any], step: Step, timeout: float) -> Any:
+        """The route's client for one attempt: ``timeout`` seconds and the idempotency key."""
+        return clients[step.route_id].with_options(
+            timeout=timeout,
+            **self.client_options,
+            default_headers={IDEMPOTENCY_HEADER: step.idempotency_key},
+        )
+
+    def charged(self, step: Step, value: T) -> T:
+        """Charge the usage ``value`` carries when the run has a price schedule."""
+        if step.price_schedule is not None:
+            units = self.usage_units(value)
+            if units is not None:
+                step.usage(units)
+        return value
+
+    def run(
+        self,
+        policy: Union[Policy, Document],
+        clients: Mapping[str, Any],
+        call: Callable[[Any, Step], T],
+        idempotency_key: str,
+        **options: Any,
+    ) -> RunResult[T]:
+        """:func:`retryledger.run` with ``call(client, step)`` on the route's client."""
+        compiled = self.prepare(policy, clients)
+
+        def dispatch(step: Step) -> T:
+            return self.charged(step, call(self.client(clients, step, step.remaining_ms / 1000.0), step))
+
+        return _run(compiled, dispatch, idempotency_key, **options)
+
+    async def run_async(
+        self,
+        policy: Union[Policy, Document],
+        clients: Mapping[str, Any],
+        call: Callable[[Any, Step], Awaitable[T]],
+        idempotency_key: str,
+        **options: Any,
+    ) -> RunResult[T]:
+        """:func:`retryledger.run_async` with ``call(client, step)`` awaited on the route's client."""
+        compiled = self.prepare(policy, clients)
+
+        async def dispatch(step: Step) -> T:
+            return self.charged(step, await call(self.client(clients, step, step.remaining_ms / 1000.0), step))
+
+        return await _run_async(compiled, dispatch, idempotency_key, **options)
+
+    def stream(
+        self,
+        driver: Callable[..., R],
+        policy: Union[Policy, Document],
+        clients: Mapping[str, Any],
+        call: Callable[[Any, StreamStep], Any],
+        idempotency_key: str,
+        reader: Optional[StreamReader[Any]],
+        **options: Any,
+    ) -> R:
+        """``driver`` (:func:`retryledger.run_stream` or its async twin) with
+        ``call(client, step)`` on the route's client, which carries the
+        stream's read timeout; ``reader`` defaults to the SDK's."""
+        compiled = self.prepare(policy, clients)
+        return driver(
+            compiled,
+            lambda step: call(self.client(clients, step, step.timeout_s), step),
+            idempotency_key,
+            reader=self.reader if reader is None else reader,
+            **options,
+        )
