@@ -408,9 +408,47 @@ class _Run(_Sealed):
     """What the sync and async stream runs share: options and the sealed run."""
 
     _sealed: _core.Sealed
+    _core: _Core
 
     def __init__(self) -> None:
         self._done = False
+
+    def _seal(self) -> None:
+        self._sealed = self._core.host.session.seal()
+        self._done = True
+
+    def _stop(self) -> None:
+        """After the iterator was closed: a run that has not ended is cancelled and sealed."""
+        if not self._done:
+            session = self._core.host.session
+            if session.terminal is None:
+                session.cancel(0)
+            self._seal()
+
+    def _cancel(
+        self, step: Optional[StreamStep], reading: Optional[_Reading], exc: BaseException, clock: Callable[[], float], t0: float
+    ) -> None:
+        """The consumer left (or the task was cancelled): the attempt in flight
+        is judged as cancelled, or the run cancelled between attempts; sealed."""
+        if step is not None:
+            self._core.settle(step, clock() - t0, reading, exc, cancelled=True)
+        else:
+            session = self._core.host.session
+            if session.terminal is None:
+                at = int(clock() - t0)
+                session.cancel(at if at > 0 else 0)
+        self._seal()
+
+    def _finish(self) -> None:
+        """After the last attempt: sealed; raises what ``run`` raises when the run did not complete."""
+        core = self._core
+        failure = core.end()
+        if failure is None:
+            self._seal()
+            return
+        self._sealed = failure._sealed
+        self._done = True
+        raise failure from core.host.last_error
 
     @property
     def sealed(self) -> bool:
@@ -578,13 +616,7 @@ class _Core:
             units = self.r_usage(ev)
         if type(text) is not str and not isinstance(text, str):
             raise StreamProtocolError("malformed_event", "the reader's delta text is not a str")
-        n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        limit = self.max_bytes
-        if n > limit:
-            raise StreamProtocolError("event_too_large", f"one event of {n} bytes over max_response_bytes {limit}")
-        total = reading.bytes + n
-        if total > limit:
-            raise StreamProtocolError("response_too_large", f"over max_response_bytes {limit}")
+        total = self.total(reading, text)
         if seq is not None:
             last = reading.last_sequence
             if last is None:
@@ -607,6 +639,31 @@ class _Core:
             reading.last_sequence = seq
         if terminal:
             reading.terminal = True
+        return self.take(reading, step, ev, text, total)
+
+    def read_plain(self, reading: Optional[_Reading], step: StreamStep, ev: Any) -> Optional[StreamEvent]:
+        """:meth:`read` for the default reader (``str`` deltas: no sequence
+        numbers, id, usage or terminal event to ask about)."""
+        assert reading is not None
+        if type(ev) is not str:
+            raise StreamProtocolError("malformed_event", f"expected a str delta, got {type(ev).__name__}")
+        return self.take(reading, step, ev, ev, self.total(reading, ev))
+
+    def total(self, reading: _Reading, text: str) -> int:
+        """The attempt's bytes with ``text``; raises :class:`StreamProtocolError`
+        when the event or the response is over ``max_response_bytes``."""
+        n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        limit = self.max_bytes
+        if n > limit:
+            raise StreamProtocolError("event_too_large", f"one event of {n} bytes over max_response_bytes {limit}")
+        total = reading.bytes + n
+        if total > limit:
+            raise StreamProtocolError("response_too_large", f"over max_response_bytes {limit}")
+        return total
+
+    def take(self, reading: _Reading, step: StreamStep, ev: Any, text: str, total: int) -> Optional[StreamEvent]:
+        """Record a checked event's delta: the consumer's event (live modes),
+        or ``None`` (buffered, or held back)."""
         reading.bytes = total
         reading.deltas.append(text)
         if self.live:
@@ -625,39 +682,6 @@ class _Core:
             _text_slot(out, text)
             return out
         reading.buffer.append((ev, text))
-        return None
-
-    def read_plain(self, reading: Optional[_Reading], step: StreamStep, ev: Any) -> Optional[StreamEvent]:
-        """:meth:`read` for the default reader (``str`` deltas: no sequence
-        numbers, id, usage or terminal event to ask about)."""
-        assert reading is not None
-        if type(ev) is not str:
-            raise StreamProtocolError("malformed_event", f"expected a str delta, got {type(ev).__name__}")
-        n = len(ev) if ev.isascii() else len(ev.encode("utf-8", "surrogatepass"))
-        limit = self.max_bytes
-        if n > limit:
-            raise StreamProtocolError("event_too_large", f"one event of {n} bytes over max_response_bytes {limit}")
-        total = reading.bytes + n
-        if total > limit:
-            raise StreamProtocolError("response_too_large", f"over max_response_bytes {limit}")
-        reading.bytes = total
-        reading.deltas.append(ev)
-        if self.live:
-            if reading.holding:
-                if not ev and len(reading.held) < _MAX_HELD:
-                    reading.held.append(ev)
-                    return None
-                self.release(reading, step)
-            self.sequence = sequence = self.sequence + 1
-            out = _new(StreamEvent)
-            _kind_slot(out, "delta")
-            _status_slot(out, "tentative")
-            _attempt_slot(out, reading.ordinal)
-            _sequence_slot(out, sequence)
-            _data_slot(out, ev)
-            _text_slot(out, ev)
-            return out
-        reading.buffer.append((ev, ev))
         return None
 
     def release(self, reading: _Reading, step: StreamStep) -> None:
@@ -761,21 +785,13 @@ class StreamRun(_Run):
         gen = self._gen() if self._gen is not None else None
         if gen is not None:
             gen.close()
-        if not self._done:
-            session = self._core.host.session
-            if session.terminal is None:
-                session.cancel(0)
-            self._seal()
+        self._stop()
 
     def __enter__(self) -> "StreamRun":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def _seal(self) -> None:
-        self._sealed = self._core.host.session.seal()
-        self._done = True
 
     def _events(self) -> Generator[StreamEvent, None, None]:
         core = self._core
@@ -857,20 +873,9 @@ class StreamRun(_Run):
                 raise
             if stream is not None:
                 _close(stream)
-            if step is not None:
-                core.settle(step, clock() - t0, reading, GeneratorExit(), cancelled=True)
-            elif session.terminal is None:
-                at = int(clock() - t0)
-                session.cancel(at if at > 0 else 0)
-            self._seal()
+            self._cancel(step, reading, GeneratorExit(), clock, t0)
             raise
-        failure = core.end()
-        if failure is None:
-            self._seal()
-            return
-        self._sealed = failure._sealed
-        self._done = True
-        raise failure from host.last_error
+        self._finish()
 
 
 class _Watchdog:
@@ -974,21 +979,13 @@ class AsyncStreamRun(_Run):
         gen = self._gen
         if gen is not None:
             await gen.aclose()
-        if not self._done:
-            session = self._core.host.session
-            if session.terminal is None:
-                session.cancel(0)
-            self._seal()
+        self._stop()
 
     async def __aenter__(self) -> "AsyncStreamRun":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
-
-    def _seal(self) -> None:
-        self._sealed = self._core.host.session.seal()
-        self._done = True
 
     async def _events(self) -> AsyncGenerator[StreamEvent, None]:
         core = self._core
@@ -1114,33 +1111,17 @@ class AsyncStreamRun(_Run):
                 raise
             if stream is not None:
                 await _aclose(stream)
-            if step is not None:
-                core.settle(step, clock() - t0, reading, GeneratorExit(), cancelled=True)
-            elif session.terminal is None:
-                at = int(clock() - t0)
-                session.cancel(at if at > 0 else 0)
-            self._seal()
+            self._cancel(step, reading, GeneratorExit(), clock, t0)
             raise
         except asyncio.CancelledError as cancelled:
             if stream is not None:
                 await _aclose(stream)
-            if step is not None:
-                core.settle(step, clock() - t0, reading, cancelled, cancelled=True)
-            elif session.terminal is None:
-                at = int(clock() - t0)
-                session.cancel(at if at > 0 else 0)
-            self._seal()
+            self._cancel(step, reading, cancelled, clock, t0)
             error_ = RunCancelledError(self._sealed)
             if self._on_cancel is not None:
                 self._on_cancel(error_)
             raise error_ from cancelled
-        failure = core.end()
-        if failure is None:
-            self._seal()
-            return
-        self._sealed = failure._sealed
-        self._done = True
-        raise failure from host.last_error
+        self._finish()
 
 
 def _prepare(
