@@ -648,6 +648,36 @@ class _Host:
             fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
         return session.next()
 
+    def next_attempt(
+        self, clock: Callable[[], float], t0: float, sleep: Callable[[float], None]
+    ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
+        """The next attempt and the run clock (ms) when it starts: the
+        session's plan, slept until its ``not_before_ms`` and admitted through
+        the fleet; a terminal when the run (or the fleet) ends."""
+        plan = self.session.next()
+        if isinstance(plan, _Terminal):
+            return plan, 0.0
+        now = clock() - t0
+        not_before = plan.not_before_ms
+        while now < not_before:
+            sleep(not_before - now)
+            now = clock() - t0
+        return (plan if self.fleet is None else self.admit(now)), now
+
+    async def next_attempt_async(
+        self, clock: Callable[[], float], t0: float, sleep: Callable[[float], Awaitable[None]]
+    ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
+        """:meth:`next_attempt` with ``sleep`` awaited."""
+        plan = self.session.next()
+        if isinstance(plan, _Terminal):
+            return plan, 0.0
+        now = clock() - t0
+        not_before = plan.not_before_ms
+        while now < not_before:
+            await sleep(not_before - now)
+            now = clock() - t0
+        return (plan if self.fleet is None else self.admit(now)), now
+
     def recorded(self, route_release_sha256: str) -> None:
         """After an observation: the attempt's outcome into its route's breaker."""
         fleet = self.fleet
@@ -727,21 +757,11 @@ def run(
         sleep = _sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     session = host.session
-    admitting = host.fleet is not None
     t0 = clock()
     while True:
-        plan = session.next()
+        plan, now = host.next_attempt(clock, t0, sleep)
         if isinstance(plan, _Terminal):
             break
-        now = clock() - t0
-        not_before = plan.not_before_ms
-        while now < not_before:
-            sleep(not_before - now)
-            now = clock() - t0
-        if admitting:
-            plan = host.admit(now)
-            if isinstance(plan, _Terminal):
-                break
         step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
         try:
             value = dispatch(step)
@@ -787,23 +807,13 @@ async def run_async(
         sleep = _async_sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     session = host.session
-    admitting = host.fleet is not None
     t0 = clock()
     step: Optional[Step] = None
     try:
         while True:
-            plan = session.next()
+            plan, now = await host.next_attempt_async(clock, t0, sleep)
             if isinstance(plan, _Terminal):
                 break
-            now = clock() - t0
-            not_before = plan.not_before_ms
-            while now < not_before:
-                await sleep(not_before - now)
-                now = clock() - t0
-            if admitting:
-                plan = host.admit(now)
-                if isinstance(plan, _Terminal):
-                    break
             step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
             try:
                 value = await dispatch(step)

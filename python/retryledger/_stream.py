@@ -796,7 +796,6 @@ class StreamRun(_Run):
     def _events(self) -> Generator[StreamEvent, None, None]:
         core = self._core
         host = core.host
-        session = host.session
         clock = self._clock
         sleep = self._sleep
         t0 = clock()
@@ -805,18 +804,9 @@ class StreamRun(_Run):
         reading: Optional[_Reading] = None
         try:
             while True:
-                plan = session.next()
+                plan, now = host.next_attempt(clock, t0, sleep)
                 if isinstance(plan, _Terminal):
                     break
-                now = clock() - t0
-                not_before = plan.not_before_ms
-                while now < not_before:
-                    sleep(not_before - now)
-                    now = clock() - t0
-                if host.fleet is not None:
-                    plan = host.admit(now)
-                    if isinstance(plan, _Terminal):
-                        break
                 step = _step(plan, core.key, now, core.schedule, core.p)
                 reading = None
                 error: Optional[BaseException] = None
@@ -990,7 +980,6 @@ class AsyncStreamRun(_Run):
     async def _events(self) -> AsyncGenerator[StreamEvent, None]:
         core = self._core
         host = core.host
-        session = host.session
         clock = self._clock
         loop = asyncio.get_running_loop()
         t0 = clock()
@@ -1000,18 +989,9 @@ class AsyncStreamRun(_Run):
         dog: Optional[_Watchdog] = None
         try:
             while True:
-                plan = session.next()
+                plan, now = await host.next_attempt_async(clock, t0, self._sleep)
                 if isinstance(plan, _Terminal):
                     break
-                now = clock() - t0
-                not_before = plan.not_before_ms
-                while now < not_before:
-                    await self._sleep(not_before - now)
-                    now = clock() - t0
-                if host.fleet is not None:
-                    plan = host.admit(now)
-                    if isinstance(plan, _Terminal):
-                        break
                 step = _step(plan, core.key, now, core.schedule, core.p)
                 reading = None
                 error: Optional[BaseException] = None
