@@ -198,7 +198,7 @@ pub struct StreamRecord {
     pub bytes: u64,
     /// The attempt this one resumes (a continuation).
     pub continues_ordinal: Option<u64>,
-    /// SHA-256 of the canonical JSON array of the deltas' digests, in order.
+    /// SHA-256 of the deltas' digests (32 raw bytes each) concatenated in order.
     pub deltas_sha256: Sha256Hex,
     /// Events received from the provider.
     pub events: u64,
@@ -307,8 +307,8 @@ pub struct StreamEvent {
     /// The attempt it belongs to (for a commit or invalidate: the last
     /// attempt of the chain it closes).
     pub attempt_ordinal: u64,
-    /// For a commit: SHA-256 of the canonical JSON array of the committed
-    /// deltas' digests, in order.
+    /// For a commit: SHA-256 of the committed deltas' digests (32 raw bytes
+    /// each) concatenated in order.
     pub committed_sha256: Option<Sha256Hex>,
     /// For a delta: SHA-256 of its text (UTF-8).
     pub delta_sha256: Option<Sha256Hex>,
@@ -397,32 +397,22 @@ fn hex_of(d: &Digest) -> Sha256Hex {
     Sha256Hex::computed(String::from_utf8_lossy(&hex64(d)).into_owned())
 }
 
-/// SHA-256 of the canonical JSON array of digests given as their hex text
-/// (`["…","…"]`), hashed as it is written.
-fn digest_hex_list<'a>(hexes: impl IntoIterator<Item = &'a [u8]>) -> Sha256Hex {
+/// SHA-256 of digests in order: of their 32 raw bytes each, concatenated
+/// (no digest at all: SHA-256 of nothing).
+fn digest_raw_list(digests: &[Digest]) -> Sha256Hex {
     use sha2::{Digest as _, Sha256};
     let mut h = Sha256::new();
-    h.update(b"[");
-    for (i, x) in hexes.into_iter().enumerate() {
-        if i > 0 {
-            h.update(b",");
-        }
-        h.update(b"\"");
-        h.update(x);
-        h.update(b"\"");
+    for d in digests {
+        h.update(d);
     }
-    h.update(b"]");
     Sha256Hex::computed(crate::canonical::hex(&h.finalize()))
 }
 
-/// SHA-256 of the canonical JSON array of digests (`["…","…"]`).
+/// [`digest_raw_list`] of digests written as hex: SHA-256 of their raw bytes
+/// concatenated in order.
 pub fn digest_list<'a>(digests: impl IntoIterator<Item = &'a Sha256Hex>) -> Sha256Hex {
-    digest_hex_list(digests.into_iter().map(|d| d.as_str().as_bytes()))
-}
-
-fn digest_raw_list(digests: &[Digest]) -> Sha256Hex {
-    let hexes: Vec<[u8; 64]> = digests.iter().map(hex64).collect();
-    digest_hex_list(hexes.iter().map(|h| &h[..]))
+    let raw: Vec<Digest> = digests.into_iter().map(raw_of).collect();
+    digest_raw_list(&raw)
 }
 
 /// The digest of one delta's text.
