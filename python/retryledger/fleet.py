@@ -6,24 +6,49 @@ A :class:`Fleet` holds a store (:mod:`retryledger.stores`: memory, SQLite,
 Redis), a namespace that prefixes every key, and how many compare-and-set
 conflicts one admission may meet. The drivers (``run``, ``run_async``,
 ``run_stream``, ``run_stream_async`` and the SDK wrappers) take it as
-``fleet=`` and, for a policy with a ``fleet`` section, before each dispatch:
+``fleet=`` and, for a policy with a ``fleet`` section, before each dispatch
+admit the attempt and after the observation record its outcome in its
+route's breaker. The view is the breaker of every route of the policy
+(``<namespace>/breaker/<route_release_sha256>``) and the retry budget
+(``<namespace>/budget/<scope>``).
 
-1. read the view: the breaker of every route of the policy
-   (``<namespace>/breaker/<route_release_sha256>``) and the retry budget
-   (``<namespace>/budget/<scope>``);
-2. ask the session to admit (``session.admit``): the dispatch (an open route
-   skipped, the plan moved to the next route) or the fleet's terminal;
-3. write every changed snapshot back with compare-and-set, expecting the
-   generation read; on a conflict read and admit again, at most
-   ``max_conflicts`` times, then raise the core's ``store_conflict``
-   (:class:`RunError`), never a silent admit.
+With a store that has the multi-key check-and-set (``check_and_set_raw``:
+every store here), an attempt costs the store two round trips to admit and
+one to record:
 
-After the observation the attempt's breaker is read, recorded
-(``session.breaker_after``) and written back the same way. A store that
-cannot be reached, or that answers with state older than the run has
-already seen (a restarted store that lost its data), is reported to the
-core as unavailable: ``fail_closed`` ends the run ``stop_store_unavailable``,
-``fail_open`` dispatches and the attempt and receipt say so.
+1. admission: read the view (one round trip: a pipeline, a statement),
+   ask the session to admit (``session.admit``), and write every snapshot
+   that changed with one check-and-set, each expecting the store generation
+   read, the budget first (one round trip; none when nothing changed). The
+   writes are made in order, each only when its key is still at the
+   generation read, stopping at the first that is not: when a breaker write
+   after the budget's conflicts, the budget's stays (the session counts an
+   admission's writes as seen, so a write rolled back would read as state
+   lost on the admission that follows) and the re-admission, under a view
+   read again, spends or deposits again (bounded by ``max_conflicts``), as
+   with one compare-and-set per key;
+2. record: the fleet keeps, per key, the last document and store generation
+   it read or wrote (a bounded cache, dropped whenever the store cannot be
+   reached). The breaker's next snapshot (``session.breaker_after``) is
+   computed from the cached one (read or written by the admission) and
+   written with the same check-and-set (one round trip). The generation is
+   the store's version counter and rises on every write, so a write that
+   succeeds proves the cached snapshot was current; when another process
+   wrote first nothing is written and the answer holds the key's current
+   document and generation: the cache is refreshed from it and the outcome
+   recorded again (no separate read).
+
+A store with only ``get`` and ``compare_and_set`` is read before every
+admission and record, and each changed snapshot written with its own
+compare-and-set (the budget first).
+
+At most ``max_conflicts`` conflicts are met per admission (or record), then
+the core's ``store_conflict`` is raised (:class:`RunError`), never a silent
+admit. A store that cannot be reached, or that answers with state older than
+the run has already seen (a restarted store that lost its data), is reported
+to the core as unavailable: ``fail_closed`` ends the run
+``stop_store_unavailable``, ``fail_open`` dispatches and the attempt and
+receipt say so.
 
 Store calls are synchronous; the async drivers make them inline (each is one
 local or network round trip).
@@ -38,7 +63,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import _core
 from ._api import Policy, call, check_integer, to_text
 from ._errors import RetryledgerError, exception_class
-from .stores import MemoryStore, RedisStore, SQLiteStore, Store, StoreUnavailableError
+from .stores import Entry, MemoryStore, RedisStore, Row, SQLiteStore, Store, StoreUnavailableError
 
 __all__ = [
     "Fleet",
@@ -54,6 +79,10 @@ __all__ = [
 BREAKER_SCHEMA = "retryledger.breaker.v1"
 BUDGET_SCHEMA = "retryledger.retry_budget.v1"
 _UNAVAILABLE = '{"breakers":{},"store_unavailable":true}'
+#: How many keys the cache of a fleet holds before it starts over.
+_CACHE_MAX = 4096
+
+_ABSENT: Row = (None, 0)
 
 
 def fresh_breaker(route_release_sha256: str, now_epoch_ms: int) -> Dict[str, Any]:
@@ -132,9 +161,11 @@ class Fleet:
         self.max_conflicts = check_integer("max_conflicts", max_conflicts)
         self._shapes: Dict[str, _Shape] = {}
         self._lock = threading.Lock()
+        #: Per key, the last (text, store generation) read or written.
+        self._cache: Dict[str, Row] = {}
         #: Admissions made (each attempt's, including fleet stops).
         self.admissions = 0
-        #: Compare-and-set conflicts met (each one re-read and re-admitted).
+        #: Compare-and-set conflicts met (each one refreshed and re-admitted).
         self.conflicts = 0
         #: Admissions and records made without the store.
         self.unavailable = 0
@@ -204,17 +235,16 @@ class Fleet:
             return ok
         return self.store.compare_and_set(key, expected_generation, document)[0]
 
-    def _view(self, policy: Policy) -> Tuple[str, Dict[str, int]]:
-        """The view as JSON text, and the generation of every key read."""
+    def _view(self, policy: Policy) -> Tuple[str, List[Row]]:
+        """The view as JSON text, and what was read for each key (in the
+        order of ``_keys``: breakers, then the budget)."""
         shape = self._shape(policy)
         keys = self._keys(shape)
         rows = self._read(keys)
-        generations: Dict[str, int] = {}
         parts: List[str] = []
         budget: Optional[str] = None
         n = len(shape.releases) if shape.breaker else 0
-        for i, (key, (text, generation)) in enumerate(zip(keys, rows)):
-            generations[key] = generation
+        for i, (text, _) in enumerate(rows):
             if text is None:
                 continue
             if i < n:
@@ -224,30 +254,101 @@ class Fleet:
         view = '{"breakers":{' + ",".join(parts) + "}"
         if budget is not None:
             view += ',"budget":' + budget
-        return view + "}", generations
+        return view + "}", rows
 
     def read_view(self, policy: Policy) -> Tuple[Dict[str, Any], Dict[str, int]]:
         """The fleet view of a policy (``{"breakers": {...}, "budget"?: ...}``)
         and the store generation of every key read (0 for an absent key).
         Raises :class:`StoreUnavailableError`."""
-        text, generations = self._view(policy)
+        text, rows = self._view(policy)
         view: Dict[str, Any] = json.loads(text)
-        return view, generations
+        return view, {key: generation for key, (_, generation) in zip(self._keys(self._shape(policy)), rows)}
 
     # ---- what the drivers call ----------------------------------------------
 
     def admit(self, session: _core.Session, policy: Policy, at_ms: int, now_epoch_ms: int) -> Dict[str, Any]:
-        """Admit the session's planned attempt against the store (read, admit,
-        write back with compare-and-set; re-read on a conflict). Returns the
-        core's answer ``{"decision", "writes"}``; afterwards ``session.next()``
-        is the dispatch to make or the fleet's terminal."""
+        """Admit the session's planned attempt against the store (see the
+        module's documentation). Returns the core's answer ``{"decision",
+        "writes"}``; afterwards ``session.next()`` is the dispatch to make or
+        the fleet's terminal."""
         self.admissions += 1
-        cas = self._cas
+        check_and_set = getattr(self.store, "check_and_set_raw", None)
+        if check_and_set is None:
+            return self._admit_by_reads(session, policy, at_ms, now_epoch_ms)
+        keys = self._keys(self._shape(policy))
         for _ in range(self.max_conflicts + 1):
             try:
-                view, generations = self._view(policy)
+                view, rows = self._view(policy)
             except StoreUnavailableError:
                 return self._without_store(session, at_ms, now_epoch_ms)
+            self._refresh(keys, rows)
+            try:
+                answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, view)
+            except RetryledgerError as e:
+                if e.code == "generation_regressed":
+                    # The store lost state the run has already seen.
+                    return self._without_store(session, at_ms, now_epoch_ms)
+                raise
+            entries = self._admission_writes(answer, dict(zip(keys, rows)))
+            if not entries:
+                return answer
+            try:
+                ok, current = check_and_set(entries)
+            except StoreUnavailableError:
+                return self._without_store(session, at_ms, now_epoch_ms)
+            if ok:
+                self._written(entries)
+                return answer
+            self.conflicts += 1
+            self._refresh([key for key, _, _ in entries], current)
+        raise _conflict("admission", self.max_conflicts + 1)
+
+    def _admission_writes(self, answer: Dict[str, Any], read: Dict[str, Row]) -> List[Entry]:
+        """The snapshots an admission changed, each expecting the generation
+        read, the budget first: when a breaker write after it conflicts, the
+        budget's write stays (the session has counted it as seen) and the
+        re-admission spends or deposits again (bounded by ``max_conflicts``),
+        whereas a probe reserved in a breaker and then abandoned would hold
+        the half-open breaker's probe slot."""
+        writes = answer["writes"]
+        entries: List[Entry] = []
+        budget = writes.get("budget")
+        if budget is not None:
+            key = self.budget_key(budget["scope"])
+            entries.append((key, read.get(key, (None, 0))[1], to_text(budget)))
+        for snapshot in writes["breakers"]:
+            key = self.breaker_key(snapshot["route_release_sha256"])
+            entries.append((key, read.get(key, (None, 0))[1], to_text(snapshot)))
+        return entries
+
+    def _refresh(self, keys: List[str], rows: List[Row]) -> None:
+        """Cache what the store answered for ``keys``."""
+        cache = self._cache
+        if len(cache) + len(keys) > _CACHE_MAX:
+            cache.clear()
+        for key, row in zip(keys, rows):
+            cache[key] = row
+
+    def _written(self, entries: List[Entry]) -> None:
+        """Cache a check-and-set that succeeded: each written key one generation on."""
+        cache = self._cache
+        if len(cache) + len(entries) > _CACHE_MAX:
+            cache.clear()
+        for key, expected, text in entries:
+            if text is not None:
+                cache[key] = (text, expected + 1)
+
+    def _admit_by_reads(self, session: _core.Session, policy: Policy, at_ms: int, now_epoch_ms: int) -> Dict[str, Any]:
+        """Admission with a store that has only ``get`` and ``compare_and_set``
+        (read, admit, write back each changed snapshot; re-read on a conflict)."""
+        cas = self._cas
+        keys = self._keys(self._shape(policy))
+        for _ in range(self.max_conflicts + 1):
+            try:
+                view, rows = self._view(policy)
+            except StoreUnavailableError:
+                return self._without_store(session, at_ms, now_epoch_ms)
+            generations = {key: generation for key, (_, generation) in zip(keys, rows)}
             try:
                 answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, view)
             except RetryledgerError as e:
@@ -281,6 +382,8 @@ class Fleet:
 
     def _without_store(self, session: _core.Session, at_ms: int, now_epoch_ms: int) -> Dict[str, Any]:
         self.unavailable += 1
+        # The store may come back without what it held (a restart): read again.
+        self._cache.clear()
         answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, _UNAVAILABLE)
         return answer
 
@@ -306,6 +409,50 @@ class Fleet:
                 return None
             release = str(attempts[-1]["route_release_sha256"])
         key = self.breaker_key(release)
+        check_and_set = getattr(self.store, "check_and_set_raw", None)
+        if check_and_set is None:
+            return self._record_by_reads(session, key, release, now_epoch_ms)
+        try:
+            if key not in self._cache:
+                self._refresh([key], self._read([key]))
+        except StoreUnavailableError:
+            self.unavailable += 1
+            self._cache.clear()
+            return None
+        cache = self._cache
+        for _ in range(self.max_conflicts + 1):
+            text, generation = cache.get(key, _ABSENT)
+            try:
+                nxt: Dict[str, Any] = call(
+                    session.breaker_after,
+                    text if text is not None else to_text(fresh_breaker(release, now_epoch_ms)),
+                    now_epoch_ms,
+                )
+            except RetryledgerError as e:
+                if e.code == "generation_regressed":
+                    self.unavailable += 1
+                    return None
+                raise
+            entries: List[Entry] = [(key, generation, to_text(nxt))]
+            try:
+                ok, current = check_and_set(entries)
+            except StoreUnavailableError:
+                self.unavailable += 1
+                self._cache.clear()
+                return None
+            if ok:
+                self._written(entries)
+                self.records += 1
+                return nxt
+            self.conflicts += 1
+            self._refresh([key], current)
+        raise _conflict("breaker record", self.max_conflicts + 1)
+
+    def _record_by_reads(
+        self, session: _core.Session, key: str, release: str, now_epoch_ms: int
+    ) -> Optional[Dict[str, Any]]:
+        """A breaker record with a store that has only ``get`` and
+        ``compare_and_set`` (read, record, compare-and-set; re-read on a conflict)."""
         for _ in range(self.max_conflicts + 1):
             try:
                 current, generation = self._read([key])[0]
@@ -331,6 +478,11 @@ class Fleet:
                 return nxt
             self.conflicts += 1
         raise _conflict("breaker record", self.max_conflicts + 1)
+
+    def forget(self) -> None:
+        """Drop the cached documents (the next admission reads its keys again).
+        Never needed for correctness: a stale cache only costs a conflict."""
+        self._cache.clear()
 
     def uses(self, policy: Policy) -> bool:
         """Whether the policy has a fleet section (the drivers admit only then)."""

@@ -14,7 +14,7 @@ import pytest
 import retryledger
 from retryledger import AttemptError, RunStoppedError, Step
 from retryledger.fleet import Fleet
-from retryledger.stores import MemoryStore, StoreUnavailableError
+from retryledger.stores import Entry, MemoryStore, Row, StoreUnavailableError
 
 from conftest import KEY, FakeClock, make_policy
 from fleet_support import BREAKER, fleet_policy
@@ -224,6 +224,15 @@ class ConflictingStore(MemoryStore):
             super().compare_and_set_raw(key, generation, text)
             return False, generation + 1
         return super().compare_and_set_raw(key, expected_generation, text)
+
+    def check_and_set_raw(self, entries: List[Entry]) -> Tuple[bool, List[Row]]:
+        if self.left > 0:
+            self.left -= 1
+            for key, _, text in entries:
+                if text is not None:
+                    super().compare_and_set_raw(key, self.get_raw(key)[1], text)
+            return False, [self.get_raw(key) for key, _, _ in entries]
+        return super().check_and_set_raw(entries)
 
 
 def test_a_conflict_is_read_again_and_admitted_again() -> None:

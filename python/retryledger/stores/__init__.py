@@ -11,7 +11,26 @@ objects); the core computes every transition. Each key is a register:
   changes and the current generation comes back.
 
 The generation is the store's own version counter, not the document's
-``generation`` field. A backend that cannot be reached (or fails) raises
+``generation`` field: it rises on every write, so a compare-and-set that
+succeeds proves the snapshot it expected was current.
+
+A store may also offer the multi-key check-and-set a :class:`Fleet
+<retryledger.fleet.Fleet>` uses to admit an attempt in one round trip (and
+record its outcome in one more); every store here has it:
+
+* ``check_and_set_raw([(key, expected_generation, text | None), ...])`` ->
+  ``(ok, rows)``, atomically: every check-only key (``text`` ``None``) is
+  checked first, and when one's generation is not the one expected nothing
+  is written; then each ``text`` is written in order, only when its key's
+  generation is the one expected (its generation one more), stopping at the
+  first key whose generation is not. All written: ``(True, [])``; otherwise
+  ``(False, rows)`` with the current ``(text | None, generation)`` of every
+  key, in order (the writes made before the one that stopped stay: the
+  core's session counts an admission's writes as seen, so a write rolled
+  back would read as lost state on the admission that follows).
+
+A store without it (only ``get`` and ``compare_and_set``) still serves a
+fleet, with a read before every write. A backend that cannot be reached (or fails) raises
 :class:`StoreUnavailableError`; the run's policy then decides
 (``fail_closed`` / ``fail_open``). The conformance scenarios every backend
 passes are ``tests/stores/register.json``.
@@ -25,6 +44,8 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 __all__ = [
     "Store",
+    "Entry",
+    "Row",
     "StoreUnavailableError",
     "MemoryStore",
     "SQLiteStore",
@@ -46,7 +67,15 @@ class Store(Protocol):
     # Optional, used when present: get_many(keys) -> [(document | None,
     # generation), ...]; and the same over JSON text, which spares a decode
     # and an encode per document: get_many_raw(keys) -> [(text | None,
-    # generation), ...] with compare_and_set_raw(key, expected, text).
+    # generation), ...] with compare_and_set_raw(key, expected, text); and
+    # check_and_set_raw(entries) (see the module's documentation).
+
+
+#: One entry of a multi-key check-and-set: the key, the generation expected,
+#: and the JSON text to write (``None``: check only).
+Entry = Tuple[str, int, Optional[str]]
+#: A key's current state in a store: its JSON text (``None``: absent) and generation.
+Row = Tuple[Optional[str], int]
 
 
 class MemoryStore:
@@ -89,6 +118,33 @@ class MemoryStore:
                 return False, current
             self._data[key] = (current + 1, text)
             return True, current + 1
+
+    def check_and_set_raw(self, entries: List[Entry]) -> Tuple[bool, List[Row]]:
+        """The multi-key check-and-set (see the module's documentation), under
+        the store's lock."""
+        with self._lock:
+            data = self._data
+
+            def generation(key: str) -> int:
+                hit = data.get(key)
+                return 0 if hit is None else hit[0]
+
+            def current() -> List[Row]:
+                rows: List[Row] = []
+                for key, _, _ in entries:
+                    hit = data.get(key)
+                    rows.append((None, 0) if hit is None else (hit[1], hit[0]))
+                return rows
+
+            for key, expected, text in entries:
+                if text is None and generation(key) != expected:
+                    return False, current()
+            for key, expected, text in entries:
+                if text is not None:
+                    if generation(key) != expected:
+                        return False, current()
+                    data[key] = (expected + 1, text)
+            return True, []
 
 
 def _encode(document: Dict[str, Any]) -> str:

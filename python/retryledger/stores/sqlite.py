@@ -11,7 +11,7 @@ import threading
 import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import StoreUnavailableError, _decode, _encode
+from . import Entry, Row, StoreUnavailableError, _decode, _encode
 
 __all__ = ["SQLiteStore"]
 
@@ -95,6 +95,50 @@ class SQLiteStore:
                     )
                     conn.execute("COMMIT")
                     return True, current + 1
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+
+    def check_and_set_raw(self, entries: List[Entry]) -> Tuple[bool, List[Row]]:
+        """The multi-key check-and-set (see :mod:`retryledger.stores`): one
+        ``BEGIN IMMEDIATE`` transaction (the write lock taken before any
+        generation is read)."""
+        keys = [key for key, _, _ in entries]
+        marks = ",".join("?" * len(keys))
+        try:
+            with self._lock:
+                conn = self._conn
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    found = {
+                        str(row[0]): (str(row[2]), int(row[1]))
+                        for row in conn.execute(
+                            f"SELECT key, generation, document FROM retryledger_register WHERE key IN ({marks})",
+                            keys,
+                        ).fetchall()
+                    }
+                    rows: List[Row] = [found.get(key, (None, 0)) for key in keys]
+                    if any(text is None and row[1] != expected for row, (_, expected, text) in zip(rows, entries)):
+                        conn.execute("ROLLBACK")
+                        return False, rows
+                    for i, (key, expected, text) in enumerate(entries):
+                        if text is None:
+                            continue
+                        if rows[i][1] != expected:
+                            conn.execute("COMMIT")
+                            return False, rows
+                        conn.execute(
+                            "INSERT INTO retryledger_register (key, generation, document) VALUES (?, ?, ?) "
+                            "ON CONFLICT(key) DO UPDATE SET generation = excluded.generation, "
+                            "document = excluded.document",
+                            (key, expected + 1, text),
+                        )
+                        rows[i] = (text, expected + 1)
+                    conn.execute("COMMIT")
+                    return True, []
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
