@@ -395,8 +395,9 @@ class Fleet:
         route_release_sha256: Optional[str] = None,
     ) -> Optional[Dict[str, Any]]:
         """Record the last observed attempt's outcome in its route's breaker
-        (read, ``session.breaker_after``, compare-and-set; re-read on a
-        conflict). ``route_release_sha256`` is that attempt's route release
+        (``session.breaker_after`` of the cached snapshot, one check-and-set;
+        on a conflict, again from the snapshot the store answered; a store
+        without ``check_and_set_raw``: read, record, compare-and-set). ``route_release_sha256`` is that attempt's route release
         (read from the session when not given). Returns the snapshot written,
         or ``None`` when the policy has no breaker, no attempt was observed,
         or the store is unavailable (the outcome is then not counted)."""
