@@ -355,6 +355,11 @@ class _Reading:
         #: Held events released with the first text, to yield before it.
         self.ready: List[StreamEvent] = []
 
+    def take_ready(self) -> List[StreamEvent]:
+        """The released held events, to yield now (emptied)."""
+        ready, self.ready = self.ready, []
+        return ready
+
     def drop_held(self) -> None:
         """The attempt ended before its first text: the held events never
         reached the consumer, so nothing was delivered."""
@@ -693,12 +698,37 @@ class _Core:
             reading.ready.append(_event("delta", "tentative", ordinal, self.sequence, ev, ""))
         reading.held = []
 
-    def ended(self, reading: _Reading, step: StreamStep) -> None:
-        """The iteration ended normally: held events are delivered (``reading.ready``)."""
+    def ended(self, reading: _Reading, step: StreamStep) -> List[StreamEvent]:
+        """The iteration ended normally: the held events, delivered now."""
         if getattr(self.reader, "terminal_at_end", False):
             reading.terminal = True
         if reading.held:
             self.release(reading, step)
+        return reading.take_ready()
+
+    def opened(
+        self, step: StreamStep
+    ) -> Tuple[_Reading, Callable[[Optional[_Reading], StreamStep, Any], Optional[StreamEvent]], float, float]:
+        """A stream opened: its reading state, the read function for the
+        reader, the deadline and when the wait for the first event expires
+        (run clock, ms)."""
+        t_deadline = float(step.plan.deadline_ms)
+        return (
+            self.reading(step),
+            self.read_plain if self.reader is _TEXT_READER else self.read,
+            t_deadline,
+            _limit_ms(self.p, True, float(step.started_at_ms), t_deadline),
+        )
+
+    def failed(self, reading: _Reading, exc: Exception) -> Exception:
+        """Reading the stream raised ``exc``: a protocol violation (the
+        host's, or a JSON decode error along its chain) is noted in the
+        reading; ``exc`` is the attempt's error."""
+        if isinstance(exc, StreamProtocolError):
+            reading.violation = exc.violation
+        elif _is_malformed(exc):
+            reading.violation = "malformed_event"
+        return exc
 
     def end(self) -> Union[None, RunStoppedError]:
         """After the last attempt: ``None`` when the run completed, else the error to raise."""
@@ -816,11 +846,8 @@ class StreamRun(_Run):
                 except Exception as exc:
                     error = exc
                 if error is None:
-                    reading = core.reading(step)
-                    t_deadline = float(plan.deadline_ms)
-                    until = _limit_ms(core.p, True, float(step.started_at_ms), t_deadline)
+                    reading, read, t_deadline, until = core.opened(step)
                     idle = core.p.idle_ms
-                    read = core.read_plain if core.reader is _TEXT_READER else core.read
                     try:
                         for ev in it:
                             now = clock() - t0
@@ -829,8 +856,7 @@ class StreamRun(_Run):
                             out = read(reading, step, ev)
                             if out is not None:
                                 if reading.ready:
-                                    ready, reading.ready = reading.ready, []
-                                    yield from ready
+                                    yield from reading.take_ready()
                                 yield out
                             if idle is not None:
                                 # The wait for the next event starts when the consumer is done.
@@ -839,18 +865,9 @@ class StreamRun(_Run):
                                     until = t_deadline
                             elif until != t_deadline:
                                 until = t_deadline
-                        core.ended(reading, step)
-                        if reading.ready:
-                            ready, reading.ready = reading.ready, []
-                            yield from ready
-                    except StreamProtocolError as exc:
-                        reading.violation = exc.violation
-                        error = exc
-                        _close(stream)
+                        yield from core.ended(reading, step)
                     except Exception as exc:
-                        if _is_malformed(exc):
-                            reading.violation = "malformed_event"
-                        error = exc
+                        error = core.failed(reading, exc)
                         _close(stream)
                     stream = None
                 done, step = step, None
@@ -1018,11 +1035,8 @@ class AsyncStreamRun(_Run):
                     except Exception as exc:
                         error = exc
                     if error is None:
-                        reading = core.reading(step)
-                        t_deadline = float(plan.deadline_ms)
-                        until = _limit_ms(core.p, True, float(step.started_at_ms), t_deadline)
+                        reading, read, t_deadline, until = core.opened(step)
                         idle = core.p.idle_ms
-                        read = core.read_plain if core.reader is _TEXT_READER else core.read
                         try:
                             while True:
                                 dog.since = loop.time()
@@ -1048,33 +1062,23 @@ class AsyncStreamRun(_Run):
                                 out = read(reading, step, ev)
                                 if out is not None:
                                     if reading.ready:
-                                        ready, reading.ready = reading.ready, []
-                                        for held in ready:
+                                        for held in reading.take_ready():
                                             yield held
                                     yield out
                                 if sync_it is not None:
                                     now = clock() - t0
                                     until = t_deadline if idle is None else min(now + idle, t_deadline)
                             dog.waiting = False
-                            core.ended(reading, step)
-                            if reading.ready:
-                                ready, reading.ready = reading.ready, []
-                                for held in ready:
-                                    yield held
+                            for held in core.ended(reading, step):
+                                yield held
                         except asyncio.CancelledError:
                             if not dog.fired:
                                 raise
                             _uncancel(task)
                             error = StreamTimeoutError("no stream event within the first-byte or idle timeout")
                             await _aclose(stream)
-                        except StreamProtocolError as exc:
-                            reading.violation = exc.violation
-                            error = exc
-                            await _aclose(stream)
                         except Exception as exc:
-                            if _is_malformed(exc):
-                                reading.violation = "malformed_event"
-                            error = exc
+                            error = core.failed(reading, exc)
                             await _aclose(stream)
                         stream = None
                 finally:
