@@ -40,13 +40,11 @@ import httpx
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
+from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
 
 __all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
 
 C = TypeVar("C", httpx.Client, httpx.AsyncClient)
-
-#: The header that carries the idempotency key on every attempt.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 # (idempotency key, deadline in seconds) of the attempt running in this context.
 _ATTEMPT: contextvars.ContextVar[Optional[Tuple[str, float]]] = contextvars.ContextVar(
