@@ -446,7 +446,7 @@ impl Session {
         Ok(self.hold(admission, plan, writes))
     }
 
-    /// A snapshot's generation may not go back below one this run saw.
+    /// A snapshot's generation may not go back below one this run read.
     fn saw(&mut self, key: &str, generation: u64, at: &str) -> Result<()> {
         match self.seen.iter_mut().find(|(k, _)| k == key) {
             Some((_, g)) if *g > generation => Err(Error::at(
@@ -465,13 +465,10 @@ impl Session {
         }
     }
 
+    /// Hold an admission until its attempt is observed. The snapshots it
+    /// proposes to write are not counted as seen: a host may find its
+    /// compare-and-set refused and admit again under the store's state.
     fn hold(&mut self, admission: Admission, plan: Dispatch, writes: FleetWrites) -> Admitted {
-        for b in &writes.breakers {
-            let _ = self.saw(b.route_release_sha256.as_str(), b.generation, "");
-        }
-        if let Some(b) = &writes.budget {
-            let _ = self.saw(b.scope.as_str(), b.generation, "");
-        }
         let decision = Decision::Dispatch(plan);
         self.pending = Some(Pending {
             admission,

@@ -132,13 +132,15 @@ def test_redis_killed_and_restarted_mid_run_fails_open(tmp_path: Path) -> None:
             return "ok"
 
         terminal, bundle = _run(policy, fleet, _killing(server, routes, restart_then_fail))
-        assert terminal == "completed"
-        assert routes == [PRIMARY, PRIMARY, FALLBACK]
+        # 1: through the store; 2: Redis down, admitted without it (fail
+        # open); 3: Redis back but empty: its budget holds no token (the
+        # deposit was lost with the old server), so the fallback is refused.
+        assert terminal == "stop_retry_budget"
+        assert routes == [PRIMARY, PRIMARY]
         stores = [a["admission"].get("store") for a in bundle["attempts"]["attempts"]]
-        # 1: through the store; 2: Redis down; 3: Redis back but empty, older
-        # than what the run saw (its deposit): not trusted within this run.
-        assert stores == [None, "unavailable", "unavailable"]
-        assert bundle["receipt"]["fleet"]["admitted_without_store"] == 2
+        assert stores == [None, "unavailable"]
+        assert bundle["attempts"]["fleet_stop"]["reason"] == "retry_budget"
+        assert bundle["receipt"]["fleet"]["admitted_without_store"] == 1
         assert retryledger.verify_bundle(json.dumps(bundle))["kind"] == "verified"
         # The next run goes through the restarted store again.
         routes.clear()

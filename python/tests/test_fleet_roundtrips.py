@@ -11,6 +11,7 @@ cache and the outcome is recorded again without a separate read."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -170,22 +171,25 @@ def test_check_and_set_writes_in_order_up_to_the_first_conflict(backend: str, tm
     assert store.get(breaker) == ({"v": 1}, 1)
 
 
-def test_a_rolled_back_write_would_read_as_lost_state() -> None:
-    """Why an admission's writes are made in order rather than all or
-    nothing: the session counts the snapshots it asked to write as seen, so
-    when one is not written and its key did not move, admitting again under
-    the store's state reads as a store that lost state. (Were the core to
-    count them only once written, one all-or-nothing check-and-set over every
-    key read could admit in one round trip, and a budget would never be
-    spent twice after a breaker conflict.)"""
+def test_a_write_the_store_refused_is_not_lost_state() -> None:
+    """The session counts the snapshots it read as seen, not those it asked
+    to write: when a write is refused (another key of the admission
+    conflicted) and its key did not move, admitting again under the store's
+    state is an ordinary admission, not a store that lost state. A snapshot
+    older than one read is still refused."""
     policy = retryledger.Policy(fleet_policy(budget=BUDGET))
     session = policy.session()
     answer = session.admit(0, EPOCH, '{"breakers":{}}')
     assert answer["writes"]["budget"]["generation"] == 1
-    # The deposit is not written (say another key of the admission conflicted):
-    # the budget is still absent, generation 0.
+    # The deposit is not written: the budget is still absent (generation 0).
+    again = session.admit(0, EPOCH, '{"breakers":{}}')
+    assert again["writes"]["budget"]["generation"] == 1
+    # A budget at generation 1 read, then one at generation 0: lost state.
+    at_one = dict(again["writes"]["budget"])
+    session.admit(0, EPOCH, json.dumps({"breakers": {}, "budget": at_one}))
+    at_zero = dict(at_one, generation=0)
     with pytest.raises(retryledger.RetryledgerError) as info:
-        session.admit(0, EPOCH, '{"breakers":{}}')
+        session.admit(0, EPOCH, json.dumps({"breakers": {}, "budget": at_zero}))
     assert info.value.code == "generation_regressed"
 
 

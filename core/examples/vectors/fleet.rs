@@ -800,12 +800,13 @@ fn session_cases(f: &mut Family) {
         f,
         "fleet_generation_goes_back",
         &p,
-        json!({"budget": bsnap(3_000)}),
+        // The first admission reads the budget at generation 5; the store
+        // then answers with generation 2 (it lost state).
+        json!({"budget": {"balance_milli": 3_000, "deposits": 0, "generation": 5, "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries", "updated_at_epoch_ms": T0, "withdrawals": 0}}),
         vec![
             admit(T0),
             fails(),
-            json!({"set": snap(&primary(), &[])}),
-            json!({"set": {"balance_milli": 3_000, "deposits": 0, "generation": 0, "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries", "updated_at_epoch_ms": T0, "withdrawals": 0}}),
+            json!({"set": {"balance_milli": 3_000, "deposits": 0, "generation": 2, "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries", "updated_at_epoch_ms": T0, "withdrawals": 0}}),
             admit(T0 + 200),
         ],
         "generation_regressed",
