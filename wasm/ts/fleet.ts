@@ -10,11 +10,34 @@
  * Keys: `<namespace>/breaker/<route_release_sha256>` and
  * `<namespace>/budget/<scope>`, each a register holding the snapshot
  * document.
+ *
+ * With a store that has the multi-key check-and-set (`checkAndSet`: every
+ * store of the package), an attempt costs the store two round trips to admit
+ * and one to record, as in the Python package:
+ *
+ * 1. admission: read the view (one round trip: a pipeline, a statement),
+ *    `session.admit`, and write every changed snapshot with one
+ *    check-and-set, each expecting the generation read, the budget first
+ *    (one round trip; none when nothing changed). The writes are made in
+ *    order up to the first key whose generation moved; the writes before it
+ *    stay, and the admission is made again under a view read again (bounded
+ *    by `maxConflicts`);
+ * 2. record: the fleet keeps, per key, the last text and generation it read
+ *    or wrote (a bounded cache, dropped whenever the store cannot be
+ *    reached). The breaker's next snapshot is computed from the cached one
+ *    and written with the same check-and-set (one round trip); when another
+ *    process wrote first, nothing is written and the answer holds the key's
+ *    current document and generation: the cache is refreshed from it and the
+ *    outcome recorded again, with no separate read.
+ *
+ * A store with only `get` and `compareAndSet` is read before every admission
+ * and record, and each changed snapshot written with its own compare-and-set
+ * (the budget first).
  */
 
 import { RetryledgerError, RunError } from "./errors.js";
 import type { Session } from "./session.js";
-import { StoreUnavailableError, type FleetStore, type StoreDocument, type StoreRead } from "./stores/store.js";
+import { StoreUnavailableError, type CheckAndSetAnswer, type CheckAndSetEntry, type FleetStore, type StoreDocument, type StoreRead, type StoreRow } from "./stores/store.js";
 import type { AdmitAnswer, BreakerSnapshot, FleetView, Policy, RetryBudgetSnapshot } from "./types.js";
 
 export interface FleetOptions {
@@ -80,12 +103,16 @@ export function freshBudget(scope: string, nowEpochMs: number): RetryBudgetSnaps
   };
 }
 
-const UNAVAILABLE: FleetView = Object.freeze({ breakers: Object.freeze({}), store_unavailable: true }) as FleetView;
+const UNAVAILABLE = '{"breakers":{},"store_unavailable":true}';
+/** How many keys the cache of a fleet holds before it starts over. */
+const CACHE_MAX = 4096;
+const ABSENT: StoreRow = Object.freeze({ text: null, generation: 0 }) as StoreRow;
 
-/** A view read from the store, with the generation of every key read. */
-interface Read {
-  view: FleetView;
-  generations: Map<string, number>;
+/** What a policy's fleet section asks of the store: its breakers' releases and the keys of the view (breakers, then the budget). */
+interface Shape {
+  releases: string[];
+  breaker: boolean;
+  keys: string[];
 }
 
 export class Fleet {
@@ -93,6 +120,9 @@ export class Fleet {
   readonly namespace: string;
   readonly maxConflicts: number;
   readonly #now: () => number;
+  readonly #shapes = new WeakMap<Policy, Shape>();
+  /** Per key, the last text and store generation read or written. */
+  readonly #cache = new Map<string, StoreRow>();
   /** The last error the store threw (the reason of the latest `store_unavailable`). */
   lastStoreError: unknown = undefined;
   readonly stats: FleetRunSummary = { admissions: 0, conflicts: 0, unavailable: 0, records: 0, recordsLost: 0 };
@@ -126,67 +156,110 @@ export class Fleet {
 
   /** The fleet view of a policy as the store holds it now: the breakers of its routes and its budget. */
   async view(policy: Policy): Promise<FleetView> {
-    return (await this.#read(policy)).view;
+    const shape = this.#shape(policy);
+    return JSON.parse(viewText(shape, await this.#rows(shape.keys))) as FleetView;
   }
 
-  async #read(policy: Policy): Promise<Read> {
-    const fleet = policy.fleet;
-    const releases: string[] = [];
-    if (fleet?.breaker !== undefined) {
-      for (const r of policy.routes) if (!releases.includes(r.route_release_sha256)) releases.push(r.route_release_sha256);
+  /** Drop the cached documents (the next record reads its key again). Never needed for correctness: a stale cache costs a conflict. */
+  forget(): void {
+    this.#cache.clear();
+  }
+
+  #shape(policy: Policy): Shape {
+    let shape = this.#shapes.get(policy);
+    if (shape === undefined) {
+      const fleet = policy.fleet;
+      const breaker = fleet?.breaker !== undefined;
+      const releases: string[] = [];
+      if (breaker) {
+        for (const r of policy.routes) if (!releases.includes(r.route_release_sha256)) releases.push(r.route_release_sha256);
+      }
+      const keys = releases.map((r) => this.breakerKey(r));
+      const scope = fleet?.retry_budget?.scope;
+      if (scope !== undefined) keys.push(this.budgetKey(scope));
+      shape = { releases, breaker, keys };
+      this.#shapes.set(policy, shape);
     }
-    const keys = releases.map((r) => this.breakerKey(r));
-    const scope = fleet?.retry_budget?.scope;
-    if (scope !== undefined) keys.push(this.budgetKey(scope));
+    return shape;
+  }
+
+  /** The text and generation of `keys`: one `getManyRaw` round trip when the store has it, else `getMany` or `get` each. */
+  async #rows(keys: readonly string[]): Promise<StoreRow[]> {
+    if (keys.length === 0) return [];
     const store = this.store;
-    const reads: StoreRead[] =
-      keys.length === 0 ? [] : store.getMany !== undefined ? await store.getMany(keys) : await Promise.all(keys.map((k) => store.get(k)));
-    const generations = new Map<string, number>();
-    const view: FleetView = { breakers: {} };
+    if (store.getManyRaw !== undefined) return await store.getManyRaw(keys);
+    const reads: StoreRead[] = store.getMany !== undefined ? await store.getMany(keys) : await Promise.all(keys.map((k) => store.get(k)));
+    return reads.map((r) => (r.document === null ? { text: null, generation: r.generation } : { text: JSON.stringify(r.document), generation: r.generation }));
+  }
+
+  /** Cache what the store answered for `keys`. */
+  #refresh(keys: readonly string[], rows: readonly StoreRow[]): void {
+    const cache = this.#cache;
+    if (cache.size + keys.length > CACHE_MAX) cache.clear();
     keys.forEach((k, i) => {
-      const r = reads[i] as StoreRead;
-      generations.set(k, r.generation);
-      if (r.document === null) return;
-      if (i < releases.length) view.breakers[releases[i] as string] = r.document as unknown as BreakerSnapshot;
-      else view.budget = r.document as unknown as RetryBudgetSnapshot;
+      const r = rows[i];
+      if (r !== undefined) cache.set(k, { text: r.text, generation: r.generation });
     });
-    return { view, generations };
+  }
+
+  /** Cache a check-and-set that succeeded: each written key one generation on. */
+  #written(entries: readonly CheckAndSetEntry[]): void {
+    const cache = this.#cache;
+    if (cache.size + entries.length > CACHE_MAX) cache.clear();
+    for (const e of entries) if (e.text !== null) cache.set(e.key, { text: e.text, generation: e.expectedGeneration + 1 });
   }
 
   /**
    * Admit the session's planned attempt at `atMs` (run clock): read the
-   * view, `session.admit`, write back every changed snapshot with
-   * compare-and-set (expecting the generation read). A conflict reads and
-   * admits again, at most `maxConflicts` times, then throws `RunError`
-   * `store_conflict`. A store that throws: admitted again with
+   * view, `session.admit`, write back every changed snapshot (expecting the
+   * generation read, the budget first): with one `checkAndSet` when the
+   * store has it, else one compare-and-set each. A conflict reads and admits
+   * again, at most `maxConflicts` times, then throws `RunError`
+   * `store_conflict`. A store that throws, or that answers state older than
+   * the run has seen (it lost its data): admitted again with
    * `store_unavailable` (the policy fails closed or open).
    */
   async admit(session: Session, atMs: number): Promise<AdmitAnswer> {
-    const policy = session.compiled.policy;
+    const store = this.store;
+    const shape = this.#shape(session.compiled.policy);
+    const keys = shape.keys;
     for (let conflicts = 0; ; ) {
-      let read: Read;
+      let rows: StoreRow[];
       try {
-        read = await this.#read(policy);
+        rows = await this.#rows(keys);
       } catch (e) {
         return this.#unavailable(session, atMs, e);
       }
-      const answer = session.admit(atMs, this.now(), read.view);
-      let conflicted = false;
+      if (store.checkAndSet !== undefined) this.#refresh(keys, rows);
+      let answer: AdmitAnswer;
       try {
-        const { writes } = answer;
-        for (const b of writes.breakers) {
-          if (!(await this.#put(this.breakerKey(b.route_release_sha256), read.generations, b))) {
-            conflicted = true;
-            break;
+        answer = session.admit(atMs, this.now(), viewText(shape, rows));
+      } catch (e) {
+        if (regressed(e)) return this.#unavailable(session, atMs, e);
+        throw e;
+      }
+      const entries = this.#admissionWrites(answer, keys, rows);
+      let written = true;
+      try {
+        if (entries.length === 0) written = true;
+        else if (store.checkAndSet !== undefined) {
+          const result: CheckAndSetAnswer = await store.checkAndSet(entries);
+          written = result.ok;
+          if (result.ok) this.#written(entries);
+          else this.#refresh(entries.map((e) => e.key), result.rows);
+        } else {
+          for (const e of entries) {
+            const document = JSON.parse(e.text as string) as StoreDocument;
+            if (!(await store.compareAndSet(e.key, e.expectedGeneration, document)).ok) {
+              written = false;
+              break;
+            }
           }
         }
-        if (!conflicted && writes.budget !== undefined) {
-          conflicted = !(await this.#put(this.budgetKey(writes.budget.scope), read.generations, writes.budget));
-        }
       } catch (e) {
         return this.#unavailable(session, atMs, e);
       }
-      if (!conflicted) {
+      if (written) {
         this.stats.admissions++;
         return answer;
       }
@@ -195,33 +268,116 @@ export class Fleet {
     }
   }
 
-  async #put(key: string, generations: Map<string, number>, snapshot: BreakerSnapshot | RetryBudgetSnapshot): Promise<boolean> {
-    const w = await this.store.compareAndSet(key, generations.get(key) ?? 0, snapshot as unknown as StoreDocument);
-    return w.ok;
+  /**
+   * The snapshots an admission changed, each expecting the generation read,
+   * the budget first: when a breaker write after it conflicts, the budget's
+   * stays and the re-admission spends or deposits again (bounded by
+   * `maxConflicts`), whereas a probe reserved in a breaker and then
+   * abandoned would hold the half-open breaker's probe slot.
+   */
+  #admissionWrites(answer: AdmitAnswer, keys: readonly string[], rows: readonly StoreRow[]): CheckAndSetEntry[] {
+    const expected = (key: string): number => {
+      const i = keys.indexOf(key);
+      return i < 0 ? 0 : (rows[i] as StoreRow).generation;
+    };
+    const { writes } = answer;
+    const entries: CheckAndSetEntry[] = [];
+    if (writes.budget !== undefined) {
+      const key = this.budgetKey(writes.budget.scope);
+      entries.push({ key, expectedGeneration: expected(key), text: JSON.stringify(writes.budget) });
+    }
+    for (const b of writes.breakers) {
+      const key = this.breakerKey(b.route_release_sha256);
+      entries.push({ key, expectedGeneration: expected(key), text: JSON.stringify(b) });
+    }
+    return entries;
   }
 
   #unavailable(session: Session, atMs: number, e: unknown): AdmitAnswer {
     this.lastStoreError = e;
     this.stats.unavailable++;
     this.stats.admissions++;
+    // The store may come back without what it held (a restart): read again.
+    this.#cache.clear();
     return session.admit(atMs, this.now(), UNAVAILABLE);
+  }
+
+  #lost(e: unknown): undefined {
+    this.lastStoreError = e;
+    this.stats.recordsLost++;
+    this.#cache.clear();
+    return undefined;
   }
 
   /**
    * After the session observed its attempt: record the outcome on the
-   * attempt's route breaker (read, `session.breakerAfter`, compare-and-set;
-   * conflicts as in `admit`); `routeReleaseSha256`, the attempt's route
-   * release when the host knows it (the core checks it is the last
-   * attempt's). Returns the snapshot written, or `undefined`
-   * when the policy has no breaker or the store threw (`lastStoreError`;
-   * the outcome is then lost to the breaker).
+   * attempt's route breaker (`session.breakerAfter` of the snapshot the fleet
+   * last read or wrote for that key, written with one `checkAndSet`; on a
+   * conflict, again from the snapshot the store answered; a store without
+   * `checkAndSet`: read, record, compare-and-set; conflicts as in `admit`);
+   * `routeReleaseSha256`, the attempt's route release when the host knows
+   * it (the core checks it is the last attempt's). Returns the snapshot
+   * written, or `undefined` when the policy has no breaker or the store
+   * threw (`lastStoreError`; the outcome is then lost to the breaker).
    */
   async record(session: Session, routeReleaseSha256?: string): Promise<BreakerSnapshot | undefined> {
-    if (session.compiled.policy.fleet?.breaker === undefined) return undefined;
+    if (!this.#shape(session.compiled.policy).breaker) return undefined;
     // Recorded even when the attempt was admitted without the store (fail_open): the store may be back.
     const release = routeReleaseSha256 ?? session.lastAttempt()?.route_release_sha256;
     if (release === undefined) return undefined;
     const key = this.breakerKey(release);
+    const store = this.store;
+    if (store.checkAndSet === undefined) return this.#recordByReads(session, key, release);
+    const cache = this.#cache;
+    // Read only when the key is not cached, or when the cached snapshot is older than one the run has seen.
+    let fromCache = cache.has(key);
+    if (!fromCache) {
+      try {
+        this.#refresh([key], await this.#rows([key]));
+      } catch (e) {
+        return this.#lost(e);
+      }
+    }
+    for (let conflicts = 0; ; ) {
+      const row = cache.get(key) ?? ABSENT;
+      const now = this.now();
+      let next: BreakerSnapshot;
+      try {
+        next = session.breakerAfter(row.text ?? freshBreaker(release, now), now);
+      } catch (e) {
+        if (!regressed(e)) throw e;
+        if (!fromCache) return this.#lost(e);
+        // Another run of this process cached an older read: read the key once.
+        fromCache = false;
+        try {
+          this.#refresh([key], await this.#rows([key]));
+        } catch (e2) {
+          return this.#lost(e2);
+        }
+        continue;
+      }
+      const entries: CheckAndSetEntry[] = [{ key, expectedGeneration: row.generation, text: JSON.stringify(next) }];
+      let result: CheckAndSetAnswer;
+      try {
+        result = await store.checkAndSet(entries);
+      } catch (e) {
+        if (e instanceof RetryledgerError) throw e;
+        return this.#lost(e);
+      }
+      if (result.ok) {
+        this.#written(entries);
+        this.stats.records++;
+        return next;
+      }
+      this.stats.conflicts++;
+      this.#refresh([key], result.rows);
+      fromCache = false;
+      if (++conflicts >= this.maxConflicts) throw conflict(`breaker record: ${conflicts} compare-and-set conflicts in a row`);
+    }
+  }
+
+  /** A breaker record with a store that has only `get` and `compareAndSet` (read, record, compare-and-set; read again on a conflict). */
+  async #recordByReads(session: Session, key: string, release: string): Promise<BreakerSnapshot | undefined> {
     for (let conflicts = 0; ; ) {
       let written: boolean;
       let next: BreakerSnapshot;
@@ -232,7 +388,7 @@ export class Fleet {
         next = session.breakerAfter(current, now);
         written = (await this.store.compareAndSet(key, r.generation, next as unknown as StoreDocument)).ok;
       } catch (e) {
-        if (e instanceof RetryledgerError) throw e;
+        if (e instanceof RetryledgerError && !regressed(e)) throw e;
         this.lastStoreError = e;
         this.stats.recordsLost++;
         return undefined;
@@ -250,6 +406,23 @@ export class Fleet {
   async close(): Promise<void> {
     await this.store.close?.();
   }
+}
+
+/** The view as JSON text, from what was read for each key of the shape (breakers, then the budget). */
+function viewText(shape: Shape, rows: readonly StoreRow[]): string {
+  const parts: string[] = [];
+  let budget: string | null = null;
+  const n = shape.releases.length;
+  rows.forEach((r, i) => {
+    if (r.text === null) return;
+    if (i < n) parts.push(`${JSON.stringify(shape.releases[i])}:${r.text}`);
+    else budget = r.text;
+  });
+  return `{"breakers":{${parts.join(",")}}${budget === null ? "" : `,"budget":${budget}`}}`;
+}
+
+function regressed(e: unknown): boolean {
+  return e instanceof RetryledgerError && e.code === "generation_regressed";
 }
 
 function conflict(what: string): RunError {

@@ -3,9 +3,29 @@
  * the process that holds the same `MemoryStore`; gone when it exits.
  */
 
-import { checkGeneration, decodeDocument, encodeDocument, type FleetStore, type StoreDocument, type StoreRead, type StoreWrite } from "./store.js";
+import {
+  checkGeneration,
+  decodeDocument,
+  encodeDocument,
+  type CheckAndSetAnswer,
+  type CheckAndSetEntry,
+  type FleetStore,
+  type StoreDocument,
+  type StoreRead,
+  type StoreRow,
+  type StoreWrite,
+} from "./store.js";
 
-export { StoreUnavailableError, type FleetStore, type StoreDocument, type StoreRead, type StoreWrite } from "./store.js";
+export {
+  StoreUnavailableError,
+  type CheckAndSetAnswer,
+  type CheckAndSetEntry,
+  type FleetStore,
+  type StoreDocument,
+  type StoreRead,
+  type StoreRow,
+  type StoreWrite,
+} from "./store.js";
 
 /** An in-memory register store (documents kept as JSON text, so each read is a fresh copy). */
 export class MemoryStore implements FleetStore {
@@ -27,6 +47,30 @@ export class MemoryStore implements FleetStore {
     if (current !== expected) return { ok: false, generation: current };
     this.#registers.set(key, { text, generation: current + 1 });
     return { ok: true, generation: current + 1 };
+  }
+
+  getManyRaw(keys: readonly string[]): StoreRow[] {
+    return keys.map((k) => {
+      const r = this.#registers.get(k);
+      return r === undefined ? { text: null, generation: 0 } : { text: r.text, generation: r.generation };
+    });
+  }
+
+  /** The multi-key check-and-set (see `FleetStore.checkAndSet`); texts are stored as given. */
+  checkAndSet(entries: readonly CheckAndSetEntry[]): CheckAndSetAnswer {
+    const registers = this.#registers;
+    const generation = (key: string): number => registers.get(key)?.generation ?? 0;
+    for (const e of entries) checkGeneration(e.expectedGeneration);
+    const current = (): CheckAndSetAnswer => ({ ok: false, rows: this.getManyRaw(entries.map((e) => e.key)) });
+    for (const e of entries) {
+      if (e.text === null && generation(e.key) !== e.expectedGeneration) return current();
+    }
+    for (const e of entries) {
+      if (e.text === null) continue;
+      if (generation(e.key) !== e.expectedGeneration) return current();
+      registers.set(e.key, { text: e.text, generation: e.expectedGeneration + 1 });
+    }
+    return { ok: true, rows: [] };
   }
 
   /** The keys held, sorted. */

@@ -10,7 +10,19 @@
  */
 
 import { Redis, type RedisOptions } from "ioredis";
-import { checkGeneration, decodeDocument, encodeDocument, StoreUnavailableError, type FleetStore, type StoreDocument, type StoreRead, type StoreWrite } from "./store.js";
+import {
+  checkGeneration,
+  decodeDocument,
+  encodeDocument,
+  StoreUnavailableError,
+  type CheckAndSetAnswer,
+  type CheckAndSetEntry,
+  type FleetStore,
+  type StoreDocument,
+  type StoreRead,
+  type StoreRow,
+  type StoreWrite,
+} from "./store.js";
 
 export { StoreUnavailableError } from "./store.js";
 
@@ -24,6 +36,45 @@ redis.call('HSET', KEYS[1], 'd', ARGV[2], 'g', g + 1)
 return {1, g + 1}
 `;
 
+/**
+ * The multi-key check-and-set (the same script as the Python package's).
+ * KEYS the registers; for KEYS[i], ARGV[2i-1] the expected generation and
+ * ARGV[2i] the document to write ('' checks only). Every check-only key is
+ * checked first: one differs, nothing is written. Then the documents are
+ * written in order, each only when its generation is the one expected (its
+ * generation one more), stopping at the first that is not. All written:
+ * `{1}`; otherwise `{0, document or nil, generation, ...}` for every key, in
+ * order, as they now are.
+ */
+export const CHECK_AND_SET_SCRIPT = `
+local n = #KEYS
+local function current()
+  local out = {0}
+  for j = 1, n do
+    local row = redis.call('HMGET', KEYS[j], 'd', 'g')
+    out[2 * j] = row[1]
+    out[2 * j + 1] = tonumber(row[2] or '0')
+  end
+  return out
+end
+for i = 1, n do
+  if ARGV[2 * i] == '' and tonumber(redis.call('HGET', KEYS[i], 'g') or '0') ~= tonumber(ARGV[2 * i - 1]) then
+    return current()
+  end
+end
+for i = 1, n do
+  local d = ARGV[2 * i]
+  if d ~= '' then
+    local g = tonumber(redis.call('HGET', KEYS[i], 'g') or '0')
+    if g ~= tonumber(ARGV[2 * i - 1]) then
+      return current()
+    end
+    redis.call('HSET', KEYS[i], 'd', d, 'g', g + 1)
+  end
+end
+return {1}
+`;
+
 export interface RedisStoreOptions {
   /** `redis://host:port/db` (default `redis://127.0.0.1:6379`), when no `client` is given. */
   url?: string;
@@ -35,7 +86,10 @@ export interface RedisStoreOptions {
   connectTimeoutMs?: number;
 }
 
-type CasClient = Redis & { retryledgerCas(key: string, expected: number, document: string): Promise<[number, number]> };
+type CasClient = Redis & {
+  retryledgerCas(key: string, expected: number, document: string): Promise<[number, number]>;
+  retryledgerCheckAndSet(numberOfKeys: number, ...keysThenArgs: (string | number)[]): Promise<(string | number | null)[]>;
+};
 
 export class RedisStore implements FleetStore {
   readonly client: Redis;
@@ -62,6 +116,10 @@ export class RedisStore implements FleetStore {
     }
     if (typeof (this.client as unknown as Partial<CasClient>).retryledgerCas !== "function") {
       this.client.defineCommand("retryledgerCas", { numberOfKeys: 1, lua: CAS_SCRIPT });
+    }
+    if (typeof (this.client as unknown as Partial<CasClient>).retryledgerCheckAndSet !== "function") {
+      // The number of keys is the first argument of each call.
+      this.client.defineCommand("retryledgerCheckAndSet", { lua: CHECK_AND_SET_SCRIPT });
     }
   }
 
@@ -110,6 +168,46 @@ export class RedisStore implements FleetStore {
     }
   }
 
+  /** `getMany` as stored JSON text, in one pipeline. */
+  async getManyRaw(keys: readonly string[]): Promise<StoreRow[]> {
+    try {
+      await this.#ready();
+      const p = this.client.pipeline();
+      for (const k of keys) p.hmget(k, "d", "g");
+      const results = (await p.exec()) ?? [];
+      return results.map(([err, value]) => {
+        if (err) throw err;
+        const [d, g] = value as (string | null)[];
+        return row(d ?? null, g ?? null);
+      });
+    } catch (e) {
+      throw unavailable(e);
+    }
+  }
+
+  /**
+   * The multi-key check-and-set (see `FleetStore.checkAndSet`): one Lua
+   * script, atomic on the server, one round trip. (Under Redis Cluster the
+   * keys must share a hash slot: give the fleet a namespace with a hash tag.)
+   */
+  async checkAndSet(entries: readonly CheckAndSetEntry[]): Promise<CheckAndSetAnswer> {
+    const keys: string[] = [];
+    const args: (string | number)[] = [];
+    for (const e of entries) {
+      keys.push(e.key);
+      args.push(checkGeneration(e.expectedGeneration), e.text ?? "");
+    }
+    let answer: (string | number | null)[];
+    try {
+      await this.#ready();
+      answer = await (this.client as unknown as CasClient).retryledgerCheckAndSet(keys.length, ...keys, ...args);
+    } catch (e) {
+      throw unavailable(e);
+    }
+    if (Number(answer[0]) === 1) return { ok: true, rows: [] };
+    return { ok: false, rows: keys.map((_, i) => row((answer[1 + 2 * i] ?? null) as string | null, answer[2 + 2 * i] ?? null)) };
+  }
+
   async compareAndSet(key: string, expectedGeneration: number, document: StoreDocument): Promise<StoreWrite> {
     const expected = checkGeneration(expectedGeneration);
     const text = encodeDocument(document);
@@ -142,6 +240,11 @@ function read(v: (string | null)[]): StoreRead {
   const [d, g] = v;
   if (d === null || d === undefined) return { document: null, generation: 0 };
   return { document: decodeDocument(d), generation: Number(g ?? "0") };
+}
+
+function row(d: string | null, g: string | number | null): StoreRow {
+  if (d === null) return { text: null, generation: 0 };
+  return { text: d, generation: Number(g ?? 0) };
 }
 
 function unavailable(e: unknown): StoreUnavailableError {

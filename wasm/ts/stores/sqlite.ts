@@ -9,7 +9,19 @@
  */
 
 import Database from "better-sqlite3";
-import { checkGeneration, decodeDocument, encodeDocument, StoreUnavailableError, type FleetStore, type StoreDocument, type StoreRead, type StoreWrite } from "./store.js";
+import {
+  checkGeneration,
+  decodeDocument,
+  encodeDocument,
+  StoreUnavailableError,
+  type CheckAndSetAnswer,
+  type CheckAndSetEntry,
+  type FleetStore,
+  type StoreDocument,
+  type StoreRead,
+  type StoreRow,
+  type StoreWrite,
+} from "./store.js";
 
 export { StoreUnavailableError } from "./store.js";
 
@@ -21,6 +33,7 @@ export interface SQLiteStoreOptions {
 }
 
 type Row = { generation: number; document: string };
+type KeyedRow = Row & { key: string };
 
 export class SQLiteStore implements FleetStore {
   readonly path: string;
@@ -29,6 +42,9 @@ export class SQLiteStore implements FleetStore {
   readonly #gen: Database.Statement<[string], { generation: number }>;
   readonly #put: Database.Statement<[string, number, string]>;
   readonly #cas: (key: string, expected: number, text: string) => StoreWrite;
+  readonly #checkAndSet: (entries: readonly CheckAndSetEntry[]) => CheckAndSetAnswer;
+  /** `SELECT … WHERE key IN (?, …)` by number of keys. */
+  readonly #selects = new Map<number, Database.Statement<string[], KeyedRow>>();
 
   /** Open (creating when absent) the SQLite file at `path`. */
   constructor(path: string, options: SQLiteStoreOptions = {}) {
@@ -52,6 +68,21 @@ export class SQLiteStore implements FleetStore {
         return { ok: true, generation: current + 1 };
       });
       this.#cas = (key, expected, text) => tx.immediate(key, expected, text);
+      // The write lock is taken before any generation is read; the writes
+      // made before a conflict are committed (see FleetStore.checkAndSet).
+      const multi = db.transaction((entries: readonly CheckAndSetEntry[]): CheckAndSetAnswer => {
+        const rows = this.#rows(entries.map((e) => e.key));
+        if (entries.some((e, i) => e.text === null && (rows[i] as StoreRow).generation !== e.expectedGeneration)) return { ok: false, rows };
+        for (let i = 0; i < entries.length; i++) {
+          const e = entries[i] as CheckAndSetEntry;
+          if (e.text === null) continue;
+          if ((rows[i] as StoreRow).generation !== e.expectedGeneration) return { ok: false, rows };
+          this.#put.run(e.key, e.expectedGeneration + 1, e.text);
+          rows[i] = { text: e.text, generation: e.expectedGeneration + 1 };
+        }
+        return { ok: true, rows: [] };
+      });
+      this.#checkAndSet = (entries) => multi.immediate(entries);
     } catch (e) {
       throw unavailable(path, e);
     }
@@ -69,6 +100,39 @@ export class SQLiteStore implements FleetStore {
 
   getMany(keys: readonly string[]): StoreRead[] {
     return keys.map((k) => this.get(k));
+  }
+
+  /** The text and generation of several keys, in one statement. */
+  #rows(keys: readonly string[]): StoreRow[] {
+    if (keys.length === 0) return [];
+    let select = this.#selects.get(keys.length);
+    if (select === undefined) {
+      select = this.#db.prepare<string[], KeyedRow>(
+        `SELECT key, generation, document FROM retryledger_register WHERE key IN (${keys.map(() => "?").join(",")})`,
+      );
+      this.#selects.set(keys.length, select);
+    }
+    const found = new Map<string, StoreRow>();
+    for (const row of select.all(...keys)) found.set(row.key, { text: row.document, generation: row.generation });
+    return keys.map((k) => found.get(k) ?? { text: null, generation: 0 });
+  }
+
+  getManyRaw(keys: readonly string[]): StoreRow[] {
+    try {
+      return this.#rows(keys);
+    } catch (e) {
+      throw unavailable(this.path, e);
+    }
+  }
+
+  /** The multi-key check-and-set (see `FleetStore.checkAndSet`): one `BEGIN IMMEDIATE` transaction. */
+  checkAndSet(entries: readonly CheckAndSetEntry[]): CheckAndSetAnswer {
+    for (const e of entries) checkGeneration(e.expectedGeneration);
+    try {
+      return this.#checkAndSet(entries);
+    } catch (e) {
+      throw unavailable(this.path, e);
+    }
   }
 
   compareAndSet(key: string, expectedGeneration: number, document: StoreDocument): StoreWrite {

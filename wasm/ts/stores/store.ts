@@ -21,6 +21,28 @@ export interface StoreWrite {
   generation: number;
 }
 
+/** A key's current state as JSON text: the document's text (`null` when absent) and the key's generation (0 when absent). */
+export interface StoreRow {
+  text: string | null;
+  generation: number;
+}
+
+/**
+ * One entry of a multi-key check-and-set: the key, the generation expected,
+ * and the JSON text of the document to write (`null`: check only).
+ */
+export interface CheckAndSetEntry {
+  key: string;
+  expectedGeneration: number;
+  text: string | null;
+}
+
+/** `checkAndSet`'s answer: every write made (`ok`, `rows` empty), or the current state of every key, in order. */
+export interface CheckAndSetAnswer {
+  ok: boolean;
+  rows: StoreRow[];
+}
+
 /**
  * A register store. Methods may answer synchronously or with a promise. A
  * store that cannot be reached throws (preferably `StoreUnavailableError`);
@@ -37,6 +59,20 @@ export interface FleetStore {
   compareAndSet(key: string, expectedGeneration: number, document: StoreDocument): StoreWrite | Promise<StoreWrite>;
   /** Several keys at once (one round trip where the backend allows it), in order. */
   getMany?(keys: readonly string[]): StoreRead[] | Promise<StoreRead[]>;
+  /** `getMany` with each document as its stored JSON text (spares a decode and an encode per document). */
+  getManyRaw?(keys: readonly string[]): StoreRow[] | Promise<StoreRow[]>;
+  /**
+   * The multi-key check-and-set, atomically: every check-only entry (`text`
+   * `null`) is checked first, and when one key's generation is not the one
+   * expected nothing is written; then each `text` is written in order, only
+   * when its key's generation is the one expected (the generation one more),
+   * stopping at the first key whose generation is not. All written: `{ok:
+   * true, rows: []}`; otherwise `{ok: false, rows}` with the current text and
+   * generation of every key, in order (the writes made before the one that
+   * stopped stay). A fleet whose store has it admits an attempt in two round
+   * trips and records its outcome in one.
+   */
+  checkAndSet?(entries: readonly CheckAndSetEntry[]): CheckAndSetAnswer | Promise<CheckAndSetAnswer>;
   /** Release connections. */
   close?(): void | Promise<void>;
 }
