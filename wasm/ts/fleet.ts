@@ -215,9 +215,9 @@ export class Fleet {
    * generation read, the budget first): with one `checkAndSet` when the
    * store has it, else one compare-and-set each. A conflict reads and admits
    * again, at most `maxConflicts` times, then throws `RunError`
-   * `store_conflict`. A store that throws, or that answers state older than
-   * the run has seen (it lost its data): admitted again with
-   * `store_unavailable` (the policy fails closed or open).
+   * `store_conflict`. A store that throws: admitted again with
+   * `store_unavailable` (the policy fails closed or open); one that answers
+   * state older than the run has seen: `generation_regressed`.
    */
   async admit(session: Session, atMs: number): Promise<AdmitAnswer> {
     const store = this.store;
@@ -231,13 +231,8 @@ export class Fleet {
         return this.#unavailable(session, atMs, e);
       }
       if (store.checkAndSet !== undefined) this.#refresh(keys, rows);
-      let answer: AdmitAnswer;
-      try {
-        answer = session.admit(atMs, this.now(), viewText(shape, rows));
-      } catch (e) {
-        if (regressed(e)) return this.#unavailable(session, atMs, e);
-        throw e;
-      }
+      // A store answering state older than the run has seen throws `generation_regressed`.
+      const answer = session.admit(atMs, this.now(), viewText(shape, rows));
       const entries = this.#admissionWrites(answer, keys, rows);
       let written = true;
       try {
@@ -345,8 +340,7 @@ export class Fleet {
       try {
         next = session.breakerAfter(row.text ?? freshBreaker(release, now), now);
       } catch (e) {
-        if (!regressed(e)) throw e;
-        if (!fromCache) return this.#lost(e);
+        if (!regressed(e) || !fromCache) throw e;
         // Another run of this process cached an older read: read the key once.
         fromCache = false;
         try {
@@ -388,7 +382,7 @@ export class Fleet {
         next = session.breakerAfter(current, now);
         written = (await this.store.compareAndSet(key, r.generation, next as unknown as StoreDocument)).ok;
       } catch (e) {
-        if (e instanceof RetryledgerError && !regressed(e)) throw e;
+        if (e instanceof RetryledgerError) throw e;
         this.lastStoreError = e;
         this.stats.recordsLost++;
         return undefined;
