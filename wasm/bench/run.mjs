@@ -314,8 +314,15 @@ const fleetCompiled = new CompiledPolicy({
   },
 });
 
-/** A store wrapper counting calls (each one round trip to a remote store). @param {import("../dist/index.js").FleetStore} inner */
-function counted(inner) {
+/**
+ * A store wrapper counting calls (each one round trip to a remote store).
+ * `plain`: only `get`, `getMany` and `compareAndSet` (the path of a store
+ * without the multi-key check-and-set: a read before every write, one
+ * compare-and-set per snapshot); else `getManyRaw` and `checkAndSet` too,
+ * as the package's stores have them.
+ * @param {import("../dist/index.js").FleetStore} inner @param {boolean} [plain]
+ */
+function counted(inner, plain = false) {
   const n = { trips: 0 };
   /** @type {import("../dist/index.js").FleetStore} */
   const store = {
@@ -323,6 +330,12 @@ function counted(inner) {
     compareAndSet: (k, g, d) => (n.trips++, inner.compareAndSet(k, g, d)),
     getMany: (keys) => (n.trips++, inner.getMany ? inner.getMany(keys) : Promise.all(keys.map((k) => inner.get(k)))),
   };
+  if (!plain) {
+    const { getManyRaw, checkAndSet } = inner;
+    if (getManyRaw === undefined || checkAndSet === undefined) throw new Error("fleet bench: the store has no checkAndSet");
+    store.getManyRaw = (keys) => (n.trips++, getManyRaw.call(inner, keys));
+    store.checkAndSet = (entries) => (n.trips++, checkAndSet.call(inner, entries));
+  }
   return { store, n };
 }
 
@@ -350,34 +363,39 @@ async function medianOf(call, calls) {
   return { cpu: median(cpu), wall: median(wall) };
 }
 
-const memCount = counted(new MemoryStore());
-const memFleet = new Fleet(memCount.store, { namespace: "bench" });
-const fNone = await medianOf(fleetCall(undefined, compiled), FLEET_CALLS);
-const tripsBefore = memCount.n.trips;
-const fMem = await medianOf(fleetCall(memFleet, fleetCompiled), FLEET_CALLS);
-const callsMade = Math.max(1, FLEET_CALLS >> 3) + ROUNDS * FLEET_CALLS;
-const tripsPerAttempt = (memCount.n.trips - tripsBefore) / (callsMade * 3);
-const fleetPerAttempt = { cpu: (fMem.cpu - fNone.cpu) / 3, wall: (fMem.wall - fNone.wall) / 3 };
+/**
+ * Median CPU and wall µs per attempt (with the fleet − without, / 3) and the
+ * store round trips per attempt, over ROUNDS batches of `calls`.
+ * @param {import("../dist/index.js").FleetStore} inner @param {boolean} plain @param {string} ns @param {number} calls
+ */
+async function fleetMeasure(inner, plain, ns, calls) {
+  const c = counted(inner, plain);
+  const fleet = new Fleet(c.store, { namespace: ns });
+  const m = await medianOf(fleetCall(fleet, fleetCompiled), calls);
+  const made = Math.max(1, calls >> 3) + ROUNDS * calls;
+  return { cpu: (m.cpu - fNone.cpu) / 3, wall: (m.wall - fNone.wall) / 3, trips: c.n.trips / (made * 3) };
+}
 
-/** @type {{fleet: {cpu: number, wall: number}, getset: {cpu: number, wall: number}, trips: number} | undefined} */
+const fNone = await medianOf(fleetCall(undefined, compiled), FLEET_CALLS);
+const fMem = await fleetMeasure(new MemoryStore(), false, "bench", FLEET_CALLS);
+const fMemPlain = await fleetMeasure(new MemoryStore(), true, "bench-plain", FLEET_CALLS);
+
+/** @type {{fleet: {cpu: number, wall: number, trips: number}, plain: {cpu: number, wall: number, trips: number}, getset: {cpu: number, wall: number}} | undefined} */
 let fRedis;
 const redisUrl = process.env.REDIS_URL;
 if (redisUrl !== undefined && redisUrl !== "") {
   const { RedisStore } = await import("../dist/stores/redis.js");
   const redisStore = new RedisStore({ url: redisUrl });
-  const c = counted(redisStore);
-  const rf = new Fleet(c.store, { namespace: `bench-${process.pid}` });
   const n = Math.max(1, FLEET_CALLS >> 4);
-  const t0 = c.n.trips;
-  const withFleet = await medianOf(fleetCall(rf, fleetCompiled), n);
-  const trips = (c.n.trips - t0) / ((Math.max(1, n >> 3) + ROUNDS * n) * 3);
+  const fleet = await fleetMeasure(redisStore, false, `bench-${process.pid}`, n);
+  const plain = await fleetMeasure(redisStore, true, `bench-plain-${process.pid}`, n);
   const client = redisStore.client;
   const getset = await medianOf(async () => {
     await client.get(`bench-${process.pid}/plain`);
     await client.set(`bench-${process.pid}/plain`, "x");
     return 1;
   }, n * 3);
-  fRedis = { fleet: { cpu: (withFleet.cpu - fNone.cpu) / 3, wall: (withFleet.wall - fNone.wall) / 3 }, getset, trips };
+  fRedis = { fleet, plain, getset };
   await redisStore.close();
 }
 
@@ -435,15 +453,17 @@ const lines = [
   `**Per-event overhead ${us(overhead.cpu)} CPU (target <= ${us(STREAM_TARGET)}): ${overhead.cpu <= STREAM_TARGET ? "holds" : "does not hold"}.** ` +
     "The core's share is the crossing of every delta text into the module and its SHA-256 there (the event log binds each delta); the sealed bundle, whose event log is built when first read, is not read here.",
   "",
-  `Fleet protection: the same three-attempt call with a policy \`fleet\` section (a breaker per route release and a retry budget) and \`fleet\` in the run options: before each attempt the driver reads the view, the core admits it and the changed snapshots are written back with compare-and-set; after it, the route's breaker is read, recorded and written. Median of ${ROUNDS} batches of ${FLEET_CALLS.toLocaleString("en-US")} calls; per attempt = (with the fleet − without) / 3.`,
+  `Fleet protection: the same three-attempt call with a policy \`fleet\` section (a breaker per route release and a retry budget) and \`fleet\` in the run options. With a store that has the multi-key \`checkAndSet\` (every store of the package): before each attempt the fleet reads the view (one round trip: a pipeline, a statement), the core admits it and the changed snapshots are written back by one check-and-set (none when nothing changed); after it, the breaker's next snapshot is computed from the one the fleet cached and written by one check-and-set. A store with only \`get\` and \`compareAndSet\` is read before the record too, and each snapshot written by its own compare-and-set. Median of ${ROUNDS} batches of ${FLEET_CALLS.toLocaleString("en-US")} calls; per attempt = (with the fleet − without) / 3; round trips per attempt counted over every call made.`,
   "",
   "| store | CPU per attempt | wall per attempt | store round trips per attempt |",
   "| --- | ---: | ---: | ---: |",
-  `| \`MemoryStore\` (admission + breaker record) | ${us(fleetPerAttempt.cpu)} | ${us(fleetPerAttempt.wall)} | ${tripsPerAttempt.toFixed(2)} calls |`,
+  `| \`MemoryStore\` (admission + breaker record) | ${us(fMem.cpu)} | ${us(fMem.wall)} | ${fMem.trips.toFixed(2)} calls |`,
+  `| \`MemoryStore\`, \`get\`/\`compareAndSet\` only | ${us(fMemPlain.cpu)} | ${us(fMemPlain.wall)} | ${fMemPlain.trips.toFixed(2)} calls |`,
   ...(fRedis === undefined
     ? ["| Redis | not measured (no `REDIS_URL`; run under `tests/servers/with-redis.sh`) | | |"]
     : [
-        `| Redis on loopback (\`RedisStore\`, ioredis; ${Math.max(1, FLEET_CALLS >> 4).toLocaleString("en-US")} calls per batch) | ${us(fRedis.fleet.cpu)} | ${us(fRedis.fleet.wall)} | ${fRedis.trips.toFixed(2)} |`,
+        `| Redis on loopback (\`RedisStore\`, ioredis; ${Math.max(1, FLEET_CALLS >> 4).toLocaleString("en-US")} calls per batch) | ${us(fRedis.fleet.cpu)} | ${us(fRedis.fleet.wall)} | ${fRedis.fleet.trips.toFixed(2)} |`,
+        `| Redis on loopback, \`get\`/\`compareAndSet\` only | ${us(fRedis.plain.cpu)} | ${us(fRedis.plain.wall)} | ${fRedis.plain.trips.toFixed(2)} |`,
         `| a plain GET then SET on the same client, for scale | ${us(fRedis.getset.cpu)} | ${us(fRedis.getset.wall)} | 2 |`,
       ]),
   "",
