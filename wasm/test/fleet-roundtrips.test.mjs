@@ -315,6 +315,56 @@ test("the fleet's cache is dropped when the store cannot be reached, and the nex
   }
 });
 
+test("a budget deposit and a half-open probe are written by one checkAndSet, the budget first", async () => {
+  const memory = new MemoryStore();
+  /** @type {{ok: boolean, keys: string[]}[]} */
+  const calls = [];
+  /** @type {rl.FleetStore} */
+  const store = {
+    get: (k) => memory.get(k),
+    compareAndSet: (k, g, d) => memory.compareAndSet(k, g, d),
+    getManyRaw: (keys) => memory.getManyRaw(keys),
+    checkAndSet: (entries) => {
+      const answer = memory.checkAndSet(entries);
+      calls.push({ ok: answer.ok, keys: entries.map((e) => e.key) });
+      return answer;
+    },
+  };
+  let wall = 1_780_000_000_000;
+  const fleet = new rl.Fleet(store, { namespace: "probe", now: () => wall });
+  const compiled = rl.compilePolicy(fleetPolicy({ retry_budget: BUDGET }));
+  try {
+    const release = /** @type {any} */ (compiled.policy.routes[0]).route_release_sha256;
+    // The primary down: the first run may stop on the empty budget; its
+    // failures and the next run's open the breaker.
+    for (let i = 0; i < 2; i++) {
+      const time = fakeTime();
+      try {
+        await rl.runWithPolicy(
+          compiled,
+          async (/** @type {rl.Step} */ step) => {
+            if (step.routeId === "private-primary") throw rl.AttemptError.retryable("unavailable");
+            return "ok";
+          },
+          { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep, fleet },
+        );
+      } catch (e) {
+        if (!(e instanceof rl.RunStoppedError)) throw e;
+      }
+    }
+    assert.equal(/** @type {any} */ (memory.get(fleet.breakerKey(release)).document).state, "open");
+    // After open_ms the primary is half-open: the admission reserves a probe
+    // in its breaker and deposits into the budget, in one call.
+    wall += 60_000;
+    calls.length = 0;
+    assert.equal(await oneRun(compiled, fleet), "completed");
+    assert.deepEqual(calls[0], { ok: true, keys: [fleet.budgetKey(BUDGET.scope), fleet.breakerKey(release)] });
+    assert.equal(fleet.stats.conflicts, 0);
+  } finally {
+    compiled.free();
+  }
+});
+
 // ---- a TypeScript process and a Python process sharing one Redis breaker ----
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -115,6 +115,12 @@ interface Shape {
   keys: string[];
 }
 
+/** A snapshot an admission writes: the check-and-set entry, and the document for a store with compare-and-set only. */
+interface Write extends CheckAndSetEntry {
+  text: string;
+  document: StoreDocument;
+}
+
 export class Fleet {
   readonly store: FleetStore;
   readonly namespace: string;
@@ -236,16 +242,16 @@ export class Fleet {
       const entries = this.#admissionWrites(answer, keys, rows);
       let written = true;
       try {
-        if (entries.length === 0) written = true;
-        else if (store.checkAndSet !== undefined) {
+        if (entries.length === 0) {
+          // Nothing changed (a closed breaker, no budget): nothing to write.
+        } else if (store.checkAndSet !== undefined) {
           const result: CheckAndSetAnswer = await store.checkAndSet(entries);
           written = result.ok;
           if (result.ok) this.#written(entries);
           else this.#refresh(entries.map((e) => e.key), result.rows);
         } else {
           for (const e of entries) {
-            const document = JSON.parse(e.text as string) as StoreDocument;
-            if (!(await store.compareAndSet(e.key, e.expectedGeneration, document)).ok) {
+            if (!(await store.compareAndSet(e.key, e.expectedGeneration, e.document)).ok) {
               written = false;
               break;
             }
@@ -270,21 +276,18 @@ export class Fleet {
    * `maxConflicts`), whereas a probe reserved in a breaker and then
    * abandoned would hold the half-open breaker's probe slot.
    */
-  #admissionWrites(answer: AdmitAnswer, keys: readonly string[], rows: readonly StoreRow[]): CheckAndSetEntry[] {
+  #admissionWrites(answer: AdmitAnswer, keys: readonly string[], rows: readonly StoreRow[]): Write[] {
     const expected = (key: string): number => {
       const i = keys.indexOf(key);
       return i < 0 ? 0 : (rows[i] as StoreRow).generation;
     };
     const { writes } = answer;
-    const entries: CheckAndSetEntry[] = [];
-    if (writes.budget !== undefined) {
-      const key = this.budgetKey(writes.budget.scope);
-      entries.push({ key, expectedGeneration: expected(key), text: JSON.stringify(writes.budget) });
-    }
-    for (const b of writes.breakers) {
-      const key = this.breakerKey(b.route_release_sha256);
-      entries.push({ key, expectedGeneration: expected(key), text: JSON.stringify(b) });
-    }
+    const entries: Write[] = [];
+    const add = (key: string, snapshot: BreakerSnapshot | RetryBudgetSnapshot): void => {
+      entries.push({ key, expectedGeneration: expected(key), text: JSON.stringify(snapshot), document: snapshot as unknown as StoreDocument });
+    };
+    if (writes.budget !== undefined) add(this.budgetKey(writes.budget.scope), writes.budget);
+    for (const b of writes.breakers) add(this.breakerKey(b.route_release_sha256), b);
     return entries;
   }
 
