@@ -70,6 +70,12 @@ export interface Observation {
    * UTF-8 bytes must match `facts.stream`.
    */
   deltas?: readonly string[] | undefined;
+  /**
+   * Each delta's UTF-8 byte length, when the host already counted them
+   * (saves counting again; the core checks they split the text on character
+   * boundaries and add up).
+   */
+  delta_bytes?: readonly number[] | undefined;
 }
 
 /**
@@ -186,7 +192,7 @@ export class Session {
    * start, an attempt after the terminal) throws and changes nothing.
    */
   observe(observation: Observation): Judgement {
-    const { started_at_ms: started, completed_at_ms: completed, cost, facts, deltas } = observation;
+    const { started_at_ms: started, completed_at_ms: completed, cost, facts, deltas, delta_bytes: counted } = observation;
     const r = this.#raw;
     if (deltas !== undefined || this.#streams || (typeof facts === "object" && facts !== null && facts.stream !== undefined)) {
       const text = toText(facts);
@@ -203,7 +209,7 @@ export class Session {
           joinable = false;
           break;
         }
-        lengths[i] = utf8Length(t);
+        lengths[i] = counted !== undefined && counted.length === list.length ? (counted[i] as number) : utf8Length(t);
       }
       if (joinable) {
         return JSON.parse(call(() => streaming(r).observe_stream_joined(started, completed, cost, text, list.join(""), lengths))) as Judgement;

@@ -480,7 +480,7 @@ async function* drive<E>(
   let finished = false;
   let failed = false;
   // The attempt in flight, for a consumer that leaves mid-attempt.
-  let flight: { step: StreamAttemptStep; it: AsyncIterator<E> | undefined; facts: () => StreamFacts | undefined; texts: string[] } | undefined;
+  let flight: { step: StreamAttemptStep; it: AsyncIterator<E> | undefined; facts: () => StreamFacts | undefined; texts: string[]; lens: number[] } | undefined;
 
   try {
     for (;;) {
@@ -526,6 +526,7 @@ async function* drive<E>(
       else void watch(f);
 
       const texts: string[] = [];
+      const lens: number[] = []; // each text's UTF-8 bytes, counted once
       const buffered: E[] = [];
       // Live, a fresh attempt holds its events without text (a role chunk,
       // `response.created`, `message_start`) until its first event with text:
@@ -553,7 +554,7 @@ async function* drive<E>(
         if (violation !== undefined) s.violation = violation;
         return s;
       };
-      flight = { step, it: undefined, facts: streamFacts, texts };
+      flight = { step, it: undefined, facts: streamFacts, texts, lens };
 
       try {
         let src = dispatch(step, f.controller.signal) as unknown;
@@ -638,12 +639,14 @@ async function* drive<E>(
               holding = false;
               for (const h of held) {
                 texts.push("");
+                lens.push(0);
                 pending++;
                 yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: h, text: "" };
               }
               held.length = 0;
             }
             texts.push(text);
+            lens.push(n);
             bytes += n;
             deliveredSeq = lastSeq;
             if (live) {
@@ -657,6 +660,7 @@ async function* drive<E>(
           if (ended && (terminal || readTerminal === undefined) && held.length > 0) {
             for (const h of held) {
               texts.push("");
+              lens.push(0);
               pending++;
               yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: h, text: "" };
             }
@@ -716,7 +720,7 @@ async function* drive<E>(
       const sf = streamFacts();
       if (sf !== undefined) facts.stream = sf;
       lastError = error;
-      const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts);
+      const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts, lens);
       lastRule = judgement.rule;
       if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
@@ -764,7 +768,7 @@ async function* drive<E>(
             const facts: Facts = { result: "raised", cancelled: true };
             const sf = flight.facts();
             if (sf !== undefined) facts.stream = sf;
-            observe(session, flight.step.startedAtMs, now(), flight.step.charged, facts, flight.texts);
+            observe(session, flight.step.startedAtMs, now(), flight.step.charged, facts, flight.texts, flight.lens);
             // Its breaker too: a half-open probe left unrecorded would hold its place.
             if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256).catch(() => undefined);
           }
@@ -796,9 +800,9 @@ async function* drive<E>(
  * identifier, a header value it cannot decode) are replaced by the ones that
  * are certain, so an odd provider never breaks the run.
  */
-function observe(session: Session, started: number, completed: number, cost: number | undefined, facts: Facts, deltas: string[]): Judgement {
+function observe(session: Session, started: number, completed: number, cost: number | undefined, facts: Facts, deltas: string[], bytes: number[]): Judgement {
   try {
-    return session.observe({ started_at_ms: started, completed_at_ms: completed, cost, facts, deltas });
+    return session.observe({ started_at_ms: started, completed_at_ms: completed, cost, facts, deltas, delta_bytes: bytes });
   } catch (e) {
     if (!(e instanceof DecodeError || e instanceof HttpError)) throw e;
     const certain: Facts = { result: facts.result };
@@ -809,7 +813,7 @@ function observe(session: Session, started: number, completed: number, cost: num
       const { response_id: _, ...stream } = facts.stream;
       certain.stream = stream;
     }
-    return session.observe({ started_at_ms: started, completed_at_ms: completed, cost, facts: certain, deltas });
+    return session.observe({ started_at_ms: started, completed_at_ms: completed, cost, facts: certain, deltas, delta_bytes: bytes });
   }
 }
 
