@@ -684,7 +684,16 @@ mod tests {
 
 /// Whether a snapshot changed beyond its clock (only then is it written back).
 fn changed(next: &crate::breaker::BreakerSnapshot, read: &crate::breaker::BreakerSnapshot) -> bool {
-    let mut same_clock = next.clone();
-    same_clock.updated_at_epoch_ms = read.updated_at_epoch_ms;
-    &same_clock != read
+    // Every field but the clock, without copying the snapshot.
+    next.state != read.state
+        || next.generation != read.generation
+        || next.consecutive_failures != read.consecutive_failures
+        || next.opened_at_epoch_ms != read.opened_at_epoch_ms
+        || next.probe_started_at_epoch_ms != read.probe_started_at_epoch_ms
+        || next.probe_successes != read.probe_successes
+        || next.probes_in_flight != read.probes_in_flight
+        || next.window_failures != read.window_failures
+        || next.window_start_epoch_ms != read.window_start_epoch_ms
+        || next.window_total != read.window_total
+        || next.route_release_sha256 != read.route_release_sha256
 }
