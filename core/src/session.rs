@@ -465,6 +465,20 @@ impl Session {
         }
     }
 
+    /// What [`Session::admit`] would answer under `view`, without changing
+    /// the session: a host that admits optimistically (from snapshots it
+    /// cached) previews the admission, checks and writes in one
+    /// compare-and-set of every key the admission read, and only then admits
+    /// for real under the same view (the same answer).
+    pub fn admit_preview(
+        &self,
+        at_ms: u64,
+        now_epoch_ms: u64,
+        view: &FleetView,
+    ) -> Result<Admitted> {
+        self.clone().admit(at_ms, now_epoch_ms, view)
+    }
+
     /// Hold an admission until its attempt is observed. The snapshots it
     /// proposes to write are not counted as seen: a host may find its
     /// compare-and-set refused and admit again under the store's state.

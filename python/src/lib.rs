@@ -1106,6 +1106,20 @@ impl PySession {
         to_py(py, &admitted)
     }
 
+    /// What `admit` would answer under `view`, the session unchanged (a dict).
+    fn admit_preview<'py>(
+        &self,
+        py: Python<'py>,
+        at_ms: &Bound<'_, PyAny>,
+        now_epoch_ms: &Bound<'_, PyAny>,
+        view: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let at = integer(at_ms, "at_ms")?;
+        let now = integer(now_epoch_ms, "now_epoch_ms")?;
+        let view = lift(from_str::<retryledger_core::fleet::FleetView>(&text(view)?))?;
+        to_py(py, &lift(self.session.admit_preview(at, now, &view))?)
+    }
+
     /// The last attempt's breaker after its outcome, from the snapshot read
     /// now (a dict or JSON): the next snapshot as a dict.
     fn breaker_after<'py>(

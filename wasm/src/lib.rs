@@ -523,6 +523,17 @@ impl WasmSession {
         lift(run())
     }
 
+    /// What [`Self::admit`] would answer under `view`, the session unchanged.
+    pub fn admit_preview(&self, at_ms: f64, now_epoch_ms: f64, view: &str) -> Out<String> {
+        let run = || -> retryledger_core::Result<String> {
+            let at = safe_integer(at_ms, "at_ms")?;
+            let now = safe_integer(now_epoch_ms, "now_epoch_ms")?;
+            let view = from_str::<retryledger_core::fleet::FleetView>(view)?;
+            Ok(canonical_json(&self.session.admit_preview(at, now, &view)?))
+        };
+        lift(run())
+    }
+
     /// The last attempt's breaker after its outcome, from the snapshot (JSON)
     /// read now: the next snapshot's JSON.
     pub fn breaker_after(&self, snapshot: &str, now_epoch_ms: f64) -> Out<String> {
