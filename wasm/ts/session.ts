@@ -40,6 +40,7 @@ const streaming = (r: RawSession): RawStreaming => r as unknown as RawStreaming;
 /** The raw session's fleet methods (the module's `Session` has them). */
 interface RawFleet {
   admit(atMs: number, nowEpochMs: number, view: string): string;
+  admit_preview(atMs: number, nowEpochMs: number, view: string): string;
   breaker_after(snapshot: string, nowEpochMs: number): string;
   fleet_snapshots_json(): string | undefined;
 }
@@ -115,6 +116,18 @@ export class Session {
     const r = fleetOf(this.#raw);
     const text = toText(view);
     return JSON.parse(call(() => r.admit(at_ms, now_epoch_ms, text))) as AdmitAnswer;
+  }
+
+  /**
+   * What `admit` would answer under `view`, the session unchanged: for a
+   * host that admits from cached snapshots, checks and writes every key the
+   * admission reads in one compare-and-set, and then commits the admission
+   * with `admit` under the same view (the same answer).
+   */
+  admitPreview(at_ms: number, now_epoch_ms: number, view: Input<FleetView>): AdmitAnswer {
+    const r = fleetOf(this.#raw);
+    const text = toText(view);
+    return JSON.parse(call(() => r.admit_preview(at_ms, now_epoch_ms, text))) as AdmitAnswer;
   }
 
   /**
