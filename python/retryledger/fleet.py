@@ -13,30 +13,43 @@ route's breaker. The view is the breaker of every route of the policy
 (``<namespace>/budget/<scope>``).
 
 With a store that has the multi-key check-and-set (``check_and_set_raw``:
-every store here), an attempt costs the store two round trips to admit and
-one to record:
+every store here), an attempt costs the store one round trip to admit and
+one to record in the steady state. The fleet keeps, per key, the last
+document and store generation it read or wrote (a bounded cache, dropped
+whenever the store cannot be reached); the generation is the store's version
+counter and rises on every write, so a check-and-set that succeeds proves
+the cached snapshots were current.
 
-1. admission: read the view (one round trip: a pipeline, a statement),
-   ask the session to admit (``session.admit``), and write every snapshot
-   that changed with one check-and-set, each expecting the store generation
-   read, the budget first (one round trip; none when nothing changed). The
-   writes are made in order, each only when its key is still at the
-   generation read, stopping at the first that is not: when a breaker write
-   after the budget's conflicts, the budget's stays (the session counts an
-   admission's writes as seen, so a write rolled back would read as state
-   lost on the admission that follows) and the re-admission, under a view
-   read again, spends or deposits again (bounded by ``max_conflicts``), as
-   with one compare-and-set per key;
-2. record: the fleet keeps, per key, the last document and store generation
-   it read or wrote (a bounded cache, dropped whenever the store cannot be
-   reached). The breaker's next snapshot (``session.breaker_after``) is
+1. admission (optimistic): the view is built from the cache (the breaker of
+   every route and the budget; a key not cached counts as absent, generation
+   0), the session previews its answer under it (``session.admit_preview``:
+   the answer ``admit`` would give, nothing changed), and one check-and-set
+   carries an entry for every key of the view: a check-only entry (expected:
+   the cached generation) for each key the admission does not change, then
+   a write for each snapshot it changed, the budget first. Check-only
+   entries are checked first; writes are made in order, each only when its
+   key is still at the generation expected, stopping at the first that is
+   not. When every entry matched, the session admits under the same view
+   (``session.admit``: the same answer, now committed) and the cache takes
+   the written snapshots. Otherwise the answer holds every key's current
+   document and generation: the cache is refreshed from it (no separate
+   read) and the admission previewed again, at most ``max_conflicts``
+   times. A write applied before the mismatch (the budget's, written first)
+   stays in the store and in the refreshed cache, and the admission that
+   follows builds on it: a budget deposit (or spend) may so count twice,
+   bounded by ``max_conflicts``, whereas a probe reserved in a breaker and
+   then abandoned would hold a half-open breaker's probe slot. A cold cache
+   (a fresh fleet, or the cache dropped) costs one check-and-set more when
+   the store holds the keys. When the preview under cached snapshots says
+   the store regressed (a cache dropped after the session saw newer
+   snapshots), the view is read from the store once before the store is
+   taken as having lost state;
+2. record: the breaker's next snapshot (``session.breaker_after``) is
    computed from the cached one (read or written by the admission) and
-   written with the same check-and-set (one round trip). The generation is
-   the store's version counter and rises on every write, so a write that
-   succeeds proves the cached snapshot was current; when another process
-   wrote first nothing is written and the answer holds the key's current
-   document and generation: the cache is refreshed from it and the outcome
-   recorded again (no separate read).
+   written with the same check-and-set (one round trip). When another
+   process wrote first nothing is written and the answer holds the key's
+   current document and generation: the cache is refreshed from it and the
+   outcome recorded again (no separate read).
 
 A store with only ``get`` and ``compare_and_set`` is read before every
 admission and record, and each changed snapshot written with its own
@@ -239,8 +252,12 @@ class Fleet:
         """The view as JSON text, and what was read for each key (in the
         order of ``_keys``: breakers, then the budget)."""
         shape = self._shape(policy)
-        keys = self._keys(shape)
-        rows = self._read(keys)
+        rows = self._read(self._keys(shape))
+        return self._view_text(shape, rows), rows
+
+    @staticmethod
+    def _view_text(shape: _Shape, rows: List[Row]) -> str:
+        """The view (JSON text) of ``rows``, in the order of ``_keys``."""
         parts: List[str] = []
         budget: Optional[str] = None
         n = len(shape.releases) if shape.breaker else 0
@@ -254,7 +271,7 @@ class Fleet:
         view = '{"breakers":{' + ",".join(parts) + "}"
         if budget is not None:
             view += ',"budget":' + budget
-        return view + "}", rows
+        return view + "}"
 
     def read_view(self, policy: Policy) -> Tuple[Dict[str, Any], Dict[str, int]]:
         """The fleet view of a policy (``{"breakers": {...}, "budget"?: ...}``)
@@ -275,32 +292,58 @@ class Fleet:
         check_and_set = getattr(self.store, "check_and_set_raw", None)
         if check_and_set is None:
             return self._admit_by_reads(session, policy, at_ms, now_epoch_ms)
-        keys = self._keys(self._shape(policy))
+        shape = self._shape(policy)
+        keys = self._keys(shape)
+        if not keys:
+            answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, '{"breakers":{}}')
+            return answer
+        cache = self._cache
+        # Whether the rows are the store's (read, or answered by a
+        # check-and-set) rather than possibly older cached ones.
+        fresh = False
         for _ in range(self.max_conflicts + 1):
+            rows = [cache.get(key, _ABSENT) for key in keys]
+            view = self._view_text(shape, rows)
             try:
-                view, rows = self._view(policy)
-            except StoreUnavailableError:
-                return self._without_store(session, at_ms, now_epoch_ms)
-            self._refresh(keys, rows)
-            try:
-                answer: Dict[str, Any] = call(session.admit, at_ms, now_epoch_ms, view)
+                preview: Dict[str, Any] = call(session.admit_preview, at_ms, now_epoch_ms, view)
             except RetryledgerError as e:
-                if e.code == "generation_regressed":
+                if e.code != "generation_regressed":
+                    raise
+                if fresh:
                     # The store lost state the run has already seen.
                     return self._without_store(session, at_ms, now_epoch_ms)
-                raise
-            entries = self._admission_writes(answer, dict(zip(keys, rows)))
-            if not entries:
-                return answer
+                # The cache may be older than what the session saw (dropped
+                # since): read the view once.
+                try:
+                    rows = self._read(keys)
+                except StoreUnavailableError:
+                    return self._without_store(session, at_ms, now_epoch_ms)
+                self._refresh(keys, rows)
+                fresh = True
+                view = self._view_text(shape, rows)
+                try:
+                    preview = call(session.admit_preview, at_ms, now_epoch_ms, view)
+                except RetryledgerError as again:
+                    if again.code == "generation_regressed":
+                        return self._without_store(session, at_ms, now_epoch_ms)
+                    raise
+            read = dict(zip(keys, rows))
+            writes = self._admission_writes(preview, read)
+            written = {key for key, _, _ in writes}
+            checks: List[Entry] = [(key, generation, None) for key, (_, generation) in read.items() if key not in written]
+            entries = checks + writes
             try:
                 ok, current = check_and_set(entries)
             except StoreUnavailableError:
                 return self._without_store(session, at_ms, now_epoch_ms)
             if ok:
-                self._written(entries)
+                answer = call(session.admit, at_ms, now_epoch_ms, view)
+                self._refresh(keys, rows)
+                self._written(writes)
                 return answer
             self.conflicts += 1
             self._refresh([key for key, _, _ in entries], current)
+            fresh = True
         raise _conflict("admission", self.max_conflicts + 1)
 
     def _admission_writes(self, answer: Dict[str, Any], read: Dict[str, Row]) -> List[Entry]:

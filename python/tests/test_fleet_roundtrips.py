@@ -3,8 +3,8 @@ every backend offers (``check_and_set_raw``).
 
 Round trips are counted through a Redis client that counts what it sends:
 each command, and each pipeline as one. In the steady state an attempt is
-admitted in two (the view read in one pipeline, the changed snapshots
-written by one script) and recorded in one (the breaker's next snapshot
+admitted in one (the view from the fleet's cache, checked and the changed
+snapshots written by one script) and recorded in one (the breaker's next snapshot
 computed from the fleet's cached one and written by the same script); when
 another process wrote the breaker since, the script's answer refreshes the
 cache and the outcome is recorded again without a separate read."""
@@ -70,7 +70,7 @@ def one_run(policy: retryledger.Policy, fleet: Fleet, epoch: int = EPOCH) -> str
     return r.terminal
 
 
-def test_redis_steady_state_two_round_trips_to_admit_and_one_to_record() -> None:
+def test_redis_steady_state_one_round_trip_to_admit_and_one_to_record() -> None:
     client, fleet = counting_fleet()
     policy = retryledger.Policy(fleet_policy(breaker=BREAKER, budget=dict(BUDGET, max_tokens=1000)))
     one_run(policy, fleet)  # loads the script, fills the cache
@@ -78,18 +78,18 @@ def test_redis_steady_state_two_round_trips_to_admit_and_one_to_record() -> None
     del client.sent[:]
     fleet.admit(session, policy, 0, EPOCH + 1)
     admission = list(client.sent)
-    assert admission == ["PIPELINE", "EVALSHA"]  # the view; the budget's deposit
+    assert admission == ["EVALSHA"]  # the breakers checked, the budget's deposit
     dispatch = session.next()
     assert isinstance(dispatch, retryledger.Dispatch)
     session.observe(0, 10, None, retryledger.Facts(result="returned"))
     del client.sent[:]
     assert fleet.record(session, policy, EPOCH + 2, dispatch.route_release_sha256) is not None
     assert client.sent == ["EVALSHA"]  # from the cached breaker, no read
-    # Whole runs: three round trips per one-attempt run (was four).
+    # Whole runs: two round trips per one-attempt run.
     del client.sent[:]
     for i in range(20):
         assert one_run(policy, fleet, EPOCH + 10 + i) == "completed"
-    assert len(client.sent) == 3 * 20
+    assert len(client.sent) == 2 * 20
     assert fleet.conflicts == 0
 
 
@@ -100,8 +100,8 @@ def test_redis_a_breaker_only_policy_admits_in_one_round_trip() -> None:
     del client.sent[:]
     for i in range(10):
         assert one_run(policy, fleet, EPOCH + 10 + i) == "completed"
-    # A closed breaker admits without a write: the view read, then the record.
-    assert client.sent == ["PIPELINE", "EVALSHA"] * 10
+    # A closed breaker admits without a write: the breakers checked, then the record.
+    assert client.sent == ["EVALSHA", "EVALSHA"] * 10
 
 
 def test_a_stale_cache_is_refreshed_from_the_scripts_answer_without_a_read() -> None:
@@ -230,6 +230,7 @@ def test_a_budget_and_a_probe_are_written_by_one_check_and_set() -> None:
     assert opened is not None and opened["state"] == "open"
     del store.calls[:]
     # After open_ms the primary is half-open: the admission reserves a probe
-    # in its breaker and deposits into the budget, in one call.
+    # in its breaker and deposits into the budget, in one call (which also
+    # checks the other route's breaker).
     assert one_run(policy, fleet, EPOCH + 60_000) == "completed"
-    assert store.calls[0] == (True, 2)
+    assert store.calls[0] == (True, 3)
