@@ -12,20 +12,27 @@
  * document.
  *
  * With a store that has the multi-key check-and-set (`checkAndSet`: every
- * store of the package), an attempt costs the store two round trips to admit
- * and one to record, as in the Python package:
+ * store of the package), an attempt costs the store one round trip to admit
+ * and one to record in the steady state. The fleet keeps, per key, the last
+ * text and generation it read or wrote (a bounded cache, dropped whenever
+ * the store cannot be reached).
  *
- * 1. admission: read the view (one round trip: a pipeline, a statement),
- *    `session.admit`, and write every changed snapshot with one
- *    check-and-set, each expecting the generation read, the budget first
- *    (one round trip; none when nothing changed). The writes are made in
- *    order up to the first key whose generation moved; the writes before it
- *    stay, and the admission is made again under a view read again (bounded
- *    by `maxConflicts`);
- * 2. record: the fleet keeps, per key, the last text and generation it read
- *    or wrote (a bounded cache, dropped whenever the store cannot be
- *    reached). The breaker's next snapshot is computed from the cached one
- *    and written with the same check-and-set (one round trip); when another
+ * 1. admission: the view is built from the cache (read once, in one round
+ *    trip, only when a key of the view is not cached), and
+ *    `session.admitPreview` answers what the admission would be, the session
+ *    unchanged. One check-and-set then carries every key of the view: a
+ *    check-only entry for each key not written (first), then each changed
+ *    snapshot (the budget first), all expecting the cached generation. When
+ *    every entry matched, `session.admit` under the same view commits the
+ *    same answer. Otherwise the answer holds every key's current row: the
+ *    cache is refreshed from it and the admission made again, with no
+ *    separate read (bounded by `maxConflicts`). Writes made before the first
+ *    mismatch stay and the next admission builds on them; a budget deposit
+ *    is then made twice (bounded by `maxConflicts`), whereas a probe reserved
+ *    in a breaker and then abandoned would hold the half-open breaker's
+ *    probe slot, hence the budget first;
+ * 2. record: the breaker's next snapshot is computed from the cached one and
+ *    written with the same check-and-set (one round trip); when another
  *    process wrote first, nothing is written and the answer holds the key's
  *    current document and generation: the cache is refreshed from it and the
  *    outcome recorded again, with no separate read.
@@ -53,7 +60,7 @@ export interface FleetOptions {
 export interface FleetRunSummary {
   /** Admissions answered (dispatch or the fleet's terminal). */
   admissions: number;
-  /** Compare-and-set conflicts (each followed by a fresh read and admission). */
+  /** Compare-and-set conflicts (each followed by another admission or record, from the store's answer or a fresh read). */
   conflicts: number;
   /** Admissions made with `store_unavailable` (the store threw). */
   unavailable: number;
@@ -216,18 +223,21 @@ export class Fleet {
   }
 
   /**
-   * Admit the session's planned attempt at `atMs` (run clock): read the
-   * view, `session.admit`, write back every changed snapshot (expecting the
-   * generation read, the budget first): with one `checkAndSet` when the
-   * store has it, else one compare-and-set each. A conflict reads and admits
-   * again, at most `maxConflicts` times, then throws `RunError`
-   * `store_conflict`. A store that throws: admitted again with
-   * `store_unavailable` (the policy fails closed or open); one that answers
-   * state older than the run has seen: `generation_regressed`.
+   * Admit the session's planned attempt at `atMs` (run clock). With a store
+   * that has `checkAndSet`: from the cached view, checked and written in one
+   * check-and-set (see the module's comment). Otherwise: read the view,
+   * `session.admit`, and write back every changed snapshot with its own
+   * compare-and-set, the budget first, each expecting the generation read. A
+   * conflict admits again (from the store's answer, or a fresh read), at
+   * most `maxConflicts` times, then throws `RunError` `store_conflict`. A
+   * store that throws: admitted again with `store_unavailable` (the policy
+   * fails closed or open); one that answers state older than the run has
+   * seen: `generation_regressed`.
    */
   async admit(session: Session, atMs: number): Promise<AdmitAnswer> {
     const store = this.store;
     const shape = this.#shape(session.compiled.policy);
+    if (store.checkAndSet !== undefined) return this.#admitChecked(session, atMs, shape, store.checkAndSet.bind(store));
     const keys = shape.keys;
     for (let conflicts = 0; ; ) {
       let rows: StoreRow[];
@@ -236,25 +246,16 @@ export class Fleet {
       } catch (e) {
         return this.#unavailable(session, atMs, e);
       }
-      if (store.checkAndSet !== undefined) this.#refresh(keys, rows);
       // A store answering state older than the run has seen throws `generation_regressed`.
       const answer = session.admit(atMs, this.now(), viewText(shape, rows));
       const entries = this.#admissionWrites(answer, keys, rows);
       let written = true;
       try {
-        if (entries.length === 0) {
-          // Nothing changed (a closed breaker, no budget): nothing to write.
-        } else if (store.checkAndSet !== undefined) {
-          const result: CheckAndSetAnswer = await store.checkAndSet(entries);
-          written = result.ok;
-          if (result.ok) this.#written(entries);
-          else this.#refresh(entries.map((e) => e.key), result.rows);
-        } else {
-          for (const e of entries) {
-            if (!(await store.compareAndSet(e.key, e.expectedGeneration, e.document)).ok) {
-              written = false;
-              break;
-            }
+        // Each changed snapshot with its own compare-and-set (none when nothing changed).
+        for (const e of entries) {
+          if (!(await store.compareAndSet(e.key, e.expectedGeneration, e.document)).ok) {
+            written = false;
+            break;
           }
         }
       } catch (e) {
@@ -265,6 +266,76 @@ export class Fleet {
         return answer;
       }
       this.stats.conflicts++;
+      if (++conflicts >= this.maxConflicts) throw conflict(`admission: ${conflicts} compare-and-set conflicts in a row`);
+    }
+  }
+
+  /**
+   * The admission with one check-and-set: the view from the cache (read
+   * first only for a key not cached), previewed, then every key checked and
+   * every changed snapshot written at once; committed under the same view.
+   */
+  async #admitChecked(
+    session: Session,
+    atMs: number,
+    shape: Shape,
+    checkAndSet: (entries: readonly CheckAndSetEntry[]) => CheckAndSetAnswer | Promise<CheckAndSetAnswer>,
+  ): Promise<AdmitAnswer> {
+    const keys = shape.keys;
+    const cache = this.#cache;
+    let read = false;
+    if (!keys.every((k) => cache.has(k))) {
+      try {
+        this.#refresh(keys, await this.#rows(keys));
+      } catch (e) {
+        return this.#unavailable(session, atMs, e);
+      }
+      read = true;
+    }
+    for (let conflicts = 0; ; ) {
+      const rows = keys.map((k) => cache.get(k) ?? ABSENT);
+      const view = viewText(shape, rows);
+      const now = this.now();
+      let preview: AdmitAnswer;
+      try {
+        preview = session.admitPreview(atMs, now, view);
+      } catch (e) {
+        if (!regressed(e) || read) throw e;
+        // Another run of this process cached an older read (or the cache started over): read the keys once.
+        read = true;
+        try {
+          this.#refresh(keys, await this.#rows(keys));
+        } catch (e2) {
+          return this.#unavailable(session, atMs, e2);
+        }
+        continue;
+      }
+      const writes = this.#admissionWrites(preview, keys, rows);
+      const entries: CheckAndSetEntry[] = [];
+      // Every key the admission read is checked: check-only entries first, then the writes (the budget first).
+      keys.forEach((key, i) => {
+        if (!writes.some((w) => w.key === key)) entries.push({ key, expectedGeneration: (rows[i] as StoreRow).generation, text: null });
+      });
+      for (const w of writes) entries.push({ key: w.key, expectedGeneration: w.expectedGeneration, text: w.text });
+      let result: CheckAndSetAnswer = { ok: true, rows: [] };
+      if (entries.length > 0) {
+        try {
+          result = await checkAndSet(entries);
+        } catch (e) {
+          return this.#unavailable(session, atMs, e);
+        }
+      }
+      if (result.ok) {
+        // The same view as the preview: the same answer, now committed.
+        const answer = session.admit(atMs, now, view);
+        this.#written(entries);
+        this.stats.admissions++;
+        return answer;
+      }
+      this.stats.conflicts++;
+      // The answer holds every key as it now is (with the writes made before the mismatch).
+      this.#refresh(entries.map((e) => e.key), result.rows);
+      read = true;
       if (++conflicts >= this.maxConflicts) throw conflict(`admission: ${conflicts} compare-and-set conflicts in a row`);
     }
   }
