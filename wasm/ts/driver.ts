@@ -162,7 +162,8 @@ let quiet: AbortSignal | undefined;
 const MAX_TIMER_MS = 2_147_483_647;
 
 /** One planned attempt, as dispatch sees it. */
-class AttemptStep implements Step {
+/** One planned attempt: what the dispatch is told, and what it reports (streams extend it). */
+export class AttemptStep implements Step {
   readonly ordinal: number;
   readonly routeId: string;
   readonly routeOrdinal: number;

@@ -22,9 +22,9 @@
  * the signal cannot hang the run.
  */
 
-import { CompiledPolicy, checkPriceSchedule, priceCost, toText, utf8Length, type Input } from "./core.js";
+import { CompiledPolicy, checkPriceSchedule, toText, utf8Length, type Input } from "./core.js";
 import { factsOf, type Classifier } from "./facts.js";
-import { checkFleet, type Step } from "./driver.js";
+import { AttemptStep, checkFleet, type Step } from "./driver.js";
 import type { Fleet } from "./fleet.js";
 import {
   DecodeError,
@@ -176,65 +176,13 @@ function validUsage(u: unknown): u is Usage {
   return true;
 }
 
-/** One planned attempt of a streamed run. */
-class StreamAttemptStep implements StreamStep {
-  readonly ordinal: number;
-  readonly routeId: string;
-  readonly routeOrdinal: number;
-  readonly routeReleaseSha256: string;
-  readonly idempotencyKey: string;
-  readonly remainingMs: number;
-  readonly deadlineMs: number;
-  readonly startedAtMs: number;
-  readonly reserveCost: number;
-  readonly decision: DispatchDecision;
+/** One planned attempt of a streamed run: the driver's step and the planned continuation. */
+class StreamAttemptStep extends AttemptStep implements StreamStep {
   readonly continuation: Continuation | undefined;
-  readonly priced: boolean;
-  charged: number | undefined = undefined;
-  delivered = false;
-  open = true;
-  readonly #schedule: string | undefined;
 
   constructor(decision: DispatchDecision, key: string, startedAt: number, schedule: string | undefined) {
-    this.ordinal = decision.ordinal;
-    this.routeId = decision.route_id;
-    this.routeOrdinal = decision.route_ordinal;
-    this.routeReleaseSha256 = decision.route_release_sha256;
-    this.idempotencyKey = key;
-    this.remainingMs = Math.max(0, decision.deadline_ms - startedAt);
-    this.deadlineMs = decision.deadline_ms;
-    this.startedAtMs = startedAt;
-    this.reserveCost = decision.reserve_cost;
-    this.decision = decision;
+    super(decision, key, startedAt, schedule);
     this.continuation = decision.continuation;
-    this.priced = schedule !== undefined;
-    this.#schedule = schedule;
-  }
-
-  charge(cost: number): void {
-    if (!this.open) throw new Error("charge() after the attempt completed");
-    const total = (this.charged ?? 0) + cost;
-    if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
-      throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
-    }
-    this.charged = total;
-  }
-
-  usage(units: Usage): void {
-    if (!this.open) throw new Error("usage() after the attempt completed");
-    if (this.#schedule === undefined) {
-      throw new PolicyError(
-        "price_schedule_missing_release",
-        "price_schedule_missing_release: the run has no price schedule; pass priceSchedule in the run options to report usage",
-        { path: "/priceSchedule" },
-      );
-    }
-    this.charge(priceCost(this.#schedule, this.routeReleaseSha256, units));
-  }
-
-  outputDelivered(): void {
-    if (!this.open) throw new Error("outputDelivered() after the attempt completed");
-    this.delivered = true;
   }
 }
 
