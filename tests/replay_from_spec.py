@@ -244,6 +244,7 @@ class Run:
         self.fallback_used = False
         self.final_priority = None
         self.finished_at_ms = 0
+        self.bodies = {}  # route priority -> the first request body digest (or None)
         first = {"delay_ms": 0, "retry_after_floor_ms": 0, "jitter": None}
         self.next = self.admit(0, 1, 0, first)
 
@@ -323,6 +324,12 @@ class Run:
                 raise drift("jitter_out_of_interval", "jitter_sample_ms")
             if seen != planned:
                 raise drift("jitter_sample_drift", "jitter_sample_ms")
+        continues = (a.get("stream") or {}).get("continues_ordinal") is not None
+        if not continues:
+            priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
+            first = self.bodies.get(priority, "unset")
+            if first != "unset" and first != a.get("request_body_sha256"):
+                raise drift("request_body_drift", "request_body_sha256")
         if a["started_at_ms"] < d["not_before_ms"]:
             raise drift("early_start", "started_at_ms")
         if a["completed_at_ms"] < a["started_at_ms"]:
@@ -332,6 +339,8 @@ class Run:
     def observe(self, a, d, i):
         p = self.p
         priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
+        if (a.get("stream") or {}).get("continues_ordinal") is None:
+            self.bodies.setdefault(priority, a.get("request_body_sha256"))
         self.spent += a["cost"]
         if self.spent > U64_MAX:
             raise Fail("arithmetic_overflow", "/attempts/%d/cost" % i, i)
@@ -454,14 +463,63 @@ def first_difference(a, b, at):
     return None if (a == b and type(a) is type(b)) else at
 
 
+def release_prices(schedule, release):
+    for r in schedule["releases"]:
+        if r["route_release_sha256"] == release:
+            return r["prices_per_million"]
+    return None
+
+
+def check_schedule(cp, schedule):
+    """A bundle's price schedule against its policy (errors under /price_schedule)."""
+    if schedule["cost_unit"] != cp["policy"]["cost_unit"]:
+        raise Fail("cost_unit_mismatch", "/price_schedule/cost_unit")
+    seen = []
+    for i, r in enumerate(schedule["releases"]):
+        if r["route_release_sha256"] in seen:
+            raise Fail("duplicate_set_item", "/price_schedule/releases/%d/route_release_sha256" % i)
+        seen.append(r["route_release_sha256"])
+    for i, route in enumerate(cp["policy"]["routes"]):
+        if route["route_release_sha256"] not in seen:
+            raise Fail("price_schedule_missing_release", "/price_schedule/routes/%d/route_release_sha256" % i)
+
+
+def verify_usage(schedule, attempts):
+    """Every attempt that records usage costs what its usage costs on its release."""
+    for i, a in enumerate(attempts):
+        usage = a.get("usage")
+        if usage is None:
+            continue
+        if schedule is None:
+            raise Fail("price_schedule_missing", "/attempts/%d/usage" % i, i)
+        prices = release_prices(schedule, a["route_release_sha256"])
+        if prices is None:
+            raise Fail("price_schedule_missing_release", "/attempts/%d/usage" % i, i)
+        total = 0
+        for kind, units in sorted(usage.items()):
+            if kind not in prices:
+                raise Fail("usage_unpriced", "/attempts/%d/usage" % i, i)
+            total += -(-units * prices[kind] // 1_000_000)
+        if total > 2**53 - 1:
+            raise Fail("arithmetic_overflow", "/attempts/%d/usage" % i, i)
+        if total != a["cost"]:
+            raise Fail("usage_cost_drift", "/attempts/%d/cost" % i, i)
+
+
 def verify_bundle(bundle):
     """The verdict without its human `message` (not part of this spec)."""
     try:
         cp = compile_policy(bundle["policy"])
     except Fail as e:
         raise Fail(e.code, "/policy" + e.path) from None
+    schedule = bundle.get("price_schedule")
+    if schedule is not None:
+        check_schedule(cp, schedule)
     try:
         fresh = replay(cp, bundle["attempts"]).receipt(sha(bundle["attempts"]))
+        if schedule is not None:
+            fresh["price_schedule_sha256"] = sha(schedule)
+        verify_usage(schedule, bundle["attempts"]["attempts"])
     except Fail as e:
         v = {"code": e.code, "kind": "drift", "path": "/attempts" + (e.path or "")}
         if e.attempt_index is not None:
@@ -587,7 +645,9 @@ def check_spec(root):
     return len(examples) - failed, failed
 
 
-FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest"]
+FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage"]
+# Ops this script implements; a family's other cases (sessions) are skipped.
+OPS = {"validate_policy", "plan_next", "evaluate", "verify_bundle", "digest"}
 
 
 def main(directory):
@@ -599,7 +659,7 @@ def main(directory):
         passed = skipped = failed = draws = 0
         for case in vectors["cases"]:
             want = case["expect"]
-            if "error" in want and want["error"]["code"] in DECODE_CODES:
+            if "error" in want and want["error"]["code"] in DECODE_CODES or case["op"] not in OPS:
                 skipped += 1
                 continue
             try:
@@ -618,7 +678,7 @@ def main(directory):
                         print("MISMATCH %s/%s: %s: want %s got %s" % (family, case["name"], name, w, g))
                     else:
                         draws += 1
-        line = "%-9s %3d cases passed, %3d failed, %3d skipped (decode errors)" % (family, passed, failed, skipped)
+        line = "%-9s %3d cases passed, %3d failed, %3d skipped (decode errors, other ops)" % (family, passed, failed, skipped)
         if draws:
             line += ", %d jitter draws recomputed" % draws
         print(line)

@@ -5,6 +5,7 @@ use crate::fleet::{Admission, FleetStop};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::MAX_ATTEMPTS;
 use crate::outcome::Outcome;
+use crate::price::Units;
 use crate::stream::StreamRecord;
 
 schema_marker!(
@@ -31,6 +32,9 @@ pub struct Attempt {
     pub ordinal: u64,
     /// The observed outcome.
     pub outcome: Outcome,
+    /// Digest of the request body the host sent on this attempt (after
+    /// lowering to the route), when the host reports it.
+    pub request_body_sha256: Option<Sha256Hex>,
     /// The route dispatched to.
     pub route_id: Identifier,
     /// Ordinal on this route, from 1.
@@ -41,6 +45,9 @@ pub struct Attempt {
     pub started_at_ms: u64,
     /// What the attempt streamed, when the policy has a stream contract.
     pub stream: Option<StreamRecord>,
+    /// Raw usage the provider reported (units by kind); the attempt's cost is
+    /// then what the run's price schedule charges for it.
+    pub usage: Option<Units>,
 }
 
 /// The attempts document. Fields in canonical order.
@@ -65,11 +72,13 @@ object!(Attempt {
     logical_request_sha256: doc,
     ordinal: u64,
     outcome: doc,
+    request_body_sha256: opt_doc,
     route_id: doc,
     route_ordinal: u64,
     route_release_sha256: doc,
     started_at_ms: u64,
     stream: opt_doc,
+    usage: opt_doc,
 });
 
 object!(Attempts {

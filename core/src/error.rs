@@ -130,6 +130,9 @@ codes! {
     CostUnitMismatch => "cost_unit_mismatch", Policy;
     /// Usage names a unit the route release's prices do not price.
     UsageUnpriced => "usage_unpriced", Policy;
+    /// Usage reported for an attempt whose cost was also charged by hand:
+    /// an attempt's cost is either charged or priced from usage.
+    ChargeWithUsage => "charge_with_usage", Policy;
     /// A stream contract out of bounds.
     InvalidStreamContract => "invalid_stream_contract", Policy;
     /// A breaker configuration out of bounds (or a fleet section with neither part).
@@ -191,6 +194,12 @@ codes! {
     AdmissionDrift => "admission_drift", Drift;
     /// An admission reads a snapshot the bundle does not carry.
     SnapshotMissing => "snapshot_missing", Drift;
+    /// An attempt sent another request body than the earlier attempts on its route.
+    RequestBodyDrift => "request_body_drift", Drift;
+    /// An attempt's cost is not what its usage costs under the bundle's price schedule.
+    UsageCostDrift => "usage_cost_drift", Drift;
+    /// An attempt records usage but the bundle carries no price schedule.
+    PriceScheduleMissing => "price_schedule_missing", Drift;
     /// A breaker or budget snapshot that is inconsistent in itself.
     InvalidSnapshot => "invalid_snapshot", Drift;
     /// A snapshot under another key (route release or scope) than asked for.

@@ -293,6 +293,16 @@ pub(crate) struct Run {
     /// The stream action after each attempt (and after a cancellation).
     actions: Vec<StreamAction>,
     fleet: Option<FleetSummary>,
+    /// Per route (by priority), the request body digest its first attempt
+    /// recorded (`Some(None)`: it recorded none); a retry sends the same body.
+    bodies: Vec<Option<Option<Sha256Hex>>>,
+}
+
+/// Whether an attempt sends its own request (a continuation resumes another's).
+fn sends_request(a: &Attempt) -> bool {
+    a.stream
+        .as_ref()
+        .is_none_or(|s| s.continues_ordinal.is_none())
 }
 
 impl Run {
@@ -312,6 +322,7 @@ impl Run {
             streaming: cp.policy.stream.as_ref().map(|s| Streaming::new(s.mode)),
             actions: Vec::new(),
             fleet: cp.policy.fleet.as_ref().map(|_| FleetSummary::default()),
+            bodies: vec![None; cp.policy.routes.len()],
         };
         let first = Delay {
             delay_ms: 0,
@@ -750,6 +761,19 @@ impl Run {
             }
             (None, None) => {}
         }
+        if sends_request(a) {
+            let priority = cp.routes().position(|r| r.route_id == a.route_id);
+            if let Some(Some(first)) = priority.and_then(|p| self.bodies.get(p)) {
+                if first != &a.request_body_sha256 {
+                    return drift(
+                        ErrorCode::RequestBodyDrift,
+                        "request_body_sha256",
+                        "the attempt sent another request body than the first attempt on its route"
+                            .into(),
+                    );
+                }
+            }
+        }
         if a.started_at_ms < d.not_before_ms {
             return drift(
                 ErrorCode::EarlyStart,
@@ -795,6 +819,11 @@ impl Run {
         })?;
         if let Some(slot) = self.per_route.get_mut(priority) {
             *slot = slot.saturating_add(1);
+        }
+        if sends_request(a) {
+            if let Some(slot @ None) = self.bodies.get_mut(priority) {
+                *slot = Some(a.request_body_sha256.clone());
+            }
         }
         self.count = self.count.saturating_add(1);
         if d.jitter_sample_ms.is_some() {
@@ -956,6 +985,7 @@ impl Run {
             idempotency_key_sha256: p.idempotency_key_sha256.clone(),
             logical_request_sha256: p.logical_request_sha256.clone(),
             policy_sha256: Sha256Hex::computed(cp.policy_sha256.clone()),
+            price_schedule_sha256: None,
             route_attempts: cp
                 .routes()
                 .zip(self.per_route.iter())

@@ -761,12 +761,47 @@ pub fn stream_bundle(policy_json: &str, script_json: &str) -> Result<Bundle> {
     Ok(drive_stream(policy_json, script_json)?.0)
 }
 
+/// Run a scripted session that prices usage with a price schedule and
+/// reports request bodies, as the `usage` vectors pin it: the steps of
+/// [`stream_session`], each attempt step optionally with `usage` (a list of
+/// usage reports, added in order) and `request_body_sha256`. The answer is
+/// [`stream_session`]'s, with the bundle's price schedule digest.
+pub fn priced_session(policy_json: &str, schedule_json: &str, script_json: &str) -> Result<Value> {
+    use crate::canonical::to_value;
+    let (bundle, judgements, decisions) = drive(policy_json, Some(schedule_json), script_json)?;
+    let verdict = verify_bundle(&bundle)?;
+    Ok(json!({
+        "attempts": to_value(&bundle.attempts),
+        "bundle_sha256": digest_of(&bundle),
+        "decisions": decisions,
+        "judgements": judgements,
+        "receipt": to_value(&bundle.receipt),
+        "verdict": to_value(&verdict),
+    }))
+}
+
+/// The sealed bundle of a scripted priced session ([`priced_session`]).
+pub fn priced_bundle(policy_json: &str, schedule_json: &str, script_json: &str) -> Result<Bundle> {
+    Ok(drive(policy_json, Some(schedule_json), script_json)?.0)
+}
+
 fn drive_stream(policy_json: &str, script_json: &str) -> Result<(Bundle, Vec<Value>, Vec<Value>)> {
+    drive(policy_json, None, script_json)
+}
+
+fn drive(
+    policy_json: &str,
+    schedule_json: Option<&str>,
+    script_json: &str,
+) -> Result<(Bundle, Vec<Value>, Vec<Value>)> {
     use crate::canonical::to_value;
     use crate::observe::Facts;
     let policy = Arc::new(crate::api::compile_policy(policy_json)?);
     let script: Value = crate::decode::parse_strict(script_json)?;
     let mut session = Session::start(policy);
+    if let Some(schedule) = schedule_json {
+        session.set_price_schedule(Arc::new(crate::decode::from_str(schedule)?))?;
+    }
     let (mut judgements, mut decisions) = (Vec::new(), Vec::new());
     let mut now = 0u64;
     for step in script.as_array().into_iter().flatten() {
@@ -789,6 +824,25 @@ fn drive_stream(policy_json: &str, script_json: &str) -> Result<(Bundle, Vec<Val
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let cost = step.get("cost").and_then(Value::as_u64);
+        for usage in step
+            .get("usage")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            // As the bindings take it: a document of its own.
+            session.add_usage(&crate::decode::from_str(&usage.to_string())?)?;
+        }
+        if let Some(body) = step.get("request_body_sha256") {
+            let digest = Sha256Hex::parse(body.as_str().unwrap_or_default()).map_err(|m| {
+                crate::error::Error::at(
+                    crate::error::ErrorCode::InvalidDigest,
+                    "/request_body_sha256",
+                    m,
+                )
+            })?;
+            session.set_request_body_sha256(digest);
+        }
         let j = session.observe_stream(started, now, cost, &facts, &deltas)?;
         judgements.push(to_value(&j));
         decisions.push(to_value(session.next()));

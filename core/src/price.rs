@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 
+use crate::attempt::Attempts;
 use crate::canonical::{Encode, ObjectWriter, Sink};
 use crate::decode::{object, At, Decode};
 use crate::error::{Error, ErrorCode, Result};
@@ -183,6 +184,62 @@ pub fn cost(schedule: &PriceSchedule, release: &Sha256Hex, usage: &Units) -> Res
         return Err(overflow());
     }
     Ok(total)
+}
+
+impl Units {
+    /// `self` plus `more`, kind by kind (checked: a sum above 2^53-1 is
+    /// `arithmetic_overflow`).
+    pub fn plus(&self, more: &Units) -> Result<Units> {
+        let mut out = self.0.clone();
+        for (kind, n) in &more.0 {
+            match out.binary_search_by(|(k, _)| k.cmp(kind)) {
+                Ok(i) => {
+                    let Some((_, slot)) = out.get_mut(i) else {
+                        continue;
+                    };
+                    *slot = slot
+                        .checked_add(*n)
+                        .filter(|t| *t <= MAX_SAFE_INTEGER)
+                        .ok_or_else(|| {
+                            Error::at(
+                                ErrorCode::ArithmeticOverflow,
+                                format!("/usage/{kind}"),
+                                "the usage leaves 0..=2^53-1",
+                            )
+                        })?;
+                }
+                Err(i) => out.insert(i, (kind.clone(), *n)),
+            }
+        }
+        Ok(Units(out))
+    }
+}
+
+/// Replay's check of recorded usage: every attempt that records usage costs
+/// exactly what its usage costs on its release under `schedule`.
+pub fn verify_usage(schedule: Option<&PriceSchedule>, attempts: &Attempts) -> Result<()> {
+    for (i, a) in attempts.attempts.iter().enumerate() {
+        let Some(usage) = &a.usage else { continue };
+        let Some(schedule) = schedule else {
+            return Err(Error::attempt(
+                ErrorCode::PriceScheduleMissing,
+                i,
+                "usage",
+                "the attempt records usage but the bundle carries no price schedule",
+            ));
+        };
+        let priced = cost(schedule, &a.route_release_sha256, usage)
+            .map_err(|e| Error::attempt(e.code, i, "usage", e.message))?;
+        if priced != a.cost {
+            return Err(Error::attempt(
+                ErrorCode::UsageCostDrift,
+                i,
+                "cost",
+                format!("cost {} but the usage costs {priced}", a.cost),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

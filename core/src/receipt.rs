@@ -17,6 +17,7 @@ use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::{MAX_ATTEMPTS, MAX_ROUTES};
 use crate::outcome::OutcomeClass;
 use crate::policy::{compile, Policy};
+use crate::price::{verify_usage, PriceSchedule};
 use crate::stream::{verify_events, StreamEvents, StreamSummary};
 
 schema_marker!(
@@ -97,6 +98,8 @@ pub struct Receipt {
     pub logical_request_sha256: Sha256Hex,
     /// Digest of the policy document.
     pub policy_sha256: Sha256Hex,
+    /// Digest of the price schedule that priced the run's usage, when the run had one.
+    pub price_schedule_sha256: Option<Sha256Hex>,
     /// Attempts per route, in priority order.
     pub route_attempts: Vec<RouteCount>,
     /// Every attempt as scheduled and observed.
@@ -120,6 +123,8 @@ pub struct Bundle {
     pub fleet_snapshots: Option<FleetSnapshots>,
     /// The policy.
     pub policy: Policy,
+    /// The price schedule the run priced usage with, when it had one.
+    pub price_schedule: Option<PriceSchedule>,
     /// The sealed receipt.
     pub receipt: Receipt,
     /// `retryledger.bundle.v1`
@@ -190,6 +195,7 @@ object!(Receipt {
     idempotency_key_sha256: doc,
     logical_request_sha256: doc,
     policy_sha256: doc,
+    price_schedule_sha256: opt_doc,
     route_attempts: list(MAX_ROUTES),
     schedule: list(MAX_ATTEMPTS),
     schema: doc,
@@ -202,6 +208,7 @@ object!(Bundle {
     attempts: doc,
     fleet_snapshots: opt_doc,
     policy: doc,
+    price_schedule: opt_doc,
     receipt: doc,
     schema: doc,
     stream_events: opt_doc,
@@ -334,8 +341,18 @@ fn first_difference(a: &Value, b: &Value, at: String) -> Option<String> {
 /// validation is an error, as it would be before any dispatch.
 pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
     let policy = compile(bundle.policy.clone()).map_err(|e| e.under("/policy"))?;
-    let run = replay(&policy, &bundle.attempts)
-        .and_then(|run| Ok((run.receipt(&policy, digest_of(&bundle.attempts))?, run)));
+    if let Some(schedule) = &bundle.price_schedule {
+        crate::price::check_schedule(&policy.policy, schedule)
+            .map_err(|e| e.under("/price_schedule"))?;
+    }
+    let run = replay(&policy, &bundle.attempts).and_then(|run| {
+        let mut receipt = run.receipt(&policy, digest_of(&bundle.attempts))?;
+        receipt.price_schedule_sha256 = bundle
+            .price_schedule
+            .as_ref()
+            .map(|s| Sha256Hex::computed(digest_of(s)));
+        Ok((receipt, run))
+    });
     let (replayed, run) = match run {
         Ok(r) => r,
         Err(e) if matches!(e.family(), ErrorFamily::Drift | ErrorFamily::Run) => {
@@ -352,6 +369,14 @@ pub fn verify_bundle(bundle: &Bundle) -> Result<Verdict> {
         }
         Err(e) => return Err(e),
     };
+    if let Err(e) = verify_usage(bundle.price_schedule.as_ref(), &bundle.attempts) {
+        return Ok(Verdict::Drift {
+            attempt_index: e.attempt_index,
+            code: e.code.as_str().to_owned(),
+            path: format!("/attempts{}", e.path.unwrap_or_default()),
+            message: e.message,
+        });
+    }
     if replayed != bundle.receipt {
         let sealed = to_value(&bundle.receipt);
         let fresh = to_value(&replayed);
@@ -472,6 +497,7 @@ impl Bundle {
             attempts,
             fleet_snapshots: None,
             policy,
+            price_schedule: None,
             receipt,
             schema: BundleSchema,
             stream_events: None,

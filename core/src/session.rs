@@ -24,6 +24,7 @@ use crate::ids::Sha256Hex;
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
+use crate::price::{check_schedule, cost as price_cost, PriceSchedule, Units};
 use crate::receipt::{Bundle, Receipt};
 use crate::stream::{delta_digest, EventLog, StreamAction, StreamEvent, StreamEvents, StreamFacts};
 
@@ -39,6 +40,25 @@ pub struct Session {
     snapshots: FleetSnapshots,
     /// The highest generation seen per snapshot key (release or scope).
     seen: Vec<(String, u64)>,
+    /// The price schedule usage is charged under, with its digest.
+    schedule: Option<(Arc<PriceSchedule>, Sha256Hex)>,
+    /// What the host reported of the attempt in flight besides its facts.
+    notes: Notes,
+}
+
+/// Reports about the attempt in flight, kept until it is recorded.
+#[derive(Debug, Clone, Default)]
+struct Notes {
+    usage: Option<Units>,
+    request_body_sha256: Option<Sha256Hex>,
+}
+
+/// What a host said an attempt cost: charged by hand, or nothing (the
+/// reservation, unless usage prices it).
+#[derive(Debug, Clone, Copy)]
+enum Charge {
+    Charged(u64),
+    Reserved(u64),
 }
 
 /// An admission waiting for its attempt's observation.
@@ -87,7 +107,75 @@ impl Session {
             pending: None,
             snapshots: FleetSnapshots::default(),
             seen: Vec::new(),
+            schedule: None,
+            notes: Notes::default(),
         }
+    }
+
+    /// Price the run's usage with `schedule`, checked against the policy
+    /// (the same cost unit, every route's release priced). Only before the
+    /// first attempt; the receipt then binds the schedule's digest and the
+    /// bundle carries it.
+    pub fn set_price_schedule(&mut self, schedule: Arc<PriceSchedule>) -> Result<()> {
+        if !self.attempts.attempts.is_empty() {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                "/price_schedule",
+                "a price schedule is set before the first attempt",
+            ));
+        }
+        check_schedule(&self.policy.policy, &schedule)?;
+        let digest = Sha256Hex::computed(digest_of(schedule.as_ref()));
+        self.schedule = Some((schedule, digest));
+        Ok(())
+    }
+
+    /// The run's price schedule, when it has one.
+    pub fn price_schedule(&self) -> Option<&PriceSchedule> {
+        self.schedule.as_ref().map(|(s, _)| s.as_ref())
+    }
+
+    /// The digest of the run's price schedule, when it has one.
+    pub fn price_schedule_sha256(&self) -> Option<&Sha256Hex> {
+        self.schedule.as_ref().map(|(_, d)| d)
+    }
+
+    /// Report usage of the attempt in flight (units by kind; several reports
+    /// add up). The attempt then records its raw usage and costs what the
+    /// run's price schedule charges for it, so it must not also be charged
+    /// by hand (`charge_with_usage` at record time). Checked at once: a run
+    /// without a schedule is `price_schedule_missing_release`, a kind the
+    /// release does not price `usage_unpriced`, an overflow
+    /// `arithmetic_overflow`; the report is then not kept.
+    pub fn add_usage(&mut self, usage: &Units) -> Result<u64> {
+        let Decision::Dispatch(d) = self.next() else {
+            return Err(Error::at(
+                ErrorCode::AttemptAfterTerminal,
+                "/usage",
+                "no attempt is in flight: the run has reached a terminal",
+            ));
+        };
+        let Some((schedule, _)) = &self.schedule else {
+            return Err(Error::at(
+                ErrorCode::PriceScheduleMissingRelease,
+                "/price_schedule",
+                "the run has no price schedule to price usage with",
+            ));
+        };
+        let total = match &self.notes.usage {
+            Some(u) => u.plus(usage)?,
+            None => usage.clone(),
+        };
+        let priced = price_cost(schedule, &d.route_release_sha256, &total)?;
+        self.notes.usage = Some(total);
+        Ok(priced)
+    }
+
+    /// Report the digest of the request body sent on the attempt in flight
+    /// (after lowering to its route). Every later attempt on the same route
+    /// must send the same body (replay: `request_body_drift`).
+    pub fn set_request_body_sha256(&mut self, digest: Sha256Hex) {
+        self.notes.request_body_sha256 = Some(digest);
     }
 
     /// The compiled policy.
@@ -120,7 +208,13 @@ impl Session {
         cost: u64,
         outcome: Outcome,
     ) -> Result<&Decision> {
-        self.push(started_at_ms, completed_at_ms, cost, outcome, None)?;
+        self.push(
+            started_at_ms,
+            completed_at_ms,
+            Charge::Charged(cost),
+            outcome,
+            None,
+        )?;
         Ok(self.run.next())
     }
 
@@ -128,7 +222,7 @@ impl Session {
         &mut self,
         started_at_ms: u64,
         completed_at_ms: u64,
-        cost: u64,
+        cost: Charge,
         outcome: Outcome,
         stream: Option<(Option<&StreamFacts>, Vec<crate::stream::Digest>, u64)>,
     ) -> Result<StreamAction> {
@@ -165,6 +259,27 @@ impl Session {
             ),
             None => (None, Vec::new()),
         };
+        let cost = match (&self.notes.usage, &self.schedule, cost) {
+            (None, _, Charge::Charged(c) | Charge::Reserved(c)) => c,
+            (Some(_), _, Charge::Charged(_)) => return Err(Error::attempt(
+                ErrorCode::ChargeWithUsage,
+                index,
+                "cost",
+                "the attempt reported usage and was charged by hand: its cost is one or the other",
+            )),
+            (Some(u), Some((schedule, _)), Charge::Reserved(_)) => {
+                price_cost(schedule, &d.route_release_sha256, u)
+                    .map_err(|e| Error::attempt(e.code, index, "usage", e.message))?
+            }
+            (Some(_), None, Charge::Reserved(_)) => {
+                return Err(Error::attempt(
+                    ErrorCode::PriceScheduleMissingRelease,
+                    index,
+                    "usage",
+                    "the run has no price schedule to price usage with",
+                ))
+            }
+        };
         let attempt = Attempt {
             admission,
             completed_at_ms,
@@ -174,11 +289,13 @@ impl Session {
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
+            request_body_sha256: self.notes.request_body_sha256.clone(),
             route_id: d.route_id.clone(),
             route_ordinal: d.route_ordinal,
             route_release_sha256: d.route_release_sha256.clone(),
             started_at_ms,
             stream: record,
+            usage: self.notes.usage.clone(),
         };
         let planned = self.run.check(&self.policy, &attempt, index)?;
         // `observe` fails only before it changes anything (a cost overflow).
@@ -191,6 +308,7 @@ impl Session {
         }
         self.attempts.attempts.push(attempt);
         self.pending = None;
+        self.notes = Notes::default();
         Ok(action)
     }
 
@@ -295,7 +413,7 @@ impl Session {
         let action = self.push(
             started_at_ms,
             completed_at_ms,
-            cost.unwrap_or(reserve_cost),
+            cost.map_or(Charge::Reserved(reserve_cost), Charge::Charged),
             judgement.outcome,
             stream,
         )?;
@@ -582,7 +700,13 @@ impl Session {
 
     /// The receipt of the finished run; an error while it could still dispatch.
     pub fn receipt(&self) -> Result<Receipt> {
-        self.run.receipt(&self.policy, digest_of(&self.attempts))
+        self.bind(self.run.receipt(&self.policy, digest_of(&self.attempts)))
+    }
+
+    fn bind(&self, receipt: Result<Receipt>) -> Result<Receipt> {
+        let mut receipt = receipt?;
+        receipt.price_schedule_sha256 = self.price_schedule_sha256().cloned();
+        Ok(receipt)
     }
 
     /// The receipt, for a host whose platform hashes natively (Node's
@@ -595,7 +719,7 @@ impl Session {
     pub fn receipt_with_attempts_sha256(&self, attempts_sha256: &str) -> Result<Receipt> {
         let hex = crate::ids::Sha256Hex::parse(attempts_sha256)
             .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/attempts_sha256", m))?;
-        self.run.receipt(&self.policy, hex.as_str().to_owned())
+        self.bind(self.run.receipt(&self.policy, hex.as_str().to_owned()))
     }
 
     /// The bundle of the finished run: policy, attempts and receipt.
@@ -608,6 +732,7 @@ impl Session {
         if self.policy.policy.fleet.is_some() {
             bundle.fleet_snapshots = Some(self.snapshots.clone());
         }
+        bundle.price_schedule = self.schedule.as_ref().map(|(s, _)| s.as_ref().clone());
         Ok(bundle)
     }
 }

@@ -130,11 +130,13 @@ proptest! {
                 logical_request_sha256: d.logical_request_sha256.clone(),
                 ordinal: d.ordinal,
                 outcome,
+                request_body_sha256: None,
                 route_id: d.route_id.clone(),
                 route_ordinal: d.route_ordinal,
                 route_release_sha256: d.route_release_sha256.clone(),
                 started_at_ms: started,
                 stream: None,
+                usage: None,
             });
         }
     }
@@ -157,11 +159,13 @@ proptest! {
                 logical_request_sha256: d.logical_request_sha256.clone(),
                 ordinal: 1,
                 outcome: Outcome::Retryable { kind: RetryableKind::RateLimited, retry_after_ms: Some(hint) },
+                request_body_sha256: None,
                 route_id: d.route_id.clone(),
                 route_ordinal: 1,
                 route_release_sha256: d.route_release_sha256.clone(),
                 started_at_ms: 0,
                 stream: None,
+                usage: None,
             });
             plan_next(&cp, &attempts).unwrap()
         };

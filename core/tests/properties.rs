@@ -371,11 +371,13 @@ fn drive(policy: Policy, steps: &[StepSpec], cancel_lag: u64) -> Result<Driven, 
             logical_request_sha256: d.logical_request_sha256,
             ordinal: d.ordinal,
             outcome: step.outcome,
+            request_body_sha256: None,
             route_id: d.route_id,
             route_ordinal: d.route_ordinal,
             route_release_sha256: d.route_release_sha256,
             started_at_ms: started,
             stream: None,
+            usage: None,
         });
         per_route[index] += 1;
         spent_before_last = spent;

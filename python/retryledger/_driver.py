@@ -74,6 +74,7 @@ from . import _core
 from ._api import (
     Document,
     Policy,
+    call,
     check_integer,
     check_price_schedule,
     idempotency_key_sha256,
@@ -225,10 +226,18 @@ class AttemptError(Exception):
 # ---- the step ---------------------------------------------------------------
 
 
+def _charge_with_usage() -> PolicyError:
+    return PolicyError(
+        "charge_with_usage",
+        "an attempt's cost is either charged by hand or priced from its usage, not both",
+        "/cost",
+    )
+
+
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule")
+    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage")
 
     plan: _core.Dispatch
     idempotency_key: str
@@ -236,9 +245,16 @@ class Step:
     _cost: Optional[int]
     _delivered: bool
     _schedule: Optional[str]
+    _session: Optional[_core.Session]
+    _usage: bool
 
     def __init__(
-        self, plan: _core.Dispatch, idempotency_key: str, started_at_ms: int, price_schedule: Optional[str] = None
+        self,
+        plan: _core.Dispatch,
+        idempotency_key: str,
+        started_at_ms: int,
+        price_schedule: Optional[str] = None,
+        session: Optional[_core.Session] = None,
     ) -> None:
         #: The planned dispatch (every field of the core's decision).
         self.plan = plan
@@ -250,6 +266,9 @@ class Step:
         self._delivered = False
         #: The run's price schedule as JSON text, checked against the policy.
         self._schedule = price_schedule
+        #: The run's session, which records usage and request bodies.
+        self._session = session
+        self._usage = False
 
     @property
     def ordinal(self) -> int:
@@ -288,19 +307,26 @@ class Step:
         return left if left > 0 else 0
 
     def charge(self, cost: int) -> None:
-        """Record actual cost of this attempt (adds up when called more than once)."""
+        """Record actual cost of this attempt (adds up when called more than once).
+
+        An attempt's cost is either charged or priced from its usage: after
+        :meth:`usage` this raises :class:`PolicyError` ``charge_with_usage``."""
+        if self._usage:
+            raise _charge_with_usage()
         cost = check_integer("cost", cost)
         self._cost = check_integer("cost", cost + (self._cost or 0))
 
     def usage(self, units: Mapping[str, int]) -> None:
-        """Charge what ``units`` (kind -> count, e.g. ``{"input": 812, "output":
-        96}``) cost on this step's route release under the run's price schedule
-        (adds up with ``charge`` and earlier calls).
+        """Record raw usage: ``units`` (kind -> count, e.g. ``{"input": 812,
+        "output": 96}``; reports add up). The attempt records it, and its cost
+        is what that usage costs on this step's route release under the run's
+        price schedule, priced by the core. After :meth:`charge` this raises
+        :class:`PolicyError` ``charge_with_usage`` (a cost is one or the other).
 
         Raises the core's coded error for usage it refuses (``usage_unpriced``,
         ``integer_out_of_range``, ``float_value``, ``arithmetic_overflow``, ...)
         and :class:`PolicyError` ``price_schedule_missing_release`` when the run
-        has no price schedule; nothing is charged then.
+        has no price schedule; nothing is recorded then.
         """
         schedule = self._schedule
         if schedule is None:
@@ -309,7 +335,25 @@ class Step:
                 "the run has no price schedule: pass price_schedule= to the driver to charge usage",
                 "/price_schedule",
             )
-        self.charge(price_cost(schedule, self.plan.route_release_sha256, dict(units)))
+        if self._cost is not None:
+            raise _charge_with_usage()
+        session = self._session
+        if session is None:  # a step built by hand, outside a driver
+            self.charge(price_cost(schedule, self.plan.route_release_sha256, dict(units)))
+            return
+        call(session.add_usage, to_text(dict(units)))
+        self._usage = True
+
+    def request_body(self, body: Union[bytes, bytearray, memoryview, str]) -> None:
+        """Record the request body this attempt sent, after lowering to its
+        route (bytes, or a string's UTF-8 bytes): the attempt records its
+        SHA-256, and every retry on the same route must send the same body
+        (replay: ``request_body_drift``). The httpx, openai and anthropic
+        integrations call it for you."""
+        data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        session = self._session
+        if session is not None:
+            call(session.set_request_body_sha256, hashlib.sha256(data).hexdigest())
 
     @property
     def price_schedule(self) -> Optional[str]:
@@ -757,12 +801,14 @@ def run(
         sleep = _sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     session = host.session
+    if schedule is not None:
+        session.set_price_schedule(schedule)
     t0 = clock()
     while True:
         plan, now = host.next_attempt(clock, t0, sleep)
         if isinstance(plan, _Terminal):
             break
-        step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
+        step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule, session)
         try:
             value = dispatch(step)
         except Exception as exc:
@@ -807,6 +853,8 @@ async def run_async(
         sleep = _async_sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     session = host.session
+    if schedule is not None:
+        session.set_price_schedule(schedule)
     t0 = clock()
     step: Optional[Step] = None
     try:
@@ -814,7 +862,7 @@ async def run_async(
             plan, now = await host.next_attempt_async(clock, t0, sleep)
             if isinstance(plan, _Terminal):
                 break
-            step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule)
+            step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule, session)
             try:
                 value = await dispatch(step)
             except asyncio.CancelledError:

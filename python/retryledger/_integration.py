@@ -9,6 +9,8 @@ and pass their keyword options through to it.
 
 from __future__ import annotations
 
+import inspect
+
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
 
 from ._api import Document, Policy
@@ -19,11 +21,16 @@ from ._stream import StreamReader, StreamStep
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: The header that carries the idempotency key on every attempt.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
+from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook_sdk, sending
 
 #: Parameters of a request: a mapping, or a function of the step (a model per route).
 Params = Union[Mapping[str, Any], Callable[[StreamStep], Mapping[str, Any]]]
+
+
+async def _sent_by(step: Step, opened: Awaitable[Any]) -> Any:
+    """Await ``opened`` (an async SDK call, which sends when awaited) as part of ``step``."""
+    with sending(step):
+        return await opened
 
 
 def params_for(params: Params, step: StreamStep) -> Dict[str, Any]:
@@ -86,6 +93,8 @@ class _Sdk:
         compiled = policy if isinstance(policy, Policy) else Policy(policy)
         for client in clients.values():
             require_max_retries_zero(client, self.name)
+        for client in clients.values():
+            hook_sdk(client)
         missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
         if missing:
             raise KeyError(f"no {self.name} client for route(s) {', '.join(missing)}")
@@ -119,7 +128,9 @@ class _Sdk:
         compiled = self.prepare(policy, clients)
 
         def dispatch(step: Step) -> T:
-            return self.charged(step, call(self.client(clients, step, step.remaining_ms / 1000.0), step))
+            with sending(step):
+                value = call(self.client(clients, step, step.remaining_ms / 1000.0), step)
+            return self.charged(step, value)
 
         return _run(compiled, dispatch, idempotency_key, **options)
 
@@ -135,7 +146,9 @@ class _Sdk:
         compiled = self.prepare(policy, clients)
 
         async def dispatch(step: Step) -> T:
-            return self.charged(step, await call(self.client(clients, step, step.remaining_ms / 1000.0), step))
+            with sending(step):
+                value = await call(self.client(clients, step, step.remaining_ms / 1000.0), step)
+            return self.charged(step, value)
 
         return await _run_async(compiled, dispatch, idempotency_key, **options)
 
@@ -153,9 +166,14 @@ class _Sdk:
         ``call(client, step)`` on the route's client, which carries the
         stream's read timeout; ``reader`` defaults to the SDK's."""
         compiled = self.prepare(policy, clients)
+        def open_stream(step: StreamStep) -> Any:
+            with sending(step):
+                opened = call(self.client(clients, step, step.timeout_s), step)
+            return _sent_by(step, opened) if inspect.isawaitable(opened) else opened
+
         return driver(
             compiled,
-            lambda step: call(self.client(clients, step, step.timeout_s), step),
+            open_stream,
             idempotency_key,
             reader=self.reader if reader is None else reader,
             **options,

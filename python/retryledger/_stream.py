@@ -511,8 +511,8 @@ class _Plan:
         self.status = "tentative" if self.live else "committed"
 
 
-def _step(plan: _core.Dispatch, key: str, now: float, schedule: Optional[str], p: _Plan) -> StreamStep:
-    step = StreamStep(plan, key, int(now) if now > 0 else 0, schedule)
+def _step(plan: _core.Dispatch, key: str, now: float, schedule: Optional[str], p: _Plan, session: _core.Session) -> StreamStep:
+    step = StreamStep(plan, key, int(now) if now > 0 else 0, schedule, session)
     step.first_byte_timeout_s = None if p.first_byte_ms is None else p.first_byte_ms / 1000.0
     step.idle_timeout_s = None if p.idle_ms is None else p.idle_ms / 1000.0
     return step
@@ -837,7 +837,7 @@ class StreamRun(_Run):
                 plan, now = host.next_attempt(clock, t0, sleep)
                 if isinstance(plan, _Terminal):
                     break
-                step = _step(plan, core.key, now, core.schedule, core.p)
+                step = _step(plan, core.key, now, core.schedule, core.p, core.host.session)
                 reading = None
                 error: Optional[BaseException] = None
                 try:
@@ -1009,7 +1009,7 @@ class AsyncStreamRun(_Run):
                 plan, now = await host.next_attempt_async(clock, t0, self._sleep)
                 if isinstance(plan, _Terminal):
                     break
-                step = _step(plan, core.key, now, core.schedule, core.p)
+                step = _step(plan, core.key, now, core.schedule, core.p, core.host.session)
                 reading = None
                 error: Optional[BaseException] = None
                 task = asyncio.current_task()
@@ -1123,6 +1123,8 @@ def _prepare(
     p = _Plan(compiled)
     schedule = _schedule_for(compiled, price_schedule)
     host = _StreamHost(compiled, classify, wall_clock, on_attempt, fleet)
+    if schedule is not None:
+        host.session.set_price_schedule(schedule)
     return _Core(host, p, _TEXT_READER if reader is None else reader, schedule, idempotency_key)
 
 

@@ -13,7 +13,10 @@ here (docs/HOSTS.md).
 Every request sent by ``request`` during an attempt carries the run's
 ``Idempotency-Key`` and a timeout no longer than the remaining deadline: the
 drivers add one request event hook to each client, which does nothing outside
-an attempt of these drivers (it reads a context variable).
+an attempt of these drivers (it reads a context variable). The hook also
+records the SHA-256 of each request's body as sent (``step.request_body``),
+so a retry that sends another body is ``request_body_drift`` and the
+attempts document shows what went out; a streamed body is not recorded.
 
 httpx retries nothing by default; ``httpx.HTTPTransport(retries=N)`` retries
 failed connections N times. A client whose transport (or a mounted one) has
@@ -32,7 +35,6 @@ be seen from here.
 
 from __future__ import annotations
 
-import contextvars
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
 
 import httpx
@@ -40,39 +42,13 @@ import httpx
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
-from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
+from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook, sending
 
 __all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
 
 C = TypeVar("C", httpx.Client, httpx.AsyncClient)
 
 # (idempotency key, deadline in seconds) of the attempt running in this context.
-_ATTEMPT: contextvars.ContextVar[Optional[Tuple[str, float]]] = contextvars.ContextVar(
-    "retryledger_httpx_attempt", default=None
-)
-
-
-def _stamp(request: httpx.Request) -> None:
-    attempt = _ATTEMPT.get()
-    if attempt is None:
-        return
-    key, seconds = attempt
-    request.headers[IDEMPOTENCY_HEADER] = key
-    timeouts: Dict[str, Any] = dict(request.extensions.get("timeout") or {})
-    for name in ("connect", "read", "write", "pool"):
-        given = timeouts.get(name)
-        timeouts[name] = seconds if given is None else min(float(given), seconds)
-    request.extensions["timeout"] = timeouts
-
-
-def _on_request(request: httpx.Request) -> None:
-    _stamp(request)
-
-
-async def _on_request_async(request: httpx.Request) -> None:
-    _stamp(request)
-
-
 def _transport_retries(transport: Any) -> int:
     """``retries`` of an ``httpx.HTTPTransport`` / ``AsyncHTTPTransport`` (its httpcore pool's)."""
     retries = getattr(getattr(transport, "_pool", None), "_retries", 0)
@@ -95,14 +71,6 @@ def require_no_retries(client: Union[httpx.Client, httpx.AsyncClient]) -> None:
             )
 
 
-def _hook(client: Union[httpx.Client, httpx.AsyncClient]) -> None:
-    """Give ``client`` the drivers' request hook, once and last."""
-    hook: Any = _on_request_async if isinstance(client, httpx.AsyncClient) else _on_request
-    hooks = client.event_hooks
-    if hook not in hooks["request"]:
-        client.event_hooks = {"request": [*hooks["request"], hook], "response": list(hooks["response"])}
-
-
 def _prepare(policy: Union[Policy, Document], clients: Union[C, Mapping[str, C]]) -> Tuple[Policy, Mapping[str, C]]:
     compiled = policy if isinstance(policy, Policy) else Policy(policy)
     routes = [r["route_id"] for r in compiled.document["routes"]]
@@ -117,12 +85,8 @@ def _prepare(policy: Union[Policy, Document], clients: Union[C, Mapping[str, C]]
     if missing:
         raise KeyError(f"no httpx client for route(s) {', '.join(missing)}")
     for client in by_route.values():
-        _hook(client)
+        hook(client)
     return compiled, by_route
-
-
-def _attempt(step: Step) -> Tuple[str, float]:
-    return step.idempotency_key, max(step.remaining_ms, 0) / 1000.0
 
 
 def run(
@@ -145,11 +109,8 @@ def run(
     compiled, by_route = _prepare(policy, clients)
 
     def dispatch(step: Step) -> httpx.Response:
-        token = _ATTEMPT.set(_attempt(step))
-        try:
+        with sending(step):
             response = request(by_route[step.route_id], step)
-        finally:
-            _ATTEMPT.reset(token)
         if not response.is_success:
             response.close()
         response.raise_for_status()
@@ -186,11 +147,8 @@ async def run_async(
     compiled, by_route = _prepare(policy, clients)
 
     async def dispatch(step: Step) -> httpx.Response:
-        token = _ATTEMPT.set(_attempt(step))
-        try:
+        with sending(step):
             response = await request(by_route[step.route_id], step)
-        finally:
-            _ATTEMPT.reset(token)
         if not response.is_success:
             await response.aclose()
         response.raise_for_status()

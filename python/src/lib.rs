@@ -1135,6 +1135,33 @@ impl PySession {
         to_py(py, &lift(self.session.breaker_after(&snapshot, now))?)
     }
 
+    /// Price the run's usage with `schedule` (a `retryledger.price_schedule.v1`
+    /// as JSON text), checked against the policy; only before the first
+    /// attempt. The receipt then binds its digest and the bundle carries it.
+    fn set_price_schedule(&mut self, schedule: &Bound<'_, PyAny>) -> PyResult<()> {
+        let schedule = lift(from_str::<retryledger_core::price::PriceSchedule>(&text(
+            schedule,
+        )?))?;
+        lift(self.session.set_price_schedule(Arc::new(schedule)))
+    }
+
+    /// Report usage (units by kind, as JSON text) of the attempt in
+    /// flight; reports add up. Returns what the attempt's usage so far costs.
+    fn add_usage(&mut self, usage: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let usage = lift(from_str::<retryledger_core::price::Units>(&text(usage)?))?;
+        lift(self.session.add_usage(&usage))
+    }
+
+    /// Report the SHA-256 (lowercase hex) of the request body the attempt in flight sent.
+    fn set_request_body_sha256(&mut self, digest: &str) -> PyResult<()> {
+        let digest = lift(
+            retryledger_core::ids::Sha256Hex::parse(digest)
+                .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/request_body_sha256", m)),
+        )?;
+        self.session.set_request_body_sha256(digest);
+        Ok(())
+    }
+
     /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
     fn cancel(&mut self, at_ms: &Bound<'_, PyAny>) -> PyResult<()> {
         let at = integer(at_ms, "at_ms")?;
@@ -1187,6 +1214,7 @@ impl PySession {
             receipt: lift(self.session.receipt())?,
             attempts: self.session.attempts().clone(),
             fleet_snapshots,
+            price_schedule: self.session.price_schedule().cloned(),
             stream_events,
             policy: self.policy.clone_ref(py),
             receipt_dict: PyOnceLock::new(),
@@ -1202,6 +1230,7 @@ struct Sealed {
     policy: Py<Compiled>,
     attempts: Attempts,
     fleet_snapshots: Option<retryledger_core::fleet::FleetSnapshots>,
+    price_schedule: Option<retryledger_core::price::PriceSchedule>,
     stream_events: Option<retryledger_core::stream::StreamEvents>,
     receipt: Receipt,
     receipt_dict: PyOnceLock<Py<PyAny>>,
@@ -1214,17 +1243,21 @@ fn bundle_text(
     attempts_json: &str,
     fleet_snapshots_json: Option<&str>,
     policy_json: &str,
+    price_schedule_json: Option<&str>,
     receipt_json: &str,
     stream_events_json: Option<&str>,
 ) -> String {
     let fleet = fleet_snapshots_json
         .map(|f| format!(",\"fleet_snapshots\":{f}"))
         .unwrap_or_default();
+    let prices = price_schedule_json
+        .map(|p| format!(",\"price_schedule\":{p}"))
+        .unwrap_or_default();
     let events = stream_events_json
         .map(|e| format!(",\"stream_events\":{e}"))
         .unwrap_or_default();
     format!(
-        "{{\"attempts\":{attempts_json}{fleet},\"policy\":{policy_json},\"receipt\":{receipt_json},\"schema\":\"{}\"{events}}}",
+        "{{\"attempts\":{attempts_json}{fleet},\"policy\":{policy_json}{prices},\"receipt\":{receipt_json},\"schema\":\"{}\"{events}}}",
         BundleSchema::NAME
     )
 }
@@ -1272,6 +1305,7 @@ impl Sealed {
                 &canonical_json(&self.attempts),
                 self.fleet_snapshots.as_ref().map(canonical_json).as_deref(),
                 &self.policy.get().policy_json,
+                self.price_schedule.as_ref().map(canonical_json).as_deref(),
                 &canonical_json(&self.receipt),
                 self.stream_events.as_ref().map(canonical_json).as_deref(),
             )
@@ -1287,6 +1321,9 @@ impl Sealed {
             d.set_item("fleet_snapshots", to_py(py, f)?)?;
         }
         d.set_item("policy", to_py(py, &self.policy.get().inner.policy)?)?;
+        if let Some(p) = &self.price_schedule {
+            d.set_item("price_schedule", to_py(py, p)?)?;
+        }
         d.set_item("receipt", to_py(py, &self.receipt)?)?;
         d.set_item("schema", BundleSchema::NAME)?;
         if let Some(events) = &self.stream_events {
@@ -1307,6 +1344,7 @@ mod tests {
             &canonical_json(&bundle.attempts),
             None,
             &canonical_json(&bundle.policy),
+            None,
             &canonical_json(&bundle.receipt),
             None,
         );

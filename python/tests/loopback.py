@@ -22,11 +22,13 @@ Reply = Tuple[int, Dict[str, str]]
 
 
 class Request:
-    def __init__(self, route: str, path: str, arrived: float, idempotency_key: Optional[str]) -> None:
+    def __init__(self, route: str, path: str, arrived: float, idempotency_key: Optional[str], body: bytes = b"") -> None:
         self.route = route
         self.path = path
         self.arrived = arrived
         self.idempotency_key = idempotency_key
+        #: The request body as received.
+        self.body = body
 
 
 class ScriptedServer:
@@ -43,11 +45,13 @@ class ScriptedServer:
             def _answer(self) -> None:
                 arrived = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                received = self.rfile.read(length)
                 route = self.path.split("/")[1]
                 with server.lock:
                     index = sum(1 for r in server.requests if r.route == route)
-                    server.requests.append(Request(route, self.path, arrived, self.headers.get("Idempotency-Key")))
+                    server.requests.append(
+                        Request(route, self.path, arrived, self.headers.get("Idempotency-Key"), received)
+                    )
                     script = server.scripts[route]
                     status, headers = script[min(index, len(script) - 1)]
                 payload = json.dumps(body(status)).encode()

@@ -10,6 +10,8 @@ same Idempotency-Key, and none arrives before its Retry-After.
 
 from __future__ import annotations
 
+import hashlib
+
 import asyncio
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -227,6 +229,9 @@ def test_async_rate_limited_then_fallback(serve: Any) -> None:
     assert result.value == "severity: high"
     assert [r.route for r in server.requests] == ["primary", "primary", "fallback"]
     assert {r.idempotency_key for r in server.requests} == {KEY}
+    # The async client's requests are hooked too: each attempt records the body the server received.
+    sent = [a["request_body_sha256"] for a in result.bundle["attempts"]["attempts"]]
+    assert sent == [hashlib.sha256(r.body).hexdigest() for r in server.requests]
     assert server.requests[1].arrived - server.replied[0] >= 0.150
     assert outcomes(result)[:2] == [
         {"class": "retryable", "kind": "rate_limited", "retry_after_ms": 150},

@@ -10,6 +10,8 @@ that client; with the transport's retries off the count is the policy's bound.
 
 from __future__ import annotations
 
+import hashlib
+
 import asyncio
 from typing import Any, Dict, Iterator, List
 
@@ -100,6 +102,9 @@ def test_rate_limited_then_success_waits_for_the_hint_with_one_key(serve: Any) -
     assert [r.route for r in server.requests] == ["primary", "primary"]
     assert {r.idempotency_key for r in server.requests} == {KEY}
     assert server.requests[1].arrived - server.replied[0] >= 0.150
+    sent = [a["request_body_sha256"] for a in result.bundle["attempts"]["attempts"]]
+    assert sent == [hashlib.sha256(r.body).hexdigest() for r in server.requests]
+    assert len(server.requests[0].body) > 0 and sent[0] == sent[1]
     assert outcomes(result) == [
         {"class": "retryable", "kind": "rate_limited", "retry_after_ms": 150},
         {"class": "success"},

@@ -10,6 +10,8 @@ Idempotency-Key, and none arrives before its Retry-After.
 
 from __future__ import annotations
 
+import hashlib
+
 import asyncio
 import json
 import threading
@@ -39,10 +41,12 @@ Reply = Tuple[int, Dict[str, str]]
 
 
 class Request:
-    def __init__(self, route: str, arrived: float, idempotency_key: Optional[str]) -> None:
+    def __init__(self, route: str, arrived: float, idempotency_key: Optional[str], body: bytes = b"") -> None:
         self.route = route
         self.arrived = arrived
         self.idempotency_key = idempotency_key
+        #: The request body as received.
+        self.body = body
 
 
 class FakeProvider:
@@ -59,11 +63,11 @@ class FakeProvider:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 arrived = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                received = self.rfile.read(length)
                 route = self.path.split("/")[1]
                 with provider.lock:
                     index = sum(1 for r in provider.requests if r.route == route)
-                    provider.requests.append(Request(route, arrived, self.headers.get("Idempotency-Key")))
+                    provider.requests.append(Request(route, arrived, self.headers.get("Idempotency-Key"), received))
                     script = provider.scripts[route]
                     status, headers = script[min(index, len(script) - 1)]
                 body = json.dumps(COMPLETION if status == 200 else {"error": {"message": f"status {status}"}})
@@ -157,6 +161,10 @@ def test_integration_stays_within_the_bound_with_one_key_and_no_early_request(pr
     ]
     assert result.receipt["fallback_used"] is True
     assert retryledger.verify_bundle(result.bundle_json)["kind"] == "verified"
+    # Each attempt records the SHA-256 of the body the server received.
+    sent = [a["request_body_sha256"] for a in result.bundle["attempts"]["attempts"]]
+    assert sent == [hashlib.sha256(r.body).hexdigest() for r in provider.requests]
+    assert sent[0] == sent[1]
 
 
 def test_async_integration(provider: FakeProvider) -> None:

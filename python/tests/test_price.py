@@ -12,6 +12,7 @@ the route release digests are the schedule's.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from typing import Any, Dict, Iterator, List
 
@@ -76,22 +77,75 @@ def test_reported_usage_is_charged_the_core_price_and_unreported_keeps_its_reser
     assert costs(result) == [expected_first, RESERVE["private-primary"], expected_last]
 
 
-def test_usage_adds_up_with_charge_in_the_async_driver() -> None:
+def test_usage_reports_add_up_and_exclude_a_hand_charge_in_the_async_driver() -> None:
     clock = FakeClock()
     usage = {"input": 7, "output": 3}
+    refused: List[str] = []
 
     async def dispatch(step: Step) -> str:
-        step.charge(10)
         step.usage(usage)
         step.usage(usage)
+        try:
+            step.charge(10)
+        except retryledger.PolicyError as e:
+            refused.append(e.code)
         return "ok"
 
     result = asyncio.run(
         retryledger.run_async(POLICY, dispatch, KEY, clock=clock, sleep=clock.async_sleep, price_schedule=SCHEDULE)
     )
-    one = retryledger.price_cost(SCHEDULE, PRIMARY, usage)
-    assert one == 1 + 1  # ceil per kind
-    assert costs(result) == [10 + 2 * one]
+    # Priced once on the summed units (7+7 input, 3+3 output), not per report.
+    both = retryledger.price_cost(SCHEDULE, PRIMARY, {"input": 14, "output": 6})
+    assert both == 1 + 2  # ceil(14 * 0.05), ceil(6 * 0.2)
+    assert costs(result) == [both]
+    assert refused == ["charge_with_usage"]
+    [attempt] = result.bundle["attempts"]["attempts"]
+    assert attempt["usage"] == {"input": 14, "output": 6}
+    assert result.receipt["price_schedule_sha256"] == retryledger.digest(SCHEDULE)
+    assert retryledger.verify_bundle(result.bundle_json)["kind"] == "verified"
+
+
+def test_a_hand_charge_excludes_usage_on_the_same_attempt() -> None:
+    refused: List[str] = []
+
+    def dispatch(step: Step) -> str:
+        step.charge(10)
+        try:
+            step.usage({"input": 1})
+        except retryledger.PolicyError as e:
+            refused.append(e.code)
+        return "ok"
+
+    result = retryledger.run(POLICY, dispatch, KEY, price_schedule=SCHEDULE)
+    assert refused == ["charge_with_usage"]
+    assert costs(result) == [10]
+    assert "usage" not in result.bundle["attempts"]["attempts"][0]
+
+
+def test_a_request_body_is_recorded_and_must_not_change_on_a_retry() -> None:
+    clock = FakeClock()
+    body = b'{"model":"m","input":"hi"}'
+
+    def same(step: Step) -> str:
+        step.request_body(body)
+        if step.ordinal == 1:
+            raise AttemptError.retryable("unavailable")
+        return "ok"
+
+    result = retryledger.run(POLICY, same, KEY, clock=clock, sleep=clock.sleep)
+    digests = [a["request_body_sha256"] for a in result.bundle["attempts"]["attempts"]]
+    assert digests == [hashlib.sha256(body).hexdigest()] * 2
+    assert retryledger.verify_bundle(result.bundle_json)["kind"] == "verified"
+
+    def drifting(step: Step) -> str:
+        step.request_body(body if step.ordinal == 1 else body + b" ")
+        if step.ordinal == 1:
+            raise AttemptError.retryable("unavailable")
+        return "ok"
+
+    with pytest.raises(retryledger.DriftError) as raised:
+        retryledger.run(POLICY, drifting, KEY, clock=clock, sleep=clock.sleep)
+    assert raised.value.code == "request_body_drift"
 
 
 def test_a_string_schedule_is_accepted() -> None:

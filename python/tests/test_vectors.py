@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -40,6 +40,7 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
         i["key"], tenant=i.get("tenant"), operation=i.get("operation")
     ),
     "stream_session": lambda i: _stream_session(i["policy"], i["script"]),
+    "priced_session": lambda i: _stream_session(i["policy"], i["script"], i["schedule"]),
     "breaker_admit": lambda i: retryledger.breaker_admit(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "breaker_record": lambda i: retryledger.breaker_record(
         i["config"], i["snapshot"], i["probe"], i["outcome"], i["now_epoch_ms"]
@@ -123,12 +124,15 @@ def _fresh_breaker(release: str, now_epoch_ms: int) -> Dict[str, Any]:
     return retryledger.fleet.fresh_breaker(release, now_epoch_ms)
 
 
-def _stream_session(policy: Any, script: Any) -> Dict[str, Any]:
-    """Replay a scripted streamed session as the core's reference host loop
-    does (core/src/lab.rs, ``drive_stream``) and answer what it answers."""
+def _stream_session(policy: Any, script: Any, schedule: Optional[str] = None) -> Dict[str, Any]:
+    """Replay a scripted session as the core's reference host loop does
+    (core/src/lab.rs, ``drive``) and answer what it answers: a streamed
+    session, or (with a price schedule) a priced one."""
     compiled = retryledger.Policy(policy)
     steps = json.loads(script) if isinstance(script, str) else script
     session = compiled.session()
+    if schedule is not None:
+        session.set_price_schedule(schedule)
     judgements: List[Dict[str, Any]] = []
     decisions: List[Dict[str, Any]] = []
     now = 0
@@ -142,11 +146,26 @@ def _stream_session(policy: Any, script: Any) -> Dict[str, Any]:
         started = max(not_before, now) + int(step.get("lag_ms", 0))
         now = started + int(step.get("duration_ms", 0))
         facts = retryledger.Facts(**step.get("facts", {}))
+        for usage in step.get("usage", []):
+            session.add_usage(json.dumps(usage))
+        if "request_body_sha256" in step:
+            session.set_request_body_sha256(step["request_body_sha256"])
         judgement = session.observe(started, now, step.get("cost"), facts=facts, deltas=step.get("deltas", []))
         judgements.append(judgement.to_dict())
         decisions.append(session.next().to_dict())
     sealed = session.seal()
     bundle_json = sealed.bundle_json
+    if schedule is not None:
+        # The bundle dict and its canonical JSON agree.
+        assert retryledger.digest(sealed.bundle) == retryledger.digest(bundle_json)
+        return {
+            "attempts": sealed.bundle["attempts"],
+            "bundle_sha256": retryledger.digest(bundle_json),
+            "decisions": decisions,
+            "judgements": judgements,
+            "receipt": sealed.receipt,
+            "verdict": retryledger.verify_bundle(bundle_json),
+        }
     return {
         "bundle_sha256": retryledger.digest(bundle_json),
         "decisions": decisions,

@@ -111,6 +111,12 @@ pub fn sha256_hex(text: &str) -> String {
     sha256(text.as_bytes())
 }
 
+/// Lowercase hex SHA-256 of bytes (a request body as sent).
+#[wasm_bindgen]
+pub fn sha256_bytes_hex(bytes: &[u8]) -> String {
+    sha256(bytes)
+}
+
 /// A policy validated and digested once, reused for every plan and seal of a run.
 #[wasm_bindgen]
 pub struct Compiled {
@@ -553,6 +559,38 @@ impl WasmSession {
             .fleet
             .as_ref()
             .map(|_| canonical_json(self.session.fleet_snapshots()))
+    }
+
+    /// Price the run's usage with `schedule` (JSON), checked against the
+    /// policy before the first attempt: the schedule's canonical JSON.
+    pub fn set_price_schedule(&mut self, schedule: &str) -> Out<String> {
+        let mut run = || -> retryledger_core::Result<String> {
+            let schedule = from_str::<retryledger_core::price::PriceSchedule>(schedule)?;
+            let text = canonical_json(&schedule);
+            self.session.set_price_schedule(Arc::new(schedule))?;
+            Ok(text)
+        };
+        lift(run())
+    }
+
+    /// Report usage (JSON units by kind) of the attempt in flight: what the
+    /// attempt's usage so far costs.
+    pub fn add_usage(&mut self, usage: &str) -> Out<f64> {
+        let mut run = || -> retryledger_core::Result<f64> {
+            let usage = from_str::<retryledger_core::price::Units>(usage)?;
+            Ok(self.session.add_usage(&usage)? as f64)
+        };
+        lift(run())
+    }
+
+    /// Report the digest (lowercase hex) of the request body the attempt in flight sent.
+    pub fn set_request_body_sha256(&mut self, digest: &str) -> Out<()> {
+        let digest = lift(
+            retryledger_core::ids::Sha256Hex::parse(digest)
+                .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/request_body_sha256", m)),
+        )?;
+        self.session.set_request_body_sha256(digest);
+        Ok(())
     }
 
     /// Mark the run cancelled between attempts at `at_ms` on the run clock.

@@ -2,6 +2,7 @@
 // (test/loopback.mjs), scripted per route, through Node's own fetch.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 
 import * as rl from "../dist/index.js";
 import { HttpStatusError, checkResponse, fetchDispatch, runWithFetch } from "../dist/fetch.js";
@@ -55,6 +56,11 @@ test("429 with Retry-After, then 429 with retry-after-ms, then success: one Idem
     const seen = provider.seen;
     assert.ok(seen.length <= policy.max_total_attempts);
     for (const s of seen) assert.equal(s.idempotencyKey, KEY);
+    // Each attempt records the SHA-256 of the body the server received.
+    assert.deepEqual(
+      run.bundle.attempts.attempts.map((a) => a.request_body_sha256),
+      seen.map((s) => createHash("sha256").update(s.body).digest("hex")),
+    );
     const gaps = gapsAfterHints(seen, assert.ok);
     assert.deepEqual(
       run.receipt.schedule.map((s) => [s.route_id, s.outcome, s.retry_after_floor_ms, s.delay_ms]),

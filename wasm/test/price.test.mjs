@@ -4,6 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import { createHash } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -85,13 +86,20 @@ test("reported usage is charged exactly the core's price; an attempt that report
   assert.equal(run.receipt.total_cost, 1500 + expected);
 });
 
-test("usage and charge add up on one attempt, and the schedule may be given as text", async () => {
+test("usage reports add up and are recorded raw; a hand charge on the same attempt is charge_with_usage; the schedule may be given as text", async () => {
   const time = fakeTime();
+  /** @type {string[]} */
+  const refused = [];
   /** @param {Step} step */
   const dispatch = (step) => {
     step.usage({ input: 1000 });
     step.usage({ output: 1 });
-    step.charge(7);
+    try {
+      step.charge(7);
+    } catch (e) {
+      assert.ok(e instanceof rl.PolicyError, String(e));
+      refused.push(e.code);
+    }
     return "ok";
   };
   const run = await rl.runWithPolicy(POLICY, dispatch, {
@@ -100,10 +108,62 @@ test("usage and charge add up on one attempt, and the schedule may be given as t
     sleep: time.sleep,
     priceSchedule: JSON.stringify(SCHEDULE),
   });
+  assert.deepEqual(refused, ["charge_with_usage"]);
+  const [attempt] = run.bundle.attempts.attempts;
+  assert.deepEqual(attempt?.usage, { input: 1000, output: 1 });
+  assert.equal(attempt?.cost, 50 + 1);
+  // The receipt binds the schedule, the bundle carries it, and replay prices it again.
+  assert.equal(run.receipt.price_schedule_sha256, rl.digest(SCHEDULE));
+  assert.deepEqual(run.bundle.price_schedule, SCHEDULE);
+  assert.equal(rl.digest(JSON.stringify(run.bundle)), rl.digest(run.sealed.bundle_json));
+  assert.equal(rl.verifyBundle(run.sealed.bundle_json).kind, "verified");
+});
+
+test("a charge excludes usage on the same attempt", async () => {
+  /** @type {string[]} */
+  const refused = [];
+  /** @param {Step} step */
+  const dispatch = (step) => {
+    step.charge(7);
+    try {
+      step.usage({ input: 1 });
+    } catch (e) {
+      assert.ok(e instanceof rl.PolicyError, String(e));
+      refused.push(e.code);
+    }
+    return "ok";
+  };
+  const run = await rl.runWithPolicy(POLICY, dispatch, { idempotencyKey: KEY, priceSchedule: SCHEDULE });
+  assert.deepEqual(refused, ["charge_with_usage"]);
+  assert.equal(run.bundle.attempts.attempts[0]?.cost, 7);
+  assert.equal(run.bundle.attempts.attempts[0]?.usage, undefined);
+});
+
+test("a request body is recorded per attempt and must not change on a retry of its route", async () => {
+  const time = fakeTime();
+  const body = JSON.stringify({ model: "m", input: "hi" });
+  /** @param {string} sent @returns {(step: Step) => string} */
+  const sending = (sent) => (step) => {
+    step.requestBody(step.ordinal === 1 ? body : sent);
+    if (step.ordinal === 1) throw rl.AttemptError.retryable("unavailable");
+    return "ok";
+  };
+  const run = await rl.runWithPolicy(POLICY, sending(body), { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep });
+  const digest = createHash("sha256").update(body).digest("hex");
   assert.deepEqual(
-    run.bundle.attempts.attempts.map((a) => a.cost),
-    [50 + 1 + 7],
+    run.bundle.attempts.attempts.map((a) => a.request_body_sha256),
+    [digest, digest],
   );
+  assert.equal(rl.verifyBundle(run.sealed.bundle_json).kind, "verified");
+  // Bytes hash as bytes.
+  const bytes = new TextEncoder().encode(body);
+  const again = await rl.runWithPolicy(POLICY, (step) => (step.requestBody(bytes), "ok"), { idempotencyKey: KEY });
+  assert.equal(again.bundle.attempts.attempts[0]?.request_body_sha256, digest);
+  await assert.rejects(rl.runWithPolicy(POLICY, sending(body + " "), { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep }), (e) => {
+    assert.ok(e instanceof rl.DriftError, String(e));
+    assert.equal(e.code, "request_body_drift");
+    return true;
+  });
 });
 
 test("a schedule missing a route's release, or in another cost unit, is refused before any dispatch", async () => {

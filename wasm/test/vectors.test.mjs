@@ -77,23 +77,27 @@ function run(op, input) {
       return rl.budgetWithdraw(input.config, input.snapshot, input.now_epoch_ms);
     case "fleet_session":
       return fleetSession(input.policy, input.store, input.script);
+    case "priced_session":
+      return streamSession(input.policy, input.script, input.schedule);
     default:
       throw new Error(`unknown op ${op}`);
   }
 }
 
 /**
- * A scripted streamed session, replayed as the core's `drive_stream` does
- * (core/src/lab.rs): each step cancels at the last completion, or starts at
- * the planned `not_before_ms` (never before the last completion) plus
- * `lag_ms`, completes `duration_ms` later and is observed with its facts and
- * deltas; then the sealed bundle's digest and its replay's verdict.
- * @param {string} policy @param {string} script
+ * A scripted session, replayed as the core's `drive` does (core/src/lab.rs):
+ * each step cancels at the last completion, or starts at the planned
+ * `not_before_ms` (never before the last completion) plus `lag_ms`,
+ * completes `duration_ms` later and is observed with its facts and deltas
+ * (after its usage reports and request body digest, in a priced session);
+ * then the sealed bundle's digest and its replay's verdict.
+ * @param {string} policy @param {string} script @param {string} [schedule]
  */
-function streamSession(policy, script) {
+function streamSession(policy, script, schedule) {
   const compiled = new rl.CompiledPolicy(policy);
   const session = compiled.session();
   try {
+    if (schedule !== undefined) session.setPriceSchedule(schedule);
     const judgements = [];
     const decisions = [];
     let now = 0;
@@ -108,11 +112,25 @@ function streamSession(policy, script) {
       const started = Math.max(notBefore, now) + (step.lag_ms ?? 0);
       now = started + (step.duration_ms ?? 0);
       const facts = step.facts === undefined ? "null" : JSON.stringify(step.facts);
+      for (const usage of step.usage ?? []) session.addUsage(usage);
+      if (step.request_body_sha256 !== undefined) session.setRequestBodySha256(step.request_body_sha256);
       judgements.push(session.observe({ started_at_ms: started, completed_at_ms: now, cost: step.cost, facts, deltas: step.deltas ?? [] }));
       decisions.push(session.next());
     }
     const sealed = session.seal();
     const bundleJson = sealed.bundle_json;
+    if (schedule !== undefined) {
+      // The bundle object and its canonical JSON agree.
+      assert.equal(rl.digest(JSON.stringify(sealed.bundle)), rl.digest(bundleJson));
+      return {
+        attempts: sealed.bundle.attempts,
+        bundle_sha256: rl.digest(bundleJson),
+        decisions,
+        judgements,
+        receipt: sealed.receipt,
+        verdict: rl.verifyBundle(bundleJson),
+      };
+    }
     return {
       bundle_sha256: rl.digest(bundleJson),
       decisions,

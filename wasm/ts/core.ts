@@ -92,6 +92,7 @@ export interface RawBindings {
   idempotency_key_sha256(key: string, tenant: string | undefined, operation: string | undefined): string;
   check_outcome(outcome: string): string;
   sha256_hex(text: string): string;
+  sha256_bytes_hex(bytes: Uint8Array): string;
   Compiled: { compile(policy: string): RawCompiled };
   Facts: { decode(facts: string): RawFacts };
 }
@@ -339,6 +340,16 @@ export function classifyHttp(observation: Input<HttpObservation>): Outcome {
 export function sha256Hex(text: string): string {
   const t = requireString(text, "text");
   return bindings().sha256_hex(t);
+}
+
+/**
+ * Lowercase hex SHA-256 of a request body as sent: a string's UTF-8 bytes,
+ * or the bytes themselves.
+ */
+export function bodySha256(body: string | Uint8Array): string {
+  if (typeof body === "string") return (hostSha256 ?? sha256Hex)(body);
+  if (body instanceof Uint8Array) return bindings().sha256_bytes_hex(body);
+  throw new TypeError("a request body is a string or a Uint8Array");
 }
 
 

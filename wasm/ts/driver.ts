@@ -12,7 +12,7 @@
  * injectable clock.
  */
 
-import { CompiledPolicy, checkPriceSchedule, priceCost, toText, type Input } from "./core.js";
+import { CompiledPolicy, bodySha256, checkPriceSchedule, toText, type Input } from "./core.js";
 import { AttemptError, factsText, minimalFacts, preparedFacts, type Classifier, type FactsOptions } from "./facts.js";
 import {
   DecodeError,
@@ -55,13 +55,24 @@ export interface Step {
   readonly priced: boolean;
   /**
    * Record raw usage (units by kind: `input`, `output`, `cached_input`,
-   * `reasoning`, …): its cost on `routeReleaseSha256` under the run's price
-   * schedule (`priceCost`) is charged like `charge`. Throws the core's coded
-   * error for bad usage (`usage_unpriced`, `integer_out_of_range`,
-   * `float_value`, `arithmetic_overflow`), and `PolicyError`
+   * `reasoning`, …; reports add up): the attempt records it, and its cost is
+   * what that usage costs on `routeReleaseSha256` under the run's price
+   * schedule, priced by the core. An attempt's cost is either charged or
+   * priced from usage: `charge` and `usage` on one attempt throw `PolicyError`
+   * `charge_with_usage`. Throws the core's coded error for bad usage
+   * (`usage_unpriced`, `integer_out_of_range`, `float_value`,
+   * `arithmetic_overflow`; nothing is recorded then), and `PolicyError`
    * `price_schedule_missing_release` when the run has no price schedule.
    */
   usage(units: Usage): void;
+  /**
+   * Record the request body this attempt sent, after lowering to its route
+   * (a string's UTF-8 bytes, or the bytes): the attempt records its SHA-256,
+   * and every retry on the same route must send the same body (replay:
+   * `request_body_drift`). The integrations call it for you where they see
+   * the body.
+   */
+  requestBody(body: string | Uint8Array): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
 }
@@ -179,9 +190,10 @@ export class AttemptStep implements Step {
   open = true;
 
   readonly priced: boolean;
-  readonly #schedule: string | undefined;
+  readonly #session: Session;
+  #usage = false;
 
-  constructor(decision: DispatchDecision, key: string, startedAt: number, schedule: string | undefined) {
+  constructor(decision: DispatchDecision, key: string, startedAt: number, session: Session, priced: boolean) {
     this.ordinal = decision.ordinal;
     this.routeId = decision.route_id;
     this.routeOrdinal = decision.route_ordinal;
@@ -192,12 +204,13 @@ export class AttemptStep implements Step {
     this.startedAtMs = startedAt;
     this.reserveCost = decision.reserve_cost;
     this.decision = decision;
-    this.priced = schedule !== undefined;
-    this.#schedule = schedule;
+    this.priced = priced;
+    this.#session = session;
   }
 
   charge(cost: number): void {
     if (!this.open) throw new Error("charge() after the attempt completed");
+    if (this.#usage) throw chargeWithUsage();
     const total = (this.charged ?? 0) + cost;
     if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
       throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
@@ -207,20 +220,35 @@ export class AttemptStep implements Step {
 
   usage(units: Usage): void {
     if (!this.open) throw new Error("usage() after the attempt completed");
-    if (this.#schedule === undefined) {
+    if (!this.priced) {
       throw new PolicyError(
         "price_schedule_missing_release",
         "price_schedule_missing_release: the run has no price schedule; pass priceSchedule in the run options to report usage",
         { path: "/priceSchedule" },
       );
     }
-    this.charge(priceCost(this.#schedule, this.routeReleaseSha256, units));
+    if (this.charged !== undefined) throw chargeWithUsage();
+    this.#session.addUsage(units);
+    this.#usage = true;
+  }
+
+  requestBody(body: string | Uint8Array): void {
+    if (!this.open) throw new Error("requestBody() after the attempt completed");
+    this.#session.setRequestBodySha256(bodySha256(body));
   }
 
   outputDelivered(): void {
     if (!this.open) throw new Error("outputDelivered() after the attempt completed");
     this.delivered = true;
   }
+}
+
+function chargeWithUsage(): PolicyError {
+  return new PolicyError(
+    "charge_with_usage",
+    "charge_with_usage: an attempt's cost is either charged by hand or priced from its usage, not both",
+    { path: "/cost" },
+  );
 }
 
 /** A completed run; the bundle is built when first read. */
@@ -304,6 +332,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
     schedule = toText(options.priceSchedule);
     checkPriceSchedule(compiled.policy, schedule);
   }
+  const priced = schedule !== undefined;
   const injectedClock = options.clock;
   const clock = injectedClock ?? defaultClock;
   const sleep = options.sleep ?? defaultSleep;
@@ -344,6 +373,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   }
 
   const session = compiled.session();
+  if (schedule !== undefined) session.setPriceSchedule(schedule);
   let lastError: unknown;
   let lastResult: T | undefined;
   let lastRule: string | undefined;
@@ -392,7 +422,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         }
       }
 
-      const step = new AttemptStep(decision, key, startedAt, schedule);
+      const step = new AttemptStep(decision, key, startedAt, session, priced);
       let value: T | undefined;
       let error: unknown;
       let raised = false;

@@ -71,7 +71,9 @@ export interface FetchOptions<T> {
    * of the step that builds it. The helper adds the `Idempotency-Key` header
    * and the run's signal (an `init.signal` is replaced: pass yours as
    * `RunOptions.signal`). Give a body that can be sent again (a string or
-   * bytes, not a stream), or build it per step.
+   * bytes, not a stream), or build it per step. A string or bytes body is
+   * recorded on the attempt as its SHA-256 (`step.requestBody`), so a retry
+   * that sends another body is `request_body_drift`.
    */
   init?: RequestInit | ((step: Step) => RequestInit) | undefined;
   /** Reads a 2xx response into the run's result (default: the `Response` itself). */
@@ -89,6 +91,9 @@ function fetchUrl(url: string | URL, options: FetchRequestOptions, step: Step, g
   const headers = new Headers(base.headers);
   headers.set("Idempotency-Key", options.idempotencyKey);
   const doFetch = given.fetch ?? ((input: string | URL, init: RequestInit) => globalThis.fetch(input, init));
+  const body = base.body;
+  if (typeof body === "string" || body instanceof Uint8Array) step.requestBody(body);
+  else if (body instanceof ArrayBuffer) step.requestBody(new Uint8Array(body));
   return doFetch(url, { ...base, headers, signal: options.signal });
 }
 

@@ -21,10 +21,12 @@ import type {
   Judgement,
   Outcome,
   Policy,
+  PriceSchedule,
   Receipt,
   Sealed,
   StreamLogEntry,
   Terminal,
+  Usage,
 } from "./types.js";
 
 /** The raw session's streaming methods (the module's `Session` has them). */
@@ -36,6 +38,15 @@ interface RawStreaming {
 }
 
 const streaming = (r: RawSession): RawStreaming => r as unknown as RawStreaming;
+
+/** The raw session's pricing and request body methods (the module's `Session` has them). */
+interface RawReports {
+  set_price_schedule(schedule: string): string;
+  add_usage(usage: string): number;
+  set_request_body_sha256(digest: string): void;
+}
+
+const reportsOf = (r: RawSession): RawReports => r as unknown as RawReports;
 
 /** The raw session's fleet methods (the module's `Session` has them). */
 interface RawFleet {
@@ -94,6 +105,8 @@ export class Session {
   readonly #raw: RawSession;
   readonly #streams: boolean;
   readonly #fleet: boolean;
+  /** The price schedule's canonical JSON, once set. */
+  #schedule: string | undefined;
 
   /** @internal Use `compiled.session()`. */
   constructor(compiled: CompiledPolicy, raw: RawSession) {
@@ -247,6 +260,42 @@ export class Session {
     return { outcome, rule };
   }
 
+  /**
+   * Price the run's usage with `schedule` (`retryledger.price_schedule.v1`),
+   * checked against the policy (`cost_unit_mismatch`,
+   * `price_schedule_missing_release`, …); only before the first attempt. The
+   * receipt then binds the schedule's digest and the bundle carries it.
+   */
+  setPriceSchedule(schedule: Input<PriceSchedule>): void {
+    const r = this.#raw;
+    const text = toText(schedule);
+    this.#schedule = call(() => reportsOf(r).set_price_schedule(text));
+  }
+
+  /**
+   * Report usage of the attempt in flight (units by kind; reports add up).
+   * The attempt records it raw and costs what the schedule charges for it,
+   * so it is not also charged by hand (`charge_with_usage`). Returns what
+   * the attempt's usage so far costs. Throws the core's coded error
+   * (`price_schedule_missing_release` without a schedule, `usage_unpriced`,
+   * `integer_out_of_range`, `arithmetic_overflow`) and keeps nothing then.
+   */
+  addUsage(usage: Input<Usage>): number {
+    const r = this.#raw;
+    const text = toText(usage);
+    return call(() => reportsOf(r).add_usage(text));
+  }
+
+  /**
+   * Report the SHA-256 (lowercase hex) of the request body the attempt in
+   * flight sent. Every later attempt on the same route must send the same
+   * body (replay: `request_body_drift`).
+   */
+  setRequestBodySha256(digest: string): void {
+    const r = this.#raw;
+    call(() => reportsOf(r).set_request_body_sha256(digest));
+  }
+
   /** Mark the run cancelled between attempts at `at_ms` (run clock). */
   cancel(at_ms: number): void {
     const r = this.#raw;
@@ -289,7 +338,7 @@ export class Session {
     const [receipt, attempts] = sealed(r);
     const events = this.#streams ? streaming(r).stream_events_json() : undefined;
     const snapshots = this.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
-    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json(), events, snapshots);
+    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json(), events, snapshots, this.#schedule);
   }
 
   static {
@@ -299,9 +348,10 @@ export class Session {
       // The fleet snapshots are read now (the session may be freed below).
       const snapshots = session.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
       // A streamed run's event log is read with the bundle, from the session kept until then.
-      if (session.#streams) return new SealedRun(session.compiled, receipt, attempts ?? r, r, snapshots);
+      const schedule = session.#schedule;
+      if (session.#streams) return new SealedRun(session.compiled, receipt, attempts ?? r, r, snapshots, schedule);
       if (attempts !== undefined) r.free();
-      return new SealedRun(session.compiled, receipt, attempts ?? r, undefined, snapshots);
+      return new SealedRun(session.compiled, receipt, attempts ?? r, undefined, snapshots, schedule);
     };
   }
 
@@ -338,6 +388,7 @@ class SealedRun implements Sealed {
   #attempts: string | RawSession;
   #events: string | RawSession | undefined;
   readonly #snapshots: string | undefined;
+  readonly #schedule: string | undefined;
   #bundle: Bundle | undefined;
   #sha: string | undefined;
 
@@ -345,7 +396,8 @@ class SealedRun implements Sealed {
    * `attempts`: their JSON, or the finished session to read it from once;
    * `events`: in a streamed run, the event log's JSON or the session to read
    * it from once. A session given is freed once everything it holds was read.
-   * `snapshots`: under a fleet section, the fleet snapshots' JSON.
+   * `snapshots`: under a fleet section, the fleet snapshots' JSON;
+   * `schedule`: the run's price schedule's canonical JSON, when it has one.
    */
   constructor(
     compiled: CompiledPolicy,
@@ -353,9 +405,11 @@ class SealedRun implements Sealed {
     attempts: string | RawSession,
     events: string | RawSession | undefined,
     snapshots: string | undefined,
+    schedule: string | undefined,
   ) {
     this.#compiled = compiled;
     this.#snapshots = snapshots;
+    this.#schedule = schedule;
     this.#receipt = receipt;
     this.#attempts = attempts;
     this.#events = events;
@@ -400,10 +454,12 @@ class SealedRun implements Sealed {
       const policy = this.#compiled.policy as Policy;
       const snapshots = this.#snapshots;
       // Keys in canonical order.
-      const b: Bundle =
-        snapshots === undefined
-          ? { attempts, policy, receipt: this.receipt, schema: BUNDLE_SCHEMA }
-          : { attempts, fleet_snapshots: JSON.parse(snapshots) as FleetSnapshots, policy, receipt: this.receipt, schema: BUNDLE_SCHEMA };
+      const b = { attempts } as Bundle;
+      if (snapshots !== undefined) b.fleet_snapshots = JSON.parse(snapshots) as FleetSnapshots;
+      b.policy = policy;
+      if (this.#schedule !== undefined) b.price_schedule = JSON.parse(this.#schedule) as PriceSchedule;
+      b.receipt = this.receipt;
+      b.schema = BUNDLE_SCHEMA;
       const events = this.#eventsText();
       if (events !== undefined) b.stream_events = JSON.parse(events) as StreamLogEntry[];
       this.#bundle = b;
@@ -416,7 +472,8 @@ class SealedRun implements Sealed {
     const log = this.#eventsText();
     const events = log === undefined ? "" : `,"stream_events":${log}`;
     const snapshots = this.#snapshots === undefined ? "" : `,"fleet_snapshots":${this.#snapshots}`;
-    return `{"attempts":${this.#attemptsText()}${snapshots},"policy":${this.#compiled.policyJson},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"${events}}`;
+    const schedule = this.#schedule === undefined ? "" : `,"price_schedule":${this.#schedule}`;
+    return `{"attempts":${this.#attemptsText()}${snapshots},"policy":${this.#compiled.policyJson}${schedule},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"${events}}`;
   }
 
   toJSON(): { receipt: Receipt; receipt_sha256: string; bundle: Bundle; terminal: Terminal } {

@@ -180,8 +180,8 @@ function validUsage(u: unknown): u is Usage {
 class StreamAttemptStep extends AttemptStep implements StreamStep {
   readonly continuation: Continuation | undefined;
 
-  constructor(decision: DispatchDecision, key: string, startedAt: number, schedule: string | undefined) {
-    super(decision, key, startedAt, schedule);
+  constructor(decision: DispatchDecision, key: string, startedAt: number, session: Session, priced: boolean) {
+    super(decision, key, startedAt, session, priced);
     this.continuation = decision.continuation;
   }
 }
@@ -417,6 +417,7 @@ async function* drive<E>(
   };
 
   const session: Session = compiled.session();
+  if (schedule !== undefined) session.setPriceSchedule(schedule);
   let sequence = 0; // events yielded (the log's length)
   let pending = 0; // live deltas neither committed nor invalidated
   let lastOrdinal = 0;
@@ -464,7 +465,7 @@ async function* drive<E>(
       }
 
       const startedAt = t;
-      const step = new StreamAttemptStep(decision, key, startedAt, schedule);
+      const step = new StreamAttemptStep(decision, key, startedAt, session, schedule !== undefined);
       const ordinal = step.ordinal;
       lastOrdinal = ordinal;
       const cont = step.continuation;

@@ -140,12 +140,16 @@ export interface Attempt {
   logical_request_sha256: Sha256Hex;
   ordinal: number;
   outcome: Outcome;
+  /** Digest of the request body the attempt sent (after lowering to its route), when the host reported it. */
+  request_body_sha256?: Sha256Hex;
   route_id: Identifier;
   route_ordinal: number;
   route_release_sha256: Sha256Hex;
   started_at_ms: number;
   /** The attempt's stream record, in a streamed run. */
   stream?: StreamRecord;
+  /** Raw usage the provider reported; the attempt's cost is then what the run's price schedule charges for it. */
+  usage?: Usage;
 }
 
 /** `retryledger.attempts.v1` */
@@ -229,6 +233,8 @@ export interface Receipt {
   idempotency_key_sha256: Sha256Hex;
   logical_request_sha256: Sha256Hex;
   policy_sha256: Sha256Hex;
+  /** Digest of the run's price schedule, when it had one. */
+  price_schedule_sha256?: Sha256Hex;
   route_attempts: RouteCount[];
   schedule: ScheduleEntry[];
   schema: "retryledger.receipt.v1";
@@ -244,6 +250,8 @@ export interface Bundle {
   /** Every fleet snapshot an admission read, when the policy has a fleet section. */
   fleet_snapshots?: FleetSnapshots;
   policy: Policy;
+  /** The price schedule that priced the run's usage, when it had one. */
+  price_schedule?: PriceSchedule;
   receipt: Receipt;
   schema: "retryledger.bundle.v1";
   /** The consumer's event log, in a streamed run. */
@@ -273,7 +281,7 @@ export interface DriftVerdict {
 export type Verdict = VerifiedVerdict | DriftVerdict;
 
 /** Any document with a digest. */
-export type Document = Policy | Attempts | Receipt | Bundle;
+export type Document = Policy | Attempts | Receipt | Bundle | PriceSchedule;
 
 // ---------------------------------------------------------------- HTTP
 

@@ -168,6 +168,11 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
             text(input, "store"),
             text(input, "script"),
         ),
+        "priced_session" => retryledger_core::lab::priced_session(
+            text(input, "policy"),
+            text(input, "schedule"),
+            text(input, "script"),
+        ),
         "stream_session" => {
             retryledger_core::lab::stream_session(text(input, "policy"), text(input, "script"))
         }

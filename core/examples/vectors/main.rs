@@ -45,6 +45,7 @@ mod retry_after;
 mod schedule;
 mod stream;
 mod tables;
+mod usage;
 mod verify;
 
 use family::{write_family, Family};
@@ -69,6 +70,7 @@ const FAMILIES: &[fn() -> Family] = &[
     drivers::family,
     stream::family,
     fleet::family,
+    usage::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -107,6 +109,9 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `lift_request` | `call` (`openai.chat.completions`, `openai.responses`, `anthropic.messages`), `params` (the call's parameters, any JSON) |\n\
          | `judge` | `facts` (what a host observed of one attempt: docs/HOSTS.md) |\n\
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
+         | `stream_session` | `policy`, `script`: a streamed session step by step (docs/STREAMING.md) |\n\
+         | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\
+         | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\
          \n\
          Document inputs are JSON *text* (strings), passed to the operation as is, so\n\
          hostile text (duplicate keys, `-0`, lone surrogate escapes, a byte order mark)\n\

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::common::{reference, set, t};
 use crate::family::Family;
 
-fn schedule() -> Value {
+pub fn schedule() -> Value {
     let p = reference();
     let releases: Vec<Value> = p["routes"]
         .as_array()
