@@ -2,6 +2,7 @@
 // server on 127.0.0.1 (test/loopback.mjs), scripted per route.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 
 import Anthropic from "@anthropic-ai/sdk";
 
@@ -120,6 +121,10 @@ test("exercise 7, bound: 429 then 503 then the fallback, within the policy's bou
       ],
     );
     for (const s of seen) assert.equal(s.idempotencyKey, KEY);
+    assert.deepEqual(
+      run.bundle.attempts.attempts.map((a) => a.request_body_sha256),
+      seen.map((s) => createHash("sha256").update(s.body).digest("hex")),
+    );
     const gaps = gapsAfterHints(seen, assert.ok);
     assert.deepEqual(
       run.receipt.schedule.map((s) => [s.outcome, s.retry_after_floor_ms, s.delay_ms]),

@@ -3,6 +3,7 @@
 // then success on the fallback route.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import http from "node:http";
 
 import OpenAI from "openai";
@@ -12,7 +13,7 @@ import { openaiDispatch, runWithOpenAI } from "../dist/openai.js";
 import { KEY, referencePolicy } from "./helpers.mjs";
 
 /**
- * @typedef {{route: string, arrivedAt: number, respondedAt: number, status: number, idempotencyKey: string | undefined, retryAfterMs: number}} Seen
+ * @typedef {{route: string, arrivedAt: number, respondedAt: number, status: number, idempotencyKey: string | undefined, retryAfterMs: number, body: string}} Seen
  */
 
 /** The fake provider. Each server counts what it receives and answers from its script. */
@@ -61,7 +62,7 @@ async function fakeProvider() {
       }
       // Stamped before sending: the client cannot see the response earlier.
       const respondedAt = performance.now();
-      seen.push({ route, arrivedAt, respondedAt, status, idempotencyKey: Array.isArray(key) ? key.join(",") : key, retryAfterMs });
+      seen.push({ route, arrivedAt, respondedAt, status, idempotencyKey: Array.isArray(key) ? key.join(",") : key, retryAfterMs, body });
       res.writeHead(status, headers);
       res.end(JSON.stringify(payload));
     });
@@ -135,6 +136,11 @@ test("with the helper: at most the policy's bound, one Idempotency-Key, nothing 
       ],
     );
     for (const s of seen) assert.equal(s.idempotencyKey, KEY);
+    // Each attempt records the SHA-256 of the body the server received (the client's fetch is wrapped per attempt).
+    assert.deepEqual(
+      run.bundle.attempts.attempts.map((a) => a.request_body_sha256),
+      seen.map((s) => createHash("sha256").update(s.body).digest("hex")),
+    );
     // Each request arrived no earlier than the previous response's Retry-After
     // (and the policy's backoff) allowed.
     const receipt = run.receipt.schedule;

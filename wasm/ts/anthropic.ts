@@ -36,6 +36,7 @@
  */
 
 import { AttemptError } from "./facts.js";
+import { sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
@@ -127,7 +128,7 @@ export function anthropicDispatch<C extends AnthropicClientLike, T>(
       timeout: Math.max(1, step.remainingMs),
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
-    const result = await call(client, options, step);
+    const result = await call(sendingClient(client, step), options, step);
     if (step.priced) {
       const units = anthropicUsageUnits(result);
       if (units !== undefined) step.usage(units);
@@ -252,7 +253,7 @@ export function anthropicStreamDispatch<C extends AnthropicClientLike, E>(
       timeout: Math.max(1, step.remainingMs),
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
-    return call(client, options, step);
+    return call(sendingClient(client, step), options, step);
   };
 }
 

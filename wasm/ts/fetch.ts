@@ -16,6 +16,7 @@
  */
 
 import { AttemptError } from "./facts.js";
+import { recordBody } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { CompiledPolicy, type Input } from "./core.js";
 import type { Policy } from "./types.js";
@@ -91,9 +92,7 @@ function fetchUrl(url: string | URL, options: FetchRequestOptions, step: Step, g
   const headers = new Headers(base.headers);
   headers.set("Idempotency-Key", options.idempotencyKey);
   const doFetch = given.fetch ?? ((input: string | URL, init: RequestInit) => globalThis.fetch(input, init));
-  const body = base.body;
-  if (typeof body === "string" || body instanceof Uint8Array) step.requestBody(body);
-  else if (body instanceof ArrayBuffer) step.requestBody(new Uint8Array(body));
+  recordBody(step, base.body);
   return doFetch(url, { ...base, headers, signal: options.signal });
 }
 

@@ -37,6 +37,7 @@
  */
 
 import { AttemptError } from "./facts.js";
+import { sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
@@ -144,7 +145,7 @@ export function openaiDispatch<C extends OpenAIClientLike, T>(
       idempotencyKey: step.idempotencyKey,
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
-    const result = await call(client, options, step);
+    const result = await call(sendingClient(client, step), options, step);
     if (step.priced) {
       const units = openaiUsageUnits(result);
       if (units !== undefined) step.usage(units);
@@ -334,7 +335,7 @@ export function openaiStreamDispatch<C extends OpenAIClientLike, E>(
       idempotencyKey: step.idempotencyKey,
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
-    return call(client, options, step);
+    return call(sendingClient(client, step), options, step);
   };
 }
 

@@ -1,0 +1,38 @@
+/**
+ * What an SDK client sends during one attempt: the `openai` and
+ * `@anthropic-ai/sdk` integrations give each attempt a copy of the route's
+ * client (`withOptions`) whose `fetch` records the SHA-256 of the request
+ * body it sends on the step (`step.requestBody`), then calls the client's
+ * own `fetch`. A client without `withOptions` and `fetch` (a stand-in) is
+ * used as it is, and a body that is neither a string nor bytes (a stream, a
+ * form) is not recorded.
+ */
+
+import type { Step } from "./driver.js";
+
+type FetchLike = (input: unknown, init?: { body?: unknown }) => Promise<unknown>;
+
+interface Copyable {
+  fetch?: unknown;
+  withOptions?: unknown;
+}
+
+/** Record `body` on `step` when it is a string or bytes. */
+export function recordBody(step: Step, body: unknown): void {
+  if (typeof body === "string" || body instanceof Uint8Array) step.requestBody(body);
+  else if (body instanceof ArrayBuffer) step.requestBody(new Uint8Array(body));
+}
+
+/** `client` for one attempt: a copy whose `fetch` records the body it sends on `step`. */
+export function sendingClient<C>(client: C, step: Step): C {
+  const c = client as C & Copyable;
+  const own = c.fetch;
+  const copy = c.withOptions;
+  if (typeof own !== "function" || typeof copy !== "function") return client;
+  const send = own as FetchLike;
+  const fetch: FetchLike = (input, init) => {
+    recordBody(step, init?.body);
+    return send.call(undefined, input, init);
+  };
+  return (copy as (options: { fetch: FetchLike }) => C).call(client, { fetch });
+}
