@@ -19,9 +19,13 @@ import httpx
 import httpx2
 import openai
 import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 import retryledger
 import retryledger.anthropic as rl_anthropic
+import retryledger.google_genai as rl_google
 import retryledger.httpx as rl_httpx
 import retryledger.openai as rl_openai
 from retryledger import Step
@@ -307,3 +311,111 @@ def test_an_unpaired_surrogate_in_a_body_is_replaced() -> None:
         retryledger.Facts(result="raised", status=429, error_body=facts.to_dict()["error_body"], provider_family="openai")
     )
     assert judged["outcome"] == {"class": "non_retryable", "kind": "quota_exhausted"}
+
+
+# ---- google-genai: Gemini's envelope through the real SDK --------------------
+
+
+def genai_clients(server: ScriptedServer, **options: Any) -> Dict[str, genai.Client]:
+    return {
+        "private-primary": genai.Client(
+            api_key="test", http_options=genai_types.HttpOptions(base_url=server.url("primary"), api_version="v1beta", **options)
+        ),
+        "external-fallback": genai.Client(
+            api_key="test", http_options=genai_types.HttpOptions(base_url=server.url("fallback"), api_version="v1beta")
+        ),
+    }
+
+
+GENERATED = {
+    "candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP", "index": 0}],
+    "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 1, "totalTokenCount": 4},
+}
+
+
+def generate(client: genai.Client, options: genai_types.HttpOptions, step: Step) -> str:
+    reply = client.models.generate_content(
+        model="gemini-2.0-flash", contents="INC-4471", config=genai_types.GenerateContentConfig(http_options=options)
+    )
+    return reply.text or ""
+
+
+def genai_server(serve: Any, quota_id: str) -> ScriptedServer:
+    server: ScriptedServer = serve(
+        {"primary": [(429, {}), (200, {})], "fallback": [(200, {})]},
+        lambda status: GENERATED if status == 200 else gemini(quota_id, "1.5s"),
+    )
+    return server
+
+
+def test_google_genai_per_minute_waits_the_retry_delay(serve: Any) -> None:
+    server = genai_server(serve, "GenerateRequestsPerMinutePerProjectPerModel-FreeTier")
+    clock = FakeClock()
+    result = rl_google.run(policy("google"), genai_clients(server), generate, KEY, clock=clock, sleep=clock.sleep)
+    assert result.value == "ok"
+    assert server.count() == 2
+    assert {r.idempotency_key for r in server.requests} == {KEY}
+    assert clock.sleeps == [1500]
+    assert attempts(result.bundle)[0]["outcome"] == {
+        "class": "retryable",
+        "kind": "rate_limited",
+        "retry_after_ms": 1500,
+        "retry_after_source": "retry_info",
+    }
+
+
+def test_google_genai_per_day_stops_after_one_attempt(serve: Any) -> None:
+    server = genai_server(serve, "GenerateRequestsPerDayPerProjectPerModel-FreeTier")
+    with pytest.raises(retryledger.RunStoppedError) as info:
+        rl_google.run(policy("google"), genai_clients(server), generate, KEY)
+    assert info.value.code == "stop_non_retryable"
+    assert server.count() == 1
+    assert isinstance(info.value.__cause__, genai_errors.ClientError)
+    assert [a["outcome"] for a in attempts(info.value.bundle)] == [{"class": "non_retryable", "kind": "quota_exhausted"}]
+
+
+def test_google_genai_async_per_minute_waits(serve: Any) -> None:
+    import asyncio
+
+    server = genai_server(serve, "GenerateRequestsPerMinutePerProjectPerModel-FreeTier")
+    clock = FakeClock()
+
+    async def agenerate(client: genai.Client, options: genai_types.HttpOptions, step: Step) -> str:
+        reply = await client.aio.models.generate_content(
+            model="gemini-2.0-flash", contents="x", config=genai_types.GenerateContentConfig(http_options=options)
+        )
+        return reply.text or ""
+
+    result = asyncio.run(
+        rl_google.run_async(policy("google"), genai_clients(server), agenerate, KEY, clock=clock, sleep=clock.async_sleep)
+    )
+    assert result.value == "ok"
+    assert clock.sleeps == [1500]
+
+
+def test_google_genai_client_that_retries_is_refused_before_any_request(serve: Any) -> None:
+    server = genai_server(serve, "GenerateRequestsPerMinutePerProjectPerModel-FreeTier")
+    for retry in (genai_types.HttpRetryOptions(), genai_types.HttpRetryOptions(attempts=3)):
+        with pytest.raises(retryledger.PolicyError) as info:
+            rl_google.run(policy("google"), genai_clients(server, retry_options=retry), generate, KEY)
+        assert info.value.code == "retry_owner_not_harness"
+    with pytest.raises(retryledger.PolicyError):
+        rl_google.require_no_retries(object())
+    rl_google.require_no_retries(genai_clients(server, retry_options=genai_types.HttpRetryOptions(attempts=1))["private-primary"])
+    assert server.count() == 0
+
+
+def test_google_genai_naive_retries_multiply(serve: Any) -> None:
+    server = serve({"primary": [(429, {})]}, lambda status: gemini("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "0.01s"))
+    client = genai.Client(
+        api_key="test",
+        http_options=genai_types.HttpOptions(
+            base_url=server.url("primary"),
+            api_version="v1beta",
+            retry_options=genai_types.HttpRetryOptions(attempts=3, initial_delay=0.001, max_delay=0.002),
+        ),
+    )
+    for _ in range(3):
+        with pytest.raises(genai_errors.ClientError):
+            client.models.generate_content(model="gemini-2.0-flash", contents="x")
+    assert server.count() == 9
