@@ -7,11 +7,13 @@ import assert from "node:assert/strict";
 
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
+import { ApiError, GoogleGenAI } from "@google/genai";
 
 import * as rl from "../dist/index.js";
 import { runWithOpenAI } from "../dist/openai.js";
 import { runWithAnthropic } from "../dist/anthropic.js";
 import { HttpStatusError, runWithFetch } from "../dist/fetch.js";
+import { googleGenAIDispatch, runWithGoogleGenAI } from "../dist/google-genai.js";
 import { KEY, policyWith } from "./helpers.mjs";
 import { scriptedServer } from "./loopback.mjs";
 
@@ -233,4 +235,94 @@ test("facts: the body is passed bounded and well-formed, and only the core class
   const noted = rl.judge(JSON.stringify({ ...big, provider_family: "openai" }));
   assert.deepEqual(noted.notes, ["body_oversize"]);
   assert.equal(rl.factsOf({ status: 200, body: "fine" }).error_body, undefined);
+});
+
+// ---- @google/genai: Gemini's envelope through the real SDK ----------------------
+
+const GENERATED = {
+  candidates: [{ content: { role: "model", parts: [{ text: "summary" }] }, finishReason: "STOP", index: 0 }],
+  usageMetadata: { promptTokenCount: 3, candidatesTokenCount: 1, totalTokenCount: 4 },
+};
+
+/** @param {string} base @param {Record<string, unknown>} [extra] */
+const genaiClients = (base, extra = {}) => ({
+  "private-primary": new GoogleGenAI({ apiKey: "test-key", httpOptions: { baseUrl: `${base}/primary`, apiVersion: "v1beta", ...extra } }),
+  "external-fallback": new GoogleGenAI({ apiKey: "test-key", httpOptions: { baseUrl: `${base}/fallback`, apiVersion: "v1beta" } }),
+});
+
+/** @type {(client: GoogleGenAI, options: import("../dist/google-genai.js").GoogleGenAIRequestOptions, step: import("../dist/index.js").Step, signal: AbortSignal) => Promise<string>} */
+const generate = async (client, options, _step, signal) => {
+  const reply = await client.models.generateContent({ model: "gemini-2.0-flash", contents: "INC-4471", config: { httpOptions: options, abortSignal: signal } });
+  return reply.text ?? "";
+};
+
+test("@google/genai: per-minute RESOURCE_EXHAUSTED with retryDelay 1.5s waits 1.5 s before the next attempt", async () => {
+  const provider = await scriptedServer({
+    primary: [{ status: 429, body: gemini("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "1.5s") }, { status: 200, body: GENERATED }],
+    fallback: [{ status: 200, body: GENERATED }],
+  });
+  try {
+    const fake = fakeClock();
+    const run = await runWithGoogleGenAI(policyFor("google"), genaiClients(provider.base), generate, { idempotencyKey: KEY, ...fake.options });
+    assert.equal(run.result, "summary");
+    assert.deepEqual(fake.clock.sleeps, [1500]);
+    assert.deepEqual(
+      provider.seen.map((s) => [s.route, s.idempotencyKey]),
+      [
+        ["primary", KEY],
+        ["primary", KEY],
+      ],
+    );
+    assert.deepEqual(run.bundle.attempts.attempts[0]?.outcome, { class: "retryable", kind: "rate_limited", retry_after_ms: 1500, retry_after_source: "retry_info" });
+  } finally {
+    await provider.close();
+  }
+});
+
+test("@google/genai: a per-day quota stops after one attempt with stop_non_retryable", async () => {
+  const provider = await scriptedServer({
+    primary: [{ status: 429, body: gemini("GenerateRequestsPerDayPerProjectPerModel-FreeTier", "1.5s") }],
+    fallback: [{ status: 200, body: GENERATED }],
+  });
+  try {
+    const e = stopped(await runWithGoogleGenAI(policyFor("google"), genaiClients(provider.base), generate, { idempotencyKey: KEY }).then(() => undefined, (x) => x));
+    assert.equal(e.code, "stop_non_retryable");
+    assert.equal(provider.seen.length, 1);
+    assert.deepEqual(
+      e.sealed.bundle.attempts.attempts.map((a) => a.outcome),
+      [{ class: "non_retryable", kind: "quota_exhausted" }],
+    );
+  } finally {
+    await provider.close();
+  }
+});
+
+test("@google/genai: a client whose own retries are on is refused before any request", async () => {
+  const provider = await scriptedServer({ primary: [{ status: 200, body: GENERATED }], fallback: [{ status: 200, body: GENERATED }] });
+  try {
+    const refused = (/** @type {unknown} */ e) => e instanceof rl.PolicyError && e.code === "retry_owner_not_harness";
+    for (const retryOptions of [{}, { attempts: 3 }]) {
+      await assert.rejects(runWithGoogleGenAI(policyFor("google"), genaiClients(provider.base, { retryOptions }), generate, { idempotencyKey: KEY }), refused);
+    }
+    assert.throws(() => googleGenAIDispatch(/** @type {any} */ ({ models: {}, apiClient: { clientOptions: { httpOptions: 7 } } }), generate), refused);
+    const once = genaiClients(provider.base, { retryOptions: { attempts: 1 } });
+    const run = await runWithGoogleGenAI(policyFor("google"), once, generate, { idempotencyKey: KEY });
+    assert.equal(run.result, "summary");
+    assert.equal(provider.seen.length, 1);
+  } finally {
+    await provider.close();
+  }
+});
+
+test("@google/genai: the SDK's own retries under a naive three-attempt loop send 3 x 3 = 9 requests", async () => {
+  const provider = await scriptedServer({ primary: [{ status: 429, body: gemini("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "0.01s") }] });
+  try {
+    const client = new GoogleGenAI({ apiKey: "test-key", httpOptions: { baseUrl: `${provider.base}/primary`, apiVersion: "v1beta", retryOptions: { attempts: 3, initialDelay: 0.001, maxDelay: 0.002 } } });
+    for (let i = 0; i < 3; i += 1) {
+      await assert.rejects(client.models.generateContent({ model: "gemini-2.0-flash", contents: "x" }), (e) => e instanceof ApiError);
+    }
+    assert.equal(provider.seen.length, 9);
+  } finally {
+    await provider.close();
+  }
 });
