@@ -36,6 +36,17 @@ for path in sorted((ROOT / "tests" / "vectors").glob("*.json")):
             put("digest", enc(inp["document"]))
         elif op == "judge":
             put("judge", enc(inp["facts"]))
+            facts = json.loads(inp["facts"])
+            if isinstance(facts, dict) and isinstance(facts.get("error_body"), str):
+                families = ["generic", "openai", "azure_openai", "anthropic", "google"]
+                family = families.index(facts["provider_family"]) if facts.get("provider_family") in families else 0
+                status = facts.get("status", 429) if isinstance(facts.get("status"), int) else 429
+                head = "".join("%s: %s\n" % (n, v) for n, v in facts.get("headers", []))
+                put(
+                    "provider_body",
+                    bytes([family]) + struct.pack("<H", (status - 100) % 500) + struct.pack("<I", 60_000)
+                    + enc(facts["error_body"]) + b"\0" + enc(head),
+                )
         elif op in ("canonical_request", "request_sha256"):
             put("request", enc(inp["request"]))
         elif op == "build_policy":

@@ -45,6 +45,7 @@ pub fn long_run(n: usize) -> Bundle {
     let down = Outcome::Retryable {
         kind: RetryableKind::Unavailable,
         retry_after_ms: None,
+        retry_after_source: None,
     };
     let mut steps: Vec<Step> = (1..n).map(|_| Step::new(down, 20, 1)).collect();
     steps.push(Step::new(Outcome::Success, 20, 1));

@@ -47,8 +47,11 @@ pub struct RouteRelease {
     pub endpoint: Identifier,
     /// The model the provider serves.
     pub model: Identifier,
-    /// The provider family (`openai`, `anthropic`, `google`, …).
+    /// The provider (`openai`, `anthropic`, `google`, …).
     pub provider: Identifier,
+    /// The provider family whose error table and hint sources the route's
+    /// failures are read by ([`crate::provider`]); the route carries it.
+    pub provider_family: Option<crate::provider::ProviderFamily>,
     /// The pinned release (a dated model snapshot, an adapter version).
     pub release_pin: Identifier,
     /// `retryledger.route_release.v1`
@@ -59,6 +62,7 @@ object!(RouteRelease {
     endpoint: doc,
     model: doc,
     provider: doc,
+    provider_family: opt_doc,
     release_pin: doc,
     schema: doc,
 });
@@ -231,6 +235,7 @@ pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolic
             data_boundary: r.data_boundary,
             max_attempts: r.max_attempts,
             priority,
+            provider_family: r.release.provider_family,
             reserve_cost: r.reserve_cost,
             route_id: r.route_id,
             route_release_sha256: Sha256Hex::computed(digest_of(&r.release)),

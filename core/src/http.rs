@@ -12,6 +12,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::httpdate;
 use crate::limits::{MAX_HEADERS, MAX_RETRY_AFTER_BYTES, MAX_SAFE_INTEGER};
 use crate::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
+use crate::provider::{self, Kind, ProviderFamily, Reading};
 
 /// Which header carried the hint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,10 +125,16 @@ pub enum TransportError {
 /// One HTTP attempt as the host observed it. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpObservation {
+    /// The error body as text, for a route with a provider family
+    /// ([`crate::provider`]); ignored without one.
+    pub error_body: Option<String>,
     /// Response headers as `[name, value]` pairs (names case-insensitive).
     pub headers: Vec<(String, String)>,
     /// Wall clock at observation, Unix ms (resolves HTTP-date hints).
     pub now_unix_ms: u64,
+    /// The route's provider family: the error table and every hint source
+    /// apply ([`crate::provider`]). Absent: the v1 status and Retry-After rules.
+    pub provider_family: Option<ProviderFamily>,
     /// Whether any response body bytes reached the caller.
     pub response_bytes_received: bool,
     /// Cap applied to a Retry-After hint, ms.
@@ -188,20 +195,24 @@ impl Decode for Header {
 impl Decode for HttpObservation {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
+        let error_body = f.opt("error_body");
         let headers = f.opt_with("headers", |v, at| decode_list::<Header>(v, at, MAX_HEADERS));
         let now_unix_ms = f.opt("now_unix_ms");
+        let provider_family = f.opt("provider_family");
         let response_bytes_received = f.opt("response_bytes_received");
         let retry_after_cap_ms = f.opt("retry_after_cap_ms");
         let status = f.opt("status");
         let transport_error = f.opt("transport_error");
         f.end()?;
         Ok(Self {
+            error_body,
             headers: headers
                 .unwrap_or_default()
                 .into_iter()
                 .map(Header::into_pair)
                 .collect(),
             now_unix_ms: now_unix_ms.unwrap_or(0),
+            provider_family,
             response_bytes_received: response_bytes_received.unwrap_or(false),
             retry_after_cap_ms: retry_after_cap_ms.unwrap_or(MAX_SAFE_INTEGER),
             status,
@@ -253,16 +264,26 @@ impl HttpObservation {
 /// policy denied; 400/404/405/406/410/411/413/414/415/422 invalid requests;
 /// 1xx and 3xx protocol violations. Without a status: connect failures are
 /// unavailable, timeouts are timeouts before response, resets are unknown
-/// acceptance.
+/// acceptance. With a provider family, an error status is read by
+/// [`crate::provider`]: its error table and every hint source.
 pub fn classify_http(obs: &HttpObservation) -> Result<Outcome> {
+    Ok(classify_reading(obs)?.outcome)
+}
+
+/// [`classify_http`] with the notes of a provider-aware reading
+/// ([`crate::provider`]): what was ignored and why.
+pub fn classify_reading(obs: &HttpObservation) -> Result<Reading> {
     use IndeterminateKind as I;
-    use NonRetryableKind as N;
     use RetryableKind as R;
+    let plain = |outcome| Reading {
+        outcome,
+        notes: Vec::new(),
+    };
     let retry = |kind| Outcome::Retryable {
         kind,
         retry_after_ms: obs.hint(),
+        retry_after_source: None,
     };
-    let stop = |kind| Outcome::NonRetryable { kind };
     let unknown = |kind| Outcome::Indeterminate { kind };
     if let Some(s) = obs.status {
         if !(100..=599).contains(&s) {
@@ -275,17 +296,17 @@ pub fn classify_http(obs: &HttpObservation) -> Result<Outcome> {
     }
     if obs.transport_error.is_some() {
         if obs.response_bytes_received {
-            return Ok(unknown(I::StreamInterruptedAfterOutput));
+            return Ok(plain(unknown(I::StreamInterruptedAfterOutput)));
         }
         match obs.status {
-            Some(200..=299) => return Ok(unknown(I::UnknownProviderAcceptance)),
+            Some(200..=299) => return Ok(plain(unknown(I::UnknownProviderAcceptance))),
             Some(_) => {}
             None => {
-                return Ok(match obs.transport_error {
+                return Ok(plain(match obs.transport_error {
                     Some(TransportError::ConnectFailed) => retry(R::Unavailable),
                     Some(TransportError::Timeout) => retry(R::TimeoutBeforeResponse),
                     _ => unknown(I::UnknownProviderAcceptance),
-                })
+                }))
             }
         }
     }
@@ -296,17 +317,42 @@ pub fn classify_http(obs: &HttpObservation) -> Result<Outcome> {
             "neither a status nor a transport error was observed",
         ));
     };
-    Ok(match status {
-        200..=299 => Outcome::Success,
-        408 => retry(R::TimeoutBeforeResponse),
-        429 => retry(R::RateLimited),
-        501 | 505 => stop(N::InvalidRequest),
-        500..=599 => retry(R::Unavailable),
-        403 => stop(N::PolicyDenied),
-        400 | 404 | 405 | 406 | 410 | 411 | 413 | 414 | 415 | 422 => stop(N::InvalidRequest),
-        400..=499 => stop(N::Rejected),
-        _ => stop(N::ProtocolViolation),
-    })
+    if (200..=299).contains(&status) {
+        return Ok(plain(Outcome::Success));
+    }
+    let Some(family) = obs.provider_family else {
+        return Ok(plain(match by_status(status) {
+            Kind::Retryable(kind) => retry(kind),
+            Kind::NonRetryable(kind) => Outcome::NonRetryable { kind },
+        }));
+    };
+    Ok(provider::read(
+        family,
+        status,
+        &obs.headers,
+        obs.error_body.as_deref(),
+        obs.now_unix_ms,
+        obs.retry_after_cap_ms,
+        by_status,
+    ))
+}
+
+/// The v1 status rules for a status outside 2xx.
+fn by_status(status: u64) -> Kind {
+    use NonRetryableKind as N;
+    use RetryableKind as R;
+    match status {
+        408 => Kind::Retryable(R::TimeoutBeforeResponse),
+        429 => Kind::Retryable(R::RateLimited),
+        501 | 505 => Kind::NonRetryable(N::InvalidRequest),
+        500..=599 => Kind::Retryable(R::Unavailable),
+        403 => Kind::NonRetryable(N::PolicyDenied),
+        400 | 404 | 405 | 406 | 410 | 411 | 413 | 414 | 415 | 422 => {
+            Kind::NonRetryable(N::InvalidRequest)
+        }
+        400..=499 => Kind::NonRetryable(N::Rejected),
+        _ => Kind::NonRetryable(N::ProtocolViolation),
+    }
 }
 
 #[cfg(test)]
@@ -364,7 +410,9 @@ mod tests {
                 .iter()
                 .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
                 .collect(),
+            error_body: None,
             now_unix_ms: NOW,
+            provider_family: None,
             response_bytes_received: false,
             retry_after_cap_ms: 5_000,
             status,
@@ -382,14 +430,16 @@ mod tests {
             )),
             Ok(Outcome::Retryable {
                 kind: RetryableKind::RateLimited,
-                retry_after_ms: Some(250)
+                retry_after_ms: Some(250),
+                retry_after_source: None,
             })
         );
         assert_eq!(
             classify_http(&obs(Some(503), &[("retry-after", "junk")])),
             Ok(Outcome::Retryable {
                 kind: RetryableKind::Unavailable,
-                retry_after_ms: None
+                retry_after_ms: None,
+                retry_after_source: None,
             })
         );
         assert_eq!(

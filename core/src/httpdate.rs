@@ -173,6 +173,77 @@ fn asctime(v: &str) -> Option<i64> {
     )
 }
 
+/// Unix milliseconds of an RFC 3339 date-time (`2026-12-03T16:05:46Z`,
+/// `2026-12-03T16:05:46.250+01:00`); a fraction below the millisecond rounds
+/// up. `None` if it is not one.
+pub fn rfc3339_ms(value: &str) -> Option<i64> {
+    let v = value.as_bytes();
+    if v.len() < 20 || v.len() > 40 || !value.is_ascii() {
+        return None;
+    }
+    let date = value.get(..10)?;
+    let sep = *v.get(10)?;
+    if sep != b'T' && sep != b't' {
+        return None;
+    }
+    let y = digits(date.get(..4)?, 4)?;
+    let m = digits(date.get(5..7)?, 2)?;
+    let d = digits(date.get(8..10)?, 2)?;
+    if date.get(4..5)? != "-" || date.get(7..8)? != "-" {
+        return None;
+    }
+    let secs = time(value.get(11..19)?)?;
+    let mut rest = value.get(19..)?;
+    let mut frac_ms = 0i64;
+    if let Some(after) = rest.strip_prefix('.') {
+        let n = after.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 || n > 9 {
+            return None;
+        }
+        let frac = after.get(..n)?;
+        let head = frac.get(..n.min(3))?;
+        let scale = match head.len() {
+            1 => 100,
+            2 => 10,
+            _ => 1,
+        };
+        let mut ms = head.parse::<i64>().ok()?.checked_mul(scale)?;
+        if frac.bytes().skip(3).any(|b| b != b'0') {
+            ms = ms.checked_add(1)?;
+        }
+        frac_ms = ms;
+        rest = after.get(n..)?;
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let negative = match rest.get(..1)? {
+                "+" => false,
+                "-" => true,
+                _ => return None,
+            };
+            if rest.len() != 6 || rest.get(3..4)? != ":" {
+                return None;
+            }
+            let h = digits(rest.get(1..3)?, 2)?;
+            let mi = digits(rest.get(4..6)?, 2)?;
+            if h > 23 || mi > 59 {
+                return None;
+            }
+            let off = h.checked_mul(3600)?.checked_add(mi.checked_mul(60)?)?;
+            if negative {
+                off.checked_neg()?
+            } else {
+                off
+            }
+        }
+    };
+    epoch(y, m, d, secs)?
+        .checked_sub(offset)?
+        .checked_mul(1000)?
+        .checked_add(frac_ms)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

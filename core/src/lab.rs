@@ -142,6 +142,7 @@ fn rate_limited(ms: u64) -> Outcome {
     Outcome::Retryable {
         kind: RetryableKind::RateLimited,
         retry_after_ms: Some(ms),
+        retry_after_source: None,
     }
 }
 
@@ -149,6 +150,7 @@ fn unavailable() -> Outcome {
     Outcome::Retryable {
         kind: RetryableKind::Unavailable,
         retry_after_ms: None,
+        retry_after_source: None,
     }
 }
 

@@ -22,6 +22,8 @@
 //!    its RFC 8785 canonical JSON ([`canonical`]).
 //!
 //! [`http`] reads Retry-After hints and classifies HTTP observations;
+//! [`provider`] holds the provider error tables and the hint precedence
+//! (bodies, rate-limit resets) for routes that name their provider family;
 //! [`observe`] judges what a host saw of one attempt (error class names and
 //! codes, status, headers, output delivered, cancellation) by one set of
 //! tables, and [`session`] is the state machine both drivers host.
@@ -59,6 +61,7 @@ pub mod outcome;
 mod parse;
 pub mod policy;
 pub mod price;
+pub mod provider;
 pub mod receipt;
 pub mod request;
 pub mod schedule;

@@ -46,9 +46,10 @@ use serde_json::Value;
 use crate::canonical::{Encode, ObjectWriter, Sink};
 use crate::decode::{decode_list, names, object, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
-use crate::http::{classify_http, Header, HttpObservation, TransportError};
+use crate::http::{classify_reading, Header, HttpObservation, TransportError};
 use crate::limits::{MAX_ERROR_NAMES, MAX_ERROR_NAME_BYTES, MAX_HEADERS, MAX_SAFE_INTEGER};
 use crate::outcome::{IndeterminateKind, NonRetryableKind, Outcome, RetryableKind};
+use crate::provider::{Note, ProviderFamily};
 use crate::stream::{StreamAction, StreamFacts, StreamMode};
 
 /// What the dispatch did.
@@ -148,8 +149,27 @@ pub const ERROR_CODES: &[(&str, Meaning)] = &[
     ("UND_ERR_SOCKET", RESET),
 ];
 
-/// The response headers the core reads; hosts need pass no others.
-pub const READ_HEADERS: &[&str] = &["retry-after", "retry-after-ms"];
+/// The response headers the core reads; hosts need pass no others. The
+/// rate-limit headers are read only for a route with a provider family
+/// ([`crate::provider`]).
+pub const READ_HEADERS: &[&str] = &[
+    "retry-after",
+    "retry-after-ms",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+    "ratelimit",
+    "ratelimit-policy",
+];
 
 fn lookup(table: &[(&str, Meaning)], name: &str) -> Option<Meaning> {
     table
@@ -167,6 +187,10 @@ pub struct Facts {
     pub cancelled: bool,
     /// The attempt completed at or after the run's deadline (a session sets it).
     pub deadline_passed: bool,
+    /// The error response's body as text (at most
+    /// [`crate::provider::MAX_ERROR_BODY_BYTES`] are read; a host passes at
+    /// most one character more). Read only for a provider family.
+    pub error_body: Option<String>,
     /// `code` strings of the error and its causes (`ECONNRESET`, ...).
     pub error_codes: Vec<String>,
     /// Class names of the error (most specific first), then of its causes.
@@ -177,6 +201,9 @@ pub struct Facts {
     pub now_unix_ms: u64,
     /// An outcome the error carries explicitly.
     pub outcome: Option<Outcome>,
+    /// The provider family whose tables apply ([`crate::provider`]); a
+    /// session takes it from the planned route when the route names one.
+    pub provider_family: Option<ProviderFamily>,
     /// Whether any response body bytes reached the caller.
     pub response_bytes_received: bool,
     /// Returned or raised.
@@ -204,11 +231,13 @@ impl Facts {
         Self {
             cancelled: false,
             deadline_passed: false,
+            error_body: None,
             error_codes: Vec::new(),
             error_types: Vec::new(),
             headers: Vec::new(),
             now_unix_ms: 0,
             outcome: None,
+            provider_family: None,
             response_bytes_received: false,
             result,
             status: None,
@@ -260,10 +289,13 @@ names!(Rule {
 });
 
 /// An outcome and the rule that decided it. Fields in canonical order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judgement {
     /// The outcome to record.
     pub outcome: Outcome,
+    /// What the provider-aware reading of the response ignored, and why
+    /// ([`crate::provider`]); absent when nothing was.
+    pub notes: Option<Notes>,
     /// The rule that decided it.
     pub rule: Rule,
     /// For a streamed run observed by a session: what the host does with
@@ -271,7 +303,24 @@ pub struct Judgement {
     pub stream: Option<StreamAction>,
 }
 
+/// The notes of a judgement, as a list of names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notes(pub Vec<Note>);
+
+impl Decode for Notes {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        decode_list(v, at, Note::ALL.len()).map(Self)
+    }
+}
+
+impl Encode for Notes {
+    fn encode(&self, sink: &mut dyn Sink) {
+        crate::canonical::encode_list(self.0.iter(), sink);
+    }
+}
+
 object!(Judgement {
+    notes: opt_doc,
     outcome: doc,
     rule: doc,
     stream: opt_doc,
@@ -286,6 +335,7 @@ const INTERRUPTED: Outcome = Outcome::Indeterminate {
 const TIMED_OUT: Outcome = Outcome::Retryable {
     kind: RetryableKind::TimeoutBeforeResponse,
     retry_after_ms: None,
+    retry_after_source: None,
 };
 
 /// Judge what a host observed (see the module documentation for the order).
@@ -298,6 +348,7 @@ pub fn judge(facts: &Facts) -> Result<Judgement> {
 pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement> {
     let decided = |outcome, rule| {
         Ok(Judgement {
+            notes: None,
             outcome,
             rule,
             stream: None,
@@ -367,17 +418,24 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
         .min();
     if let Some(status) = facts.status {
         let obs = HttpObservation {
+            error_body: facts.error_body.clone(),
             headers: facts.headers.clone(),
             now_unix_ms: facts.now_unix_ms,
+            provider_family: facts.provider_family,
             response_bytes_received: false,
             retry_after_cap_ms: MAX_SAFE_INTEGER,
             status: Some(status),
             transport_error: signal.and_then(transport),
         };
-        let o = classify_http(&obs)?;
+        let reading = classify_reading(&obs)?;
         // A raised error is never a success, whatever status it carries.
-        if o != Outcome::Success {
-            return decided(o, Rule::Status);
+        if reading.outcome != Outcome::Success {
+            return Ok(Judgement {
+                notes: (!reading.notes.is_empty()).then_some(Notes(reading.notes)),
+                outcome: reading.outcome,
+                rule: Rule::Status,
+                stream: None,
+            });
         }
     }
     // An opened stream that broke (or ended without its terminal event) is
@@ -387,6 +445,7 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
             Outcome::Retryable {
                 kind: RetryableKind::Unavailable,
                 retry_after_ms: None,
+                retry_after_source: None,
             },
             Rule::StreamCut,
         );
@@ -396,6 +455,7 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
             Signal::ConnectFailed => Outcome::Retryable {
                 kind: RetryableKind::Unavailable,
                 retry_after_ms: None,
+                retry_after_source: None,
             },
             Signal::Timeout => TIMED_OUT,
             Signal::Aborted if deadline_passed => TIMED_OUT,
@@ -449,11 +509,13 @@ impl Decode for Facts {
         let mut f = Fields::open(v, at)?;
         let cancelled = f.opt("cancelled");
         let deadline_passed = f.opt("deadline_passed");
+        let error_body = f.opt("error_body");
         let error_codes = f.opt_with("error_codes", names_of);
         let error_types = f.opt_with("error_types", names_of);
         let headers = f.opt_with("headers", |v, at| decode_list::<Header>(v, at, MAX_HEADERS));
         let now_unix_ms = f.opt("now_unix_ms");
         let outcome = f.opt("outcome");
+        let provider_family = f.opt("provider_family");
         let response_bytes_received = f.opt("response_bytes_received");
         let result = f.req("result");
         let status = f.opt("status");
@@ -473,6 +535,7 @@ impl Decode for Facts {
             }
         }
         Ok(Self {
+            error_body,
             cancelled: cancelled.unwrap_or(false),
             deadline_passed: deadline_passed.unwrap_or(false),
             error_codes: error_codes.unwrap_or_default(),
@@ -484,6 +547,7 @@ impl Decode for Facts {
                 .collect(),
             now_unix_ms: now_unix_ms.unwrap_or(0),
             outcome,
+            provider_family,
             response_bytes_received: response_bytes_received.unwrap_or(false),
             result,
             status,
@@ -501,6 +565,9 @@ impl Encode for Facts {
         }
         if self.deadline_passed {
             o.bool("deadline_passed", true);
+        }
+        if let Some(b) = &self.error_body {
+            o.str("error_body", b);
         }
         if !self.error_codes.is_empty() {
             o.list("error_codes", &self.error_codes);
@@ -520,6 +587,7 @@ impl Encode for Facts {
             o.u64("now_unix_ms", self.now_unix_ms);
         }
         o.opt_doc("outcome", self.outcome.as_ref());
+        o.opt_doc("provider_family", self.provider_family.as_ref());
         if self.response_bytes_received {
             o.bool("response_bytes_received", true);
         }
@@ -539,6 +607,17 @@ mod tests {
         let mut facts = Facts::raised();
         f(&mut facts);
         judge(&facts).unwrap()
+    }
+
+    #[test]
+    fn hosts_pass_every_header_a_provider_reading_needs() {
+        for h in crate::provider::RATE_LIMIT_HEADERS {
+            assert!(READ_HEADERS.contains(h), "{h}");
+        }
+        assert_eq!(
+            READ_HEADERS.len(),
+            crate::provider::RATE_LIMIT_HEADERS.len() + 2
+        );
     }
 
     #[test]
@@ -572,7 +651,8 @@ mod tests {
             j.outcome,
             Outcome::Retryable {
                 kind: RetryableKind::Unavailable,
-                retry_after_ms: None
+                retry_after_ms: None,
+                retry_after_source: None,
             },
             "connect_failed is the strongest evidence"
         );

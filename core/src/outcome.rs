@@ -35,7 +35,32 @@ pub enum NonRetryableKind {
     ProtocolViolation,
     /// The output failed validation; repair is a new request, not a retry.
     InvalidOutput,
+    /// An account or per-day quota that cannot clear within the run
+    /// (a provider's error body says so: [`crate::provider`]).
+    QuotaExhausted,
 }
+
+/// Where a retry hint came from, in the order of precedence
+/// ([`crate::provider`]): the first source that gives a valid hint wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintSource {
+    /// The `retry-after-ms` header.
+    RetryAfterMs,
+    /// The `Retry-After` header (delay-seconds or an HTTP-date).
+    RetryAfter,
+    /// The error body's `google.rpc.RetryInfo` `retryDelay`.
+    RetryInfo,
+    /// A rate-limit reset header whose matching `remaining` is 0
+    /// (`x-ratelimit-reset-*`, `anthropic-ratelimit-*-reset`, `RateLimit`).
+    RateLimitReset,
+}
+
+names!(HintSource {
+    RetryAfterMs => "retry-after-ms",
+    RetryAfter => "retry-after",
+    RetryInfo => "retry_info",
+    RateLimitReset => "ratelimit_reset",
+});
 
 /// Outcomes whose effect is unknown; they need reconciliation, not retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +82,9 @@ pub enum Outcome {
         kind: RetryableKind,
         /// The server's Retry-After hint in ms, unbounded as observed.
         retry_after_ms: Option<u64>,
+        /// Which source gave the hint, when the core read it
+        /// ([`crate::provider`]); absent on outcomes a host states itself.
+        retry_after_source: Option<HintSource>,
     },
     /// A non-retryable failure.
     NonRetryable {
@@ -82,6 +110,7 @@ names!(NonRetryableKind {
     InvalidRequest => "invalid_request",
     ProtocolViolation => "protocol_violation",
     InvalidOutput => "invalid_output",
+    QuotaExhausted => "quota_exhausted",
 });
 
 names!(IndeterminateKind {
@@ -114,13 +143,21 @@ impl Decode for Outcome {
             OutcomeClass::Retryable => {
                 let kind = f.req("kind");
                 let retry_after_ms = f.opt("retry_after_ms");
+                let retry_after_source = f.opt("retry_after_source");
                 f.end()?;
                 let Some(kind) = kind else {
                     return Err(f.incomplete());
                 };
+                if retry_after_source.is_some() && retry_after_ms.is_none() {
+                    return Err(At::Key(at, "retry_after_source").error(
+                        crate::error::ErrorCode::InvalidValue,
+                        "a hint source without `retry_after_ms`",
+                    ));
+                }
                 Self::Retryable {
                     kind,
                     retry_after_ms,
+                    retry_after_source,
                 }
             }
             OutcomeClass::NonRetryable => {
@@ -153,9 +190,11 @@ impl Encode for Outcome {
             Self::Retryable {
                 kind,
                 retry_after_ms,
+                retry_after_source,
             } => {
                 o.doc("kind", kind)
-                    .opt_u64("retry_after_ms", *retry_after_ms);
+                    .opt_u64("retry_after_ms", *retry_after_ms)
+                    .opt_doc("retry_after_source", retry_after_source.as_ref());
             }
             Self::NonRetryable { kind } => {
                 o.doc("kind", kind);

@@ -215,6 +215,9 @@ pub struct Route {
     pub max_attempts: u64,
     /// Order of use: 0 is the primary, then 1, 2, ...
     pub priority: u64,
+    /// The provider family whose error table and hint sources apply
+    /// ([`crate::provider`]); absent, the v1 status rules.
+    pub provider_family: Option<crate::provider::ProviderFamily>,
     /// Worst-case cost of one attempt, reserved before dispatch.
     pub reserve_cost: u64,
     /// Route identity.
@@ -289,6 +292,7 @@ object!(Route {
     data_boundary: doc,
     max_attempts: u64,
     priority: u64,
+    provider_family: opt_doc,
     reserve_cost: u64,
     route_id: doc,
     route_release_sha256: doc,

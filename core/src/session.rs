@@ -347,6 +347,17 @@ impl Session {
             Decision::Dispatch(d) => (d.deadline_ms, d.reserve_cost),
             Decision::Terminal { .. } => (u64::MAX, 0),
         };
+        // The route the attempt went to (after an admission, the one it admitted).
+        let family = match self.next() {
+            Decision::Dispatch(d) => self
+                .policy
+                .policy
+                .routes
+                .iter()
+                .find(|r| r.route_id == d.route_id)
+                .and_then(|r| r.provider_family),
+            Decision::Terminal { .. } => None,
+        };
         let mode = self.policy.policy.stream.as_ref().map(|s| s.mode);
         let bad = |field: &str, msg: String| {
             Err(Error::attempt(ErrorCode::InvalidValue, index, field, msg))
@@ -399,6 +410,7 @@ impl Session {
             _ => {}
         }
         let judged = Facts {
+            provider_family: family.or(facts.provider_family),
             stream: stream_facts,
             ..facts.clone()
         };

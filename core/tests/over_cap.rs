@@ -116,7 +116,7 @@ proptest! {
             let outcome = if s.succeeds {
                 Outcome::Success
             } else {
-                Outcome::Retryable { kind: RetryableKind::RateLimited, retry_after_ms: s.hint }
+                Outcome::Retryable { kind: RetryableKind::RateLimited, retry_after_ms: s.hint, retry_after_source: None }
             };
             if let Some(h) = s.hint.filter(|h| *h > cap && !s.succeeds) {
                 blocked.push((d.route_id.as_str().to_owned(), completed + h));
@@ -158,7 +158,7 @@ proptest! {
                 jitter_sample_ms: None,
                 logical_request_sha256: d.logical_request_sha256.clone(),
                 ordinal: 1,
-                outcome: Outcome::Retryable { kind: RetryableKind::RateLimited, retry_after_ms: Some(hint) },
+                outcome: Outcome::Retryable { kind: RetryableKind::RateLimited, retry_after_ms: Some(hint), retry_after_source: None },
                 request_body_sha256: None,
                 route_id: d.route_id.clone(),
                 route_ordinal: 1,

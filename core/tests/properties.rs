@@ -154,6 +154,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
         .prop_map(|(kind, retry_after_ms)| Outcome::Retryable {
             kind,
             retry_after_ms,
+            retry_after_source: None,
         });
     let non_retryable = prop_oneof![
         Just(NonRetryableKind::Rejected),

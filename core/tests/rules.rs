@@ -378,12 +378,14 @@ fn rl(ms: u64) -> Outcome {
     Outcome::Retryable {
         kind: RetryableKind::RateLimited,
         retry_after_ms: Some(ms),
+        retry_after_source: None,
     }
 }
 fn down() -> Outcome {
     Outcome::Retryable {
         kind: RetryableKind::Unavailable,
         retry_after_ms: None,
+        retry_after_source: None,
     }
 }
 

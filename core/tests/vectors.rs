@@ -344,6 +344,7 @@ fn arithmetic_overflow_through_the_typed_api() {
     let unavailable = Outcome::Retryable {
         kind: RetryableKind::Unavailable,
         retry_after_ms: None,
+        retry_after_source: None,
     };
     // A host recording the run step by step is refused at the overflowing attempt...
     let e = lab::simulate(

@@ -310,3 +310,58 @@ pub fn check_price_cost(data: &[u8]) {
         Err(e) => check_error(&e),
     }
 }
+
+/// Layout: family selector byte, status (2 bytes LE, folded into 100..=599),
+/// cap (4 bytes LE), then `body\0headers` with one `name: value` per line.
+/// A provider-aware reading never fails, never panics, and its hint stays
+/// within the cap; the same facts judged give the same outcome (for an
+/// error status: a raised error with a 2xx status is never a success).
+pub fn check_provider_body(data: &[u8]) {
+    use retryledger_core::http::{classify_http, HttpObservation};
+    use retryledger_core::observe::{judge, Facts};
+    use retryledger_core::provider::ProviderFamily;
+    if data.len() < 7 {
+        return;
+    }
+    let family = ProviderFamily::ALL[usize::from(data[0]) % ProviderFamily::ALL.len()];
+    let status = 100 + u64::from(u16::from_le_bytes([data[1], data[2]])) % 500;
+    let cap = u64::from(u32::from_le_bytes(data[3..7].try_into().unwrap()));
+    let rest = text(&data[7..]);
+    let (body, head) = rest.split_once('\0').unwrap_or((&rest, ""));
+    let headers: Vec<(String, String)> = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .take(64)
+        .collect();
+    let obs = HttpObservation {
+        error_body: Some(body.to_owned()),
+        headers: headers.clone(),
+        now_unix_ms: 1_764_777_946_000,
+        provider_family: Some(family),
+        response_bytes_received: false,
+        retry_after_cap_ms: cap,
+        status: Some(status),
+        transport_error: None,
+    };
+    let o = classify_http(&obs).expect("a status in range is always classified");
+    if let Some(ms) = o.retry_after_ms() {
+        assert!(ms <= cap, "{ms} over cap {cap}");
+    }
+    assert_jcs(&canonical_json(&o));
+    let mut facts = Facts::raised();
+    facts.status = Some(status);
+    facts.headers = headers;
+    facts.error_body = Some(body.to_owned());
+    facts.provider_family = Some(family);
+    facts.now_unix_ms = 1_764_777_946_000;
+    let j = judge(&facts).expect("judged");
+    // A raised error is never a success: only an error status is the same outcome.
+    if !(200..=299).contains(&status) {
+        assert_eq!(j.outcome.class(), o.class());
+        assert_eq!(j.outcome.kind_name(), o.kind_name());
+    }
+    let text = canonical_json(&j);
+    assert_jcs(&text);
+    assert_eq!(api::judge(&canonical_json(&facts)).unwrap(), text);
+}

@@ -3,7 +3,7 @@ retryledger._api) and the Session a host drives (docs/HOSTS.md)."""
 
 from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
-from ._tables import Rule as _Rule, Signal as _Signal, Terminal as _TerminalName
+from ._tables import Note as _Note, ProviderFamily as _ProviderFamily, Rule as _Rule, Signal as _Signal, Terminal as _TerminalName
 
 __all__ = [
     "CoreError",
@@ -144,6 +144,8 @@ class Facts:
         transport_error: Optional[_Signal] = None,
         deadline_passed: Optional[bool] = None,
         stream: Optional[Mapping[str, Any]] = None,
+        error_body: Optional[str] = None,
+        provider_family: Optional[_ProviderFamily] = None,
     ) -> Facts: ...
     @property
     def json(self) -> str: ...
@@ -155,6 +157,8 @@ class Judgement:
     def outcome(self) -> Outcome: ...
     @property
     def rule(self) -> _Rule: ...
+    @property
+    def notes(self) -> List[_Note]: ...
     @property
     def stream(self) -> Optional[Literal["none", "commit", "invalidate", "continue"]]: ...
     def to_dict(self) -> Dict[str, Any]: ...

@@ -38,8 +38,10 @@ or on the error. Conventions, the same as the TypeScript driver's:
   along ``type(exc).__mro__`` and its ``__cause__`` chain; string ``code``
   attributes and ``errno`` names along the chain; its HTTP status
   (``status``, ``status_code``, ``statusCode``, ``response.status``,
-  ``response.status_code``) and the Retry-After headers of ``headers`` or
-  ``response.headers``. An error no rule recognizes is recorded as
+  ``response.status_code``), the headers the core reads (``READ_HEADERS``:
+  Retry-After and rate-limit headers) of ``headers`` or ``response.headers``,
+  and for an error status the response body (``response.text`` of a read
+  response, else the error's ``body``; docs/PROVIDERS.md). An error no rule recognizes is recorded as
   indeterminate ``unknown_provider_acceptance`` (never retried) and raised as
   :class:`UnrecognizedDispatchError` whose ``__cause__`` is the exception.
 * A run that ends without success raises :class:`RunStoppedError` (``code``
@@ -84,6 +86,7 @@ from ._api import (
 from ._errors import DecodeError, DriftError, PolicyError, RetryledgerError
 from .fleet import Fleet
 from ._tables import (
+    MAX_ERROR_BODY_BYTES,
     MAX_ERROR_NAME_BYTES as _MAX_NAME_BYTES,
     MAX_ERROR_NAMES as _MAX_NAMES,
     READ_HEADERS,
@@ -534,6 +537,35 @@ def _headers(exc: BaseException) -> List[Tuple[str, str]]:
     return found
 
 
+def _bounded(text: str) -> str:
+    """At most ``MAX_ERROR_BODY_BYTES + 1`` characters (a longer body stays
+    oversize for the core), unpaired surrogates replaced."""
+    cut = text[: MAX_ERROR_BODY_BYTES + 1]
+    return cut.encode("utf-8", "replace").decode("utf-8")
+
+
+def _body(exc: BaseException) -> Optional[str]:
+    """The error response's body as text: ``response.text`` of a read
+    response, else the error's ``body`` (text, or JSON of an object)."""
+    response = getattr(exc, "response", None)
+    if response is not None:
+        try:
+            text = getattr(response, "text", None)
+        except Exception:  # an unread streaming response
+            text = None
+        if isinstance(text, str) and text:
+            return _bounded(text)
+    body = getattr(exc, "body", None)
+    if isinstance(body, str):
+        return _bounded(body) if body else None
+    if isinstance(body, (dict, list)):
+        try:
+            return _bounded(json.dumps(body, ensure_ascii=False, default=str))
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
 def facts_of(
     exc: BaseException,
     *,
@@ -556,6 +588,8 @@ def facts_of(
             outcome = None
     types, codes = _names(exc)
     headers = _headers(exc)
+    status = _status(exc)
+    body = _body(exc) if status is not None and not 200 <= status <= 299 else None
     if now_unix_ms is None:
         now_unix_ms = int(time.time() * 1000)
     try:
@@ -564,8 +598,9 @@ def facts_of(
             outcome=outcome,
             error_types=types,
             error_codes=codes,
-            status=_status(exc),
+            status=status,
             headers=headers,
+            error_body=body,
             response_bytes_received=output_delivered,
             cancelled=cancelled,
             now_unix_ms=now_unix_ms,

@@ -257,6 +257,7 @@ NonRetryableKind = Literal[
     "invalid_request",
     "protocol_violation",
     "invalid_output",
+    "quota_exhausted",
 ]
 
 #: Kinds of a non_retryable outcome.
@@ -266,6 +267,7 @@ NON_RETRYABLE_KINDS: Tuple[NonRetryableKind, ...] = (
     "invalid_request",
     "protocol_violation",
     "invalid_output",
+    "quota_exhausted",
 )
 
 #: A indeterminate outcome's kind.
@@ -330,12 +332,92 @@ SIGNALS: Tuple[Signal, ...] = (
 READ_HEADERS: Tuple[str, ...] = (
     "retry-after",
     "retry-after-ms",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+    "ratelimit",
+    "ratelimit-policy",
+)
+
+#: A provider family whose error table applies.
+ProviderFamily = Literal[
+    "generic",
+    "openai",
+    "azure_openai",
+    "anthropic",
+    "google",
+]
+
+#: Provider families.
+PROVIDER_FAMILIES: Tuple[ProviderFamily, ...] = (
+    "generic",
+    "openai",
+    "azure_openai",
+    "anthropic",
+    "google",
+)
+
+#: Where a retry hint came from.
+HintSource = Literal[
+    "retry-after-ms",
+    "retry-after",
+    "retry_info",
+    "ratelimit_reset",
+]
+
+#: Hint sources, in order of precedence.
+HINT_SOURCES: Tuple[HintSource, ...] = (
+    "retry-after-ms",
+    "retry-after",
+    "retry_info",
+    "ratelimit_reset",
+)
+
+#: What a provider-aware reading ignored, and why.
+Note = Literal[
+    "body_missing",
+    "body_oversize",
+    "body_malformed",
+    "body_too_deep",
+    "retry_after_ms_invalid",
+    "retry_after_invalid",
+    "retry_delay_invalid",
+    "retry_delay_too_far",
+    "ratelimit_invalid",
+    "reset_past",
+    "reset_too_far",
+]
+
+#: Notes a judgement may carry.
+NOTES: Tuple[Note, ...] = (
+    "body_missing",
+    "body_oversize",
+    "body_malformed",
+    "body_too_deep",
+    "retry_after_ms_invalid",
+    "retry_after_invalid",
+    "retry_delay_invalid",
+    "retry_delay_too_far",
+    "ratelimit_invalid",
+    "reset_past",
+    "reset_too_far",
 )
 
 #: Most error class names or codes a host passes for one attempt.
 MAX_ERROR_NAMES = 32
 #: Longest error class name or code, in UTF-8 bytes.
 MAX_ERROR_NAME_BYTES = 256
+#: Largest error body the core reads, in bytes (a host passes at most one character more).
+MAX_ERROR_BODY_BYTES = 16384
 
 #: Document schemas.
 SCHEMAS: Tuple[str, ...] = (

@@ -12,8 +12,10 @@ The SDK's exceptions need no mapping here: the drivers pass their facts
 the core, whose tables know the SDK's error classes (``APIConnectionError``,
 ``APITimeoutError``, ``APIResponseValidationError``, the same names as
 openai's) and whose HTTP rules judge every status, 529 included
-(docs/HOSTS.md). Of the response headers the core reads ``retry-after`` and
-``retry-after-ms``; the ``anthropic-ratelimit-*`` headers are not read.
+(docs/HOSTS.md). The drivers also pass the body (``response.text``) and the
+``anthropic-ratelimit-*`` headers: for a route that names its provider family
+(``anthropic``) the core's provider table reads the body's ``error.type`` and
+a reset whose remaining count is 0 gives the wait (docs/PROVIDERS.md).
 
     clients = {"primary": Anthropic(max_retries=0, ...), "fallback": Anthropic(max_retries=0, ...)}
     result = retryledger.anthropic.run(

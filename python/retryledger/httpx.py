@@ -4,8 +4,11 @@
 ``step.route_id`` (or the one client given for every route) and returns the
 ``httpx.Response``; the driver calls ``response.raise_for_status()``, so a
 non-2xx answer becomes ``httpx.HTTPStatusError``, whose
-``response.status_code`` and ``response.headers`` (``retry-after``,
-``retry-after-ms``) the core judges by its HTTP rules. httpx's transport
+``response.status_code``, ``response.headers`` (``retry-after``,
+``retry-after-ms``, the rate-limit headers) and body (at most 16 KiB + 1
+byte of it, read here when the request streamed) the core judges by its HTTP
+rules and, for a route that names its provider family, its provider tables
+(docs/PROVIDERS.md). httpx's transport
 errors (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``, ``ReadError``,
 ``RemoteProtocolError``, ...) are in the core's tables: nothing is mapped
 here (docs/HOSTS.md).
@@ -43,6 +46,7 @@ from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook, sending
+from ._tables import MAX_ERROR_BODY_BYTES
 
 __all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
 
@@ -89,6 +93,52 @@ def _prepare(policy: Union[Policy, Document], clients: Union[C, Mapping[str, C]]
     return compiled, by_route
 
 
+def _error_body(response: httpx.Response) -> None:
+    """Read at most ``MAX_ERROR_BODY_BYTES + 1`` bytes of an error response
+    that is still unread (a streamed request) into ``response``, so the
+    driver passes the body to the core (docs/PROVIDERS.md); then close it."""
+    try:
+        response.content
+        return
+    except httpx.ResponseNotRead:
+        pass
+    chunks = []
+    size = 0
+    try:
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_ERROR_BODY_BYTES:
+                break
+    except httpx.HTTPError:
+        return
+    finally:
+        response.close()
+    response._content = b"".join(chunks)[: MAX_ERROR_BODY_BYTES + 1]
+
+
+async def _error_body_async(response: httpx.Response) -> None:
+    """:func:`_error_body` for an async response."""
+    try:
+        response.content
+        return
+    except httpx.ResponseNotRead:
+        pass
+    chunks = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_ERROR_BODY_BYTES:
+                break
+    except httpx.HTTPError:
+        return
+    finally:
+        await response.aclose()
+    response._content = b"".join(chunks)[: MAX_ERROR_BODY_BYTES + 1]
+
+
 def run(
     policy: Union[Policy, Document],
     clients: Union[httpx.Client, Mapping[str, httpx.Client]],
@@ -112,6 +162,7 @@ def run(
         with sending(step):
             response = request(by_route[step.route_id], step)
         if not response.is_success:
+            _error_body(response)
             response.close()
         response.raise_for_status()
         return response
@@ -150,6 +201,7 @@ async def run_async(
         with sending(step):
             response = await request(by_route[step.route_id], step)
         if not response.is_success:
+            await _error_body_async(response)
             await response.aclose()
         response.raise_for_status()
         return response

@@ -6,10 +6,13 @@ drivers refuse any client whose ``max_retries`` is not 0, send the same
 ``Idempotency-Key`` on every attempt and pass the remaining deadline as the
 request timeout. The SDK's exceptions need no mapping here: the drivers pass
 their facts (class names along the cause chain, ``status_code``,
-``response.headers``) to the core, whose tables know the SDK's error classes
-(``APIConnectionError``, ``APITimeoutError``, ``APIResponseValidationError``,
-httpx's ``ConnectError``, ...) and whose HTTP rules judge every status
-(docs/HOSTS.md).
+``response.headers``, the body of ``response.text``) to the core, whose
+tables know the SDK's error classes (``APIConnectionError``,
+``APITimeoutError``, ``APIResponseValidationError``, httpx's
+``ConnectError``, ...) and whose HTTP rules judge every status
+(docs/HOSTS.md); for a route that names its provider family (``openai``)
+the provider table reads the body, so ``insufficient_quota`` stops the run
+(``quota_exhausted``, docs/PROVIDERS.md).
 
     clients = {"primary": OpenAI(max_retries=0, ...), "fallback": OpenAI(max_retries=0, ...)}
     result = retryledger.openai.run(

@@ -79,12 +79,20 @@ def render(tables: Dict[str, Any]) -> str:
     lines += _literal("Signal", tables["signals"], "A transport signal.")
     lines += _tuple("SIGNALS", tables["signals"], "Transport signals, strongest evidence first.", "Signal")
     lines += _tuple("READ_HEADERS", tables["read_headers"], "The response headers the core reads.")
+    lines += _literal("ProviderFamily", tables["provider_families"], "A provider family whose error table applies.")
+    lines += _tuple("PROVIDER_FAMILIES", tables["provider_families"], "Provider families.", "ProviderFamily")
+    lines += _literal("HintSource", tables["hint_sources"], "Where a retry hint came from.")
+    lines += _tuple("HINT_SOURCES", tables["hint_sources"], "Hint sources, in order of precedence.", "HintSource")
+    lines += _literal("Note", tables["notes"], "What a provider-aware reading ignored, and why.")
+    lines += _tuple("NOTES", tables["notes"], "Notes a judgement may carry.", "Note")
     limits = tables["fact_limits"]
     lines += [
         "#: Most error class names or codes a host passes for one attempt.",
         f"MAX_ERROR_NAMES = {int(limits['max_error_names'])}",
         "#: Longest error class name or code, in UTF-8 bytes.",
         f"MAX_ERROR_NAME_BYTES = {int(limits['max_error_name_bytes'])}",
+        "#: Largest error body the core reads, in bytes (a host passes at most one character more).",
+        f"MAX_ERROR_BODY_BYTES = {int(limits['max_error_body_bytes'])}",
         "",
     ]
     lines += _tuple("SCHEMAS", tables["schemas"], "Document schemas.")

@@ -684,6 +684,8 @@ impl PyFacts {
         transport_error = None,
         deadline_passed = None,
         stream = None,
+        error_body = None,
+        provider_family = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -699,15 +701,19 @@ impl PyFacts {
         transport_error: Option<&Bound<'_, PyAny>>,
         deadline_passed: Option<&Bound<'_, PyAny>>,
         stream: Option<&Bound<'_, PyAny>>,
+        error_body: Option<&Bound<'_, PyAny>>,
+        provider_family: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut map = Map::new();
         let mut typed_outcome = None;
         let fields = [
             ("cancelled", cancelled),
             ("deadline_passed", deadline_passed),
+            ("error_body", error_body),
             ("error_codes", error_codes),
             ("error_types", error_types),
             ("now_unix_ms", now_unix_ms),
+            ("provider_family", provider_family),
             ("response_bytes_received", response_bytes_received),
             ("result", Some(result)),
             ("status", status),
@@ -791,6 +797,17 @@ impl PyJudgement {
         self.inner.rule.as_str()
     }
 
+    /// What a provider-aware reading ignored, and why (docs/PROVIDERS.md);
+    /// empty when nothing was.
+    #[getter]
+    fn notes(&self) -> Vec<&'static str> {
+        self.inner
+            .notes
+            .as_ref()
+            .map(|n| n.0.iter().map(|x| x.as_str()).collect())
+            .unwrap_or_default()
+    }
+
     /// For a streamed run: what the host does with the consumer's events
     /// (`commit`, `invalidate`, `continue` or `none`); `None` otherwise.
     #[getter]
@@ -798,7 +815,7 @@ impl PyJudgement {
         self.inner.stream.map(|a| a.as_str())
     }
 
-    /// `{"outcome": {...}, "rule": "...", "stream"?: "..."}`.
+    /// `{"notes"?: [...], "outcome": {...}, "rule": "...", "stream"?: "..."}`.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.inner)
     }

@@ -38,7 +38,7 @@ SYNC_CASES = [c for c in CASES if not c["input"]["cancellable"]]
 def build_error(spec: Dict[str, Any]) -> BaseException:
     """An exception as the case describes it: classes named along ``types``
     (each a subclass of the next, the last of ``Exception``), ``status_code``,
-    ``response.headers``, ``code``; or an ``AttemptError`` with an outcome."""
+    ``response.headers``, ``body``, ``code``; or an ``AttemptError`` with an outcome."""
     if "outcome" in spec:
         return AttemptError(spec["outcome"])
     cls: type = Exception
@@ -49,6 +49,8 @@ def build_error(spec: Dict[str, Any]) -> BaseException:
         setattr(exc, "status_code", spec["status"])
     if "headers" in spec:
         setattr(exc, "response", SimpleNamespace(headers={k: v for k, v in spec["headers"]}))
+    if "body" in spec:
+        setattr(exc, "body", spec["body"])
     if "code" in spec:
         setattr(exc, "code", spec["code"])
     return exc

@@ -32,7 +32,10 @@ const outFile = option("--out", path.resolve(here, "../ts/tables.ts"));
  *   rules: string[],
  *   signals: string[],
  *   read_headers: string[],
- *   fact_limits: {max_error_names: number, max_error_name_bytes: number},
+ *   fact_limits: {max_error_names: number, max_error_name_bytes: number, max_error_body_bytes: number},
+ *   provider_families: string[],
+ *   hint_sources: string[],
+ *   notes: string[],
  *   schemas: string[],
  *   observed_error_types: {name: string, meaning: Meaning}[],
  *   observed_error_codes: {name: string, meaning: Meaning}[],
@@ -94,12 +97,17 @@ for (const cls of t.outcome_classes) {
 union("The rules of the core's judgement, in the order they apply.", "RULES", "Rule", t.rules);
 union("The transport signals an error's class name or code is evidence of.", "SIGNALS", "Signal", t.signals);
 union("The response headers the core reads (hosts pass no others).", "READ_HEADERS", "ReadHeader", t.read_headers);
+union("The provider families whose error tables the core holds.", "PROVIDER_FAMILIES", "ProviderFamily", t.provider_families);
+union("The sources of a retry hint, in order of precedence.", "HINT_SOURCES", "HintSource", t.hint_sources);
+union("The notes of a provider-aware reading: what was ignored, and why.", "NOTES", "Note", t.notes);
 union("The document schemas.", "SCHEMAS", "SchemaName", t.schemas);
 out.push(
   "/** Most error class names or codes a host passes for one attempt. */",
   `export const MAX_ERROR_NAMES = ${Number(t.fact_limits.max_error_names)};`,
   "/** Longest error class name or code, in UTF-8 bytes. */",
   `export const MAX_ERROR_NAME_BYTES = ${Number(t.fact_limits.max_error_name_bytes)};`,
+  "/** Largest error body the core reads, in UTF-8 bytes (a host passes at most one character more). */",
+  `export const MAX_ERROR_BODY_BYTES = ${Number(t.fact_limits.max_error_body_bytes)};`,
   "",
 );
 

@@ -18,7 +18,7 @@ const file = path.resolve(here, "../../tests/vectors/drivers.json");
 const doc = JSON.parse(fs.readFileSync(file, "utf8"));
 
 /**
- * @typedef {{types?: string[], status?: number, headers?: [string, string][], code?: string, cause?: ErrorSpec, outcome?: import("../dist/index.js").Outcome}} ErrorSpec
+ * @typedef {{types?: string[], status?: number, headers?: [string, string][], body?: string, code?: string, cause?: ErrorSpec, outcome?: import("../dist/index.js").Outcome}} ErrorSpec
  * @typedef {{sleep_overshoot_ms?: number, cancel_before?: boolean, duration_ms?: number, charge?: number[], output_delivered?: boolean, cancel_during?: boolean, returns?: string, raises?: ErrorSpec}} ScriptStep
  * @typedef {{policy: string, idempotency_key: string, now_unix_ms: number, cancellable: boolean, classify?: Record<string, import("../dist/index.js").Outcome>, script: ScriptStep[]}} DriveInput
  * @typedef {{sleeps: number[], attempts?: unknown, receipt_sha256?: string, terminal?: string, rules?: string[], result?: string, error?: {class: string, code: string}}} Expect
@@ -49,6 +49,7 @@ function buildError(spec) {
   const e = /** @type {Error & Record<string, unknown>} */ (new cls(`scripted ${types[0] ?? "error"}`));
   if (spec.status !== undefined) e.status = spec.status;
   if (spec.headers !== undefined) e.headers = new Headers(spec.headers);
+  if (spec.body !== undefined) e.body = spec.body;
   if (spec.code !== undefined) e.code = spec.code;
   if (spec.cause !== undefined) e.cause = buildError(spec.cause);
   return e;

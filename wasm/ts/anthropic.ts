@@ -15,7 +15,11 @@
  * HTTP rules: `RateLimitError` (429) is rate limited with its hint, 5xx
  * (`InternalServerError`, `OverloadedError` 529) unavailable except 501/505,
  * 408 and a connection timeout a timeout before response, a connection never
- * made unavailable and one broken after sending unknown acceptance.
+ * made unavailable and one broken after sending unknown acceptance. The
+ * driver passes the `APIError`'s `error` (the response body) and the
+ * `anthropic-ratelimit-*` headers: for a route that names its provider family
+ * (`anthropic`), the core's provider table and reset headers apply
+ * (docs/PROVIDERS.md).
  * This module does not import `@anthropic-ai/sdk`; it reads the client's
  * `maxRetries` and the `usage` of what `call` returns.
  *

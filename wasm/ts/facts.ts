@@ -10,18 +10,23 @@
  * - `error_codes`: string `code` properties along the same chain.
  * - `status`: the first integer in 100..=599 among `status`, `status_code`,
  *   `statusCode`, `response.status`, `response.status_code`.
- * - `headers`: the headers the core reads (`READ_HEADERS`) from `headers` or
- *   `response.headers`: a `Headers` object, anything with `.get`, a plain
- *   object or an array of pairs.
+ * - `headers`: the headers the core reads (`READ_HEADERS`: Retry-After and
+ *   rate-limit headers) from `headers` or `response.headers`: a `Headers`
+ *   object, anything with `.get`, a plain object or an array of pairs.
+ * - `error_body`: for an error status, the response body: a string `body`
+ *   (`HttpStatusError`), else JSON of an object `body` or `error` (the
+ *   `openai` and `@anthropic-ai/sdk` `APIError`), cut to
+ *   `MAX_ERROR_BODY_BYTES` + 1 characters, unpaired surrogates replaced
+ *   (docs/PROVIDERS.md).
  * - `outcome`: an `AttemptError`'s outcome, else the classify hook's answer.
  */
 
 import { checkOutcome, prepareFacts, type RawFacts } from "./core.js";
-import { MAX_ERROR_NAME_BYTES as MAX_NAME_BYTES, MAX_ERROR_NAMES as MAX_NAMES, READ_HEADERS } from "./tables.js";
+import { MAX_ERROR_BODY_BYTES, MAX_ERROR_NAME_BYTES as MAX_NAME_BYTES, MAX_ERROR_NAMES as MAX_NAMES, READ_HEADERS } from "./tables.js";
 import type { Facts, IndeterminateKind, NonRetryableKind, Outcome, RetryableKind } from "./types.js";
 
 /** The most header pairs passed on. */
-const MAX_HEADER_PAIRS = 16;
+const MAX_HEADER_PAIRS = 32;
 
 let factsTextOf: (e: AttemptError) => string | undefined;
 let preparedOf: (e: AttemptError) => RawFacts | undefined;
@@ -136,6 +141,30 @@ function statusOf(error: object): number | undefined {
 
 const READ: ReadonlySet<string> = new Set(READ_HEADERS);
 
+const LONE_SURROGATES = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/** At most `MAX_ERROR_BODY_BYTES` + 1 characters (a longer body stays oversize for the core), well-formed. */
+function bounded(text: string): string {
+  return text.slice(0, MAX_ERROR_BODY_BYTES + 1).replace(LONE_SURROGATES, "\uFFFD");
+}
+
+/** The error response's body as text: a string `body`, else JSON of an object `body` or `error`. */
+function bodyOf(error: object): string | undefined {
+  const e = error as { body?: unknown; error?: unknown };
+  for (const b of [e.body, e.error]) {
+    if (typeof b === "string" && b !== "") return bounded(b);
+    if (typeof b === "object" && b !== null && !(b instanceof Error)) {
+      try {
+        const text = JSON.stringify(b);
+        if (typeof text === "string") return bounded(text);
+      } catch {
+        // A cycle or a getter that throws: no body.
+      }
+    }
+  }
+  return undefined;
+}
+
 function headerValue(v: unknown): string | undefined {
   if (typeof v === "string") return v;
   if (Array.isArray(v) && typeof v[0] === "string") return v[0];
@@ -204,6 +233,10 @@ export function factsOf(error: unknown, options: FactsOptions = {}): Facts {
       if (status !== undefined) facts.status = status;
       const headers = headersOf(error);
       if (headers.length > 0) facts.headers = headers;
+      if (status !== undefined && (status < 200 || status > 299)) {
+        const body = bodyOf(error);
+        if (body !== undefined) facts.error_body = body;
+      }
     } catch {
       // An error whose properties throw when read: report what was read.
     }

@@ -3,9 +3,11 @@
  *
  * `fetch` has no retries of its own, so the driver is the only retry owner.
  * A response that is not 2xx becomes an `HttpStatusError` carrying its
- * `status`, `headers` (the `Headers` object) and `response`; the driver reads
- * the status and the `retry-after-ms` / `retry-after` headers off it and the
- * core's HTTP rules judge them (429 rate limited with its hint, 5xx
+ * `status`, `headers` (the `Headers` object), `response` and the first
+ * `MAX_ERROR_BODY_BYTES` + 1 bytes of its body as `body`; the driver reads
+ * the status, the `retry-after-ms` / `retry-after` and rate-limit headers and
+ * the body off it and the core's HTTP rules (and, for a route that names its
+ * provider family, its provider tables: docs/PROVIDERS.md) judge them (429 rate limited with its hint, 5xx
  * unavailable except 501/505, 408 a timeout before response, 400/404/422
  * invalid requests, 403 policy denied, other 4xx rejected). A network failure
  * is fetch's own error (undici: `TypeError: fetch failed` whose `cause` has a
@@ -17,11 +19,16 @@
 
 import { AttemptError } from "./facts.js";
 import { recordBody } from "./sending.js";
+import { MAX_ERROR_BODY_BYTES } from "./tables.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { CompiledPolicy, type Input } from "./core.js";
 import type { Policy } from "./types.js";
 
-/** A response whose status is not 2xx. Its body is left unread (`error.response.text()` reads it). */
+/**
+ * A response whose status is not 2xx. `fetchDispatch` reads the first
+ * `MAX_ERROR_BODY_BYTES` + 1 bytes of its body into `body` (and cancels the
+ * rest); `checkResponse` leaves the body unread (`error.response.text()` reads it).
+ */
 export class HttpStatusError extends Error {
   /** The response's HTTP status. */
   readonly status: number;
@@ -29,16 +36,48 @@ export class HttpStatusError extends Error {
   readonly headers: Headers;
   /** The response itself. */
   readonly response: Response;
+  /** The start of the response's body as text, when it was read. */
+  readonly body: string | undefined;
 
-  constructor(response: Response, message?: string, options?: { cause?: unknown }) {
+  constructor(response: Response, message?: string, options?: { cause?: unknown; body?: string | undefined }) {
     const text = response.statusText === "" ? "" : ` ${response.statusText}`;
     const from = response.url === "" ? "" : ` from ${response.url}`;
-    super(message ?? `HTTP ${response.status}${text}${from}`, options);
+    super(message ?? `HTTP ${response.status}${text}${from}`, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "HttpStatusError";
     this.status = response.status;
     this.headers = response.headers;
     this.response = response;
+    this.body = options?.body;
   }
+}
+
+/** At most `MAX_ERROR_BODY_BYTES` + 1 bytes of a response's body, decoded as UTF-8; the rest is cancelled. */
+export async function readErrorBody(response: Response): Promise<string | undefined> {
+  if (response.body === null) return undefined;
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size <= MAX_ERROR_BODY_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      size += value.byteLength;
+    }
+  } catch {
+    // A body that breaks while read: what arrived is the body.
+  } finally {
+    reader.cancel().catch(() => undefined);
+  }
+  const bytes = new Uint8Array(Math.min(size, MAX_ERROR_BODY_BYTES + 1));
+  let at = 0;
+  for (const c of chunks) {
+    if (at >= bytes.length) break;
+    const part = c.subarray(0, bytes.length - at);
+    bytes.set(part, at);
+    at += part.byteLength;
+  }
+  return new TextDecoder().decode(bytes);
 }
 
 /** Returns `response` when its status is 2xx; throws `HttpStatusError` otherwise. */
@@ -100,7 +139,8 @@ function fetchUrl(url: string | URL, options: FetchRequestOptions, step: Step, g
  * A dispatch function over `fetch`: one target per route id (or one for every
  * route). A URL target is fetched with `options.init`, the `Idempotency-Key`
  * header and the run's signal; a function target gets them to make its own
- * request. A response that is not 2xx is thrown as `HttpStatusError`; a 2xx
+ * request. A response that is not 2xx is thrown as `HttpStatusError` with the
+ * start of its body; a 2xx
  * one goes to `options.read` (default: the run's result is the `Response`).
  */
 export function fetchDispatch(targets: FetchTarget | Readonly<Record<string, FetchTarget>>, options?: FetchOptions<Response> & { read?: undefined }): DispatchFn<Response>;
@@ -120,7 +160,9 @@ export function fetchDispatch<T>(targets: FetchTarget | Readonly<Record<string, 
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
     const response = typeof target === "function" ? await target(request, step) : await fetchUrl(target, request, step, given);
-    checkResponse(response);
+    if (response.status < 200 || response.status > 299) {
+      throw new HttpStatusError(response, undefined, { body: await readErrorBody(response) });
+    }
     return options.read === undefined ? (response as T) : options.read(response, step);
   };
 }

@@ -13,7 +13,10 @@
  * through the core's HTTP rules): `RateLimitError` (429) is rate limited with
  * its hint, 5xx unavailable except 501/505, 408 and a connection timeout a
  * timeout before response, a connection never made (refused, DNS) unavailable
- * and one broken after sending unknown acceptance.
+ * and one broken after sending unknown acceptance. The driver passes the
+ * `APIError`'s `error` object as the error body: for a route that names its
+ * provider family (`openai`), the core's provider table reads it, so
+ * `insufficient_quota` stops the run (`quota_exhausted`, docs/PROVIDERS.md).
  * This module does not import `openai`; it reads the errors' fields.
  *
  * Usage: when the run has a price schedule (`priceSchedule` in the run

@@ -256,6 +256,7 @@ export const NON_RETRYABLE_KINDS = [
   "invalid_request",
   "protocol_violation",
   "invalid_output",
+  "quota_exhausted",
 ] as const;
 /** One of the kinds of a `non_retryable` outcome. */
 export type NonRetryableKind = (typeof NON_RETRYABLE_KINDS)[number];
@@ -299,9 +300,61 @@ export type Signal = (typeof SIGNALS)[number];
 export const READ_HEADERS = [
   "retry-after",
   "retry-after-ms",
+  "x-ratelimit-remaining-requests",
+  "x-ratelimit-reset-requests",
+  "x-ratelimit-remaining-tokens",
+  "x-ratelimit-reset-tokens",
+  "anthropic-ratelimit-requests-remaining",
+  "anthropic-ratelimit-requests-reset",
+  "anthropic-ratelimit-tokens-remaining",
+  "anthropic-ratelimit-tokens-reset",
+  "anthropic-ratelimit-input-tokens-remaining",
+  "anthropic-ratelimit-input-tokens-reset",
+  "anthropic-ratelimit-output-tokens-remaining",
+  "anthropic-ratelimit-output-tokens-reset",
+  "ratelimit",
+  "ratelimit-policy",
 ] as const;
 /** One of the response headers the core reads (hosts pass no others). */
 export type ReadHeader = (typeof READ_HEADERS)[number];
+
+/** The provider families whose error tables the core holds. */
+export const PROVIDER_FAMILIES = [
+  "generic",
+  "openai",
+  "azure_openai",
+  "anthropic",
+  "google",
+] as const;
+/** One of the provider families whose error tables the core holds. */
+export type ProviderFamily = (typeof PROVIDER_FAMILIES)[number];
+
+/** The sources of a retry hint, in order of precedence. */
+export const HINT_SOURCES = [
+  "retry-after-ms",
+  "retry-after",
+  "retry_info",
+  "ratelimit_reset",
+] as const;
+/** One of the sources of a retry hint, in order of precedence. */
+export type HintSource = (typeof HINT_SOURCES)[number];
+
+/** The notes of a provider-aware reading: what was ignored, and why. */
+export const NOTES = [
+  "body_missing",
+  "body_oversize",
+  "body_malformed",
+  "body_too_deep",
+  "retry_after_ms_invalid",
+  "retry_after_invalid",
+  "retry_delay_invalid",
+  "retry_delay_too_far",
+  "ratelimit_invalid",
+  "reset_past",
+  "reset_too_far",
+] as const;
+/** One of the notes of a provider-aware reading: what was ignored, and why. */
+export type Note = (typeof NOTES)[number];
 
 /** The document schemas. */
 export const SCHEMAS = [
@@ -317,6 +370,8 @@ export type SchemaName = (typeof SCHEMAS)[number];
 export const MAX_ERROR_NAMES = 32;
 /** Longest error class name or code, in UTF-8 bytes. */
 export const MAX_ERROR_NAME_BYTES = 256;
+/** Largest error body the core reads, in UTF-8 bytes (a host passes at most one character more). */
+export const MAX_ERROR_BODY_BYTES = 16384;
 
 /** What an entry of the classifier's tables says: a transport signal, or the outcome itself. */
 export type Meaning =

@@ -5,16 +5,19 @@
  */
 
 import type {
+  HintSource,
   IndeterminateKind,
   NonRetryableKind,
+  Note,
   OutcomeClass,
+  ProviderFamily,
   RetryableKind,
   Rule,
   Signal,
   Terminal,
 } from "./tables.js";
 
-export type { IndeterminateKind, NonRetryableKind, OutcomeClass, ReadHeader, RetryableKind, Rule, Signal, Terminal } from "./tables.js";
+export type { HintSource, IndeterminateKind, NonRetryableKind, Note, OutcomeClass, ProviderFamily, ReadHeader, RetryableKind, Rule, Signal, Terminal } from "./tables.js";
 
 /** Lowercase hex SHA-256: 64 characters of 0-9a-f. */
 export type Sha256Hex = string;
@@ -77,6 +80,8 @@ export interface Route {
   data_boundary: DataBoundary;
   max_attempts: number;
   priority: number;
+  /** The provider family whose error table and hint sources apply (docs/PROVIDERS.md). */
+  provider_family?: ProviderFamily;
   reserve_cost: number;
   route_id: Identifier;
   route_release_sha256: Sha256Hex;
@@ -116,6 +121,8 @@ export interface RetryableOutcome {
   kind: RetryableKind;
   /** The server's Retry-After hint in ms, unbounded as observed. */
   retry_after_ms?: number;
+  /** Which source gave the hint, when the core read it (docs/PROVIDERS.md). */
+  retry_after_source?: HintSource;
 }
 export interface NonRetryableOutcome {
   class: "non_retryable";
@@ -335,6 +342,8 @@ export interface LogicalRequest {
 export interface RouteRelease {
   schema: "retryledger.route_release.v1";
   provider: string;
+  /** The provider family whose error table the route's failures are read by (docs/PROVIDERS.md). */
+  provider_family?: ProviderFamily;
   endpoint: string;
   model: string;
   release_pin: string;
@@ -399,6 +408,8 @@ export interface Facts {
   cancelled?: boolean;
   /** The attempt completed at or after the run's deadline (a session works this out itself). */
   deadline_passed?: boolean;
+  /** The error response's body as text, at most `MAX_ERROR_BODY_BYTES` + 1 characters (docs/PROVIDERS.md). */
+  error_body?: string;
   /** `code` strings of the error and its causes, at most 32. */
   error_codes?: string[];
   /** Class names of the error (most specific first), then of its causes, at most 32. */
@@ -409,6 +420,8 @@ export interface Facts {
   now_unix_ms?: number;
   /** An outcome the error carries explicitly, or the classify hook's answer. */
   outcome?: Outcome;
+  /** The provider family whose tables apply; a session takes it from the planned route. */
+  provider_family?: ProviderFamily;
   /** Response bytes reached the caller before the failure. */
   response_bytes_received?: boolean;
   /** Whether dispatch returned a value or raised. */
@@ -423,6 +436,8 @@ export interface Facts {
 
 /** The core's judgement of one attempt: its outcome and the rule that decided it. */
 export interface Judgement {
+  /** What a provider-aware reading ignored, and why (docs/PROVIDERS.md); absent when nothing was. */
+  notes?: Note[];
   outcome: Outcome;
   rule: Rule;
   /** In a streamed run: what the host does with the consumer's events. */

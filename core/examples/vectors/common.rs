@@ -85,18 +85,21 @@ pub fn rl(ms: u64) -> Outcome {
     Outcome::Retryable {
         kind: RetryableKind::RateLimited,
         retry_after_ms: Some(ms),
+        retry_after_source: None,
     }
 }
 pub fn down() -> Outcome {
     Outcome::Retryable {
         kind: RetryableKind::Unavailable,
         retry_after_ms: None,
+        retry_after_source: None,
     }
 }
 pub fn timeout() -> Outcome {
     Outcome::Retryable {
         kind: RetryableKind::TimeoutBeforeResponse,
         retry_after_ms: None,
+        retry_after_source: None,
     }
 }
 pub fn s(outcome: Outcome, duration: u64, cost: u64) -> Step {

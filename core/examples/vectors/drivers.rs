@@ -51,6 +51,9 @@ fn facts_of(error: &Value, classify: &Value, delivered: bool) -> Facts {
         }
     }
     facts.status = error["status"].as_u64().filter(|s| (100..=599).contains(s));
+    if facts.status.is_some_and(|s| !(200..=299).contains(&s)) {
+        facts.error_body = error["body"].as_str().map(str::to_owned);
+    }
     for pair in error["headers"].as_array().into_iter().flatten() {
         let name = pair[0].as_str().expect("name");
         if retryledger_core::observe::READ_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
@@ -671,6 +674,75 @@ pub fn family() -> Family {
         true,
         None,
         "RunCancelledError",
+    );
+    // A route that names its provider family: the body decides (docs/PROVIDERS.md).
+    let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+    let openai = driver_policy(&[("/routes/0/provider_family", json!("openai"))]);
+    let quota_error = json!({"types": ["RateLimitError", "APIStatusError", "APIError"], "status": 429, "headers": [["retry-after", "1"]], "body": quota});
+    f.drive(
+        "driver_provider_openai_insufficient_quota_stops",
+        &openai,
+        vec![raise(100, quota_error.clone())],
+        false,
+        None,
+        "stop_non_retryable",
+    );
+    f.drive(
+        "driver_provider_body_unread_without_a_family",
+        &p,
+        vec![raise(100, quota_error), ok("after")],
+        false,
+        None,
+        "completed",
+    );
+    let google = driver_policy(&[("/routes/0/provider_family", json!("google"))]);
+    let gemini = |quota: &str| {
+        json!({"types": ["ClientError", "APIError"], "status": 429, "body": t(&json!({"error": {
+            "code": 429,
+            "message": "You exceeded your current quota.",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": quota}]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"},
+            ],
+        }}))})
+    };
+    f.drive(
+        "driver_provider_google_per_minute_waits_retry_delay",
+        &google,
+        vec![
+            raise(
+                100,
+                gemini("GenerateRequestsPerMinutePerProjectPerModel-FreeTier"),
+            ),
+            ok("after"),
+        ],
+        false,
+        None,
+        "retry_info",
+    );
+    f.drive(
+        "driver_provider_google_per_day_stops",
+        &google,
+        vec![raise(
+            100,
+            gemini("GenerateRequestsPerDayPerProjectPerModel-FreeTier"),
+        )],
+        false,
+        None,
+        "stop_non_retryable",
+    );
+    let anthropic = driver_policy(&[("/routes/0/provider_family", json!("anthropic"))]);
+    f.drive(
+        "driver_provider_anthropic_overloaded_retries",
+        &anthropic,
+        vec![
+            raise(100, json!({"types": ["OverloadedError", "APIStatusError", "APIError"], "status": 529, "body": r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#})),
+            ok("after"),
+        ],
+        false,
+        None,
+        "completed",
     );
     let mut wrong = f.drive_input(&p, vec![ok("never")], false, None);
     set(&mut wrong, "/idempotency_key", json!("another key"));

@@ -40,6 +40,7 @@ mod observe;
 mod plan;
 mod policy;
 mod price;
+mod provider;
 mod request;
 mod retry_after;
 mod schedule;
@@ -67,6 +68,7 @@ const FAMILIES: &[fn() -> Family] = &[
     builder::family,
     price::family,
     observe::family,
+    provider::family,
     drivers::family,
     stream::family,
     fleet::family,

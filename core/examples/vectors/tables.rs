@@ -8,8 +8,11 @@ use retryledger_core::canonical::to_value;
 use retryledger_core::error::ErrorCode;
 use retryledger_core::evaluate::Terminal;
 use retryledger_core::observe::{Meaning, Rule, Signal, ERROR_CODES, ERROR_TYPES, READ_HEADERS};
-use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, OutcomeClass, RetryableKind};
+use retryledger_core::outcome::{
+    HintSource, IndeterminateKind, NonRetryableKind, OutcomeClass, RetryableKind,
+};
 use retryledger_core::policy::PolicySchema;
+use retryledger_core::provider::{self, Kind, Note, ProviderFamily, Quota};
 use retryledger_core::receipt::{BundleSchema, ReceiptSchema};
 use serde_json::{json, Value};
 
@@ -48,7 +51,22 @@ pub fn tables() -> Value {
         "fact_limits": {
             "max_error_names": retryledger_core::limits::MAX_ERROR_NAMES,
             "max_error_name_bytes": retryledger_core::limits::MAX_ERROR_NAME_BYTES,
+            "max_error_body_bytes": provider::MAX_ERROR_BODY_BYTES,
         },
+        "provider_families": ProviderFamily::NAMES,
+        "hint_sources": HintSource::NAMES,
+        "notes": Note::NAMES,
+        "provider_table": provider::TABLE.iter().map(|r| {
+            let (class, kind) = match r.kind {
+                Kind::Retryable(k) => ("retryable", k.as_str()),
+                Kind::NonRetryable(k) => ("non_retryable", k.as_str()),
+            };
+            let mut row = json!({"family": r.family.as_str(), "status": r.status, "code": r.code, "class": class, "kind": kind});
+            if r.quota == Quota::PerDay {
+                row["quota"] = json!("per_day");
+            }
+            row
+        }).collect::<Vec<_>>(),
         "observed_error_types": table(ERROR_TYPES),
         "observed_error_codes": table(ERROR_CODES),
         "schemas": [PolicySchema::NAME, AttemptsSchema::NAME, ReceiptSchema::NAME, BundleSchema::NAME],

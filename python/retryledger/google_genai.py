@@ -1,0 +1,151 @@
+"""Integration with the ``google-genai`` package: retryledger owns every retry.
+
+A ``google.genai.Client`` retries when it is built with
+``http_options=HttpOptions(retry_options=HttpRetryOptions(...))`` (up to
+``attempts`` requests per call, 5 when ``attempts`` is unset), so under a
+harness that also retries one logical call multiplies. These drivers refuse
+a client whose retry options allow more than one attempt, and give each
+attempt ``options``, an ``HttpOptions`` carrying the run's ``Idempotency-Key``
+header and the remaining deadline as its ``timeout`` (ms): pass it as the
+call's ``config`` ``http_options`` (without ``retry_options``).
+
+The SDK's errors need no mapping here: ``ClientError`` / ``ServerError``
+carry the status (``response.status_code``) and the read response, whose
+body the drivers pass to the core with the other facts (docs/HOSTS.md). For
+a route that names its provider family ``google``, the core's provider table
+reads Gemini's error envelope (docs/PROVIDERS.md): a per-day
+``RESOURCE_EXHAUSTED`` QuotaFailure is ``quota_exhausted`` (the run stops), a
+per-minute one is rate limited and waits the body's ``RetryInfo``
+``retryDelay``.
+
+    clients = {"primary": genai.Client(api_key=...), "fallback": genai.Client(api_key=...)}
+    result = retryledger.google_genai.run(
+        policy, clients,
+        lambda client, options, step: client.models.generate_content(
+            model="gemini-2.0-flash", contents="...",
+            config=types.GenerateContentConfig(http_options=options),
+        ),
+        idempotency_key,
+    )
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple, TypeVar, Union
+
+from google.genai import types as _types
+
+from ._api import Document, Policy
+from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
+from ._errors import PolicyError
+from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
+from .fleet import Fleet
+
+__all__ = ["IDEMPOTENCY_HEADER", "http_options", "require_no_retries", "run", "run_async"]
+
+T = TypeVar("T")
+
+
+def require_no_retries(client: Any) -> None:
+    """Refuse a client that retries on its own: retries at two layers multiply.
+
+    A client whose ``HttpOptions.retry_options`` allow more than one attempt
+    (``attempts`` unset means the SDK's default of 5), or whose options cannot
+    be read, is refused with ``PolicyError("retry_owner_not_harness")``."""
+    api_client = getattr(client, "_api_client", None)
+    options = getattr(api_client, "_http_options", None)
+    if not isinstance(options, _types.HttpOptions):
+        raise PolicyError(
+            "retry_owner_not_harness",
+            "not a google.genai Client whose retry options can be read; "
+            "pass a google.genai.Client built without retry_options",
+            "/retry_options",
+        )
+    retry = options.retry_options
+    if retry is None:
+        return
+    attempts = retry.attempts
+    if attempts is not None and attempts <= 1:
+        return
+    raise PolicyError(
+        "retry_owner_not_harness",
+        f"the google-genai client retries (retry_options.attempts={attempts!r}); "
+        "build it without retry_options (or attempts=1) so that retryledger owns every retry",
+        "/retry_options",
+    )
+
+
+def http_options(step: Step) -> _types.HttpOptions:
+    """The options of one attempt: the ``Idempotency-Key`` header and the
+    remaining deadline as the request timeout (ms, at least 1)."""
+    return _types.HttpOptions(
+        headers={IDEMPOTENCY_HEADER: step.idempotency_key},
+        timeout=max(1, step.remaining_ms),
+    )
+
+
+def _prepare(policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:
+    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    for client in clients.values():
+        require_no_retries(client)
+    missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
+    if missing:
+        raise KeyError(f"no google-genai client for route(s) {', '.join(missing)}")
+    return compiled
+
+
+def run(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    call: Callable[[Any, _types.HttpOptions, Step], T],
+    idempotency_key: str,
+    *,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+) -> RunResult[T]:
+    """:func:`retryledger.run` over ``google.genai.Client``s, one per route id:
+    ``call(client, options, step)`` with the attempt's :func:`http_options`."""
+    compiled = _prepare(policy, clients)
+
+    def dispatch(step: Step) -> T:
+        return call(clients[step.route_id], http_options(step), step)
+
+    return _run(
+        compiled, dispatch, idempotency_key,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+    )
+
+
+async def run_async(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    call: Callable[[Any, _types.HttpOptions, Step], Awaitable[T]],
+    idempotency_key: str,
+    *,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
+    price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+) -> RunResult[T]:
+    """:func:`retryledger.run_async` over ``google.genai.Client``s (their
+    ``aio`` side): ``call(client, options, step)`` awaited."""
+    compiled = _prepare(policy, clients)
+
+    async def dispatch(step: Step) -> T:
+        return await call(clients[step.route_id], http_options(step), step)
+
+    return await _run_async(
+        compiled, dispatch, idempotency_key,
+        clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+    )

@@ -1,0 +1,4 @@
+/** `retryledger/google-genai` in Node: loads the module (as `retryledger` does), then the integration. */
+import "./index.js";
+
+export * from "./google-genai.js";

@@ -1,0 +1,144 @@
+/**
+ * Integration for the `@google/genai` npm package.
+ *
+ * A `GoogleGenAI` client retries when it is built with
+ * `httpOptions.retryOptions` (up to `attempts` requests per call, 5 when
+ * `attempts` is unset), so under a harness that also retries one logical
+ * call multiplies. Every client is checked before any request: one whose
+ * retry options allow more than one attempt, or whose options cannot be read,
+ * is refused with `PolicyError` `retry_owner_not_harness`.
+ *
+ * Each attempt's `call` gets `options`, the `httpOptions` of one request:
+ * the run's `Idempotency-Key` header, the remaining deadline as `timeout`
+ * (ms), and a `fetch` that keeps the headers of an error response. Pass it as
+ * the call's `config.httpOptions` (without `retryOptions`), and `signal` as
+ * `config.abortSignal`.
+ *
+ * The SDK's `ApiError` carries the status and the response body as its
+ * message (JSON text); the dispatch adds the body and the response headers
+ * to the error as plain facts (`body`, `headers`) and the core judges them:
+ * for a route that names its provider family `google`, the provider table
+ * reads Gemini's error envelope (docs/PROVIDERS.md), so a per-day
+ * `RESOURCE_EXHAUSTED` QuotaFailure stops the run (`quota_exhausted`) and a
+ * per-minute one waits the body's `RetryInfo` `retryDelay`. Connection
+ * errors are fetch's own and judged by the core's code table. This module
+ * does not import `@google/genai`; it reads the client's options.
+ */
+
+import { AttemptError } from "./facts.js";
+import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { PolicyError } from "./errors.js";
+import { CompiledPolicy, type Input } from "./core.js";
+import type { Policy } from "./types.js";
+
+/** The part of a `GoogleGenAI` client this module looks at. */
+export interface GoogleGenAIClientLike {
+  models: unknown;
+}
+
+/** The `httpOptions` of one attempt's request. */
+export interface GoogleGenAIRequestOptions {
+  /** The run's idempotency key as the `Idempotency-Key` header. */
+  headers: Record<string, string>;
+  /** Milliseconds left before the run's deadline. */
+  timeout: number;
+  /** `fetch`, keeping the headers of a response that is not 2xx for the error's facts. */
+  fetch: (input: RequestInfo | URL, init?: RequestInit) => Promise<Response>;
+}
+
+/** How many attempts a client's own retry options allow; `undefined` when its options cannot be read. */
+function sdkAttempts(client: unknown): number | undefined {
+  const c = client as { models?: unknown; apiClient?: { clientOptions?: { httpOptions?: unknown } }; httpOptions?: unknown } | null | undefined;
+  if (typeof c !== "object" || c === null || typeof c.models !== "object" || c.models === null) return undefined;
+  const options = c.apiClient?.clientOptions?.httpOptions ?? c.httpOptions;
+  if (options === undefined) return 1;
+  if (typeof options !== "object" || options === null) return undefined;
+  const retry = (options as { retryOptions?: unknown }).retryOptions;
+  if (retry === undefined || retry === null) return 1;
+  const attempts = (retry as { attempts?: unknown }).attempts;
+  if (attempts === undefined) return 5;
+  return typeof attempts === "number" ? attempts : undefined;
+}
+
+/** Throws `PolicyError` `retry_owner_not_harness` unless the client's retry options allow one attempt only. */
+export function assertNoSdkRetries(client: GoogleGenAIClientLike, name = "client"): void {
+  const attempts = sdkAttempts(client);
+  if (attempts === undefined || attempts > 1) {
+    const why = attempts === undefined ? "options that cannot be read" : `httpOptions.retryOptions allowing ${attempts} attempts`;
+    throw new PolicyError(
+      "retry_owner_not_harness",
+      `retry_owner_not_harness: ${name} has ${why}; build it without retryOptions so that the harness is the only retry owner`,
+      { path: "/httpOptions/retryOptions" },
+    );
+  }
+}
+
+const isSingle = (clients: unknown): boolean => typeof (clients as { models?: unknown }).models === "object";
+
+/**
+ * A dispatch function over `@google/genai` clients, one per route id (or one
+ * for every route). Refuses, before any dispatch, a client that retries.
+ * `call` makes one SDK request with the options it is given.
+ */
+export function googleGenAIDispatch<C extends GoogleGenAIClientLike, T>(
+  clients: C | Readonly<Record<string, C>>,
+  call: (client: C, options: GoogleGenAIRequestOptions, step: Step, signal: AbortSignal) => Promise<T>,
+): DispatchFn<T> {
+  const byRoute = isSingle(clients) ? undefined : (clients as Readonly<Record<string, C>>);
+  if (byRoute === undefined) {
+    assertNoSdkRetries(clients as C);
+  } else {
+    for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
+  }
+  return async (step, signal) => {
+    const client = byRoute === undefined ? (clients as C) : byRoute[step.routeId];
+    if (client === undefined) {
+      throw AttemptError.nonRetryable("invalid_request", { cause: new Error(`no google-genai client for route ${step.routeId}`) });
+    }
+    let failed: Headers | undefined;
+    const options: GoogleGenAIRequestOptions = {
+      headers: { "Idempotency-Key": step.idempotencyKey },
+      timeout: Math.max(1, step.remainingMs),
+      fetch: async (input, init) => {
+        const response = await globalThis.fetch(input, init);
+        if (!response.ok) failed = response.headers;
+        return response;
+      },
+    };
+    try {
+      return await call(client, options, step, signal);
+    } catch (e) {
+      const error = e as { name?: unknown; status?: unknown; message?: unknown; body?: unknown; headers?: unknown } | null;
+      if (error !== null && typeof error === "object" && error.name === "ApiError" && typeof error.status === "number") {
+        // Plain facts only: the body the SDK put in the message, the response's headers.
+        const message = error.message;
+        if (error.body === undefined && typeof message === "string" && message.startsWith("{")) error.body = message;
+        if (error.headers === undefined && failed !== undefined) error.headers = failed;
+      }
+      throw e;
+    }
+  };
+}
+
+/**
+ * `runWithPolicy` over `@google/genai` clients. Before any request it refuses
+ * a client that retries and a policy route without a client.
+ */
+export async function runWithGoogleGenAI<C extends GoogleGenAIClientLike, T>(
+  policy: Input<Policy> | CompiledPolicy,
+  clients: C | Readonly<Record<string, C>>,
+  call: (client: C, options: GoogleGenAIRequestOptions, step: Step, signal: AbortSignal) => Promise<T>,
+  options: RunOptions,
+): Promise<RunResult<T>> {
+  const dispatch = googleGenAIDispatch(clients, call);
+  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  try {
+    if (!isSingle(clients)) {
+      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+      if (missing.length > 0) throw new Error(`no google-genai client for route(s) ${missing.join(", ")}`);
+    }
+    return await runWithPolicy(compiled, dispatch, options);
+  } finally {
+    if (compiled !== policy) compiled.free();
+  }
+}
