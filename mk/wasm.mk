@@ -89,8 +89,8 @@ tables-wasm:
 typecheck-wasm: $(WASM_STAMP_TS)
 	cd wasm && node_modules/.bin/tsc -p tsconfig.check.json
 
-test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis ## Every npm-package test, on the wasm-opt'd module (with its own Redis).
-	cd wasm && ../tests/servers/with-redis.sh node --test --test-concurrency=1 test/
+test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis setup-postgres ## Every npm-package test, on the wasm-opt'd module (with its own Redis and PostgreSQL).
+	cd wasm && ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node --test --test-concurrency=1 test/
 
-bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.
-	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) ../tests/servers/with-redis.sh node bench/run.mjs --write ../docs/BENCHMARKS.md
+bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis setup-postgres ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.
+	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node bench/run.mjs --write ../docs/BENCHMARKS.md

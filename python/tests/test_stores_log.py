@@ -198,3 +198,24 @@ def test_sqlite_synchronous_setting(tmp_path: Path) -> None:
         store.close()
     with pytest.raises(ValueError):
         SQLiteStore(tmp_path / "x.sqlite3", synchronous="OFF")
+
+
+def _ts_template(path: Path, name: str) -> str:
+    import re
+
+    found = re.search(r"export const " + name + r" = `(.*?)`;", path.read_text(encoding="utf-8"), re.S)
+    assert found is not None, f"{name} in {path}"
+    return found.group(1)
+
+
+def test_both_packages_send_the_same_sql_and_scripts() -> None:
+    """The PostgreSQL function and tables and the Redis append script are
+    written once per package: they must be the same text in both."""
+    from retryledger.stores import postgres, redis
+
+    ts = ROOT / "wasm" / "ts" / "stores"
+    assert _ts_template(ts / "postgres.ts", "CHECK_AND_SET_FUNCTION") == postgres.CHECK_AND_SET_FUNCTION
+    assert _ts_template(ts / "redis.ts", "APPEND_SCRIPT") == redis.APPEND_SCRIPT
+    text = (ts / "postgres.ts").read_text(encoding="utf-8")
+    for statement in postgres.SCHEMA:
+        assert f'"{statement}"' in text
