@@ -5,7 +5,8 @@
 #   make python-setup   .venv with the pinned tools of python/requirements-dev.txt
 #   make python-build   the extension, built by maturin into .venv (release)
 #   make test-python    generated tables current, stubtest, mypy --strict, pytest (vectors read in place)
-#   make bench-python   the sync driver against a bare loop, tenacity, stamina and backoff -> docs/BENCHMARKS.md
+#   make bench-python   the sync driver against a bare loop, tenacity, stamina and backoff; store
+#                       writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT -> docs/BENCHMARKS.md
 VENV := $(ROOT)/.venv
 VENV_PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.retryledger-requirements
@@ -43,3 +44,4 @@ bench-python: python-build setup-redis setup-postgres ## Sync driver vs tenacity
 	$(VENV_PY) python/benches/bench_driver.py --write docs/BENCHMARKS.md
 	$(VENV_PY) python/benches/bench_stream.py --write docs/BENCHMARKS.md
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_fleet.py --write docs/BENCHMARKS.md
+	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_stores.py --write docs/BENCHMARKS.md
