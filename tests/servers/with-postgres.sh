@@ -23,6 +23,7 @@ fi
 [ -n "$bin" ] && [ -x "$bin/postgres" ] || { echo "postgresql is not installed (make setup-postgres)" >&2; exit 1; }
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
 dir="$root/target/postgres/$port"
+link=""
 rm -rf "$dir" && mkdir -p "$dir"
 as=()
 if [ "$(id -u)" = 0 ]; then
@@ -30,6 +31,17 @@ if [ "$(id -u)" = 0 ]; then
   id -u "$user" >/dev/null 2>&1 || user=nobody
   chown "$user" "$dir"
   as=(setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups --)
+fi
+# The server's user must reach the directory, and a unix socket path is at
+# most 107 bytes: otherwise the cluster lives in a fresh directory under /tmp,
+# linked from target/postgres/<port>.
+if ! "${as[@]}" test -w "$dir" 2>/dev/null || [ "${#dir}" -gt 80 ]; then
+  rmdir "$dir"
+  link="$dir"
+  dir="$(mktemp -d /tmp/retryledger-postgres.XXXXXX)"
+  chmod 755 "$dir"
+  [ "${#as[@]}" = 0 ] || chown "$user" "$dir"
+  ln -s "$dir" "$link"
 fi
 "${as[@]}" "$bin/initdb" -D "$dir/data" -U retryledger --auth=trust -E UTF8 --locale=C --no-sync >"$dir/initdb.log" 2>&1 \
   || { cat "$dir/initdb.log" >&2; exit 1; }
@@ -76,5 +88,10 @@ set +e
 status=$?
 set -e
 stop
-if [ "$status" = 0 ]; then rm -rf "$dir"; else echo "with-postgres.sh: the cluster is kept in $dir" >&2; fi
+if [ "$status" = 0 ]; then
+  rm -rf "$dir"
+  [ -z "$link" ] || rm -f "$link"
+else
+  echo "with-postgres.sh: the cluster is kept in ${link:-$dir}" >&2
+fi
 exit "$status"
