@@ -50,8 +50,9 @@ once.
   changes and the answer is ``Appended(False, "seq_taken", existing)``
   with the event that holds it, so a refused late event can be kept as
   evidence next to the one that won. A taken ``seq`` is an answer, never
-  an exception: only a store that cannot be reached raises
-  (:class:`StoreUnavailableError`);
+  an exception: only input no store takes (``TypeError`` / ``ValueError``,
+  before the store is touched) and a store that cannot be reached
+  (:class:`StoreUnavailableError`) raise;
 * ``read(log, from_seq=0)`` -> the events whose ``seq`` is at least
   ``from_seq``, as :class:`LogEntry` ``(seq, text)`` in ``seq`` order;
 * ``last_seq(log)`` -> the highest ``seq`` held, ``None`` for an empty log.
