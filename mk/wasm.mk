@@ -5,7 +5,8 @@
 #   make wasm-web    wasm/pkg-web  (wasm-pack --target web,    then wasm-opt -Oz) and wasm/dist
 #   make test-wasm   clippy for wasm32, wasm/ts/tables.ts current with tests/vectors/tables.json,
 #                    tsc --strict over sources, declarations and tests, node --test
-#   make bench-wasm  driver CPU and wall per call against p-retry, cockatiel and a bare loop; wasm size (opt-level 3 and z) -> docs/BENCHMARKS.md
+#   make bench-wasm  driver CPU and wall per call against p-retry, cockatiel and a bare loop; wasm size (opt-level 3 and z);
+#                    store writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT -> docs/BENCHMARKS.md
 #
 # Installs what it needs, skipping what is there: the wasm32 target, wasm-pack,
 # wasm-bindgen-cli at the crate's exact wasm-bindgen version, and `npm ci`
@@ -89,8 +90,9 @@ tables-wasm:
 typecheck-wasm: $(WASM_STAMP_TS)
 	cd wasm && node_modules/.bin/tsc -p tsconfig.check.json
 
-test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis ## Every npm-package test, on the wasm-opt'd module (with its own Redis).
-	cd wasm && ../tests/servers/with-redis.sh node --test --test-concurrency=1 test/
+test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis setup-postgres ## Every npm-package test, on the wasm-opt'd module (with its own Redis and PostgreSQL).
+	cd wasm && ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node --test --test-concurrency=1 test/
 
-bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.
-	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) ../tests/servers/with-redis.sh node bench/run.mjs --write ../docs/BENCHMARKS.md
+bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis setup-postgres ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.
+	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node bench/run.mjs --write ../docs/BENCHMARKS.md
+	cd wasm && ../tests/servers/with-postgres.sh node bench/stores.mjs --write ../docs/BENCHMARKS.md

@@ -15,7 +15,7 @@ invalidate for a failed attempt's output) under the policy's stream contract.
 
 Fleet protection (docs/FLEET.md): for a policy with a ``fleet`` section, pass
 ``fleet=retryledger.Fleet(store)`` (a store of :mod:`retryledger.stores`:
-memory, SQLite, Redis) to any driver; each attempt is admitted against the
+memory, SQLite, Redis, PostgreSQL) to any driver; each attempt is admitted against the
 shared circuit breakers and retry budget before it is dispatched.
 
 A host of its own drives the core's state machine directly:

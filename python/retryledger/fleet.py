@@ -3,7 +3,7 @@ route release and a retry budget per scope, kept in a shared store
 (docs/FLEET.md).
 
 A :class:`Fleet` holds a store (:mod:`retryledger.stores`: memory, SQLite,
-Redis), a namespace that prefixes every key, and how many compare-and-set
+Redis, PostgreSQL), a namespace that prefixes every key, and how many compare-and-set
 conflicts one admission may meet. The drivers (``run``, ``run_async``,
 ``run_stream``, ``run_stream_async`` and the SDK wrappers) take it as
 ``fleet=`` and, for a policy with a ``fleet`` section, before each dispatch
@@ -76,7 +76,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import _core
 from ._api import Policy, call, check_integer, to_text
 from ._errors import RetryledgerError, exception_class
-from .stores import Entry, MemoryStore, RedisStore, Row, SQLiteStore, Store, StoreUnavailableError
+from .stores import Entry, MemoryStore, PostgresStore, RedisStore, Row, SQLiteStore, Store, StoreUnavailableError
 
 __all__ = [
     "Fleet",
@@ -85,6 +85,7 @@ __all__ = [
     "MemoryStore",
     "SQLiteStore",
     "RedisStore",
+    "PostgresStore",
     "fresh_breaker",
     "fresh_budget",
 ]

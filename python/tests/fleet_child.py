@@ -1,6 +1,6 @@
 """A child process for the fleet tests (several processes sharing one store).
 
-    fleet_child.py increment <sqlite|redis> <target> <key> <times>
+    fleet_child.py increment <sqlite|redis|postgres> <target> <key> <times>
         add 1 to the counter document at <key> <times> times (get, compare_and_set, retry)
     fleet_child.py outage <sqlite|redis> <target> <namespace> <policy.json> <runs> <go-file> <out.json>
         wait for <go-file> to exist, then <runs> runs whose primary route is down
@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 
 import retryledger  # noqa: E402
 from retryledger.fleet import Fleet  # noqa: E402
-from retryledger.stores import RedisStore, SQLiteStore, Store  # noqa: E402
+from retryledger.stores import PostgresStore, RedisStore, SQLiteStore, Store  # noqa: E402
 
 
 def open_store(backend: str, target: str) -> Store:
@@ -32,6 +32,8 @@ def open_store(backend: str, target: str) -> Store:
         return SQLiteStore(target)
     if backend == "redis":
         return RedisStore(url=target)
+    if backend == "postgres":
+        return PostgresStore(target)
     raise SystemExit(f"unknown backend {backend}")
 
 

@@ -1,6 +1,6 @@
-"""Shared by the fleet tests: the stores under test (memory, SQLite, Redis),
-the Redis server of tests/servers/with-redis.sh, and a policy with a fleet
-section."""
+"""Shared by the fleet and store tests: the stores under test (memory, SQLite,
+Redis, PostgreSQL), the servers of tests/servers/with-redis.sh and
+with-postgres.sh, and a policy with a fleet section."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from retryledger.stores import MemoryStore, RedisStore, SQLiteStore, Store
+from typing import Protocol
+
+from retryledger.stores import Log, MemoryStore, PostgresStore, RedisStore, SQLiteStore, Store
 
 from conftest import make_policy
 
@@ -35,24 +37,46 @@ def redis_url() -> str:
     raise AssertionError("unreachable")
 
 
-def make_store(backend: str, tmp: Path) -> Store:
+def database_url() -> str:
+    """The PostgreSQL server's URL (``DATABASE_URL``). Under make (``MAKELEVEL``
+    set) a missing server is a failure; run by hand, the test is skipped with the reason."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    reason = "DATABASE_URL is not set: run under tests/servers/with-postgres.sh (it starts a PostgreSQL of its own)"
+    if os.environ.get("MAKELEVEL"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+    raise AssertionError("unreachable")
+
+
+class StoreAndLog(Store, Log, Protocol):
+    """What every store here is: registers and append logs."""
+
+
+def make_store(backend: str, tmp: Path) -> StoreAndLog:
     """A store of a backend: a fresh one (memory), a file under ``tmp`` (SQLite),
-    or the test server (Redis; each test uses a fresh namespace)."""
+    or the test server (Redis, PostgreSQL; each test uses a fresh namespace).
+    Every one is a register store and an append log."""
     if backend == "memory":
         return MemoryStore()
     if backend == "sqlite":
         return SQLiteStore(tmp / "fleet.sqlite3")
     if backend == "redis":
         return RedisStore(url=redis_url())
+    if backend == "postgres":
+        return PostgresStore(database_url())
     raise ValueError(backend)
 
 
 def store_target(backend: str, tmp: Path) -> str:
-    """How a child process opens the same store: the SQLite file or the Redis URL."""
+    """How a child process opens the same store: the SQLite file, the Redis or the PostgreSQL URL."""
     if backend == "sqlite":
         return str(tmp / "fleet.sqlite3")
     if backend == "redis":
         return redis_url()
+    if backend == "postgres":
+        return database_url()
     raise ValueError(backend)
 
 

@@ -27,7 +27,7 @@ from test_fleet_roundtrips import counting_fleet, one_run
 EPOCH = 1_780_000_000_000
 SCOPE = "tenant-7/optimistic"
 BUDGET: Dict[str, Any] = {"scope": SCOPE, "ratio_permille": 500, "floor_per_second": 1, "max_tokens": 1000}
-BACKENDS = ["memory", "sqlite", "redis"]
+BACKENDS = ["memory", "sqlite", "redis", "postgres"]
 
 
 def primary_down(step: retryledger.Step) -> str:

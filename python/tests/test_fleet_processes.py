@@ -40,7 +40,7 @@ def child_run(backend: str, target: str, ns: str, policy_path: Path, script: str
     return result
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 def test_two_processes_share_a_breaker(backend: str, tmp_path: Path) -> None:
     make_store(backend, tmp_path)  # creates the SQLite file, or checks REDIS_URL
     target = store_target(backend, tmp_path)
@@ -151,7 +151,7 @@ def test_redis_killed_and_restarted_mid_run_fails_open(tmp_path: Path) -> None:
         assert budget is not None and budget["deposits"] >= 1
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "postgres"])
 def test_eight_concurrent_workers_lose_no_deposit_or_withdrawal(backend: str, tmp_path: Path) -> None:
     """8 threads, each with its own store client, 10 runs each; the primary
     fails every attempt, the fallback serves. The budget's counters are exactly

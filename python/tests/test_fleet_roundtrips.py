@@ -28,7 +28,7 @@ from fleet_support import BREAKER, fleet_policy, make_store, namespace, redis_ur
 EPOCH = 1_780_000_000_000
 SCOPE = "tenant-7/summaries"
 BUDGET: Dict[str, Any] = {"scope": SCOPE, "ratio_permille": 500, "floor_per_second": 1, "max_tokens": 3}
-BACKENDS = ["memory", "sqlite", "redis"]
+BACKENDS = ["memory", "sqlite", "redis", "postgres"]
 
 
 class CountingRedis(redis.Redis):

@@ -1,4 +1,4 @@
-"""Every store backend (memory, SQLite, Redis) passes the register conformance
+"""Every store backend (memory, SQLite, Redis, PostgreSQL) passes the register conformance
 scenarios of tests/stores/register.json, in order, each on a fresh namespace,
 and its concurrency section: 8 workers (threads, and for the shared backends
 processes) adding 1 to a counter 50 times each through get and
@@ -21,7 +21,7 @@ from conftest import ROOT
 from fleet_support import CHILD, make_store, namespace, store_target
 
 CONFORMANCE = json.loads((ROOT / "tests" / "stores" / "register.json").read_text(encoding="utf-8"))
-BACKENDS = ["memory", "sqlite", "redis"]
+BACKENDS = ["memory", "sqlite", "redis", "postgres"]
 
 
 def canonical(value: Any) -> str:
@@ -89,7 +89,7 @@ def test_concurrent_threads_lose_no_increment(backend: str, tmp_path: Path) -> N
     assert generation == workers * increments
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 def test_concurrent_processes_lose_no_increment(backend: str, tmp_path: Path) -> None:
     spec = CONFORMANCE["concurrency"]
     workers, increments = spec["workers"], spec["increments"]

@@ -21,6 +21,9 @@ if (args.backend === "sqlite") {
   const { RedisStore } = await import("../dist/stores/redis.js");
   // Generous timeouts: eight processes start at once on a loaded machine.
   store = new RedisStore({ url: args.target, connectTimeoutMs: 10000, commandTimeoutMs: 10000 });
+} else if (args.backend === "postgres") {
+  const { PostgresStore } = await import("../dist/stores/postgres.js");
+  store = new PostgresStore({ connectionString: args.target, connectTimeoutMs: 10000, statementTimeoutMs: 10000, max: 1 });
 } else {
   throw new Error(`unknown backend ${String(args.backend)}`);
 }

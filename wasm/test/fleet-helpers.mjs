@@ -1,5 +1,6 @@
-// Shared by the fleet tests: a policy with a fleet section, store backends,
-// the Redis gate (REDIS_URL from tests/servers/with-redis.sh).
+// Shared by the fleet and store tests: a policy with a fleet section, store
+// backends, the Redis gate (REDIS_URL from tests/servers/with-redis.sh) and
+// the PostgreSQL gate (DATABASE_URL from tests/servers/with-postgres.sh).
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -20,6 +21,21 @@ export function redisGate() {
     throw new Error("REDIS_URL is not set: run the wasm tests under tests/servers/with-redis.sh (make does)");
   }
   return { url: undefined, skip: "REDIS_URL is not set (run under tests/servers/with-redis.sh)" };
+}
+
+/**
+ * The PostgreSQL URL, or the reason the test is skipped. Under make
+ * (MAKELEVEL set) a missing DATABASE_URL is a failure: make runs these tests
+ * under tests/servers/with-postgres.sh.
+ * @returns {{url: string, skip: false} | {url: undefined, skip: string}}
+ */
+export function postgresGate() {
+  const url = process.env.DATABASE_URL;
+  if (url !== undefined && url !== "") return { url, skip: false };
+  if (process.env.MAKELEVEL !== undefined) {
+    throw new Error("DATABASE_URL is not set: run the wasm tests under tests/servers/with-postgres.sh (make does)");
+  }
+  return { url: undefined, skip: "DATABASE_URL is not set (run under tests/servers/with-postgres.sh)" };
 }
 
 /** A fresh namespace for one test. @param {string} name */

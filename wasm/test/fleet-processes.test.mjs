@@ -14,12 +14,13 @@ import { promisify } from "node:util";
 import * as rl from "../dist/index.js";
 import { RedisStore } from "../dist/stores/redis.js";
 import { KEY, fakeTime } from "./helpers.mjs";
-import { fleetPolicy, namespace, redisGate, tempDbPath } from "./fleet-helpers.mjs";
+import { fleetPolicy, namespace, postgresGate, redisGate, tempDbPath } from "./fleet-helpers.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const child = path.join(here, "fleet-child.mjs");
 const run = promisify(execFile);
 const redis = redisGate();
+const postgres = postgresGate();
 
 /**
  * @typedef {{routes: string[], runs: {terminal: string, routes_skipped: number, verdict: string}[], stats: import("../dist/index.js").FleetRunSummary}} ChildReport
@@ -73,12 +74,20 @@ test("two processes share a breaker through Redis", { skip: redis.skip }, async 
   await twoProcesses("redis", /** @type {string} */ (redis.url));
 });
 
+test("two processes share a breaker through PostgreSQL", { skip: postgres.skip }, async () => {
+  await twoProcesses("postgres", /** @type {string} */ (postgres.url));
+});
+
 test("8 processes through an outage of the primary, sharing SQLite: the primary called at most 10 times in 40 runs", async () => {
   await outage("sqlite", tempDbPath());
 });
 
 test("8 processes through an outage of the primary, sharing Redis: the primary called at most 10 times in 40 runs", { skip: redis.skip }, async () => {
   await outage("redis", /** @type {string} */ (redis.url));
+});
+
+test("8 processes through an outage of the primary, sharing PostgreSQL: the primary called at most 10 times in 40 runs", { skip: postgres.skip }, async () => {
+  await outage("postgres", /** @type {string} */ (postgres.url));
 });
 
 /** A free loopback port. @returns {Promise<number>} */

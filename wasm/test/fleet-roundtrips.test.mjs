@@ -23,10 +23,12 @@ import * as rl from "../dist/index.js";
 import { MemoryStore } from "../dist/stores/memory.js";
 import { SQLiteStore } from "../dist/stores/sqlite.js";
 import { RedisStore } from "../dist/stores/redis.js";
+import { PostgresStore } from "../dist/stores/postgres.js";
 import { KEY, fakeTime } from "./helpers.mjs";
-import { fleetPolicy, namespace, redisGate, tempDbPath } from "./fleet-helpers.mjs";
+import { fleetPolicy, namespace, postgresGate, redisGate, tempDbPath } from "./fleet-helpers.mjs";
 
 const redis = redisGate();
+const postgres = postgresGate();
 const BUDGET = { scope: "tenant-7/summaries", ratio_permille: 500, floor_per_second: 1, max_tokens: 1000 };
 const RETURNED = /** @type {const} */ ({ result: "returned" });
 const URL = /** @type {string} */ (redis.url);
@@ -175,13 +177,20 @@ const BACKENDS = [
       return { store, done: () => store.close() };
     },
   ],
+  [
+    "postgres",
+    () => {
+      const store = new PostgresStore({ connectionString: /** @type {string} */ (postgres.url) });
+      return { store, done: () => store.close() };
+    },
+  ],
 ];
 
 /** @param {{text: string | null, generation: number}[]} rows */
 const plain = (rows) => rows.map((r) => [r.text === null ? null : JSON.stringify(JSON.parse(r.text)), r.generation]);
 
 for (const [backend, open] of BACKENDS) {
-  const skip = backend === "redis" ? redis.skip : false;
+  const skip = backend === "redis" ? redis.skip : backend === "postgres" ? postgres.skip : false;
 
   test(`checkAndSet (${backend}): writes when every generation is the one expected`, { skip }, async () => {
     const { store, done } = open();

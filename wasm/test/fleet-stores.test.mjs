@@ -1,5 +1,6 @@
 // The store conformance scenarios (tests/stores/register.json) on every
-// backend: memory, SQLite (better-sqlite3), Redis (ioredis, REDIS_URL).
+// backend: memory, SQLite (better-sqlite3), Redis (ioredis, REDIS_URL),
+// PostgreSQL (pg, DATABASE_URL).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -10,11 +11,13 @@ import { setImmediate as tick } from "node:timers/promises";
 import * as rl from "../dist/index.js";
 import { SQLiteStore } from "../dist/stores/sqlite.js";
 import { RedisStore } from "../dist/stores/redis.js";
-import { namespace, redisGate, tempDbPath } from "./fleet-helpers.mjs";
+import { PostgresStore } from "../dist/stores/postgres.js";
+import { namespace, postgresGate, redisGate, tempDbPath } from "./fleet-helpers.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const conformance = JSON.parse(fs.readFileSync(path.resolve(here, "../../tests/stores/register.json"), "utf8"));
 const redis = redisGate();
+const postgres = postgresGate();
 
 /** @typedef {import("../dist/index.js").FleetStore} FleetStore */
 
@@ -164,5 +167,26 @@ test("Redis store: a server that does not answer is StoreUnavailableError within
     assert.ok(performance.now() - t0 < 5000, "failed within the timeouts");
   } finally {
     await store.close();
+  }
+});
+
+test("PostgreSQL store: the conformance scenarios and 8 clients incrementing", { skip: postgres.skip }, async () => {
+  const connectionString = /** @type {string} */ (postgres.url);
+  const store = new PostgresStore({ connectionString });
+  const others = Array.from({ length: conformance.concurrency.workers }, () => new PostgresStore({ connectionString, max: 1 }));
+  try {
+    await scenarios(store);
+    const conflicts = await concurrency(others);
+    assert.ok(conflicts > 0, "the clients interleaved (some writes conflicted)");
+    // One statement reads several keys, in order.
+    const ns = namespace("many");
+    await store.compareAndSet(`${ns}/a`, 0, { a: 1 });
+    assert.deepEqual(await store.getMany([`${ns}/b`, `${ns}/a`]), [
+      { document: null, generation: 0 },
+      { document: { a: 1 }, generation: 1 },
+    ]);
+  } finally {
+    await store.close();
+    for (const s of others) await s.close();
   }
 });

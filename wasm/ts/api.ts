@@ -39,7 +39,19 @@ export {
 export { Session, RETURNED, type Observation } from "./session.js";
 export { Fleet, freshBreaker, freshBudget, breakerKey, budgetKey, type FleetOptions, type FleetRunSummary } from "./fleet.js";
 export { MemoryStore } from "./stores/memory.js";
-export { StoreUnavailableError, type CheckAndSetAnswer, type CheckAndSetEntry, type FleetStore, type StoreDocument, type StoreRead, type StoreRow, type StoreWrite } from "./stores/store.js";
+export {
+  StoreUnavailableError,
+  type AppendAnswer,
+  type AppendLog,
+  type CheckAndSetAnswer,
+  type CheckAndSetEntry,
+  type FleetStore,
+  type LogEntry,
+  type StoreDocument,
+  type StoreRead,
+  type StoreRow,
+  type StoreWrite,
+} from "./stores/store.js";
 export { AttemptError, factsOf, type Classifier, type FactsOptions } from "./facts.js";
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";

@@ -1,7 +1,11 @@
-"""Stores for fleet protection: registers with compare-and-set.
+"""Stores: registers with compare-and-set, and append logs.
 
-A store holds documents only (breaker and retry budget snapshots as JSON
-objects); the core computes every transition. Each key is a register:
+Backends: :class:`MemoryStore` (one process), :class:`SQLiteStore` (one file,
+many processes on one machine), :class:`RedisStore` and
+:class:`PostgresStore` (many machines). docs/STORES.md tells which to take.
+
+A store holds documents only (breaker and retry budget snapshots, journal
+events as JSON objects); the core computes every transition. Each key is a register:
 
 * ``get(key)`` -> ``(document | None, generation)``: generation 0 when the
   key holds nothing;
@@ -34,27 +38,57 @@ fleet, with a read before every write. A backend that cannot be reached (or fail
 :class:`StoreUnavailableError`; the run's policy then decides
 (``fail_closed`` / ``fail_open``). The conformance scenarios every backend
 passes are ``tests/stores/register.json``.
+
+Every store here is also an append log (:class:`Log`), what a durable
+journal is written to: numbered events under a log's name, each written
+once.
+
+* ``append(log, seq, text)`` -> :class:`Appended`: the event (the JSON text
+  of an object) is stored under ``seq`` exactly as given, byte for byte
+  (a journal's hash chain covers those bytes), when ``seq`` is free:
+  ``Appended(True, "appended", None)``; when ``seq`` is taken nothing
+  changes and the answer is ``Appended(False, "seq_taken", existing)``
+  with the event that holds it, so a refused late event can be kept as
+  evidence next to the one that won. A taken ``seq`` is an answer, never
+  an exception: only input no store takes (``TypeError`` / ``ValueError``,
+  before the store is touched) and a store that cannot be reached
+  (:class:`StoreUnavailableError`) raise;
+* ``read(log, from_seq=0)`` -> the events whose ``seq`` is at least
+  ``from_seq``, as :class:`LogEntry` ``(seq, text)`` in ``seq`` order;
+* ``last_seq(log)`` -> the highest ``seq`` held, ``None`` for an empty log.
+
+A store does not require the numbers to follow one another: gaps and the
+order of the events are the journal's to check. Logs and registers are
+apart (a log and a register may share a name). The conformance scenarios
+are ``tests/stores/log.json``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Tuple
 
 __all__ = [
     "Store",
+    "Log",
     "Entry",
     "Row",
+    "Appended",
+    "LogEntry",
     "StoreUnavailableError",
     "MemoryStore",
     "SQLiteStore",
     "RedisStore",
+    "PostgresStore",
 ]
 
 
 class StoreUnavailableError(Exception):
     """The store could not be read or written (unreachable, timed out, failing)."""
+
+    #: The stable code, the same in both packages.
+    code = "store_unavailable"
 
 
 class Store(Protocol):
@@ -71,6 +105,66 @@ class Store(Protocol):
     # check_and_set_raw(entries) (see the module's documentation).
 
 
+class Appended(NamedTuple):
+    """``append``'s answer: the event stored (``ok``, code ``appended``), or
+    its ``seq`` taken (code ``seq_taken``) with the event that holds it."""
+
+    ok: bool
+    code: str
+    existing: Optional[str]
+
+
+class LogEntry(NamedTuple):
+    """One event of a log: its number and its JSON text as appended."""
+
+    seq: int
+    text: str
+
+
+class Log(Protocol):
+    """An append log (see the module's documentation)."""
+
+    def append(self, log: str, seq: int, text: str) -> Appended: ...
+
+    def read(self, log: str, from_seq: int = 0) -> List[LogEntry]: ...
+
+    def last_seq(self, log: str) -> Optional[int]: ...
+
+
+APPENDED = Appended(True, "appended", None)
+
+#: The largest ``seq`` a log takes: the largest integer both packages hold exactly.
+MAX_SEQ = 2**53 - 1
+
+
+def check_append(log: str, seq: int, text: str) -> None:
+    """Refuse (``TypeError`` / ``ValueError``) what no store takes: a log name
+    that is not a non-empty string, a ``seq`` that is not an integer in
+    ``0..MAX_SEQ``, an event that is not the JSON text of an object."""
+    check_log(log)
+    check_seq(seq, "seq")
+    if not isinstance(text, str):
+        raise TypeError(f"an event is the JSON text of an object (str), got {type(text).__name__}")
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"an event is the JSON text of an object: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError("an event is the JSON text of an object")
+
+
+def check_log(log: str) -> None:
+    if not isinstance(log, str) or not log:
+        raise TypeError("a log's name is a non-empty string")
+
+
+def check_seq(seq: int, name: str) -> None:
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise TypeError(f"{name} must be an integer, got {type(seq).__name__}")
+    if not 0 <= seq <= MAX_SEQ:
+        raise ValueError(f"{name} must be in 0..{MAX_SEQ}, got {seq}")
+
+
 #: One entry of a multi-key check-and-set: the key, the generation expected,
 #: and the JSON text to write (``None``: check only).
 Entry = Tuple[str, int, Optional[str]]
@@ -80,13 +174,40 @@ Row = Tuple[Optional[str], int]
 
 class MemoryStore:
     """A store in this process's memory (thread-safe): for tests, benches and a
-    single process's runs."""
+    single process's runs. Registers and append logs."""
 
-    __slots__ = ("_data", "_lock")
+    __slots__ = ("_data", "_logs", "_lock")
 
     def __init__(self) -> None:
         self._data: Dict[str, Tuple[int, str]] = {}
+        self._logs: Dict[str, Dict[int, str]] = {}
         self._lock = threading.Lock()
+
+    def append(self, log: str, seq: int, text: str) -> Appended:
+        """Store the event under ``seq`` when it is free (see :class:`Log`)."""
+        check_append(log, seq, text)
+        with self._lock:
+            events = self._logs.setdefault(log, {})
+            existing = events.get(seq)
+            if existing is not None:
+                return Appended(False, "seq_taken", existing)
+            events[seq] = text
+            return APPENDED
+
+    def read(self, log: str, from_seq: int = 0) -> List[LogEntry]:
+        """The events from ``from_seq`` on, in ``seq`` order."""
+        check_log(log)
+        check_seq(from_seq, "from_seq")
+        with self._lock:
+            events = dict(self._logs.get(log, {}))
+        return [LogEntry(seq, events[seq]) for seq in sorted(events) if seq >= from_seq]
+
+    def last_seq(self, log: str) -> Optional[int]:
+        """The highest ``seq`` held (``None``: the log is empty)."""
+        check_log(log)
+        with self._lock:
+            events = self._logs.get(log)
+            return max(events) if events else None
 
     def get(self, key: str) -> Tuple[Optional[Dict[str, Any]], int]:
         text, generation = self.get_raw(key)
@@ -158,3 +279,4 @@ def _decode(text: str) -> Dict[str, Any]:
 
 from .sqlite import SQLiteStore  # noqa: E402
 from .redis import RedisStore  # noqa: E402
+from .postgres import PostgresStore  # noqa: E402

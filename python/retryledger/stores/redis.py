@@ -1,18 +1,52 @@
-"""A register store in Redis (the ``redis`` package, ``pip install
+"""Registers and append logs in Redis (the ``redis`` package, ``pip install
 retryledger[redis]``): each key is a hash holding the document (``d``) and the
 store's generation (``g``); a compare-and-set is one Lua script, atomic on
-the server, so any number of processes on any number of machines share it."""
+the server, so any number of processes on any number of machines share it.
+
+A log is one hash under ``retryledger:log:<name>`` (:data:`LOG_PREFIX`):
+a field per event (its ``seq`` in decimal, the event's text as given) and
+the field ``last`` (the highest ``seq``); an append is one Lua script
+(``HSETNX``, then ``last``), a read one ``HGETALL`` (a log is one run's
+journal: tens of events)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import Entry, Row, StoreUnavailableError, _decode, _encode
+from . import (
+    APPENDED,
+    Appended,
+    Entry,
+    LogEntry,
+    Row,
+    StoreUnavailableError,
+    _decode,
+    _encode,
+    check_append,
+    check_log,
+    check_seq,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import redis as _redis
 
-__all__ = ["RedisStore", "CAS_SCRIPT", "CHECK_AND_SET_SCRIPT"]
+__all__ = ["RedisStore", "CAS_SCRIPT", "CHECK_AND_SET_SCRIPT", "APPEND_SCRIPT", "LOG_PREFIX"]
+
+#: The Redis key of a log is this prefix and the log's name.
+LOG_PREFIX = "retryledger:log:"
+
+#: KEYS[1] the log, ARGV[1] the seq (decimal), ARGV[2] the event's text.
+#: Returns {1} (stored) or {0, the event that holds the seq}.
+APPEND_SCRIPT = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return {0, redis.call('HGET', KEYS[1], ARGV[1])}
+end
+local last = redis.call('HGET', KEYS[1], 'last')
+if not last or tonumber(last) < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last', ARGV[1])
+end
+return {1}
+"""
 
 #: KEYS[1] the register, ARGV[1] the expected generation, ARGV[2] the document.
 #: Returns {1, new generation} or {0, current generation}.
@@ -68,7 +102,7 @@ class RedisStore:
     (``redis://host:port/db``) with timeouts in seconds. Connection errors,
     timeouts and other Redis errors are :class:`StoreUnavailableError`."""
 
-    __slots__ = ("_client", "_cas", "_check_and_set")
+    __slots__ = ("_client", "_cas", "_check_and_set", "_append")
 
     def __init__(
         self,
@@ -96,6 +130,7 @@ class RedisStore:
         self._client: "_redis.Redis" = client
         self._cas = client.register_script(CAS_SCRIPT)
         self._check_and_set = client.register_script(CHECK_AND_SET_SCRIPT)
+        self._append = client.register_script(APPEND_SCRIPT)
 
     @property
     def client(self) -> "_redis.Redis":
@@ -167,8 +202,58 @@ class RedisStore:
             return True, []
         return False, [_row(answer[1 + 2 * i], answer[2 + 2 * i]) for i in range(len(keys))]
 
+    def append(self, log: str, seq: int, text: str) -> Appended:
+        """Store the event under ``seq`` when it is free (see
+        :class:`retryledger.stores.Log`): one Lua script."""
+        import redis
+
+        check_append(log, seq, text)
+        try:
+            answer = self._append(keys=[LOG_PREFIX + log], args=[str(seq), text])
+        except redis.RedisError as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        if int(answer[0]) == 1:
+            return APPENDED
+        return Appended(False, "seq_taken", _text(answer[1]))
+
+    def read(self, log: str, from_seq: int = 0) -> List[LogEntry]:
+        """The events from ``from_seq`` on, in ``seq`` order (one ``HGETALL``)."""
+        import redis
+
+        check_log(log)
+        check_seq(from_seq, "from_seq")
+        try:
+            fields = self._client.hgetall(LOG_PREFIX + log)
+        except redis.RedisError as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        entries = []
+        for field, value in fields.items():
+            name = _text(field)
+            if name == "last":
+                continue
+            seq = int(name)
+            if seq >= from_seq:
+                entries.append(LogEntry(seq, _text(value)))
+        entries.sort()
+        return entries
+
+    def last_seq(self, log: str) -> Optional[int]:
+        """The highest ``seq`` held (``None``: the log is empty)."""
+        import redis
+
+        check_log(log)
+        try:
+            last = self._client.hget(LOG_PREFIX + log, "last")
+        except redis.RedisError as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        return None if last is None else int(_text(last))
+
     def __repr__(self) -> str:
         return f"RedisStore({self._client!r})"
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _row(document: Any, generation: Any) -> Tuple[Optional[str], int]:

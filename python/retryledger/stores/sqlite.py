@@ -1,8 +1,14 @@
-"""A register store in an SQLite file, with the standard library's sqlite3:
-safe for several processes (and threads) on one machine. Each
+"""Registers and append logs in an SQLite file, with the standard library's
+sqlite3: safe for several processes (and threads) on one machine. Each
 compare-and-set is one ``BEGIN IMMEDIATE`` transaction (the write lock is
-taken before the generation is read), the journal is WAL and a busy timeout
-waits for another writer instead of failing at once."""
+taken before the generation is read), an append one ``INSERT`` that the
+primary key ``(log, seq)`` refuses when the number is taken; the journal is
+WAL and a busy timeout waits for another writer instead of failing at once.
+
+``synchronous`` is SQLite's setting: ``NORMAL`` (the default) loses no
+commit when a process dies and may lose the last ones when the machine does
+(power, kernel); ``FULL`` syncs every commit, which survives both and costs
+one sync per commit (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +17,19 @@ import threading
 import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import Entry, Row, StoreUnavailableError, _decode, _encode
+from . import (
+    APPENDED,
+    Appended,
+    Entry,
+    LogEntry,
+    Row,
+    StoreUnavailableError,
+    _decode,
+    _encode,
+    check_append,
+    check_log,
+    check_seq,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -19,27 +37,43 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS retryledger_register ("
     "key TEXT PRIMARY KEY NOT NULL, generation INTEGER NOT NULL, document TEXT NOT NULL)"
 )
+_LOG_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS retryledger_log ("
+    "log TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (log, seq)) WITHOUT ROWID"
+)
+_SYNCHRONOUS = ("NORMAL", "FULL")
 
 
 class SQLiteStore:
-    """Registers in the table ``retryledger_register`` of the SQLite file at
-    ``path`` (created when absent). ``busy_timeout_ms`` bounds how long a
-    read or write waits for another process's write lock before the store
-    reports itself unavailable."""
+    """Registers in the table ``retryledger_register`` and append logs in the
+    table ``retryledger_log`` of the SQLite file at ``path`` (created when
+    absent). ``busy_timeout_ms`` bounds how long a read or write waits for
+    another process's write lock before the store reports itself
+    unavailable; ``synchronous`` is ``"NORMAL"`` or ``"FULL"`` (see the
+    module's documentation)."""
 
     __slots__ = ("_path", "_conn", "_lock")
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        busy_timeout_ms: int = 5000,
+        synchronous: str = "NORMAL",
+    ) -> None:
         self._path = os.fspath(path)
         self._lock = threading.Lock()
+        if synchronous not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, got {synchronous!r}")
         try:
             conn = sqlite3.connect(
                 self._path, timeout=busy_timeout_ms / 1000.0, isolation_level=None, check_same_thread=False
             )
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
             conn.execute(_SCHEMA)
+            conn.execute(_LOG_SCHEMA)
         except sqlite3.Error as e:
             raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
         self._conn = conn
@@ -145,6 +179,50 @@ class SQLiteStore:
                     raise
         except sqlite3.Error as e:
             raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+
+    def append(self, log: str, seq: int, text: str) -> Appended:
+        """Store the event under ``seq`` when it is free (see
+        :class:`retryledger.stores.Log`): one ``INSERT``, refused by the
+        primary key when the number is taken."""
+        check_append(log, seq, text)
+        try:
+            with self._lock:
+                conn = self._conn
+                cursor = conn.execute(
+                    "INSERT INTO retryledger_log (log, seq, event) VALUES (?, ?, ?) ON CONFLICT (log, seq) DO NOTHING",
+                    (log, seq, text),
+                )
+                if cursor.rowcount == 1:
+                    return APPENDED
+                row = conn.execute("SELECT event FROM retryledger_log WHERE log = ? AND seq = ?", (log, seq)).fetchone()
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+        if row is None:  # pragma: no cover - events are never removed
+            raise StoreUnavailableError(f"sqlite store {self._path}: seq {seq} of {log!r} refused and not found")
+        return Appended(False, "seq_taken", str(row[0]))
+
+    def read(self, log: str, from_seq: int = 0) -> List[LogEntry]:
+        """The events from ``from_seq`` on, in ``seq`` order."""
+        check_log(log)
+        check_seq(from_seq, "from_seq")
+        try:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT seq, event FROM retryledger_log WHERE log = ? AND seq >= ? ORDER BY seq", (log, from_seq)
+                ).fetchall()
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+        return [LogEntry(int(seq), str(event)) for seq, event in rows]
+
+    def last_seq(self, log: str) -> Optional[int]:
+        """The highest ``seq`` held (``None``: the log is empty)."""
+        check_log(log)
+        try:
+            with self._lock:
+                row = self._conn.execute("SELECT max(seq) FROM retryledger_log WHERE log = ?", (log,)).fetchone()
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+        return None if row is None or row[0] is None else int(row[0])
 
     def close(self) -> None:
         """Close the connection."""

@@ -1,9 +1,18 @@
 /**
- * Registers in this process's memory: shared by every run (and worker) of
- * the process that holds the same `MemoryStore`; gone when it exits.
+ * Registers and append logs in this process's memory: shared by every run
+ * (and worker) of the process that holds the same `MemoryStore`; gone when
+ * it exits.
  */
 
 import {
+  APPENDED,
+  checkAppend,
+  checkLog,
+  checkSeq,
+  seqTaken,
+  type AppendAnswer,
+  type AppendLog,
+  type LogEntry,
   checkGeneration,
   decodeDocument,
   encodeDocument,
@@ -18,6 +27,9 @@ import {
 
 export {
   StoreUnavailableError,
+  type AppendAnswer,
+  type AppendLog,
+  type LogEntry,
   type CheckAndSetAnswer,
   type CheckAndSetEntry,
   type FleetStore,
@@ -27,9 +39,46 @@ export {
   type StoreWrite,
 } from "./store.js";
 
-/** An in-memory register store (documents kept as JSON text, so each read is a fresh copy). */
-export class MemoryStore implements FleetStore {
+/** An in-memory register store and append log (documents kept as JSON text, so each read is a fresh copy). */
+export class MemoryStore implements FleetStore, AppendLog {
   readonly #registers = new Map<string, { text: string; generation: number }>();
+  readonly #logs = new Map<string, Map<number, string>>();
+
+  /** Store the event under `seq` when it is free (see `AppendLog.append`). */
+  append(log: string, seq: number, text: string): AppendAnswer {
+    checkAppend(log, seq, text);
+    let events = this.#logs.get(log);
+    if (events === undefined) {
+      events = new Map();
+      this.#logs.set(log, events);
+    }
+    const existing = events.get(seq);
+    if (existing !== undefined) return seqTaken(existing);
+    events.set(seq, text);
+    return APPENDED;
+  }
+
+  /** The events from `fromSeq` on, in `seq` order. */
+  read(log: string, fromSeq = 0): LogEntry[] {
+    checkLog(log);
+    checkSeq(fromSeq, "fromSeq");
+    const events = this.#logs.get(log);
+    if (events === undefined) return [];
+    return [...events.keys()]
+      .filter((seq) => seq >= fromSeq)
+      .sort((a, b) => a - b)
+      .map((seq) => ({ seq, text: events.get(seq) as string }));
+  }
+
+  /** The highest `seq` held (`null`: the log is empty). */
+  lastSeq(log: string): number | null {
+    checkLog(log);
+    const events = this.#logs.get(log);
+    if (events === undefined || events.size === 0) return null;
+    let last = -1;
+    for (const seq of events.keys()) if (seq > last) last = seq;
+    return last;
+  }
 
   get(key: string): StoreRead {
     const r = this.#registers.get(key);

@@ -1,7 +1,11 @@
 /**
- * Registers in Redis (`ioredis`), shared by every machine that reaches the
- * server: each key a hash with the document (`d`) and the generation (`g`),
- * the same layout as the Python package's store. A compare-and-set is one
+ * Registers and append logs in Redis (`ioredis`), shared by every machine
+ * that reaches the server: each key a hash with the document (`d`) and the
+ * generation (`g`), the same layout as the Python package's store. A log is
+ * one hash under `retryledger:log:<name>` (`LOG_PREFIX`): a field per event
+ * (its `seq` in decimal, the event's text as given) and the field `last`
+ * (the highest `seq`); an append is one Lua script (`APPEND_SCRIPT`), a read
+ * one `HGETALL` (a log is one run's journal: tens of events). A compare-and-set is one
  * Lua script (`CAS_SCRIPT`): it compares the stored generation and sets
  * document and generation atomically. Reads of several keys go in one
  * pipeline. Commands are never queued while disconnected: a store that
@@ -11,6 +15,14 @@
 
 import { Redis, type RedisOptions } from "ioredis";
 import {
+  APPENDED,
+  checkAppend,
+  checkLog,
+  checkSeq,
+  seqTaken,
+  type AppendAnswer,
+  type AppendLog,
+  type LogEntry,
   checkGeneration,
   decodeDocument,
   encodeDocument,
@@ -75,6 +87,21 @@ end
 return {1}
 `;
 
+/** The Redis key of a log is this prefix and the log's name. */
+export const LOG_PREFIX = "retryledger:log:";
+
+/** KEYS[1] the log, ARGV[1] the seq (decimal), ARGV[2] the event's text: `{1}` (stored) or `{0, the event that holds the seq}` (the same script as the Python package's). */
+export const APPEND_SCRIPT = `
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return {0, redis.call('HGET', KEYS[1], ARGV[1])}
+end
+local last = redis.call('HGET', KEYS[1], 'last')
+if not last or tonumber(last) < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last', ARGV[1])
+end
+return {1}
+`;
+
 export interface RedisStoreOptions {
   /** `redis://host:port/db` (default `redis://127.0.0.1:6379`), when no `client` is given. */
   url?: string;
@@ -89,9 +116,10 @@ export interface RedisStoreOptions {
 type CasClient = Redis & {
   retryledgerCas(key: string, expected: number, document: string): Promise<[number, number]>;
   retryledgerCheckAndSet(numberOfKeys: number, ...keysThenArgs: (string | number)[]): Promise<(string | number | null)[]>;
+  retryledgerAppend(key: string, seq: string, text: string): Promise<[number, string?]>;
 };
 
-export class RedisStore implements FleetStore {
+export class RedisStore implements FleetStore, AppendLog {
   readonly client: Redis;
   readonly #owned: boolean;
   readonly #connectTimeoutMs: number;
@@ -120,6 +148,9 @@ export class RedisStore implements FleetStore {
     if (typeof (this.client as unknown as Partial<CasClient>).retryledgerCheckAndSet !== "function") {
       // The number of keys is the first argument of each call.
       this.client.defineCommand("retryledgerCheckAndSet", { lua: CHECK_AND_SET_SCRIPT });
+    }
+    if (typeof (this.client as unknown as Partial<CasClient>).retryledgerAppend !== "function") {
+      this.client.defineCommand("retryledgerAppend", { numberOfKeys: 1, lua: APPEND_SCRIPT });
     }
   }
 
@@ -218,6 +249,53 @@ export class RedisStore implements FleetStore {
     } catch (e) {
       throw unavailable(e);
     }
+  }
+
+  /** Store the event under `seq` when it is free (see `AppendLog.append`): one Lua script. */
+  async append(log: string, seq: number, text: string): Promise<AppendAnswer> {
+    checkAppend(log, seq, text);
+    let answer: [number, string?];
+    try {
+      await this.#ready();
+      answer = await (this.client as unknown as CasClient).retryledgerAppend(LOG_PREFIX + log, String(seq), text);
+    } catch (e) {
+      throw unavailable(e);
+    }
+    if (Number(answer[0]) === 1) return APPENDED;
+    return seqTaken(String(answer[1]));
+  }
+
+  /** The events from `fromSeq` on, in `seq` order (one `HGETALL`). */
+  async read(log: string, fromSeq = 0): Promise<LogEntry[]> {
+    checkLog(log);
+    checkSeq(fromSeq, "fromSeq");
+    let fields: Record<string, string>;
+    try {
+      await this.#ready();
+      fields = await this.client.hgetall(LOG_PREFIX + log);
+    } catch (e) {
+      throw unavailable(e);
+    }
+    const entries: LogEntry[] = [];
+    for (const [field, text] of Object.entries(fields)) {
+      if (field === "last") continue;
+      const seq = Number(field);
+      if (seq >= fromSeq) entries.push({ seq, text });
+    }
+    return entries.sort((a, b) => a.seq - b.seq);
+  }
+
+  /** The highest `seq` held (`null`: the log is empty). */
+  async lastSeq(log: string): Promise<number | null> {
+    checkLog(log);
+    let last: string | null;
+    try {
+      await this.#ready();
+      last = await this.client.hget(LOG_PREFIX + log, "last");
+    } catch (e) {
+      throw unavailable(e);
+    }
+    return last === null ? null : Number(last);
   }
 
   /** Close the connection (only one this store opened). */

@@ -1,15 +1,30 @@
 /**
- * Registers in a SQLite file (`better-sqlite3`), shared by every process on
- * the machine that opens the same file: the table `retryledger_register`
- * (key, generation, document), the same layout as the Python package's
- * store. A compare-and-set is one `BEGIN IMMEDIATE` transaction (the write
- * lock is taken before the generation is read); the journal is WAL and a
- * busy timeout bounds the wait for another writer. SQLite errors (a busy
- * timeout, an unreadable file) are `StoreUnavailableError`.
+ * Registers and append logs in a SQLite file (`better-sqlite3`), shared by
+ * every process on the machine that opens the same file: the tables
+ * `retryledger_register` (key, generation, document) and `retryledger_log`
+ * (log, seq, event), the same layout as the Python package's store. A
+ * compare-and-set is one `BEGIN IMMEDIATE` transaction (the write lock is
+ * taken before the generation is read), an append one `INSERT` that the
+ * primary key `(log, seq)` refuses when the number is taken; the journal is
+ * WAL and a busy timeout bounds the wait for another writer. SQLite errors
+ * (a busy timeout, an unreadable file) are `StoreUnavailableError`.
+ *
+ * `synchronous` is SQLite's setting: `NORMAL` (the default, as in the
+ * Python package) loses no commit when a process dies and may lose the last
+ * ones when the machine does (power, kernel); `FULL` syncs every commit,
+ * which survives both at the cost of a sync per commit (docs/BENCHMARKS.md).
  */
 
 import Database from "better-sqlite3";
 import {
+  APPENDED,
+  checkAppend,
+  checkLog,
+  checkSeq,
+  seqTaken,
+  type AppendAnswer,
+  type AppendLog,
+  type LogEntry,
   checkGeneration,
   decodeDocument,
   encodeDocument,
@@ -26,18 +41,30 @@ import {
 export { StoreUnavailableError } from "./store.js";
 
 const SCHEMA = "CREATE TABLE IF NOT EXISTS retryledger_register (key TEXT PRIMARY KEY NOT NULL, generation INTEGER NOT NULL, document TEXT NOT NULL)";
+const LOG_SCHEMA =
+  "CREATE TABLE IF NOT EXISTS retryledger_log (log TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (log, seq)) WITHOUT ROWID";
 
 export interface SQLiteStoreOptions {
   /** How long a write waits for another process's lock, ms (default 5000). */
   busyTimeoutMs?: number;
+  /** SQLite's `synchronous`: `"NORMAL"` (default) or `"FULL"` (see the module's documentation). */
+  synchronous?: "NORMAL" | "FULL";
 }
 
 type Row = { generation: number; document: string };
 type KeyedRow = Row & { key: string };
 
-export class SQLiteStore implements FleetStore {
+export class SQLiteStore implements FleetStore, AppendLog {
   readonly path: string;
+  /** `synchronous` as the connection reports it. */
+  readonly synchronous: "NORMAL" | "FULL";
+  /** The journal mode as the connection reports it (`wal`). */
+  readonly journalMode: string;
   readonly #db: Database.Database;
+  readonly #append: Database.Statement<[string, number, string]>;
+  readonly #event: Database.Statement<[string, number], { event: string }>;
+  readonly #read: Database.Statement<[string, number], { seq: number; event: string }>;
+  readonly #last: Database.Statement<[string], { last: number | null }>;
   readonly #get: Database.Statement<[string], Row>;
   readonly #gen: Database.Statement<[string], { generation: number }>;
   readonly #put: Database.Statement<[string, number, string]>;
@@ -50,11 +77,20 @@ export class SQLiteStore implements FleetStore {
   constructor(path: string, options: SQLiteStoreOptions = {}) {
     this.path = path;
     const timeout = options.busyTimeoutMs ?? 5000;
+    const synchronous = options.synchronous ?? "NORMAL";
+    if (synchronous !== "NORMAL" && synchronous !== "FULL") throw new TypeError(`synchronous must be "NORMAL" or "FULL", got ${String(synchronous)}`);
     try {
       const db = new Database(path, { timeout });
-      db.pragma("journal_mode = WAL");
+      this.journalMode = String(db.pragma("journal_mode = WAL", { simple: true }));
+      db.pragma(`synchronous = ${synchronous}`);
+      this.synchronous = db.pragma("synchronous", { simple: true }) === 2 ? "FULL" : "NORMAL";
       db.exec(SCHEMA);
+      db.exec(LOG_SCHEMA);
       this.#db = db;
+      this.#append = db.prepare<[string, number, string]>("INSERT INTO retryledger_log (log, seq, event) VALUES (?, ?, ?) ON CONFLICT (log, seq) DO NOTHING");
+      this.#event = db.prepare<[string, number], { event: string }>("SELECT event FROM retryledger_log WHERE log = ? AND seq = ?");
+      this.#read = db.prepare<[string, number], { seq: number; event: string }>("SELECT seq, event FROM retryledger_log WHERE log = ? AND seq >= ? ORDER BY seq");
+      this.#last = db.prepare<[string], { last: number | null }>("SELECT max(seq) AS last FROM retryledger_log WHERE log = ?");
       this.#get = db.prepare<[string], Row>("SELECT generation, document FROM retryledger_register WHERE key = ?");
       this.#gen = db.prepare<[string], { generation: number }>("SELECT generation FROM retryledger_register WHERE key = ?");
       this.#put = db.prepare<[string, number, string]>(
@@ -140,6 +176,41 @@ export class SQLiteStore implements FleetStore {
     const text = encodeDocument(document);
     try {
       return this.#cas(key, expected, text);
+    } catch (e) {
+      throw unavailable(this.path, e);
+    }
+  }
+
+  /** Store the event under `seq` when it is free (see `AppendLog.append`): one `INSERT`, refused by the primary key when the number is taken. */
+  append(log: string, seq: number, text: string): AppendAnswer {
+    checkAppend(log, seq, text);
+    let row: { event: string } | undefined;
+    try {
+      if (this.#append.run(log, seq, text).changes === 1) return APPENDED;
+      row = this.#event.get(log, seq);
+    } catch (e) {
+      throw unavailable(this.path, e);
+    }
+    if (row === undefined) throw new StoreUnavailableError(`sqlite store ${this.path}: seq ${seq} of ${log} refused and not found`);
+    return seqTaken(row.event);
+  }
+
+  /** The events from `fromSeq` on, in `seq` order. */
+  read(log: string, fromSeq = 0): LogEntry[] {
+    checkLog(log);
+    checkSeq(fromSeq, "fromSeq");
+    try {
+      return this.#read.all(log, fromSeq).map((r) => ({ seq: r.seq, text: r.event }));
+    } catch (e) {
+      throw unavailable(this.path, e);
+    }
+  }
+
+  /** The highest `seq` held (`null`: the log is empty). */
+  lastSeq(log: string): number | null {
+    checkLog(log);
+    try {
+      return this.#last.get(log)?.last ?? null;
     } catch (e) {
       throw unavailable(this.path, e);
     }

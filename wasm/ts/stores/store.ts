@@ -1,9 +1,11 @@
 /**
- * What a fleet's store is: a register per key holding a JSON document and
- * the store's own generation (a version counter, 0 for a key it does not
- * hold), written only by compare-and-set. Stores hold documents; every
- * transition is the core's. The conformance scenarios every backend runs are
- * `tests/stores/register.json`.
+ * What a store is: a register per key holding a JSON document and the
+ * store's own generation (a version counter, 0 for a key it does not hold),
+ * written only by compare-and-set (`FleetStore`); and an append log per
+ * name, numbered events each written once (`AppendLog`), what a durable
+ * journal is written to. Stores hold documents; every transition is the
+ * core's. The conformance scenarios every backend runs are
+ * `tests/stores/register.json` and `tests/stores/log.json`.
  */
 
 /** A JSON object as a store holds it. */
@@ -79,10 +81,85 @@ export interface FleetStore {
 
 /** The store could not be read or written (unreachable, timed out, failing). */
 export class StoreUnavailableError extends Error {
+  /** The stable code, the same in both packages. */
+  readonly code = "store_unavailable";
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "StoreUnavailableError";
   }
+}
+
+/**
+ * `append`'s answer: the event stored, or its `seq` taken, with the event
+ * that holds it (a refused late event can be kept as evidence next to it).
+ */
+export type AppendAnswer = { ok: true; code: "appended" } | { ok: false; code: "seq_taken"; existing: string };
+
+/** One event of a log: its number and its JSON text as appended. */
+export interface LogEntry {
+  seq: number;
+  text: string;
+}
+
+/**
+ * An append log. Every store of this package is one too. Methods may answer
+ * synchronously or with a promise. A taken `seq` is an answer, never an
+ * exception; a store that cannot be reached throws `StoreUnavailableError`.
+ * A store does not require the numbers to follow one another: gaps and the
+ * events' order are the journal's to check. Logs and registers are apart (a
+ * log and a register may share a name).
+ */
+export interface AppendLog {
+  /**
+   * Store `text` (the JSON text of an object) under `seq` exactly as given,
+   * byte for byte (a journal's hash chain covers those bytes), when `seq`
+   * is free: `{ok: true, code: "appended"}`; else nothing changes: `{ok:
+   * false, code: "seq_taken", existing}`.
+   */
+  append(log: string, seq: number, text: string): AppendAnswer | Promise<AppendAnswer>;
+  /** The events whose `seq` is at least `fromSeq` (default 0), in `seq` order. */
+  read(log: string, fromSeq?: number): LogEntry[] | Promise<LogEntry[]>;
+  /** The highest `seq` held, `null` for an empty log. */
+  lastSeq(log: string): number | null | Promise<number | null>;
+}
+
+/** `append`'s answer when the event is stored. */
+export const APPENDED: AppendAnswer = Object.freeze({ ok: true, code: "appended" }) as AppendAnswer;
+
+/** `append`'s answer when `seq` is taken. */
+export function seqTaken(existing: string): AppendAnswer {
+  return { ok: false, code: "seq_taken", existing };
+}
+
+/** The largest `seq` a log takes: the largest integer both packages hold exactly. */
+export const MAX_SEQ = Number.MAX_SAFE_INTEGER;
+
+/** A log's name: a non-empty string. */
+export function checkLog(log: unknown): string {
+  if (typeof log !== "string" || log === "") throw new TypeError("a log's name is a non-empty string");
+  return log;
+}
+
+/** A `seq` (or `fromSeq`): an integer in `0..MAX_SEQ`. */
+export function checkSeq(seq: unknown, name = "seq"): number {
+  if (typeof seq !== "number" || !Number.isSafeInteger(seq) || seq < 0) {
+    throw new TypeError(`${name} must be an integer in 0..${MAX_SEQ}, got ${String(seq)}`);
+  }
+  return seq;
+}
+
+/** What every store refuses before it is touched: a bad name, a bad `seq`, an event that is not the JSON text of an object. */
+export function checkAppend(log: unknown, seq: unknown, text: unknown): void {
+  checkLog(log);
+  checkSeq(seq);
+  if (typeof text !== "string") throw new TypeError(`an event is the JSON text of an object (a string), got ${typeof text}`);
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new TypeError(`an event is the JSON text of an object: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new TypeError("an event is the JSON text of an object");
 }
 
 /** A generation as a store answers it: a non-negative safe integer. */
