@@ -174,6 +174,7 @@ impl Session {
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
+            reconciled: None,
             route_id: d.route_id.clone(),
             route_ordinal: d.route_ordinal,
             route_release_sha256: d.route_release_sha256.clone(),
