@@ -77,6 +77,18 @@ function run(op, input) {
       return rl.budgetWithdraw(input.config, input.snapshot, input.now_epoch_ms);
     case "fleet_session":
       return fleetSession(input.policy, input.store, input.script);
+    case "journal_verify":
+      return rl.journalVerify(input.policy, input.events);
+    case "journal_recover":
+      return rl.journalRecover(input.policy, input.events, input.reconciliation);
+    case "journal_append":
+      return rl.journalAppend(input.policy, input.events, input.lease_generation, input.entry);
+    case "journal_classify":
+      return rl.journalClassify(input.policy, input.events, input.event);
+    case "idempotency_claim":
+      return rl.idempotencyClaim(input.retention, input.record ?? null, input.request, input.now_epoch_ms);
+    case "idempotency_complete":
+      return rl.idempotencyComplete(input.retention, input.record, input.completion, input.now_epoch_ms);
     default:
       throw new Error(`unknown op ${op}`);
   }

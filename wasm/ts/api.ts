@@ -41,6 +41,29 @@ export { Fleet, freshBreaker, freshBudget, breakerKey, budgetKey, type FleetOpti
 export { MemoryStore } from "./stores/memory.js";
 export { StoreUnavailableError, type CheckAndSetAnswer, type CheckAndSetEntry, type FleetStore, type StoreDocument, type StoreRead, type StoreRow, type StoreWrite } from "./stores/store.js";
 export { AttemptError, factsOf, type Classifier, type FactsOptions } from "./facts.js";
+export {
+  journalVerify,
+  journalRecover,
+  journalAppend,
+  journalClassify,
+  idempotencyClaim,
+  idempotencyComplete,
+  type Dispatch,
+  type JournalEventKind,
+  type JournalEvent,
+  type JournalEntry,
+  type JournalVerified,
+  type Reconciliation,
+  type ReconciliationAnswer,
+  type PendingAttempt,
+  type Recovery,
+  type Classified,
+  type IdempotencyRecord,
+  type Retention,
+  type ClaimRequest,
+  type Completion,
+  type Claim,
+} from "./journal.js";
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 export * from "./tables.js";
@@ -52,6 +75,8 @@ export {
   ReceiptError,
   HttpError,
   RunError,
+  JournalError,
+  IdempotencyError,
   RunStoppedError,
   UnrecognizedDispatchError,
   RunCancelledError,
@@ -61,6 +86,8 @@ export {
   type ReceiptCode,
   type HttpCode,
   type RunCode,
+  type JournalCode,
+  type IdempotencyCode,
   type ErrorCode,
   type ErrorFamily,
   type ErrorDetails,

@@ -140,6 +140,8 @@ export interface Attempt {
   logical_request_sha256: Sha256Hex;
   ordinal: number;
   outcome: Outcome;
+  /** How a recovered run learned the outcome from the receiver (absent when observed directly). */
+  reconciled?: Reconciled;
   route_id: Identifier;
   route_ordinal: number;
   route_release_sha256: Sha256Hex;
@@ -147,6 +149,9 @@ export interface Attempt {
   /** The attempt's stream record, in a streamed run. */
   stream?: StreamRecord;
 }
+
+/** A receiver's settled answer for an attempt a crashed host never observed. */
+export type Reconciled = "succeeded" | "failed_no_effect" | "unknown";
 
 /** `retryledger.attempts.v1` */
 export interface Attempts {
@@ -208,6 +213,8 @@ export interface ScheduleEntry {
   /** `success` or the failure kind. */
   outcome: "success" | RetryableKind | NonRetryableKind | IndeterminateKind;
   outcome_class: OutcomeClass;
+  /** How a recovered run learned the outcome from the receiver (absent when observed directly). */
+  reconciled?: Reconciled;
   retry_after_floor_ms: number;
   route_id: Identifier;
   route_ordinal: number;
