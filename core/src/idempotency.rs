@@ -278,22 +278,35 @@ impl IdempotencyRecord {
     }
 }
 
-fn expiry(now: u64, ttl_ms: u64) -> u64 {
-    now.saturating_add(ttl_ms).min(MAX_SAFE_INTEGER)
+/// `ttl_ms` after `now`; a time past 2^53 - 1 is `invalid_value` at `/now_epoch_ms`.
+fn expiry(now: u64, ttl_ms: u64) -> Result<u64> {
+    now.checked_add(ttl_ms)
+        .filter(|t| *t <= MAX_SAFE_INTEGER)
+        .ok_or_else(|| {
+            Error::at(
+                ErrorCode::InvalidValue,
+                "/now_epoch_ms",
+                "now_epoch_ms + ttl_ms is past 2^53 - 1",
+            )
+        })
 }
 
 /// A new `in_progress` record for `request` at `now_epoch_ms`.
-fn fresh(request: &ClaimRequest, retention: &Retention, now_epoch_ms: u64) -> IdempotencyRecord {
-    IdempotencyRecord {
+fn fresh(
+    request: &ClaimRequest,
+    retention: &Retention,
+    now_epoch_ms: u64,
+) -> Result<IdempotencyRecord> {
+    Ok(IdempotencyRecord {
         created_at_epoch_ms: now_epoch_ms,
-        expires_at_epoch_ms: expiry(now_epoch_ms, retention.ttl_ms),
+        expires_at_epoch_ms: expiry(now_epoch_ms, retention.ttl_ms)?,
         idempotency_key_sha256: request.idempotency_key_sha256.clone(),
         request_sha256: request.request_sha256.clone(),
         result_sha256: None,
         schema: IdempotencyRecordSchema,
         status: RecordStatus::InProgress,
         updated_at_epoch_ms: now_epoch_ms,
-    }
+    })
 }
 
 /// Answer a request arriving under its key at `now_epoch_ms` (wall clock),
@@ -308,7 +321,7 @@ pub fn claim(
     retention.check("/retention")?;
     let Some(rec) = record else {
         return Ok(Claim::Proceed {
-            record: fresh(request, retention, now_epoch_ms),
+            record: fresh(request, retention, now_epoch_ms)?,
         });
     };
     rec.check(&request.idempotency_key_sha256, "/record")?;
@@ -316,7 +329,7 @@ pub fn claim(
     if now >= rec.expires_at_epoch_ms {
         return Ok(match retention.expired {
             OnExpired::Proceed => Claim::Proceed {
-                record: fresh(request, retention, now),
+                record: fresh(request, retention, now)?,
             },
             OnExpired::Reject => Claim::Rejected {
                 reason: RejectReason::KeyExpired,
@@ -344,7 +357,7 @@ pub fn claim(
         (RecordStatus::FailedNoEffect, _) => Claim::Proceed {
             record: IdempotencyRecord {
                 created_at_epoch_ms: rec.created_at_epoch_ms,
-                ..fresh(request, retention, now)
+                ..fresh(request, retention, now)?
             },
         },
         (RecordStatus::Indeterminate | RecordStatus::Succeeded, _) => Claim::Rejected {
@@ -396,7 +409,7 @@ pub fn complete(
     Ok(IdempotencyRecord {
         expires_at_epoch_ms: record
             .expires_at_epoch_ms
-            .max(expiry(now, retention.ttl_ms)),
+            .max(expiry(now, retention.ttl_ms)?),
         result_sha256: completion.result_sha256.clone(),
         status: completion.status,
         updated_at_epoch_ms: now,

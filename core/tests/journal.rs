@@ -309,3 +309,117 @@ fn in_progress_polls_are_bounded_by_count_and_deadline() {
     assert_eq!(attempt.reconciled, Some(Reconciled::Unknown));
     assert!(matches!(decision, Decision::Terminal { .. }));
 }
+
+#[test]
+fn a_fleet_run_journals_its_admission_and_recovers_it() {
+    use retryledger_core::fleet::FleetView;
+    use serde_json::json;
+    let mut p = lab::reference_policy();
+    p["fleet"] = json!({
+        "breaker": {"consecutive_failures": 1, "half_open_probes": 1, "open_ms": 60_000},
+        "on_store_unavailable": "fail_closed"
+    });
+    let cp = Arc::new(compile(retryledger_core::decode::from_value(p).unwrap()).unwrap());
+    // The primary's breaker is open: the admission skips to the fallback.
+    let primary = cp.policy.routes[0].route_release_sha256.clone();
+    let open: retryledger_core::breaker::BreakerSnapshot = retryledger_core::decode::from_value(json!({
+        "consecutive_failures": 0, "generation": 1, "opened_at_epoch_ms": 1_780_000_000_000_u64,
+        "probe_successes": 0, "probes_in_flight": 0, "route_release_sha256": primary.as_str(),
+        "schema": "retryledger.breaker.v1", "state": "open", "updated_at_epoch_ms": 1_780_000_000_000_u64,
+        "window_failures": 0, "window_start_epoch_ms": 1_780_000_000_000_u64, "window_total": 0
+    }))
+    .unwrap();
+    let view = FleetView {
+        breakers: vec![(primary, open)],
+        budget: None,
+        store_unavailable: false,
+    };
+    let mut session = Session::start(Arc::clone(&cp));
+    let admitted = session.admit(0, 1_780_000_000_100, &view).unwrap();
+    let Decision::Dispatch(d) = admitted.decision else {
+        panic!("the fallback admits")
+    };
+    assert_eq!(d.route_id.as_str(), "external-fallback");
+    let mut events = Vec::new();
+    push(
+        &cp,
+        &mut events,
+        1,
+        Entry::Created {
+            created_at_epoch_ms: 1_780_000_000_000,
+            run_id: run_id(),
+        },
+    );
+    push(&cp, &mut events, 1, Entry::Decided);
+    // Without the admitted dispatch the plan (the primary) is reserved; with
+    // it, the fallback; anything else is refused.
+    push(
+        &cp,
+        &mut events,
+        1,
+        Entry::Reserved {
+            dispatch: Some(d.clone()),
+        },
+    );
+    let mut off = d.clone();
+    off.not_before_ms += 1;
+    let e = append(
+        &cp,
+        &events[..2],
+        1,
+        &Entry::Reserved {
+            dispatch: Some(off),
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.code, e.path.as_deref()),
+        (ErrorCode::JournalPlanDrift, Some("/entry/dispatch"))
+    );
+    session
+        .record(0, 500, 2_000, retryledger_core::Outcome::Success)
+        .unwrap();
+    let attempt = session.attempts().attempts[0].clone();
+    let e = append(
+        &cp,
+        &events,
+        1,
+        &Entry::Dispatched {
+            admission: None,
+            started_at_ms: 0,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::AdmissionMissing);
+    push(
+        &cp,
+        &mut events,
+        1,
+        Entry::Dispatched {
+            admission: attempt.admission.clone(),
+            started_at_ms: 0,
+        },
+    );
+    // A crash here: the adopted attempt carries the admission.
+    let rec = answers(1, &[(AnswerKind::Succeeded, 500)]);
+    let Recovery::Adopt {
+        attempt: adopted, ..
+    } = recover(&cp, &events, Some(&rec)).unwrap()
+    else {
+        panic!("adopt")
+    };
+    assert_eq!(adopted.admission, attempt.admission);
+    push(&cp, &mut events, 2, Entry::Observed { attempt: adopted });
+    push(&cp, &mut events, 2, Entry::Decided);
+    push(
+        &cp,
+        &mut events,
+        2,
+        Entry::Terminal {
+            cancelled_at_ms: None,
+            fleet_stop: None,
+        },
+    );
+    let r = verify(&cp, &events).unwrap();
+    assert_eq!(r.summary().terminal.map(|t| t.as_str()), Some("completed"));
+}

@@ -16,9 +16,9 @@
  *   scoped key.
  */
 
-import { call, toText, type Input, type RawBindings } from "./core.js";
+import { call, CompiledPolicy, toText, type Input, type RawBindings } from "./core.js";
 import { DecodeError } from "./errors.js";
-import type { Admission, Attempt, Decision, DispatchDecision, FleetStop, Identifier, Sha256Hex, Terminal } from "./types.js";
+import type { Admission, Attempt, Decision, DispatchDecision, FleetStop, Identifier, Policy, Sha256Hex, Terminal } from "./types.js";
 
 /** A planned dispatch, as a `reserved` event holds it (a dispatch decision without its `kind`). */
 export type Dispatch = Omit<DispatchDecision, "kind">;
@@ -182,14 +182,19 @@ function integer(name: string, x: unknown): number {
   return x;
 }
 
+/** A policy as text (a compiled one gives its canonical JSON). */
+function policyText(policy: Input<Policy> | CompiledPolicy): string {
+  return policy instanceof CompiledPolicy ? policy.policyJson : toText(policy);
+}
+
 /** A journal as text: a JSON array of events, or its text. */
 function eventsText(events: Input<readonly JournalEvent[]>): string {
   return toText(events);
 }
 
 /** What the replay of a journal against the policy found (or the first event it refuses, thrown). */
-export function journalVerify(policy: Input<unknown>, events: Input<readonly JournalEvent[]>): JournalVerified {
-  const p = toText(policy);
+export function journalVerify(policy: Input<Policy> | CompiledPolicy, events: Input<readonly JournalEvent[]>): JournalVerified {
+  const p = policyText(policy);
   const e = eventsText(events);
   return JSON.parse(journalCall((b) => b.journal_verify(p, e))) as JournalVerified;
 }
@@ -201,11 +206,11 @@ export function journalVerify(policy: Input<unknown>, events: Input<readonly Jou
  * far while an attempt waits for reconciliation.
  */
 export function journalRecover(
-  policy: Input<unknown>,
+  policy: Input<Policy> | CompiledPolicy,
   events: Input<readonly JournalEvent[]>,
   reconciliation?: Input<Reconciliation>,
 ): Recovery {
-  const p = toText(policy);
+  const p = policyText(policy);
   const e = eventsText(events);
   const r = reconciliation === undefined ? undefined : toText(reconciliation);
   return JSON.parse(journalCall((b) => b.journal_recover(p, e, r))) as Recovery;
@@ -213,12 +218,12 @@ export function journalRecover(
 
 /** The next event of a journal under the writer's lease generation; append it at its `seq`. */
 export function journalAppend(
-  policy: Input<unknown>,
+  policy: Input<Policy> | CompiledPolicy,
   events: Input<readonly JournalEvent[]>,
   leaseGeneration: number,
   entry: Input<JournalEntry>,
 ): JournalEvent {
-  const p = toText(policy);
+  const p = policyText(policy);
   const e = eventsText(events);
   const g = integer("lease_generation", leaseGeneration);
   const x = toText(entry);
@@ -226,8 +231,8 @@ export function journalAppend(
 }
 
 /** Whether an event offered to a journal appends, repeats one, or is only evidence (a fenced owner's, or a seq taken). */
-export function journalClassify(policy: Input<unknown>, events: Input<readonly JournalEvent[]>, event: Input<JournalEvent>): Classified {
-  const p = toText(policy);
+export function journalClassify(policy: Input<Policy> | CompiledPolicy, events: Input<readonly JournalEvent[]>, event: Input<JournalEvent>): Classified {
+  const p = policyText(policy);
   const e = eventsText(events);
   const x = toText(event);
   return JSON.parse(journalCall((b) => b.journal_classify(p, e, x))) as Classified;

@@ -257,6 +257,15 @@ pub fn family() -> Family {
     );
     claim(
         &mut f,
+        "claim_expiry_past_the_integer_range",
+        &reject,
+        None,
+        &req,
+        retryledger_core::limits::MAX_SAFE_INTEGER - 1_000,
+        "invalid_value",
+    );
+    claim(
+        &mut f,
         "claim_retention_ttl_zero",
         &json!({"expired": "reject", "poll_after_ms": 1, "ttl_ms": 0}),
         None,
