@@ -53,6 +53,17 @@ for path in sorted((ROOT / "tests" / "vectors").glob("*.json")):
             put("build_policy", enc(inp["request"]) + b"\0" + enc(inp["spec"]))
         elif op == "price_cost":
             put("price_cost", enc(inp["schedule"]) + b"\0" + enc(inp["route_release_sha256"]) + b"\0" + enc(inp["usage"]))
+        elif op in ("journal_verify", "journal_recover", "journal_append", "journal_classify"):
+            data = enc(inp["events"])
+            if "reconciliation" in inp or "event" in inp:
+                data += b"\0" + enc(inp.get("reconciliation", ""))
+            if "event" in inp:
+                data += b"\0" + enc(inp["event"])
+            put("journal", data)
+        elif op in ("idempotency_claim", "idempotency_complete"):
+            now = struct.pack("<Q", inp["now_epoch_ms"])
+            put("idempotency", now + enc(inp["retention"]) + b"\0" + enc(inp.get("record", "")) + b"\0"
+                + enc(inp.get("request", "{}")) + b"\0" + enc(inp.get("completion", "{}")))
         elif op == "classify_http":
             put("decode_observation", enc(inp["observation"]))
         elif op == "parse_retry_after":

@@ -325,13 +325,15 @@ class Run:
             if seen != planned:
                 raise drift("jitter_sample_drift", "jitter_sample_ms")
         continues = (a.get("stream") or {}).get("continues_ordinal") is not None
-        if not continues:
+        if not continues and "reconciled" not in a:
             priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
             first = self.bodies.get(priority, "unset")
             if first != "unset" and first != a.get("request_body_sha256"):
                 raise drift("request_body_drift", "request_body_sha256")
         if a["started_at_ms"] < d["not_before_ms"]:
             raise drift("early_start", "started_at_ms")
+        if "reconciled" in a and RECONCILED_OUTCOME[a["reconciled"]] != a["outcome"]:
+            raise drift("reconciliation_drift", "reconciled")
         if a["completed_at_ms"] < a["started_at_ms"]:
             raise drift("completed_before_started", "completed_at_ms")
         return d
@@ -339,7 +341,7 @@ class Run:
     def observe(self, a, d, i):
         p = self.p
         priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
-        if (a.get("stream") or {}).get("continues_ordinal") is None:
+        if (a.get("stream") or {}).get("continues_ordinal") is None and "reconciled" not in a:
             self.bodies.setdefault(priority, a.get("request_body_sha256"))
         self.spent += a["cost"]
         if self.spent > U64_MAX:
@@ -367,6 +369,8 @@ class Run:
         for f in ("jitter_min_ms", "jitter_max_ms", "jitter_sample_ms"):
             if f in d:
                 entry[f] = d[f]
+        if "reconciled" in a:
+            entry["reconciled"] = a["reconciled"]
         self.schedule.append(entry)
         cls = a["outcome"]["class"]
         if a["completed_at_ms"] >= p["deadline_ms"]:
@@ -540,6 +544,114 @@ def verify_bundle(bundle):
     }
 
 
+# --------------------------------------------------------------- journal ---
+
+# docs/JOURNAL.md: the outcome each reconciliation answer stands for.
+RECONCILED_OUTCOME = {
+    "succeeded": {"class": "success"},
+    "failed_no_effect": {"class": "retryable", "kind": "timeout_before_response"},
+    "unknown": {"class": "indeterminate", "kind": "unknown_provider_acceptance"},
+}
+GENESIS = "0" * 64
+STRUCTURAL = {"journal_seq_gap", "journal_seq_repeat", "journal_wrong_run", "journal_chain_broken", "journal_stale_lease"}
+
+
+def chain_violation(events):
+    """The first seq, run, chain or lease violation of a journal (docs/JOURNAL.md), or None."""
+    prev, generation = GENESIS, 0
+    for i, e in enumerate(events):
+        at = "/events/%d/" % i
+        if e["seq"] != i:
+            return ("journal_seq_repeat" if e["seq"] < i else "journal_seq_gap", at + "seq")
+        if i > 0 and e["run_id"] != events[0]["run_id"]:
+            return ("journal_wrong_run", at + "run_id")
+        if e["prev_sha256"] != prev:
+            return ("journal_chain_broken", at + "prev_sha256")
+        if e["lease_generation"] < generation:
+            return ("journal_stale_lease", at + "lease_generation")
+        prev, generation = sha(e), e["lease_generation"]
+    return None
+
+
+def replay_journal(policy, events):
+    """Check a valid journal against the plan: every decision and reservation is
+    plan_next of the attempts before it, and the terminal's digests are those of
+    the attempts and the receipt. Returns the checks made."""
+    attempts = {"attempts": [], "schema": "retryledger.attempts.v1"}
+    checks = []
+    for e in events:
+        if e["kind"] == "decided":
+            checks.append(("decision seq %d" % e["seq"], e["decision"], plan_next(policy, attempts)))
+        elif e["kind"] == "reserved" and "fleet" not in policy:
+            plan = dict(plan_next(policy, attempts), kind=None)
+            del plan["kind"]
+            checks.append(("reservation seq %d" % e["seq"], e["dispatch"], plan))
+        elif e["kind"] == "observed":
+            attempts["attempts"].append(e["attempt"])
+        elif e["kind"] == "terminal":
+            for field in ("cancelled_at_ms", "fleet_stop"):
+                if field in e:
+                    attempts[field] = e[field]
+            receipt = evaluate(policy, attempts)
+            checks.append(("attempts digest", e["attempts_sha256"], sha(attempts)))
+            checks.append(("receipt digest", e["receipt_sha256"], sha(receipt)))
+            checks.append(("terminal", e["terminal"], receipt["terminal"]))
+    return checks
+
+
+def check_journals(root):
+    """Every journal of journal.json: the chain of each valid one, its replay
+    against the plan, and the seq, run, chain and lease errors of the others."""
+    cases = json.loads((root / "journal.json").read_text(encoding="utf-8"))["cases"]
+    passed = failed = skipped = 0
+
+    def check(name, got, want):
+        nonlocal passed, failed
+        if got == want:
+            passed += 1
+        else:
+            failed += 1
+            print("MISMATCH journal/%s: want %s got %s" % (name, json.dumps(want), json.dumps(got)))
+
+    for case in cases:
+        inp, want = case["input"], case["expect"]
+        if "events" not in inp:
+            continue
+        try:
+            events = json.loads(inp["events"])
+        except ValueError:
+            skipped += 1
+            continue
+        if not isinstance(events, list):
+            skipped += 1
+            continue
+        name = case["name"]
+        if "ok" in want:
+            check(name + " chain", chain_violation(events), None)
+            for what, got, expected in replay_journal(json.loads(inp["policy"]), events):
+                check("%s %s" % (name, what), got, expected)
+            if case["op"] == "journal_verify":
+                ok = want["ok"]
+                check(name + " head", ok["head_sha256"], sha(events[-1]) if events else GENESIS)
+                check(name + " next_seq", ok["next_seq"], len(events))
+                check(name + " lease", ok["lease_generation"], max([e["lease_generation"] for e in events] or [0]))
+            continue
+        if case["op"] != "journal_verify":
+            continue
+        err = want["error"]
+        if err["code"] in DECODE_CODES or err["code"] == "journal_unknown_kind":
+            skipped += 1  # strict decoding: not covered here
+            continue
+        found = chain_violation(events)
+        if err["code"] in STRUCTURAL:
+            check(name, found, (err["code"], err["path"]))
+        else:
+            # A later event's chain error cannot come first.
+            index = int(err["path"].split("/")[2])
+            check(name + " (no earlier chain error)", found is None or int(found[1].split("/")[2]) > index, True)
+    return passed, failed, skipped
+
+
 # ---------------------------------------------------------------- driver ---
 
 DECODE_CODES = {
@@ -684,6 +796,10 @@ def main(directory):
         print(line)
         failures += failed
         total += passed + draws
+    passed, failed, skipped = check_journals(root)
+    print("%-9s %3d journal checks passed, %3d failed, %3d skipped (decode errors)" % ("journal", passed, failed, skipped))
+    failures += failed
+    total += passed
     passed, failed = check_spec(root)
     print("%-9s %3d worked examples of docs/REPLAY.md passed, %d failed" % ("spec", passed, failed))
     failures += failed

@@ -151,6 +151,12 @@ pub fn digest(document_json: &str) -> Result<String> {
         crate::budget::RetryBudgetSchema::NAME => Ok(digest_of(&from_value::<
             crate::budget::RetryBudgetSnapshot,
         >(value)?)),
+        crate::journal::JournalEventSchema::NAME => Ok(digest_of(&from_value::<
+            crate::journal::JournalEvent,
+        >(value)?)),
+        crate::idempotency::IdempotencyRecordSchema::NAME => Ok(digest_of(&from_value::<
+            crate::idempotency::IdempotencyRecord,
+        >(value)?)),
         other => Err(Error::at(
             ErrorCode::SchemaMismatch,
             "/schema",
@@ -361,6 +367,127 @@ pub fn budget_withdraw(
     let (cfg, snap) = budget_inputs(config_json, snapshot_json)?;
     let (granted, next) = crate::budget::withdraw(&cfg, &snap, now_epoch_ms);
     Ok(out(&BudgetStep(granted, next)))
+}
+
+/// A journal (a JSON array of `retryledger.journal_event.v1` documents),
+/// its errors under `/events`.
+fn journal_events(events_json: &str) -> Result<crate::journal::Journal> {
+    from_str::<crate::journal::Journal>(events_json).map_err(|e| e.under("/events"))
+}
+
+/// `journal_verify`: a policy and a journal in; what the replay found
+/// (`attempts`, `head_sha256`, `last_kind`, `lease_generation`, `next_seq`,
+/// `run_id`, `terminal`) out, or the first event the core refuses.
+pub fn journal_verify(policy_json: &str, events_json: &str) -> Result<String> {
+    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    let events = journal_events(events_json)?;
+    Ok(out(&crate::journal::verify(&cp, &events.0)?.summary()))
+}
+
+/// `journal_recover`: what a new owner does with a journal (and, while an
+/// attempt waits for one, the receiver's reconciliation answers so far):
+/// `resume`, `reconcile`, `adopt` or `done`.
+pub fn journal_recover(
+    policy_json: &str,
+    events_json: &str,
+    reconciliation_json: Option<&str>,
+) -> Result<String> {
+    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    let events = journal_events(events_json)?;
+    let rec = reconciliation_json
+        .map(|t| {
+            from_str::<crate::journal::Reconciliation>(t).map_err(|e| e.under("/reconciliation"))
+        })
+        .transpose()?;
+    Ok(out(&crate::journal::recover(&cp, &events.0, rec.as_ref())?))
+}
+
+/// `journal_append`: the next event of a journal, built by the core from an
+/// entry (`{"kind": …}` and what only the host knows) under the writer's
+/// lease generation, with its `seq` and `prev_sha256`; append it at its seq.
+pub fn journal_append(
+    policy_json: &str,
+    events_json: &str,
+    lease_generation: u64,
+    entry_json: &str,
+) -> Result<String> {
+    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    let events = journal_events(events_json)?;
+    let entry = from_str::<crate::journal::Entry>(entry_json).map_err(|e| e.under("/entry"))?;
+    Ok(out(&crate::journal::append(
+        &cp,
+        &events.0,
+        lease_generation,
+        &entry,
+    )?))
+}
+
+/// `journal_classify`: an event offered for a journal (a late append of an
+/// old owner, a retried write): `append`, `duplicate` or `evidence`
+/// (`stale_lease`, `seq_taken`; kept, never a decision).
+pub fn journal_classify(policy_json: &str, events_json: &str, event_json: &str) -> Result<String> {
+    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    let events = journal_events(events_json)?;
+    let event =
+        from_str::<crate::journal::JournalEvent>(event_json).map_err(|e| e.under("/event"))?;
+    Ok(out(&crate::journal::classify_append(
+        &cp, &events.0, &event,
+    )?))
+}
+
+fn retention_of(retention_json: &str) -> Result<crate::idempotency::Retention> {
+    let r = from_str::<crate::idempotency::Retention>(retention_json)
+        .map_err(|e| e.under("/retention"))?;
+    r.check("/retention")?;
+    Ok(r)
+}
+
+/// `idempotency_claim`: a retention, the record the store holds for the
+/// key (or none), the request (`idempotency_key_sha256`, `request_sha256`)
+/// and the wall clock in; `proceed` (with the record to write by
+/// compare-and-set), `replay`, `poll` or `rejected` out.
+pub fn idempotency_claim(
+    retention_json: &str,
+    record_json: Option<&str>,
+    request_json: &str,
+    now_epoch_ms: u64,
+) -> Result<String> {
+    let retention = retention_of(retention_json)?;
+    let record = record_json
+        .map(|t| {
+            from_str::<crate::idempotency::IdempotencyRecord>(t).map_err(|e| e.under("/record"))
+        })
+        .transpose()?;
+    let request = from_str::<crate::idempotency::ClaimRequest>(request_json)
+        .map_err(|e| e.under("/request"))?;
+    Ok(out(&crate::idempotency::claim(
+        &retention,
+        record.as_ref(),
+        &request,
+        now_epoch_ms,
+    )?))
+}
+
+/// `idempotency_complete`: the claimed record moved to `succeeded` (with
+/// the result's digest), `failed_no_effect` or `indeterminate`; the record
+/// to write back by compare-and-set.
+pub fn idempotency_complete(
+    retention_json: &str,
+    record_json: &str,
+    completion_json: &str,
+    now_epoch_ms: u64,
+) -> Result<String> {
+    let retention = retention_of(retention_json)?;
+    let record = from_str::<crate::idempotency::IdempotencyRecord>(record_json)
+        .map_err(|e| e.under("/record"))?;
+    let completion = from_str::<crate::idempotency::Completion>(completion_json)
+        .map_err(|e| e.under("/completion"))?;
+    Ok(out(&crate::idempotency::complete(
+        &retention,
+        &record,
+        &completion,
+        now_epoch_ms,
+    )?))
 }
 
 /// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.

@@ -1,5 +1,6 @@
 //! The attempts document: every physical attempt of one logical request, as observed.
 
+use crate::decode::names;
 use crate::decode::object;
 use crate::fleet::{Admission, FleetStop};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
@@ -12,6 +13,44 @@ schema_marker!(
     /// `retryledger.attempts.v1`
     AttemptsSchema = "retryledger.attempts.v1"
 );
+
+/// The receiver's settled answer for an attempt whose outcome a crashed
+/// host never recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    /// The receiver completed it: its result is the attempt's (`success`).
+    Succeeded,
+    /// The receiver verified it had no effect (`retryable`
+    /// `timeout_before_response`): only this permits another dispatch.
+    FailedNoEffect,
+    /// The receiver cannot say, or stayed in progress past the poll bound
+    /// (`indeterminate` `unknown_provider_acceptance`): never resubmitted.
+    Unknown,
+}
+
+names!(Reconciled {
+    Succeeded => "succeeded",
+    FailedNoEffect => "failed_no_effect",
+    Unknown => "unknown",
+});
+
+impl Reconciled {
+    /// The outcome the answer stands for.
+    pub fn outcome(self) -> Outcome {
+        use crate::outcome::{IndeterminateKind, RetryableKind};
+        match self {
+            Self::Succeeded => Outcome::Success,
+            Self::FailedNoEffect => Outcome::Retryable {
+                kind: RetryableKind::TimeoutBeforeResponse,
+                retry_after_ms: None,
+                retry_after_source: None,
+            },
+            Self::Unknown => Outcome::Indeterminate {
+                kind: IndeterminateKind::UnknownProviderAcceptance,
+            },
+        }
+    }
+}
 
 /// One physical attempt. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +71,10 @@ pub struct Attempt {
     pub ordinal: u64,
     /// The observed outcome.
     pub outcome: Outcome,
+    /// How a recovered run learned the outcome from the receiver by
+    /// idempotency key ([`crate::journal`]); absent for an attempt observed
+    /// directly, so existing digests are unchanged.
+    pub reconciled: Option<Reconciled>,
     /// Digest of the request body the host sent on this attempt (after
     /// lowering to the route), when the host reports it.
     pub request_body_sha256: Option<Sha256Hex>,
@@ -72,6 +115,7 @@ object!(Attempt {
     logical_request_sha256: doc,
     ordinal: u64,
     outcome: doc,
+    reconciled: opt_doc,
     request_body_sha256: opt_doc,
     route_id: doc,
     route_ordinal: u64,

@@ -21,6 +21,10 @@ pub enum ErrorFamily {
     Http,
     /// The run cannot be evaluated in its current state.
     Run,
+    /// A run's journal (or a reconciliation of it) is not one the core can act on.
+    Journal,
+    /// An idempotency record or its retention is inconsistent.
+    Idempotency,
 }
 
 impl ErrorFamily {
@@ -33,6 +37,8 @@ impl ErrorFamily {
             Self::Receipt => "receipt",
             Self::Http => "http",
             Self::Run => "run",
+            Self::Journal => "journal",
+            Self::Idempotency => "idempotency",
         }
     }
 }
@@ -208,6 +214,8 @@ codes! {
     BudgetOverCap => "budget_over_cap", Drift;
     /// A snapshot older (a lower generation) than one already seen.
     GenerationRegressed => "generation_regressed", Drift;
+    /// A reconciled attempt whose outcome is not the one its answer stands for.
+    ReconciliationDrift => "reconciliation_drift", Drift;
 
     /// A sealed receipt differs from the replayed one.
     ReceiptMismatch => "receipt_mismatch", Receipt;
@@ -223,6 +231,46 @@ codes! {
     RunNotTerminal => "run_not_terminal", Run;
     /// A store write kept conflicting after its bounded retries.
     StoreConflict => "store_conflict", Run;
+
+    /// An event's `prev_sha256` is not the digest of the event before it (or the genesis value).
+    JournalChainBroken => "journal_chain_broken", Journal;
+    /// An event's `seq` skips ahead of the next free one.
+    JournalSeqGap => "journal_seq_gap", Journal;
+    /// An event's `seq` repeats one already taken.
+    JournalSeqRepeat => "journal_seq_repeat", Journal;
+    /// An event under a lower lease generation than the one before it: a fenced (stale) owner.
+    JournalStaleLease => "journal_stale_lease", Journal;
+    /// An event that disagrees with the core's plan for the run.
+    JournalPlanDrift => "journal_plan_drift", Journal;
+    /// An event of another run.
+    JournalWrongRun => "journal_wrong_run", Journal;
+    /// An event kind the journal does not define.
+    JournalUnknownKind => "journal_unknown_kind", Journal;
+    /// An event kind that cannot come at this point of the run.
+    JournalOutOfOrder => "journal_out_of_order", Journal;
+    /// An event after the run's `terminal` event.
+    JournalAfterTerminal => "journal_after_terminal", Journal;
+    /// The `created` event names another policy.
+    JournalPolicyMismatch => "journal_policy_mismatch", Journal;
+    /// Reconciliation answers where no dispatch waits for one, or for another attempt.
+    ReconciliationUnexpected => "reconciliation_unexpected", Journal;
+    /// A reconciliation answer after the answers had settled.
+    ReconciliationAfterSettled => "reconciliation_after_settled", Journal;
+    /// A receiver asked before the poll schedule allows.
+    PollTooEarly => "poll_too_early", Journal;
+    /// More reconciliation answers than the poll bound allows.
+    PollLimitExceeded => "poll_limit_exceeded", Journal;
+
+    /// An idempotency record kept under another scoped key than the request's.
+    IdempotencyScopeMismatch => "idempotency_scope_mismatch", Idempotency;
+    /// An idempotency record inconsistent in itself (times, status and result).
+    IdempotencyRecordInvalid => "idempotency_record_invalid", Idempotency;
+    /// A retention policy out of bounds.
+    IdempotencyRetentionInvalid => "idempotency_retention_invalid", Idempotency;
+    /// A completion of a record that is not in progress.
+    IdempotencyNotInProgress => "idempotency_not_in_progress", Idempotency;
+    /// A completion by a request other than the one that claimed the key.
+    IdempotencyRequestMismatch => "idempotency_request_mismatch", Idempotency;
 }
 
 /// An error with a stable code, a human message and, where known, a JSON Pointer

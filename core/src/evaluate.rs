@@ -211,67 +211,80 @@ impl Decode for Decision {
             };
             return Ok(Self::Terminal { terminal });
         }
-        let continuation: Option<Continuation> = f.opt("continuation");
-        let deadline_ms = f.req("deadline_ms");
-        let delay_ms = f.req("delay_ms");
-        let idempotency_key_sha256 = f.req("idempotency_key_sha256");
-        let jitter_max_ms = f.opt("jitter_max_ms");
-        let jitter_min_ms = f.opt("jitter_min_ms");
-        let jitter_sample_ms = f.opt("jitter_sample_ms");
-        let logical_request_sha256 = f.req("logical_request_sha256");
-        let not_before_ms = f.req("not_before_ms");
-        let ordinal = f.req("ordinal");
-        let reserve_cost = f.req("reserve_cost");
-        let retry_after_floor_ms = f.req("retry_after_floor_ms");
-        let route_id = f.req("route_id");
-        let route_ordinal = f.req("route_ordinal");
-        let route_release_sha256 = f.req("route_release_sha256");
-        f.end()?;
-        let (
-            Some(deadline_ms),
-            Some(delay_ms),
-            Some(idempotency_key_sha256),
-            Some(logical_request_sha256),
-            Some(not_before_ms),
-            Some(ordinal),
-            Some(reserve_cost),
-            Some(retry_after_floor_ms),
-            Some(route_id),
-            Some(route_ordinal),
-            Some(route_release_sha256),
-        ) = (
-            deadline_ms,
-            delay_ms,
-            idempotency_key_sha256,
-            logical_request_sha256,
-            not_before_ms,
-            ordinal,
-            reserve_cost,
-            retry_after_floor_ms,
-            route_id,
-            route_ordinal,
-            route_release_sha256,
-        )
-        else {
-            return Err(f.incomplete());
-        };
-        Ok(Self::Dispatch(Dispatch {
-            continuation,
-            deadline_ms,
-            delay_ms,
-            idempotency_key_sha256,
-            jitter_max_ms,
-            jitter_min_ms,
-            jitter_sample_ms,
-            logical_request_sha256,
-            not_before_ms,
-            ordinal,
-            reserve_cost,
-            retry_after_floor_ms,
-            route_id,
-            route_ordinal,
-            route_release_sha256,
-        }))
+        Ok(Self::Dispatch(dispatch_fields(&mut f)?))
+    }
+}
+
+/// The fields of a dispatch, read in order (the `kind` tag, if any, is the caller's).
+fn dispatch_fields(f: &mut Fields<'_>) -> Result<Dispatch> {
+    let continuation: Option<Continuation> = f.opt("continuation");
+    let deadline_ms = f.req("deadline_ms");
+    let delay_ms = f.req("delay_ms");
+    let idempotency_key_sha256 = f.req("idempotency_key_sha256");
+    let jitter_max_ms = f.opt("jitter_max_ms");
+    let jitter_min_ms = f.opt("jitter_min_ms");
+    let jitter_sample_ms = f.opt("jitter_sample_ms");
+    let logical_request_sha256 = f.req("logical_request_sha256");
+    let not_before_ms = f.req("not_before_ms");
+    let ordinal = f.req("ordinal");
+    let reserve_cost = f.req("reserve_cost");
+    let retry_after_floor_ms = f.req("retry_after_floor_ms");
+    let route_id = f.req("route_id");
+    let route_ordinal = f.req("route_ordinal");
+    let route_release_sha256 = f.req("route_release_sha256");
+    f.end()?;
+    let (
+        Some(deadline_ms),
+        Some(delay_ms),
+        Some(idempotency_key_sha256),
+        Some(logical_request_sha256),
+        Some(not_before_ms),
+        Some(ordinal),
+        Some(reserve_cost),
+        Some(retry_after_floor_ms),
+        Some(route_id),
+        Some(route_ordinal),
+        Some(route_release_sha256),
+    ) = (
+        deadline_ms,
+        delay_ms,
+        idempotency_key_sha256,
+        logical_request_sha256,
+        not_before_ms,
+        ordinal,
+        reserve_cost,
+        retry_after_floor_ms,
+        route_id,
+        route_ordinal,
+        route_release_sha256,
+    )
+    else {
+        return Err(f.incomplete());
+    };
+    Ok(Dispatch {
+        continuation,
+        deadline_ms,
+        delay_ms,
+        idempotency_key_sha256,
+        jitter_max_ms,
+        jitter_min_ms,
+        jitter_sample_ms,
+        logical_request_sha256,
+        not_before_ms,
+        ordinal,
+        reserve_cost,
+        retry_after_floor_ms,
+        route_id,
+        route_ordinal,
+        route_release_sha256,
+    })
+}
+
+/// A dispatch alone (the plan a journal's `reserved` event holds): the
+/// fields of a `dispatch` decision without its `kind`.
+impl Decode for Dispatch {
+    fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
+        dispatch_fields(&mut Fields::open(v, at)?)
     }
 }
 
@@ -298,11 +311,15 @@ pub(crate) struct Run {
     bodies: Vec<Option<Option<Sha256Hex>>>,
 }
 
-/// Whether an attempt sends its own request (a continuation resumes another's).
+/// Whether an attempt's request body is compared with its route's first: it
+/// sends its own request (a continuation resumes another's) and was observed
+/// by the owner that sent it (a reconciled attempt's sender did not live to
+/// say what it sent).
 fn sends_request(a: &Attempt) -> bool {
-    a.stream
-        .as_ref()
-        .is_none_or(|s| s.continues_ordinal.is_none())
+    a.reconciled.is_none()
+        && a.stream
+            .as_ref()
+            .is_none_or(|s| s.continues_ordinal.is_none())
 }
 
 impl Run {
@@ -784,6 +801,13 @@ impl Run {
                 ),
             );
         }
+        if a.reconciled.is_some_and(|r| r.outcome() != a.outcome) {
+            return drift(
+                ErrorCode::ReconciliationDrift,
+                "reconciled",
+                "a reconciled attempt's outcome is the one its answer stands for".into(),
+            );
+        }
         if a.completed_at_ms < a.started_at_ms {
             return drift(
                 ErrorCode::CompletedBeforeStarted,
@@ -862,6 +886,7 @@ impl Run {
             ordinal: d.ordinal,
             outcome: a.outcome.kind_name().to_owned(),
             outcome_class: a.outcome.class(),
+            reconciled: a.reconciled,
             retry_after_floor_ms: d.retry_after_floor_ms,
             route_id: d.route_id.clone(),
             route_ordinal: d.route_ordinal,

@@ -34,7 +34,11 @@
 //! contract: tentative events, commit or invalidate, exact continuation.
 //! Across runs, [`breaker`] (a circuit breaker per route release) and
 //! [`budget`] (a retry budget per scope) are pure transitions over snapshots
-//! a store holds, and [`fleet`] admits each attempt under them. [`api`] is the JSON-text
+//! a store holds, and [`fleet`] admits each attempt under them. [`journal`]
+//! makes a run durable (a hash-chained event log, verified against the
+//! plan; recovery that reconciles an uncertain dispatch by idempotency key
+//! instead of resubmitting it; lease fencing), and [`idempotency`] is the
+//! receiver's record per scoped key. [`api`] is the JSON-text
 //! boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
@@ -51,7 +55,9 @@ pub mod evaluate;
 pub mod fleet;
 pub mod http;
 mod httpdate;
+pub mod idempotency;
 pub mod ids;
+pub mod journal;
 #[cfg(feature = "lab")]
 pub mod lab;
 pub mod lift;

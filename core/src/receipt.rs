@@ -61,6 +61,9 @@ pub struct ScheduleEntry {
     pub outcome: String,
     /// Outcome class.
     pub outcome_class: OutcomeClass,
+    /// How a recovered run learned the outcome from the receiver; absent
+    /// for an attempt observed directly.
+    pub reconciled: Option<crate::attempt::Reconciled>,
     /// Bounded Retry-After floor that applied to the delay, ms.
     pub retry_after_floor_ms: u64,
     /// Route.
@@ -176,6 +179,7 @@ object!(ScheduleEntry {
     ordinal: u64,
     outcome: str,
     outcome_class: doc,
+    reconciled: opt_doc,
     retry_after_floor_ms: u64,
     route_id: doc,
     route_ordinal: u64,

@@ -289,6 +289,7 @@ impl Session {
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
+            reconciled: None,
             request_body_sha256: self.notes.request_body_sha256.clone(),
             route_id: d.route_id.clone(),
             route_ordinal: d.route_ordinal,

@@ -105,6 +105,18 @@ fn actual(op: &str, input: &Value) -> Value {
             &["config", "now_epoch_ms", "snapshot"]
         }
         "breaker_record" => &["config", "now_epoch_ms", "outcome", "probe", "snapshot"],
+        "journal_verify" => &["events", "policy"],
+        "journal_recover" if input.get("reconciliation").is_some() => {
+            &["events", "policy", "reconciliation"]
+        }
+        "journal_recover" => &["events", "policy"],
+        "journal_append" => &["entry", "events", "lease_generation", "policy"],
+        "journal_classify" => &["event", "events", "policy"],
+        "idempotency_claim" if input.get("record").is_some() => {
+            &["now_epoch_ms", "record", "request", "retention"]
+        }
+        "idempotency_claim" => &["now_epoch_ms", "request", "retention"],
+        "idempotency_complete" => &["completion", "now_epoch_ms", "record", "retention"],
         "idempotency_key_sha256" => match (input.get("tenant"), input.get("operation")) {
             (Some(_), Some(_)) => &["key", "operation", "tenant"],
             (Some(_), None) => &["key", "tenant"],
@@ -175,6 +187,40 @@ fn actual(op: &str, input: &Value) -> Value {
         "budget_withdraw" => api::budget_withdraw(
             s(input, "config"),
             s(input, "snapshot"),
+            n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
+        "journal_verify" => {
+            api::journal_verify(s(input, "policy"), s(input, "events")).map(json_of)
+        }
+        "journal_recover" => api::journal_recover(
+            s(input, "policy"),
+            s(input, "events"),
+            input.get("reconciliation").and_then(Value::as_str),
+        )
+        .map(json_of),
+        "journal_append" => api::journal_append(
+            s(input, "policy"),
+            s(input, "events"),
+            n(input, "lease_generation"),
+            s(input, "entry"),
+        )
+        .map(json_of),
+        "journal_classify" => {
+            api::journal_classify(s(input, "policy"), s(input, "events"), s(input, "event"))
+                .map(json_of)
+        }
+        "idempotency_claim" => api::idempotency_claim(
+            s(input, "retention"),
+            input.get("record").and_then(Value::as_str),
+            s(input, "request"),
+            n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
+        "idempotency_complete" => api::idempotency_complete(
+            s(input, "retention"),
+            s(input, "record"),
+            s(input, "completion"),
             n(input, "now_epoch_ms"),
         )
         .map(json_of),

@@ -365,3 +365,96 @@ pub fn check_provider_body(data: &[u8]) {
     assert_jcs(&text);
     assert_eq!(api::judge(&canonical_json(&facts)).unwrap(), text);
 }
+
+/// `events[\0reconciliation[\0offered event]]` against the reference policy:
+/// a journal that verifies always has a recovery answer (and one that does
+/// not, the same error); an adopted attempt always appends as `observed`;
+/// every answer is canonical JSON, every failure a coded error.
+pub fn check_journal(data: &[u8]) {
+    let mut parts = data.splitn(3, |&b| b == 0);
+    let events = text(parts.next().unwrap_or_default());
+    let rec = parts.next().map(text);
+    let offered = parts.next().map(text);
+    let policy = reference_policy();
+    let verified = api::journal_verify(policy, &events);
+    let recovered = api::journal_recover(policy, &events, None);
+    match (&verified, &recovered) {
+        (Ok(v), Ok(r)) => {
+            assert_jcs(v);
+            assert_jcs(r);
+        }
+        (Err(a), Err(b)) => {
+            check_error(a);
+            assert_eq!(a.code, b.code, "recovery refuses what verification refuses");
+        }
+        _ => panic!("verify and recover disagree: {verified:?} / {recovered:?}"),
+    }
+    if let Some(rec) = rec {
+        match api::journal_recover(policy, &events, Some(&rec)) {
+            Ok(out) => {
+                assert_jcs(&out);
+                let answer: Value = serde_json::from_str(&out).expect("json");
+                if answer["kind"] == "adopt" {
+                    let entry = serde_json::json!({"kind": "observed", "attempt": answer["attempt"]});
+                    let generation = serde_json::from_str::<Value>(verified.as_ref().expect("verified"))
+                        .expect("json")["lease_generation"]
+                        .as_u64()
+                        .expect("generation");
+                    api::journal_append(policy, &events, generation, &entry.to_string())
+                        .expect("an adopted attempt appends");
+                }
+            }
+            Err(e) => check_error(&e),
+        }
+    }
+    if let Some(offered) = offered {
+        match api::journal_classify(policy, &events, &offered) {
+            Ok(out) => assert_jcs(&out),
+            Err(e) => check_error(&e),
+        }
+    }
+}
+
+/// `now (8 bytes, little endian) retention\0record\0request\0completion`
+/// (`record` empty: none): a claim that proceeds, asked again at once by the
+/// same request, polls; a completion gives a record the claim accepts.
+pub fn check_idempotency(data: &[u8]) {
+    if data.len() < 8 {
+        return;
+    }
+    let now = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) & MAX_SAFE_INTEGER;
+    let mut parts = data[8..].splitn(4, |&b| b == 0);
+    let (Some(retention), Some(record), Some(request)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return;
+    };
+    let completion = parts.next();
+    let (retention, request) = (text(retention), text(request));
+    let record = (!record.is_empty()).then(|| text(record));
+    match api::idempotency_claim(&retention, record.as_deref(), &request, now) {
+        Ok(out) => {
+            assert_jcs(&out);
+            let claim: Value = serde_json::from_str(&out).expect("json");
+            if claim["kind"] == "proceed" {
+                let written = claim["record"].to_string();
+                let again = api::idempotency_claim(&retention, Some(&written), &request, now)
+                    .expect("the written record is valid");
+                let again: Value = serde_json::from_str(&again).expect("json");
+                assert_eq!(again["kind"], "poll", "a claim in progress polls");
+            }
+        }
+        Err(e) => check_error(&e),
+    }
+    if let (Some(record), Some(completion)) = (record, completion) {
+        match api::idempotency_complete(&retention, &record, &text(completion), now) {
+            Ok(out) => {
+                assert_jcs(&out);
+                let answer = api::idempotency_claim(&retention, Some(&out), &request, now);
+                if let Err(e) = answer {
+                    check_error(&e);
+                }
+            }
+            Err(e) => check_error(&e),
+        }
+    }
+}

@@ -79,10 +79,21 @@ from ._stream import (
     run_stream_async,
 )
 from .fleet import Fleet
+from . import journal
+from .journal import (
+    idempotency_claim,
+    idempotency_complete,
+    journal_append,
+    journal_classify,
+    journal_recover,
+    journal_verify,
+)
 from ._errors import (
     DecodeError,
     DriftError,
     HttpError,
+    IdempotencyError,
+    JournalError,
     PolicyError,
     ReceiptError,
     RetryledgerError,
@@ -102,6 +113,8 @@ __all__ = [
     "Facts",
     "Fleet",
     "HttpError",
+    "IdempotencyError",
+    "JournalError",
     "Judgement",
     "LabReport",
     "Outcome",
@@ -127,6 +140,13 @@ __all__ = [
     "evaluate",
     "facts_of",
     "judge",
+    "journal",
+    "journal_append",
+    "journal_classify",
+    "journal_recover",
+    "journal_verify",
+    "idempotency_claim",
+    "idempotency_complete",
     "request_sha256",
     "build_policy",
     "lift_request",

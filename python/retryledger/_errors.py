@@ -20,6 +20,8 @@ __all__ = [
     "ReceiptError",
     "HttpError",
     "RunError",
+    "JournalError",
+    "IdempotencyError",
     "EXCEPTION_CLASSES",
     "exception_class",
 ]
@@ -75,6 +77,14 @@ class RunError(RetryledgerError):
     """The run cannot be evaluated in its current state."""
 
 
+class JournalError(RetryledgerError):
+    """A run's journal (or a reconciliation of it) is not one the core can act on."""
+
+
+class IdempotencyError(RetryledgerError):
+    """An idempotency record or its retention is inconsistent."""
+
+
 _FAMILIES: dict[str, type[RetryledgerError]] = {
     "decode": DecodeError,
     "policy": PolicyError,
@@ -82,6 +92,8 @@ _FAMILIES: dict[str, type[RetryledgerError]] = {
     "receipt": ReceiptError,
     "http": HttpError,
     "run": RunError,
+    "journal": JournalError,
+    "idempotency": IdempotencyError,
 }
 
 

@@ -14,6 +14,8 @@ ErrorFamily = Literal[
     "receipt",
     "http",
     "run",
+    "journal",
+    "idempotency",
 ]
 
 #: Error families, in the core's order.
@@ -24,6 +26,8 @@ ERROR_FAMILIES: Tuple[ErrorFamily, ...] = (
     "receipt",
     "http",
     "run",
+    "journal",
+    "idempotency",
 )
 
 #: A stable error code.
@@ -99,12 +103,32 @@ ErrorCode = Literal[
     "snapshot_key_mismatch",
     "budget_over_cap",
     "generation_regressed",
+    "reconciliation_drift",
     "receipt_mismatch",
     "retry_after_invalid",
     "retry_after_overlong",
     "invalid_status",
     "run_not_terminal",
     "store_conflict",
+    "journal_chain_broken",
+    "journal_seq_gap",
+    "journal_seq_repeat",
+    "journal_stale_lease",
+    "journal_plan_drift",
+    "journal_wrong_run",
+    "journal_unknown_kind",
+    "journal_out_of_order",
+    "journal_after_terminal",
+    "journal_policy_mismatch",
+    "reconciliation_unexpected",
+    "reconciliation_after_settled",
+    "poll_too_early",
+    "poll_limit_exceeded",
+    "idempotency_scope_mismatch",
+    "idempotency_record_invalid",
+    "idempotency_retention_invalid",
+    "idempotency_not_in_progress",
+    "idempotency_request_mismatch",
 ]
 
 #: Every error code and its family, in the core's order.
@@ -180,12 +204,32 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "snapshot_key_mismatch": "drift",
     "budget_over_cap": "drift",
     "generation_regressed": "drift",
+    "reconciliation_drift": "drift",
     "receipt_mismatch": "receipt",
     "retry_after_invalid": "http",
     "retry_after_overlong": "http",
     "invalid_status": "http",
     "run_not_terminal": "run",
     "store_conflict": "run",
+    "journal_chain_broken": "journal",
+    "journal_seq_gap": "journal",
+    "journal_seq_repeat": "journal",
+    "journal_stale_lease": "journal",
+    "journal_plan_drift": "journal",
+    "journal_wrong_run": "journal",
+    "journal_unknown_kind": "journal",
+    "journal_out_of_order": "journal",
+    "journal_after_terminal": "journal",
+    "journal_policy_mismatch": "journal",
+    "reconciliation_unexpected": "journal",
+    "reconciliation_after_settled": "journal",
+    "poll_too_early": "journal",
+    "poll_limit_exceeded": "journal",
+    "idempotency_scope_mismatch": "idempotency",
+    "idempotency_record_invalid": "idempotency",
+    "idempotency_retention_invalid": "idempotency",
+    "idempotency_not_in_progress": "idempotency",
+    "idempotency_request_mismatch": "idempotency",
 }
 
 #: A terminal's name.

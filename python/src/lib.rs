@@ -534,6 +534,101 @@ fn budget_withdraw(
     lift(api::budget_withdraw(&text(config)?, &text(snapshot)?, now))
 }
 
+/// Optional JSON text: `None` stays `None`.
+fn opt_text<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<Cow<'a, str>>> {
+    obj.filter(|o| !o.is_none()).map(text).transpose()
+}
+
+/// `journal_verify`: what the replay of a journal (JSON array of events) found, as JSON.
+#[pyfunction]
+fn journal_verify(policy: &Bound<'_, PyAny>, events: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::journal_verify(&text(policy)?, &text(events)?))
+}
+
+/// `journal_recover`: `resume`, `reconcile`, `adopt` or `done` (JSON) for a
+/// journal and, while an attempt waits for one, the reconciliation so far.
+#[pyfunction]
+#[pyo3(signature = (policy, events, reconciliation=None))]
+fn journal_recover(
+    policy: &Bound<'_, PyAny>,
+    events: &Bound<'_, PyAny>,
+    reconciliation: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let rec = opt_text(reconciliation)?;
+    lift(api::journal_recover(
+        &text(policy)?,
+        &text(events)?,
+        rec.as_deref(),
+    ))
+}
+
+/// `journal_append`: the next event (JSON) of a journal, built from an entry under a lease generation.
+#[pyfunction]
+fn journal_append(
+    policy: &Bound<'_, PyAny>,
+    events: &Bound<'_, PyAny>,
+    lease_generation: &Bound<'_, PyAny>,
+    entry: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let generation = integer(lease_generation, "lease_generation")?;
+    lift(api::journal_append(
+        &text(policy)?,
+        &text(events)?,
+        generation,
+        &text(entry)?,
+    ))
+}
+
+/// `journal_classify`: `append`, `duplicate` or `evidence` (JSON) for an event offered to a journal.
+#[pyfunction]
+fn journal_classify(
+    policy: &Bound<'_, PyAny>,
+    events: &Bound<'_, PyAny>,
+    event: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    lift(api::journal_classify(
+        &text(policy)?,
+        &text(events)?,
+        &text(event)?,
+    ))
+}
+
+/// `idempotency_claim`: `proceed`, `replay`, `poll` or `rejected` (JSON) for a request under its key.
+#[pyfunction]
+#[pyo3(signature = (retention, record, request, now_epoch_ms))]
+fn idempotency_claim(
+    retention: &Bound<'_, PyAny>,
+    record: Option<&Bound<'_, PyAny>>,
+    request: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    let rec = opt_text(record)?;
+    lift(api::idempotency_claim(
+        &text(retention)?,
+        rec.as_deref(),
+        &text(request)?,
+        now,
+    ))
+}
+
+/// `idempotency_complete`: the claimed record (JSON) moved to its final status.
+#[pyfunction]
+fn idempotency_complete(
+    retention: &Bound<'_, PyAny>,
+    record: &Bound<'_, PyAny>,
+    completion: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    lift(api::idempotency_complete(
+        &text(retention)?,
+        &text(record)?,
+        &text(completion)?,
+        now,
+    ))
+}
+
 /// `request_sha256`: a logical request's digest (full RFC 8785).
 #[pyfunction]
 fn request_sha256(request: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1394,6 +1489,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(breaker_record, m)?)?;
     m.add_function(wrap_pyfunction!(budget_deposit, m)?)?;
     m.add_function(wrap_pyfunction!(budget_withdraw, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_recover, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_append, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_classify, m)?)?;
+    m.add_function(wrap_pyfunction!(idempotency_claim, m)?)?;
+    m.add_function(wrap_pyfunction!(idempotency_complete, m)?)?;
     m.add_function(wrap_pyfunction!(request_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(build_policy, m)?)?;
     m.add_function(wrap_pyfunction!(lift_request, m)?)?;

@@ -21,6 +21,8 @@ FAMILY_CLASSES = {
     "receipt": retryledger.ReceiptError,
     "http": retryledger.HttpError,
     "run": retryledger.RunError,
+    "journal": retryledger.JournalError,
+    "idempotency": retryledger.IdempotencyError,
 }
 
 

@@ -48,6 +48,20 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "budget_deposit": lambda i: retryledger.budget_deposit(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "budget_withdraw": lambda i: retryledger.budget_withdraw(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "fleet_session": lambda i: _fleet_session(i["policy"], i["store"], i["script"]),
+    "journal_verify": lambda i: retryledger.journal.journal_verify(i["policy"], i["events"]),
+    "journal_recover": lambda i: retryledger.journal.journal_recover(
+        i["policy"], i["events"], i.get("reconciliation")
+    ),
+    "journal_append": lambda i: retryledger.journal.journal_append(
+        i["policy"], i["events"], i["lease_generation"], i["entry"]
+    ),
+    "journal_classify": lambda i: retryledger.journal.journal_classify(i["policy"], i["events"], i["event"]),
+    "idempotency_claim": lambda i: retryledger.journal.idempotency_claim(
+        i["retention"], i.get("record"), i["request"], i["now_epoch_ms"]
+    ),
+    "idempotency_complete": lambda i: retryledger.journal.idempotency_complete(
+        i["retention"], i["record"], i["completion"], i["now_epoch_ms"]
+    ),
 }
 
 

@@ -235,6 +235,72 @@ pub fn idempotency_key_sha256(
     ))
 }
 
+/// `journalVerify`: what the replay of a journal (a JSON array of events) found.
+#[wasm_bindgen]
+pub fn journal_verify(policy: &str, events: &str) -> Out<String> {
+    lift(api::journal_verify(policy, events))
+}
+
+/// `journalRecover`: `resume`, `reconcile`, `adopt` or `done` for a journal
+/// and, while an attempt waits for one, the reconciliation answers so far.
+#[wasm_bindgen]
+pub fn journal_recover(policy: &str, events: &str, reconciliation: Option<String>) -> Out<String> {
+    lift(api::journal_recover(
+        policy,
+        events,
+        reconciliation.as_deref(),
+    ))
+}
+
+/// `journalAppend`: the next event of a journal, built from an entry under a lease generation.
+#[wasm_bindgen]
+pub fn journal_append(
+    policy: &str,
+    events: &str,
+    lease_generation: f64,
+    entry: &str,
+) -> Out<String> {
+    let generation = lift(safe_integer(lease_generation, "lease_generation"))?;
+    lift(api::journal_append(policy, events, generation, entry))
+}
+
+/// `journalClassify`: `append`, `duplicate` or `evidence` for an event offered to a journal.
+#[wasm_bindgen]
+pub fn journal_classify(policy: &str, events: &str, event: &str) -> Out<String> {
+    lift(api::journal_classify(policy, events, event))
+}
+
+/// `idempotencyClaim`: `proceed`, `replay`, `poll` or `rejected` for a request under its key.
+#[wasm_bindgen]
+pub fn idempotency_claim(
+    retention: &str,
+    record: Option<String>,
+    request: &str,
+    now_epoch_ms: f64,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::idempotency_claim(
+        retention,
+        record.as_deref(),
+        request,
+        now,
+    ))
+}
+
+/// `idempotencyComplete`: the claimed record moved to its final status.
+#[wasm_bindgen]
+pub fn idempotency_complete(
+    retention: &str,
+    record: &str,
+    completion: &str,
+    now_epoch_ms: f64,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::idempotency_complete(
+        retention, record, completion, now,
+    ))
+}
+
 /// `breakerAdmit`: `{"admission", "snapshot"}` for a breaker configuration and snapshot at a wall-clock time.
 #[wasm_bindgen]
 pub fn breaker_admit(config: &str, snapshot: &str, now_epoch_ms: f64) -> Out<String> {

@@ -79,6 +79,18 @@ function run(op, input) {
       return fleetSession(input.policy, input.store, input.script);
     case "priced_session":
       return streamSession(input.policy, input.script, input.schedule);
+    case "journal_verify":
+      return rl.journalVerify(input.policy, input.events);
+    case "journal_recover":
+      return rl.journalRecover(input.policy, input.events, input.reconciliation);
+    case "journal_append":
+      return rl.journalAppend(input.policy, input.events, input.lease_generation, input.entry);
+    case "journal_classify":
+      return rl.journalClassify(input.policy, input.events, input.event);
+    case "idempotency_claim":
+      return rl.idempotencyClaim(input.retention, input.record ?? null, input.request, input.now_epoch_ms);
+    case "idempotency_complete":
+      return rl.idempotencyComplete(input.retention, input.record, input.completion, input.now_epoch_ms);
     default:
       throw new Error(`unknown op ${op}`);
   }

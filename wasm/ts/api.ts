@@ -53,6 +53,29 @@ export {
   type StoreWrite,
 } from "./stores/store.js";
 export { AttemptError, factsOf, type Classifier, type FactsOptions } from "./facts.js";
+export {
+  journalVerify,
+  journalRecover,
+  journalAppend,
+  journalClassify,
+  idempotencyClaim,
+  idempotencyComplete,
+  type Dispatch,
+  type JournalEventKind,
+  type JournalEvent,
+  type JournalEntry,
+  type JournalVerified,
+  type Reconciliation,
+  type ReconciliationAnswer,
+  type PendingAttempt,
+  type Recovery,
+  type Classified,
+  type IdempotencyRecord,
+  type Retention,
+  type ClaimRequest,
+  type Completion,
+  type Claim,
+} from "./journal.js";
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 export * from "./tables.js";
@@ -64,6 +87,8 @@ export {
   ReceiptError,
   HttpError,
   RunError,
+  JournalError,
+  IdempotencyError,
   RunStoppedError,
   UnrecognizedDispatchError,
   RunCancelledError,
@@ -73,6 +98,8 @@ export {
   type ReceiptCode,
   type HttpCode,
   type RunCode,
+  type JournalCode,
+  type IdempotencyCode,
   type ErrorCode,
   type ErrorFamily,
   type ErrorDetails,

@@ -4,7 +4,7 @@
  * TypeScript and Python; the message is for people.
  */
 
-import { ERROR_CODE_FAMILY, type ErrorCode, type ErrorFamily, type DecodeCode, type DriftCode, type HttpCode, type PolicyCode, type ReceiptCode, type RunCode } from "./tables.js";
+import { ERROR_CODE_FAMILY, type ErrorCode, type ErrorFamily, type DecodeCode, type DriftCode, type HttpCode, type IdempotencyCode, type JournalCode, type PolicyCode, type ReceiptCode, type RunCode } from "./tables.js";
 import type { Attempts, Bundle, Receipt, Sealed, Terminal } from "./types.js";
 
 export type {
@@ -13,6 +13,8 @@ export type {
   ErrorCode,
   ErrorFamily,
   HttpCode,
+  IdempotencyCode,
+  JournalCode,
   PolicyCode,
   ReceiptCode,
   RunCode,
@@ -93,6 +95,22 @@ export class RunError extends RetryledgerError {
   }
 }
 
+/** A run's journal (or a reconciliation of it) is not one the core can act on. */
+export class JournalError extends RetryledgerError {
+  declare readonly code: JournalCode;
+  constructor(code: JournalCode, message: string, details: ErrorDetails = {}) {
+    super(code, "journal", message, details);
+  }
+}
+
+/** An idempotency record or its retention is inconsistent. */
+export class IdempotencyError extends RetryledgerError {
+  declare readonly code: IdempotencyCode;
+  constructor(code: IdempotencyCode, message: string, details: ErrorDetails = {}) {
+    super(code, "idempotency", message, details);
+  }
+}
+
 /** The JSON object the WebAssembly module throws (the core's `error_json`). */
 interface WireError {
   code: string;
@@ -134,6 +152,10 @@ export function fromWire(text: string): RetryledgerError {
       return new ReceiptError(parsed.code as ReceiptCode, message, details);
     case "http":
       return new HttpError(parsed.code as HttpCode, message, details);
+    case "journal":
+      return new JournalError(parsed.code as JournalCode, message, details);
+    case "idempotency":
+      return new IdempotencyError(parsed.code as IdempotencyCode, message, details);
     default:
       return new RunError(parsed.code as RunCode, message, details);
   }

@@ -9,6 +9,8 @@ export const ERROR_FAMILIES = [
   "receipt",
   "http",
   "run",
+  "journal",
+  "idempotency",
 ] as const;
 /** One of the families of the core's error codes. */
 export type ErrorFamily = (typeof ERROR_FAMILIES)[number];
@@ -98,6 +100,7 @@ export const DRIFT_CODES = [
   "snapshot_key_mismatch",
   "budget_over_cap",
   "generation_regressed",
+  "reconciliation_drift",
 ] as const;
 /** One of the core's error codes of the `drift` family. */
 export type DriftCode = (typeof DRIFT_CODES)[number];
@@ -126,8 +129,39 @@ export const RUN_CODES = [
 /** One of the core's error codes of the `run` family. */
 export type RunCode = (typeof RUN_CODES)[number];
 
+/** The core's error codes of the `journal` family. */
+export const JOURNAL_CODES = [
+  "journal_chain_broken",
+  "journal_seq_gap",
+  "journal_seq_repeat",
+  "journal_stale_lease",
+  "journal_plan_drift",
+  "journal_wrong_run",
+  "journal_unknown_kind",
+  "journal_out_of_order",
+  "journal_after_terminal",
+  "journal_policy_mismatch",
+  "reconciliation_unexpected",
+  "reconciliation_after_settled",
+  "poll_too_early",
+  "poll_limit_exceeded",
+] as const;
+/** One of the core's error codes of the `journal` family. */
+export type JournalCode = (typeof JOURNAL_CODES)[number];
+
+/** The core's error codes of the `idempotency` family. */
+export const IDEMPOTENCY_CODES = [
+  "idempotency_scope_mismatch",
+  "idempotency_record_invalid",
+  "idempotency_retention_invalid",
+  "idempotency_not_in_progress",
+  "idempotency_request_mismatch",
+] as const;
+/** One of the core's error codes of the `idempotency` family. */
+export type IdempotencyCode = (typeof IDEMPOTENCY_CODES)[number];
+
 /** Every error code the core reports, in the core's order. */
-export const ERROR_CODES = [...DECODE_CODES, ...POLICY_CODES, ...DRIFT_CODES, ...RECEIPT_CODES, ...HTTP_CODES, ...RUN_CODES] as const;
+export const ERROR_CODES = [...DECODE_CODES, ...POLICY_CODES, ...DRIFT_CODES, ...RECEIPT_CODES, ...HTTP_CODES, ...RUN_CODES, ...JOURNAL_CODES, ...IDEMPOTENCY_CODES] as const;
 /** An error code the core reports. */
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -204,12 +238,32 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   snapshot_key_mismatch: "drift",
   budget_over_cap: "drift",
   generation_regressed: "drift",
+  reconciliation_drift: "drift",
   receipt_mismatch: "receipt",
   retry_after_invalid: "http",
   retry_after_overlong: "http",
   invalid_status: "http",
   run_not_terminal: "run",
   store_conflict: "run",
+  journal_chain_broken: "journal",
+  journal_seq_gap: "journal",
+  journal_seq_repeat: "journal",
+  journal_stale_lease: "journal",
+  journal_plan_drift: "journal",
+  journal_wrong_run: "journal",
+  journal_unknown_kind: "journal",
+  journal_out_of_order: "journal",
+  journal_after_terminal: "journal",
+  journal_policy_mismatch: "journal",
+  reconciliation_unexpected: "journal",
+  reconciliation_after_settled: "journal",
+  poll_too_early: "journal",
+  poll_limit_exceeded: "journal",
+  idempotency_scope_mismatch: "idempotency",
+  idempotency_record_invalid: "idempotency",
+  idempotency_retention_invalid: "idempotency",
+  idempotency_not_in_progress: "idempotency",
+  idempotency_request_mismatch: "idempotency",
 };
 
 /** How a run ends. */

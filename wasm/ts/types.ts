@@ -147,6 +147,8 @@ export interface Attempt {
   logical_request_sha256: Sha256Hex;
   ordinal: number;
   outcome: Outcome;
+  /** How a recovered run learned the outcome from the receiver (absent when observed directly). */
+  reconciled?: Reconciled;
   /** Digest of the request body the attempt sent (after lowering to its route), when the host reported it. */
   request_body_sha256?: Sha256Hex;
   route_id: Identifier;
@@ -158,6 +160,9 @@ export interface Attempt {
   /** Raw usage the provider reported; the attempt's cost is then what the run's price schedule charges for it. */
   usage?: Usage;
 }
+
+/** A receiver's settled answer for an attempt a crashed host never observed. */
+export type Reconciled = "succeeded" | "failed_no_effect" | "unknown";
 
 /** `retryledger.attempts.v1` */
 export interface Attempts {
@@ -219,6 +224,8 @@ export interface ScheduleEntry {
   /** `success` or the failure kind. */
   outcome: "success" | RetryableKind | NonRetryableKind | IndeterminateKind;
   outcome_class: OutcomeClass;
+  /** How a recovered run learned the outcome from the receiver (absent when observed directly). */
+  reconciled?: Reconciled;
   retry_after_floor_ms: number;
   route_id: Identifier;
   route_ordinal: number;

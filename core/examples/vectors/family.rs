@@ -81,6 +81,13 @@ fn text<'a>(input: &'a [(&'static str, Value)], key: &str) -> &'a str {
     get(input, key).as_str().expect("a text input")
 }
 
+fn opt_text<'a>(input: &'a [(&'static str, Value)], key: &str) -> Option<&'a str> {
+    input
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.as_str().expect("a text input"))
+}
+
 fn parsed(s: String) -> Value {
     serde_json::from_str(&s).expect("api output is JSON")
 }
@@ -160,6 +167,42 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         "budget_withdraw" => api::budget_withdraw(
             text(input, "config"),
             text(input, "snapshot"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
+        "journal_verify" => {
+            api::journal_verify(text(input, "policy"), text(input, "events")).map(parsed)
+        }
+        "journal_recover" => api::journal_recover(
+            text(input, "policy"),
+            text(input, "events"),
+            opt_text(input, "reconciliation"),
+        )
+        .map(parsed),
+        "journal_append" => api::journal_append(
+            text(input, "policy"),
+            text(input, "events"),
+            get(input, "lease_generation").as_u64().expect("generation"),
+            text(input, "entry"),
+        )
+        .map(parsed),
+        "journal_classify" => api::journal_classify(
+            text(input, "policy"),
+            text(input, "events"),
+            text(input, "event"),
+        )
+        .map(parsed),
+        "idempotency_claim" => api::idempotency_claim(
+            text(input, "retention"),
+            opt_text(input, "record"),
+            text(input, "request"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
+        "idempotency_complete" => api::idempotency_complete(
+            text(input, "retention"),
+            text(input, "record"),
+            text(input, "completion"),
             get(input, "now_epoch_ms").as_u64().expect("now"),
         )
         .map(parsed),

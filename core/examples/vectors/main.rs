@@ -34,7 +34,9 @@ mod digest;
 mod drivers;
 mod evaluate;
 mod fleet;
+mod idempotency;
 mod jitter;
+mod journal;
 mod lift;
 mod observe;
 mod plan;
@@ -73,6 +75,8 @@ const FAMILIES: &[fn() -> Family] = &[
     stream::family,
     fleet::family,
     usage::family,
+    journal::family,
+    idempotency::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -110,6 +114,12 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `price_cost` | `schedule`, `route_release_sha256`, `usage` (units by kind); a number |\n\
          | `lift_request` | `call` (`openai.chat.completions`, `openai.responses`, `anthropic.messages`), `params` (the call's parameters, any JSON) |\n\
          | `judge` | `facts` (what a host observed of one attempt: docs/HOSTS.md) |\n\
+         | `journal_verify` | `policy`, `events` (a JSON array of `retryledger.journal_event.v1`) |\n\
+         | `journal_recover` | `policy`, `events`, optional `reconciliation` (a `retryledger.reconciliation.v1`) |\n\
+         | `journal_append` | `policy`, `events`, `lease_generation` (a number), `entry` (`{\"kind\", …}`: what only the host knows) |\n\
+         | `journal_classify` | `policy`, `events`, `event` (an event offered for the journal) |\n\
+         | `idempotency_claim` | `retention`, optional `record` (a `retryledger.idempotency_record.v1`), `request`, `now_epoch_ms` |\n\
+         | `idempotency_complete` | `retention`, `record`, `completion`, `now_epoch_ms` |\n\
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          | `stream_session` | `policy`, `script`: a streamed session step by step (docs/STREAMING.md) |\n\
          | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\

@@ -1,0 +1,173 @@
+//! Journal invariants over generated runs: a journal written by
+//! `journal::append` always verifies and ends with the evaluation's receipt,
+//! and a crash after any prefix is recovered without resubmitting an
+//! attempt whose outcome is unknown. Each property runs
+//! `RETRYLEDGER_PROPERTY_CASES` cases (256 when unset).
+#![cfg(feature = "lab")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "tests fail loudly on any unexpected value"
+)]
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use retryledger_core::canonical::digest_of;
+use retryledger_core::decode::from_value;
+use retryledger_core::journal::{
+    append, recover, verify, Answer, AnswerKind, Entry, EventKind, JournalEvent, Payload,
+    Reconciliation, ReconciliationSchema, Recovery, GENESIS_SHA256,
+};
+use retryledger_core::lab::{self, Step};
+use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, RetryableKind};
+use retryledger_core::{compile, evaluate, CompiledPolicy, Decision, Outcome, Policy};
+
+fn cases() -> u32 {
+    std::env::var("RETRYLEDGER_PROPERTY_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        3 => Just(Outcome::Success),
+        2 => (0u64..3_000).prop_map(|ms| Outcome::Retryable { kind: RetryableKind::RateLimited, retry_after_ms: Some(ms), retry_after_source: None }),
+        3 => Just(Outcome::Retryable { kind: RetryableKind::Unavailable, retry_after_ms: None, retry_after_source: None }),
+        2 => Just(Outcome::Retryable { kind: RetryableKind::TimeoutBeforeResponse, retry_after_ms: None, retry_after_source: None }),
+        1 => Just(Outcome::NonRetryable { kind: NonRetryableKind::Rejected }),
+        1 => Just(Outcome::Indeterminate { kind: IndeterminateKind::UnknownProviderAcceptance }),
+    ]
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (outcome(), 0u64..1_500, 0u64..2_000, 0u64..200).prop_map(|(o, d, c, lag)| Step {
+            start_lag_ms: lag,
+            ..Step::new(o, d, c)
+        }),
+        1..6,
+    )
+}
+
+fn policy() -> Arc<CompiledPolicy> {
+    let p: Policy = from_value(lab::reference_policy()).unwrap();
+    Arc::new(compile(p).unwrap())
+}
+
+fn push(cp: &CompiledPolicy, events: &mut Vec<JournalEvent>, generation: u64, entry: Entry) {
+    let e = append(cp, events, generation, &entry).unwrap();
+    events.push(e);
+}
+
+/// The journal of a simulated run, written as a host would.
+fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
+    let attempts = lab::simulate(&cp.policy, steps).unwrap();
+    let run_id = retryledger_core::ids::Identifier::parse("run-p").unwrap();
+    let mut events = Vec::new();
+    push(
+        cp,
+        &mut events,
+        1,
+        Entry::Created {
+            created_at_epoch_ms: 0,
+            run_id,
+        },
+    );
+    push(cp, &mut events, 1, Entry::Decided);
+    for a in &attempts.attempts {
+        push(cp, &mut events, 1, Entry::Reserved { dispatch: None });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Dispatched {
+                admission: None,
+                started_at_ms: a.started_at_ms,
+            },
+        );
+        push(cp, &mut events, 1, Entry::Observed { attempt: a.clone() });
+        push(cp, &mut events, 1, Entry::Decided);
+    }
+    if matches!(
+        recover(cp, &events, None).unwrap(),
+        Recovery::Resume {
+            next: EventKind::Terminal,
+            ..
+        }
+    ) {
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Terminal {
+                cancelled_at_ms: None,
+                fleet_stop: None,
+            },
+        );
+    }
+    events
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_appended_journal_verifies_and_seals_the_evaluation(steps in steps()) {
+        let cp = policy();
+        let events = journal(&cp, &steps);
+        let r = verify(&cp, &events).unwrap();
+        let mut prev = GENESIS_SHA256.to_owned();
+        for (i, e) in events.iter().enumerate() {
+            prop_assert_eq!(e.seq, i as u64);
+            prop_assert_eq!(e.prev_sha256.as_str(), prev.as_str());
+            prev = digest_of(e);
+        }
+        if let Some(Payload::Terminal(end)) = events.last().map(|e| &e.payload) {
+            let receipt = evaluate(&cp, r.attempts()).unwrap();
+            prop_assert_eq!(end.receipt_sha256.as_str(), digest_of(&receipt));
+            prop_assert_eq!(end.terminal, receipt.terminal);
+        }
+    }
+
+    #[test]
+    fn a_crash_after_a_dispatch_never_resubmits_it(steps in steps(), answer in 0usize..3, late in 0u64..500) {
+        let cp = policy();
+        let events = journal(&cp, &steps);
+        for n in 0..=events.len() {
+            let prefix = &events[..n];
+            let ends_dispatched = prefix.last().is_some_and(|e| e.payload.kind() == EventKind::Dispatched);
+            let r = recover(&cp, prefix, None).unwrap();
+            let Recovery::Reconcile { attempt, not_before_ms, .. } = r else {
+                prop_assert!(!ends_dispatched, "a dispatched attempt is always reconciled");
+                continue;
+            };
+            prop_assert!(ends_dispatched);
+            let kind = [AnswerKind::Succeeded, AnswerKind::FailedNoEffect, AnswerKind::Unknown][answer];
+            let rec = Reconciliation {
+                answers: vec![Answer { answer: kind, at_ms: not_before_ms + late, cost: None }],
+                max_polls: 3,
+                ordinal: attempt.ordinal,
+                schema: ReconciliationSchema,
+            };
+            let Recovery::Adopt { attempt: adopted, decision } = recover(&cp, prefix, Some(&rec)).unwrap() else {
+                panic!("a settled answer is adopted");
+            };
+            prop_assert_eq!(adopted.ordinal, attempt.ordinal);
+            match (kind, &decision) {
+                // Only a verified no-effect answer may dispatch again, and then a new attempt.
+                (AnswerKind::FailedNoEffect, Decision::Dispatch(d)) => prop_assert!(d.ordinal > attempt.ordinal),
+                (_, Decision::Dispatch(_)) => prop_assert!(false, "{kind:?} dispatched again"),
+                (_, Decision::Terminal { .. }) => {}
+            }
+            let mut taken = prefix.to_vec();
+            push(&cp, &mut taken, 2, Entry::Observed { attempt: adopted });
+            push(&cp, &mut taken, 2, Entry::Decided);
+            verify(&cp, &taken).unwrap();
+        }
+    }
+}

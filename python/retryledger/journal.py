@@ -1,0 +1,112 @@
+"""Durable runs and idempotency records: thin wrappers over the core's pure
+transitions (docs/JOURNAL.md). A host reads its store, asks the core and writes
+the answer back: an event appended at its ``seq`` (the append fails when the
+seq is taken), a record written by compare-and-set.
+
+- :func:`journal_append` builds the next ``retryledger.journal_event.v1`` of a
+  run's journal (its ``seq``, ``prev_sha256`` and the core's part of the
+  payload) from an entry such as ``{"kind": "dispatched", "started_at_ms": 1350}``;
+- :func:`journal_verify` replays a journal against the policy;
+- :func:`journal_recover` says what a new owner does: ``resume``, ``reconcile``
+  (ask the receiver by idempotency key), ``adopt`` (the receiver's settled
+  answer as the attempt's observation) or ``done``;
+- :func:`journal_classify` tells a fenced owner's late append (evidence) from a
+  valid one;
+- :func:`idempotency_claim` / :func:`idempotency_complete`: the receiver's record
+  per scoped key (``retryledger.idempotency_record.v1``).
+
+Documents may be given as mappings, JSON text or UTF-8 bytes; a journal as a
+sequence of events or its JSON text. Answers are plain dicts in the core's
+canonical key order; malformed input raises the core's coded errors
+(:class:`~retryledger.JournalError`, :class:`~retryledger.IdempotencyError`, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+from . import _core
+from ._api import Document, Policy, _loads, _policy_text, call, check_integer, to_text
+
+__all__ = [
+    "Events",
+    "journal_verify",
+    "journal_recover",
+    "journal_append",
+    "journal_classify",
+    "idempotency_claim",
+    "idempotency_complete",
+]
+
+#: A journal: a sequence of event documents, or its JSON text (or UTF-8 bytes).
+Events = Union[Sequence[Any], str, bytes]
+
+
+def _events(events: Events) -> str:
+    if isinstance(events, (str, bytes)):
+        return to_text(events)
+    return to_text(list(events))
+
+
+def journal_verify(policy: Union[Policy, Document], events: Events) -> dict[str, Any]:
+    """What the replay of a journal against the policy found: ``attempts``,
+    ``head_sha256`` (the next event's ``prev_sha256``), ``last_kind``,
+    ``lease_generation``, ``next_seq``, ``run_id`` and ``terminal``; or the
+    first event the core refuses (``journal_chain_broken``, ``journal_seq_gap``,
+    ``journal_stale_lease``, ``journal_plan_drift``, ...)."""
+    return _loads(call(_core.journal_verify, _policy_text(policy), _events(events)))
+
+
+def journal_recover(
+    policy: Union[Policy, Document], events: Events, reconciliation: Optional[Document] = None
+) -> dict[str, Any]:
+    """What a new owner does with a journal: ``resume`` (append ``next``),
+    ``reconcile`` (ask the receiver by idempotency key, not before
+    ``not_before_ms``), ``adopt`` (append ``attempt`` as ``observed``) or
+    ``done``. While an attempt waits for reconciliation, pass the receiver's
+    answers so far (``retryledger.reconciliation.v1``)."""
+    rec = None if reconciliation is None else to_text(reconciliation)
+    return _loads(call(_core.journal_recover, _policy_text(policy), _events(events), rec))
+
+
+def journal_append(
+    policy: Union[Policy, Document], events: Events, lease_generation: int, entry: Document
+) -> dict[str, Any]:
+    """The next event of a journal under the writer's lease generation, built
+    from ``entry`` (``{"kind": ...}`` and what only the host knows); append it
+    at its ``seq``."""
+    generation = check_integer("lease_generation", lease_generation)
+    return _loads(
+        call(_core.journal_append, _policy_text(policy), _events(events), generation, to_text(entry))
+    )
+
+
+def journal_classify(policy: Union[Policy, Document], events: Events, event: Document) -> dict[str, Any]:
+    """Whether an event offered to a journal appends, repeats one
+    (``duplicate``), or is only ``evidence`` (``stale_lease``: a fenced
+    owner's; ``seq_taken``). Evidence never changes a decision."""
+    return _loads(call(_core.journal_classify, _policy_text(policy), _events(events), to_text(event)))
+
+
+def idempotency_claim(
+    retention: Document, record: Optional[Document], request: Document, now_epoch_ms: int
+) -> dict[str, Any]:
+    """A request (``idempotency_key_sha256``, ``request_sha256``) under its
+    scoped key at ``now_epoch_ms``, given the record the store holds (or
+    ``None``): ``proceed`` (write ``record`` by compare-and-set, then run),
+    ``replay`` (the stored result), ``poll`` (after ``retry_after_ms``) or
+    ``rejected`` (``key_reuse``, ``key_expired``, ``indeterminate``)."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    rec = None if record is None else to_text(record)
+    return _loads(call(_core.idempotency_claim, to_text(retention), rec, to_text(request), now))
+
+
+def idempotency_complete(
+    retention: Document, record: Document, completion: Document, now_epoch_ms: int
+) -> dict[str, Any]:
+    """The claimed record moved to ``succeeded`` (with ``result_sha256``),
+    ``failed_no_effect`` or ``indeterminate``; write it back by compare-and-set."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    return _loads(
+        call(_core.idempotency_complete, to_text(retention), to_text(record), to_text(completion), now)
+    )

@@ -1,0 +1,110 @@
+"""Durable runs through the package's public functions: a journal written with
+journal_append, a crash after the dispatch, recovery by a new owner under a
+higher lease generation, the fenced owner's late append, and the exception
+classes of the journal and idempotency families."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Dict, List
+
+import pytest
+
+import retryledger
+from retryledger.journal import (
+    idempotency_claim,
+    idempotency_complete,
+    journal_append,
+    journal_classify,
+    journal_recover,
+    journal_verify,
+)
+
+from conftest import make_policy
+
+RUN = "run-journal-test"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _crashed_after_dispatch(policy: Dict[str, Any], generation: int) -> List[Dict[str, Any]]:
+    events: List[Dict[str, Any]] = []
+    for entry in (
+        {"kind": "created", "run_id": RUN, "created_at_epoch_ms": 1_780_000_000_000},
+        {"kind": "decided"},
+        {"kind": "reserved"},
+        {"kind": "dispatched", "started_at_ms": 0},
+    ):
+        events.append(journal_append(policy, events, generation, entry))
+    return events
+
+
+def test_a_dispatched_attempt_is_reconciled_and_adopted_by_the_new_owner() -> None:
+    policy = make_policy()
+    events = _crashed_after_dispatch(policy, 1)
+    assert events[0]["prev_sha256"] == "0" * 64
+    assert events[1]["prev_sha256"] == retryledger.digest(events[0])
+    ask = journal_recover(policy, events)
+    assert ask["kind"] == "reconcile" and ask["attempt"]["ordinal"] == 1
+    answers: Dict[str, Any] = {
+        "schema": "retryledger.reconciliation.v1",
+        "ordinal": 1,
+        "max_polls": 3,
+        "answers": [{"answer": "in_progress", "at_ms": 300}],
+    }
+    poll = journal_recover(policy, events, answers)
+    assert (poll["kind"], poll["not_before_ms"]) == ("reconcile", 400)
+    answers["answers"].append({"answer": "succeeded", "at_ms": 450})
+    adopt = journal_recover(policy, events, answers)
+    assert adopt["kind"] == "adopt" and adopt["attempt"]["reconciled"] == "succeeded"
+    taken = list(events)
+    for entry in ({"kind": "observed", "attempt": adopt["attempt"]}, {"kind": "decided"}, {"kind": "terminal"}):
+        taken.append(journal_append(policy, taken, 2, entry))
+    verified = journal_verify(policy, taken)
+    assert (verified["terminal"], verified["lease_generation"]) == ("completed", 2)
+    assert journal_recover(policy, taken)["kind"] == "done"
+    late = dict(taken[4], lease_generation=1)
+    assert journal_classify(policy, taken, late) == {
+        "kind": "evidence",
+        "lease_generation": 2,
+        "reason": "stale_lease",
+        "seq": 4,
+    }
+    with pytest.raises(retryledger.JournalError) as info:
+        journal_append(policy, taken[:5], 1, {"kind": "decided"})
+    assert (info.value.code, info.value.path) == ("journal_stale_lease", "/entry/lease_generation")
+
+
+def test_a_tampered_chain_is_a_journal_error_with_its_path() -> None:
+    policy = make_policy()
+    events = _crashed_after_dispatch(policy, 1)
+    events[2] = dict(events[2], prev_sha256="ab" * 32)
+    with pytest.raises(retryledger.JournalError) as info:
+        journal_verify(policy, events)
+    assert (info.value.code, info.value.path) == ("journal_chain_broken", "/events/2/prev_sha256")
+
+
+def test_idempotency_records_claim_complete_replay() -> None:
+    retention = {"expired": "reject", "poll_after_ms": 500, "ttl_ms": 60_000}
+    key = retryledger.idempotency_key_sha256("k-1", tenant="t", operation="op")
+    request = {"idempotency_key_sha256": key, "request_sha256": _sha("body")}
+    claimed = idempotency_claim(retention, None, request, 1_000)
+    assert claimed["kind"] == "proceed"
+    assert idempotency_claim(retention, claimed["record"], request, 1_100) == {
+        "kind": "poll",
+        "poll_at_epoch_ms": 1_600,
+        "retry_after_ms": 500,
+    }
+    done = idempotency_complete(
+        retention, claimed["record"], dict(request, status="succeeded", result_sha256=_sha("result")), 2_000
+    )
+    assert idempotency_claim(retention, done, request, 3_000) == {"kind": "replay", "result_sha256": _sha("result")}
+    other = dict(request, request_sha256=_sha("another body"))
+    assert idempotency_claim(retention, done, other, 3_000) == {"kind": "rejected", "reason": "key_reuse"}
+    with pytest.raises(retryledger.IdempotencyError) as info:
+        idempotency_complete(retention, done, dict(request, status="failed_no_effect"), 3_000)
+    assert info.value.code == "idempotency_not_in_progress"
+    with pytest.raises(retryledger.DecodeError):
+        idempotency_claim(retention, None, request, -1)
