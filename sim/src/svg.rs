@@ -17,6 +17,15 @@ const RIGHT: f64 = 270.0;
 const TOP: f64 = 36.0;
 const BOTTOM: f64 = 48.0;
 
+/// No retry is dashed: it runs under retryledger's line wherever nothing fails.
+fn dash(s: Strategy) -> &'static str {
+    if s == Strategy::NoRetry {
+        " stroke-dasharray=\"6,4\""
+    } else {
+        ""
+    }
+}
+
 fn color(s: Strategy) -> &'static str {
     match s {
         Strategy::NoRetry => "#7f7f7f",
@@ -57,9 +66,10 @@ fn legend(out: &mut String, s: &Scenario, strategies: &[Strategy]) {
         let y = TOP + 12.0 + 20.0 * f(u64::try_from(i).unwrap_or(0));
         let _ = writeln!(
             out,
-            "<line x1=\"{x0:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"2.5\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            "<line x1=\"{x0:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"2.5\"{}/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
             x0 + 22.0,
             color(*st),
+            dash(*st),
             x0 + 28.0,
             y + 4.0,
             esc(&label(s, *st))
@@ -98,14 +108,16 @@ fn frame(out: &mut String, x_label: &str, y_label: &str) {
     );
 }
 
-fn polyline(out: &mut String, points: &[(f64, f64)], stroke: &str) {
+fn polyline(out: &mut String, points: &[(f64, f64)], st: Strategy) {
     let mut d = String::new();
     for (px, py) in points {
         let _ = write!(d, "{px:.1},{py:.1} ");
     }
     let _ = writeln!(
         out,
-        "<polyline fill=\"none\" stroke=\"{stroke}\" stroke-width=\"1.8\" stroke-linejoin=\"round\" points=\"{}\"/>",
+        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\" stroke-linejoin=\"round\"{} points=\"{}\"/>",
+        color(st),
+        dash(st),
         d.trim_end()
     );
 }
@@ -131,7 +143,7 @@ pub fn load_chart(s: &Scenario, strategies: &[Strategy], records: &[&Recorder]) 
     let top = LOG_TICKS
         .iter()
         .copied()
-        .find(|t| *t >= y_hi)
+        .find(|t| *t >= y_hi * 1.15)
         .unwrap_or(2000.0);
     let (lo, hi) = (0.5f64.ln(), top.ln());
     let ypos = |v: f64| {
@@ -163,7 +175,7 @@ pub fn load_chart(s: &Scenario, strategies: &[Strategy], records: &[&Recorder]) 
                 x1 - x0,
                 plot_h(),
                 x0 + 4.0,
-                TOP + 14.0,
+                TOP + plot_h() - 6.0,
                 kind,
                 esc(&r.id)
             );
@@ -206,7 +218,7 @@ pub fn load_chart(s: &Scenario, strategies: &[Strategy], records: &[&Recorder]) 
                 [(xpos(t0), y), (xpos(t0 + f(bm)), y)]
             })
             .collect();
-        polyline(&mut out, &points, color(*st));
+        polyline(&mut out, &points, *st);
     }
     legend(&mut out, s, strategies);
     out.push_str("</svg>\n");
@@ -302,7 +314,7 @@ pub fn latency_chart(s: &Scenario, strategies: &[Strategy], sorted: &[&[u64]]) -
                 (xpos(v), ypos(f(k) / f(steps)))
             })
             .collect();
-        polyline(&mut out, &points, color(*st));
+        polyline(&mut out, &points, *st);
     }
     legend(&mut out, s, strategies);
     out.push_str("</svg>\n");
