@@ -628,6 +628,21 @@ fn check(s: &Scenario) -> Result<()> {
             "attempts^count must be at most 100000",
         ));
     }
+    let l = &s.retryledger;
+    if l.budget_floor_per_second > l.budget_max_tokens {
+        return Err(SimError::new(
+            "invalid_value",
+            "/retryledger/budget_floor_per_second",
+            "the floor must not exceed budget_max_tokens",
+        ));
+    }
+    if l.budget_floor_per_second == 0 && l.budget_ratio_permille == 0 {
+        return Err(SimError::new(
+            "invalid_value",
+            "/retryledger/budget_ratio_permille",
+            "a budget with neither a ratio nor a floor never admits a retry",
+        ));
+    }
     if let Some((from, _)) = s.failure_window() {
         if from <= s.warmup_ms {
             return Err(SimError::new(

@@ -75,16 +75,25 @@ fn backoff_without_jitter_spikes_visibly_above_jitter() {
 
 #[test]
 fn the_table_says_both() {
-    let table = full_outage().table();
-    let row = |prefix: &str| {
+    let r = full_outage();
+    let table = r.table();
+    let row = |st: Strategy| {
+        let label = retryledger_sim::figures::label(&r.scenario, st);
         table
             .lines()
-            .find(|l| l.starts_with(prefix))
+            .find(|l| l.starts_with(&format!("| {label} |")))
             .unwrap()
             .to_owned()
     };
-    assert!(row("| naive, 3 layers x 3 tries |").contains("| 26."));
-    assert!(row("| backoff, no jitter").contains("x |"));
+    let naive = r.of(Strategy::NaiveLayered).unwrap();
+    let window = format!("| {:.2} |", naive.window_attempts_per_request.unwrap());
+    assert!(row(Strategy::NaiveLayered).contains(&window), "{table}");
+    let plain = r.of(Strategy::BackoffNoJitter).unwrap();
+    let spike = format!("| {:.2}x |", plain.recovery_spike.unwrap());
+    assert!(row(Strategy::BackoffNoJitter).contains(&spike), "{table}");
+    let ledger = r.of(Strategy::Retryledger).unwrap();
+    let peak = format!("| {:.2}x |", ledger.peak_offered_ratio);
+    assert!(row(Strategy::Retryledger).contains(&peak), "{table}");
 }
 
 #[test]
@@ -276,4 +285,74 @@ fn bad_scenarios_get_coded_errors_not_panics() {
         "unknown_scenario"
     );
     assert_eq!(load("../etc/passwd").unwrap_err().code, "unknown_scenario");
+}
+
+/// Random edits of a shipped scenario (values of every JSON type put at
+/// every field, fields removed) decode or fail with a code; never a panic.
+#[test]
+fn mutated_scenarios_never_panic() {
+    use retryledger_sim::rng::Rng;
+    fn paths(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, c) in m {
+                    let p = format!("{at}/{k}");
+                    out.push(p.clone());
+                    paths(c, p, out);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                for (i, c) in a.iter().enumerate() {
+                    let p = format!("{at}/{i}");
+                    out.push(p.clone());
+                    paths(c, p, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let values = [
+        serde_json::json!(0),
+        serde_json::json!(1),
+        serde_json::json!(u64::MAX),
+        serde_json::json!(9_007_199_254_740_991u64),
+        serde_json::json!(-1),
+        serde_json::json!(""),
+        serde_json::json!("outage"),
+        serde_json::json!([]),
+        serde_json::json!({}),
+        serde_json::json!(true),
+    ];
+    let mut rng = Rng::new(2026, 0);
+    for name in retryledger_sim::SCENARIOS {
+        let text =
+            std::fs::read_to_string(retryledger_sim::scenario_dir().join(format!("{name}.json")))
+                .unwrap();
+        let base: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut all = Vec::new();
+        paths(&base, String::new(), &mut all);
+        for _ in 0..400 {
+            let mut v = base.clone();
+            for _ in 0..=rng.below(3) {
+                let p = &all[rng.below(all.len() as u64) as usize];
+                if rng.chance_permille(200) {
+                    let (parent, key) = p.rsplit_once('/').unwrap();
+                    if let Some(serde_json::Value::Object(m)) = v.pointer_mut(parent) {
+                        m.remove(key);
+                    }
+                } else if let Some(slot) = v.pointer_mut(p) {
+                    *slot = values[rng.below(values.len() as u64) as usize].clone();
+                }
+            }
+            match scenario::decode(name, &v.to_string()) {
+                Ok(s) => {
+                    // What decodes also builds its retryledger policies.
+                    if let Err(e) = retryledger_sim::ledger::compile_for(&s, 0) {
+                        panic!("{name}: decoded, but the core refuses its policy: {e}");
+                    }
+                }
+                Err(e) => assert!(!e.code.is_empty() && e.code != "internal", "{e}"),
+            }
+        }
+    }
 }
