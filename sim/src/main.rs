@@ -8,7 +8,9 @@
 //! retryledger-sim bench [--requests N] [--write docs/BENCHMARKS.md]
 //! ```
 //!
-//! Errors print their code and exit with status 2 (bad input) or 1.
+//! Errors print their code and exit with status 2 (input to fix: usage, an
+//! unknown scenario or strategy, a scenario that does not decode) or 1 (a
+//! file that cannot be read or written).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -267,16 +269,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            let bad_input = matches!(
+            // Input the caller can fix is 2; a failure to read or write, or
+            // anything internal, is 1.
+            let bad_input = !matches!(
                 e.code,
-                "usage"
-                    | "unknown_scenario"
-                    | "unknown_strategy"
-                    | "missing_field"
-                    | "unknown_field"
-                    | "invalid_type"
-                    | "invalid_value"
-                    | "too_many_requests"
+                "write_failed" | "read_failed" | "scenario_unreadable" | "internal"
             );
             ExitCode::from(if bad_input { 2 } else { 1 })
         }
