@@ -143,6 +143,10 @@ pub struct BreakerSnapshot {
     pub generation: u64,
     /// When it opened (open).
     pub opened_at_epoch_ms: Option<u64>,
+    /// Parked until then: a run under `retry_after_over_cap: skip_route` saw
+    /// a wait longer than its cap on this route, so no run dispatches to it
+    /// before the server asked ([`park`]). Absent when not parked.
+    pub parked_until_epoch_ms: Option<u64>,
     /// When the latest probe was admitted (half-open). Probes unanswered
     /// for `open_ms` after it are presumed lost (a crashed host), so a
     /// breaker never stays half-open for ever.
@@ -171,6 +175,7 @@ object!(BreakerSnapshot {
     consecutive_failures: u64,
     generation: u64,
     opened_at_epoch_ms: opt_u64,
+    parked_until_epoch_ms: opt_u64,
     probe_started_at_epoch_ms: opt_u64,
     probe_successes: u64,
     probes_in_flight: u64,
@@ -257,6 +262,7 @@ impl BreakerSnapshot {
             consecutive_failures: 0,
             generation: 0,
             opened_at_epoch_ms: None,
+            parked_until_epoch_ms: None,
             probe_started_at_epoch_ms: None,
             probe_successes: 0,
             probes_in_flight: 0,
@@ -354,6 +360,18 @@ pub fn admit(
     let mut next = snapshot.clone();
     let now = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
     next.updated_at_epoch_ms = now;
+    match next.parked_until_epoch_ms {
+        Some(until) if now < until => {
+            return (
+                BreakerAdmission::Rejected {
+                    retry_at_epoch_ms: Some(until),
+                },
+                next,
+            );
+        }
+        Some(_) => next.parked_until_epoch_ms = None,
+        None => {}
+    }
     if next.state == BreakerState::Open {
         let until = next
             .opened_at_epoch_ms
@@ -396,6 +414,22 @@ pub fn admit(
     }
 }
 
+/// Park the route until `until_epoch_ms` (the latest of this and any park
+/// already there): [`admit`] refuses it until then, whatever its state. A
+/// run that saw a wait longer than its cap under `retry_after_over_cap:
+/// skip_route` parks the route for every run ([`crate::Session::breaker_after`]).
+pub fn park(snapshot: &BreakerSnapshot, until_epoch_ms: u64, now_epoch_ms: u64) -> BreakerSnapshot {
+    let mut next = snapshot.clone();
+    next.updated_at_epoch_ms = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
+    if until_epoch_ms > next.updated_at_epoch_ms {
+        next.parked_until_epoch_ms = Some(
+            next.parked_until_epoch_ms
+                .map_or(until_epoch_ms, |p| p.max(until_epoch_ms)),
+        );
+    }
+    next
+}
+
 /// Record an admitted attempt's outcome at `now_epoch_ms`: the next snapshot.
 /// `probe` is what [`admit`] said of the attempt.
 pub fn record(
@@ -408,6 +442,9 @@ pub fn record(
     let mut next = snapshot.clone();
     let now = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
     next.updated_at_epoch_ms = now;
+    if next.parked_until_epoch_ms.is_some_and(|until| until <= now) {
+        next.parked_until_epoch_ms = None;
+    }
     match next.state {
         BreakerState::HalfOpen if probe => {
             next.probes_in_flight = next.probes_in_flight.saturating_sub(1);

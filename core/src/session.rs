@@ -692,13 +692,25 @@ impl Session {
             .as_ref()
             .and_then(|adm| adm.breaker.as_ref())
             .is_some_and(|b| b.probe);
-        Ok(breaker::record(
+        let recorded = breaker::record(
             cfg,
             snapshot,
             probe,
             breaker::Health::of(&a.outcome),
             now_epoch_ms,
-        ))
+        );
+        // A wait longer than the cap under skip_route: the route is left by
+        // this run and parked for every run until the server's time.
+        let backoff = &self.policy.policy.backoff;
+        if backoff.retry_after_over_cap == Some(crate::policy::OverCap::SkipRoute) {
+            if let Some(hint) = a.outcome.retry_after_ms() {
+                if hint > backoff.retry_after_cap_ms {
+                    let until = now_epoch_ms.saturating_add(hint);
+                    return Ok(breaker::park(&recorded, until, now_epoch_ms));
+                }
+            }
+        }
+        Ok(recorded)
     }
 
     /// Mark the run cancelled between attempts at `at_ms` (run clock).

@@ -368,3 +368,35 @@ def test_a_store_with_only_get_and_compare_and_set_serves_a_fleet() -> None:
     assert (terminal, routes) == ("completed", [FALLBACK])
     assert verified(bundle)
     assert sorted(k.split("/")[1] for k in store.data) == ["breaker", "breaker", "budget"]
+
+
+def test_a_wait_over_the_cap_under_skip_route_parks_the_route_for_the_next_run() -> None:
+    """``retry_after_over_cap: skip_route`` with a fleet: the run that saw a
+    wait longer than its cap leaves the route, and the route's breaker
+    snapshot parks it until the server's time, so a second run skips it and
+    a run after that time dispatches to it again."""
+    doc = fleet_policy(breaker={"consecutive_failures": 5, "half_open_probes": 1, "open_ms": 10_000})
+    doc["backoff"]["retry_after_over_cap"] = "skip_route"
+    policy = retryledger.Policy(doc)
+    store = MemoryStore()
+    fleet = Fleet(store, namespace="parked")
+    routes: List[str] = []
+
+    def asks_for_a_long_wait(step: Step) -> str:
+        routes.append(step.route_id)
+        if step.route_id == PRIMARY:
+            raise AttemptError.retryable("rate_limited", retry_after_ms=30_000)
+        return "done"
+
+    terminal, first = drive(policy, fleet, asks_for_a_long_wait)
+    assert terminal == "completed" and routes == [PRIMARY, FALLBACK]
+    assert verified(first)
+    routes.clear()
+    terminal, second = drive(policy, fleet, serving(routes), epoch=EPOCH + 1_000)
+    assert terminal == "completed" and routes == [FALLBACK]
+    assert second["receipt"]["fleet"]["routes_skipped"] == 1
+    assert verified(second)
+    routes.clear()
+    terminal, third = drive(policy, fleet, serving(routes), epoch=EPOCH + 31_000)
+    assert terminal == "completed" and routes == [PRIMARY]
+    assert verified(third)

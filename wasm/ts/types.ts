@@ -580,6 +580,8 @@ export interface BreakerSnapshot {
   generation: number;
   /** When it opened (open). */
   opened_at_epoch_ms?: number;
+  /** Parked until then: a run under `retry_after_over_cap: "skip_route"` saw a wait longer than its cap on this route; no run dispatches to it before. */
+  parked_until_epoch_ms?: number;
   /** When the latest half-open probe was admitted (half-open with probes in flight); unanswered for `open_ms`, their slots are released. */
   probe_started_at_epoch_ms?: number;
   probe_successes: number;

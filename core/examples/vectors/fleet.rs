@@ -674,6 +674,76 @@ fn budget_cases(f: &mut Family) {
     }
 }
 
+/// `retry_after_over_cap: skip_route` under a fleet: a wait longer than the
+/// cap parks the route in its breaker snapshot, so every run skips it until
+/// the server's time.
+fn parking_cases(f: &mut Family) {
+    let p = fleet_policy(
+        consecutive(5, 1),
+        None,
+        "fail_closed",
+        &[("/backoff/retry_after_over_cap", json!("skip_route"))],
+    );
+    let over_cap = observe(
+        40,
+        json!({"headers": [["retry-after-ms", "30000"]], "result": "raised", "status": 429}),
+    );
+    session(
+        f,
+        "fleet_skip_route_parks_the_route",
+        &p,
+        json!({}),
+        vec![admit(T0), over_cap, admit(T0 + 100), succeeds()],
+        &format!("parked_until_epoch_ms\":{}", T0 + 40 + 30_000),
+    );
+    let within_cap = observe(
+        40,
+        json!({"headers": [["retry-after-ms", "1500"]], "result": "raised", "status": 429}),
+    );
+    session(
+        f,
+        "fleet_skip_route_within_cap_parks_nothing",
+        &p,
+        json!({}),
+        vec![admit(T0), within_cap, admit(T0 + 1_540), succeeds()],
+        "completed",
+    );
+    let parked = json!({"breakers": {primary(): snap(&primary(), &[("parked_until_epoch_ms", json!(T0 + 30_000))])}});
+    session(
+        f,
+        "fleet_parked_route_skipped_by_another_run",
+        &p,
+        parked.clone(),
+        vec![admit(T0 + 1_000), succeeds()],
+        "routes_skipped\":1",
+    );
+    session(
+        f,
+        "fleet_parked_route_admits_at_its_time",
+        &p,
+        parked,
+        vec![admit(T0 + 30_000), succeeds()],
+        "routes_skipped\":0",
+    );
+    let cfg = consecutive(2, 1);
+    b_admit(
+        f,
+        "breaker_parked_rejects_until_its_time",
+        &cfg,
+        &snap(&primary(), &[("parked_until_epoch_ms", json!(T0 + 5_000))]),
+        T0 + 4_999,
+        "rejected",
+    );
+    b_admit(
+        f,
+        "breaker_parked_admits_and_clears_at_its_time",
+        &cfg,
+        &snap(&primary(), &[("parked_until_epoch_ms", json!(T0 + 5_000))]),
+        T0 + 5_000,
+        "admitted",
+    );
+}
+
 fn session(f: &mut Family, name: &str, policy: &str, store: Value, script: Vec<Value>, want: &str) {
     f.add(
         name,
@@ -690,6 +760,7 @@ fn session(f: &mut Family, name: &str, policy: &str, store: Value, script: Vec<V
 fn session_cases(f: &mut Family) {
     let p = fleet_policy(consecutive(2, 1), Some(budget_cfg()), "fail_closed", &[]);
     let none = json!({});
+    parking_cases(f);
     session(
         f,
         "fleet_all_closed",
