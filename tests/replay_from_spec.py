@@ -245,6 +245,7 @@ class Run:
         self.final_priority = None
         self.finished_at_ms = 0
         self.bodies = {}  # route priority -> the first request body digest (or None)
+        self.injected = 0  # attempts marked injected_fault
         first = {"delay_ms": 0, "retry_after_floor_ms": 0, "jitter": None}
         self.next = self.admit(0, 1, 0, first)
 
@@ -341,6 +342,8 @@ class Run:
     def observe(self, a, d, i):
         p = self.p
         priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
+        if a.get("injected_fault") is True:
+            self.injected += 1
         if (a.get("stream") or {}).get("continues_ordinal") is None and "reconciled" not in a:
             self.bodies.setdefault(priority, a.get("request_body_sha256"))
         self.spent += a["cost"]
@@ -424,6 +427,8 @@ class Run:
         }
         if final is not None:
             r["final_route_id"] = final["route_id"]
+        if self.injected:
+            r["injected_faults"] = self.injected
         return r
 
 
@@ -757,7 +762,7 @@ def check_spec(root):
     return len(examples) - failed, failed
 
 
-FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage"]
+FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage", "faults"]
 # Ops this script implements; a family's other cases (sessions) are skipped.
 OPS = {"validate_policy", "plan_next", "evaluate", "verify_bundle", "digest"}
 

@@ -63,6 +63,9 @@ pub struct Attempt {
     pub cost: u64,
     /// Digest of the idempotency key sent.
     pub idempotency_key_sha256: Sha256Hex,
+    /// `true` when a testing fault injector made this failure (the response
+    /// carried [`crate::observe::INJECTED_FAULT_HEADER`]); absent otherwise.
+    pub injected_fault: Option<bool>,
     /// The jitter sample that set this attempt's earliest start, when jitter is on.
     pub jitter_sample_ms: Option<u64>,
     /// Digest of the logical request sent.
@@ -111,6 +114,7 @@ object!(Attempt {
     completed_at_ms: u64,
     cost: u64,
     idempotency_key_sha256: doc,
+    injected_fault: opt_doc,
     jitter_sample_ms: opt_u64,
     logical_request_sha256: doc,
     ordinal: u64,

@@ -126,6 +126,12 @@ impl Encode for u64 {
     }
 }
 
+impl Encode for bool {
+    fn encode(&self, sink: &mut dyn Sink) {
+        sink.bool(*self);
+    }
+}
+
 impl Encode for str {
     fn encode(&self, sink: &mut dyn Sink) {
         sink.str(self);

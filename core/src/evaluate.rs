@@ -309,6 +309,8 @@ pub(crate) struct Run {
     /// Per route (by priority), the request body digest its first attempt
     /// recorded (`Some(None)`: it recorded none); a retry sends the same body.
     bodies: Vec<Option<Option<Sha256Hex>>>,
+    /// Attempts whose failure a testing fault injector made.
+    injected: u64,
 }
 
 /// Whether an attempt's request body is compared with its route's first: it
@@ -340,6 +342,7 @@ impl Run {
             actions: Vec::new(),
             fleet: cp.policy.fleet.as_ref().map(|_| FleetSummary::default()),
             bodies: vec![None; cp.policy.routes.len()],
+            injected: 0,
         };
         let first = Delay {
             delay_ms: 0,
@@ -844,6 +847,9 @@ impl Run {
         if let Some(slot) = self.per_route.get_mut(priority) {
             *slot = slot.saturating_add(1);
         }
+        if a.injected_fault == Some(true) {
+            self.injected = self.injected.saturating_add(1);
+        }
         if sends_request(a) {
             if let Some(slot @ None) = self.bodies.get_mut(priority) {
                 *slot = Some(a.request_body_sha256.clone());
@@ -1008,6 +1014,7 @@ impl Run {
             final_route_id: final_route.map(|r| r.route_id.clone()),
             finished_at_ms: self.finished_at_ms,
             idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+            injected_faults: (self.injected > 0).then_some(self.injected),
             logical_request_sha256: p.logical_request_sha256.clone(),
             policy_sha256: Sha256Hex::computed(cp.policy_sha256.clone()),
             price_schedule_sha256: None,

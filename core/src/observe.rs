@@ -149,11 +149,26 @@ pub const ERROR_CODES: &[(&str, Meaning)] = &[
     ("UND_ERR_SOCKET", RESET),
 ];
 
+/// The header a testing fault injector puts on every failure it makes
+/// (`retryledger.testing`, `retryledger/testing`): the attempt records
+/// `injected_fault` and the receipt counts them, so a run with injected
+/// faults can never pass for production evidence.
+pub const INJECTED_FAULT_HEADER: &str = "retryledger-injected-fault";
+
+/// Whether the facts carry [`INJECTED_FAULT_HEADER`].
+pub fn injected(facts: &Facts) -> bool {
+    facts
+        .headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case(INJECTED_FAULT_HEADER))
+}
+
 /// The response headers the core reads; hosts need pass no others. The
 /// rate-limit headers are read only for a route with a provider family
 /// ([`crate::provider`]).
 pub const READ_HEADERS: &[&str] = &[
     "retry-after",
+    "retryledger-injected-fault",
     "retry-after-ms",
     "x-ratelimit-remaining-requests",
     "x-ratelimit-reset-requests",
@@ -616,8 +631,9 @@ mod tests {
         }
         assert_eq!(
             READ_HEADERS.len(),
-            crate::provider::RATE_LIMIT_HEADERS.len() + 2
+            crate::provider::RATE_LIMIT_HEADERS.len() + 3
         );
+        assert!(READ_HEADERS.contains(&INJECTED_FAULT_HEADER));
     }
 
     #[test]

@@ -97,6 +97,9 @@ pub struct Receipt {
     pub fleet: Option<FleetSummary>,
     /// Idempotency key digest of every attempt.
     pub idempotency_key_sha256: Sha256Hex,
+    /// Attempts whose failure a testing fault injector made: a receipt that
+    /// has this is not production evidence. Absent when none was.
+    pub injected_faults: Option<u64>,
     /// Logical request digest of every attempt.
     pub logical_request_sha256: Sha256Hex,
     /// Digest of the policy document.
@@ -197,6 +200,7 @@ object!(Receipt {
     finished_at_ms: u64,
     fleet: opt_doc,
     idempotency_key_sha256: doc,
+    injected_faults: opt_u64,
     logical_request_sha256: doc,
     policy_sha256: doc,
     price_schedule_sha256: opt_doc,

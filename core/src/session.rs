@@ -214,6 +214,7 @@ impl Session {
             Charge::Charged(cost),
             outcome,
             None,
+            false,
         )?;
         Ok(self.run.next())
     }
@@ -225,6 +226,7 @@ impl Session {
         cost: Charge,
         outcome: Outcome,
         stream: Option<(Option<&StreamFacts>, Vec<crate::stream::Digest>, u64)>,
+        injected: bool,
     ) -> Result<StreamAction> {
         let index = self.attempts.attempts.len();
         let Decision::Dispatch(d) = self.next() else {
@@ -285,6 +287,7 @@ impl Session {
             completed_at_ms,
             cost,
             idempotency_key_sha256: d.idempotency_key_sha256.clone(),
+            injected_fault: injected.then_some(true),
             jitter_sample_ms: d.jitter_sample_ms,
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
@@ -429,6 +432,7 @@ impl Session {
             cost.map_or(Charge::Reserved(reserve_cost), Charge::Charged),
             judgement.outcome,
             stream,
+            crate::observe::injected(facts),
         )?;
         if mode.is_some() {
             judgement.stream = Some(action);

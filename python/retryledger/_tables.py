@@ -375,6 +375,7 @@ SIGNALS: Tuple[Signal, ...] = (
 #: The response headers the core reads.
 READ_HEADERS: Tuple[str, ...] = (
     "retry-after",
+    "retryledger-injected-fault",
     "retry-after-ms",
     "x-ratelimit-remaining-requests",
     "x-ratelimit-reset-requests",

@@ -38,7 +38,7 @@ be seen from here.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import httpx
 
@@ -46,9 +46,10 @@ from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook, sending
+from .testing import Fault, FakeClock, _Chooser
 from ._tables import MAX_ERROR_BODY_BYTES
 
-__all__ = ["IDEMPOTENCY_HEADER", "require_no_retries", "run", "run_async"]
+__all__ = ["IDEMPOTENCY_HEADER", "FaultTransport", "require_no_retries", "run", "run_async"]
 
 C = TypeVar("C", httpx.Client, httpx.AsyncClient)
 
@@ -218,3 +219,82 @@ async def run_async(
         price_schedule=price_schedule,
         key_scope=key_scope,
     )
+
+
+class FaultTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
+    """An ``httpx`` transport (sync and async) with faults injected in front of
+    ``inner``: an HTTP fault answers a response with its status and headers
+    without sending; a connection fault raises ``httpx.RemoteProtocolError``
+    (a reset) or ``httpx.ReadTimeout`` carrying the injected-fault header. Give it to
+    ``httpx.Client(transport=...)`` (or an SDK's ``http_client``)."""
+
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        script: Sequence[Optional[Fault]] = (),
+        rates: Optional[Mapping[str, float]] = None,
+        seed: int = 1,
+        clock: Optional[FakeClock] = None,
+        latency_ms: int = 0,
+    ) -> None:
+        self._inner = inner
+        self._chooser = _Chooser(script, rates or {}, seed, clock, latency_ms)
+
+    @property
+    def injected(self) -> int:
+        """How many failures were injected so far."""
+        return self._chooser.injected
+
+    def _injected(self, request: httpx.Request) -> Optional[httpx.Response]:
+        failure = self._chooser.failure(self._chooser.next())
+        if failure is None:
+            return None
+        if failure.status_code is not None:
+            return httpx.Response(
+                failure.status_code,
+                headers={"content-type": "application/json", **failure.headers},
+                json={"error": {"message": str(failure), "type": failure.fault["kind"]}},
+                request=request,
+            )
+        error: Exception
+        if failure.code == "ETIMEDOUT":
+            error = httpx.ReadTimeout(str(failure), request=request)
+        else:  # a connection reset after the request went out
+            error = httpx.RemoteProtocolError(str(failure), request=request)
+        setattr(error, "headers", failure.headers)
+        raise error
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self._injected(request)
+        if answer is not None:
+            return answer
+        response: httpx.Response = self._inner.handle_request(request)
+        return response
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self._injected(request)
+        if answer is not None:
+            return answer
+        response: httpx.Response = await self._inner.handle_async_request(request)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __enter__(self) -> "FaultTransport":
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._inner.__exit__(*exc)
+
+    async def __aenter__(self) -> "FaultTransport":
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._inner.__aexit__(*exc)

@@ -143,6 +143,8 @@ export interface Attempt {
   completed_at_ms: number;
   cost: number;
   idempotency_key_sha256: Sha256Hex;
+  /** `true` when a testing fault injector made this failure (docs/TESTING.md). */
+  injected_fault?: boolean;
   jitter_sample_ms?: number;
   logical_request_sha256: Sha256Hex;
   ordinal: number;
@@ -245,6 +247,8 @@ export interface Receipt {
   /** What the fleet did to the run, when the policy has a fleet section. */
   fleet?: FleetSummary;
   idempotency_key_sha256: Sha256Hex;
+  /** Attempts whose failure a testing fault injector made; absent when none was. */
+  injected_faults?: number;
   logical_request_sha256: Sha256Hex;
   policy_sha256: Sha256Hex;
   /** Digest of the run's price schedule, when it had one. */

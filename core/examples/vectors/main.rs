@@ -33,6 +33,7 @@ mod decode;
 mod digest;
 mod drivers;
 mod evaluate;
+mod faults;
 mod fleet;
 mod idempotency;
 mod jitter;
@@ -75,6 +76,7 @@ const FAMILIES: &[fn() -> Family] = &[
     stream::family,
     fleet::family,
     usage::family,
+    faults::family,
     journal::family,
     idempotency::family,
 ];
