@@ -110,16 +110,32 @@ fn integer(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
 #[derive(Default)]
 struct ShortHasher(u64);
 
+impl ShortHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 impl std::hash::Hasher for ShortHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
             let mut word = [0u8; 8];
-            for (w, b) in word.iter_mut().zip(chunk) {
-                *w = *b;
-            }
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
-                .wrapping_mul(0x517c_c1b7_2722_0a95);
+            word.copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(word));
         }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            if let Some(head) = word.get_mut(..rest.len()) {
+                head.copy_from_slice(rest);
+            }
+            self.mix(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, b: u8) {
+        self.mix(u64::from(b));
     }
     fn finish(&self) -> u64 {
         self.0
