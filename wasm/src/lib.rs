@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, sha256_hex as sha256};
+use retryledger_core::canonical::{canonical_json, sha256_hex as sha256, write_canonical};
 use retryledger_core::decode::from_str;
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::evaluate::{Decision, Dispatch};
@@ -105,6 +105,13 @@ pub fn classify_http(observation: &str) -> Out<String> {
     lift(api::classify_http(observation))
 }
 
+/// The module's memory, where a session's plan and sealed bytes are read
+/// (`Session::plan_ptr`, `Session::bytes_ptr`).
+#[wasm_bindgen]
+pub fn module_memory() -> JsValue {
+    wasm_bindgen::memory()
+}
+
 /// Lowercase hex SHA-256 of a string's UTF-8 bytes (the idempotency key check).
 #[wasm_bindgen]
 pub fn sha256_hex(text: &str) -> String {
@@ -155,6 +162,8 @@ impl Compiled {
     pub fn session(&self) -> WasmSession {
         WasmSession {
             session: Session::start(Arc::clone(&self.inner)),
+            plan: [0.0; PLAN_FIELDS],
+            bytes: Vec::new(),
         }
     }
 }
@@ -286,6 +295,29 @@ impl PreparedFacts {
 #[wasm_bindgen(js_name = Session)]
 pub struct WasmSession {
     session: Session,
+    /// The planned dispatch's numbers, written by [`WasmSession::plan`]
+    /// (read by the host at [`WasmSession::plan_ptr`]).
+    plan: [f64; PLAN_FIELDS],
+    /// Canonical JSON written for the host to read at [`WasmSession::bytes_ptr`].
+    bytes: Vec<u8>,
+}
+
+/// The numbers of a planned dispatch, in this order in the plan buffer:
+/// `not_before_ms`, `delay_ms`, `ordinal`, `route_ordinal`, `reserve_cost`,
+/// `retry_after_floor_ms`, the route's position in priority order, whether
+/// there is a jitter draw (1 or 0), `jitter_min_ms`, `jitter_max_ms`,
+/// `jitter_sample_ms`, whether there is a continuation (1 or 0).
+const PLAN_FIELDS: usize = 12;
+
+/// A buffer's address in the module's memory, for the host to read it.
+fn address<T>(p: *const T) -> u32 {
+    // wasm32 addresses are 32 bits wide.
+    u32::try_from(p as usize).unwrap_or(0)
+}
+
+/// A byte count as the host reads it.
+fn length(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl WasmSession {
@@ -319,6 +351,71 @@ impl WasmSession {
             .routes()
             .position(|r| r.route_id == d.route_id)
             .and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// The planned dispatch into the plan buffer (see `PLAN_FIELDS`), one
+    /// crossing for every number of the decision: `false` once the run is
+    /// terminal (the buffer is then unchanged).
+    pub fn plan(&mut self) -> bool {
+        let Decision::Dispatch(d) = self.session.next() else {
+            return false;
+        };
+        let index = self
+            .session
+            .policy()
+            .routes()
+            .position(|r| r.route_id == d.route_id)
+            .unwrap_or(usize::MAX);
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        #[allow(clippy::cast_precision_loss)]
+        let fields = [
+            num(d.not_before_ms),
+            num(d.delay_ms),
+            num(d.ordinal),
+            num(d.route_ordinal),
+            num(d.reserve_cost),
+            num(d.retry_after_floor_ms),
+            index as f64,
+            flag(d.jitter_sample_ms.is_some()),
+            num(d.jitter_min_ms.unwrap_or(0)),
+            num(d.jitter_max_ms.unwrap_or(0)),
+            num(d.jitter_sample_ms.unwrap_or(0)),
+            flag(d.continuation.is_some()),
+        ];
+        self.plan = fields;
+        true
+    }
+
+    /// Where [`Self::plan`] writes (fixed for the session's life).
+    pub fn plan_ptr(&self) -> u32 {
+        address(self.plan.as_ptr())
+    }
+
+    /// Where the bytes [`Self::attempts_bytes`] and
+    /// [`Self::receipt_bytes_hashed`] wrote are (valid until the next call
+    /// that writes them).
+    pub fn bytes_ptr(&self) -> u32 {
+        address(self.bytes.as_ptr())
+    }
+
+    /// The attempts' canonical JSON as UTF-8 bytes at [`Self::bytes_ptr`]:
+    /// their count. A host with a native SHA-256 hashes them there, with no
+    /// text decoded.
+    pub fn attempts_bytes(&mut self) -> u32 {
+        self.bytes.clear();
+        write_canonical(self.session.attempts(), &mut self.bytes);
+        length(self.bytes.len())
+    }
+
+    /// The receipt of the finished run given the host's SHA-256 of the
+    /// attempts' canonical JSON, its canonical JSON appended to the bytes
+    /// [`Self::attempts_bytes`] wrote: the count of all of them
+    /// (`run_not_terminal` before the run ends, `invalid_digest` for a
+    /// malformed digest).
+    pub fn receipt_bytes_hashed(&mut self, attempts_sha256: &str) -> Out<u32> {
+        let receipt = lift(self.session.receipt_with_attempts_sha256(attempts_sha256))?;
+        write_canonical(&receipt, &mut self.bytes);
+        Ok(length(self.bytes.len()))
     }
 
     /// The planned global ordinal.

@@ -66,6 +66,16 @@ export interface RawSession {
   last_attempt_json(): string | undefined;
   receipt_json(): string;
   receipt_json_hashed(attemptsSha256: string): string;
+  /** The planned dispatch's numbers into the plan buffer (`false` once terminal). */
+  plan(): boolean;
+  /** Where `plan` writes, in the module's memory. */
+  plan_ptr(): number;
+  /** Where `attempts_bytes` and `receipt_bytes_hashed` wrote. */
+  bytes_ptr(): number;
+  /** The attempts' canonical JSON (UTF-8) at `bytes_ptr()`: its length. */
+  attempts_bytes(): number;
+  /** The receipt's canonical JSON appended after the attempts' bytes: the length of both. */
+  receipt_bytes_hashed(attemptsSha256: string): number;
   free(): void;
 }
 
@@ -92,6 +102,7 @@ export interface RawBindings {
   idempotency_key_sha256(key: string, tenant: string | undefined, operation: string | undefined): string;
   check_outcome(outcome: string): string;
   sha256_hex(text: string): string;
+  module_memory(): WebAssembly.Memory;
   Compiled: { compile(policy: string): RawCompiled };
   Facts: { decode(facts: string): RawFacts };
 }
@@ -99,20 +110,42 @@ export interface RawBindings {
 let raw: RawBindings | undefined;
 
 /**
- * A native SHA-256 of a string's UTF-8 bytes as lowercase hex, where the
- * platform has one that is synchronous (Node's `node:crypto`); sealing then
- * hashes the core's canonical attempts text natively. Unset in browsers.
+ * A native SHA-256 as lowercase hex of a string's UTF-8 bytes or of bytes,
+ * where the platform has one that is synchronous (Node's `node:crypto`);
+ * sealing then hashes the core's canonical attempts bytes natively, where
+ * the module wrote them. Unset in browsers.
  */
-export let hostSha256: ((text: string) => string) | undefined;
+export let hostSha256: ((data: string | Uint8Array) => string) | undefined;
 
 /** Set the native SHA-256 (the Node entry point does). */
-export function setHostSha256(f: ((text: string) => string) | undefined): void {
+export function setHostSha256(f: ((data: string | Uint8Array) => string) | undefined): void {
   hostSha256 = f;
 }
+
+let memory: WebAssembly.Memory | undefined;
+let u8: Uint8Array = new Uint8Array(0);
+let f64: Float64Array = new Float64Array(0);
 
 /** Install the module's exports (done by the Node entry at load, by the web entry's `init()`). */
 export function setBindings(bindings: RawBindings): void {
   raw = bindings;
+  memory = bindings.module_memory();
+  u8 = new Uint8Array(0);
+  f64 = new Float64Array(0);
+}
+
+/** The module's memory as bytes (a new view once the memory has grown). */
+export function moduleBytes(): Uint8Array {
+  const buffer = (memory as WebAssembly.Memory).buffer;
+  if (u8.buffer !== buffer) u8 = new Uint8Array(buffer);
+  return u8;
+}
+
+/** The module's memory as 64-bit floats (a new view once the memory has grown). */
+export function moduleFloats(): Float64Array {
+  const buffer = (memory as WebAssembly.Memory).buffer;
+  if (f64.buffer !== buffer) f64 = new Float64Array(buffer);
+  return f64;
 }
 
 function bindings(): RawBindings {

@@ -10,7 +10,7 @@ import { setBindings, setHostSha256, type RawBindings } from "./core.js";
 const require = createRequire(import.meta.url);
 setBindings(require("../pkg-node/retryledger_wasm.js") as RawBindings);
 // OpenSSL's SHA-256 of the same UTF-8 bytes: byte-identical digests, several times faster than in WebAssembly.
-setHostSha256((text) => createHash("sha256").update(text, "utf8").digest("hex"));
+setHostSha256((data) => (typeof data === "string" ? createHash("sha256").update(data, "utf8") : createHash("sha256").update(data)).digest("hex"));
 
 export * from "./api.js";
 export {

@@ -6,7 +6,19 @@
  * Plain values only: no sentinel numbers, no positional tuples.
  */
 
-import { call, hostSha256, sha256Hex, toText, utf8Length, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
+import {
+  call,
+  hostSha256,
+  moduleBytes,
+  moduleFloats,
+  sha256Hex,
+  toText,
+  utf8Length,
+  type CompiledPolicy,
+  type Input,
+  type RawFacts,
+  type RawSession,
+} from "./core.js";
 import type {
   AdmitAnswer,
   Attempt,
@@ -94,6 +106,8 @@ export class Session {
   readonly #raw: RawSession;
   readonly #streams: boolean;
   readonly #fleet: boolean;
+  /** Where the core writes the planned dispatch's numbers, as an index of 64-bit floats. */
+  #plan: number | undefined;
 
   /** @internal Use `compiled.session()`. */
   constructor(compiled: CompiledPolicy, raw: RawSession) {
@@ -150,47 +164,48 @@ export class Session {
   /** The decision: `{kind: "dispatch", …}` (exactly `planNext`'s document) or `{kind: "terminal", terminal}`. */
   next(): Decision {
     const r = this.#raw;
-    const notBefore = r.not_before_ms();
-    if (notBefore === undefined) return { kind: "terminal", terminal: r.terminal() as Terminal };
-    const route = this.compiled.routesByPriority[r.route_index() as number];
+    if (!r.plan()) return { kind: "terminal", terminal: r.terminal() as Terminal };
+    // The decision's numbers, written by the core in one crossing (PLAN_FIELDS in wasm/src/lib.rs).
+    const f = moduleFloats();
+    const at = (this.#plan ??= r.plan_ptr() / 8);
+    const route = this.compiled.routesByPriority[f[at + 6] as number];
     if (route === undefined) throw new Error("retryledger: the planned route is not in the policy");
     const p = this.compiled.policy;
-    const sample = r.jitter_sample_ms();
     // Keys in canonical order, as planNext's document has them.
     const d: DispatchDecision =
-      sample === undefined
+      f[at + 7] === 0
         ? {
             deadline_ms: p.deadline_ms,
-            delay_ms: r.delay_ms() as number,
+            delay_ms: f[at + 1] as number,
             idempotency_key_sha256: p.idempotency_key_sha256,
             kind: "dispatch",
             logical_request_sha256: p.logical_request_sha256,
-            not_before_ms: notBefore,
-            ordinal: r.ordinal() as number,
-            reserve_cost: r.reserve_cost() as number,
-            retry_after_floor_ms: r.retry_after_floor_ms() as number,
+            not_before_ms: f[at] as number,
+            ordinal: f[at + 2] as number,
+            reserve_cost: f[at + 4] as number,
+            retry_after_floor_ms: f[at + 5] as number,
             route_id: route.route_id,
-            route_ordinal: r.route_ordinal() as number,
+            route_ordinal: f[at + 3] as number,
             route_release_sha256: route.route_release_sha256,
           }
         : {
             deadline_ms: p.deadline_ms,
-            delay_ms: r.delay_ms() as number,
+            delay_ms: f[at + 1] as number,
             idempotency_key_sha256: p.idempotency_key_sha256,
-            jitter_max_ms: r.jitter_max_ms() as number,
-            jitter_min_ms: r.jitter_min_ms() as number,
-            jitter_sample_ms: sample,
+            jitter_max_ms: f[at + 9] as number,
+            jitter_min_ms: f[at + 8] as number,
+            jitter_sample_ms: f[at + 10] as number,
             kind: "dispatch",
             logical_request_sha256: p.logical_request_sha256,
-            not_before_ms: notBefore,
-            ordinal: r.ordinal() as number,
-            reserve_cost: r.reserve_cost() as number,
-            retry_after_floor_ms: r.retry_after_floor_ms() as number,
+            not_before_ms: f[at] as number,
+            ordinal: f[at + 2] as number,
+            reserve_cost: f[at + 4] as number,
+            retry_after_floor_ms: f[at + 5] as number,
             route_id: route.route_id,
-            route_ordinal: r.route_ordinal() as number,
+            route_ordinal: f[at + 3] as number,
             route_release_sha256: route.route_release_sha256,
           };
-    if (this.#streams) {
+    if (f[at + 11] === 1) {
       const c = streaming(r).continuation_json();
       // `continuation` sorts first: keys stay in canonical order.
       if (c !== undefined) return { continuation: JSON.parse(c), ...d } as DispatchDecision;
@@ -311,17 +326,25 @@ export class Session {
   }
 }
 
+const utf8 = new TextDecoder();
+
 /**
- * The receipt's JSON, and the attempts' JSON when it was read for hashing:
- * with a native SHA-256 the core's canonical attempts text is hashed here and
- * the core builds the receipt around that digest.
+ * The receipt's JSON, and the attempts' canonical JSON bytes when they were
+ * read for hashing: with a native SHA-256 the core writes the attempts'
+ * canonical bytes into its memory, they are hashed there, and the core
+ * appends the receipt built around that digest (one copy out, no text
+ * decoded but the receipt's).
  */
-function sealed(r: RawSession): [string, string | undefined] {
+function sealed(r: RawSession): [string, Uint8Array | undefined] {
   const hash = hostSha256;
   if (hash === undefined) return [call(() => r.receipt_json()), undefined];
-  const attempts = r.attempts_json();
-  const hex = hash(attempts);
-  return [call(() => r.receipt_json_hashed(hex)), attempts];
+  const n = r.attempts_bytes();
+  let at = r.bytes_ptr();
+  const hex = hash(moduleBytes().subarray(at, at + n));
+  const total = call(() => r.receipt_bytes_hashed(hex));
+  at = r.bytes_ptr();
+  const both = moduleBytes().slice(at, at + total);
+  return [utf8.decode(both.subarray(n)), both.subarray(0, n)];
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
@@ -335,14 +358,14 @@ class SealedRun implements Sealed {
   readonly receipt: Receipt;
   readonly #compiled: CompiledPolicy;
   readonly #receipt: string;
-  #attempts: string | RawSession;
+  #attempts: string | Uint8Array | RawSession;
   #events: string | RawSession | undefined;
   readonly #snapshots: string | undefined;
   #bundle: Bundle | undefined;
   #sha: string | undefined;
 
   /**
-   * `attempts`: their JSON, or the finished session to read it from once;
+   * `attempts`: their JSON (text, or its UTF-8 bytes), or the finished session to read it from once;
    * `events`: in a streamed run, the event log's JSON or the session to read
    * it from once. A session given is freed once everything it holds was read.
    * `snapshots`: under a fleet section, the fleet snapshots' JSON.
@@ -350,7 +373,7 @@ class SealedRun implements Sealed {
   constructor(
     compiled: CompiledPolicy,
     receipt: string,
-    attempts: string | RawSession,
+    attempts: string | Uint8Array | RawSession,
     events: string | RawSession | undefined,
     snapshots: string | undefined,
   ) {
@@ -365,6 +388,11 @@ class SealedRun implements Sealed {
   #attemptsText(): string {
     const a = this.#attempts;
     if (typeof a === "string") return a;
+    if (a instanceof Uint8Array) {
+      const decoded = utf8.decode(a);
+      this.#attempts = decoded;
+      return decoded;
+    }
     const text = a.attempts_json();
     this.#attempts = text;
     this.#release(a);
