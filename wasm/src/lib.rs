@@ -22,6 +22,8 @@ use retryledger_core::outcome::Outcome;
 use retryledger_core::{CompiledPolicy, Session};
 use wasm_bindgen::prelude::*;
 
+mod tape;
+
 /// Every fallible export returns text or throws the error's JSON as a string.
 type Out<T> = Result<T, JsValue>;
 
@@ -112,6 +114,12 @@ pub fn module_memory() -> JsValue {
     wasm_bindgen::memory()
 }
 
+/// The text of an object key a tape numbered (`undefined` for a number never given).
+#[wasm_bindgen]
+pub fn tape_key(id: u32) -> Option<String> {
+    tape::key_text(id)
+}
+
 /// Lowercase hex SHA-256 of a string's UTF-8 bytes (the idempotency key check).
 #[wasm_bindgen]
 pub fn sha256_hex(text: &str) -> String {
@@ -164,6 +172,7 @@ impl Compiled {
             session: Session::start(Arc::clone(&self.inner)),
             plan: [0.0; PLAN_FIELDS],
             bytes: Vec::new(),
+            tape: tape::Tape::default(),
         }
     }
 }
@@ -300,6 +309,8 @@ pub struct WasmSession {
     plan: [f64; PLAN_FIELDS],
     /// Canonical JSON written for the host to read at [`WasmSession::bytes_ptr`].
     bytes: Vec<u8>,
+    /// The sealed receipt as a tape ([`WasmSession::seal_hashed`]).
+    tape: tape::Tape,
 }
 
 /// The numbers of a planned dispatch, in this order in the plan buffer:
@@ -391,9 +402,8 @@ impl WasmSession {
         address(self.plan.as_ptr())
     }
 
-    /// Where the bytes [`Self::attempts_bytes`] and
-    /// [`Self::receipt_bytes_hashed`] wrote are (valid until the next call
-    /// that writes them).
+    /// Where the bytes [`Self::attempts_bytes`] and [`Self::seal_hashed`]
+    /// wrote are (valid until the next call that writes them).
     pub fn bytes_ptr(&self) -> u32 {
         address(self.bytes.as_ptr())
     }
@@ -407,15 +417,36 @@ impl WasmSession {
         length(self.bytes.len())
     }
 
-    /// The receipt of the finished run given the host's SHA-256 of the
-    /// attempts' canonical JSON, its canonical JSON appended to the bytes
-    /// [`Self::attempts_bytes`] wrote: the count of all of them
-    /// (`run_not_terminal` before the run ends, `invalid_digest` for a
-    /// malformed digest).
-    pub fn receipt_bytes_hashed(&mut self, attempts_sha256: &str) -> Out<u32> {
+    /// Seal the finished run given the host's SHA-256 of the attempts'
+    /// canonical JSON ([`Self::attempts_bytes`]): the receipt's canonical
+    /// JSON is appended to the attempts' bytes, and the receipt is written
+    /// as a tape too (`fromTape` in the TypeScript layer makes the plain
+    /// object from it, no JSON parsed). Where to read them goes into the plan
+    /// buffer, in this order: the bytes' address and count, the tape's
+    /// address and count of numbers, the tape's text's address and count of
+    /// bytes. `run_not_terminal` before the run ends, `invalid_digest` for a
+    /// malformed digest.
+    pub fn seal_hashed(&mut self, attempts_sha256: &str) -> Out<()> {
         let receipt = lift(self.session.receipt_with_attempts_sha256(attempts_sha256))?;
         write_canonical(&receipt, &mut self.bytes);
-        Ok(length(self.bytes.len()))
+        self.tape.write(&receipt);
+        #[allow(clippy::cast_precision_loss)]
+        let at = |n: usize| n as f64;
+        self.plan = [
+            f64::from(address(self.bytes.as_ptr())),
+            at(self.bytes.len()),
+            f64::from(address(self.tape.ops.as_ptr())),
+            at(self.tape.ops.len()),
+            f64::from(address(self.tape.text.as_ptr())),
+            at(self.tape.text.len()),
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ];
+        Ok(())
     }
 
     /// The planned global ordinal.

@@ -70,12 +70,15 @@ export interface RawSession {
   plan(): boolean;
   /** Where `plan` writes, in the module's memory. */
   plan_ptr(): number;
-  /** Where `attempts_bytes` and `receipt_bytes_hashed` wrote. */
+  /** Where `attempts_bytes` and `seal_hashed` wrote. */
   bytes_ptr(): number;
   /** The attempts' canonical JSON (UTF-8) at `bytes_ptr()`: its length. */
   attempts_bytes(): number;
-  /** The receipt's canonical JSON appended after the attempts' bytes: the length of both. */
-  receipt_bytes_hashed(attemptsSha256: string): number;
+  /**
+   * Seal: the receipt's canonical JSON appended after the attempts' bytes,
+   * and the receipt as a tape; where to read them goes into the plan buffer.
+   */
+  seal_hashed(attemptsSha256: string): void;
   free(): void;
 }
 
@@ -103,6 +106,7 @@ export interface RawBindings {
   check_outcome(outcome: string): string;
   sha256_hex(text: string): string;
   module_memory(): WebAssembly.Memory;
+  tape_key(id: number): string | undefined;
   Compiled: { compile(policy: string): RawCompiled };
   Facts: { decode(facts: string): RawFacts };
 }
@@ -132,19 +136,88 @@ export function setBindings(bindings: RawBindings): void {
   memory = bindings.module_memory();
   u8 = new Uint8Array(0);
   f64 = new Float64Array(0);
+  tapeKeys.length = 0;
 }
 
-/** The module's memory as bytes (a new view once the memory has grown). */
+/** Object keys the module has sent (by number), for `fromTape`. */
+const tapeKeys: string[] = [];
+
+/**
+ * A document from the tape the module wrote (`wasm/src/tape.rs`): plain
+ * objects, arrays, numbers, booleans and strings, in the core's encoding
+ * order. `ops` is the module's memory as 64-bit floats, the tape at
+ * `[start, start + count)`; `text` is the tape's string bytes decoded, which
+ * its offsets index (UTF-16 units).
+ */
+export function fromTape(ops: Float64Array, start: number, count: number, text: string): unknown {
+  const stack: unknown[] = [];
+  let current: Record<string, unknown> | unknown[] | undefined;
+  let key: string | undefined;
+  let done: unknown;
+  const end = start + count;
+  for (let i = start; i < end; ) {
+    const op = ops[i++];
+    let value: unknown;
+    switch (op) {
+      case 0: // {
+      case 2: // [
+        stack.push(current, key);
+        current = op === 0 ? {} : [];
+        key = undefined;
+        continue;
+      case 1: // }
+      case 3: // ]
+        value = current;
+        key = stack.pop() as string | undefined;
+        current = stack.pop() as Record<string, unknown> | unknown[] | undefined;
+        break;
+      case 4: {
+        // a key sent before (asked for by its number if this side missed it)
+        const id = ops[i++] as number;
+        key = tapeKeys[id] ??= bindings().tape_key(id) as string;
+        continue;
+      }
+      case 5: // a key sent for the first time
+        key = text.slice(ops[i + 1], ops[i + 2]);
+        tapeKeys[ops[i] as number] = key;
+        i += 3;
+        continue;
+      case 6: // a key not numbered
+        key = text.slice(ops[i], ops[i + 1]);
+        i += 2;
+        continue;
+      case 7:
+        value = ops[i++];
+        break;
+      case 8:
+        value = true;
+        break;
+      case 9:
+        value = false;
+        break;
+      case 10:
+        value = text.slice(ops[i], ops[i + 1]);
+        i += 2;
+        break;
+      default:
+        throw new Error(`retryledger: tape operation ${String(op)} unknown`);
+    }
+    if (current === undefined) done = value;
+    else if (key === undefined) (current as unknown[]).push(value);
+    else (current as Record<string, unknown>)[key] = value;
+  }
+  return done;
+}
+
+/** The module's memory as bytes (a new view once the memory has grown: the old one is then detached, of length 0). */
 export function moduleBytes(): Uint8Array {
-  const buffer = (memory as WebAssembly.Memory).buffer;
-  if (u8.buffer !== buffer) u8 = new Uint8Array(buffer);
+  if (u8.byteLength === 0) u8 = new Uint8Array((memory as WebAssembly.Memory).buffer);
   return u8;
 }
 
 /** The module's memory as 64-bit floats (a new view once the memory has grown). */
 export function moduleFloats(): Float64Array {
-  const buffer = (memory as WebAssembly.Memory).buffer;
-  if (f64.buffer !== buffer) f64 = new Float64Array(buffer);
+  if (f64.byteLength === 0) f64 = new Float64Array((memory as WebAssembly.Memory).buffer);
   return f64;
 }
 

@@ -8,6 +8,7 @@
 
 import {
   call,
+  fromTape,
   hostSha256,
   moduleBytes,
   moduleFloats,
@@ -301,22 +302,22 @@ export class Session {
   /** The sealed run (`RunError` `run_not_terminal` while it can still dispatch). */
   seal(): Sealed {
     const r = this.#raw;
-    const [receipt, attempts] = sealed(r);
+    const [receipt, receiptJson, attempts] = sealed(r);
     const events = this.#streams ? streaming(r).stream_events_json() : undefined;
     const snapshots = this.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
-    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json(), events, snapshots);
+    return new SealedRun(this.compiled, receipt, receiptJson, attempts ?? r.attempts_json(), events, snapshots);
   }
 
   static {
     sealAndRelease = (session) => {
       const r = session.#raw;
-      const [receipt, attempts] = sealed(r);
+      const [receipt, receiptJson, attempts] = sealed(r);
       // The fleet snapshots are read now (the session may be freed below).
       const snapshots = session.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
       // A streamed run's event log is read with the bundle, from the session kept until then.
-      if (session.#streams) return new SealedRun(session.compiled, receipt, attempts ?? r, r, snapshots);
+      if (session.#streams) return new SealedRun(session.compiled, receipt, receiptJson, attempts ?? r, r, snapshots);
       if (attempts !== undefined) r.free();
-      return new SealedRun(session.compiled, receipt, attempts ?? r, undefined, snapshots);
+      return new SealedRun(session.compiled, receipt, receiptJson, attempts ?? r, undefined, snapshots);
     };
   }
 
@@ -329,22 +330,32 @@ export class Session {
 const utf8 = new TextDecoder();
 
 /**
- * The receipt's JSON, and the attempts' canonical JSON bytes when they were
- * read for hashing: with a native SHA-256 the core writes the attempts'
- * canonical bytes into its memory, they are hashed there, and the core
- * appends the receipt built around that digest (one copy out, no text
- * decoded but the receipt's).
+ * The receipt (or `undefined`: parse its JSON), the receipt's canonical
+ * JSON, and the attempts' canonical JSON when it was read for hashing. With a
+ * native SHA-256 the core writes the attempts' canonical bytes into its
+ * memory, they are hashed there, and the core appends the receipt built
+ * around that digest and writes the receipt as a tape too (`fromTape`): no
+ * JSON text is parsed.
  */
-function sealed(r: RawSession): [string, Uint8Array | undefined] {
+function sealed(r: RawSession): [Receipt | undefined, string, string | undefined] {
   const hash = hostSha256;
-  if (hash === undefined) return [call(() => r.receipt_json()), undefined];
+  if (hash === undefined) return [undefined, call(() => r.receipt_json()), undefined];
   const n = r.attempts_bytes();
-  let at = r.bytes_ptr();
+  const at = r.bytes_ptr();
   const hex = hash(moduleBytes().subarray(at, at + n));
-  const total = call(() => r.receipt_bytes_hashed(hex));
-  at = r.bytes_ptr();
-  const both = moduleBytes().slice(at, at + total);
-  return [utf8.decode(both.subarray(n)), both.subarray(0, n)];
+  call(() => r.seal_hashed(hex));
+  // Where the module wrote (`seal_hashed`), from the plan buffer.
+  const f = moduleFloats();
+  const p = r.plan_ptr() / 8;
+  const bytesAt = f[p] as number;
+  const bytesEnd = bytesAt + (f[p + 1] as number);
+  const textAt = f[p + 4] as number;
+  const mem = moduleBytes();
+  const attempts = utf8.decode(mem.subarray(bytesAt, bytesAt + n));
+  const receiptJson = utf8.decode(mem.subarray(bytesAt + n, bytesEnd));
+  const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
+  const receipt = fromTape(f, (f[p + 2] as number) / 8, f[p + 3] as number, text) as Receipt;
+  return [receipt, receiptJson, attempts];
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
@@ -358,41 +369,37 @@ class SealedRun implements Sealed {
   readonly receipt: Receipt;
   readonly #compiled: CompiledPolicy;
   readonly #receipt: string;
-  #attempts: string | Uint8Array | RawSession;
+  #attempts: string | RawSession;
   #events: string | RawSession | undefined;
   readonly #snapshots: string | undefined;
   #bundle: Bundle | undefined;
   #sha: string | undefined;
 
   /**
-   * `attempts`: their JSON (text, or its UTF-8 bytes), or the finished session to read it from once;
+   * `attempts`: their JSON, or the finished session to read it from once;
    * `events`: in a streamed run, the event log's JSON or the session to read
    * it from once. A session given is freed once everything it holds was read.
    * `snapshots`: under a fleet section, the fleet snapshots' JSON.
    */
   constructor(
     compiled: CompiledPolicy,
-    receipt: string,
-    attempts: string | Uint8Array | RawSession,
+    receipt: Receipt | undefined,
+    receiptJson: string,
+    attempts: string | RawSession,
     events: string | RawSession | undefined,
     snapshots: string | undefined,
   ) {
     this.#compiled = compiled;
     this.#snapshots = snapshots;
-    this.#receipt = receipt;
+    this.#receipt = receiptJson;
     this.#attempts = attempts;
     this.#events = events;
-    this.receipt = JSON.parse(receipt) as Receipt;
+    this.receipt = receipt ?? (JSON.parse(receiptJson) as Receipt);
   }
 
   #attemptsText(): string {
     const a = this.#attempts;
     if (typeof a === "string") return a;
-    if (a instanceof Uint8Array) {
-      const decoded = utf8.decode(a);
-      this.#attempts = decoded;
-      return decoded;
-    }
     const text = a.attempts_json();
     this.#attempts = text;
     this.#release(a);
