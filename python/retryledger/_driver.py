@@ -204,6 +204,13 @@ class AttemptError(Exception):
     ) -> "AttemptError":
         """A retryable failure: ``timeout_before_response``, ``rate_limited`` or ``unavailable``."""
         if retry_after_ms is None:
+            if message is None and cls is AttemptError:
+                known = _RETRYABLE_ERRORS.get(kind)
+                if known is not None:
+                    # What ``cls(text)`` makes, without running ``__init__``'s lookups again.
+                    error = _new_exception(cls, known[0])
+                    error._outcome, error._facts = known[1]
+                    return error
             text = _RETRYABLE_TEXT.get(kind)
             if text is None:
                 text = f'{{"class":"retryable","kind":{json.dumps(kind)}}}'
@@ -220,6 +227,11 @@ class AttemptError(Exception):
     def indeterminate(cls, kind: IndeterminateKind, message: Optional[str] = None) -> "AttemptError":
         """An outcome to reconcile, never retried (``unknown_provider_acceptance``, ...)."""
         return cls(f'{{"class":"indeterminate","kind":{json.dumps(kind)}}}', message)
+
+
+#: Per retryable kind: the outcome text and its (outcome, facts), for ``AttemptError.retryable``.
+_RETRYABLE_ERRORS = {k: (t, _explicit(t)) for k, t in _RETRYABLE_TEXT.items()}
+_new_exception = BaseException.__new__
 
 
 # ---- the step ---------------------------------------------------------------
