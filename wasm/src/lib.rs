@@ -170,6 +170,7 @@ impl Compiled {
     pub fn session(&self) -> WasmSession {
         WasmSession {
             session: Session::start(Arc::clone(&self.inner)),
+            policy: Arc::clone(&self.inner),
             plan: [0.0; PLAN_FIELDS],
             bytes: Vec::new(),
             tape: tape::Tape::default(),
@@ -304,6 +305,8 @@ impl PreparedFacts {
 #[wasm_bindgen(js_name = Session)]
 pub struct WasmSession {
     session: Session,
+    /// The compiled policy, to start over ([`WasmSession::restart`]).
+    policy: Arc<CompiledPolicy>,
     /// The planned dispatch's numbers, written by [`WasmSession::plan`]
     /// (read by the host at [`WasmSession::plan_ptr`]).
     plan: [f64; PLAN_FIELDS],
@@ -362,6 +365,12 @@ impl WasmSession {
             .routes()
             .position(|r| r.route_id == d.route_id)
             .and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// Start over: a run of the same policy with no attempt yet (a host
+    /// reuses a finished session's memory for its next run).
+    pub fn restart(&mut self) {
+        self.session = Session::start(Arc::clone(&self.policy));
     }
 
     /// The planned dispatch into the plan buffer (see `PLAN_FIELDS`), one

@@ -66,6 +66,8 @@ export interface RawSession {
   last_attempt_json(): string | undefined;
   receipt_json(): string;
   receipt_json_hashed(attemptsSha256: string): string;
+  /** A run of the same policy with no attempt yet, in this session's memory. */
+  restart(): void;
   /** The planned dispatch's numbers into the plan buffer (`false` once terminal). */
   plan(): boolean;
   /** Where `plan` writes, in the module's memory. */
@@ -156,7 +158,7 @@ export function fromTape(ops: Float64Array, start: number, count: number, text: 
   let done: unknown;
   const end = start + count;
   for (let i = start; i < end; ) {
-    const op = ops[i++];
+    const op = (ops[i++] as number) | 0;
     let value: unknown;
     switch (op) {
       case 0: // {
@@ -298,6 +300,9 @@ function deepFreeze<T>(x: T): T {
   return x;
 }
 
+/** Finished sessions a compiled policy keeps for reuse. */
+const MAX_SPARE_SESSIONS = 4;
+
 /** A policy validated and digested once; plan, evaluate and seal every step of a run against it. */
 export class CompiledPolicy {
   /** The policy digest (lowercase hex SHA-256 of its canonical JSON). */
@@ -310,6 +315,8 @@ export class CompiledPolicy {
   readonly policyJson: string;
   readonly #raw: RawCompiled;
   #checkedKey: string | undefined;
+  /** Finished sessions kept for the next runs (their module memory reused). */
+  readonly #spare: RawSession[] = [];
 
   /** Decode and validate a policy; throws `DecodeError` or `PolicyError`. */
   constructor(policy: Input<Policy>) {
@@ -335,7 +342,18 @@ export class CompiledPolicy {
 
   /** A run of this policy with no attempt yet: the core's Session (free it when done). */
   session(): Session {
+    const spare = this.#spare.pop();
+    if (spare !== undefined) {
+      spare.restart();
+      return new Session(this, spare);
+    }
     return new Session(this, call(() => this.#raw.session()));
+  }
+
+  /** @internal Keep a finished session for a later run of this policy (freed when enough are kept). */
+  recycle(raw: RawSession): void {
+    if (this.#spare.length < MAX_SPARE_SESSIONS) this.#spare.push(raw);
+    else raw.free();
   }
 
   /** The next dispatch, or the terminal, after the observed attempts. */
@@ -364,6 +382,7 @@ export class CompiledPolicy {
 
   /** Release the module memory now rather than at garbage collection. */
   free(): void {
+    for (const spare of this.#spare.splice(0)) spare.free();
     this.#raw.free();
   }
 }

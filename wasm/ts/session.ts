@@ -316,7 +316,8 @@ export class Session {
       const snapshots = session.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
       // A streamed run's event log is read with the bundle, from the session kept until then.
       if (session.#streams) return new SealedRun(session.compiled, receipt, receiptJson, attempts ?? r, r, snapshots);
-      if (attempts !== undefined) r.free();
+      // The attempts were read: the session's memory serves the policy's next run.
+      if (attempts !== undefined) session.compiled.recycle(r);
       return new SealedRun(session.compiled, receipt, receiptJson, attempts ?? r, undefined, snapshots);
     };
   }
