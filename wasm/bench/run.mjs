@@ -141,7 +141,7 @@ const contenders = [
   },
   {
     id: "retryledgerUncompiled",
-    label: "`runWithPolicy`, policy object compiled per call, receipt read",
+    label: "`runWithPolicy`, policy given as an object (its JSON text looked up, compiled once), receipt read",
     calls: Math.max(500, Math.floor(CALLS / 4)),
     call: retryledgerCall(policy),
   },
@@ -426,7 +426,7 @@ const pkgVersion = (/** @type {string} */ name) =>
 const lines = [
   `Node ${process.version}, ${os.cpus()[0]?.model ?? "cpu"} (${os.cpus().length} cores, shared), one run of \`make bench\`; p-retry ${pkgVersion("p-retry")}, cockatiel ${pkgVersion("cockatiel")}.`,
   "",
-  `Per logical call of three attempts (two retryable failures, then success; dispatch settles at once; no real wait). CPU is \`process.cpuUsage()\` user + system over a batch of calls (${callsOf("retryledger").toLocaleString("en-US")} calls; ${callsOf("cockatiel")} for cockatiel, ${callsOf("retryledgerUncompiled").toLocaleString("en-US")} for the policy compiled per call), wall is \`performance.now()\` over the same batch; each figure is the median of ${ROUNDS} rounds, the contenders interleaved in a rotating order within each round.`,
+  `Per logical call of three attempts (two retryable failures, then success; dispatch settles at once; no real wait). CPU is \`process.cpuUsage()\` user + system over a batch of calls (${callsOf("retryledger").toLocaleString("en-US")} calls; ${callsOf("cockatiel")} for cockatiel, ${callsOf("retryledgerUncompiled").toLocaleString("en-US")} for the policy given as an object), wall is \`performance.now()\` over the same batch; each figure is the median of ${ROUNDS} rounds, the contenders interleaved in a rotating order within each round.`,
   "",
   "| contender | CPU per call | wall per call | retryledger CPU ÷ its CPU |",
   "| --- | ---: | ---: | ---: |",
