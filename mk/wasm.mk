@@ -24,8 +24,7 @@ WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
 WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
 WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts wasm/ts/stores/*.ts) wasm/tsconfig.json
 # The module ships at opt-level z, the build that meets the 150 KB size target
-# (SHA-256 and the small binding crate, whose tape writer and glue run on
-# every call, stay at opt-level 3 through WASM_CARGO_ARGS). opt-level 3 is about
+# (SHA-256 stays at opt-level 3 through WASM_CARGO_ARGS). opt-level 3 is about
 # a quarter larger and seals receipts somewhat faster; `make bench` builds the
 # other flavour too and reports both side by side, and WASM_OPT_LEVEL=3 makes
 # the shipped module the fast one. The native profile stays as the workspace
@@ -34,7 +33,7 @@ WASM_OPT_LEVEL ?= z
 WASM_ALT_OPT_LEVEL := $(if $(filter z,$(WASM_OPT_LEVEL)),3,z)
 WASM_PACK_AT = CARGO_PROFILE_RELEASE_OPT_LEVEL=$(1) wasm-pack build --release --mode no-install --out-name retryledger_wasm
 WASM_PACK = $(call WASM_PACK_AT,$(WASM_OPT_LEVEL))
-WASM_CARGO_ARGS := -- --config profile.release.package.sha2.opt-level=3 --config profile.release.package.retryledger-wasm.opt-level=3
+WASM_CARGO_ARGS := -- --config profile.release.package.sha2.opt-level=3
 WASM_STAMP_SIZE = wasm/pkg-size/.built-O$(WASM_ALT_OPT_LEVEL)
 WASM_OPT := node node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue --strip-debug --strip-producers
 
