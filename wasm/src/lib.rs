@@ -1,10 +1,14 @@
 //! WebAssembly bindings of retryledger-core (built only for wasm32).
 //!
 //! Thin glue over [`retryledger_core::api`] and the core's
-//! [`Session`](retryledger_core::Session): JSON text in, JSON text out. A
-//! failure is thrown as the core's `error_json` string (code, family, message,
-//! path, attempt index); the TypeScript layer of the npm package parses it and
-//! throws a typed `Error` subclass. Numbers that cross as JavaScript numbers
+//! [`Session`](retryledger_core::Session): JSON text in, JSON text out,
+//! except on a run's hot path, where the planned dispatch's numbers are
+//! written into a buffer the host reads from the module's memory, the
+//! attempts' canonical bytes are hashed where they were written, and the
+//! sealed receipt crosses as a tape of the core's encoding events
+//! (`tape.rs`). A failure is thrown as the core's `error_json` string (code,
+//! family, message, path, attempt index); the TypeScript layer of the npm
+//! package parses it and throws a typed `Error` subclass. Numbers that cross as JavaScript numbers
 //! are checked here to be integers in 0..=2^53-1, so nothing becomes a BigInt
 //! and no input can trap.
 #![cfg(target_arch = "wasm32")]
