@@ -144,17 +144,78 @@ impl Encode for String {
     }
 }
 
-/// Canonical JSON text.
-#[derive(Default)]
+/// An output buffer whose small writes compile to a bounds check and a
+/// store even where the build optimizes for size (the WebAssembly module),
+/// where `Vec::push` stays a call: the vector is kept filled to its capacity
+/// and `len` counts the bytes written.
+struct Buf {
+    bytes: Vec<u8>,
+    len: usize,
+}
+
+impl Buf {
+    /// A buffer that goes on after `start`'s bytes (zeroed memory is
+    /// allocated at once, never filled byte by byte).
+    fn new(start: Vec<u8>) -> Self {
+        let len = start.len();
+        let mut bytes = vec![0u8; start.capacity().max(len.saturating_add(1024))];
+        if let Some(head) = bytes.get_mut(..len) {
+            head.copy_from_slice(&start);
+        }
+        Self { bytes, len }
+    }
+
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        if self.len >= self.bytes.len() {
+            self.grow(self.len.saturating_add(1));
+        }
+        if let Some(slot) = self.bytes.get_mut(self.len) {
+            *slot = b;
+        }
+        self.len = self.len.saturating_add(1);
+    }
+
+    #[inline(always)]
+    fn put(&mut self, s: &[u8]) {
+        let end = self.len.saturating_add(s.len());
+        if end > self.bytes.len() {
+            self.grow(end);
+        }
+        if let Some(dst) = self.bytes.get_mut(self.len..end) {
+            dst.copy_from_slice(s);
+        }
+        self.len = end;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, need: usize) {
+        let mut bigger = vec![0u8; need.max(self.bytes.len().saturating_mul(2))];
+        if let Some(head) = bigger.get_mut(..self.bytes.len()) {
+            head.copy_from_slice(&self.bytes);
+        }
+        self.bytes = bigger;
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.bytes.truncate(self.len);
+        self.bytes
+    }
+}
+
+/// Canonical JSON text, written as bytes: every piece is ASCII punctuation,
+/// a decimal integer or the UTF-8 of a `&str`, so the result is UTF-8.
 struct Text {
-    out: String,
+    out: Buf,
     comma: bool,
 }
 
 impl Text {
+    #[inline(always)]
     fn sep(&mut self) {
         if self.comma {
-            self.out.push(',');
+            self.out.byte(b',');
         }
     }
 }
@@ -162,26 +223,26 @@ impl Text {
 impl Sink for Text {
     fn begin_object(&mut self) {
         self.sep();
-        self.out.push('{');
+        self.out.byte(b'{');
         self.comma = false;
     }
     fn key(&mut self, key: &str) {
         self.sep();
         write_string(key, &mut self.out);
-        self.out.push(':');
+        self.out.byte(b':');
         self.comma = false;
     }
     fn end_object(&mut self) {
-        self.out.push('}');
+        self.out.byte(b'}');
         self.comma = true;
     }
     fn begin_array(&mut self) {
         self.sep();
-        self.out.push('[');
+        self.out.byte(b'[');
         self.comma = false;
     }
     fn end_array(&mut self) {
-        self.out.push(']');
+        self.out.byte(b']');
         self.comma = true;
     }
     fn u64(&mut self, v: u64) {
@@ -191,7 +252,7 @@ impl Sink for Text {
     }
     fn bool(&mut self, v: bool) {
         self.sep();
-        self.out.push_str(if v { "true" } else { "false" });
+        self.out.put(if v { b"true" } else { b"false" });
         self.comma = true;
     }
     fn str(&mut self, v: &str) {
@@ -266,7 +327,7 @@ pub fn to_value<T: Encode + ?Sized>(doc: &T) -> Value {
     tree.done.unwrap_or(Value::Null)
 }
 
-fn write_u64(v: u64, out: &mut String) {
+fn write_u64(v: u64, out: &mut Buf) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     let mut n = v;
@@ -281,85 +342,132 @@ fn write_u64(v: u64, out: &mut String) {
             break;
         }
     }
-    out.push_str(std::str::from_utf8(buf.get(i..).unwrap_or_default()).unwrap_or_default());
+    out.put(buf.get(i..).unwrap_or_default());
 }
 
 /// Canonical JSON (RFC 8785) of any JSON value holding integers only.
 pub fn to_jcs(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Buf::new(Vec::new());
     write_value(value, &mut out);
-    out
+    into_text(out.finish())
 }
 
-fn write_value(value: &Value, out: &mut String) {
+fn write_value(value: &Value, out: &mut Buf) {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => out.put(b"null"),
+        Value::Bool(b) => out.put(if *b { b"true" } else { b"false" }),
         Value::Number(n) => match (n.as_u64(), n.as_f64()) {
             (Some(u), _) if u <= crate::limits::MAX_SAFE_INTEGER => write_u64(u, out),
             // RFC 8785: every number as the IEEE 754 double it is, written as
             // ECMAScript's Number.prototype.toString writes it.
-            (_, Some(f)) => out.push_str(ryu_js::Buffer::new().format(f)),
-            _ => out.push_str(&n.to_string()),
+            (_, Some(f)) => out.put(ryu_js::Buffer::new().format(f).as_bytes()),
+            _ => out.put(n.to_string().as_bytes()),
         },
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
-            out.push('[');
+            out.byte(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.byte(b',');
                 }
                 write_value(item, out);
             }
-            out.push(']');
+            out.byte(b']');
         }
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push('{');
+            out.byte(b'{');
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.byte(b',');
                 }
                 write_string(key, out);
-                out.push(':');
+                out.byte(b':');
                 if let Some(v) = map.get(key) {
                     write_value(v, out);
                 }
             }
-            out.push('}');
+            out.byte(b'}');
         }
     }
 }
 
-fn write_string(s: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push('"');
-    // Most strings (digests, identifiers, names) need no escape at all.
-    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        out.push_str(s);
-        out.push('"');
-        return;
+/// Whether a byte must be escaped inside a JSON string.
+#[inline(always)]
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// Whether any of eight bytes may need an escape (word-at-a-time: a byte
+/// below 0x20, a quote or a backslash). It never misses one; a borrow may
+/// flag a word that has none, which the byte-wise check then clears.
+#[inline(always)]
+fn any_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES.wrapping_mul(n)) & !x & HIGH;
+    let quote = word ^ ONES.wrapping_mul(u64::from(b'"'));
+    let backslash = word ^ ONES.wrapping_mul(u64::from(b'\\'));
+    (below(word, 0x20) | below(quote, 1) | below(backslash, 1)) != 0
+}
+
+/// How many leading bytes need no escape, found eight bytes at a time
+/// (a lower bound: the byte-wise loop goes on from there).
+#[inline(always)]
+fn clean_prefix(bytes: &[u8]) -> usize {
+    let mut n = 0usize;
+    let mut rest = bytes;
+    while let Some((word, tail)) = rest.split_first_chunk::<8>() {
+        if any_escape(u64::from_le_bytes(*word)) {
+            break;
+        }
+        n = n.saturating_add(8);
+        rest = tail;
     }
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{c}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 => {
-                let b = c as usize;
-                out.push_str("\\u00");
-                out.push(char::from(HEX.get(b >> 4).copied().unwrap_or(b'0')));
-                out.push(char::from(HEX.get(b & 0xf).copied().unwrap_or(b'0')));
+    n
+}
+
+fn write_string(s: &str, out: &mut Buf) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.byte(b'"');
+    // Runs without an escape are copied whole (most strings are one run:
+    // digests, identifiers, names). A byte to escape is ASCII, so a run
+    // never ends inside a character.
+    let mut run = 0;
+    let tail = bytes.get(clean_prefix(bytes)..).unwrap_or_default();
+    let offset = bytes.len().saturating_sub(tail.len());
+    for (k, &b) in tail.iter().enumerate() {
+        if !needs_escape(b) {
+            continue;
+        }
+        let i = offset.saturating_add(k);
+        out.put(bytes.get(run..i).unwrap_or_default());
+        run = i.saturating_add(1);
+        match b {
+            b'"' => out.put(b"\\\""),
+            b'\\' => out.put(b"\\\\"),
+            0x08 => out.put(b"\\b"),
+            b'\t' => out.put(b"\\t"),
+            b'\n' => out.put(b"\\n"),
+            0x0c => out.put(b"\\f"),
+            b'\r' => out.put(b"\\r"),
+            _ => {
+                out.put(b"\\u00");
+                out.byte(HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0'));
+                out.byte(HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0'));
             }
-            c => out.push(c),
         }
     }
-    out.push('"');
+    out.put(bytes.get(run..).unwrap_or_default());
+    out.byte(b'"');
+}
+
+/// The text of bytes the writers above produced (always UTF-8: ASCII and
+/// whole `&str`s).
+fn into_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Lowercase hex of bytes.
@@ -382,19 +490,28 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// Canonical JSON text (RFC 8785) of a document.
-pub fn canonical_json<T: Encode + ?Sized>(doc: &T) -> String {
+/// Canonical JSON (RFC 8785) of a document, as UTF-8 bytes appended to `out`.
+pub fn write_canonical<T: Encode + ?Sized>(doc: &T, out: &mut Vec<u8>) {
     let mut text = Text {
-        out: String::with_capacity(1024),
+        out: Buf::new(std::mem::take(out)),
         comma: false,
     };
     doc.encode(&mut text);
-    text.out
+    *out = text.out.finish();
+}
+
+/// Canonical JSON text (RFC 8785) of a document.
+pub fn canonical_json<T: Encode + ?Sized>(doc: &T) -> String {
+    let mut out = Vec::with_capacity(1024);
+    write_canonical(doc, &mut out);
+    into_text(out)
 }
 
 /// Digest of a document: lowercase hex SHA-256 of its canonical JSON.
 pub fn digest_of<T: Encode + ?Sized>(doc: &T) -> String {
-    sha256_hex(canonical_json(doc).as_bytes())
+    let mut out = Vec::with_capacity(1024);
+    write_canonical(doc, &mut out);
+    sha256_hex(&out)
 }
 
 /// Digest of any JSON value in normal form (keys sorted by JCS).
@@ -414,6 +531,30 @@ mod tests {
             to_jcs(&v),
             "{\"a\":\"x\\u0001\\n\\\"é\",\"b\":1,\"c\":[true,{\"y\":1,\"z\":0}]}"
         );
+    }
+
+    #[test]
+    fn every_escape_at_every_offset() {
+        // Each escaped character, and a non-ASCII one, at each position of
+        // strings longer than a word: the word-at-a-time check misses none.
+        for c in [
+            '"', '\\', '\u{8}', '\t', '\n', '\u{c}', '\r', '\u{0}', '\u{1f}', 'é', '\u{7f}',
+        ] {
+            for at in 0..20 {
+                let s: String = (0..20).map(|i| if i == at { c } else { 'a' }).collect();
+                let via_serde = serde_json::to_string(&s).unwrap();
+                let mut out = Buf::new(Vec::new());
+                write_string(&s, &mut out);
+                let ours = String::from_utf8(out.finish()).unwrap();
+                // serde_json writes the same escapes, with uppercase hex.
+                let expect = if c == '\u{0}' || c == '\u{1f}' {
+                    via_serde.to_lowercase()
+                } else {
+                    via_serde
+                };
+                assert_eq!(ours, expect, "{c:?} at {at}");
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Validated scalar types shared by every document: digests, identifiers and sets.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -9,9 +10,10 @@ use crate::decode::{decode_array, decode_str, At, Decode};
 use crate::error::{ErrorCode, Result as CoreResult};
 use crate::limits::{MAX_ID_BYTES, MAX_SET_ITEMS};
 
-/// A SHA-256 digest: exactly 64 lowercase hex characters.
+/// A SHA-256 digest: exactly 64 lowercase hex characters. Shared, not
+/// copied: a run repeats the same digests in every attempt and receipt.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Sha256Hex(String);
+pub struct Sha256Hex(Arc<str>);
 
 impl Sha256Hex {
     /// Check and wrap a digest string.
@@ -20,7 +22,7 @@ impl Sha256Hex {
             && s.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if ok {
-            Ok(Self(s.to_owned()))
+            Ok(Self(s.into()))
         } else {
             Err(format!(
                 "`{}` is not 64 lowercase hex characters",
@@ -36,7 +38,7 @@ impl Sha256Hex {
 
     /// Wrap a digest the core computed itself.
     pub(crate) fn computed(hex: String) -> Self {
-        Self(hex)
+        Self(hex.into())
     }
 }
 
@@ -58,9 +60,10 @@ impl Encode for Sha256Hex {
     }
 }
 
-/// An identifier: 1 to 128 bytes of `A-Z a-z 0-9 . _ - : / @ +`.
+/// An identifier: 1 to 128 bytes of `A-Z a-z 0-9 . _ - : / @ +`. Shared,
+/// not copied, like [`Sha256Hex`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Identifier(String);
+pub struct Identifier(Arc<str>);
 
 impl Identifier {
     /// Check and wrap an identifier.
@@ -78,7 +81,7 @@ impl Identifier {
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b".-_:/@+".contains(&b));
         if ok {
-            Ok(Self(s.to_owned()))
+            Ok(Self(s.into()))
         } else {
             Err((
                 ErrorCode::InvalidIdentifier,

@@ -168,8 +168,8 @@ pub fn injected(facts: &Facts) -> bool {
 /// ([`crate::provider`]).
 pub const READ_HEADERS: &[&str] = &[
     "retry-after",
-    "retryledger-injected-fault",
     "retry-after-ms",
+    "retryledger-injected-fault",
     "x-ratelimit-remaining-requests",
     "x-ratelimit-reset-requests",
     "x-ratelimit-remaining-tokens",

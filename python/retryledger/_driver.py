@@ -208,6 +208,13 @@ class AttemptError(Exception):
     ) -> "AttemptError":
         """A retryable failure: ``timeout_before_response``, ``rate_limited`` or ``unavailable``."""
         if retry_after_ms is None:
+            if message is None and cls is AttemptError:
+                known = _RETRYABLE_ERRORS.get(kind)
+                if known is not None:
+                    # What ``cls(text)`` makes, without running ``__init__``'s lookups again.
+                    error = _new_exception(cls, known[0])
+                    error._outcome, error._facts = known[1]
+                    return error
             text = _RETRYABLE_TEXT.get(kind)
             if text is None:
                 text = f'{{"class":"retryable","kind":{json.dumps(kind)}}}'
@@ -224,6 +231,11 @@ class AttemptError(Exception):
     def indeterminate(cls, kind: IndeterminateKind, message: Optional[str] = None) -> "AttemptError":
         """An outcome to reconcile, never retried (``unknown_provider_acceptance``, ...)."""
         return cls(f'{{"class":"indeterminate","kind":{json.dumps(kind)}}}', message)
+
+
+#: Per retryable kind: the outcome text and its (outcome, facts), for ``AttemptError.retryable``.
+_RETRYABLE_ERRORS = {k: (t, _explicit(t)) for k, t in _RETRYABLE_TEXT.items()}
+_new_exception = BaseException.__new__
 
 
 # ---- the step ---------------------------------------------------------------
@@ -679,7 +691,10 @@ def _fleet_for(compiled: Policy, fleet: Optional[Fleet]) -> Optional[Fleet]:
         if not isinstance(fleet, Fleet):
             raise DriftError("invalid_type", "fleet= takes a retryledger.fleet.Fleet", "/fleet")
         return fleet if fleet.uses(compiled) else None
-    if "fleet" in compiled.document:
+    document = compiled._document
+    if document is None:
+        document = compiled.document
+    if "fleet" in document:
         raise DriftError(
             "admission_missing",
             "the policy has a fleet section: pass fleet= (a retryledger.fleet.Fleet) to admit each attempt",
@@ -786,6 +801,10 @@ class _Host:
         self.judgement = judgement = self.session.observe(
             started, completed if completed > started else started, step._cost, facts
         )
+        self.after(step, judgement)
+
+    def after(self, step: Step, judgement: _core.Judgement) -> None:
+        """After an observation: the fleet's breaker record, then ``on_attempt``."""
         if self.fleet is not None:
             self.recorded(step.plan.route_release_sha256)
         if self.on_attempt is not None:
@@ -838,19 +857,46 @@ def run(
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
+    # The loop of ``_Host.next_attempt`` and ``_Host.record``, written out:
+    # the same steps, without a call per step (the driver's own cost).
+    plan_next = session.next
+    observe = session.observe
+    admits = host.fleet is not None
+    after = admits or on_attempt is not None
     t0 = clock()
     while True:
-        plan, now = host.next_attempt(clock, t0, sleep)
+        plan = plan_next()
         if isinstance(plan, _Terminal):
             break
-        step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule, session)
+        now = clock() - t0
+        not_before = plan.not_before_ms
+        while now < not_before:
+            sleep(not_before - now)
+            now = clock() - t0
+        if admits:
+            plan = host.admit(now)
+            if isinstance(plan, _Terminal):
+                break
+        started = int(now) if now > 0 else 0
+        step = Step(plan, idempotency_key, started, schedule, session)
         try:
             value = dispatch(step)
         except Exception as exc:
-            host.record(step, clock() - t0, exc._facts if type(exc) is AttemptError else host.facts(step, exc), exc)
+            host.last_error = exc
+            facts = exc._facts if type(exc) is AttemptError else host.facts(step, exc)
+            completed = int(clock() - t0)
+            host.judgement = judgement = observe(started, completed if completed > started else started, step._cost, facts)
+            if after:
+                host.after(step, judgement)
         else:
-            host.record(step, clock() - t0, _RETURNED, None)
+            completed = int(clock() - t0)
+            host.judgement = judgement = observe(started, completed if completed > started else started, step._cost, _RETURNED)
+            if after:
+                host.after(step, judgement)
             if session.terminal == "completed":
+                # The last error's traceback holds this frame, which holds the
+                # host: dropped here, no cycle is left for the collector.
+                host.last_error = None
                 return RunResult(value, session.seal())
     raise host.failure() from host.last_error
 
@@ -909,6 +955,7 @@ async def run_async(
                 done, step = step, None
                 host.record(done, clock() - t0, _RETURNED, None)
                 if session.terminal == "completed":
+                    host.last_error = None  # no cycle through the last error's traceback
                     return RunResult(value, session.seal())
     except asyncio.CancelledError as cancelled:
         now = clock() - t0

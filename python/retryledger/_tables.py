@@ -375,8 +375,8 @@ SIGNALS: Tuple[Signal, ...] = (
 #: The response headers the core reads.
 READ_HEADERS: Tuple[str, ...] = (
     "retry-after",
-    "retryledger-injected-fault",
     "retry-after-ms",
+    "retryledger-injected-fault",
     "x-ratelimit-remaining-requests",
     "x-ratelimit-reset-requests",
     "x-ratelimit-remaining-tokens",

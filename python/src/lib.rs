@@ -110,16 +110,34 @@ fn integer(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
 #[derive(Default)]
 struct ShortHasher(u64);
 
+impl ShortHasher {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 impl std::hash::Hasher for ShortHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
             let mut word = [0u8; 8];
-            for (w, b) in word.iter_mut().zip(chunk) {
-                *w = *b;
-            }
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
-                .wrapping_mul(0x517c_c1b7_2722_0a95);
+            word.copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(word));
         }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            // Byte by byte: a copy into a word on the stack, read back at
+            // once as a word, stalls on store forwarding.
+            let word = rest
+                .iter()
+                .rev()
+                .fold(0u64, |w, b| (w << 8) | u64::from(*b));
+            self.mix(word);
+        }
+    }
+    fn write_u8(&mut self, b: u8) {
+        self.mix(u64::from(b));
     }
     fn finish(&self) -> u64 {
         self.0
@@ -155,8 +173,13 @@ fn short_str<'py>(py: Python<'py>, cache: &mut StrCache, s: &str) -> (Bound<'py,
     (v, cached)
 }
 
-type Shapes =
-    std::collections::HashMap<Vec<usize>, Py<PyDict>, std::hash::BuildHasherDefault<ShortHasher>>;
+/// Templates by a hash of their key strings' addresses: the addresses in
+/// order (checked on every hit) and the dict.
+type Shapes = std::collections::HashMap<
+    u64,
+    (Vec<usize>, Py<PyDict>),
+    std::hash::BuildHasherDefault<ShortHasher>,
+>;
 
 const SHAPES: usize = 256;
 
@@ -175,10 +198,21 @@ fn dict_of<'py>(
     shared_keys: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     if shared_keys && pairs.len() > 4 {
-        let shape: Vec<usize> = pairs.iter().map(|(k, _)| k.as_ptr() as usize).collect();
+        let mut hasher = ShortHasher::default();
+        for (k, _) in &pairs {
+            hasher.mix(k.as_ptr() as u64);
+        }
+        let shape = std::hash::Hasher::finish(&hasher);
+        let same = |keys: &[usize]| {
+            keys.len() == pairs.len()
+                && keys
+                    .iter()
+                    .zip(&pairs)
+                    .all(|(a, (k, _))| *a == k.as_ptr() as usize)
+        };
         let template = (|| -> PyResult<Option<Py<PyDict>>> {
-            if let Some(t) = shapes.get(&shape) {
-                return Ok(Some(t.clone_ref(py)));
+            if let Some((keys, t)) = shapes.get(&shape) {
+                return Ok(same(keys).then(|| t.clone_ref(py)));
             }
             if shapes.len() >= SHAPES {
                 return Ok(None);
@@ -187,7 +221,8 @@ fn dict_of<'py>(
             for (k, _) in &pairs {
                 t.set_item(k, py.None())?;
             }
-            shapes.insert(shape, t.clone().unbind());
+            let keys = pairs.iter().map(|(k, _)| k.as_ptr() as usize).collect();
+            shapes.insert(shape, (keys, t.clone().unbind()));
             Ok(Some(t.unbind()))
         })()?;
         if let Some(t) = template {

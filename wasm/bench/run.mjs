@@ -141,7 +141,7 @@ const contenders = [
   },
   {
     id: "retryledgerUncompiled",
-    label: "`runWithPolicy`, policy object compiled per call, receipt read",
+    label: "`runWithPolicy`, policy given as an object (its JSON text looked up, compiled once), receipt read",
     calls: Math.max(500, Math.floor(CALLS / 4)),
     call: retryledgerCall(policy),
   },
@@ -426,7 +426,7 @@ const pkgVersion = (/** @type {string} */ name) =>
 const lines = [
   `Node ${process.version}, ${os.cpus()[0]?.model ?? "cpu"} (${os.cpus().length} cores, shared), one run of \`make bench\`; p-retry ${pkgVersion("p-retry")}, cockatiel ${pkgVersion("cockatiel")}.`,
   "",
-  `Per logical call of three attempts (two retryable failures, then success; dispatch settles at once; no real wait). CPU is \`process.cpuUsage()\` user + system over a batch of calls (${callsOf("retryledger").toLocaleString("en-US")} calls; ${callsOf("cockatiel")} for cockatiel, ${callsOf("retryledgerUncompiled").toLocaleString("en-US")} for the policy compiled per call), wall is \`performance.now()\` over the same batch; each figure is the median of ${ROUNDS} rounds, the contenders interleaved in a rotating order within each round.`,
+  `Per logical call of three attempts (two retryable failures, then success; dispatch settles at once; no real wait). CPU is \`process.cpuUsage()\` user + system over a batch of calls (${callsOf("retryledger").toLocaleString("en-US")} calls; ${callsOf("cockatiel")} for cockatiel, ${callsOf("retryledgerUncompiled").toLocaleString("en-US")} for the policy given as an object), wall is \`performance.now()\` over the same batch; each figure is the median of ${ROUNDS} rounds, the contenders interleaved in a rotating order within each round.`,
   "",
   "| contender | CPU per call | wall per call | retryledger CPU ÷ its CPU |",
   "| --- | ---: | ---: | ---: |",
@@ -438,7 +438,7 @@ const lines = [
   `**retryledger CPU / p-retry CPU = ${ratio.toFixed(2)} (target <= ${TARGET.toFixed(2)}): ${ratio <= TARGET ? "holds" : "does not hold"}.** ` +
     `Wall: ${(led.wall / pr.wall).toFixed(2)}. Over the bare loop the driver costs +${us(led.cpu - get("bare").cpu)} CPU per call.`,
   "",
-  "p-retry makes no timer call when the delay is 0, so its wall time is its CPU time. cockatiel awaits a timer between attempts even at 0 ms, which Node clamps to 1 ms: its wall time is dominated by that timer, and CPU time is the fair figure for it. The driver waits here on an injected clock (the core's smallest backoff is 1 ms) and arms one deadline timer per run; it records each attempt in the module and seals the receipt (SHA-256 of the attempts' and the receipt's canonical JSON, parsed into plain objects), which none of the others do.",
+  "p-retry makes no timer call when the delay is 0, so its wall time is its CPU time. cockatiel awaits a timer between attempts even at 0 ms, which Node clamps to 1 ms: its wall time is dominated by that timer, and CPU time is the fair figure for it. The driver waits here on an injected clock (the core's smallest backoff is 1 ms) and arms one deadline timer per run; it records each attempt in the module and seals the receipt (SHA-256 of the attempts' canonical JSON where the module wrote it, the receipt's canonical JSON, and the receipt as a plain object made from the module's tape), which none of the others do.",
   "",
   `Streaming: one run of ${EVENTS.toLocaleString("en-US")} small chat-completion-like events from an in-memory async generator, \`runStream\` (tentative mode, real clock, one watchdog timer per attempt) against a \`for await\` over the same generator; both read each event's text. Per event, median of ${ROUNDS * 3} runs each, alternating; the runStream figure includes the run's fixed costs (session, observe with ${EVENTS.toLocaleString("en-US")} delta digests, seal).`,
   "",

@@ -1,10 +1,14 @@
 //! WebAssembly bindings of retryledger-core (built only for wasm32).
 //!
 //! Thin glue over [`retryledger_core::api`] and the core's
-//! [`Session`](retryledger_core::Session): JSON text in, JSON text out. A
-//! failure is thrown as the core's `error_json` string (code, family, message,
-//! path, attempt index); the TypeScript layer of the npm package parses it and
-//! throws a typed `Error` subclass. Numbers that cross as JavaScript numbers
+//! [`Session`](retryledger_core::Session): JSON text in, JSON text out,
+//! except on a run's hot path, where the planned dispatch's numbers are
+//! written into a buffer the host reads from the module's memory, the
+//! attempts' canonical bytes are hashed where they were written, and the
+//! sealed receipt crosses as a tape of the core's encoding events
+//! (`tape.rs`). A failure is thrown as the core's `error_json` string (code,
+//! family, message, path, attempt index); the TypeScript layer of the npm
+//! package parses it and throws a typed `Error` subclass. Numbers that cross as JavaScript numbers
 //! are checked here to be integers in 0..=2^53-1, so nothing becomes a BigInt
 //! and no input can trap.
 #![cfg(target_arch = "wasm32")]
@@ -12,7 +16,7 @@
 use std::sync::Arc;
 
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, sha256_hex as sha256};
+use retryledger_core::canonical::{canonical_json, sha256_hex as sha256, write_canonical};
 use retryledger_core::decode::from_str;
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::evaluate::{Decision, Dispatch};
@@ -21,6 +25,8 @@ use retryledger_core::observe::Facts;
 use retryledger_core::outcome::Outcome;
 use retryledger_core::{CompiledPolicy, Session};
 use wasm_bindgen::prelude::*;
+
+mod tape;
 
 /// Every fallible export returns text or throws the error's JSON as a string.
 type Out<T> = Result<T, JsValue>;
@@ -105,6 +111,19 @@ pub fn classify_http(observation: &str) -> Out<String> {
     lift(api::classify_http(observation))
 }
 
+/// The module's memory, where a session's plan and sealed bytes are read
+/// (`Session::plan_ptr`, `Session::bytes_ptr`).
+#[wasm_bindgen]
+pub fn module_memory() -> JsValue {
+    wasm_bindgen::memory()
+}
+
+/// The text of an object key a tape numbered (`undefined` for a number never given).
+#[wasm_bindgen]
+pub fn tape_key(id: u32) -> Option<String> {
+    tape::key_text(id)
+}
+
 /// Lowercase hex SHA-256 of a string's UTF-8 bytes (the idempotency key check).
 #[wasm_bindgen]
 pub fn sha256_hex(text: &str) -> String {
@@ -161,6 +180,10 @@ impl Compiled {
     pub fn session(&self) -> WasmSession {
         WasmSession {
             session: Session::start(Arc::clone(&self.inner)),
+            policy: Arc::clone(&self.inner),
+            plan: [0.0; PLAN_FIELDS],
+            bytes: Vec::new(),
+            tape: tape::Tape::default(),
         }
     }
 }
@@ -358,6 +381,33 @@ impl PreparedFacts {
 #[wasm_bindgen(js_name = Session)]
 pub struct WasmSession {
     session: Session,
+    /// The compiled policy, to start over ([`WasmSession::restart`]).
+    policy: Arc<CompiledPolicy>,
+    /// The planned dispatch's numbers, written by [`WasmSession::plan`]
+    /// (read by the host at [`WasmSession::plan_ptr`]).
+    plan: [f64; PLAN_FIELDS],
+    /// Canonical JSON written for the host to read at [`WasmSession::bytes_ptr`].
+    bytes: Vec<u8>,
+    /// The sealed receipt as a tape ([`WasmSession::seal_hashed`]).
+    tape: tape::Tape,
+}
+
+/// The numbers of a planned dispatch, in this order in the plan buffer:
+/// `not_before_ms`, `delay_ms`, `ordinal`, `route_ordinal`, `reserve_cost`,
+/// `retry_after_floor_ms`, the route's position in priority order, whether
+/// there is a jitter draw (1 or 0), `jitter_min_ms`, `jitter_max_ms`,
+/// `jitter_sample_ms`, whether there is a continuation (1 or 0).
+const PLAN_FIELDS: usize = 12;
+
+/// A buffer's address in the module's memory, for the host to read it.
+fn address<T>(p: *const T) -> u32 {
+    // wasm32 addresses are 32 bits wide.
+    u32::try_from(p as usize).unwrap_or(0)
+}
+
+/// A byte count as the host reads it.
+fn length(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl WasmSession {
@@ -391,6 +441,97 @@ impl WasmSession {
             .routes()
             .position(|r| r.route_id == d.route_id)
             .and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// Start over: a run of the same policy with no attempt yet (a host
+    /// reuses a finished session's memory for its next run).
+    pub fn restart(&mut self) {
+        self.session = Session::start(Arc::clone(&self.policy));
+    }
+
+    /// The planned dispatch into the plan buffer (see `PLAN_FIELDS`), one
+    /// crossing for every number of the decision: `false` once the run is
+    /// terminal (the buffer is then unchanged).
+    pub fn plan(&mut self) -> bool {
+        let Decision::Dispatch(d) = self.session.next() else {
+            return false;
+        };
+        let index = self
+            .session
+            .policy()
+            .routes()
+            .position(|r| r.route_id == d.route_id)
+            .unwrap_or(usize::MAX);
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        #[allow(clippy::cast_precision_loss)]
+        let fields = [
+            num(d.not_before_ms),
+            num(d.delay_ms),
+            num(d.ordinal),
+            num(d.route_ordinal),
+            num(d.reserve_cost),
+            num(d.retry_after_floor_ms),
+            index as f64,
+            flag(d.jitter_sample_ms.is_some()),
+            num(d.jitter_min_ms.unwrap_or(0)),
+            num(d.jitter_max_ms.unwrap_or(0)),
+            num(d.jitter_sample_ms.unwrap_or(0)),
+            flag(d.continuation.is_some()),
+        ];
+        self.plan = fields;
+        true
+    }
+
+    /// Where [`Self::plan`] writes (fixed for the session's life).
+    pub fn plan_ptr(&self) -> u32 {
+        address(self.plan.as_ptr())
+    }
+
+    /// Where the bytes [`Self::attempts_bytes`] and [`Self::seal_hashed`]
+    /// wrote are (valid until the next call that writes them).
+    pub fn bytes_ptr(&self) -> u32 {
+        address(self.bytes.as_ptr())
+    }
+
+    /// The attempts' canonical JSON as UTF-8 bytes at [`Self::bytes_ptr`]:
+    /// their count. A host with a native SHA-256 hashes them there, with no
+    /// text decoded.
+    pub fn attempts_bytes(&mut self) -> u32 {
+        self.bytes.clear();
+        write_canonical(self.session.attempts(), &mut self.bytes);
+        length(self.bytes.len())
+    }
+
+    /// Seal the finished run given the host's SHA-256 of the attempts'
+    /// canonical JSON ([`Self::attempts_bytes`]): the receipt's canonical
+    /// JSON is appended to the attempts' bytes, and the receipt is written
+    /// as a tape too (`fromTape` in the TypeScript layer makes the plain
+    /// object from it, no JSON parsed). Where to read them goes into the plan
+    /// buffer, in this order: the bytes' address and count, the tape's
+    /// address and count of numbers, the tape's text's address and count of
+    /// bytes. `run_not_terminal` before the run ends, `invalid_digest` for a
+    /// malformed digest.
+    pub fn seal_hashed(&mut self, attempts_sha256: &str) -> Out<()> {
+        let receipt = lift(self.session.receipt_with_attempts_sha256(attempts_sha256))?;
+        write_canonical(&receipt, &mut self.bytes);
+        self.tape.write(&receipt);
+        #[allow(clippy::cast_precision_loss)]
+        let at = |n: usize| n as f64;
+        self.plan = [
+            f64::from(address(self.bytes.as_ptr())),
+            at(self.bytes.len()),
+            f64::from(address(self.tape.ops.as_ptr())),
+            at(self.tape.ops.len()),
+            f64::from(address(self.tape.text.as_ptr())),
+            at(self.tape.text.len()),
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ];
+        Ok(())
     }
 
     /// The planned global ordinal.

@@ -433,3 +433,23 @@ test("with an injected clock no deadline timer is armed: an error at the deadlin
   );
   assert.equal(seen?.aborted, false);
 });
+
+test("a policy given as an object is compiled once per text: a change between runs is honored", async () => {
+  const run = async (/** @type {import("../dist/index.js").Policy} */ policy) => {
+    const time = fakeTime();
+    const { dispatch } = scripted(time, [{ ms: 10, value: "ok" }]);
+    return runWithPolicy(policy, dispatch, { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep });
+  };
+  const policy = referencePolicy();
+  const first = await run(policy);
+  const again = await run(policy);
+  assert.equal(again.receipt.policy_sha256, first.receipt.policy_sha256);
+  // The same object changed: another text, another policy.
+  policy.deadline_ms += 1;
+  const changed = await run(policy);
+  assert.notEqual(changed.receipt.policy_sha256, first.receipt.policy_sha256);
+  assert.equal(changed.bundle.policy.deadline_ms, policy.deadline_ms);
+  // A bad policy is still refused with its code, every time.
+  policy.routes = [];
+  for (let i = 0; i < 2; i += 1) await assert.rejects(run(policy), (e) => e instanceof rl.RetryledgerError);
+});

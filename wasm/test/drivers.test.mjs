@@ -168,6 +168,12 @@ test(`driver vectors (${cases.length} cases) through runWithPolicy`, async (t) =
         assert.deepStrictEqual(seen, sealed.bundle.attempts.attempts);
         assert.equal(rl.verifyBundle(sealed.bundle_json).kind, "verified");
         assert.equal(rl.digest(sealed.receipt), sealed.receipt_sha256);
+        // The receipt object (made from the module's tape) is a plain object equal to the
+        // core's canonical receipt text, its keys in the same order.
+        const text = /** @type {{receipt: unknown}} */ (JSON.parse(sealed.bundle_json)).receipt;
+        assert.equal(Object.getPrototypeOf(sealed.receipt), Object.prototype);
+        assert.deepStrictEqual(sealed.receipt, text);
+        assert.equal(JSON.stringify(sealed.receipt), JSON.stringify(text));
         const dispatches = c.input.script.filter((s) => s.cancel_before !== true).length;
         assert.equal(state.dispatched, dispatches, "every scripted dispatch ran");
       } else {

@@ -66,6 +66,21 @@ export interface RawSession {
   last_attempt_json(): string | undefined;
   receipt_json(): string;
   receipt_json_hashed(attemptsSha256: string): string;
+  /** A run of the same policy with no attempt yet, in this session's memory. */
+  restart(): void;
+  /** The planned dispatch's numbers into the plan buffer (`false` once terminal). */
+  plan(): boolean;
+  /** Where `plan` writes, in the module's memory. */
+  plan_ptr(): number;
+  /** Where `attempts_bytes` and `seal_hashed` wrote. */
+  bytes_ptr(): number;
+  /** The attempts' canonical JSON (UTF-8) at `bytes_ptr()`: its length. */
+  attempts_bytes(): number;
+  /**
+   * Seal: the receipt's canonical JSON appended after the attempts' bytes,
+   * and the receipt as a tape; where to read them goes into the plan buffer.
+   */
+  seal_hashed(attemptsSha256: string): void;
   free(): void;
 }
 
@@ -93,6 +108,8 @@ export interface RawBindings {
   check_outcome(outcome: string): string;
   sha256_hex(text: string): string;
   sha256_bytes_hex(bytes: Uint8Array): string;
+  module_memory(): WebAssembly.Memory;
+  tape_key(id: number): string | undefined;
   Compiled: { compile(policy: string): RawCompiled };
   Facts: { decode(facts: string): RawFacts };
 }
@@ -100,20 +117,111 @@ export interface RawBindings {
 let raw: RawBindings | undefined;
 
 /**
- * A native SHA-256 of a string's UTF-8 bytes as lowercase hex, where the
- * platform has one that is synchronous (Node's `node:crypto`); sealing then
- * hashes the core's canonical attempts text natively. Unset in browsers.
+ * A native SHA-256 as lowercase hex of a string's UTF-8 bytes or of bytes,
+ * where the platform has one that is synchronous (Node's `node:crypto`);
+ * sealing then hashes the core's canonical attempts bytes natively, where
+ * the module wrote them. Unset in browsers.
  */
-export let hostSha256: ((text: string) => string) | undefined;
+export let hostSha256: ((data: string | Uint8Array) => string) | undefined;
 
 /** Set the native SHA-256 (the Node entry point does). */
-export function setHostSha256(f: ((text: string) => string) | undefined): void {
+export function setHostSha256(f: ((data: string | Uint8Array) => string) | undefined): void {
   hostSha256 = f;
 }
+
+let memory: WebAssembly.Memory | undefined;
+let u8: Uint8Array = new Uint8Array(0);
+let f64: Float64Array = new Float64Array(0);
 
 /** Install the module's exports (done by the Node entry at load, by the web entry's `init()`). */
 export function setBindings(bindings: RawBindings): void {
   raw = bindings;
+  memory = bindings.module_memory();
+  u8 = new Uint8Array(0);
+  f64 = new Float64Array(0);
+  tapeKeys.length = 0;
+}
+
+/** Object keys the module has sent (by number), for `fromTape`. */
+const tapeKeys: string[] = [];
+
+/**
+ * A document from the tape the module wrote (`wasm/src/tape.rs`): plain
+ * objects, arrays, numbers, booleans and strings, in the core's encoding
+ * order. `ops` is the module's memory as 64-bit floats, the tape at
+ * `[start, start + count)`; `text` is the tape's string bytes decoded, which
+ * its offsets index (UTF-16 units).
+ */
+export function fromTape(ops: Float64Array, start: number, count: number, text: string): unknown {
+  const stack: unknown[] = [];
+  let current: Record<string, unknown> | unknown[] | undefined;
+  let key: string | undefined;
+  let done: unknown;
+  const end = start + count;
+  for (let i = start; i < end; ) {
+    const op = (ops[i++] as number) | 0;
+    let value: unknown;
+    switch (op) {
+      case 0: // {
+      case 2: // [
+        stack.push(current, key);
+        current = op === 0 ? {} : [];
+        key = undefined;
+        continue;
+      case 1: // }
+      case 3: // ]
+        value = current;
+        key = stack.pop() as string | undefined;
+        current = stack.pop() as Record<string, unknown> | unknown[] | undefined;
+        break;
+      case 4: {
+        // a key sent before (asked for by its number if this side missed it)
+        const id = ops[i++] as number;
+        key = tapeKeys[id] ??= bindings().tape_key(id) as string;
+        continue;
+      }
+      case 5: // a key sent for the first time
+        key = text.slice(ops[i + 1], ops[i + 2]);
+        tapeKeys[ops[i] as number] = key;
+        i += 3;
+        continue;
+      case 6: // a key not numbered
+        key = text.slice(ops[i], ops[i + 1]);
+        i += 2;
+        continue;
+      case 7:
+        value = ops[i++];
+        break;
+      case 8:
+        value = true;
+        break;
+      case 9:
+        value = false;
+        break;
+      case 10:
+        value = text.slice(ops[i], ops[i + 1]);
+        i += 2;
+        break;
+      default:
+        throw new Error(`retryledger: tape operation ${String(op)} unknown`);
+    }
+    if (current === undefined) done = value;
+    else if (key === undefined) (current as unknown[]).push(value);
+    else (current as Record<string, unknown>)[key] = value;
+  }
+  return done;
+}
+
+/** The module's memory as bytes (a new view once the memory has grown: the old one is then detached, of length 0). */
+export function moduleBytes(): Uint8Array {
+  if (u8.byteLength === 0) u8 = new Uint8Array((memory as WebAssembly.Memory).buffer);
+  return u8;
+}
+
+/** The module's memory as 64-bit floats (a new view once the memory has grown). */
+export function moduleFloats(): Float64Array {
+  if (f64.byteLength === 0) f64 = new Float64Array((memory as WebAssembly.Memory).buffer);
+  return f64;
 }
 
 function bindings(): RawBindings {
@@ -193,6 +301,9 @@ function deepFreeze<T>(x: T): T {
   return x;
 }
 
+/** Finished sessions a compiled policy keeps for reuse. */
+const MAX_SPARE_SESSIONS = 4;
+
 /** A policy validated and digested once; plan, evaluate and seal every step of a run against it. */
 export class CompiledPolicy {
   /** The policy digest (lowercase hex SHA-256 of its canonical JSON). */
@@ -205,6 +316,8 @@ export class CompiledPolicy {
   readonly policyJson: string;
   readonly #raw: RawCompiled;
   #checkedKey: string | undefined;
+  /** Finished sessions kept for the next runs (their module memory reused). */
+  readonly #spare: RawSession[] = [];
 
   /** Decode and validate a policy; throws `DecodeError` or `PolicyError`. */
   constructor(policy: Input<Policy>) {
@@ -230,7 +343,18 @@ export class CompiledPolicy {
 
   /** A run of this policy with no attempt yet: the core's Session (free it when done). */
   session(): Session {
+    const spare = this.#spare.pop();
+    if (spare !== undefined) {
+      spare.restart();
+      return new Session(this, spare);
+    }
     return new Session(this, call(() => this.#raw.session()));
+  }
+
+  /** @internal Keep a finished session for a later run of this policy (freed when enough are kept). */
+  recycle(raw: RawSession): void {
+    if (this.#spare.length < MAX_SPARE_SESSIONS) this.#spare.push(raw);
+    else raw.free();
   }
 
   /** The next dispatch, or the terminal, after the observed attempts. */
@@ -259,6 +383,7 @@ export class CompiledPolicy {
 
   /** Release the module memory now rather than at garbage collection. */
   free(): void {
+    for (const spare of this.#spare.splice(0)) spare.free();
     this.#raw.free();
   }
 }

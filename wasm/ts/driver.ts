@@ -283,13 +283,33 @@ export async function runWithPolicy<T>(
   dispatch: DispatchFn<T>,
   options: RunOptions,
 ): Promise<RunResult<T>> {
-  if (policy instanceof CompiledPolicy) return drive(policy, dispatch, options);
-  const compiled = new CompiledPolicy(policy);
-  try {
-    return await drive(compiled, dispatch, options);
-  } finally {
-    compiled.free();
+  return drive(policy instanceof CompiledPolicy ? policy : compiledFor(policy), dispatch, options);
+}
+
+/** Policies given as objects or text, compiled once by their JSON text (the most recently used kept). */
+const compiledByText = new Map<string, CompiledPolicy>();
+const MAX_COMPILED_POLICIES = 16;
+
+/**
+ * The compiled policy of a policy given as an object or text: the same text
+ * is decoded and validated once (a policy object changed between runs is
+ * another text, compiled again). A policy dropped from the cache is left to
+ * the garbage collector, since a run may still use it.
+ */
+function compiledFor(policy: Input<Policy>): CompiledPolicy {
+  const text = toText(policy);
+  let compiled = compiledByText.get(text);
+  if (compiled !== undefined) {
+    compiledByText.delete(text);
+  } else {
+    compiled = new CompiledPolicy(text);
+    if (compiledByText.size >= MAX_COMPILED_POLICIES) {
+      const oldest = compiledByText.keys().next();
+      if (oldest.done !== true) compiledByText.delete(oldest.value);
+    }
   }
+  compiledByText.set(text, compiled);
+  return compiled;
 }
 
 /**

@@ -6,7 +6,20 @@
  * Plain values only: no sentinel numbers, no positional tuples.
  */
 
-import { call, hostSha256, sha256Hex, toText, utf8Length, type CompiledPolicy, type Input, type RawFacts, type RawSession } from "./core.js";
+import {
+  call,
+  fromTape,
+  hostSha256,
+  moduleBytes,
+  moduleFloats,
+  sha256Hex,
+  toText,
+  utf8Length,
+  type CompiledPolicy,
+  type Input,
+  type RawFacts,
+  type RawSession,
+} from "./core.js";
 import type {
   AdmitAnswer,
   Attempt,
@@ -107,6 +120,8 @@ export class Session {
   readonly #fleet: boolean;
   /** The price schedule's canonical JSON, once set. */
   #schedule: string | undefined;
+  /** Where the core writes the planned dispatch's numbers, as an index of 64-bit floats. */
+  #plan: number | undefined;
 
   /** @internal Use `compiled.session()`. */
   constructor(compiled: CompiledPolicy, raw: RawSession) {
@@ -163,47 +178,48 @@ export class Session {
   /** The decision: `{kind: "dispatch", …}` (exactly `planNext`'s document) or `{kind: "terminal", terminal}`. */
   next(): Decision {
     const r = this.#raw;
-    const notBefore = r.not_before_ms();
-    if (notBefore === undefined) return { kind: "terminal", terminal: r.terminal() as Terminal };
-    const route = this.compiled.routesByPriority[r.route_index() as number];
+    if (!r.plan()) return { kind: "terminal", terminal: r.terminal() as Terminal };
+    // The decision's numbers, written by the core in one crossing (PLAN_FIELDS in wasm/src/lib.rs).
+    const f = moduleFloats();
+    const at = (this.#plan ??= r.plan_ptr() / 8);
+    const route = this.compiled.routesByPriority[f[at + 6] as number];
     if (route === undefined) throw new Error("retryledger: the planned route is not in the policy");
     const p = this.compiled.policy;
-    const sample = r.jitter_sample_ms();
     // Keys in canonical order, as planNext's document has them.
     const d: DispatchDecision =
-      sample === undefined
+      f[at + 7] === 0
         ? {
             deadline_ms: p.deadline_ms,
-            delay_ms: r.delay_ms() as number,
+            delay_ms: f[at + 1] as number,
             idempotency_key_sha256: p.idempotency_key_sha256,
             kind: "dispatch",
             logical_request_sha256: p.logical_request_sha256,
-            not_before_ms: notBefore,
-            ordinal: r.ordinal() as number,
-            reserve_cost: r.reserve_cost() as number,
-            retry_after_floor_ms: r.retry_after_floor_ms() as number,
+            not_before_ms: f[at] as number,
+            ordinal: f[at + 2] as number,
+            reserve_cost: f[at + 4] as number,
+            retry_after_floor_ms: f[at + 5] as number,
             route_id: route.route_id,
-            route_ordinal: r.route_ordinal() as number,
+            route_ordinal: f[at + 3] as number,
             route_release_sha256: route.route_release_sha256,
           }
         : {
             deadline_ms: p.deadline_ms,
-            delay_ms: r.delay_ms() as number,
+            delay_ms: f[at + 1] as number,
             idempotency_key_sha256: p.idempotency_key_sha256,
-            jitter_max_ms: r.jitter_max_ms() as number,
-            jitter_min_ms: r.jitter_min_ms() as number,
-            jitter_sample_ms: sample,
+            jitter_max_ms: f[at + 9] as number,
+            jitter_min_ms: f[at + 8] as number,
+            jitter_sample_ms: f[at + 10] as number,
             kind: "dispatch",
             logical_request_sha256: p.logical_request_sha256,
-            not_before_ms: notBefore,
-            ordinal: r.ordinal() as number,
-            reserve_cost: r.reserve_cost() as number,
-            retry_after_floor_ms: r.retry_after_floor_ms() as number,
+            not_before_ms: f[at] as number,
+            ordinal: f[at + 2] as number,
+            reserve_cost: f[at + 4] as number,
+            retry_after_floor_ms: f[at + 5] as number,
             route_id: route.route_id,
-            route_ordinal: r.route_ordinal() as number,
+            route_ordinal: f[at + 3] as number,
             route_release_sha256: route.route_release_sha256,
           };
-    if (this.#streams) {
+    if (f[at + 11] === 1) {
       const c = streaming(r).continuation_json();
       // `continuation` sorts first: keys stay in canonical order.
       if (c !== undefined) return { continuation: JSON.parse(c), ...d } as DispatchDecision;
@@ -335,23 +351,24 @@ export class Session {
   /** The sealed run (`RunError` `run_not_terminal` while it can still dispatch). */
   seal(): Sealed {
     const r = this.#raw;
-    const [receipt, attempts] = sealed(r);
+    const [receipt, receiptJson, attempts] = sealed(r);
     const events = this.#streams ? streaming(r).stream_events_json() : undefined;
     const snapshots = this.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
-    return new SealedRun(this.compiled, receipt, attempts ?? r.attempts_json(), events, snapshots, this.#schedule);
+    return new SealedRun(this.compiled, receipt, receiptJson, attempts ?? r.attempts_json(), events, snapshots, this.#schedule);
   }
 
   static {
     sealAndRelease = (session) => {
       const r = session.#raw;
-      const [receipt, attempts] = sealed(r);
+      const [receipt, receiptJson, attempts] = sealed(r);
       // The fleet snapshots are read now (the session may be freed below).
       const snapshots = session.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
       // A streamed run's event log is read with the bundle, from the session kept until then.
       const schedule = session.#schedule;
-      if (session.#streams) return new SealedRun(session.compiled, receipt, attempts ?? r, r, snapshots, schedule);
-      if (attempts !== undefined) r.free();
-      return new SealedRun(session.compiled, receipt, attempts ?? r, undefined, snapshots, schedule);
+      if (session.#streams) return new SealedRun(session.compiled, receipt, receiptJson, attempts ?? r, r, snapshots, schedule);
+      // The attempts were read: the session's memory serves the policy's next run.
+      if (attempts !== undefined) session.compiled.recycle(r);
+      return new SealedRun(session.compiled, receipt, receiptJson, attempts ?? r, undefined, snapshots, schedule);
     };
   }
 
@@ -361,17 +378,35 @@ export class Session {
   }
 }
 
+const utf8 = new TextDecoder();
+
 /**
- * The receipt's JSON, and the attempts' JSON when it was read for hashing:
- * with a native SHA-256 the core's canonical attempts text is hashed here and
- * the core builds the receipt around that digest.
+ * The receipt (or `undefined`: parse its JSON), the receipt's canonical
+ * JSON, and the attempts' canonical JSON when it was read for hashing. With a
+ * native SHA-256 the core writes the attempts' canonical bytes into its
+ * memory, they are hashed there, and the core appends the receipt built
+ * around that digest and writes the receipt as a tape too (`fromTape`): no
+ * JSON text is parsed.
  */
-function sealed(r: RawSession): [string, string | undefined] {
+function sealed(r: RawSession): [Receipt | undefined, string, string | undefined] {
   const hash = hostSha256;
-  if (hash === undefined) return [call(() => r.receipt_json()), undefined];
-  const attempts = r.attempts_json();
-  const hex = hash(attempts);
-  return [call(() => r.receipt_json_hashed(hex)), attempts];
+  if (hash === undefined) return [undefined, call(() => r.receipt_json()), undefined];
+  const n = r.attempts_bytes();
+  const at = r.bytes_ptr();
+  const hex = hash(moduleBytes().subarray(at, at + n));
+  call(() => r.seal_hashed(hex));
+  // Where the module wrote (`seal_hashed`), from the plan buffer.
+  const f = moduleFloats();
+  const p = r.plan_ptr() / 8;
+  const bytesAt = f[p] as number;
+  const bytesEnd = bytesAt + (f[p + 1] as number);
+  const textAt = f[p + 4] as number;
+  const mem = moduleBytes();
+  const attempts = utf8.decode(mem.subarray(bytesAt, bytesAt + n));
+  const receiptJson = utf8.decode(mem.subarray(bytesAt + n, bytesEnd));
+  const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
+  const receipt = fromTape(f, (f[p + 2] as number) / 8, f[p + 3] as number, text) as Receipt;
+  return [receipt, receiptJson, attempts];
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
@@ -401,7 +436,8 @@ class SealedRun implements Sealed {
    */
   constructor(
     compiled: CompiledPolicy,
-    receipt: string,
+    receipt: Receipt | undefined,
+    receiptJson: string,
     attempts: string | RawSession,
     events: string | RawSession | undefined,
     snapshots: string | undefined,
@@ -410,10 +446,10 @@ class SealedRun implements Sealed {
     this.#compiled = compiled;
     this.#snapshots = snapshots;
     this.#schedule = schedule;
-    this.#receipt = receipt;
+    this.#receipt = receiptJson;
     this.#attempts = attempts;
     this.#events = events;
-    this.receipt = JSON.parse(receipt) as Receipt;
+    this.receipt = receipt ?? (JSON.parse(receiptJson) as Receipt);
   }
 
   #attemptsText(): string {

@@ -353,8 +353,8 @@ export type Signal = (typeof SIGNALS)[number];
 /** The response headers the core reads (hosts pass no others). */
 export const READ_HEADERS = [
   "retry-after",
-  "retryledger-injected-fault",
   "retry-after-ms",
+  "retryledger-injected-fault",
   "x-ratelimit-remaining-requests",
   "x-ratelimit-reset-requests",
   "x-ratelimit-remaining-tokens",
