@@ -116,8 +116,9 @@ class HttpResponse:
 class NoEffect(Exception):
     """Raised by a handler that failed before it changed anything: the record
     says ``failed_no_effect`` and the same request may run again. Any other
-    exception leaves the record ``indeterminate`` (the receiver does not know
-    its own effect, so a retry under the key is refused)."""
+    exception, and a response of status 500 or more, leaves the record
+    ``indeterminate`` (the receiver does not know its own effect, so a retry
+    under the key is refused)."""
 
 
 def _canonical(document: Mapping[str, Any]) -> bytes:
@@ -328,7 +329,11 @@ class IdempotencyGuard:
         to send: the response itself, with ``Idempotency-Record-Error: <code>``
         when the record could not be written (the handler ran: its response
         is still the answer; the record stays ``in_progress`` until it
-        expires)."""
+        expires). A status of 500 or more is recorded ``indeterminate`` (not
+        replayed): the guard cannot tell what a server error did."""
+        if response.status >= 500:
+            code = self.fail(ticket, False)
+            return response if code is None else _with_header(response, ("idempotency-record-error", code))
         kept = _kept_headers(response.headers, self.keep_headers)
         result = http_response_sha256(response.status, kept, response.body)
         try:

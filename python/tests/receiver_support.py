@@ -24,7 +24,7 @@ RETENTION = {"expired": "reject", "poll_after_ms": 2500, "ttl_ms": 60_000}
 class Endpoint:
     """The guarded work: ``/orders`` answers 201 with the order and how many
     runs came before; ``/slow`` waits for :attr:`gate` first; ``/boom``
-    raises (``/boom?no_effect=1``: :class:`NoEffect`); ``/big`` answers
+    raises (``/boom?no_effect=1``: :class:`NoEffect`); ``/down`` answers 503; ``/big`` answers
     a body of ``size`` bytes from the query."""
 
     def __init__(self) -> None:
@@ -45,6 +45,8 @@ class Endpoint:
             if query == "no_effect=1":
                 raise NoEffect("refused before any change")
             raise RuntimeError("failed after the charge")
+        if path == "/down":
+            return HttpResponse(503, [("content-type", "text/plain")], b"busy")
         if path == "/big":
             return HttpResponse(200, [("content-type", "application/octet-stream")], b"x" * int(query.split("=")[1]))
         payload = json.dumps({"order": json.loads(body or b"null"), "run": n}).encode()

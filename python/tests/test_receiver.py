@@ -127,12 +127,17 @@ def test_store_down_is_503_and_the_handler_does_not_run(rig: Rig, tmp_path: Path
     assert rig.endpoint.count("/orders") == 1
 
 
-def test_a_handler_that_raises_is_indeterminate_unless_it_says_no_effect(rig: Rig) -> None:
+def test_a_handler_that_raises_or_answers_5xx_is_indeterminate_unless_it_says_no_effect(rig: Rig) -> None:
     assert rig.server.post("/boom", b"{}", key="boom-1").status == 500
     again = rig.server.post("/boom", b"{}", key="boom-1")
     assert (again.status, again.json()["code"]) == (409, "idempotency_indeterminate")
     assert "retry-after" not in again.headers
     assert rig.endpoint.count("/boom") == 1
+    # A server error's response is not a result to replay: indeterminate too.
+    assert rig.server.post("/down", b"{}", key="down-1").status == 503
+    down = rig.server.post("/down", b"{}", key="down-1")
+    assert (down.status, down.json()["code"]) == (409, "idempotency_indeterminate")
+    assert rig.endpoint.count("/down") == 1
     # NoEffect: failed_no_effect, so the same request runs again.
     for _ in range(2):
         assert rig.server.post("/boom?no_effect=1", b"{}", key="boom-2").status == 500
@@ -234,6 +239,8 @@ def test_the_request_digest_is_the_documented_one() -> None:
     )
     expected = hashlib.sha256(literal.encode()).hexdigest()
     assert http_request_sha256("post", "/orders?dry=1", body) == expected
+    # The value wasm/test/receiver.test.mjs pins too: both packages digest a request alike.
+    assert expected == "8a7f9d9374aa551dfb55f63c66dcce78d5715443a8235ebbcbef523694282866"
     response = '{"body_sha256":"%s","headers":[["content-type","application/json"]],"schema":"retryledger.http_response.v1","status":201}' % (
         hashlib.sha256(b"{}").hexdigest()
     )
