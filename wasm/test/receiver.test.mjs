@@ -339,3 +339,72 @@ test("the record is the core's, under the scoped key digest; the raw key is neve
   });
   assert.ok(!JSON.stringify(store.get(guard.responseKey(keySha)).document).includes("raw-key-1"));
 });
+
+for (const expired of /** @type {const} */ (["reject", "proceed"])) {
+  test(`an expired record answers as the retention says: ${expired}`, async () => {
+    let now = 1_800_000_000_000;
+    const r = await rig("fetch", "memory", { retention: { expired, poll_after_ms: 1000, ttl_ms: 10000 }, nowMs: () => now });
+    try {
+      assert.equal((await r.post("/orders", ORDER, "old")).status, 201);
+      now += 10000;
+      const reply = await r.post("/orders", ORDER, "old");
+      if (expired === "reject") {
+        assert.deepEqual([reply.status, JSON.parse(reply.text).code], [422, "idempotency_key_expired"]);
+        assert.equal(r.endpoint.count("/orders"), 1);
+      } else {
+        assert.deepEqual([reply.status, JSON.parse(reply.text).run], [201, 2]);
+        assert.equal(reply.headers.get("idempotent-replayed"), null);
+      }
+    } finally {
+      await r.close();
+    }
+  });
+}
+
+test("a key that is not 1 to 255 printable ASCII characters is 400", async () => {
+  const r = await rig("fetch", "memory");
+  try {
+    for (const key of ["x".repeat(256), "clé"]) {
+      const reply = await r.post("/orders", ORDER, key);
+      assert.deepEqual([reply.status, JSON.parse(reply.text).code], [400, "idempotency_key_invalid"]);
+    }
+    assert.equal(r.endpoint.count("/orders"), 0);
+  } finally {
+    await r.close();
+  }
+});
+
+test("express: the body from express.json's verify (rawBody); a body parsed without it is refused, unrun", async () => {
+  const guard = new IdempotencyGuard({ store: new MemoryStore(), retention: RETENTION });
+  let runs = 0;
+  const app = express();
+  app.set("env", "test");
+  app.use(
+    "/with-raw",
+    express.json({
+      verify: (req, _res, buf) => {
+        /** @type {any} */ (req).rawBody = buf;
+      },
+    }),
+  );
+  app.use("/without-raw", express.json());
+  app.post(/.*/, idempotencyExpress({ guard }), (req, res) => {
+    runs++;
+    res.status(201).json({ got: req.body, runs });
+  });
+  const server = await listen(http.createServer(app));
+  try {
+    /** @param {string} path @param {string} body */
+    const post = async (path, body) => {
+      const r = await fetch(`http://127.0.0.1:${server.port}${path}`, { method: "POST", headers: { "content-type": "application/json", "idempotency-key": "k" }, body });
+      return { status: r.status, replayed: r.headers.get("idempotent-replayed"), body: await r.json() };
+    };
+    assert.deepEqual(await post("/with-raw", ORDER), { status: 201, replayed: null, body: { got: { sku: "A-1", qty: 2 }, runs: 1 } });
+    assert.deepEqual(await post("/with-raw", ORDER), { status: 201, replayed: "true", body: { got: { sku: "A-1", qty: 2 }, runs: 1 } });
+    const refused = await post("/without-raw", ORDER);
+    assert.deepEqual([refused.status, refused.body.code], [500, "idempotency_body_unavailable"]);
+    assert.equal(runs, 1);
+  } finally {
+    await server.close();
+  }
+});
