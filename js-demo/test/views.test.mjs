@@ -210,6 +210,23 @@ test("fleet: bad scenarios get the simulator's coded errors, and the page keeps 
   await page.close();
 });
 
+test("fleet: a run can be stopped, and the next one runs", { timeout: RUN_TIMEOUT }, async () => {
+  const page = await openFleet();
+  await page.click("#fleet-run");
+  await page.waitForFunction(() => !document.getElementById("fleet-cancel").disabled);
+  await page.click("#fleet-cancel");
+  const s = await status(page);
+  assert.match(s.cls, /error/);
+  assert.match(s.text, /Stopped/);
+  assert.match(s.text, /cancelled/);
+  assert.equal(await page.isDisabled("#fleet-run"), false);
+  await page.selectOption("#fleet-scenario", "3");
+  await page.fill("#fleet-rate", "100");
+  assert.match((await runFleet(page)).cls, /verified/);
+  assert.equal(await page.locator('[data-testid="fleet-row"]').count(), 5);
+  await page.close();
+});
+
 // ---- journal --------------------------------------------------------------
 
 const jverdict = (page) => page.$eval("#journal-verdict", (v) => ({ cls: v.className, text: v.textContent }));
@@ -349,6 +366,10 @@ test("journal: bad input gets coded errors, never a broken page", async () => {
   // Journals may reach 32 MiB, like bundles; one byte more is refused before parsing.
   v = await tryText(JSON.stringify({ policy, events, pad: "x".repeat(32 * 1024 * 1024) }));
   assert.match(v.text, /input_too_large/);
+  // A file, as a file input gives it.
+  await page.setInputFiles("#journal-file", { name: "journal.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify({ policy, events })) });
+  await page.waitForFunction(() => document.getElementById("journal-verdict").textContent.includes("journal.json"));
+  assert.match((await jverdict(page)).cls, /verified/);
   // And it still opens a good one.
   await sample(page, "verify_reference_journal");
   assert.match((await jverdict(page)).cls, /verified/);
