@@ -62,12 +62,23 @@ export function openJournal(text, source) {
       return;
     }
   }
-  const policy = JSON.stringify(doc.policy);
-  const events = JSON.stringify(doc.events);
-  const reconciliation = doc.reconciliation === undefined ? undefined : JSON.stringify(doc.reconciliation);
+  // Each part is a document or its JSON text (as the vectors hold them); text goes to the core as it is.
+  const asText = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+  const policy = asText(doc.policy);
+  const events = asText(doc.events);
+  const reconciliation = doc.reconciliation === undefined ? undefined : asText(doc.reconciliation);
   const verified = attempt(() => core.journalVerify(policy, events));
   const recovery = attempt(() => core.journalRecover(policy, events, reconciliation));
-  const list = Array.isArray(doc.events) ? doc.events : [];
+  let parsedEvents = doc.events;
+  if (typeof parsedEvents === "string") {
+    try {
+      parsedEvents = JSON.parse(parsedEvents);
+    } catch {
+      parsedEvents = null; // the core's verdict says why
+    }
+  }
+  const list = Array.isArray(parsedEvents) ? parsedEvents : [];
+  const reconciliationDoc = attempt(() => (typeof doc.reconciliation === "string" ? JSON.parse(doc.reconciliation) : doc.reconciliation)).ok;
   const digests = list.map((e) => attempt(() => core.digest(JSON.stringify(e))).ok ?? null);
   const layout = analyseJournal(list, digests, verified.error ?? null);
 
@@ -86,7 +97,7 @@ export function openJournal(text, source) {
     ]);
   }
   $("journal-report").hidden = false;
-  renderRecovery(recovery, doc.reconciliation);
+  renderRecovery(recovery, reconciliationDoc);
   renderChain(layout);
   renderLeases(layout);
   renderReconciled(layout);
@@ -122,7 +133,7 @@ function renderRecovery(recovery, reconciliation) {
   }
   const r = recovery.ok;
   box.append(el("p", { "data-testid": "recovery-kind", "data-kind": r.kind }, el("strong", { class: `recovery ${r.kind}`, text: r.kind }), document.createTextNode(" — "), ...recoveryLines(r)));
-  if (reconciliation?.answers) {
+  if (Array.isArray(reconciliation?.answers)) {
     const ul = el("ul", { class: "answers" });
     for (const a of reconciliation.answers) ul.append(el("li", { text: `${fmt(a.at_ms)} ms: ${a.answer}${a.cost !== undefined ? `, cost ${fmt(a.cost)}` : ""}` }));
     box.append(el("p", { text: `The receiver's answers so far (attempt #${reconciliation.ordinal}, at most ${reconciliation.max_polls} polls):` }), ul);
@@ -259,7 +270,8 @@ export async function initJournal(theCore) {
     const res = await fetch("journals.json");
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
     samples = (await res.json()).samples ?? [];
-    select.replaceChildren(...samples.map((s, i) => el("option", { value: String(i), "data-name": s.name, text: s.title })));
+    const expects = (e) => (e?.error ? e.error.code : e?.ok?.kind ?? (e?.ok ? "verified" : "?"));
+    select.replaceChildren(...samples.map((s, i) => el("option", { value: String(i), "data-name": s.name, text: `${s.title} — expects ${expects(s.expect)}` })));
     select.disabled = false;
     $("journal-sample-load").disabled = false;
   } catch (e) {

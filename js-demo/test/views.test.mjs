@@ -366,6 +366,10 @@ test("journal: bad input gets coded errors, never a broken page", async () => {
   // Journals may reach 32 MiB, like bundles; one byte more is refused before parsing.
   v = await tryText(JSON.stringify({ policy, events, pad: "x".repeat(32 * 1024 * 1024) }));
   assert.match(v.text, /input_too_large/);
+  // The vectors' own input (each part as JSON text) opens as it is.
+  v = await tryText(JSON.stringify({ policy: ref.policy, events: ref.events }));
+  assert.match(v.cls, /verified/);
+  assert.equal((await chainRows(page)).length, 15);
   // A file, as a file input gives it.
   await page.setInputFiles("#journal-file", { name: "journal.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify({ policy, events })) });
   await page.waitForFunction(() => document.getElementById("journal-verdict").textContent.includes("journal.json"));
