@@ -21,11 +21,13 @@ function startWorker() {
     waiting.delete(id);
     w(e.data);
   };
-  // A worker that cannot load its module, or dies: every caller gets a coded error.
+  // A worker that cannot load its module, or dies: every caller gets a coded
+  // error, and the next request starts a fresh worker (never a restart loop).
   worker.onerror = (e) => {
     e.preventDefault();
+    worker?.terminate();
+    worker = null;
     failAll({ code: "internal", path: "", message: `the simulator stopped: ${e.message ?? "worker error"}` });
-    restartWorker();
   };
 }
 
@@ -36,12 +38,13 @@ function failAll(error) {
   }
 }
 
-function restartWorker() {
+function stopWorker() {
   worker?.terminate();
-  startWorker();
+  worker = null;
 }
 
 function ask(message) {
+  if (!worker) startWorker();
   const id = ++nextId;
   return new Promise((resolve) => {
     waiting.set(id, resolve);
@@ -190,8 +193,8 @@ export async function run() {
 
 function cancel() {
   if (!running) return;
+  stopWorker();
   failAll({ code: "cancelled", path: "", message: "the run was stopped; nothing was kept" });
-  restartWorker();
 }
 
 export async function initFleet() {
@@ -201,7 +204,6 @@ export async function initFleet() {
     const s = selected();
     if (s) loadScenario(s);
   });
-  startWorker();
   const answer = await ask({ op: "scenarios" });
   if (answer.error) {
     status("error", "The simulator did not load", [describeError(answer.error)]);

@@ -227,6 +227,22 @@ test("fleet: a run can be stopped, and the next one runs", { timeout: RUN_TIMEOU
   await page.close();
 });
 
+test("fleet: a simulator module that does not load is a coded error, and the other views still work", async () => {
+  // Its own page, without the error listeners: the 404 is the point.
+  const page = await context.newPage();
+  await page.route("**/sim/retryledger_sim_bg.wasm", (r) => r.fulfill({ status: 404, body: "not found" }));
+  await page.goto(`${base}#fleet`);
+  await page.waitForFunction(() => document.getElementById("fleet-status").className.includes("error"), null, { timeout: 60_000 });
+  const s = await status(page);
+  assert.match(s.text, /The simulator did not load/);
+  assert.match(s.text, /internal/);
+  await page.click("#tab-journal");
+  await page.waitForFunction(() => !document.getElementById("journal-sample").disabled);
+  await sample(page, "verify_reference_journal");
+  assert.match((await jverdict(page)).cls, /verified/);
+  await page.close();
+});
+
 // ---- journal --------------------------------------------------------------
 
 const jverdict = (page) => page.$eval("#journal-verdict", (v) => ({ cls: v.className, text: v.textContent }));
