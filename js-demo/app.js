@@ -1,9 +1,13 @@
-// The receipt inspector: open a bundle, replay it with the core in the
-// browser, and show the verdict, a timeline, budget meters, digests and the
-// raw documents. All rendering is plain DOM and SVG; no network beyond the
+// The inspector: open a bundle, replay it with the core in the browser, and
+// show the verdict, a timeline, budget meters, digests and the raw documents.
+// Two more views: the fleet simulator (fleet.js) and run journals
+// (journal.js). All rendering is plain DOM and SVG; no network beyond the
 // page's own files.
 import { loadCore } from "./core.js";
 import { layoutTimeline } from "./timeline.js";
+import { initFleet } from "./fleet.js";
+import { initJournal, wireJournal, selectSample } from "./journal.js";
+import { setBox } from "./dom.js";
 
 const MAX_FILE_BYTES = 32 * 1024 * 1024;
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -356,17 +360,38 @@ async function loadCases() {
   }
 }
 
+const VIEWS = ["bundle", "fleet", "journal"];
+let fleetStarted = null;
+
+/** Show one view (from the address's hash); the fleet's simulator loads on first use. */
+function showView() {
+  const name = VIEWS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "bundle";
+  for (const v of VIEWS) {
+    $(`view-${v}`).hidden = v !== name;
+    const tab = $(`tab-${v}`);
+    if (v === name) tab.setAttribute("aria-current", "page");
+    else tab.removeAttribute("aria-current");
+  }
+  if (name === "fleet" && !fleetStarted) fleetStarted = initFleet();
+}
+
 async function main() {
   wire();
+  wireJournal();
+  window.addEventListener("hashchange", showView);
+  showView();
   try {
     core = await loadCore();
   } catch (e) {
     setVerdict("error", "The core did not load", [String(e?.message ?? e)]);
+    setBox($("journal-verdict"), "error", "The core did not load", [String(e?.message ?? e)]);
     return;
   }
+  await initJournal(core);
   setVerdict("pending", "Ready", ["Choose a lab case, open a file, drop one here, or paste JSON."]);
   await loadCases();
   const params = new URLSearchParams(location.search);
+  if (params.has("journal")) selectSample(params.get("journal"));
   if (params.has("case")) {
     const i = cases.findIndex((c) => c.name === params.get("case"));
     if (i >= 0) {

@@ -1,9 +1,10 @@
 // The only place the page touches the WebAssembly core: the web build of the
 // npm package's crate (JSON text in, JSON text out; failures are thrown as the
 // core's error JSON). Errors become Error objects with code, family and path.
-import init, { verify_bundle, digest } from "./pkg/retryledger_wasm.js";
+// The fleet view's simulator is a separate module, run in fleet-worker.js.
+import init, { verify_bundle, digest, journal_verify, journal_recover } from "./pkg/retryledger_wasm.js";
 
-function coreError(thrown) {
+export function coreError(thrown) {
   let info = null;
   try {
     info = typeof thrown === "string" ? JSON.parse(thrown) : null;
@@ -32,5 +33,9 @@ export async function loadCore() {
   return {
     verifyBundle: (text) => JSON.parse(call(verify_bundle, text)),
     digest: (text) => call(digest, text),
+    // The journal's replay against the policy (docs/JOURNAL.md), and what a
+    // new owner would do with it; reconciliation is JSON text or undefined.
+    journalVerify: (policy, events) => JSON.parse(call(journal_verify, policy, events)),
+    journalRecover: (policy, events, reconciliation) => JSON.parse(call(journal_recover, policy, events, reconciliation)),
   };
 }

@@ -54,3 +54,4 @@ setup-msrv:
 msrv: setup-msrv ## The libraries, every feature on, checked with the MSRV toolchain.
 	$(MSRV_CARGO) check --workspace --lib --all-features --locked
 	$(MSRV_CARGO) check -p retryledger-wasm --lib --all-features --target wasm32-unknown-unknown --locked
+	$(MSRV_CARGO) check -p retryledger-sim-wasm --lib --all-features --target wasm32-unknown-unknown --locked
