@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Tuple,
 from . import _core
 from ._api import Document, Policy, digest, judge
 from ._driver import AttemptError, Classifier, _checked, facts_of
-from ._errors import DriftError, RetryledgerError
+from ._errors import DecodeError, DriftError, RetryledgerError
 from .journal import journal_append, journal_classify, journal_recover
 from .stores import Log, Store
 
@@ -189,7 +189,7 @@ class JournalStep:
     def charge(self, cost: int) -> None:
         """Record the attempt's actual cost (adds up); never charged, it costs ``reserve_cost``."""
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            raise DriftError("invalid_value", "a cost is a non-negative integer", "/cost")
+            raise DecodeError("invalid_value", "a cost is a non-negative integer", "/cost")
         self._cost = cost + (self._cost or 0)
 
     def output_delivered(self) -> None:
@@ -348,11 +348,11 @@ def _answer(given: Union[str, Mapping[str, Any]]) -> Tuple[str, Optional[int], A
     elif isinstance(given, Mapping):
         answer, cost, value = given.get("answer"), given.get("cost"), given.get("value")
     else:
-        raise DriftError("invalid_type", "reconcile answers a string or a mapping with `answer`", "/answer")
+        raise DecodeError("invalid_type", "reconcile answers a string or a mapping with `answer`", "/answer")
     if answer not in ANSWERS:
-        raise DriftError("invalid_value", f"reconcile answers one of {', '.join(ANSWERS)}, got {answer!r}", "/answer")
+        raise DecodeError("invalid_value", f"reconcile answers one of {', '.join(ANSWERS)}, got {answer!r}", "/answer")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
-        raise DriftError("invalid_value", "a reconciled cost is a non-negative integer", "/cost")
+        raise DecodeError("invalid_value", "a reconciled cost is a non-negative integer", "/cost")
     return str(answer), cost, value
 
 
@@ -469,7 +469,7 @@ def _drive(
 def _store_of(store: object) -> Any:
     for method in ("get", "compare_and_set", "append", "read"):
         if not callable(getattr(store, method, None)):
-            raise DriftError(
+            raise DecodeError(
                 "invalid_type", "store= takes a register and append log (retryledger.stores)", "/store"
             )
     return store
@@ -484,7 +484,7 @@ def _compiled(policy: Union[Policy, Document], idempotency_key: str, key_scope: 
             "/fleet",
         )
     if "stream" in compiled.document:
-        raise DriftError(
+        raise DecodeError(
             "invalid_value", "a journaled run does not carry a stream contract yet", "/stream"
         )
     return compiled
@@ -492,7 +492,7 @@ def _compiled(policy: Union[Policy, Document], idempotency_key: str, key_scope: 
 
 def _check_polls(max_polls: object) -> None:
     if isinstance(max_polls, bool) or not isinstance(max_polls, int) or not 1 <= max_polls <= 100:
-        raise DriftError("invalid_value", "max_polls is an integer in 1..=100", "/max_polls")
+        raise DecodeError("invalid_value", "max_polls is an integer in 1..=100", "/max_polls")
 
 
 def run_journaled(

@@ -188,5 +188,6 @@ def test_resume_of_nothing_and_a_tampered_journal_are_coded() -> None:
     assert bad.value.code == "missing_field"
     with pytest.raises(retryledger.DriftError):
         run_journaled(policy, lambda s: "ok", "another key", store=store, run_id="k")
-    with pytest.raises(retryledger.DriftError):
+    with pytest.raises(retryledger.DecodeError) as polls:
         resume(policy, lambda s: "ok", KEY, store=store, run_id="k", max_polls=0)
+    assert (polls.value.code, polls.value.path) == ("invalid_value", "/max_polls")
