@@ -356,6 +356,22 @@ def _answer(given: Union[str, Mapping[str, Any]]) -> Tuple[str, Optional[int], A
     return str(answer), cost, value
 
 
+def _next(events: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """What follows the journal's last event, when it is plain from that event
+    alone (the core checks every event again as it builds it); ``None`` after
+    ``dispatched`` (an attempt in doubt) and ``terminal``: ``journal_recover``
+    answers those."""
+    last = events[-1]
+    kind = last["kind"]
+    if kind in ("created", "observed"):
+        return {"kind": "resume", "next": "decided"}
+    if kind == "decided":
+        return {"kind": "resume", "next": "reserved" if last["decision"]["kind"] == "dispatch" else "terminal"}
+    if kind == "reserved":
+        return {"kind": "resume", "next": "dispatched", "dispatch": last["dispatch"]}
+    return None
+
+
 def _drive(
     owner: _Owner,
     dispatch: Callable[[JournalStep], T],
@@ -384,7 +400,9 @@ def _drive(
     value: Optional[T] = None
     reconciliation: Optional[Dict[str, Any]] = None
     while True:
-        step = journal_recover(policy, owner.events, reconciliation)
+        step = _next(owner.events)
+        if step is None:
+            step = journal_recover(policy, owner.events, reconciliation)
         kind = step["kind"]
         if kind == "done":
             break

@@ -29,7 +29,7 @@
 import { CompiledPolicy, digest, judge, type Input } from "./core.js";
 import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
 import { factsText, type Classifier } from "./facts.js";
-import { journalAppend, journalClassify, journalRecover, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation } from "./journal.js";
+import { journalAppend, journalClassify, journalRecover, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation, type Recovery } from "./journal.js";
 import type { AppendLog, FleetStore } from "./stores/store.js";
 import type { Attempt, Attempts, Bundle, Policy, Receipt, Terminal } from "./types.js";
 
@@ -259,6 +259,28 @@ function answerOf(given: unknown): { answer: ReconcileAnswerKind; cost: number |
   return { answer: answer as ReconcileAnswerKind, cost: cost as number | undefined, value };
 }
 
+/**
+ * What follows the journal's last event when it is plain from that event
+ * alone (the core checks every event again as it builds it); `undefined`
+ * after `dispatched` (an attempt in doubt) and `terminal`: `journalRecover`
+ * answers those.
+ */
+function nextOf(events: readonly JournalEvent[]): Recovery | undefined {
+  const last = events[events.length - 1];
+  if (last === undefined) return undefined;
+  switch (last.kind) {
+    case "created":
+    case "observed":
+      return { kind: "resume", next: "decided", next_seq: last.seq + 1 };
+    case "decided":
+      return { kind: "resume", next: last.decision.kind === "dispatch" ? "reserved" : "terminal", next_seq: last.seq + 1 };
+    case "reserved":
+      return { kind: "resume", next: "dispatched", next_seq: last.seq + 1, dispatch: last.dispatch };
+    default:
+      return undefined;
+  }
+}
+
 interface Loop<T> {
   dispatch: (step: JournalStep) => Promise<T> | T;
   key: string;
@@ -286,7 +308,7 @@ async function drive<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>
   let value: T | undefined;
   let reconciliation: Reconciliation | undefined;
   for (;;) {
-    const step = journalRecover(owner.policy, owner.events, reconciliation);
+    const step = nextOf(owner.events) ?? journalRecover(owner.policy, owner.events, reconciliation);
     if (step.kind === "done") break;
     if (step.kind === "reconcile") {
       if (loop.reconcile === undefined) {
