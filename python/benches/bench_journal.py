@@ -8,8 +8,8 @@ under ``target/``) and PostgreSQL (``DATABASE_URL``, e.g. under
 ``tests/servers/with-postgres.sh``: fsync on), with a dispatch that answers at
 once and a clock that does not sleep, so that the figure is the journal's own
 cost: per run one lease claim and 15 events (``created``, ``decided``, four
-per attempt, ``terminal``), each event read-checked against the lease and
-built and checked by the core. Next to it: the same run with the plain driver
+per attempt, ``terminal``), each a fenced append (the lease checked in the
+same transaction), built and checked by the core. Next to it: the same run with the plain driver
 (no journal), and a bare ``INSERT`` of a ~300-byte row in its own
 transaction through the same driver and settings.
 
@@ -213,7 +213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             *table(results),
             "",
             "A journaled attempt writes four events (`reserved`, `dispatched`, `observed`, `decided`), each one "
-            "transaction after a read of the lease register; a run adds the lease claim, `created`, the first "
+            "transaction that also checks the lease register (a fenced append); a run adds the lease claim, `created`, the first "
             "`decided` and `terminal`: 16 commits for three attempts, about 5.3 per attempt. Where every commit waits "
             "for the disk (`synchronous=FULL`, PostgreSQL) the journal costs about that many bare inserts per attempt; "
             "the in-memory column is the core's share (each event is checked against a replay of the journal "

@@ -18,10 +18,11 @@ serves both functions), so a resumed run ends in the same bundle shape as the
 plain driver: ``policy``, ``attempts`` and ``receipt``.
 
 Ownership is a register, ``lease/<run_id>`` by default, whose store
-generation *is* the lease generation (every write raises it by one). Before
-each append the owner reads the register: when its generation moved, the run
-was taken over and the owner stops with :class:`LeaseLostError` (code
-``lease_lost``) without writing. An append whose ``seq`` is taken stops the
+generation *is* the lease generation (every write raises it by one). Every
+append is fenced by it: the stores of this package check the register in the
+append's own transaction (``append_fenced``; a store without it is read
+first). When the generation moved, the run was taken over and the owner
+stops with :class:`LeaseLostError` (code ``lease_lost``) without writing. An append whose ``seq`` is taken stops the
 same way, with the core's classification of the refused event
 (``journal_classify``: ``evidence``, ``stale_lease`` or ``seq_taken``) as
 ``evidence``; nothing in the journal is ever overwritten.
@@ -38,7 +39,7 @@ from ._api import Document, Policy, digest, judge
 from ._driver import AttemptError, Classifier, _checked, facts_of
 from ._errors import DecodeError, DriftError, RetryledgerError
 from .journal import journal_append, journal_classify, journal_recover
-from .stores import Log, Store
+from .stores import LEASE_LOST, Log, Store
 
 __all__ = [
     "JournalStep",
@@ -308,15 +309,22 @@ class _Owner:
     def append(self, entry: Dict[str, Any]) -> Dict[str, Any]:
         event = journal_append(self.policy, self.events, self.generation, entry)
         seq = int(event["seq"])
-        _, current = self.store.get(self.lease)
-        if current != self.generation:
+        fenced = getattr(self.store, "append_fenced", None)
+        if fenced is not None:
+            # The lease is checked in the append's own transaction.
+            answer = fenced(self.log, seq, _text(event), self.lease, self.generation)
+        else:
+            # A store without it: the lease read, then the append (a late
+            # owner may still slip one event in between; docs/JOURNAL.md).
+            _, current = self.store.get(self.lease)
+            answer = LEASE_LOST if current != self.generation else self.store.append(self.log, seq, _text(event))
+        if answer.code == "lease_lost":
             raise LeaseLostError(
-                f"the lease of {self.run_id} is at generation {current}; this owner holds {self.generation}",
+                f"the lease of {self.run_id} has moved past generation {self.generation}",
                 seq=seq,
                 lease_generation=self.generation,
                 event=event,
             )
-        answer = self.store.append(self.log, seq, _text(event))
         if not answer.ok:
             held = _read(self.store, self.log)
             evidence = journal_classify(self.policy, held, event)

@@ -1,7 +1,8 @@
 // What a journal costs per attempt in Node, next to a bare INSERT + COMMIT on
 // the same database (the same as python/benches/bench_journal.py): the
 // reference run (three attempts) with runJournaled against an in-memory
-// store, SQLite (better-sqlite3; WAL, synchronous NORMAL and FULL, a file
+// store (every event a fenced append, the lease checked in the same write),
+// SQLite (better-sqlite3; WAL, synchronous NORMAL and FULL, a file
 // under target/) and PostgreSQL (pg; DATABASE_URL, fsync on), a dispatch that
 // answers at once and a clock that does not sleep; next to it the same run
 // with runWithPolicy (no journal) and a bare INSERT of a ~300-byte row in its

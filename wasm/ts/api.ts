@@ -43,6 +43,7 @@ export {
   StoreUnavailableError,
   type AppendAnswer,
   type AppendLog,
+  type FencedAppendAnswer,
   type CheckAndSetAnswer,
   type CheckAndSetEntry,
   type FleetStore,

@@ -19,9 +19,10 @@
  * `runWithPolicy`: policy, attempts and receipt.
  *
  * Ownership is a register (`lease/<runId>` by default) whose store generation
- * is the lease generation. Before each append the owner reads it: when it
- * moved, the owner stops with `JournaledRunError` `lease_lost` without
- * writing. An append whose `seq` is taken stops the same way, with the core's
+ * is the lease generation. Every append is fenced by it: the package's stores
+ * check the register in the append's own transaction (`appendFenced`; a
+ * store without it is read first). When it moved, the owner stops with
+ * `JournaledRunError` `lease_lost` without writing. An append whose `seq` is taken stops the same way, with the core's
  * classification of the refused event (`journalClassify`) as `evidence`;
  * nothing in the journal is ever overwritten.
  */
@@ -30,7 +31,7 @@ import { CompiledPolicy, digest, judge, type Input } from "./core.js";
 import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
 import { factsText, type Classifier } from "./facts.js";
 import { journalAppend, journalClassify, journalRecover, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation, type Recovery } from "./journal.js";
-import type { AppendLog, FleetStore } from "./stores/store.js";
+import { LEASE_LOST, type AppendLog, type FencedAppendAnswer, type FleetStore } from "./stores/store.js";
 import type { Attempt, Attempts, Bundle, Policy, Receipt, Terminal } from "./types.js";
 
 /** What a journaled run writes to: a register (the lease) and an append log (the journal). */
@@ -226,11 +227,20 @@ class Owner {
   async append(entry: JournalEntry): Promise<JournalEvent> {
     const event = journalAppend(this.policy, this.events, this.generation, entry);
     const seq = event.seq;
-    const { generation } = await this.store.get(this.lease);
-    if (generation !== this.generation) {
-      throw new JournaledRunError("lease_lost", `the lease of ${this.runId} is at generation ${generation}; this owner holds ${this.generation}`, { seq, event });
+    const text = JSON.stringify(event);
+    let answer: FencedAppendAnswer;
+    if (this.store.appendFenced !== undefined) {
+      // The lease is checked in the append's own transaction.
+      answer = await this.store.appendFenced(this.log, seq, text, this.lease, this.generation);
+    } else {
+      // A store without it: the lease read, then the append (a late owner
+      // may still slip one event in between; docs/JOURNAL.md).
+      const { generation } = await this.store.get(this.lease);
+      answer = generation !== this.generation ? LEASE_LOST : await this.store.append(this.log, seq, text);
     }
-    const answer = await this.store.append(this.log, seq, JSON.stringify(event));
+    if (answer.code === "lease_lost") {
+      throw new JournaledRunError("lease_lost", `the lease of ${this.runId} has moved past generation ${this.generation}`, { seq, event });
+    }
     if (!answer.ok) {
       const held = await readEvents(this.store, this.log);
       const evidence = journalClassify(this.policy, held, event);
