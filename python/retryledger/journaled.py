@@ -304,20 +304,28 @@ class _Owner:
         self.lease = lease
         self.generation = generation
         self.events = events
+        #: The events' JSON texts, so the journal goes to the core without
+        #: being encoded again for every call.
+        self.texts = [_text(e) for e in events]
         self.on_append = on_append
 
+    def journal(self) -> str:
+        """The journal as JSON text, for the core."""
+        return "[" + ",".join(self.texts) + "]"
+
     def append(self, entry: Dict[str, Any]) -> Dict[str, Any]:
-        event = journal_append(self.policy, self.events, self.generation, entry)
+        event = journal_append(self.policy, self.journal(), self.generation, entry)
         seq = int(event["seq"])
+        text = _text(event)
         fenced = getattr(self.store, "append_fenced", None)
         if fenced is not None:
             # The lease is checked in the append's own transaction.
-            answer = fenced(self.log, seq, _text(event), self.lease, self.generation)
+            answer = fenced(self.log, seq, text, self.lease, self.generation)
         else:
             # A store without it: the lease read, then the append (a late
             # owner may still slip one event in between; docs/JOURNAL.md).
             _, current = self.store.get(self.lease)
-            answer = LEASE_LOST if current != self.generation else self.store.append(self.log, seq, _text(event))
+            answer = LEASE_LOST if current != self.generation else self.store.append(self.log, seq, text)
         if answer.code == "lease_lost":
             raise LeaseLostError(
                 f"the lease of {self.run_id} has moved past generation {self.generation}",
@@ -336,6 +344,7 @@ class _Owner:
                 event=event,
             )
         self.events.append(event)
+        self.texts.append(text)
         if self.on_append is not None:
             self.on_append(event)
         return event
@@ -410,7 +419,7 @@ def _drive(
     while True:
         step = _next(owner.events)
         if step is None:
-            step = journal_recover(policy, owner.events, reconciliation)
+            step = journal_recover(policy, owner.journal(), reconciliation)
         kind = step["kind"]
         if kind == "done":
             break
@@ -586,7 +595,7 @@ def resume(
     unverified one with its coded :class:`~retryledger.JournalError`), then
     continue as the core says. An attempt dispatched without an observation
     is reconciled through ``reconcile`` (required then), never resent blind.
-    A finished run is sealed again from its journal, nothing written."""
+    A finished run is sealed again from its journal, nothing appended."""
     compiled = _compiled(policy, idempotency_key, key_scope)
     store = _store_of(store)
     log = journal_log(run_id) if log is None else log

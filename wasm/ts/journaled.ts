@@ -222,10 +222,20 @@ class Owner {
     readonly generation: number,
     readonly events: JournalEvent[],
     readonly onAppend: ((event: JournalEvent) => void | Promise<void>) | undefined,
-  ) {}
+  ) {
+    for (const e of events) this.#texts.push(JSON.stringify(e));
+  }
+
+  /** The events' JSON texts, so the journal goes to the core without being encoded again for every call. */
+  readonly #texts: string[] = [];
+
+  /** The journal as JSON text, for the core. */
+  journal(): string {
+    return `[${this.#texts.join(",")}]`;
+  }
 
   async append(entry: JournalEntry): Promise<JournalEvent> {
-    const event = journalAppend(this.policy, this.events, this.generation, entry);
+    const event = journalAppend(this.policy, this.journal(), this.generation, entry);
     const seq = event.seq;
     const text = JSON.stringify(event);
     let answer: FencedAppendAnswer;
@@ -247,6 +257,7 @@ class Owner {
       throw new JournaledRunError("lease_lost", `seq ${seq} of ${this.runId} is taken by another owner's event`, { seq, event, evidence });
     }
     this.events.push(event);
+    this.#texts.push(text);
     if (this.onAppend !== undefined) await this.onAppend(event);
     return event;
   }
@@ -318,7 +329,7 @@ async function drive<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>
   let value: T | undefined;
   let reconciliation: Reconciliation | undefined;
   for (;;) {
-    const step = nextOf(owner.events) ?? journalRecover(owner.policy, owner.events, reconciliation);
+    const step = nextOf(owner.events) ?? journalRecover(owner.policy, owner.journal(), reconciliation);
     if (step.kind === "done") break;
     if (step.kind === "reconcile") {
       if (loop.reconcile === undefined) {
@@ -454,7 +465,7 @@ export async function runJournaled<T>(
  * core's coded `JournalError`), then go on as the core says. An attempt
  * dispatched without an observation is reconciled through
  * `options.reconcile`, never resent blind. A finished run is sealed again
- * from its journal, nothing written.
+ * from its journal, nothing appended.
  */
 export async function resumeJournaled<T>(
   policy: Input<Policy> | CompiledPolicy,
