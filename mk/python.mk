@@ -6,7 +6,8 @@
 #   make python-build   the extension, built by maturin into .venv (release)
 #   make test-python    generated tables current, stubtest, mypy --strict, pytest (vectors read in place)
 #   make bench-python   the sync driver against a bare loop, tenacity, stamina and backoff; store
-#                       writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT -> docs/BENCHMARKS.md
+#                       writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT, and a journal's cost
+#                       per attempt on both -> docs/BENCHMARKS.md
 VENV := $(ROOT)/.venv
 VENV_PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.retryledger-requirements
@@ -45,3 +46,4 @@ bench-python: python-build setup-redis setup-postgres ## Sync driver vs tenacity
 	$(VENV_PY) python/benches/bench_stream.py --write docs/BENCHMARKS.md
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_fleet.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_stores.py --write docs/BENCHMARKS.md
+	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_journal.py --write docs/BENCHMARKS.md

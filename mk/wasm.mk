@@ -96,3 +96,4 @@ test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis setup-postgres ## 
 bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis setup-postgres ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.
 	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node bench/run.mjs --write ../docs/BENCHMARKS.md
 	cd wasm && ../tests/servers/with-postgres.sh node bench/stores.mjs --write ../docs/BENCHMARKS.md
+	cd wasm && ../tests/servers/with-postgres.sh node bench/journal.mjs --write ../docs/BENCHMARKS.md

@@ -43,6 +43,7 @@ export {
   StoreUnavailableError,
   type AppendAnswer,
   type AppendLog,
+  type FencedAppendAnswer,
   type CheckAndSetAnswer,
   type CheckAndSetEntry,
   type FleetStore,
@@ -76,6 +77,23 @@ export {
   type Completion,
   type Claim,
 } from "./journal.js";
+export {
+  runJournaled,
+  resumeJournaled,
+  journalLog,
+  leaseKey,
+  JournalStep,
+  JournaledRunError,
+  JournaledStopError,
+  type JournalStore,
+  type JournaledOptions,
+  type JournaledResult,
+  type JournaledEnd,
+  type JournaledRunCode,
+  type ReconcileAnswer,
+  type ReconcileAnswerKind,
+  type ReconcileQuestion,
+} from "./journaled.js";
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 export * from "./tables.js";

@@ -55,7 +55,13 @@ once.
   (:class:`StoreUnavailableError`) raise;
 * ``read(log, from_seq=0)`` -> the events whose ``seq`` is at least
   ``from_seq``, as :class:`LogEntry` ``(seq, text)`` in ``seq`` order;
-* ``last_seq(log)`` -> the highest ``seq`` held, ``None`` for an empty log.
+* ``last_seq(log)`` -> the highest ``seq`` held, ``None`` for an empty log;
+* ``append_fenced(log, seq, text, lease_key, lease_generation)`` (memory,
+  SQLite, PostgreSQL): ``append`` in the same transaction as a check that the
+  register ``lease_key`` is at generation ``lease_generation``; when it is
+  not, nothing is written and the answer is ``Appended(False, "lease_lost",
+  None)``. A journaled run appends this way, so an owner whose lease was
+  taken over cannot slip one more event in (docs/JOURNAL.md).
 
 A store does not require the numbers to follow one another: gaps and the
 order of the events are the journal's to check. Logs and registers are
@@ -107,7 +113,8 @@ class Store(Protocol):
 
 class Appended(NamedTuple):
     """``append``'s answer: the event stored (``ok``, code ``appended``), or
-    its ``seq`` taken (code ``seq_taken``) with the event that holds it."""
+    its ``seq`` taken (code ``seq_taken``) with the event that holds it, or
+    (``append_fenced`` only) the lease moved (code ``lease_lost``)."""
 
     ok: bool
     code: str
@@ -133,6 +140,9 @@ class Log(Protocol):
 
 APPENDED = Appended(True, "appended", None)
 
+#: ``append_fenced``'s answer when the lease register moved.
+LEASE_LOST = Appended(False, "lease_lost", None)
+
 #: The largest ``seq`` a log takes: the largest integer both packages hold exactly.
 MAX_SEQ = 2**53 - 1
 
@@ -151,6 +161,14 @@ def check_append(log: str, seq: int, text: str) -> None:
         raise ValueError(f"an event is the JSON text of an object: {e}") from None
     if not isinstance(value, dict):
         raise ValueError("an event is the JSON text of an object")
+
+
+def check_lease(lease_generation: int) -> None:
+    """A held lease's generation: an integer in ``1..2^53-1`` (a lease is
+    claimed by a compare-and-set from 0, so a held one is at least 1)."""
+    check_seq(lease_generation, "lease_generation")
+    if lease_generation < 1:
+        raise ValueError("lease_generation must be at least 1: a lease is held from generation 1")
 
 
 def check_log(log: str) -> None:
@@ -187,6 +205,21 @@ class MemoryStore:
         """Store the event under ``seq`` when it is free (see :class:`Log`)."""
         check_append(log, seq, text)
         with self._lock:
+            events = self._logs.setdefault(log, {})
+            existing = events.get(seq)
+            if existing is not None:
+                return Appended(False, "seq_taken", existing)
+            events[seq] = text
+            return APPENDED
+
+    def append_fenced(self, log: str, seq: int, text: str, lease_key: str, lease_generation: int) -> Appended:
+        """``append`` only while the register ``lease_key`` is at ``lease_generation``."""
+        check_append(log, seq, text)
+        check_lease(lease_generation)
+        with self._lock:
+            hit = self._data.get(lease_key)
+            if (0 if hit is None else hit[0]) != lease_generation:
+                return LEASE_LOST
             events = self._logs.setdefault(log, {})
             existing = events.get(seq)
             if existing is not None:

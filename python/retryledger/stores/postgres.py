@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import (
     APPENDED,
+    LEASE_LOST,
     Appended,
     Entry,
     LogEntry,
@@ -42,6 +43,7 @@ from . import (
     _decode,
     _encode,
     check_append,
+    check_lease,
     check_log,
     check_seq,
 )
@@ -133,6 +135,19 @@ _UPDATE = (
 _CHECK_AND_SET = "SELECT * FROM retryledger_check_and_set_v1(%s::text[], %s::bigint[], %s::text[])"
 _APPEND = "INSERT INTO retryledger_log (log, seq, event) VALUES (%s, %s, %s) ON CONFLICT (log, seq) DO NOTHING"
 _EVENT = "SELECT event FROM retryledger_log WHERE log = %s AND seq = %s"
+# The lease row is locked FOR SHARE: a takeover's UPDATE waits for this
+# append's commit, and an append after the takeover re-reads the new
+# generation and inserts nothing.
+_APPEND_FENCED = (
+    "WITH lease AS (SELECT 1 FROM retryledger_register WHERE key = %s AND generation = %s FOR SHARE) "
+    "INSERT INTO retryledger_log (log, seq, event) SELECT %s, %s, %s FROM lease "
+    "ON CONFLICT (log, seq) DO NOTHING"
+)
+# Why a fenced append wrote nothing: the lease's generation and the event at the seq.
+_FENCED_WHY = (
+    "SELECT (SELECT generation FROM retryledger_register WHERE key = %s), "
+    "(SELECT event FROM retryledger_log WHERE log = %s AND seq = %s)"
+)
 _READ = "SELECT seq, event FROM retryledger_log WHERE log = %s AND seq >= %s ORDER BY seq"
 _LAST = "SELECT max(seq) FROM retryledger_log WHERE log = %s"
 
@@ -287,6 +302,28 @@ class PostgresStore:
         if row is None:  # pragma: no cover - events are never removed
             raise StoreUnavailableError(f"postgres store: seq {seq} of {log!r} refused and not found")
         return Appended(False, "seq_taken", str(row[0]))
+
+    def append_fenced(self, log: str, seq: int, text: str, lease_key: str, lease_generation: int) -> Appended:
+        """``append`` only while the register ``lease_key`` is at
+        ``lease_generation``: one statement that locks the lease row (``FOR
+        SHARE``) and inserts; when nothing was inserted, one more tells a
+        taken ``seq`` from a lost lease."""
+        import psycopg
+
+        check_append(log, seq, text)
+        check_lease(lease_generation)
+        try:
+            with self._lock:
+                conn = self._connection()
+                if conn.execute(_APPEND_FENCED, (lease_key, lease_generation, log, seq, text)).rowcount == 1:
+                    return APPENDED
+                row = conn.execute(_FENCED_WHY, (lease_key, log, seq)).fetchone()
+        except psycopg.Error as e:
+            raise self._fail(e) from e
+        generation, held = (None, None) if row is None else row
+        if generation is None or int(generation) != lease_generation or held is None:
+            return LEASE_LOST
+        return Appended(False, "seq_taken", str(held))
 
     def read(self, log: str, from_seq: int = 0) -> List[LogEntry]:
         """The events from ``from_seq`` on, in ``seq`` order."""

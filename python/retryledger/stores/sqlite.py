@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import (
     APPENDED,
+    LEASE_LOST,
     Appended,
     Entry,
     LogEntry,
@@ -27,6 +28,7 @@ from . import (
     _decode,
     _encode,
     check_append,
+    check_lease,
     check_log,
     check_seq,
 )
@@ -200,6 +202,45 @@ class SQLiteStore:
         if row is None:  # pragma: no cover - events are never removed
             raise StoreUnavailableError(f"sqlite store {self._path}: seq {seq} of {log!r} refused and not found")
         return Appended(False, "seq_taken", str(row[0]))
+
+    def append_fenced(self, log: str, seq: int, text: str, lease_key: str, lease_generation: int) -> Appended:
+        """``append`` only while the register ``lease_key`` is at
+        ``lease_generation``: one ``BEGIN IMMEDIATE`` transaction that reads
+        the lease's generation under the write lock, then inserts."""
+        check_append(log, seq, text)
+        check_lease(lease_generation)
+        try:
+            with self._lock:
+                conn = self._conn
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    row = conn.execute(
+                        "SELECT generation FROM retryledger_register WHERE key = ?", (lease_key,)
+                    ).fetchone()
+                    if (0 if row is None else int(row[0])) != lease_generation:
+                        conn.execute("ROLLBACK")
+                        return LEASE_LOST
+                    cursor = conn.execute(
+                        "INSERT INTO retryledger_log (log, seq, event) VALUES (?, ?, ?) ON CONFLICT (log, seq) DO NOTHING",
+                        (log, seq, text),
+                    )
+                    held = None
+                    if cursor.rowcount != 1:
+                        held = conn.execute(
+                            "SELECT event FROM retryledger_log WHERE log = ? AND seq = ?", (log, seq)
+                        ).fetchone()
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite store {self._path}: {e}") from e
+        if cursor.rowcount == 1:
+            return APPENDED
+        if held is None:  # pragma: no cover - events are never removed
+            raise StoreUnavailableError(f"sqlite store {self._path}: seq {seq} of {log!r} refused and not found")
+        return Appended(False, "seq_taken", str(held[0]))
 
     def read(self, log: str, from_seq: int = 0) -> List[LogEntry]:
         """The events from ``from_seq`` on, in ``seq`` order."""

@@ -6,6 +6,9 @@
 
 import {
   APPENDED,
+  LEASE_LOST,
+  checkLease,
+  type FencedAppendAnswer,
   checkAppend,
   checkLog,
   checkSeq,
@@ -43,6 +46,14 @@ export {
 export class MemoryStore implements FleetStore, AppendLog {
   readonly #registers = new Map<string, { text: string; generation: number }>();
   readonly #logs = new Map<string, Map<number, string>>();
+
+  /** `append` only while the register `leaseKey` is at `leaseGeneration` (see `AppendLog.appendFenced`). */
+  appendFenced(log: string, seq: number, text: string, leaseKey: string, leaseGeneration: number): FencedAppendAnswer {
+    checkAppend(log, seq, text);
+    checkLease(leaseGeneration);
+    if ((this.#registers.get(leaseKey)?.generation ?? 0) !== leaseGeneration) return LEASE_LOST;
+    return this.append(log, seq, text);
+  }
 
   /** Store the event under `seq` when it is free (see `AppendLog.append`). */
   append(log: string, seq: number, text: string): AppendAnswer {

@@ -29,6 +29,9 @@
 import pg from "pg";
 import {
   APPENDED,
+  LEASE_LOST,
+  checkLease,
+  type FencedAppendAnswer,
   checkAppend,
   checkGeneration,
   checkLog,
@@ -135,6 +138,21 @@ const Q = {
   append: {
     name: "retryledger_append",
     text: "INSERT INTO retryledger_log (log, seq, event) VALUES ($1, $2, $3) ON CONFLICT (log, seq) DO NOTHING",
+  },
+  // The lease row is locked FOR SHARE: a takeover's UPDATE waits for this
+  // append's commit, and an append after the takeover re-reads the new
+  // generation and inserts nothing.
+  appendFenced: {
+    name: "retryledger_append_fenced",
+    text:
+      "WITH lease AS (SELECT 1 FROM retryledger_register WHERE key = $4 AND generation = $5 FOR SHARE) " +
+      "INSERT INTO retryledger_log (log, seq, event) SELECT $1, $2, $3 FROM lease ON CONFLICT (log, seq) DO NOTHING",
+  },
+  fencedWhy: {
+    name: "retryledger_fenced_why",
+    text:
+      "SELECT (SELECT generation FROM retryledger_register WHERE key = $1) AS generation, " +
+      "(SELECT event FROM retryledger_log WHERE log = $2 AND seq = $3) AS event",
   },
   event: { name: "retryledger_event", text: "SELECT event FROM retryledger_log WHERE log = $1 AND seq = $2" },
   read: { name: "retryledger_read", text: "SELECT seq, event FROM retryledger_log WHERE log = $1 AND seq >= $2 ORDER BY seq" },
@@ -265,6 +283,19 @@ export class PostgresStore implements FleetStore, AppendLog {
     const first = result.rows[0];
     if (first !== undefined && first.r_ok) return { ok: true, rows: [] };
     return { ok: false, rows: result.rows.map((r) => ({ text: r.r_document, generation: Number(r.r_generation ?? 0) })) };
+  }
+
+  /** `append` only while the register `leaseKey` is at `leaseGeneration`: one statement that locks the lease row and inserts; when nothing was inserted, one more tells a taken `seq` from a lost lease (see `AppendLog.appendFenced`). */
+  async appendFenced(log: string, seq: number, text: string, leaseKey: string, leaseGeneration: number): Promise<FencedAppendAnswer> {
+    checkAppend(log, seq, text);
+    checkLease(leaseGeneration);
+    const inserted = await this.#query(Q.appendFenced, [log, seq, text, leaseKey, leaseGeneration]);
+    if (inserted.rowCount === 1) return APPENDED;
+    // Why nothing was written: the lease moved (first), or the seq is taken.
+    const why = await this.#query<{ generation: string | null; event: string | null }>(Q.fencedWhy, [leaseKey, log, seq]);
+    const row = why.rows[0];
+    if (row === undefined || row.generation === null || Number(row.generation) !== leaseGeneration || row.event === null) return LEASE_LOST;
+    return seqTaken(row.event);
   }
 
   /** Store the event under `seq` when it is free (see `AppendLog.append`): one `INSERT`; when the number is taken, one more reads the event that holds it. */

@@ -18,6 +18,9 @@
 import Database from "better-sqlite3";
 import {
   APPENDED,
+  LEASE_LOST,
+  checkLease,
+  type FencedAppendAnswer,
   checkAppend,
   checkLog,
   checkSeq,
@@ -69,6 +72,7 @@ export class SQLiteStore implements FleetStore, AppendLog {
   readonly #gen: Database.Statement<[string], { generation: number }>;
   readonly #put: Database.Statement<[string, number, string]>;
   readonly #cas: (key: string, expected: number, text: string) => StoreWrite;
+  readonly #fenced: (log: string, seq: number, text: string, leaseKey: string, lease: number) => FencedAppendAnswer;
   readonly #checkAndSet: (entries: readonly CheckAndSetEntry[]) => CheckAndSetAnswer;
   /** `SELECT … WHERE key IN (?, …)` by number of keys. */
   readonly #selects = new Map<number, Database.Statement<string[], KeyedRow>>();
@@ -119,6 +123,15 @@ export class SQLiteStore implements FleetStore, AppendLog {
         return { ok: true, rows: [] };
       });
       this.#checkAndSet = (entries) => multi.immediate(entries);
+      // The lease's generation is read under the write lock, then the insert.
+      const fenced = db.transaction((log: string, seq: number, text: string, leaseKey: string, lease: number): FencedAppendAnswer => {
+        if ((this.#gen.get(leaseKey)?.generation ?? 0) !== lease) return LEASE_LOST;
+        if (this.#append.run(log, seq, text).changes === 1) return APPENDED;
+        const row = this.#event.get(log, seq);
+        if (row === undefined) throw new StoreUnavailableError(`sqlite store ${this.path}: seq ${seq} of ${log} refused and not found`);
+        return seqTaken(row.event);
+      });
+      this.#fenced = (log, seq, text, leaseKey, lease) => fenced.immediate(log, seq, text, leaseKey, lease);
     } catch (e) {
       throw unavailable(path, e);
     }
@@ -177,6 +190,18 @@ export class SQLiteStore implements FleetStore, AppendLog {
     try {
       return this.#cas(key, expected, text);
     } catch (e) {
+      throw unavailable(this.path, e);
+    }
+  }
+
+  /** `append` only while the register `leaseKey` is at `leaseGeneration`: one `BEGIN IMMEDIATE` transaction (see `AppendLog.appendFenced`). */
+  appendFenced(log: string, seq: number, text: string, leaseKey: string, leaseGeneration: number): FencedAppendAnswer {
+    checkAppend(log, seq, text);
+    checkLease(leaseGeneration);
+    try {
+      return this.#fenced(log, seq, text, leaseKey, leaseGeneration);
+    } catch (e) {
+      if (e instanceof StoreUnavailableError) throw e;
       throw unavailable(this.path, e);
     }
   }

@@ -121,6 +121,29 @@ export interface AppendLog {
   read(log: string, fromSeq?: number): LogEntry[] | Promise<LogEntry[]>;
   /** The highest `seq` held, `null` for an empty log. */
   lastSeq(log: string): number | null | Promise<number | null>;
+  /**
+   * `append` in the same transaction as a check that the register
+   * `leaseKey` is at generation `leaseGeneration` (1 or more: a held lease);
+   * when it is not, nothing is written: `{ok: false, code: "lease_lost"}`.
+   * A journaled run appends this way when its store has it (memory, SQLite
+   * and PostgreSQL do), so an owner whose lease was taken over cannot slip
+   * one more event in.
+   */
+  appendFenced?(log: string, seq: number, text: string, leaseKey: string, leaseGeneration: number): FencedAppendAnswer | Promise<FencedAppendAnswer>;
+}
+
+/** `appendFenced`'s answer: `append`'s, or the lease moved. */
+export type FencedAppendAnswer = AppendAnswer | { ok: false; code: "lease_lost" };
+
+/** `appendFenced`'s answer when the lease register moved. */
+export const LEASE_LOST: FencedAppendAnswer = Object.freeze({ ok: false, code: "lease_lost" }) as FencedAppendAnswer;
+
+/** A held lease's generation: an integer in `1..MAX_SEQ`. */
+export function checkLease(g: unknown): number {
+  if (typeof g !== "number" || !Number.isSafeInteger(g) || g < 1) {
+    throw new TypeError(`leaseGeneration must be an integer in 1..${MAX_SEQ} (a lease is held from generation 1), got ${String(g)}`);
+  }
+  return g;
 }
 
 /** `append`'s answer when the event is stored. */

@@ -1,0 +1,619 @@
+"""Journal-backed runs: a run whose every step is an event of its journal in a
+store's append log, so that a new process can take it over after a crash
+(docs/JOURNAL.md, "Running with a journal").
+
+:func:`run_journaled` opens a run: it claims the run's lease (generation 1),
+appends ``created`` and ``decided``, then for every attempt ``reserved`` and
+``dispatched`` -- the latter awaited in the store *before* ``dispatch`` is
+called -- then ``observed`` and ``decided``, and ``terminal`` with the
+receipt's digest. :func:`resume` is what a new owner calls: it raises the
+lease generation by compare-and-set, reads and verifies the journal, and asks
+the core what to do (``journal_recover``). An attempt dispatched without an
+observation is never sent again blind: the new owner calls ``reconcile``,
+which asks the receiver by idempotency key, on the core's bounded poll
+schedule, and only ``failed_no_effect`` lets the plan dispatch again.
+
+Every step is decided by the core from the journal alone (the same loop
+serves both functions), so a resumed run ends in the same bundle shape as the
+plain driver: ``policy``, ``attempts`` and ``receipt``.
+
+Ownership is a register, ``lease/<run_id>`` by default, whose store
+generation *is* the lease generation (every write raises it by one). Every
+append is fenced by it: the stores of this package check the register in the
+append's own transaction (``append_fenced``; a store without it is read
+first). When the generation moved, the run was taken over and the owner
+stops with :class:`LeaseLostError` (code ``lease_lost``) without writing. An append whose ``seq`` is taken stops the
+same way, with the core's classification of the refused event
+(``journal_classify``: ``evidence``, ``stale_lease`` or ``seq_taken``) as
+``evidence``; nothing in the journal is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
+
+from . import _core
+from ._api import Document, Policy, digest, judge
+from ._driver import AttemptError, Classifier, _checked, facts_of
+from ._errors import DecodeError, DriftError, RetryledgerError
+from .journal import journal_append, journal_classify, journal_recover
+from .stores import LEASE_LOST, Log, Store
+
+__all__ = [
+    "JournalStep",
+    "JournaledResult",
+    "JournaledStopError",
+    "JournaledRunError",
+    "LeaseLostError",
+    "RunExistsError",
+    "RunNotFoundError",
+    "Reconcile",
+    "run_journaled",
+    "resume",
+    "journal_log",
+    "lease_key",
+]
+
+T = TypeVar("T")
+
+#: The answers a ``reconcile`` function may give.
+ANSWERS = ("succeeded", "failed_no_effect", "in_progress", "unknown")
+
+#: ``reconcile(attempt)``: the pending attempt as ``journal_recover`` gives it
+#: (``ordinal``, ``route_id``, ``started_at_ms``, ``idempotency_key_sha256``,
+#: ``route_release_sha256``, and ``idempotency_key``, the raw key) -> one of
+#: :data:`ANSWERS`, or a mapping ``{"answer": ..., "cost"?: int, "value"?: ...}``
+#: (``value``: what the receiver holds for a ``succeeded`` attempt, returned as
+#: the run's value).
+Reconcile = Callable[[Dict[str, Any]], Union[str, Mapping[str, Any]]]
+
+#: Called after every event the run appended durably (the event as a dict).
+AppendCallback = Callable[[Dict[str, Any]], None]
+
+
+def journal_log(run_id: str) -> str:
+    """The default log name of a run's journal."""
+    return f"journal/{run_id}"
+
+
+def lease_key(run_id: str) -> str:
+    """The default register key of a run's lease."""
+    return f"lease/{run_id}"
+
+
+class JournaledRunError(RetryledgerError):
+    """A journaled run cannot go on as asked; ``code`` says why: ``lease_lost``,
+    ``run_exists``, ``run_not_found`` or ``reconcile_missing`` (an attempt waits
+    for reconciliation and no ``reconcile`` was given). These codes are the
+    host's, the same in both packages; the journal's own are
+    :class:`~retryledger.JournalError`'s."""
+
+
+class LeaseLostError(JournaledRunError):
+    """Another owner took the run over (code ``lease_lost``): the lease register
+    moved past this owner's generation, or another event holds the ``seq`` this
+    owner was about to append. Nothing was written; ``evidence`` is the core's
+    classification of the refused event (``journal_classify``) when the store
+    refused it, ``None`` when the lease check stopped it first."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        seq: int,
+        lease_generation: int,
+        evidence: Optional[Dict[str, Any]] = None,
+        event: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        super().__init__("lease_lost", message, "/lease_generation")
+        #: The event this owner was about to append (``None`` when it lost the takeover itself).
+        self.event = event
+        self.seq = seq
+        self.lease_generation = lease_generation
+        self.evidence = evidence
+
+
+class RunExistsError(JournaledRunError):
+    """``run_journaled`` on a run whose lease or journal already exists (code
+    ``run_exists``): take it over with :func:`resume` instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("run_exists", message, "/run_id")
+
+
+class RunNotFoundError(JournaledRunError):
+    """``resume`` of a run whose journal holds no event (code ``run_not_found``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("run_not_found", message, "/run_id")
+
+
+def _text(event: Mapping[str, Any]) -> str:
+    """An event's JSON text as appended: its canonical form (the core answers
+    objects in canonical key order; numbers are integers)."""
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+
+
+class JournalStep:
+    """One attempt of a journaled run, as ``dispatch`` receives it: the
+    reserved dispatch (``plan``, a dict) and the raw ``idempotency_key``."""
+
+    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered")
+
+    def __init__(self, plan: Dict[str, Any], idempotency_key: str, started_at_ms: int) -> None:
+        #: The reserved dispatch, as the journal's ``reserved`` event holds it.
+        self.plan = plan
+        #: The raw idempotency key; send it with the attempt.
+        self.idempotency_key = idempotency_key
+        #: When the attempt started on the run clock, ms.
+        self.started_at_ms = started_at_ms
+        self._cost: Optional[int] = None
+        self._delivered = False
+
+    @property
+    def ordinal(self) -> int:
+        """Global ordinal of the attempt, from 1."""
+        return int(self.plan["ordinal"])
+
+    @property
+    def route_id(self) -> str:
+        """The route to dispatch to."""
+        return str(self.plan["route_id"])
+
+    @property
+    def route_ordinal(self) -> int:
+        """Ordinal on the route, from 1."""
+        return int(self.plan["route_ordinal"])
+
+    @property
+    def route_release_sha256(self) -> str:
+        """The exact route release the policy names."""
+        return str(self.plan["route_release_sha256"])
+
+    @property
+    def deadline_ms(self) -> int:
+        """The run's deadline on the run clock, ms."""
+        return int(self.plan["deadline_ms"])
+
+    @property
+    def reserve_cost(self) -> int:
+        """Worst-case cost reserved for this attempt."""
+        return int(self.plan["reserve_cost"])
+
+    @property
+    def remaining_ms(self) -> int:
+        """Milliseconds left until the deadline when the attempt started."""
+        return max(0, self.deadline_ms - self.started_at_ms)
+
+    def charge(self, cost: int) -> None:
+        """Record the attempt's actual cost (adds up); never charged, it costs ``reserve_cost``."""
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            raise DecodeError("invalid_value", "a cost is a non-negative integer", "/cost")
+        self._cost = cost + (self._cost or 0)
+
+    def output_delivered(self) -> None:
+        """Response bytes reached the caller: a failure after this is never retried."""
+        self._delivered = True
+
+    @property
+    def cost(self) -> int:
+        """The cost recorded for this attempt: what was charged, else ``reserve_cost``."""
+        return self.reserve_cost if self._cost is None else self._cost
+
+    def __repr__(self) -> str:
+        return f"JournalStep(ordinal={self.ordinal}, route_id={self.route_id!r}, started_at_ms={self.started_at_ms})"
+
+
+class _Outcome:
+    """The sealed end of a journaled run, shared by the result and the error."""
+
+    bundle: Dict[str, Any]
+    run_id: str
+    lease_generation: int
+    events: List[Dict[str, Any]]
+
+    @property
+    def terminal(self) -> str:
+        """How the run ended (``completed``, ``stop_route_exhausted``, ...)."""
+        return str(self.bundle["receipt"]["terminal"])
+
+    @property
+    def receipt(self) -> Dict[str, Any]:
+        """The receipt as a plain dict."""
+        receipt: Dict[str, Any] = self.bundle["receipt"]
+        return receipt
+
+    @property
+    def receipt_sha256(self) -> str:
+        """The receipt's digest (the ``terminal`` event's ``receipt_sha256``)."""
+        return digest(self.bundle["receipt"])
+
+    @property
+    def bundle_json(self) -> str:
+        """The bundle as canonical JSON (what ``python -m retryledger verify`` reads)."""
+        return _text(self.bundle)
+
+    @property
+    def reconciled(self) -> List[int]:
+        """The ordinals of the attempts whose outcome came from the receiver."""
+        return [a["ordinal"] for a in self.bundle["attempts"]["attempts"] if "reconciled" in a]
+
+
+class JournaledResult(_Outcome, Generic[T]):
+    """A completed journaled run: ``value`` (what ``dispatch`` returned on the
+    successful attempt, or what ``reconcile`` said the receiver holds for an
+    adopted one, else ``None``), the ``bundle`` and its receipt, and the
+    journal's ``events``."""
+
+    def __init__(
+        self, value: Optional[T], bundle: Dict[str, Any], run_id: str, lease_generation: int, events: List[Dict[str, Any]]
+    ) -> None:
+        self.value = value
+        self.bundle = bundle
+        self.run_id = run_id
+        self.lease_generation = lease_generation
+        self.events = events
+
+    def __repr__(self) -> str:
+        return f"JournaledResult(terminal={self.terminal!r}, receipt_sha256={self.receipt_sha256!r})"
+
+
+class JournaledStopError(_Outcome, RetryledgerError):
+    """A journaled run ended without success; ``code`` is its terminal."""
+
+    def __init__(self, bundle: Dict[str, Any], run_id: str, lease_generation: int, events: List[Dict[str, Any]]) -> None:
+        self.bundle = bundle
+        self.run_id = run_id
+        self.lease_generation = lease_generation
+        self.events = events
+        count = len(bundle["attempts"]["attempts"])
+        RetryledgerError.__init__(
+            self, self.terminal, f"run {run_id} ended with {self.terminal} after {count} attempt{'s' if count != 1 else ''}"
+        )
+
+
+def _wall_ms() -> float:
+    return time.time() * 1000.0
+
+
+def _sleep_ms(ms: float) -> None:
+    time.sleep(ms / 1000.0)
+
+
+class _Owner:
+    """One owner of a run: its lease generation, the journal as read, and the
+    durable append (lease check, append, refusal classified)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        store: Any,
+        run_id: str,
+        log: str,
+        lease: str,
+        generation: int,
+        events: List[Dict[str, Any]],
+        on_append: Optional[AppendCallback],
+    ) -> None:
+        self.policy = policy
+        self.store = store
+        self.run_id = run_id
+        self.log = log
+        self.lease = lease
+        self.generation = generation
+        self.events = events
+        #: The events' JSON texts, so the journal goes to the core without
+        #: being encoded again for every call.
+        self.texts = [_text(e) for e in events]
+        self.on_append = on_append
+
+    def journal(self) -> str:
+        """The journal as JSON text, for the core."""
+        return "[" + ",".join(self.texts) + "]"
+
+    def append(self, entry: Dict[str, Any]) -> Dict[str, Any]:
+        event = journal_append(self.policy, self.journal(), self.generation, entry)
+        seq = int(event["seq"])
+        text = _text(event)
+        fenced = getattr(self.store, "append_fenced", None)
+        if fenced is not None:
+            # The lease is checked in the append's own transaction.
+            answer = fenced(self.log, seq, text, self.lease, self.generation)
+        else:
+            # A store without it: the lease read, then the append (a late
+            # owner may still slip one event in between; docs/JOURNAL.md).
+            _, current = self.store.get(self.lease)
+            answer = LEASE_LOST if current != self.generation else self.store.append(self.log, seq, text)
+        if answer.code == "lease_lost":
+            raise LeaseLostError(
+                f"the lease of {self.run_id} has moved past generation {self.generation}",
+                seq=seq,
+                lease_generation=self.generation,
+                event=event,
+            )
+        if not answer.ok:
+            held = _read(self.store, self.log)
+            evidence = journal_classify(self.policy, held, event)
+            raise LeaseLostError(
+                f"seq {seq} of {self.run_id} is taken by another owner's event",
+                seq=seq,
+                lease_generation=self.generation,
+                evidence=evidence,
+                event=event,
+            )
+        self.events.append(event)
+        self.texts.append(text)
+        if self.on_append is not None:
+            self.on_append(event)
+        return event
+
+
+def _read(store: Any, log: str) -> List[Dict[str, Any]]:
+    events: List[Dict[str, Any]] = [json.loads(e.text) for e in store.read(log, 0)]
+    return events
+
+
+def _answer(given: Union[str, Mapping[str, Any]]) -> Tuple[str, Optional[int], Any]:
+    """(answer, cost, value) of what ``reconcile`` returned."""
+    answer: Any
+    cost: Any
+    value: Any
+    if isinstance(given, str):
+        answer, cost, value = given, None, None
+    elif isinstance(given, Mapping):
+        answer, cost, value = given.get("answer"), given.get("cost"), given.get("value")
+    else:
+        raise DecodeError("invalid_type", "reconcile answers a string or a mapping with `answer`", "/answer")
+    if answer not in ANSWERS:
+        raise DecodeError("invalid_value", f"reconcile answers one of {', '.join(ANSWERS)}, got {answer!r}", "/answer")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
+        raise DecodeError("invalid_value", "a reconciled cost is a non-negative integer", "/cost")
+    return str(answer), cost, value
+
+
+def _next(events: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """What follows the journal's last event, when it is plain from that event
+    alone (the core checks every event again as it builds it); ``None`` after
+    ``dispatched`` (an attempt in doubt) and ``terminal``: ``journal_recover``
+    answers those."""
+    last = events[-1]
+    kind = last["kind"]
+    if kind in ("created", "observed"):
+        return {"kind": "resume", "next": "decided"}
+    if kind == "decided":
+        return {"kind": "resume", "next": "reserved" if last["decision"]["kind"] == "dispatch" else "terminal"}
+    if kind == "reserved":
+        return {"kind": "resume", "next": "dispatched", "dispatch": last["dispatch"]}
+    return None
+
+
+def _drive(
+    owner: _Owner,
+    dispatch: Callable[[JournalStep], T],
+    idempotency_key: str,
+    reconcile: Optional[Reconcile],
+    classify: Optional[Classifier],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    max_polls: int,
+) -> JournaledResult[T]:
+    """The loop both entry points share: ask the core what the journal needs
+    next and do exactly that, until the terminal is written."""
+    policy = owner.policy
+    created = owner.events[0]["created_at_epoch_ms"]
+
+    def now() -> int:
+        return max(0, int(clock() - created))
+
+    def wait_until(at_ms: int) -> int:
+        t = now()
+        while t < at_ms:
+            sleep(at_ms - t)
+            t = now()
+        return t
+
+    value: Optional[T] = None
+    reconciliation: Optional[Dict[str, Any]] = None
+    while True:
+        step = _next(owner.events)
+        if step is None:
+            step = journal_recover(policy, owner.journal(), reconciliation)
+        kind = step["kind"]
+        if kind == "done":
+            break
+        if kind == "reconcile":
+            if reconcile is None:
+                raise JournaledRunError(
+                    "reconcile_missing",
+                    "an attempt was dispatched without an observation: pass reconcile= to ask the receiver",
+                    "/reconcile",
+                )
+            pending = dict(step["attempt"], idempotency_key=idempotency_key)
+            at = wait_until(int(step["not_before_ms"]))
+            answer, cost, told = _answer(reconcile(pending))
+            if reconciliation is None:
+                reconciliation = {
+                    "schema": "retryledger.reconciliation.v1",
+                    "ordinal": pending["ordinal"],
+                    "max_polls": max_polls,
+                    "answers": [],
+                }
+            given: Dict[str, Any] = {"answer": answer, "at_ms": at}
+            if cost is not None and answer != "in_progress":
+                given["cost"] = cost
+            reconciliation["answers"].append(given)
+            if answer == "succeeded":
+                value = told
+            continue
+        if kind == "adopt":
+            owner.append({"kind": "observed", "attempt": step["attempt"]})
+            reconciliation = None
+            continue
+        nxt = step["next"]
+        if nxt != "dispatched":
+            owner.append({"kind": nxt})
+            continue
+        plan: Dict[str, Any] = step["dispatch"]
+        started = wait_until(int(plan["not_before_ms"]))
+        owner.append({"kind": "dispatched", "started_at_ms": started})
+        attempt_step = JournalStep(plan, idempotency_key, started)
+        try:
+            returned = dispatch(attempt_step)
+        except Exception as exc:
+            facts = exc._facts if type(exc) is AttemptError else facts_of(
+                exc, classify=classify, output_delivered=attempt_step._delivered, now_unix_ms=max(0, int(clock()))
+            )
+            success = False
+        else:
+            facts = _core.Facts(result="returned")
+            success = True
+        completed = max(now(), started)
+        outcome = judge(facts)["outcome"]
+        attempt: Dict[str, Any] = {
+            "completed_at_ms": completed,
+            "cost": attempt_step.cost,
+            "idempotency_key_sha256": plan["idempotency_key_sha256"],
+            "logical_request_sha256": plan["logical_request_sha256"],
+            "ordinal": plan["ordinal"],
+            "outcome": outcome,
+            "route_id": plan["route_id"],
+            "route_ordinal": plan["route_ordinal"],
+            "route_release_sha256": plan["route_release_sha256"],
+            "started_at_ms": started,
+        }
+        if "jitter_sample_ms" in plan:
+            attempt["jitter_sample_ms"] = plan["jitter_sample_ms"]
+        owner.append({"kind": "observed", "attempt": attempt})
+        if success and outcome.get("class") == "success":
+            value = returned
+    attempts = [e["attempt"] for e in owner.events if e["kind"] == "observed"]
+    doc: Dict[str, Any] = {"schema": "retryledger.attempts.v1", "attempts": attempts}
+    end = owner.events[-1]
+    if "cancelled_at_ms" in end:
+        doc["cancelled_at_ms"] = end["cancelled_at_ms"]
+    if "fleet_stop" in end:
+        doc["fleet_stop"] = end["fleet_stop"]
+    bundle = policy.seal(doc)
+    if bundle["receipt"]["terminal"] != "completed":
+        raise JournaledStopError(bundle, owner.run_id, owner.generation, list(owner.events))
+    return JournaledResult(value, bundle, owner.run_id, owner.generation, list(owner.events))
+
+
+def _store_of(store: object) -> Any:
+    for method in ("get", "compare_and_set", "append", "read"):
+        if not callable(getattr(store, method, None)):
+            raise DecodeError(
+                "invalid_type", "store= takes a register and append log (retryledger.stores)", "/store"
+            )
+    return store
+
+
+def _compiled(policy: Union[Policy, Document], idempotency_key: str, key_scope: Optional[Tuple[str, str]]) -> Policy:
+    compiled = _checked(policy, idempotency_key, key_scope)
+    if "fleet" in compiled.document:
+        raise DriftError(
+            "admission_unexpected",
+            "a journaled run does not admit through a fleet yet: use a policy without a fleet section",
+            "/fleet",
+        )
+    if "stream" in compiled.document:
+        raise DecodeError(
+            "invalid_value", "a journaled run does not carry a stream contract yet", "/stream"
+        )
+    return compiled
+
+
+def _check_polls(max_polls: object) -> None:
+    if isinstance(max_polls, bool) or not isinstance(max_polls, int) or not 1 <= max_polls <= 100:
+        raise DecodeError("invalid_value", "max_polls is an integer in 1..=100", "/max_polls")
+
+
+def run_journaled(
+    policy: Union[Policy, Document],
+    dispatch: Callable[[JournalStep], T],
+    idempotency_key: str,
+    *,
+    store: Union[Store, Log, Any],
+    run_id: str,
+    reconcile: Optional[Reconcile] = None,
+    classify: Optional[Classifier] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+    on_append: Optional[AppendCallback] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+    max_polls: int = 5,
+    log: Optional[str] = None,
+    lease: Optional[str] = None,
+) -> JournaledResult[T]:
+    """Run one logical request with its journal in ``store``: the value and
+    sealed run, or :class:`JournaledStopError`.
+
+    ``clock`` is the wall clock in Unix ms (default ``time.time() * 1000``):
+    the journal's ``created`` event holds the run clock's origin on it, so a
+    new owner reads the same run clock. ``sleep`` takes ms. ``on_append`` is
+    called after every durable append. The lease register (``lease``, default
+    ``lease/<run_id>``) must be absent and the log (``log``, default
+    ``journal/<run_id>``) empty: :class:`RunExistsError` otherwise."""
+    compiled = _compiled(policy, idempotency_key, key_scope)
+    store = _store_of(store)
+    log = journal_log(run_id) if log is None else log
+    lease = lease_key(run_id) if lease is None else lease
+    clock = _wall_ms if clock is None else clock
+    sleep = _sleep_ms if sleep is None else sleep
+    _check_polls(max_polls)
+    ok, _ = store.compare_and_set(lease, 0, {"run_id": run_id, "lease_generation": 1})
+    if not ok:
+        raise RunExistsError(f"the lease of {run_id} is taken: resume() takes a run over")
+    if store.read(log, 0):
+        raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
+    owner = _Owner(compiled, store, run_id, log, lease, 1, [], on_append)
+    owner.append({"kind": "created", "run_id": run_id, "created_at_epoch_ms": max(0, int(clock()))})
+    return _drive(owner, dispatch, idempotency_key, reconcile, classify, clock, sleep, max_polls)
+
+
+def resume(
+    policy: Union[Policy, Document],
+    dispatch: Callable[[JournalStep], T],
+    idempotency_key: str,
+    *,
+    store: Union[Store, Log, Any],
+    run_id: str,
+    reconcile: Optional[Reconcile] = None,
+    classify: Optional[Classifier] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+    on_append: Optional[AppendCallback] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+    max_polls: int = 5,
+    log: Optional[str] = None,
+    lease: Optional[str] = None,
+) -> JournaledResult[T]:
+    """Take a run over and finish it: raise the lease generation by
+    compare-and-set, read and verify the journal (the core refuses an
+    unverified one with its coded :class:`~retryledger.JournalError`), then
+    continue as the core says. An attempt dispatched without an observation
+    is reconciled through ``reconcile`` (required then), never resent blind.
+    A finished run is sealed again from its journal, nothing appended."""
+    compiled = _compiled(policy, idempotency_key, key_scope)
+    store = _store_of(store)
+    log = journal_log(run_id) if log is None else log
+    lease = lease_key(run_id) if lease is None else lease
+    clock = _wall_ms if clock is None else clock
+    sleep = _sleep_ms if sleep is None else sleep
+    _check_polls(max_polls)
+    _, current = store.get(lease)
+    generation = current + 1
+    ok, now_at = store.compare_and_set(lease, current, {"run_id": run_id, "lease_generation": generation})
+    if not ok:
+        raise LeaseLostError(
+            f"another owner took {run_id} over first (lease generation {now_at})", seq=0, lease_generation=generation
+        )
+    events = _read(store, log)
+    if not events:
+        raise RunNotFoundError(f"the journal {log} holds no event")
+    # Verify before anything is written: recover refuses an unverified journal.
+    journal_recover(compiled, events)
+    owner = _Owner(compiled, store, run_id, log, lease, generation, events, on_append)
+    return _drive(owner, dispatch, idempotency_key, reconcile, classify, clock, sleep, max_polls)

@@ -1,0 +1,193 @@
+"""Journal-backed runs in one process: the same bundle as the plain driver,
+the durable order of events, takeover, the coded refusals."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+
+import retryledger
+from retryledger.journal import journal_verify
+from retryledger.journaled import (
+    JournaledRunError,
+    JournaledStopError,
+    JournalStep,
+    LeaseLostError,
+    RunExistsError,
+    RunNotFoundError,
+    journal_log,
+    lease_key,
+    resume,
+    run_journaled,
+)
+from retryledger.stores import MemoryStore
+
+from conftest import KEY, FakeClock, make_policy
+
+T0 = 1_780_000_000_000
+
+
+def scripted(clock: FakeClock, statuses: Dict[int, int], sent: List[int]) -> Any:
+    def dispatch(step: Any) -> str:
+        sent.append(step.ordinal)
+        clock.advance(100)
+        status = statuses[step.ordinal]
+        if status == 200:
+            step.charge(step.reserve_cost)
+            return "ok"
+        step.charge(0)
+        if status == 429:
+            raise retryledger.AttemptError.retryable("rate_limited", retry_after_ms=250)
+        raise retryledger.AttemptError.retryable("unavailable")
+
+    return dispatch
+
+
+def test_a_journaled_run_seals_the_plain_drivers_bundle() -> None:
+    policy = retryledger.Policy(make_policy())
+    statuses = {1: 429, 2: 503, 3: 200}
+    clock = FakeClock()
+    plain = retryledger.run(policy, scripted(clock, statuses, []), KEY, clock=clock, sleep=clock.sleep)
+    clock = FakeClock()
+    clock.now = T0
+    store = MemoryStore()
+    kinds: List[str] = []
+    result = run_journaled(
+        policy,
+        scripted(clock, statuses, []),
+        KEY,
+        store=store,
+        run_id="r-1",
+        clock=clock,
+        sleep=clock.sleep,
+        on_append=lambda e: kinds.append(e["kind"]),
+    )
+    assert result.bundle_json == plain.bundle_json
+    assert result.value == "ok" and result.reconciled == []
+    assert kinds == ["created", "decided"] + ["reserved", "dispatched", "observed", "decided"] * 3 + ["terminal"]
+    events = [e.text for e in store.read(journal_log("r-1"))]
+    assert len(events) == 15
+    assert journal_verify(policy, result.events)["terminal"] == "completed"
+    assert result.events[-1]["receipt_sha256"] == result.receipt_sha256
+    # A second run under the same id is refused; resuming a finished run seals it again.
+    with pytest.raises(RunExistsError) as info:
+        run_journaled(policy, scripted(clock, statuses, []), KEY, store=store, run_id="r-1", clock=clock)
+    assert info.value.code == "run_exists"
+    again = resume(policy, scripted(clock, statuses, []), KEY, store=store, run_id="r-1", clock=clock)
+    assert again.receipt_sha256 == result.receipt_sha256 and again.lease_generation == 2
+    assert len(store.read(journal_log("r-1"))) == 15
+
+
+def test_the_dispatched_event_is_durable_before_the_call() -> None:
+    policy = retryledger.Policy(make_policy())
+    store = MemoryStore()
+    clock = FakeClock()
+    clock.now = T0
+    seen: List[str] = []
+
+    def dispatch(step: JournalStep) -> str:
+        seen.append(store.read(journal_log("r-2"))[-1].text)
+        return "ok"
+
+    run_journaled(policy, dispatch, KEY, store=store, run_id="r-2", clock=clock, sleep=clock.sleep)
+    assert '"kind":"dispatched"' in seen[0]
+
+
+def test_an_unknown_answer_stops_indeterminate_and_nothing_is_resent() -> None:
+    policy = retryledger.Policy(make_policy())
+    store = MemoryStore()
+    clock = FakeClock()
+    clock.now = T0
+    sent: List[int] = []
+
+    def crash(step: JournalStep) -> str:
+        raise KeyboardInterrupt  # the process dies with the attempt in flight
+
+    with pytest.raises(KeyboardInterrupt):
+        run_journaled(policy, crash, KEY, store=store, run_id="r-3", clock=clock, sleep=clock.sleep)
+    with pytest.raises(JournaledRunError) as missing:
+        resume(policy, scripted(clock, {}, sent), KEY, store=store, run_id="r-3", clock=clock, sleep=clock.sleep)
+    assert missing.value.code == "reconcile_missing"
+    asked: List[Dict[str, Any]] = []
+
+    def reconcile(attempt: Dict[str, Any]) -> str:
+        asked.append(attempt)
+        return "in_progress"
+
+    with pytest.raises(JournaledStopError) as stop:
+        resume(
+            policy,
+            scripted(clock, {}, sent),
+            KEY,
+            store=store,
+            run_id="r-3",
+            clock=clock,
+            sleep=clock.sleep,
+            reconcile=reconcile,
+            max_polls=3,
+        )
+    assert stop.value.code == "stop_indeterminate" and stop.value.reconciled == [1]
+    assert len(asked) == 3 and asked[0]["idempotency_key"] == KEY
+    assert sent == []
+
+
+def test_failed_no_effect_permits_a_new_dispatch() -> None:
+    policy = retryledger.Policy(make_policy())
+    store = MemoryStore()
+    clock = FakeClock()
+    clock.now = T0
+
+    def crash(step: JournalStep) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_journaled(policy, crash, KEY, store=store, run_id="r-4", clock=clock, sleep=clock.sleep)
+    sent: List[int] = []
+    result = resume(
+        policy,
+        scripted(clock, {2: 200}, sent),
+        KEY,
+        store=store,
+        run_id="r-4",
+        clock=clock,
+        sleep=clock.sleep,
+        reconcile=lambda a: {"answer": "failed_no_effect", "cost": 0},
+    )
+    assert sent == [2] and result.reconciled == [1] and result.terminal == "completed"
+
+
+def test_a_taken_over_owner_stops_without_writing() -> None:
+    policy = retryledger.Policy(make_policy())
+    store = MemoryStore()
+    clock = FakeClock()
+    clock.now = T0
+
+    def taken_over(step: JournalStep) -> str:
+        # Another owner raises the lease while this one is in its call.
+        _, g = store.get(lease_key("r-5"))
+        assert store.compare_and_set(lease_key("r-5"), g, {"lease_generation": g + 1})[0]
+        return "ok"
+
+    with pytest.raises(LeaseLostError) as info:
+        run_journaled(policy, taken_over, KEY, store=store, run_id="r-5", clock=clock, sleep=clock.sleep)
+    assert info.value.code == "lease_lost" and info.value.seq == 4
+    assert info.value.event is not None and info.value.event["kind"] == "observed"
+    assert len(store.read(journal_log("r-5"))) == 4
+
+
+def test_resume_of_nothing_and_a_tampered_journal_are_coded() -> None:
+    policy = retryledger.Policy(make_policy())
+    store = MemoryStore()
+    with pytest.raises(RunNotFoundError) as info:
+        resume(policy, lambda s: "ok", KEY, store=store, run_id="absent")
+    assert info.value.code == "run_not_found"
+    store.append(journal_log("bad"), 0, '{"kind":"created"}')
+    with pytest.raises(retryledger.RetryledgerError) as bad:
+        resume(policy, lambda s: "ok", KEY, store=store, run_id="bad")
+    assert bad.value.code == "missing_field"
+    with pytest.raises(retryledger.DriftError):
+        run_journaled(policy, lambda s: "ok", "another key", store=store, run_id="k")
+    with pytest.raises(retryledger.DecodeError) as polls:
+        resume(policy, lambda s: "ok", KEY, store=store, run_id="k", max_polls=0)
+    assert (polls.value.code, polls.value.path) == ("invalid_value", "/max_polls")

@@ -1,0 +1,180 @@
+// Journal-backed runs in one process: the same bundle as runWithPolicy, the
+// durable order of events, takeover, reconciliation, the coded refusals.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+
+import * as rl from "../dist/index.js";
+import { KEY, fakeTime, referencePolicy } from "./helpers.mjs";
+
+const T0 = 1_780_000_000_000;
+
+/** @param {{advance: (ms: number) => void}} time @param {Record<number, number>} statuses @param {number[]} sent */
+function scripted(time, statuses, sent) {
+  return async (/** @type {{ordinal: number, reserveCost: number, charge: (c: number) => void}} */ step) => {
+    sent.push(step.ordinal);
+    time.advance(100);
+    const status = statuses[step.ordinal];
+    if (status === 200) {
+      step.charge(step.reserveCost);
+      return "ok";
+    }
+    step.charge(0);
+    if (status === 429) throw rl.AttemptError.retryable("rate_limited", 250);
+    throw rl.AttemptError.retryable("unavailable");
+  };
+}
+
+function crashing() {
+  return async () => {
+    throw new Error("the process dies with the attempt in flight");
+  };
+}
+
+test("a journaled run seals runWithPolicy's bundle, every event appended in order", async () => {
+  const policy = rl.compilePolicy(referencePolicy());
+  const statuses = { 1: 429, 2: 503, 3: 200 };
+  let time = fakeTime();
+  const plain = await rl.runWithPolicy(policy, scripted(time, statuses, []), { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep });
+  time = fakeTime();
+  time.state.now = T0;
+  const store = new rl.MemoryStore();
+  /** @type {string[]} */
+  const kinds = [];
+  const result = await rl.runJournaled(policy, scripted(time, statuses, []), {
+    idempotencyKey: KEY,
+    store,
+    runId: "r-1",
+    clock: time.clock,
+    sleep: time.sleep,
+    onAppend: (e) => {
+      kinds.push(e.kind);
+    },
+  });
+  assert.equal(JSON.stringify(result.bundle), plain.sealed.bundle_json);
+  assert.equal(result.receiptSha256, plain.sealed.receipt_sha256);
+  assert.equal(result.result, "ok");
+  assert.deepEqual(kinds, ["created", "decided", ...Array(3).fill(["reserved", "dispatched", "observed", "decided"]).flat(), "terminal"]);
+  assert.equal(rl.journalVerify(policy, result.events).terminal, "completed");
+  await assert.rejects(
+    rl.runJournaled(policy, scripted(time, statuses, []), { idempotencyKey: KEY, store, runId: "r-1", clock: time.clock }),
+    (e) => e instanceof rl.JournaledRunError && e.code === "run_exists",
+  );
+  const again = await rl.resumeJournaled(policy, scripted(time, statuses, []), { idempotencyKey: KEY, store, runId: "r-1", clock: time.clock });
+  assert.equal(again.receiptSha256, result.receiptSha256);
+  assert.equal(again.leaseGeneration, 2);
+  assert.equal(store.read(rl.journalLog("r-1")).length, 15);
+});
+
+test("the dispatched event is durable before the call", async () => {
+  const store = new rl.MemoryStore();
+  const time = fakeTime();
+  time.state.now = T0;
+  /** @type {string[]} */
+  const seen = [];
+  await rl.runJournaled(
+    referencePolicy(),
+    () => {
+      const held = store.read(rl.journalLog("r-2"));
+      seen.push(held[held.length - 1]?.text ?? "");
+      return "ok";
+    },
+    { idempotencyKey: KEY, store, runId: "r-2", clock: time.clock, sleep: time.sleep },
+  );
+  assert.match(seen[0] ?? "", /"kind":"dispatched"/);
+});
+
+test("an attempt in doubt is reconciled, never resent: unknown stops, failed_no_effect dispatches again", async () => {
+  const policy = rl.compilePolicy(referencePolicy());
+  for (const [answer, terminal, sentAfter] of /** @type {const} */ ([
+    ["in_progress", "stop_indeterminate", []],
+    ["failed_no_effect", "completed", [2]],
+  ])) {
+    const store = new rl.MemoryStore();
+    const time = fakeTime();
+    time.state.now = T0;
+    const runId = `r-doubt-${answer}`;
+    let thrown = false;
+    try {
+      // The call never returns: a journal left with `dispatched` and no observation.
+      await rl.runJournaled(policy, crashing(), {
+        idempotencyKey: KEY,
+        store,
+        runId,
+        clock: time.clock,
+        sleep: time.sleep,
+        onAppend: (e) => {
+          if (e.kind === "dispatched") throw new Error("crash");
+        },
+      });
+    } catch (e) {
+      thrown = /** @type {Error} */ (e).message === "crash";
+    }
+    assert.ok(thrown);
+    await assert.rejects(
+      rl.resumeJournaled(policy, crashing(), { idempotencyKey: KEY, store, runId, clock: time.clock, sleep: time.sleep }),
+      (e) => e instanceof rl.JournaledRunError && e.code === "reconcile_missing",
+    );
+    /** @type {number[]} */
+    const sent = [];
+    /** @type {rl.ReconcileQuestion[]} */
+    const asked = [];
+    const options = {
+      idempotencyKey: KEY,
+      store,
+      runId,
+      clock: time.clock,
+      sleep: time.sleep,
+      maxPolls: 3,
+      reconcile: (/** @type {rl.ReconcileQuestion} */ q) => {
+        asked.push(q);
+        return answer === "failed_no_effect" ? { answer, cost: 0 } : answer;
+      },
+    };
+    let end;
+    try {
+      end = await rl.resumeJournaled(policy, scripted(time, { 2: 200 }, sent), options);
+    } catch (e) {
+      assert.ok(e instanceof rl.JournaledStopError);
+      end = e;
+    }
+    assert.equal(end.terminal, terminal);
+    assert.deepEqual(end.reconciled, [1]);
+    assert.deepEqual(sent, sentAfter);
+    assert.equal(asked[0]?.idempotency_key, KEY);
+    assert.equal(asked.length, answer === "in_progress" ? 3 : 1);
+  }
+});
+
+test("an owner whose lease moved stops without writing", async () => {
+  const store = new rl.MemoryStore();
+  const time = fakeTime();
+  time.state.now = T0;
+  await assert.rejects(
+    rl.runJournaled(
+      referencePolicy(),
+      () => {
+        const { generation } = store.get(rl.leaseKey("r-5"));
+        assert.ok(store.compareAndSet(rl.leaseKey("r-5"), generation, { lease_generation: generation + 1 }).ok);
+        return "ok";
+      },
+      { idempotencyKey: KEY, store, runId: "r-5", clock: time.clock, sleep: time.sleep },
+    ),
+    (e) => e instanceof rl.JournaledRunError && e.code === "lease_lost" && e.seq === 4 && e.event?.kind === "observed",
+  );
+  assert.equal(store.read(rl.journalLog("r-5")).length, 4);
+});
+
+test("resume of nothing, a tampered journal, bad options: coded errors", async () => {
+  const store = new rl.MemoryStore();
+  await assert.rejects(
+    rl.resumeJournaled(referencePolicy(), () => "ok", { idempotencyKey: KEY, store, runId: "absent" }),
+    (e) => e instanceof rl.JournaledRunError && e.code === "run_not_found",
+  );
+  store.append(rl.journalLog("bad"), 0, '{"kind":"created"}');
+  await assert.rejects(rl.resumeJournaled(referencePolicy(), () => "ok", { idempotencyKey: KEY, store, runId: "bad" }), (e) => e instanceof rl.RetryledgerError && e.code === "missing_field");
+  await assert.rejects(rl.runJournaled(referencePolicy(), () => "ok", { idempotencyKey: "another", store, runId: "k" }), (e) => e instanceof rl.DriftError && e.code === "idempotency_key_drift");
+  await assert.rejects(
+    rl.resumeJournaled(referencePolicy(), () => "ok", { idempotencyKey: KEY, store, runId: "k", maxPolls: 0 }),
+    (e) => e instanceof rl.DecodeError && e.code === "invalid_value" && e.path === "/max_polls",
+  );
+});

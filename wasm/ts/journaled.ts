@@ -1,0 +1,488 @@
+/**
+ * Journal-backed runs: a run whose every step is an event of its journal in a
+ * store's append log, so that a new process can take it over after a crash
+ * (docs/JOURNAL.md, "Running with a journal").
+ *
+ * `runJournaled` opens a run: it claims the run's lease (generation 1),
+ * appends `created` and `decided`, then for every attempt `reserved` and
+ * `dispatched` (awaited in the store *before* `dispatch` is called), then
+ * `observed` and `decided`, and `terminal` with the receipt's digest.
+ * `resumeJournaled` is what a new owner calls: it raises the lease generation
+ * by compare-and-set, reads and verifies the journal, and asks the core what
+ * to do (`journalRecover`). An attempt dispatched without an observation is
+ * never sent again blind: the new owner calls `reconcile`, which asks the
+ * receiver by idempotency key, on the core's bounded poll schedule; only
+ * `failed_no_effect` lets the plan dispatch again.
+ *
+ * Every step is decided by the core from the journal alone (one loop serves
+ * both functions), so a resumed run ends in the same bundle shape as
+ * `runWithPolicy`: policy, attempts and receipt.
+ *
+ * Ownership is a register (`lease/<runId>` by default) whose store generation
+ * is the lease generation. Every append is fenced by it: the package's stores
+ * check the register in the append's own transaction (`appendFenced`; a
+ * store without it is read first). When it moved, the owner stops with
+ * `JournaledRunError` `lease_lost` without writing. An append whose `seq` is taken stops the same way, with the core's
+ * classification of the refused event (`journalClassify`) as `evidence`;
+ * nothing in the journal is ever overwritten.
+ */
+
+import { CompiledPolicy, digest, judge, type Input } from "./core.js";
+import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
+import { factsText, type Classifier } from "./facts.js";
+import { journalAppend, journalClassify, journalRecover, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation, type Recovery } from "./journal.js";
+import { LEASE_LOST, type AppendLog, type FencedAppendAnswer, type FleetStore } from "./stores/store.js";
+import type { Attempt, Attempts, Bundle, Policy, Receipt, Terminal } from "./types.js";
+
+/** What a journaled run writes to: a register (the lease) and an append log (the journal). */
+export type JournalStore = FleetStore & AppendLog;
+
+/** The answers a `reconcile` function may give. */
+export type ReconcileAnswerKind = "succeeded" | "failed_no_effect" | "in_progress" | "unknown";
+
+/** What `reconcile` answers: the receiver's answer, or it with a settled cost and the value the receiver holds. */
+export type ReconcileAnswer = ReconcileAnswerKind | { answer: ReconcileAnswerKind; cost?: number; value?: unknown };
+
+/** The attempt in doubt, with the raw idempotency key to ask the receiver by. */
+export type ReconcileQuestion = PendingAttempt & { idempotency_key: string };
+
+/** One attempt of a journaled run, as dispatch sees it. */
+export class JournalStep {
+  /** The reserved dispatch, as the journal's `reserved` event holds it. */
+  readonly plan: Dispatch;
+  /** The raw idempotency key; send it with the attempt. */
+  readonly idempotencyKey: string;
+  /** When the attempt started on the run clock, ms. */
+  readonly startedAtMs: number;
+  #cost: number | undefined;
+  #delivered = false;
+
+  constructor(plan: Dispatch, idempotencyKey: string, startedAtMs: number) {
+    this.plan = plan;
+    this.idempotencyKey = idempotencyKey;
+    this.startedAtMs = startedAtMs;
+  }
+
+  get ordinal(): number {
+    return this.plan.ordinal;
+  }
+  get routeId(): string {
+    return this.plan.route_id;
+  }
+  get routeOrdinal(): number {
+    return this.plan.route_ordinal;
+  }
+  get routeReleaseSha256(): string {
+    return this.plan.route_release_sha256;
+  }
+  get deadlineMs(): number {
+    return this.plan.deadline_ms;
+  }
+  get reserveCost(): number {
+    return this.plan.reserve_cost;
+  }
+  get remainingMs(): number {
+    return Math.max(0, this.plan.deadline_ms - this.startedAtMs);
+  }
+  /** Record the attempt's actual cost (calls add up); never charged, it costs `reserveCost`. */
+  charge(cost: number): void {
+    if (!Number.isSafeInteger(cost) || cost < 0) throw new DecodeError("invalid_value", "a cost is a non-negative integer", { path: "/cost" });
+    this.#cost = cost + (this.#cost ?? 0);
+  }
+  /** Response bytes reached the caller: a failure after this is never retried. */
+  outputDelivered(): void {
+    this.#delivered = true;
+  }
+  /** The cost recorded: what was charged, else `reserveCost`. */
+  get cost(): number {
+    return this.#cost ?? this.plan.reserve_cost;
+  }
+  /** @internal */
+  get delivered(): boolean {
+    return this.#delivered;
+  }
+}
+
+/** The codes of `JournaledRunError`: the host's, the same in both packages. */
+export type JournaledRunCode = "lease_lost" | "run_exists" | "run_not_found" | "reconcile_missing";
+
+/**
+ * A journaled run cannot go on as asked: `lease_lost` (another owner took the
+ * run over; nothing was written), `run_exists` (`runJournaled` on a run whose
+ * lease or journal exists), `run_not_found` (`resumeJournaled` of an empty
+ * journal), `reconcile_missing` (an attempt waits for reconciliation and no
+ * `reconcile` was given).
+ */
+export class JournaledRunError extends RetryledgerError {
+  declare readonly code: JournaledRunCode;
+  /** `lease_lost`: the seq this owner was about to append. */
+  readonly seq: number | undefined;
+  /** `lease_lost`: the event this owner was about to append. */
+  readonly event: JournalEvent | undefined;
+  /** `lease_lost` by a taken seq: the core's classification of the refused event. */
+  readonly evidence: ReturnType<typeof journalClassify> | undefined;
+
+  constructor(code: JournaledRunCode, message: string, details: { seq?: number; event?: JournalEvent; evidence?: ReturnType<typeof journalClassify>; path?: string } = {}) {
+    super(code, "journal", message, { path: details.path ?? (code === "lease_lost" ? "/lease_generation" : code === "reconcile_missing" ? "/reconcile" : "/run_id") });
+    this.seq = details.seq;
+    this.event = details.event;
+    this.evidence = details.evidence;
+  }
+}
+
+/** The sealed end of a journaled run. */
+export interface JournaledEnd {
+  readonly runId: string;
+  readonly leaseGeneration: number;
+  readonly events: readonly JournalEvent[];
+  /** Policy, attempts and receipt, as `runWithPolicy` seals them. */
+  readonly bundle: Bundle;
+  readonly receipt: Receipt;
+  readonly receiptSha256: string;
+  readonly terminal: Terminal;
+  /** The ordinals of the attempts whose outcome came from the receiver. */
+  readonly reconciled: readonly number[];
+}
+
+/** A completed journaled run: dispatch's result (or what `reconcile` said the receiver holds for an adopted attempt). */
+export interface JournaledResult<T> extends JournaledEnd {
+  readonly result: T | undefined;
+}
+
+/** A journaled run that ended without success; `code` is its terminal. */
+export class JournaledStopError extends RetryledgerError implements JournaledEnd {
+  declare readonly code: Terminal;
+  readonly runId: string;
+  readonly leaseGeneration: number;
+  readonly events: readonly JournalEvent[];
+  readonly bundle: Bundle;
+  readonly receipt: Receipt;
+  readonly receiptSha256: string;
+  readonly terminal: Terminal;
+  readonly reconciled: readonly number[];
+
+  constructor(end: JournaledEnd) {
+    const n = end.bundle.attempts.attempts.length;
+    super(end.terminal, "stopped", `run ${end.runId} ended with ${end.terminal} after ${n} attempt${n === 1 ? "" : "s"}`);
+    this.runId = end.runId;
+    this.leaseGeneration = end.leaseGeneration;
+    this.events = end.events;
+    this.bundle = end.bundle;
+    this.receipt = end.receipt;
+    this.receiptSha256 = end.receiptSha256;
+    this.terminal = end.terminal;
+    this.reconciled = end.reconciled;
+  }
+}
+
+export interface JournaledOptions {
+  /** The raw idempotency key; its digest must be the policy's. */
+  idempotencyKey: string;
+  /** The key's scope, when the policy's key digest is scoped. */
+  keyScope?: { tenant: string; operation: string };
+  /** The register and append log the journal and the lease live in. */
+  store: JournalStore;
+  /** The run's identifier (the journal's `run_id`). */
+  runId: string;
+  /** Asks the receiver what became of an attempt, by idempotency key (required to resume an attempt in doubt). */
+  reconcile?: (attempt: ReconcileQuestion) => ReconcileAnswer | Promise<ReconcileAnswer>;
+  /** The caller's classify hook, as for `runWithPolicy`. */
+  classify?: Classifier;
+  /** The wall clock, Unix ms (default `Date.now`): the `created` event holds the run clock's origin on it. */
+  clock?: () => number;
+  /** Wait `ms` milliseconds (default: a timer). */
+  sleep?: (ms: number) => Promise<void>;
+  /** Called after every event appended durably. */
+  onAppend?: (event: JournalEvent) => void | Promise<void>;
+  /** Most reconciliation questions about one attempt (1 to 100, default 5). */
+  maxPolls?: number;
+  /** The log's name (default `journal/<runId>`). */
+  log?: string;
+  /** The lease register's key (default `lease/<runId>`). */
+  lease?: string;
+}
+
+/** The default log name of a run's journal. */
+export const journalLog = (runId: string): string => `journal/${runId}`;
+/** The default register key of a run's lease. */
+export const leaseKey = (runId: string): string => `lease/${runId}`;
+
+const ANSWERS: readonly string[] = ["succeeded", "failed_no_effect", "in_progress", "unknown"];
+const RETURNED = '{"result":"returned"}';
+
+const defaultSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+class Owner {
+  constructor(
+    readonly policy: CompiledPolicy,
+    readonly store: JournalStore,
+    readonly runId: string,
+    readonly log: string,
+    readonly lease: string,
+    readonly generation: number,
+    readonly events: JournalEvent[],
+    readonly onAppend: ((event: JournalEvent) => void | Promise<void>) | undefined,
+  ) {
+    for (const e of events) this.#texts.push(JSON.stringify(e));
+  }
+
+  /** The events' JSON texts, so the journal goes to the core without being encoded again for every call. */
+  readonly #texts: string[] = [];
+
+  /** The journal as JSON text, for the core. */
+  journal(): string {
+    return `[${this.#texts.join(",")}]`;
+  }
+
+  async append(entry: JournalEntry): Promise<JournalEvent> {
+    const event = journalAppend(this.policy, this.journal(), this.generation, entry);
+    const seq = event.seq;
+    const text = JSON.stringify(event);
+    let answer: FencedAppendAnswer;
+    if (this.store.appendFenced !== undefined) {
+      // The lease is checked in the append's own transaction.
+      answer = await this.store.appendFenced(this.log, seq, text, this.lease, this.generation);
+    } else {
+      // A store without it: the lease read, then the append (a late owner
+      // may still slip one event in between; docs/JOURNAL.md).
+      const { generation } = await this.store.get(this.lease);
+      answer = generation !== this.generation ? LEASE_LOST : await this.store.append(this.log, seq, text);
+    }
+    if (answer.code === "lease_lost") {
+      throw new JournaledRunError("lease_lost", `the lease of ${this.runId} has moved past generation ${this.generation}`, { seq, event });
+    }
+    if (!answer.ok) {
+      const held = await readEvents(this.store, this.log);
+      const evidence = journalClassify(this.policy, held, event);
+      throw new JournaledRunError("lease_lost", `seq ${seq} of ${this.runId} is taken by another owner's event`, { seq, event, evidence });
+    }
+    this.events.push(event);
+    this.#texts.push(text);
+    if (this.onAppend !== undefined) await this.onAppend(event);
+    return event;
+  }
+}
+
+async function readEvents(store: AppendLog, log: string): Promise<JournalEvent[]> {
+  return (await store.read(log, 0)).map((e) => JSON.parse(e.text) as JournalEvent);
+}
+
+function answerOf(given: unknown): { answer: ReconcileAnswerKind; cost: number | undefined; value: unknown } {
+  const obj = typeof given === "string" ? { answer: given } : given;
+  if (typeof obj !== "object" || obj === null) throw new DecodeError("invalid_type", "reconcile answers a string or an object with `answer`", { path: "/answer" });
+  const { answer, cost, value } = obj as { answer?: unknown; cost?: unknown; value?: unknown };
+  if (typeof answer !== "string" || !ANSWERS.includes(answer)) {
+    throw new DecodeError("invalid_value", `reconcile answers one of ${ANSWERS.join(", ")}, got ${String(answer)}`, { path: "/answer" });
+  }
+  if (cost !== undefined && (typeof cost !== "number" || !Number.isSafeInteger(cost) || cost < 0)) {
+    throw new DecodeError("invalid_value", "a reconciled cost is a non-negative integer", { path: "/cost" });
+  }
+  return { answer: answer as ReconcileAnswerKind, cost: cost as number | undefined, value };
+}
+
+/**
+ * What follows the journal's last event when it is plain from that event
+ * alone (the core checks every event again as it builds it); `undefined`
+ * after `dispatched` (an attempt in doubt) and `terminal`: `journalRecover`
+ * answers those.
+ */
+function nextOf(events: readonly JournalEvent[]): Recovery | undefined {
+  const last = events[events.length - 1];
+  if (last === undefined) return undefined;
+  switch (last.kind) {
+    case "created":
+    case "observed":
+      return { kind: "resume", next: "decided", next_seq: last.seq + 1 };
+    case "decided":
+      return { kind: "resume", next: last.decision.kind === "dispatch" ? "reserved" : "terminal", next_seq: last.seq + 1 };
+    case "reserved":
+      return { kind: "resume", next: "dispatched", next_seq: last.seq + 1, dispatch: last.dispatch };
+    default:
+      return undefined;
+  }
+}
+
+interface Loop<T> {
+  dispatch: (step: JournalStep) => Promise<T> | T;
+  key: string;
+  reconcile: JournaledOptions["reconcile"];
+  classify: Classifier | undefined;
+  clock: () => number;
+  sleep: (ms: number) => Promise<void>;
+  maxPolls: number;
+}
+
+/** The loop both entry points share: ask the core what the journal needs next and do exactly that. */
+async function drive<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>> {
+  const first = owner.events[0];
+  if (first === undefined || first.kind !== "created") throw new JournaledRunError("run_not_found", `the journal of ${owner.runId} has no created event`);
+  const origin = first.created_at_epoch_ms;
+  const now = (): number => Math.max(0, Math.floor(loop.clock() - origin));
+  const waitUntil = async (at: number): Promise<number> => {
+    let t = now();
+    while (t < at) {
+      await loop.sleep(at - t);
+      t = now();
+    }
+    return t;
+  };
+  let value: T | undefined;
+  let reconciliation: Reconciliation | undefined;
+  for (;;) {
+    const step = nextOf(owner.events) ?? journalRecover(owner.policy, owner.journal(), reconciliation);
+    if (step.kind === "done") break;
+    if (step.kind === "reconcile") {
+      if (loop.reconcile === undefined) {
+        throw new JournaledRunError("reconcile_missing", "an attempt was dispatched without an observation: pass `reconcile` to ask the receiver");
+      }
+      const at = await waitUntil(step.not_before_ms);
+      const { answer, cost, value: told } = answerOf(await loop.reconcile({ ...step.attempt, idempotency_key: loop.key }));
+      reconciliation ??= { schema: "retryledger.reconciliation.v1", ordinal: step.attempt.ordinal, max_polls: loop.maxPolls, answers: [] };
+      reconciliation.answers.push(cost !== undefined && answer !== "in_progress" ? { answer, at_ms: at, cost } : { answer, at_ms: at });
+      if (answer === "succeeded") value = told as T;
+      continue;
+    }
+    if (step.kind === "adopt") {
+      await owner.append({ kind: "observed", attempt: step.attempt });
+      reconciliation = undefined;
+      continue;
+    }
+    if (step.next !== "dispatched" || step.dispatch === undefined) {
+      await owner.append({ kind: step.next } as JournalEntry);
+      continue;
+    }
+    const plan = step.dispatch;
+    const started = await waitUntil(plan.not_before_ms);
+    await owner.append({ kind: "dispatched", started_at_ms: started });
+    const attemptStep = new JournalStep(plan, loop.key, started);
+    let facts = RETURNED;
+    let returned: T | undefined;
+    let success = false;
+    try {
+      returned = await loop.dispatch(attemptStep);
+      success = true;
+    } catch (error) {
+      facts = factsText(error, { classify: loop.classify, outputDelivered: attemptStep.delivered, nowUnixMs: loop.clock() });
+    }
+    const completed = Math.max(now(), started);
+    const outcome = judge(facts).outcome;
+    const attempt: Attempt = {
+      completed_at_ms: completed,
+      cost: attemptStep.cost,
+      idempotency_key_sha256: plan.idempotency_key_sha256,
+      logical_request_sha256: plan.logical_request_sha256,
+      ordinal: plan.ordinal,
+      outcome,
+      route_id: plan.route_id,
+      route_ordinal: plan.route_ordinal,
+      route_release_sha256: plan.route_release_sha256,
+      started_at_ms: started,
+    } as Attempt;
+    if (plan.jitter_sample_ms !== undefined) (attempt as { jitter_sample_ms?: number }).jitter_sample_ms = plan.jitter_sample_ms;
+    await owner.append({ kind: "observed", attempt });
+    if (success && outcome.class === "success") value = returned;
+  }
+  const attempts: Attempts = { schema: "retryledger.attempts.v1", attempts: [] } as unknown as Attempts;
+  for (const e of owner.events) if (e.kind === "observed") attempts.attempts.push(e.attempt);
+  const end = owner.events[owner.events.length - 1];
+  if (end !== undefined && end.kind === "terminal") {
+    if (end.cancelled_at_ms !== undefined) (attempts as { cancelled_at_ms?: number }).cancelled_at_ms = end.cancelled_at_ms;
+    if (end.fleet_stop !== undefined) (attempts as { fleet_stop?: unknown }).fleet_stop = end.fleet_stop;
+  }
+  const bundle = owner.policy.seal(attempts);
+  const sealed: JournaledEnd = {
+    runId: owner.runId,
+    leaseGeneration: owner.generation,
+    events: [...owner.events],
+    bundle,
+    receipt: bundle.receipt,
+    receiptSha256: digest(bundle.receipt),
+    terminal: bundle.receipt.terminal,
+    reconciled: bundle.attempts.attempts.filter((a) => (a as { reconciled?: string }).reconciled !== undefined).map((a) => a.ordinal),
+  };
+  if (sealed.terminal !== "completed") throw new JournaledStopError(sealed);
+  return { ...sealed, result: value };
+}
+
+function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptions): CompiledPolicy {
+  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  if (!compiled.acceptsKey(options.idempotencyKey, options.keyScope)) {
+    throw new DriftError("idempotency_key_drift", "the idempotency key's digest differs from the policy's idempotency_key_sha256", { path: "/idempotency_key_sha256" });
+  }
+  if (compiled.policy.fleet !== undefined) {
+    throw new DriftError("admission_unexpected", "a journaled run does not admit through a fleet yet: use a policy without a fleet section", { path: "/fleet" });
+  }
+  if ((compiled.policy as { stream?: unknown }).stream !== undefined) {
+    throw new DecodeError("invalid_value", "a journaled run does not carry a stream contract yet", { path: "/stream" });
+  }
+  const polls = options.maxPolls ?? 5;
+  if (!Number.isSafeInteger(polls) || polls < 1 || polls > 100) throw new DecodeError("invalid_value", "maxPolls is an integer in 1..=100", { path: "/max_polls" });
+  const store = options.store as unknown as Record<string, unknown>;
+  for (const m of ["get", "compareAndSet", "append", "read"]) {
+    if (typeof store?.[m] !== "function") throw new DecodeError("invalid_type", "`store` is a register and append log (retryledger's stores)", { path: "/store" });
+  }
+  return compiled;
+}
+
+function loopOf<T>(dispatch: (step: JournalStep) => Promise<T> | T, options: JournaledOptions): Loop<T> {
+  return {
+    dispatch,
+    key: options.idempotencyKey,
+    reconcile: options.reconcile,
+    classify: options.classify,
+    clock: options.clock ?? Date.now,
+    sleep: options.sleep ?? defaultSleep,
+    maxPolls: options.maxPolls ?? 5,
+  };
+}
+
+/**
+ * Run one logical request with its journal in `options.store`: the result
+ * and sealed run, or `JournaledStopError`. The lease register must be absent
+ * and the log empty (`JournaledRunError` `run_exists` otherwise).
+ */
+export async function runJournaled<T>(
+  policy: Input<Policy> | CompiledPolicy,
+  dispatch: (step: JournalStep) => Promise<T> | T,
+  options: JournaledOptions,
+): Promise<JournaledResult<T>> {
+  const compiled = prepare(policy, options);
+  const { store, runId } = options;
+  const log = options.log ?? journalLog(runId);
+  const lease = options.lease ?? leaseKey(runId);
+  const loop = loopOf(dispatch, options);
+  const claimed = await store.compareAndSet(lease, 0, { run_id: runId, lease_generation: 1 });
+  if (!claimed.ok) throw new JournaledRunError("run_exists", `the lease of ${runId} is taken: resumeJournaled takes a run over`);
+  if ((await store.read(log, 0)).length > 0) throw new JournaledRunError("run_exists", `the journal ${log} already holds events: resumeJournaled takes a run over`);
+  const owner = new Owner(compiled, store, runId, log, lease, 1, [], options.onAppend);
+  await owner.append({ kind: "created", run_id: runId, created_at_epoch_ms: Math.max(0, Math.floor(loop.clock())) });
+  return drive(owner, loop);
+}
+
+/**
+ * Take a run over and finish it: raise the lease generation by
+ * compare-and-set, read and verify the journal (an unverified one is the
+ * core's coded `JournalError`), then go on as the core says. An attempt
+ * dispatched without an observation is reconciled through
+ * `options.reconcile`, never resent blind. A finished run is sealed again
+ * from its journal, nothing appended.
+ */
+export async function resumeJournaled<T>(
+  policy: Input<Policy> | CompiledPolicy,
+  dispatch: (step: JournalStep) => Promise<T> | T,
+  options: JournaledOptions,
+): Promise<JournaledResult<T>> {
+  const compiled = prepare(policy, options);
+  const { store, runId } = options;
+  const log = options.log ?? journalLog(runId);
+  const lease = options.lease ?? leaseKey(runId);
+  const loop = loopOf(dispatch, options);
+  const { generation: current } = await store.get(lease);
+  const generation = current + 1;
+  const taken = await store.compareAndSet(lease, current, { run_id: runId, lease_generation: generation });
+  if (!taken.ok) throw new JournaledRunError("lease_lost", `another owner took ${runId} over first (lease generation ${taken.generation})`, { seq: 0 });
+  const events = await readEvents(store, log);
+  if (events.length === 0) throw new JournaledRunError("run_not_found", `the journal ${log} holds no event`);
+  journalRecover(compiled, events); // verified before anything is written
+  return drive(new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend), loop);
+}
