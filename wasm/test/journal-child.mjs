@@ -16,6 +16,9 @@ import path from "node:path";
 import * as rl from "../dist/index.js";
 import { KEY, referencePolicy } from "./helpers.mjs";
 
+// `node --test test/` runs every module here: without arguments this is not a worker.
+if (process.argv[2] === undefined) process.exit(0);
+
 const T0 = 1_780_000_000_000;
 const LATENCY_MS = 100;
 const args = JSON.parse(process.argv[2] ?? "{}");
