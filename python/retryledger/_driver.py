@@ -717,31 +717,49 @@ class _Host:
         ms = int((self.wall_clock or _wall_ms)())
         return ms if ms > 0 else 0
 
-    def admit(self, now: float) -> Union[_core.Dispatch, _core.Terminal]:
+    def admit(self, now: float) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
         """Admit the planned attempt at ``now`` (run clock) through the fleet:
-        the dispatch to make (perhaps on another route) or the fleet's terminal."""
+        the dispatch to make (perhaps on another route, its ``not_before_ms``
+        after any queue wait) or the fleet's terminal, and how long to wait
+        before admitting again (ms, 0 when admitted or stopped)."""
         fleet = self.fleet
         session = self.session
+        wait = 0.0
         if fleet is not None:
             at = int(now)
-            fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
-        return session.next()
+            answer = fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
+            until = answer.get("wait_until_epoch_ms")
+            if until is not None:
+                wait = float(max(1, until - self.epoch_ms()))
+        return session.next(), wait
 
     def next_attempt(
         self, clock: Callable[[], float], t0: float, sleep: Callable[[float], None]
     ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
         """The next attempt and the run clock (ms) when it starts: the
-        session's plan, slept until its ``not_before_ms`` and admitted through
-        the fleet; a terminal when the run (or the fleet) ends."""
+        session's plan, slept until its ``not_before_ms``, admitted through
+        the fleet (waiting while the admission limits ask to) and slept
+        until the admitted start; a terminal when the run (or the fleet) ends."""
         plan = self.session.next()
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
-        not_before = plan.not_before_ms
-        while now < not_before:
-            sleep(not_before - now)
-            now = clock() - t0
-        return (plan if self.fleet is None else self.admit(now)), now
+        admitted = self.fleet is None
+        while True:
+            not_before = plan.not_before_ms
+            while now < not_before:
+                sleep(not_before - now)
+                now = clock() - t0
+            if admitted:
+                return plan, now
+            plan, wait = self.admit(now)
+            if isinstance(plan, _Terminal):
+                return plan, now
+            if wait > 0:
+                sleep(wait)
+                now = clock() - t0
+            else:
+                admitted = True
 
     async def next_attempt_async(
         self, clock: Callable[[], float], t0: float, sleep: Callable[[float], Awaitable[None]]
@@ -751,17 +769,39 @@ class _Host:
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
-        not_before = plan.not_before_ms
-        while now < not_before:
-            await sleep(not_before - now)
-            now = clock() - t0
-        return (plan if self.fleet is None else self.admit(now)), now
+        admitted = self.fleet is None
+        while True:
+            not_before = plan.not_before_ms
+            while now < not_before:
+                await sleep(not_before - now)
+                now = clock() - t0
+            if admitted:
+                return plan, now
+            plan, wait = self.admit(now)
+            if isinstance(plan, _Terminal):
+                return plan, now
+            if wait > 0:
+                await sleep(wait)
+                now = clock() - t0
+            else:
+                admitted = True
 
     def recorded(self, route_release_sha256: str) -> None:
-        """After an observation: the attempt's outcome into its route's breaker."""
+        """After an observation: the attempt's outcome into its route's
+        breaker, and its admission slot released."""
         fleet = self.fleet
         if fleet is not None:
-            fleet.record(self.session, self.policy, self.epoch_ms(), route_release_sha256)
+            now = self.epoch_ms()
+            fleet.record(self.session, self.policy, now, route_release_sha256)
+            fleet.release(self.session, self.policy, now, route_release_sha256)
+
+    def abandon(self) -> None:
+        """The run ends between an admission and its dispatch (cancelled
+        while waiting for the admitted start): release the admission slot."""
+        fleet = self.fleet
+        plan = self.session.next()
+        if fleet is not None and not isinstance(plan, _Terminal):
+            fleet.release(self.session, self.policy, self.epoch_ms(), plan.route_release_sha256)
 
     def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
         """The facts of an attempt that raised (or was cancelled)."""
@@ -915,6 +955,7 @@ async def run_async(
         if step is not None:
             host.record(step, now, host.facts(step, cancelled, cancelled=True), None)
         else:
+            host.abandon()
             at = int(now)
             session.cancel(at if at > 0 else 0)
         error = RunCancelledError(session.seal())
