@@ -692,7 +692,7 @@ class _Host:
     """What the sync and async drivers share: the session, the hooks, and the
     per-attempt bookkeeping (fleet admission, facts extraction and recording)."""
 
-    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy")
+    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held")
 
     def __init__(
         self,
@@ -711,6 +711,8 @@ class _Host:
         #: The fleet admitting each attempt (None: the policy has no fleet section).
         self.fleet = _fleet_for(compiled, fleet)
         self.policy = compiled
+        #: The route release of an admission not yet dispatched (its slot held).
+        self.held: Optional[str] = None
 
     def epoch_ms(self) -> int:
         """The wall clock, Unix ms."""
@@ -731,7 +733,10 @@ class _Host:
             until = answer.get("wait_until_epoch_ms")
             if until is not None:
                 wait = float(max(1, until - self.epoch_ms()))
-        return session.next(), wait
+        plan = session.next()
+        if fleet is not None and wait == 0 and not isinstance(plan, _Terminal):
+            self.held = plan.route_release_sha256
+        return plan, wait
 
     def next_attempt(
         self, clock: Callable[[], float], t0: float, sleep: Callable[[float], None]
@@ -792,16 +797,17 @@ class _Host:
         fleet = self.fleet
         if fleet is not None:
             now = self.epoch_ms()
+            self.held = None
             fleet.record(self.session, self.policy, now, route_release_sha256)
             fleet.release(self.session, self.policy, now, route_release_sha256)
 
     def abandon(self) -> None:
         """The run ends between an admission and its dispatch (cancelled
         while waiting for the admitted start): release the admission slot."""
-        fleet = self.fleet
-        plan = self.session.next()
-        if fleet is not None and not isinstance(plan, _Terminal):
-            fleet.release(self.session, self.policy, self.epoch_ms(), plan.route_release_sha256)
+        fleet, held = self.fleet, self.held
+        if fleet is not None and held is not None:
+            self.held = None
+            fleet.release(self.session, self.policy, self.epoch_ms(), held)
 
     def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
         """The facts of an attempt that raised (or was cancelled)."""
