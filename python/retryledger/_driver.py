@@ -240,7 +240,7 @@ def _charge_with_usage() -> PolicyError:
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage")
+    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens")
 
     plan: _core.Dispatch
     idempotency_key: str
@@ -250,6 +250,7 @@ class Step:
     _schedule: Optional[str]
     _session: Optional[_core.Session]
     _usage: bool
+    _tokens: Optional[int]
 
     def __init__(
         self,
@@ -272,6 +273,7 @@ class Step:
         #: The run's session, which records usage and request bodies.
         self._session = session
         self._usage = False
+        self._tokens = None
 
     @property
     def ordinal(self) -> int:
@@ -318,6 +320,15 @@ class Step:
             raise _charge_with_usage()
         cost = check_integer("cost", cost)
         self._cost = check_integer("cost", cost + (self._cost or 0))
+
+    def tokens_used(self, tokens: int) -> None:
+        """Report the tokens this attempt used (reports add up), for a policy
+        whose admission limits have a token bucket: when the attempt's
+        admission slot is released its reservation is settled with them
+        (unused tokens go back to the bucket, more than reserved are taken
+        from it). Without a report the reservation stands."""
+        tokens = check_integer("tokens", tokens)
+        self._tokens = check_integer("tokens", tokens + (self._tokens or 0))
 
     def usage(self, units: Mapping[str, int]) -> None:
         """Record raw usage: ``units`` (kind -> count, e.g. ``{"input": 812,
@@ -791,7 +802,7 @@ class _Host:
             else:
                 admitted = True
 
-    def recorded(self, route_release_sha256: str) -> None:
+    def recorded(self, route_release_sha256: str, used_tokens: Optional[int] = None) -> None:
         """After an observation: the attempt's outcome into its route's
         breaker, and its admission slot released."""
         fleet = self.fleet
@@ -799,7 +810,7 @@ class _Host:
             now = self.epoch_ms()
             self.held = None
             fleet.record(self.session, self.policy, now, route_release_sha256)
-            fleet.release(self.session, self.policy, now, route_release_sha256)
+            fleet.release(self.session, self.policy, now, route_release_sha256, used_tokens)
 
     def abandon(self) -> None:
         """The run ends between an admission and its dispatch (cancelled
@@ -833,7 +844,7 @@ class _Host:
             started, completed if completed > started else started, step._cost, facts
         )
         if self.fleet is not None:
-            self.recorded(step.plan.route_release_sha256)
+            self.recorded(step.plan.route_release_sha256, step._tokens)
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
 

@@ -209,3 +209,20 @@ def test_the_pure_transitions() -> None:
     after = retryledger.admission_release(config, step["snapshot"], EPOCH + 150, 0)
     assert after["in_flight"] == 0 and after["generation"] == 2
     assert json.loads(json.dumps(after)) == after
+
+
+def test_reported_tokens_settle_the_reservation() -> None:
+    policy = retryledger.Policy(limits_policy({"max_queue_ms": 1000, "token_bound": 1000, "tokens_per_second": 100}))
+    fleet = Fleet(make_store("memory", Path(".")), namespace=namespace(), reserve_tokens=300)
+
+    def dispatch(step: Step) -> str:
+        step.tokens_used(60)
+        step.tokens_used(40)
+        return "done"
+
+    terminal, bundle, _ = drive(policy, fleet, dispatch)
+    assert terminal == "completed"
+    assert bundle["attempts"]["attempts"][0]["admission"]["limits"]["tokens"] == 300
+    snapshot = fleet.admission(policy, release_of(policy))
+    # 1,000 - 300 reserved + 200 unused back.
+    assert snapshot is not None and (snapshot["in_flight"], snapshot["token_level_milli"]) == (0, 900_000)

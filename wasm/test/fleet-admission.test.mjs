@@ -107,3 +107,19 @@ test("bad limits are coded validation errors before dispatch", () => {
     assert.throws(() => rl.compilePolicy(limited(admission)), (/** @type {any} */ e) => e.code === "invalid_admission" && e.path === path);
   }
 });
+
+test("reported tokens settle the reservation when the slot is released", async () => {
+  const policy = limited({ max_queue_ms: 1000, token_bound: 1000, tokens_per_second: 100 });
+  const time = fakeTime();
+  const fleet = fleetOn(time, { reserveTokens: 300 });
+  const r = await once(policy, fleet, time, async (step) => {
+    step.tokensUsed(60);
+    step.tokensUsed(40);
+    return "ok";
+  });
+  assert.equal(r.sealed.terminal, "completed");
+  const release = policy.routes[0]?.route_release_sha256 ?? "";
+  const stored = /** @type {any} */ ((await fleet.store.get(fleet.admissionKey(release))).document);
+  // 1,000 - 300 reserved + 200 unused back.
+  assert.deepEqual([stored.in_flight, stored.token_level_milli], [0, 900000]);
+});

@@ -66,6 +66,14 @@ export interface Step {
    */
   usage(units: Usage): void;
   /**
+   * Report the tokens this attempt used (reports add up), for a policy whose
+   * admission limits have a token bucket: when the attempt's admission slot
+   * is released its reservation is settled with them (unused tokens go back
+   * to the bucket, more than reserved are taken from it). Without a report
+   * the reservation stands.
+   */
+  tokensUsed(tokens: number): void;
+  /**
    * Record the request body this attempt sent, after lowering to its route
    * (a string's UTF-8 bytes, or the bytes): the attempt records its SHA-256,
    * and every retry on the same route must send the same body (replay:
@@ -186,6 +194,8 @@ export class AttemptStep implements Step {
   readonly reserveCost: number;
   readonly decision: DispatchDecision;
   charged: number | undefined = undefined;
+  /** Tokens the attempt reported using (`tokensUsed`). */
+  tokens: number | undefined = undefined;
   delivered = false;
   open = true;
 
@@ -216,6 +226,14 @@ export class AttemptStep implements Step {
       throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
     }
     this.charged = total;
+  }
+
+  tokensUsed(tokens: number): void {
+    const total = (this.tokens ?? 0) + tokens;
+    if (!Number.isSafeInteger(tokens) || tokens < 0 || !Number.isSafeInteger(total)) {
+      throw new RangeError(`tokensUsed(${String(tokens)}): tokens are an integer and the attempt's total stays in 0..=2^53-1`);
+    }
+    this.tokens = total;
   }
 
   usage(units: Usage): void {
@@ -468,7 +486,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         });
       }
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256);
+      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
     }
     sealed = sealAndRelease(session);

@@ -421,14 +421,16 @@ export class Fleet {
    * conflict, again from the snapshot the store answered; a store without
    * `checkAndSet`: read, record, compare-and-set; conflicts as in `admit`);
    * `routeReleaseSha256`, the attempt's route release when the host knows
-   * it (the core checks it is the last attempt's). Returns the snapshot
+   * it (the core checks it is the last attempt's). Under admission limits
+   * it then releases the attempt's slot (`release`, its reserved tokens
+   * settled with `usedTokens` when given). Returns the breaker snapshot
    * written, or `undefined` when the policy has no breaker or the store
    * threw (`lastStoreError`; the outcome is then lost to the breaker).
    */
-  async record(session: Session, routeReleaseSha256?: string): Promise<BreakerSnapshot | undefined> {
+  async record(session: Session, routeReleaseSha256?: string, usedTokens?: number): Promise<BreakerSnapshot | undefined> {
     const recorded = await this.#recordBreaker(session, routeReleaseSha256);
     const release = routeReleaseSha256 ?? session.lastAttempt()?.route_release_sha256;
-    if (release !== undefined) await this.release(session, release);
+    if (release !== undefined) await this.release(session, release, usedTokens);
     return recorded;
   }
 

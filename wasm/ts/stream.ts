@@ -682,7 +682,7 @@ async function* drive<E>(
       lastError = error;
       const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts, lens);
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256);
+      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
 
       switch (judgement.stream) {
@@ -730,7 +730,7 @@ async function* drive<E>(
             if (sf !== undefined) facts.stream = sf;
             observe(session, flight.step.startedAtMs, now(), flight.step.charged, facts, flight.texts, flight.lens);
             // Its breaker too: a half-open probe left unrecorded would hold its place.
-            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256).catch(() => undefined);
+            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256, flight.step.tokens).catch(() => undefined);
           }
           if (session.terminal === null) session.cancel(now());
           sealed = sealAndRelease(session);
