@@ -15,7 +15,9 @@
 //! the answer is to ask again [`IN_FLIGHT_POLL_MS`] later, within the same
 //! queue bound. Each admission holds one in-flight slot until
 //! [`release`], which also settles the reserved tokens with the usage the
-//! response reported. Pure like the breaker: a store only holds the
+//! response reported. With `in_flight_lease_ms`, a full cap whose snapshot
+//! saw no admission and no release for that long is presumed to hold the
+//! slots of processes that died before releasing: the count starts over. Pure like the breaker: a store only holds the
 //! snapshot, and time never goes back for it.
 
 use crate::decode::object;
@@ -43,6 +45,9 @@ const MILLI: u64 = 1_000;
 /// in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionConfig {
+    /// A full in-flight cap unchanged (no admission, no release) for this
+    /// long is presumed lost and starts over, ms.
+    pub in_flight_lease_ms: Option<u64>,
     /// Attempts in flight at once.
     pub max_in_flight: Option<u64>,
     /// The queue bound: the longest an attempt waits to be admitted, ms.
@@ -62,6 +67,7 @@ pub struct AdmissionConfig {
 }
 
 object!(AdmissionConfig {
+    in_flight_lease_ms: opt_u64,
     max_in_flight: opt_u64,
     max_queue_ms: u64,
     principal: opt_doc,
@@ -85,6 +91,18 @@ impl AdmissionConfig {
         let in_range = |v: Option<u64>, max: u64| v.is_none_or(|v| (1..=max).contains(&v));
         if !in_range(self.max_in_flight, MAX_LIMIT) {
             return bad("max_in_flight", "max_in_flight must be in 1..=1000000");
+        }
+        if !in_range(self.in_flight_lease_ms, MAX_QUEUE_MS) {
+            return bad(
+                "in_flight_lease_ms",
+                "in_flight_lease_ms must be in 1..=86400000",
+            );
+        }
+        if self.in_flight_lease_ms.is_some() && self.max_in_flight.is_none() {
+            return bad(
+                "in_flight_lease_ms",
+                "an in-flight lease needs max_in_flight",
+            );
         }
         if self.max_queue_ms == 0 || self.max_queue_ms > MAX_QUEUE_MS {
             return bad(
@@ -345,7 +363,18 @@ pub fn admit(
             unchanged,
         );
     }
-    if cfg.max_in_flight.is_some_and(|m| snapshot.in_flight >= m) {
+    let mut in_flight = snapshot.in_flight;
+    let full = cfg.max_in_flight.is_some_and(|m| in_flight >= m);
+    if full
+        && cfg
+            .in_flight_lease_ms
+            .is_some_and(|lease| now.saturating_sub(snapshot.updated_at_epoch_ms) >= lease)
+    {
+        // Nothing admitted or released for a whole lease while full: the
+        // holders are presumed gone.
+        in_flight = 0;
+    }
+    if cfg.max_in_flight.is_some_and(|m| in_flight >= m) {
         let until = now.saturating_add(IN_FLIGHT_POLL_MS);
         let answer = if until > latest {
             LimitAnswer::Refused {
@@ -394,7 +423,7 @@ pub fn admit(
             unchanged,
         );
     }
-    next.in_flight = next.in_flight.saturating_add(1);
+    next.in_flight = in_flight.saturating_add(1);
     next.generation = next.generation.saturating_add(1);
     next.updated_at_epoch_ms = now;
     (
@@ -444,6 +473,7 @@ mod tests {
 
     fn cfg() -> AdmissionConfig {
         AdmissionConfig {
+            in_flight_lease_ms: None,
             max_in_flight: Some(2),
             max_queue_ms: 1_000,
             principal: None,

@@ -627,6 +627,8 @@ export type OnStoreUnavailable = "fail_closed" | "fail_open";
 /** The policy's `fleet` section. */
 /** Admission limits per route release (and tenant, principal): docs/FLEET.md. */
 export interface AdmissionConfig {
+  /** A full in-flight cap unchanged (no admission, no release) for this long is presumed lost and starts over, ms. */
+  in_flight_lease_ms?: number;
   max_in_flight?: number;
   /** The queue bound: the longest an attempt waits to be admitted, ms. */
   max_queue_ms: number;

@@ -48,7 +48,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "admission",
         "admission_admit / admission_release: the pure transitions of admission limits (attempts in flight, request and token buckets, the queue bound); validate_policy: the section's bad input; verify_bundle: runs admitted under the limits and tampered admissions.",
-        "a burst then a planned queue, the queue's tail in the future, the queue bound, a full in-flight cap (wait, then refusal), token reservations (now, planned, over the bound) and their settlement (unused back, overuse taken, no report), refill capped at the burst, a clock behind the snapshot, tenant and principal keys, another key's or an overfull snapshot; a limit, queue bound or burst of 0, a token rate without a bound and the reverse, a rate without a burst, no limit, a principal without a tenant; runs admitted at once, queued behind a spent bucket, retried after a release, stopped by the queue bound and by the deadline; tampered queue waits, starts, tokens, snapshots and stops",
+        "a burst then a planned queue, the queue's tail in the future, the queue bound, a full in-flight cap (wait, then refusal; presumed lost after its lease), token reservations (now, planned, over the bound) and their settlement (unused back, overuse taken, no report), refill capped at the burst, a clock behind the snapshot, tenant and principal keys, another key's or an overfull snapshot; a limit, queue bound or burst of 0, a token rate without a bound and the reverse, a rate without a burst, no limit, a principal without a tenant; runs admitted at once, queued behind a spent bucket, retried after a release, stopped by the queue bound and by the deadline; tampered queue waits, starts, tokens, snapshots and stops",
     );
     admit_cases(&mut f);
     release_cases(&mut f);
@@ -195,6 +195,28 @@ fn admit_cases(f: &mut Family) {
         T0,
         0,
         &format!("earliest_epoch_ms\":{}", T0 + 1_010),
+    );
+    let leased = json!({"in_flight_lease_ms": 30_000, "max_in_flight": 2, "max_queue_ms": 1_000});
+    let stale = snap(&[("in_flight", json!(2)), ("request_level_milli", json!(0))]);
+    admit(
+        f,
+        "admission_full_cap_within_its_lease_waits",
+        &leased,
+        &stale,
+        T0 + 29_999,
+        T0 + 29_999,
+        0,
+        "wait",
+    );
+    admit(
+        f,
+        "admission_full_cap_unchanged_for_its_lease_starts_over",
+        &leased,
+        &stale,
+        T0 + 30_000,
+        T0 + 30_000,
+        0,
+        "in_flight\":1",
     );
     admit(
         f,
@@ -457,6 +479,16 @@ fn policy_cases(f: &mut Family) {
             "admission_policy_no_limit",
             json!({"max_queue_ms": 100}),
             "invalid_admission",
+        ),
+        (
+            "admission_policy_lease_without_a_cap",
+            json!({"in_flight_lease_ms": 1_000, "max_queue_ms": 100, "request_burst": 1, "requests_per_second": 1}),
+            "path\":\"/fleet/admission/in_flight_lease_ms\"",
+        ),
+        (
+            "admission_policy_lease_zero",
+            json!({"in_flight_lease_ms": 0, "max_in_flight": 1, "max_queue_ms": 100}),
+            "path\":\"/fleet/admission/in_flight_lease_ms\"",
         ),
         (
             "admission_policy_principal_without_tenant",
