@@ -183,7 +183,8 @@ def test_eight_processes_never_exceed_the_cap_nor_the_rate(tmp_path: Path) -> No
     total_wait = sum(r["limits"]["queue_wait_ms"] for r in completed)
     total_to_server = sum(arrivals[r["run"]] - r["called_epoch_ms"] for r in completed)
     mean_overhead = sum(overheads) / len(overheads)
-    assert mean_overhead < 50, mean_overhead
+    # Milliseconds on a quiet machine; 100 ms leaves room for a loaded one.
+    assert mean_overhead < 100, mean_overhead
     assert total_wait > 0
     failures = [f for d in docs for f in d["failures"]]
     assert not failures, json.dumps(failures[0])[:3000]
