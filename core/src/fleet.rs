@@ -498,6 +498,95 @@ pub(crate) fn admission_in(
     }
 }
 
+/// The tokens a view reserves: present exactly when the limits have a token bucket.
+pub(crate) fn reserved_tokens(cfg: &AdmissionConfig, view: &FleetView) -> Result<Option<u64>> {
+    match (cfg.counts_tokens(), view.reserve_tokens) {
+        (true, Some(t)) => Ok(Some(t)),
+        (false, None) => Ok(None),
+        (true, None) => Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/reserve_tokens",
+            "the admission limits have a token bucket: the view says how many tokens the attempt reserves",
+        )),
+        (false, Some(_)) => Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/reserve_tokens",
+            "tokens reserved without a token bucket in the admission limits",
+        )),
+    }
+}
+
+/// When an admission under limits is asked: the run clock and wall clock
+/// now, when the planned attempt first asked (wall clock), and the deadline
+/// (run clock).
+pub(crate) struct LimitsClock {
+    pub(crate) at_ms: u64,
+    pub(crate) now_epoch_ms: u64,
+    pub(crate) since_epoch_ms: u64,
+    pub(crate) deadline_ms: u64,
+}
+
+/// What the admission limits say of a planned dispatch.
+pub(crate) enum LimitsStep {
+    /// Admitted: what the attempt records, the snapshot to write, and the
+    /// run-clock time the dispatch may start.
+    Admitted {
+        limits: LimitsRef,
+        write: AdmissionSnapshot,
+        start_at_ms: u64,
+    },
+    /// The in-flight cap is full: ask again at this wall clock.
+    Wait(u64),
+    /// Not within the queue bound or before the deadline: the refusal.
+    Stop(LimitsRef),
+}
+
+/// The admission limits' answer for a planned dispatch under snapshot `s`
+/// (its digest `digest`): admitted (at once or at a planned start that
+/// leaves room before the deadline), wait, or stop.
+pub(crate) fn limits_step(
+    cfg: &AdmissionConfig,
+    s: &AdmissionSnapshot,
+    digest: Sha256Hex,
+    tokens: Option<u64>,
+    clock: &LimitsClock,
+) -> LimitsStep {
+    let now = clock.now_epoch_ms;
+    let since = clock.since_epoch_ms;
+    let (answer, next) = admission::admit(cfg, s, now, since, tokens.unwrap_or(0));
+    // The run-clock time of a wall-clock instant, and whether it leaves room
+    // before the deadline.
+    let run_at = |t: u64| clock.at_ms.saturating_add(t.saturating_sub(now));
+    let room = |t: u64| run_at(t) < clock.deadline_ms;
+    let refused = |start: Option<u64>| {
+        LimitsStep::Stop(LimitsRef {
+            queue_wait_ms: now.saturating_sub(since),
+            snapshot_sha256: digest.clone(),
+            start_epoch_ms: start,
+            tokens,
+        })
+    };
+    match answer {
+        LimitAnswer::Admitted { start_epoch_ms } if room(start_epoch_ms) => LimitsStep::Admitted {
+            limits: LimitsRef {
+                queue_wait_ms: start_epoch_ms.max(now).saturating_sub(since),
+                snapshot_sha256: digest.clone(),
+                start_epoch_ms: Some(start_epoch_ms),
+                tokens,
+            },
+            write: next,
+            start_at_ms: run_at(start_epoch_ms),
+        },
+        LimitAnswer::Wait { until_epoch_ms } if room(until_epoch_ms) => {
+            LimitsStep::Wait(until_epoch_ms)
+        }
+        LimitAnswer::Admitted { start_epoch_ms: t } | LimitAnswer::Wait { until_epoch_ms: t } => {
+            refused(Some(t))
+        }
+        LimitAnswer::Refused { earliest_epoch_ms } => refused(earliest_epoch_ms),
+    }
+}
+
 /// The budget snapshot of a view, or a fresh one; checked.
 pub(crate) fn budget_in(
     cfg: &RetryBudgetConfig,

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::admission::{self, AdmissionSnapshot, LimitAnswer};
+use crate::admission::{self, AdmissionSnapshot};
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
 use crate::breaker::{self, BreakerAdmission};
 use crate::budget;
@@ -18,9 +18,9 @@ use crate::canonical::digest_of;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run};
 use crate::fleet::{
-    admission_in, breaker_in, budget_in, Admission, BreakerRef, BudgetRef, BudgetUse,
-    FleetSnapshots, FleetStop, FleetView, FleetWrites, LimitsRef, OnStoreUnavailable, Skip, Skips,
-    StopReason, StoreStatus,
+    admission_in, breaker_in, budget_in, limits_step, reserved_tokens, Admission, BreakerRef,
+    BudgetRef, BudgetUse, FleetSnapshots, FleetStop, FleetView, FleetWrites, LimitsClock,
+    LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 use crate::ids::Sha256Hex;
 use crate::observe::{judge_at, Facts, Judgement};
@@ -563,79 +563,38 @@ impl Session {
                 "/admission",
             )?;
             let digest = self.snapshots.keep_admission(&s);
-            let tokens = match (cfg.counts_tokens(), view.reserve_tokens) {
-                (true, Some(t)) => Some(t),
-                (false, None) => None,
-                (true, None) => {
-                    return Err(Error::at(
-                        ErrorCode::InvalidValue,
-                        "/reserve_tokens",
-                        "the admission limits have a token bucket: the view says how many tokens the attempt reserves",
-                    ))
-                }
-                (false, Some(_)) => {
-                    return Err(Error::at(
-                        ErrorCode::InvalidValue,
-                        "/reserve_tokens",
-                        "tokens reserved without a token bucket in the admission limits",
-                    ))
-                }
-            };
+            let tokens = reserved_tokens(cfg, view)?;
             let since = *self.queued_since.get_or_insert(now_epoch_ms);
-            let (answer, next) =
-                admission::admit(cfg, &s, now_epoch_ms, since, tokens.unwrap_or(0));
-            // The run-clock time of a wall-clock instant, and whether it
-            // leaves room before the deadline.
-            let run_at = |t: u64| at_ms.saturating_add(t.saturating_sub(now_epoch_ms));
-            let room = |t: u64| run_at(t) < plan.deadline_ms;
-            let waited = now_epoch_ms.saturating_sub(since);
-            match answer {
-                LimitAnswer::Admitted { start_epoch_ms } if room(start_epoch_ms) => {
-                    admission.limits = Some(LimitsRef {
-                        queue_wait_ms: start_epoch_ms.max(now_epoch_ms).saturating_sub(since),
-                        snapshot_sha256: digest,
-                        start_epoch_ms: Some(start_epoch_ms),
-                        tokens,
-                    });
-                    plan.not_before_ms = plan.not_before_ms.max(run_at(start_epoch_ms));
-                    limits_write = Some(next);
+            let clock = LimitsClock {
+                at_ms,
+                now_epoch_ms,
+                since_epoch_ms: since,
+                deadline_ms: plan.deadline_ms,
+            };
+            match limits_step(cfg, &s, digest, tokens, &clock) {
+                LimitsStep::Admitted {
+                    limits,
+                    write,
+                    start_at_ms,
+                } => {
+                    plan.not_before_ms = plan.not_before_ms.max(start_at_ms);
+                    admission.limits = Some(limits);
+                    limits_write = Some(write);
                 }
-                LimitAnswer::Wait { until_epoch_ms } if room(until_epoch_ms) => {
+                LimitsStep::Wait(until) => {
                     return Ok(Admitted {
                         decision: Decision::Dispatch(plan),
                         writes: FleetWrites::default(),
-                        wait_until_epoch_ms: Some(until_epoch_ms),
+                        wait_until_epoch_ms: Some(until),
                     });
                 }
-                LimitAnswer::Admitted { start_epoch_ms: t }
-                | LimitAnswer::Wait { until_epoch_ms: t } => {
-                    let stop = LimitsRef {
-                        queue_wait_ms: waited,
-                        snapshot_sha256: digest,
-                        start_epoch_ms: Some(t),
-                        tokens,
-                    };
+                LimitsStep::Stop(limits) => {
                     return self.stop(
                         at_ms,
                         now_epoch_ms,
                         StopReason::Admission,
                         skips,
-                        (None, Some(stop)),
-                    );
-                }
-                LimitAnswer::Refused { earliest_epoch_ms } => {
-                    let stop = LimitsRef {
-                        queue_wait_ms: waited,
-                        snapshot_sha256: digest,
-                        start_epoch_ms: earliest_epoch_ms,
-                        tokens,
-                    };
-                    return self.stop(
-                        at_ms,
-                        now_epoch_ms,
-                        StopReason::Admission,
-                        skips,
-                        (None, Some(stop)),
+                        (None, Some(limits)),
                     );
                 }
             }
