@@ -45,5 +45,6 @@ bench-python: python-build setup-redis setup-postgres ## Sync driver vs tenacity
 	$(VENV_PY) python/benches/bench_driver.py --write docs/BENCHMARKS.md
 	$(VENV_PY) python/benches/bench_stream.py --write docs/BENCHMARKS.md
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_fleet.py --write docs/BENCHMARKS.md
+	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_admission.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_stores.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_journal.py --write docs/BENCHMARKS.md

@@ -237,6 +237,58 @@ fn streams_and_fleet(c: &mut Criterion) {
             black_box(s.admit(1_000, 1_780_000_000_000, black_box(&view)).unwrap())
         })
     });
+    // Admission limits: one attempt admitted under an in-flight cap and both
+    // buckets (the snapshot carried from one admission to the next, as a
+    // store would hold it), then released with its token usage settled.
+    let mut lp = lab::reference_policy();
+    lp["fleet"] = json!({
+        "admission": {"max_in_flight": 4, "max_queue_ms": 10_000, "request_burst": 1_000_000,
+            "requests_per_second": 1_000_000, "token_bound": 1_000_000_000, "tokens_per_second": 1_000_000_000},
+        "on_store_unavailable": "fail_closed"
+    });
+    let limited = Arc::new(compile(from_value(lp).unwrap()).unwrap());
+    let release = limited.policy.routes[0].route_release_sha256.clone();
+    let cfg = limited
+        .policy
+        .fleet
+        .as_ref()
+        .and_then(|f| f.admission.clone())
+        .unwrap();
+    let fresh = retryledger_core::admission::AdmissionSnapshot::fresh(
+        &cfg,
+        release.clone(),
+        1_780_000_000_000,
+    );
+    g.bench_function("admission_admit_release/pure", |b| {
+        let mut snap = fresh.clone();
+        let mut now = 1_780_000_000_000u64;
+        b.iter(|| {
+            now += 1;
+            let (answer, held) =
+                retryledger_core::admission::admit(&cfg, black_box(&snap), now, now, 500);
+            black_box(answer);
+            snap = retryledger_core::admission::release(&cfg, &held, now, 500, Some(300));
+        })
+    });
+    g.bench_function("admission_admit_observe_release/one_attempt", |b| {
+        let mut snap = fresh.clone();
+        let mut now = 1_780_000_000_000u64;
+        b.iter(|| {
+            now += 1;
+            let mut s = Session::start(limited.clone());
+            let view = retryledger_core::fleet::FleetView {
+                admission: vec![(release.clone(), snap.clone())],
+                reserve_tokens: Some(500),
+                ..Default::default()
+            };
+            let admitted = s.admit(1_000, now, black_box(&view)).unwrap();
+            black_box(&admitted);
+            s.observe(1_000, 1_040, None, &Facts::returned()).unwrap();
+            snap = s
+                .admission_release(&admitted.writes.admission[0], now + 40, Some(300))
+                .unwrap();
+        })
+    });
     g.bench_function("session_start/fleet_policy", |b| {
         b.iter(|| black_box(Session::start(policy.clone())))
     });

@@ -151,6 +151,9 @@ pub fn digest(document_json: &str) -> Result<String> {
         crate::budget::RetryBudgetSchema::NAME => Ok(digest_of(&from_value::<
             crate::budget::RetryBudgetSnapshot,
         >(value)?)),
+        crate::admission::AdmissionSchema::NAME => Ok(digest_of(&from_value::<
+            crate::admission::AdmissionSnapshot,
+        >(value)?)),
         crate::journal::JournalEventSchema::NAME => Ok(digest_of(&from_value::<
             crate::journal::JournalEvent,
         >(value)?)),
@@ -367,6 +370,95 @@ pub fn budget_withdraw(
     let (cfg, snap) = budget_inputs(config_json, snapshot_json)?;
     let (granted, next) = crate::budget::withdraw(&cfg, &snap, now_epoch_ms);
     Ok(out(&BudgetStep(granted, next)))
+}
+
+/// `{"answer": {"kind", …}, "snapshot": …}`: an admission's answer and the next snapshot.
+struct AdmissionStep(
+    crate::admission::LimitAnswer,
+    crate::admission::AdmissionSnapshot,
+);
+
+struct LimitAnswerDoc(crate::admission::LimitAnswer);
+
+impl Encode for LimitAnswerDoc {
+    fn encode(&self, sink: &mut dyn Sink) {
+        use crate::admission::LimitAnswer as A;
+        let mut w = ObjectWriter::new(sink);
+        match self.0 {
+            A::Admitted { start_epoch_ms } => w
+                .str("kind", "admitted")
+                .u64("start_epoch_ms", start_epoch_ms),
+            A::Refused { earliest_epoch_ms } => w
+                .opt_u64("earliest_epoch_ms", earliest_epoch_ms)
+                .str("kind", "refused"),
+            A::Wait { until_epoch_ms } => {
+                w.str("kind", "wait").u64("until_epoch_ms", until_epoch_ms)
+            }
+        }
+        .end();
+    }
+}
+
+impl Encode for AdmissionStep {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("answer", &LimitAnswerDoc(self.0))
+            .doc("snapshot", &self.1)
+            .end();
+    }
+}
+
+fn admission_inputs(
+    config_json: &str,
+    snapshot_json: &str,
+) -> Result<(
+    crate::admission::AdmissionConfig,
+    crate::admission::AdmissionSnapshot,
+)> {
+    let cfg = from_str::<crate::admission::AdmissionConfig>(config_json)
+        .map_err(|e| e.under("/config"))?;
+    cfg.check("/config")?;
+    let snap = from_str::<crate::admission::AdmissionSnapshot>(snapshot_json)
+        .map_err(|e| e.under("/snapshot"))?;
+    snap.check(&cfg, &snap.route_release_sha256, "/snapshot")?;
+    Ok((cfg, snap))
+}
+
+/// `admission_admit`: admission limits and a snapshot, the wall clock, when
+/// the attempt first asked and the tokens it reserves in; `{"answer",
+/// "snapshot"}` out (`admitted` with its start, `wait` until when, or
+/// `refused` with the earliest start if any; the next snapshot).
+pub fn admission_admit(
+    config_json: &str,
+    snapshot_json: &str,
+    now_epoch_ms: u64,
+    queued_since_epoch_ms: u64,
+    tokens: u64,
+) -> Result<String> {
+    let (cfg, snap) = admission_inputs(config_json, snapshot_json)?;
+    let (a, next) =
+        crate::admission::admit(&cfg, &snap, now_epoch_ms, queued_since_epoch_ms, tokens);
+    Ok(out(&AdmissionStep(a, next)))
+}
+
+/// `admission_release`: an admitted attempt is over; its slot freed and its
+/// `reserved` tokens settled with the `used` ones (none: not reported); the
+/// next snapshot out.
+pub fn admission_release(
+    config_json: &str,
+    snapshot_json: &str,
+    now_epoch_ms: u64,
+    reserved: u64,
+    used: Option<u64>,
+) -> Result<String> {
+    let (cfg, snap) = admission_inputs(config_json, snapshot_json)?;
+    Ok(out(&crate::admission::release(
+        &cfg,
+        &snap,
+        now_epoch_ms,
+        reserved,
+        used,
+    )))
 }
 
 /// A journal (a JSON array of `retryledger.journal_event.v1` documents),

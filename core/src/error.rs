@@ -145,6 +145,9 @@ codes! {
     InvalidBreaker => "invalid_breaker", Policy;
     /// A retry budget configuration out of bounds.
     InvalidRetryBudget => "invalid_retry_budget", Policy;
+    /// Admission limits out of bounds: a limit or queue bound of 0, a token
+    /// rate without a token bound (or a bound without a rate).
+    InvalidAdmission => "invalid_admission", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;

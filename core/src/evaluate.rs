@@ -49,6 +49,9 @@ pub enum Terminal {
     /// A Retry-After hint above the policy's cap, under `stop` (or
     /// `skip_route` with no route left).
     StopRetryAfter,
+    /// The fleet's admission limits do not admit the next dispatch within
+    /// the queue bound, or early enough to leave room before the deadline.
+    StopAdmission,
 }
 
 names!(Terminal {
@@ -64,6 +67,7 @@ names!(Terminal {
     StopRetryBudget => "stop_retry_budget",
     StopStoreUnavailable => "stop_store_unavailable",
     StopRetryAfter => "stop_retry_after",
+    StopAdmission => "stop_admission",
 });
 
 /// The next attempt to dispatch, and not before when.
@@ -340,7 +344,10 @@ impl Run {
             finished_at_ms: 0,
             streaming: cp.policy.stream.as_ref().map(|s| Streaming::new(s.mode)),
             actions: Vec::new(),
-            fleet: cp.policy.fleet.as_ref().map(|_| FleetSummary::default()),
+            fleet: cp.policy.fleet.as_ref().map(|f| FleetSummary {
+                queue_wait_ms: f.admission.as_ref().map(|_| 0),
+                ..FleetSummary::default()
+            }),
             bodies: vec![None; cp.policy.routes.len()],
             injected: 0,
         };
@@ -525,6 +532,7 @@ impl Run {
             if fleet.on_store_unavailable != OnStoreUnavailable::FailOpen
                 || adm.breaker.is_some()
                 || adm.budget.is_some()
+                || adm.limits.is_some()
                 || adm.skipped.is_some()
             {
                 return drift(
@@ -554,6 +562,18 @@ impl Run {
                     )
                 }
             };
+        }
+        if fleet.admission.is_some() != adm.limits.is_some()
+            || adm
+                .limits
+                .as_ref()
+                .is_some_and(|l| l.start_epoch_ms.is_none())
+        {
+            return drift(
+                ErrorCode::AdmissionDrift,
+                "admission/limits",
+                "an admission reads the admission limits exactly when the policy has them, and records its start",
+            );
         }
         if fleet.breaker.is_some() != adm.breaker.is_some() {
             return drift(
@@ -635,6 +655,14 @@ impl Run {
             }
             StopReason::StoreUnavailable => {
                 return bad("only a fail_closed policy stops for its store")
+            }
+            StopReason::Admission if fleet.admission.is_some() && stop.limits.is_some() => {
+                Terminal::StopAdmission
+            }
+            StopReason::Admission => {
+                return bad(
+                    "only a policy with admission limits stops for them, and records the snapshot",
+                )
             }
         };
         if let Some(f) = self.fleet.as_mut() {
@@ -866,6 +894,9 @@ impl Run {
             }
             if adm.breaker.as_ref().is_some_and(|b| b.probe) {
                 f.probes = f.probes.saturating_add(1);
+            }
+            if let (Some(total), Some(l)) = (f.queue_wait_ms.as_mut(), &adm.limits) {
+                *total = total.saturating_add(l.queue_wait_ms);
             }
             let skipped = adm.skipped.as_ref().map_or(0, |s| s.0.len());
             f.routes_skipped = f

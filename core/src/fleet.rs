@@ -16,6 +16,7 @@
 
 use serde_json::Value;
 
+use crate::admission::{self, AdmissionConfig, AdmissionSnapshot, LimitAnswer};
 use crate::attempt::Attempts;
 use crate::breaker::{self, BreakerAdmission, BreakerConfig, BreakerSnapshot};
 use crate::budget::{self, RetryBudgetConfig, RetryBudgetSnapshot};
@@ -43,6 +44,8 @@ names!(OnStoreUnavailable {
 /// The policy's `fleet` section. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetConfig {
+    /// Admission limits per route release (and tenant, principal).
+    pub admission: Option<AdmissionConfig>,
     /// A circuit breaker per route release.
     pub breaker: Option<BreakerConfig>,
     /// What happens when the store is unreachable.
@@ -52,6 +55,7 @@ pub struct FleetConfig {
 }
 
 object!(FleetConfig {
+    admission: opt_doc,
     breaker: opt_doc,
     on_store_unavailable: doc,
     retry_budget: opt_doc,
@@ -60,12 +64,15 @@ object!(FleetConfig {
 impl FleetConfig {
     /// Check the section.
     pub(crate) fn check(&self) -> Result<()> {
-        if self.breaker.is_none() && self.retry_budget.is_none() {
+        if self.breaker.is_none() && self.retry_budget.is_none() && self.admission.is_none() {
             return Err(Error::at(
                 ErrorCode::InvalidBreaker,
                 "/fleet",
-                "a fleet section needs a breaker, a retry budget or both",
+                "a fleet section needs a breaker, a retry budget, admission limits, or more than one",
             ));
+        }
+        if let Some(a) = &self.admission {
+            a.check("/fleet/admission")?;
         }
         if let Some(b) = &self.breaker {
             b.check("/fleet/breaker")?;
@@ -122,6 +129,27 @@ object!(BudgetRef {
     snapshot_sha256: doc,
 });
 
+/// The admission limits an attempt was admitted under (or a stop refused
+/// by). Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsRef {
+    /// From the first ask to the admitted start (a stop: to the refusal), ms.
+    pub queue_wait_ms: u64,
+    /// Digest of the admission snapshot read.
+    pub snapshot_sha256: Sha256Hex,
+    /// The admitted start (a stop: the earliest, none when never), Unix ms.
+    pub start_epoch_ms: Option<u64>,
+    /// Tokens reserved (with a token bucket).
+    pub tokens: Option<u64>,
+}
+
+object!(LimitsRef {
+    queue_wait_ms: u64,
+    snapshot_sha256: doc,
+    start_epoch_ms: opt_u64,
+    tokens: opt_u64,
+});
+
 /// A route skipped because its breaker refused. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skip {
@@ -172,6 +200,8 @@ pub struct Admission {
     pub breaker: Option<BreakerRef>,
     /// The retry budget.
     pub budget: Option<BudgetRef>,
+    /// The admission limits.
+    pub limits: Option<LimitsRef>,
     /// Routes skipped before it (open breakers).
     pub skipped: Option<Skips>,
     /// Set when the store was unavailable and the policy fails open.
@@ -182,6 +212,7 @@ object!(Admission {
     admitted_at_epoch_ms: u64,
     breaker: opt_doc,
     budget: opt_doc,
+    limits: opt_doc,
     skipped: opt_doc,
     store: opt_doc,
 });
@@ -189,6 +220,9 @@ object!(Admission {
 /// Why the fleet stopped a run before a dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
+    /// The admission limits do not admit within the queue bound, or not
+    /// early enough to leave room before the deadline.
+    Admission,
     /// No route's breaker admits.
     CircuitOpen,
     /// A retry or fallback the budget does not cover.
@@ -198,6 +232,7 @@ pub enum StopReason {
 }
 
 names!(StopReason {
+    Admission => "admission",
     CircuitOpen => "circuit_open",
     RetryBudget => "retry_budget",
     StoreUnavailable => "store_unavailable",
@@ -213,6 +248,8 @@ pub struct FleetStop {
     pub at_ms: u64,
     /// The budget snapshot that refused (retry_budget).
     pub budget: Option<BudgetRef>,
+    /// The admission snapshot that refused (admission).
+    pub limits: Option<LimitsRef>,
     /// Why.
     pub reason: StopReason,
     /// Routes skipped (circuit_open: every route left).
@@ -223,6 +260,7 @@ object!(FleetStop {
     at_epoch_ms: u64,
     at_ms: u64,
     budget: opt_doc,
+    limits: opt_doc,
     reason: doc,
     skipped: opt_doc,
 });
@@ -234,6 +272,8 @@ pub struct FleetSummary {
     pub admitted_without_store: u64,
     /// Attempts admitted as half-open probes.
     pub probes: u64,
+    /// Queue wait of every attempt, ms (with admission limits).
+    pub queue_wait_ms: Option<u64>,
     /// Routes skipped because their breaker refused.
     pub routes_skipped: u64,
     /// Attempts that withdrew from the retry budget.
@@ -243,6 +283,7 @@ pub struct FleetSummary {
 object!(FleetSummary {
     admitted_without_store: u64,
     probes: u64,
+    queue_wait_ms: opt_u64,
     routes_skipped: u64,
     withdrawals: u64,
 });
@@ -250,6 +291,8 @@ object!(FleetSummary {
 /// The snapshots a bundle carries: every one an admission read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FleetSnapshots {
+    /// Admission snapshots (omitted when none).
+    pub admissions: Vec<AdmissionSnapshot>,
     /// Breaker snapshots.
     pub breakers: Vec<BreakerSnapshot>,
     /// Retry budget snapshots.
@@ -259,20 +302,28 @@ pub struct FleetSnapshots {
 impl Decode for FleetSnapshots {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = crate::decode::Fields::open(v, at)?;
+        let admissions = f.opt_with("admissions", |v, at| decode_list(v, at, MAX_ATTEMPTS));
         let breakers = f.req_with("breakers", |v, at| decode_list(v, at, MAX_ATTEMPTS));
         let budgets = f.req_with("budgets", |v, at| decode_list(v, at, MAX_ATTEMPTS));
         f.end()?;
         let (Some(breakers), Some(budgets)) = (breakers, budgets) else {
             return Err(f.incomplete());
         };
-        Ok(Self { breakers, budgets })
+        Ok(Self {
+            admissions: admissions.unwrap_or_default(),
+            breakers,
+            budgets,
+        })
     }
 }
 
 impl Encode for FleetSnapshots {
     fn encode(&self, sink: &mut dyn Sink) {
-        crate::canonical::ObjectWriter::new(sink)
-            .list("breakers", &self.breakers)
+        let mut w = crate::canonical::ObjectWriter::new(sink);
+        if !self.admissions.is_empty() {
+            w.list("admissions", &self.admissions);
+        }
+        w.list("breakers", &self.breakers)
             .list("budgets", &self.budgets)
             .end();
     }
@@ -297,6 +348,19 @@ impl FleetSnapshots {
         d
     }
 
+    /// Keep an admission snapshot (once); its digest.
+    pub(crate) fn keep_admission(&mut self, s: &AdmissionSnapshot) -> Sha256Hex {
+        let d = Sha256Hex::computed(digest_of(s));
+        if !self.admissions.iter().any(|b| b == s) {
+            self.admissions.push(s.clone());
+        }
+        d
+    }
+
+    fn admission(&self, d: &Sha256Hex) -> Option<&AdmissionSnapshot> {
+        self.admissions.iter().find(|s| digest_of(*s) == d.as_str())
+    }
+
     fn breaker(&self, d: &Sha256Hex) -> Option<&BreakerSnapshot> {
         self.breakers.iter().find(|s| digest_of(*s) == d.as_str())
     }
@@ -309,14 +373,48 @@ impl FleetSnapshots {
 /// What a host read from its store before a dispatch.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FleetView {
+    /// Admission snapshots of the policy's routes, each under the key (route
+    /// release) the host read it with; a route the store holds nothing for
+    /// gets full buckets and nothing in flight.
+    pub admission: Vec<(Sha256Hex, AdmissionSnapshot)>,
     /// Breaker snapshots of the policy's routes, each under the key (route
     /// release) the host read it with, in any order; a route the store holds
     /// nothing for gets a fresh closed breaker.
     pub breakers: Vec<(Sha256Hex, BreakerSnapshot)>,
     /// The budget snapshot (a fresh empty one when absent).
     pub budget: Option<RetryBudgetSnapshot>,
+    /// Tokens the attempt reserves (its request's bound), with a token bucket.
+    pub reserve_tokens: Option<u64>,
     /// The store could not be read.
     pub store_unavailable: bool,
+}
+
+/// `{release: snapshot, …}`: each snapshot under the key it was read with.
+fn by_release<T>(
+    v: &Value,
+    at: &At<'_>,
+    what: &str,
+    one: fn(&Value, &At<'_>) -> Result<T>,
+) -> Result<Vec<(Sha256Hex, T)>> {
+    let Value::Object(map) = v else {
+        return Err(at.error(
+            ErrorCode::InvalidType,
+            format!("expected an object of {what} snapshots by route release"),
+        ));
+    };
+    if map.len() > MAX_ROUTES {
+        return Err(at.error(
+            ErrorCode::TooManyItems,
+            format!("at most {MAX_ROUTES} {what} snapshots"),
+        ));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (key, snapshot) in map {
+        let here = At::Key(at, key);
+        let release = Sha256Hex::parse(key).map_err(|m| here.error(ErrorCode::InvalidDigest, m))?;
+        out.push((release, one(snapshot, &here)?));
+    }
+    Ok(out)
 }
 
 /// A view is `{"breakers": {release: snapshot, …}, "budget"?: snapshot,
@@ -324,34 +422,21 @@ pub struct FleetView {
 impl Decode for FleetView {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = crate::decode::Fields::open(v, at)?;
+        let admission = f.opt_with("admission", |v, at| {
+            by_release(v, at, "admission", AdmissionSnapshot::decode)
+        });
         let breakers = f.opt_with("breakers", |v, at| {
-            let Value::Object(map) = v else {
-                return Err(at.error(
-                    ErrorCode::InvalidType,
-                    "expected an object of snapshots by route release",
-                ));
-            };
-            if map.len() > MAX_ROUTES {
-                return Err(at.error(
-                    ErrorCode::TooManyItems,
-                    format!("at most {MAX_ROUTES} breakers"),
-                ));
-            }
-            let mut out = Vec::with_capacity(map.len());
-            for (key, snapshot) in map {
-                let here = At::Key(at, key);
-                let release =
-                    Sha256Hex::parse(key).map_err(|m| here.error(ErrorCode::InvalidDigest, m))?;
-                out.push((release, BreakerSnapshot::decode(snapshot, &here)?));
-            }
-            Ok(out)
+            by_release(v, at, "breaker", BreakerSnapshot::decode)
         });
         let budget = f.opt("budget");
+        let reserve_tokens = f.opt("reserve_tokens");
         let store_unavailable: Option<bool> = f.opt("store_unavailable");
         f.end()?;
         Ok(Self {
+            admission: admission.unwrap_or_default(),
             breakers: breakers.unwrap_or_default(),
             budget,
+            reserve_tokens,
             store_unavailable: store_unavailable.unwrap_or(false),
         })
     }
@@ -361,6 +446,8 @@ impl Decode for FleetView {
 /// only those that changed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FleetWrites {
+    /// Admission snapshots to write (omitted when none).
+    pub admission: Vec<AdmissionSnapshot>,
     /// Breaker snapshots to write.
     pub breakers: Vec<BreakerSnapshot>,
     /// The budget snapshot to write.
@@ -369,8 +456,11 @@ pub struct FleetWrites {
 
 impl Encode for FleetWrites {
     fn encode(&self, sink: &mut dyn Sink) {
-        crate::canonical::ObjectWriter::new(sink)
-            .list("breakers", &self.breakers)
+        let mut w = crate::canonical::ObjectWriter::new(sink);
+        if !self.admission.is_empty() {
+            w.list("admission", &self.admission);
+        }
+        w.list("breakers", &self.breakers)
             .opt_doc("budget", self.budget.as_ref())
             .end();
     }
@@ -389,6 +479,111 @@ pub(crate) fn breaker_in(
             Ok(s.clone())
         }
         None => Ok(BreakerSnapshot::fresh(release.clone(), now)),
+    }
+}
+
+/// The admission snapshot of a release in a view, or a fresh one; checked.
+pub(crate) fn admission_in(
+    cfg: &AdmissionConfig,
+    view: &FleetView,
+    release: &Sha256Hex,
+    now: u64,
+) -> Result<AdmissionSnapshot> {
+    match view.admission.iter().find(|(key, _)| key == release) {
+        Some((key, s)) => {
+            s.check(cfg, release, &format!("/admission/{}", key.as_str()))?;
+            Ok(s.clone())
+        }
+        None => Ok(AdmissionSnapshot::fresh(cfg, release.clone(), now)),
+    }
+}
+
+/// The tokens a view reserves: present exactly when the limits have a token bucket.
+pub(crate) fn reserved_tokens(cfg: &AdmissionConfig, view: &FleetView) -> Result<Option<u64>> {
+    match (cfg.counts_tokens(), view.reserve_tokens) {
+        (true, Some(t)) => Ok(Some(t)),
+        (false, None) => Ok(None),
+        (true, None) => Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/reserve_tokens",
+            "the admission limits have a token bucket: the view says how many tokens the attempt reserves",
+        )),
+        (false, Some(_)) => Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/reserve_tokens",
+            "tokens reserved without a token bucket in the admission limits",
+        )),
+    }
+}
+
+/// When an admission under limits is asked: the run clock and wall clock
+/// now, when the planned attempt first asked (wall clock), and the deadline
+/// (run clock).
+pub(crate) struct LimitsClock {
+    pub(crate) at_ms: u64,
+    pub(crate) now_epoch_ms: u64,
+    pub(crate) since_epoch_ms: u64,
+    pub(crate) deadline_ms: u64,
+}
+
+/// What the admission limits say of a planned dispatch.
+pub(crate) enum LimitsStep {
+    /// Admitted: what the attempt records, the snapshot to write, and the
+    /// run-clock time the dispatch may start.
+    Admitted {
+        limits: LimitsRef,
+        write: AdmissionSnapshot,
+        start_at_ms: u64,
+    },
+    /// The in-flight cap is full: ask again at this wall clock.
+    Wait(u64),
+    /// Not within the queue bound or before the deadline: the refusal.
+    Stop(LimitsRef),
+}
+
+/// The admission limits' answer for a planned dispatch under snapshot `s`
+/// (its digest `digest`): admitted (at once or at a planned start that
+/// leaves room before the deadline), wait, or stop.
+pub(crate) fn limits_step(
+    cfg: &AdmissionConfig,
+    s: &AdmissionSnapshot,
+    digest: Sha256Hex,
+    tokens: Option<u64>,
+    clock: &LimitsClock,
+) -> LimitsStep {
+    let now = clock.now_epoch_ms;
+    let since = clock.since_epoch_ms;
+    let (answer, next) = admission::admit(cfg, s, now, since, tokens.unwrap_or(0));
+    // The run-clock time of a wall-clock instant, and whether it leaves room
+    // before the deadline.
+    let run_at = |t: u64| clock.at_ms.saturating_add(t.saturating_sub(now));
+    let room = |t: u64| run_at(t) < clock.deadline_ms;
+    let refused = |start: Option<u64>| {
+        LimitsStep::Stop(LimitsRef {
+            queue_wait_ms: now.saturating_sub(since),
+            snapshot_sha256: digest.clone(),
+            start_epoch_ms: start,
+            tokens,
+        })
+    };
+    match answer {
+        LimitAnswer::Admitted { start_epoch_ms } if room(start_epoch_ms) => LimitsStep::Admitted {
+            limits: LimitsRef {
+                queue_wait_ms: start_epoch_ms.max(now).saturating_sub(since),
+                snapshot_sha256: digest.clone(),
+                start_epoch_ms: Some(start_epoch_ms),
+                tokens,
+            },
+            write: next,
+            start_at_ms: run_at(start_epoch_ms),
+        },
+        LimitAnswer::Wait { until_epoch_ms } if room(until_epoch_ms) => {
+            LimitsStep::Wait(until_epoch_ms)
+        }
+        LimitAnswer::Admitted { start_epoch_ms: t } | LimitAnswer::Wait { until_epoch_ms: t } => {
+            refused(Some(t))
+        }
+        LimitAnswer::Refused { earliest_epoch_ms } => refused(earliest_epoch_ms),
     }
 }
 
@@ -447,6 +642,64 @@ fn check_skip(
     Ok(())
 }
 
+/// Check an attempt's (or a stop's) admission limits against the snapshot
+/// the bundle carries: re-run the admission and compare its answer.
+fn check_limits(
+    cfg: &AdmissionConfig,
+    snapshots: &FleetSnapshots,
+    limits: &LimitsRef,
+    release: &Sha256Hex,
+    now: u64,
+    stop: Option<(u64, u64)>,
+    (i, at): (Option<usize>, &str),
+) -> Result<()> {
+    let Some(s) = snapshots.admission(&limits.snapshot_sha256) else {
+        return Err(missing(i, format!("{at}/snapshot_sha256")));
+    };
+    s.check(cfg, release, at)?;
+    if cfg.counts_tokens() != limits.tokens.is_some() {
+        return Err(drift(
+            i,
+            format!("{at}/tokens"),
+            "an admission records its tokens exactly when the limits have a token bucket".into(),
+        ));
+    }
+    let tokens = limits.tokens.unwrap_or(0);
+    let fits = match stop {
+        None => {
+            let start = limits.start_epoch_ms.unwrap_or(0);
+            let since = start.saturating_sub(limits.queue_wait_ms);
+            admission::admit(cfg, s, now, since, tokens).0
+                == LimitAnswer::Admitted {
+                    start_epoch_ms: start,
+                }
+                && since <= now
+        }
+        Some((at_ms, deadline_ms)) => {
+            let since = now.saturating_sub(limits.queue_wait_ms);
+            let room = |t: u64| at_ms.saturating_add(t.saturating_sub(now)) < deadline_ms;
+            match admission::admit(cfg, s, now, since, tokens).0 {
+                LimitAnswer::Admitted { start_epoch_ms: t }
+                | LimitAnswer::Wait { until_epoch_ms: t } => {
+                    !room(t) && limits.start_epoch_ms == Some(t)
+                }
+                LimitAnswer::Refused { earliest_epoch_ms } => {
+                    limits.start_epoch_ms == earliest_epoch_ms
+                }
+            }
+        }
+    };
+    if !fits {
+        return Err(drift(
+            i,
+            format!("{at}/start_epoch_ms"),
+            "the admission snapshot does not give this admission (start, queue wait or refusal)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn missing(i: Option<usize>, path: String) -> Error {
     let mut e = Error::at(
         ErrorCode::SnapshotMissing,
@@ -472,6 +725,17 @@ pub fn verify_admissions(
         let now = adm.admitted_at_epoch_ms;
         if adm.store.is_some() {
             continue;
+        }
+        if let (Some(cfg), Some(l)) = (&fleet.admission, &adm.limits) {
+            check_limits(
+                cfg,
+                snapshots,
+                l,
+                &a.route_release_sha256,
+                now,
+                None,
+                (Some(i), &format!("{at}/limits")),
+            )?;
         }
         if let Some(cfg) = &fleet.breaker {
             for (k, skip) in adm.skipped.iter().flat_map(|s| s.0.iter()).enumerate() {
@@ -531,6 +795,40 @@ pub fn verify_admissions(
                     &format!("{at}/skipped/{k}"),
                 )?;
             }
+        }
+        if let (Some(cfg), Some(l), StopReason::Admission) =
+            (&fleet.admission, &stop.limits, stop.reason)
+        {
+            // The route the stop was for: the plan after its skipped routes.
+            let before = Attempts {
+                fleet_stop: None,
+                ..attempts.clone()
+            };
+            let route = crate::evaluate::replay(cp, &before).ok().and_then(|run| {
+                let crate::evaluate::Decision::Dispatch(mut d) = run.next().clone() else {
+                    return None;
+                };
+                for _ in stop.skipped.iter().flat_map(|s| s.0.iter()) {
+                    d = run.skip_route(cp, &d)?;
+                }
+                Some(d)
+            });
+            let Some(d) = route else {
+                return Err(drift(
+                    None,
+                    format!("{at}/limits"),
+                    "no planned dispatch for the admission stop".into(),
+                ));
+            };
+            check_limits(
+                cfg,
+                snapshots,
+                l,
+                &d.route_release_sha256,
+                now,
+                Some((stop.at_ms, d.deadline_ms)),
+                (None, &format!("{at}/limits")),
+            )?;
         }
         if let (Some(cfg), Some(b), StopReason::RetryBudget) =
             (&fleet.retry_budget, &stop.budget, stop.reason)

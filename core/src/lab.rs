@@ -932,8 +932,10 @@ fn fleet_drive(
             };
             now = at_ms;
             let view = FleetView {
+                admission: Vec::new(),
                 breakers: breakers.clone(),
                 budget: budget.clone(),
+                reserve_tokens: None,
                 store_unavailable: step.get("store_down").is_some(),
             };
             let admitted = session.admit(at_ms, at, &view)?;
@@ -1003,4 +1005,113 @@ fn fleet_drive(
         "budget": budget.as_ref().map(to_value),
     });
     Ok((session.seal()?, steps, store))
+}
+
+/// Run a scripted session under a fleet section with admission limits
+/// against an in-memory store of admission snapshots (keyed by their
+/// [`crate::admission::AdmissionSnapshot::key`]), as the `admission` vectors
+/// build their bundles.
+///
+/// `store` seeds it: a list of admission snapshots. Each step of `script`:
+/// - `{"admit": now_epoch_ms, "reserve_tokens"?: n}`: admit at the planned
+///   `not_before_ms` (or the run clock, if later) and write back; a wait
+///   answer writes nothing;
+/// - `{"observe": {"duration_ms", "facts", "used_tokens"?}}`: observe the
+///   admitted attempt, started at its `not_before_ms`, then release it;
+/// - `{"set": snapshot}`: another process writes a snapshot.
+///
+/// The answer: each step's result, the final store, the sealed bundle.
+pub fn admission_session(
+    policy_json: &str,
+    store_json: &str,
+    script_json: &str,
+) -> Result<(Vec<Value>, Value, Bundle)> {
+    use crate::admission::AdmissionSnapshot;
+    use crate::canonical::to_value;
+    use crate::fleet::FleetView;
+    use crate::observe::Facts;
+    let policy = Arc::new(crate::api::compile_policy(policy_json)?);
+    let mut store: Vec<(String, AdmissionSnapshot)> = Vec::new();
+    let seeded: Value = crate::decode::parse_strict(store_json)?;
+    for s in seeded.as_array().into_iter().flatten() {
+        let s: AdmissionSnapshot = from_value(s.clone())?;
+        store.push((s.key(), s));
+    }
+    let put = |store: &mut Vec<(String, AdmissionSnapshot)>, s: AdmissionSnapshot| {
+        let key = s.key();
+        store.retain(|(k, _)| k != &key);
+        store.push((key, s));
+    };
+    let script: Value = crate::decode::parse_strict(script_json)?;
+    let mut session = Session::start(policy);
+    let mut steps = Vec::new();
+    let (mut now, mut epoch) = (0u64, 0u64);
+    for step in script.as_array().into_iter().flatten() {
+        if let Some(at) = step.get("admit").and_then(Value::as_u64) {
+            let at_ms = match session.next() {
+                Decision::Dispatch(d) => d.not_before_ms.max(now),
+                Decision::Terminal { .. } => now,
+            };
+            now = at_ms;
+            epoch = at;
+            let view = FleetView {
+                admission: store
+                    .iter()
+                    .map(|(_, s)| (s.route_release_sha256.clone(), s.clone()))
+                    .collect(),
+                breakers: Vec::new(),
+                budget: None,
+                reserve_tokens: step.get("reserve_tokens").and_then(Value::as_u64),
+                store_unavailable: false,
+            };
+            let admitted = session.admit(now, at, &view)?;
+            for s in &admitted.writes.admission {
+                put(&mut store, s.clone());
+            }
+            steps.push(to_value(&admitted));
+        } else if let Some(o) = step.get("observe") {
+            let started = match session.next() {
+                Decision::Dispatch(d) => d.not_before_ms.max(now),
+                Decision::Terminal { .. } => now,
+            };
+            let duration = o.get("duration_ms").and_then(Value::as_u64).unwrap_or(0);
+            now = started.saturating_add(duration);
+            let facts: Facts = from_value(o.get("facts").cloned().unwrap_or(Value::Null))?;
+            let j = session.observe(started, now, None, &facts)?;
+            let at = epoch.saturating_add(now.saturating_sub(started));
+            let release = session
+                .attempts()
+                .attempts
+                .last()
+                .map(|a| a.route_release_sha256.clone());
+            let admitted = session
+                .attempts()
+                .attempts
+                .last()
+                .and_then(|a| a.admission.as_ref())
+                .is_some_and(|a| a.limits.is_some());
+            let current = store
+                .iter()
+                .find(|(_, s)| Some(&s.route_release_sha256) == release.as_ref())
+                .map(|(_, s)| s.clone());
+            let mut released = Value::Null;
+            if let (true, Some(current)) = (admitted, current) {
+                let used = o.get("used_tokens").and_then(Value::as_u64);
+                let next = session.admission_release(&current, at, used)?;
+                released = to_value(&next);
+                put(&mut store, next);
+            }
+            steps.push(json!({
+                "judgement": to_value(&j),
+                "next": to_value(session.next()),
+                "released": released,
+            }));
+        } else if let Some(s) = step.get("set") {
+            put(&mut store, from_value(s.clone())?);
+            steps.push(json!({"set": true}));
+        }
+    }
+    store.sort_by(|a, b| a.0.cmp(&b.0));
+    let out = Value::Array(store.iter().map(|(_, s)| to_value(s)).collect());
+    Ok((steps, out, session.seal()?))
 }

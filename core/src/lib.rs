@@ -42,6 +42,7 @@
 //! boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
+pub mod admission;
 pub mod api;
 pub mod attempt;
 pub mod breaker;

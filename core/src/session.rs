@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use crate::admission::{self, AdmissionSnapshot};
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
 use crate::breaker::{self, BreakerAdmission};
 use crate::budget;
@@ -17,8 +18,9 @@ use crate::canonical::digest_of;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run};
 use crate::fleet::{
-    breaker_in, budget_in, Admission, BreakerRef, BudgetRef, BudgetUse, FleetSnapshots, FleetStop,
-    FleetView, FleetWrites, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
+    admission_in, breaker_in, budget_in, limits_step, reserved_tokens, Admission, BreakerRef,
+    BudgetRef, BudgetUse, FleetSnapshots, FleetStop, FleetView, FleetWrites, LimitsClock,
+    LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 use crate::ids::Sha256Hex;
 use crate::observe::{judge_at, Facts, Judgement};
@@ -44,6 +46,8 @@ pub struct Session {
     schedule: Option<(Arc<PriceSchedule>, Sha256Hex)>,
     /// What the host reported of the attempt in flight besides its facts.
     notes: Notes,
+    /// When the planned attempt first asked the admission limits, Unix ms.
+    queued_since: Option<u64>,
 }
 
 /// Reports about the attempt in flight, kept until it is recorded.
@@ -69,20 +73,25 @@ struct Pending {
 }
 
 /// The answer of [`Session::admit`]: the decision (the dispatch on the route
-/// admitted, or the fleet's terminal) and the snapshots to write back.
+/// admitted, or the fleet's terminal) and the snapshots to write back; or,
+/// when the admission limits' in-flight cap is full, when to ask again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
     /// What to do.
     pub decision: Decision,
     /// Snapshots that changed; write each with compare-and-set.
     pub writes: FleetWrites,
+    /// Nothing admitted yet: admit again at this wall clock, Unix ms (the
+    /// decision is the plan, not yet admitted, and nothing is written).
+    pub wait_until_epoch_ms: Option<u64>,
 }
 
-/// `{"decision": …, "writes": …}`.
+/// `{"decision": …, "wait_until_epoch_ms"?: …, "writes": …}`.
 impl crate::canonical::Encode for Admitted {
     fn encode(&self, sink: &mut dyn crate::canonical::Sink) {
         crate::canonical::ObjectWriter::new(sink)
             .doc("decision", &self.decision)
+            .opt_u64("wait_until_epoch_ms", self.wait_until_epoch_ms)
             .doc("writes", &self.writes)
             .end();
     }
@@ -109,6 +118,7 @@ impl Session {
             seen: Vec::new(),
             schedule: None,
             notes: Notes::default(),
+            queued_since: None,
         }
     }
 
@@ -313,6 +323,7 @@ impl Session {
         self.attempts.attempts.push(attempt);
         self.pending = None;
         self.notes = Notes::default();
+        self.queued_since = None;
         Ok(action)
     }
 
@@ -486,6 +497,7 @@ impl Session {
             admitted_at_epoch_ms: now_epoch_ms,
             breaker: None,
             budget: None,
+            limits: None,
             skipped: None,
             store: None,
         };
@@ -499,7 +511,7 @@ impl Session {
                 now_epoch_ms,
                 StopReason::StoreUnavailable,
                 Vec::new(),
-                None,
+                (None, None),
             );
         }
         let mut plan = planned;
@@ -538,11 +550,56 @@ impl Session {
                                     now_epoch_ms,
                                     StopReason::CircuitOpen,
                                     skips,
-                                    None,
+                                    (None, None),
                                 )
                             }
                         }
                     }
+                }
+            }
+        }
+        let mut limits_write = None;
+        if let Some(cfg) = &fleet.admission {
+            let s = admission_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
+            self.saw(
+                &format!("admission/{}", s.key()),
+                s.generation,
+                "/admission",
+            )?;
+            let digest = self.snapshots.keep_admission(&s);
+            let tokens = reserved_tokens(cfg, view)?;
+            let since = *self.queued_since.get_or_insert(now_epoch_ms);
+            let clock = LimitsClock {
+                at_ms,
+                now_epoch_ms,
+                since_epoch_ms: since,
+                deadline_ms: plan.deadline_ms,
+            };
+            match limits_step(cfg, &s, digest, tokens, &clock) {
+                LimitsStep::Admitted {
+                    limits,
+                    write,
+                    start_at_ms,
+                } => {
+                    plan.not_before_ms = plan.not_before_ms.max(start_at_ms);
+                    admission.limits = Some(limits);
+                    limits_write = Some(write);
+                }
+                LimitsStep::Wait(until) => {
+                    return Ok(Admitted {
+                        decision: Decision::Dispatch(plan),
+                        writes: FleetWrites::default(),
+                        wait_until_epoch_ms: Some(until),
+                    });
+                }
+                LimitsStep::Stop(limits) => {
+                    return self.stop(
+                        at_ms,
+                        now_epoch_ms,
+                        StopReason::Admission,
+                        skips,
+                        (None, Some(limits)),
+                    );
                 }
             }
         }
@@ -568,7 +625,7 @@ impl Session {
                         now_epoch_ms,
                         StopReason::RetryBudget,
                         skips,
-                        Some(used),
+                        (Some(used), None),
                     );
                 }
                 writes.budget = Some(next);
@@ -578,6 +635,7 @@ impl Session {
         if !skips.is_empty() {
             admission.skipped = Some(Skips(skips));
         }
+        writes.admission.extend(limits_write);
         Ok(self.hold(admission, plan, writes))
     }
 
@@ -623,7 +681,11 @@ impl Session {
             admission,
             decision: decision.clone(),
         });
-        Admitted { decision, writes }
+        Admitted {
+            decision,
+            writes,
+            wait_until_epoch_ms: None,
+        }
     }
 
     fn stop(
@@ -632,12 +694,13 @@ impl Session {
         at_epoch_ms: u64,
         reason: StopReason,
         skips: Vec<Skip>,
-        budget: Option<BudgetRef>,
+        (budget, limits): (Option<BudgetRef>, Option<LimitsRef>),
     ) -> Result<Admitted> {
         let stop = FleetStop {
             at_epoch_ms,
             at_ms,
             budget,
+            limits,
             reason,
             skipped: (!skips.is_empty()).then_some(Skips(skips)),
         };
@@ -645,9 +708,11 @@ impl Session {
         self.attempts.fleet_stop = Some(stop);
         let ordinal = self.attempts.attempts.last().map_or(0, |a| a.ordinal);
         self.log.close(ordinal, self.run.last_action());
+        self.queued_since = None;
         Ok(Admitted {
             decision: self.run.next().clone(),
             writes: FleetWrites::default(),
+            wait_until_epoch_ms: None,
         })
     }
 
@@ -717,10 +782,66 @@ impl Session {
         Ok(recorded)
     }
 
+    /// The next admission snapshot of an admitted attempt's key once the
+    /// attempt is over (answered, failed, cancelled, or admitted and never
+    /// dispatched): its in-flight slot freed and its reserved tokens settled
+    /// with `used_tokens` (the usage the response reported; none: the
+    /// reservation stands), from the snapshot the host reads now. The
+    /// attempt is the one admitted and not yet observed, else the last
+    /// observed one.
+    pub fn admission_release(
+        &self,
+        snapshot: &AdmissionSnapshot,
+        now_epoch_ms: u64,
+        used_tokens: Option<u64>,
+    ) -> Result<AdmissionSnapshot> {
+        let cfg = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.admission.as_ref())
+            .ok_or_else(|| {
+                Error::at(
+                    ErrorCode::AdmissionUnexpected,
+                    "/fleet/admission",
+                    "the policy has no admission limits",
+                )
+            })?;
+        let held = match (&self.pending, self.attempts.attempts.last()) {
+            (Some(p), _) => match &p.decision {
+                Decision::Dispatch(d) => Some((&p.admission, &d.route_release_sha256)),
+                Decision::Terminal { .. } => None,
+            },
+            (None, Some(a)) => a
+                .admission
+                .as_ref()
+                .map(|adm| (adm, &a.route_release_sha256)),
+            (None, None) => None,
+        };
+        let Some((limits, release)) =
+            held.and_then(|(adm, release)| adm.limits.as_ref().map(|l| (l, release)))
+        else {
+            return Err(Error::new(
+                ErrorCode::AdmissionMissing,
+                "no attempt was admitted under the admission limits",
+            ));
+        };
+        snapshot.check(cfg, release, "")?;
+        Ok(admission::release(
+            cfg,
+            snapshot,
+            now_epoch_ms,
+            limits.tokens.unwrap_or(0),
+            used_tokens,
+        ))
+    }
+
     /// Mark the run cancelled between attempts at `at_ms` (run clock).
     pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
         self.run.cancel(at_ms)?;
         self.pending = None;
+        self.queued_since = None;
         self.attempts.cancelled_at_ms = Some(at_ms);
         let ordinal = self.attempts.attempts.last().map_or(0, |a| a.ordinal);
         self.log.close(ordinal, self.run.last_action());

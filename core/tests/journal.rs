@@ -331,8 +331,7 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
     .unwrap();
     let view = FleetView {
         breakers: vec![(primary, open)],
-        budget: None,
-        store_unavailable: false,
+        ..FleetView::default()
     };
     let mut session = Session::start(Arc::clone(&cp));
     let admitted = session.admit(0, 1_780_000_000_100, &view).unwrap();

@@ -676,8 +676,9 @@ fn generated_runs_reach_every_terminal() {
     eprintln!("terminals {terminals:?}, fallback used {fallbacks}, floor applied {floors}, jitter draws by mode {jittered:?}");
     // The fleet's terminals need a fleet section and snapshots, and
     // stop_retry_after a hint over the cap under `stop` or `skip_route`:
-    // the fleet vectors and the over-cap property below reach them.
+    // the fleet and admission vectors and the over-cap property below reach them.
     let fleet = [
+        Terminal::StopAdmission,
         Terminal::StopCircuitOpen,
         Terminal::StopRetryBudget,
         Terminal::StopStoreUnavailable,

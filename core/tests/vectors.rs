@@ -105,6 +105,17 @@ fn actual(op: &str, input: &Value) -> Value {
             &["config", "now_epoch_ms", "snapshot"]
         }
         "breaker_record" => &["config", "now_epoch_ms", "outcome", "probe", "snapshot"],
+        "admission_admit" => &[
+            "config",
+            "now_epoch_ms",
+            "queued_since_epoch_ms",
+            "snapshot",
+            "tokens",
+        ],
+        "admission_release" if input.get("used").is_some() => {
+            &["config", "now_epoch_ms", "reserved", "snapshot", "used"]
+        }
+        "admission_release" => &["config", "now_epoch_ms", "reserved", "snapshot"],
         "journal_verify" => &["events", "policy"],
         "journal_recover" if input.get("reconciliation").is_some() => {
             &["events", "policy", "reconciliation"]
@@ -176,6 +187,22 @@ fn actual(op: &str, input: &Value) -> Value {
             input["probe"].as_bool().unwrap(),
             s(input, "outcome"),
             n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
+        "admission_admit" => api::admission_admit(
+            s(input, "config"),
+            s(input, "snapshot"),
+            n(input, "now_epoch_ms"),
+            n(input, "queued_since_epoch_ms"),
+            n(input, "tokens"),
+        )
+        .map(json_of),
+        "admission_release" => api::admission_release(
+            s(input, "config"),
+            s(input, "snapshot"),
+            n(input, "now_epoch_ms"),
+            n(input, "reserved"),
+            input.get("used").and_then(Value::as_u64),
         )
         .map(json_of),
         "budget_deposit" => api::budget_deposit(

@@ -31,6 +31,8 @@ __all__ = [
     "breaker_record",
     "budget_deposit",
     "budget_withdraw",
+    "admission_admit",
+    "admission_release",
     "lab",
 ]
 
@@ -234,6 +236,32 @@ def budget_withdraw(config: Document, snapshot: Document, now_epoch_ms: int) -> 
     "snapshot": next}`` (a refused withdrawal still refills the balance)."""
     now = check_integer("now_epoch_ms", now_epoch_ms)
     return _loads(call(_core.budget_withdraw, to_text(config), to_text(snapshot), now))
+
+
+def admission_admit(
+    config: Document, snapshot: Document, now_epoch_ms: int, queued_since_epoch_ms: int, tokens: int = 0
+) -> dict[str, Any]:
+    """One admission under admission limits (``retryledger.admission.v1``) at
+    ``now_epoch_ms``, for an attempt that first asked at
+    ``queued_since_epoch_ms`` and reserves ``tokens``: ``{"answer": {"kind":
+    "admitted", "start_epoch_ms"} | {"kind": "wait", "until_epoch_ms"} |
+    {"kind": "refused", "earliest_epoch_ms"?}, "snapshot": next}``."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    since = check_integer("queued_since_epoch_ms", queued_since_epoch_ms)
+    reserved = check_integer("tokens", tokens)
+    return _loads(call(_core.admission_admit, to_text(config), to_text(snapshot), now, since, reserved))
+
+
+def admission_release(
+    config: Document, snapshot: Document, now_epoch_ms: int, reserved: int, used: Optional[int] = None
+) -> dict[str, Any]:
+    """An admitted attempt is over: its in-flight slot freed and its
+    ``reserved`` tokens settled with the ``used`` ones (``None``: not
+    reported, the reservation stands). The next snapshot."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    held = check_integer("reserved", reserved)
+    spent = None if used is None else check_integer("used", used)
+    return _loads(call(_core.admission_release, to_text(config), to_text(snapshot), now, held, spent))
 
 
 class LabReport(NamedTuple):

@@ -252,7 +252,7 @@ def _charge_with_usage() -> PolicyError:
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage")
+    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens")
 
     plan: _core.Dispatch
     idempotency_key: str
@@ -262,6 +262,7 @@ class Step:
     _schedule: Optional[str]
     _session: Optional[_core.Session]
     _usage: bool
+    _tokens: Optional[int]
 
     def __init__(
         self,
@@ -284,6 +285,7 @@ class Step:
         #: The run's session, which records usage and request bodies.
         self._session = session
         self._usage = False
+        self._tokens = None
 
     @property
     def ordinal(self) -> int:
@@ -330,6 +332,15 @@ class Step:
             raise _charge_with_usage()
         cost = check_integer("cost", cost)
         self._cost = check_integer("cost", cost + (self._cost or 0))
+
+    def tokens_used(self, tokens: int) -> None:
+        """Report the tokens this attempt used (reports add up), for a policy
+        whose admission limits have a token bucket: when the attempt's
+        admission slot is released its reservation is settled with them
+        (unused tokens go back to the bucket, more than reserved are taken
+        from it). Without a report the reservation stands."""
+        tokens = check_integer("tokens", tokens)
+        self._tokens = check_integer("tokens", tokens + (self._tokens or 0))
 
     def usage(self, units: Mapping[str, int]) -> None:
         """Record raw usage: ``units`` (kind -> count, e.g. ``{"input": 812,
@@ -707,7 +718,7 @@ class _Host:
     """What the sync and async drivers share: the session, the hooks, and the
     per-attempt bookkeeping (fleet admission, facts extraction and recording)."""
 
-    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy")
+    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held")
 
     def __init__(
         self,
@@ -726,37 +737,60 @@ class _Host:
         #: The fleet admitting each attempt (None: the policy has no fleet section).
         self.fleet = _fleet_for(compiled, fleet)
         self.policy = compiled
+        #: The route release of an admission not yet dispatched (its slot held).
+        self.held: Optional[str] = None
 
     def epoch_ms(self) -> int:
         """The wall clock, Unix ms."""
         ms = int((self.wall_clock or _wall_ms)())
         return ms if ms > 0 else 0
 
-    def admit(self, now: float) -> Union[_core.Dispatch, _core.Terminal]:
+    def admit(self, now: float) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
         """Admit the planned attempt at ``now`` (run clock) through the fleet:
-        the dispatch to make (perhaps on another route) or the fleet's terminal."""
+        the dispatch to make (perhaps on another route, its ``not_before_ms``
+        after any queue wait) or the fleet's terminal, and how long to wait
+        before admitting again (ms, 0 when admitted or stopped)."""
         fleet = self.fleet
         session = self.session
+        wait = 0.0
         if fleet is not None:
             at = int(now)
-            fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
-        return session.next()
+            answer = fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
+            until = answer.get("wait_until_epoch_ms")
+            if until is not None:
+                wait = float(max(1, until - self.epoch_ms()))
+        plan = session.next()
+        if fleet is not None and wait == 0 and not isinstance(plan, _Terminal):
+            self.held = plan.route_release_sha256
+        return plan, wait
 
     def next_attempt(
         self, clock: Callable[[], float], t0: float, sleep: Callable[[float], None]
     ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
         """The next attempt and the run clock (ms) when it starts: the
-        session's plan, slept until its ``not_before_ms`` and admitted through
-        the fleet; a terminal when the run (or the fleet) ends."""
+        session's plan, slept until its ``not_before_ms``, admitted through
+        the fleet (waiting while the admission limits ask to) and slept
+        until the admitted start; a terminal when the run (or the fleet) ends."""
         plan = self.session.next()
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
-        not_before = plan.not_before_ms
-        while now < not_before:
-            sleep(not_before - now)
-            now = clock() - t0
-        return (plan if self.fleet is None else self.admit(now)), now
+        admitted = self.fleet is None
+        while True:
+            not_before = plan.not_before_ms
+            while now < not_before:
+                sleep(not_before - now)
+                now = clock() - t0
+            if admitted:
+                return plan, now
+            plan, wait = self.admit(now)
+            if isinstance(plan, _Terminal):
+                return plan, now
+            if wait > 0:
+                sleep(wait)
+                now = clock() - t0
+            else:
+                admitted = True
 
     async def next_attempt_async(
         self, clock: Callable[[], float], t0: float, sleep: Callable[[float], Awaitable[None]]
@@ -766,17 +800,40 @@ class _Host:
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
-        not_before = plan.not_before_ms
-        while now < not_before:
-            await sleep(not_before - now)
-            now = clock() - t0
-        return (plan if self.fleet is None else self.admit(now)), now
+        admitted = self.fleet is None
+        while True:
+            not_before = plan.not_before_ms
+            while now < not_before:
+                await sleep(not_before - now)
+                now = clock() - t0
+            if admitted:
+                return plan, now
+            plan, wait = self.admit(now)
+            if isinstance(plan, _Terminal):
+                return plan, now
+            if wait > 0:
+                await sleep(wait)
+                now = clock() - t0
+            else:
+                admitted = True
 
-    def recorded(self, route_release_sha256: str) -> None:
-        """After an observation: the attempt's outcome into its route's breaker."""
+    def recorded(self, route_release_sha256: str, used_tokens: Optional[int] = None) -> None:
+        """After an observation: the attempt's outcome into its route's
+        breaker, and its admission slot released."""
         fleet = self.fleet
         if fleet is not None:
-            fleet.record(self.session, self.policy, self.epoch_ms(), route_release_sha256)
+            now = self.epoch_ms()
+            self.held = None
+            fleet.record(self.session, self.policy, now, route_release_sha256)
+            fleet.release(self.session, self.policy, now, route_release_sha256, used_tokens)
+
+    def abandon(self) -> None:
+        """The run ends between an admission and its dispatch (cancelled
+        while waiting for the admitted start): release the admission slot."""
+        fleet, held = self.fleet, self.held
+        if fleet is not None and held is not None:
+            self.held = None
+            fleet.release(self.session, self.policy, self.epoch_ms(), held)
 
     def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
         """The facts of an attempt that raised (or was cancelled)."""
@@ -806,7 +863,7 @@ class _Host:
     def after(self, step: Step, judgement: _core.Judgement) -> None:
         """After an observation: the fleet's breaker record, then ``on_attempt``."""
         if self.fleet is not None:
-            self.recorded(step.plan.route_release_sha256)
+            self.recorded(step.plan.route_release_sha256, step._tokens)
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
 
@@ -868,15 +925,17 @@ def run(
         plan = plan_next()
         if isinstance(plan, _Terminal):
             break
-        now = clock() - t0
-        not_before = plan.not_before_ms
-        while now < not_before:
-            sleep(not_before - now)
-            now = clock() - t0
         if admits:
-            plan = host.admit(now)
+            # Admitted through the fleet (waiting while its limits ask to).
+            plan, now = host.next_attempt(clock, t0, sleep)
             if isinstance(plan, _Terminal):
                 break
+        else:
+            now = clock() - t0
+            not_before = plan.not_before_ms
+            while now < not_before:
+                sleep(not_before - now)
+                now = clock() - t0
         started = int(now) if now > 0 else 0
         step = Step(plan, idempotency_key, started, schedule, session)
         try:
@@ -962,6 +1021,7 @@ async def run_async(
         if step is not None:
             host.record(step, now, host.facts(step, cancelled, cancelled=True), None)
         else:
+            host.abandon()
             at = int(now)
             session.cancel(at if at > 0 else 0)
         error = RunCancelledError(session.seal())

@@ -306,7 +306,7 @@ class _StreamHost(_Host):
             started, completed if completed > started else started, step._cost, facts, deltas
         )
         if self.fleet is not None:
-            self.recorded(step.plan.route_release_sha256)
+            self.recorded(step.plan.route_release_sha256, step._tokens)
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
         return judgement

@@ -69,6 +69,7 @@ ErrorCode = Literal[
     "invalid_stream_contract",
     "invalid_breaker",
     "invalid_retry_budget",
+    "invalid_admission",
     "attempt_after_terminal",
     "route_drift",
     "release_drift",
@@ -170,6 +171,7 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "invalid_stream_contract": "policy",
     "invalid_breaker": "policy",
     "invalid_retry_budget": "policy",
+    "invalid_admission": "policy",
     "attempt_after_terminal": "drift",
     "route_drift": "drift",
     "release_drift": "drift",
@@ -246,6 +248,7 @@ Terminal = Literal[
     "stop_retry_budget",
     "stop_store_unavailable",
     "stop_retry_after",
+    "stop_admission",
 ]
 
 #: How a run ends.
@@ -262,6 +265,7 @@ TERMINALS: Tuple[Terminal, ...] = (
     "stop_retry_budget",
     "stop_store_unavailable",
     "stop_retry_after",
+    "stop_admission",
 )
 
 #: An outcome class.

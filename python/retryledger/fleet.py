@@ -132,7 +132,7 @@ def fresh_budget(scope: str, now_epoch_ms: int) -> Dict[str, Any]:
 class _Shape:
     """What a policy's fleet section asks of the store."""
 
-    __slots__ = ("releases", "breaker", "scope", "keys")
+    __slots__ = ("releases", "breaker", "scope", "keys", "admission", "tokens", "scoped")
 
     def __init__(self, policy: Policy) -> None:
         doc = policy.document
@@ -146,7 +146,16 @@ class _Shape:
         self.breaker = "breaker" in fleet
         budget = fleet.get("retry_budget")
         self.scope: Optional[str] = budget["scope"] if budget is not None else None
-        #: The store keys of the view, in order (breakers, then the budget), once known.
+        admission = fleet.get("admission")
+        #: Whether the policy has admission limits, and whether they count tokens.
+        self.admission = admission is not None
+        self.tokens = admission is not None and "token_bound" in admission
+        #: The key's tail after the release: tenant and principal, when set.
+        self.scoped = "".join(
+            "/" + admission[part] for part in ("tenant", "principal") if admission is not None and part in admission
+        )
+        #: The store keys of the view, in order (breakers, then the budget,
+        #: then the admission limits of every route), once known.
         self.keys: Optional[List[str]] = None
 
 
@@ -167,10 +176,24 @@ class Fleet:
     tell what the fleet did; they are approximate under threads.
     """
 
-    def __init__(self, store: Store, *, namespace: str = "retryledger", max_conflicts: int = 5) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        namespace: str = "retryledger",
+        max_conflicts: int = 5,
+        reserve_tokens: Optional[int] = None,
+    ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("a fleet needs a non-empty namespace")
         self.store = store
+        #: Tokens each admission reserves under a token bucket (the
+        #: request's bound), unless ``admit`` is given its own.
+        self.reserve_tokens: Optional[int] = (
+            None if reserve_tokens is None else check_integer("reserve_tokens", reserve_tokens)
+        )
+        #: Admission slots released (and tokens settled).
+        self.releases = 0
         self.namespace = namespace
         self.max_conflicts = check_integer("max_conflicts", max_conflicts)
         self._shapes: Dict[str, _Shape] = {}
@@ -199,6 +222,17 @@ class Fleet:
         """The store key of a retry budget scope."""
         return f"{self.namespace}/budget/{scope}"
 
+    def admission_key(self, route_release_sha256: str, scoped: str = "") -> str:
+        """The store key of a route release's admission limits (``scoped``:
+        ``/tenant`` or ``/tenant/principal`` when the policy scopes them)."""
+        return f"{self.namespace}/admission/{route_release_sha256}{scoped}"
+
+    def admission(self, policy: Policy, route_release_sha256: str) -> Optional[Dict[str, Any]]:
+        """The admission snapshot the store holds for a route release under
+        the policy's scope, if any."""
+        key = self.admission_key(route_release_sha256, self._shape(policy).scoped)
+        return self.store.get(key)[0]
+
     def breaker(self, route_release_sha256: str) -> Optional[Dict[str, Any]]:
         """The breaker snapshot the store holds for a route release, if any."""
         return self.store.get(self.breaker_key(route_release_sha256))[0]
@@ -224,6 +258,8 @@ class Fleet:
             keys = [self.breaker_key(r) for r in shape.releases] if shape.breaker else []
             if shape.scope is not None:
                 keys.append(self.budget_key(shape.scope))
+            if shape.admission:
+                keys.extend(self.admission_key(r, shape.scoped) for r in shape.releases)
             shape.keys = keys
         return keys
 
@@ -257,21 +293,27 @@ class Fleet:
         return self._view_text(shape, rows), rows
 
     @staticmethod
-    def _view_text(shape: _Shape, rows: List[Row]) -> str:
+    def _view_text(shape: _Shape, rows: List[Row], reserve_tokens: Optional[int] = None) -> str:
         """The view (JSON text) of ``rows``, in the order of ``_keys``."""
         parts: List[str] = []
+        limits: List[str] = []
         budget: Optional[str] = None
         n = len(shape.releases) if shape.breaker else 0
+        b = n + (1 if shape.scope is not None else 0)
         for i, (text, _) in enumerate(rows):
             if text is None:
                 continue
             if i < n:
                 parts.append(f'"{shape.releases[i]}":{text}')
-            else:
+            elif i < b:
                 budget = text
-        view = '{"breakers":{' + ",".join(parts) + "}"
+            else:
+                limits.append(f'"{shape.releases[i - b]}":{text}')
+        view = ('{"admission":{' + ",".join(limits) + "}," if shape.admission else "{") + '"breakers":{' + ",".join(parts) + "}"
         if budget is not None:
             view += ',"budget":' + budget
+        if shape.tokens and reserve_tokens is not None:
+            view += f',"reserve_tokens":{int(reserve_tokens)}'
         return view + "}"
 
     def read_view(self, policy: Policy) -> Tuple[Dict[str, Any], Dict[str, int]]:
@@ -284,15 +326,29 @@ class Fleet:
 
     # ---- what the drivers call ----------------------------------------------
 
-    def admit(self, session: _core.Session, policy: Policy, at_ms: int, now_epoch_ms: int) -> Dict[str, Any]:
+    def admit(
+        self,
+        session: _core.Session,
+        policy: Policy,
+        at_ms: int,
+        now_epoch_ms: int,
+        reserve_tokens: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """Admit the session's planned attempt against the store (see the
         module's documentation). Returns the core's answer ``{"decision",
         "writes"}``; afterwards ``session.next()`` is the dispatch to make or
-        the fleet's terminal."""
+        the fleet's terminal. Under admission limits the answer may instead
+        carry ``wait_until_epoch_ms`` (the in-flight cap is full: nothing was
+        admitted; admit again then), and an admitted dispatch's
+        ``not_before_ms`` includes its planned queue wait. ``reserve_tokens``
+        is the request's token bound when the limits have a token bucket
+        (default: the fleet's ``reserve_tokens``)."""
         self.admissions += 1
+        if reserve_tokens is None:
+            reserve_tokens = self.reserve_tokens
         check_and_set = getattr(self.store, "check_and_set_raw", None)
         if check_and_set is None:
-            return self._admit_by_reads(session, policy, at_ms, now_epoch_ms)
+            return self._admit_by_reads(session, policy, at_ms, now_epoch_ms, reserve_tokens)
         shape = self._shape(policy)
         keys = self._keys(shape)
         if not keys:
@@ -304,7 +360,7 @@ class Fleet:
         fresh = False
         for _ in range(self.max_conflicts + 1):
             rows = [cache.get(key, _ABSENT) for key in keys]
-            view = self._view_text(shape, rows)
+            view = self._view_text(shape, rows, reserve_tokens)
             try:
                 preview: Dict[str, Any] = call(session.admit_preview, at_ms, now_epoch_ms, view)
             except RetryledgerError as e:
@@ -321,7 +377,7 @@ class Fleet:
                     return self._without_store(session, at_ms, now_epoch_ms)
                 self._refresh(keys, rows)
                 fresh = True
-                view = self._view_text(shape, rows)
+                view = self._view_text(shape, rows, reserve_tokens)
                 try:
                     preview = call(session.admit_preview, at_ms, now_epoch_ms, view)
                 except RetryledgerError as again:
@@ -363,7 +419,16 @@ class Fleet:
         for snapshot in writes["breakers"]:
             key = self.breaker_key(snapshot["route_release_sha256"])
             entries.append((key, read.get(key, (None, 0))[1], to_text(snapshot)))
+        # Admission limits last: an in-flight slot taken and then abandoned
+        # (a write before it conflicting) would hold the slot until released.
+        for snapshot in writes.get("admission", ()):
+            key = self._admission_key_of(snapshot)
+            entries.append((key, read.get(key, (None, 0))[1], to_text(snapshot)))
         return entries
+
+    def _admission_key_of(self, snapshot: Dict[str, Any]) -> str:
+        scoped = "".join("/" + snapshot[part] for part in ("tenant", "principal") if part in snapshot)
+        return self.admission_key(snapshot["route_release_sha256"], scoped)
 
     def _refresh(self, keys: List[str], rows: List[Row]) -> None:
         """Cache what the store answered for ``keys``."""
@@ -382,14 +447,23 @@ class Fleet:
             if text is not None:
                 cache[key] = (text, expected + 1)
 
-    def _admit_by_reads(self, session: _core.Session, policy: Policy, at_ms: int, now_epoch_ms: int) -> Dict[str, Any]:
+    def _admit_by_reads(
+        self,
+        session: _core.Session,
+        policy: Policy,
+        at_ms: int,
+        now_epoch_ms: int,
+        reserve_tokens: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """Admission with a store that has only ``get`` and ``compare_and_set``
         (read, admit, write back each changed snapshot; re-read on a conflict)."""
         cas = self._cas
-        keys = self._keys(self._shape(policy))
+        shape = self._shape(policy)
+        keys = self._keys(shape)
         for _ in range(self.max_conflicts + 1):
             try:
-                view, rows = self._view(policy)
+                rows = self._read(keys)
+                view = self._view_text(shape, rows, reserve_tokens)
             except StoreUnavailableError:
                 return self._without_store(session, at_ms, now_epoch_ms)
             generations = {key: generation for key, (_, generation) in zip(keys, rows)}
@@ -414,6 +488,12 @@ class Fleet:
                 if written:
                     for snapshot in writes["breakers"]:
                         key = self.breaker_key(snapshot["route_release_sha256"])
+                        if not cas(key, generations.get(key, 0), snapshot):
+                            written = False
+                            break
+                if written:
+                    for snapshot in writes.get("admission", ()):
+                        key = self._admission_key_of(snapshot)
                         if not cas(key, generations.get(key, 0), snapshot):
                             written = False
                             break
@@ -524,6 +604,71 @@ class Fleet:
             self.conflicts += 1
         raise _conflict("breaker record", self.max_conflicts + 1)
 
+    def release(
+        self,
+        session: _core.Session,
+        policy: Policy,
+        now_epoch_ms: int,
+        route_release_sha256: str,
+        used_tokens: Optional[int] = None,
+    ) -> Optional[Dict[str, Any]]:
+        """Free the in-flight slot of the session's admitted attempt (the one
+        admitted and not yet observed, else the last one observed) and
+        settle its reserved tokens with ``used_tokens`` (``session.admission_release``
+        of the cached snapshot, one check-and-set; on a conflict again from
+        the snapshot the store answered). Called once the attempt is over,
+        whatever its end (answer, error, cancellation, or admitted and never
+        dispatched). Returns the snapshot written, or ``None`` when the
+        policy has no admission limits, the attempt was admitted without
+        them (``fail_open``), or the store is unavailable (the slot is then
+        held: docs/FLEET.md)."""
+        shape = self._shape(policy)
+        if not shape.admission:
+            return None
+        key = self.admission_key(route_release_sha256, shape.scoped)
+        check_and_set = getattr(self.store, "check_and_set_raw", None)
+        cache = self._cache
+        for _ in range(self.max_conflicts + 1):
+            try:
+                if check_and_set is None or key not in cache:
+                    self._refresh([key], self._read([key]))
+            except StoreUnavailableError:
+                self.unavailable += 1
+                self._cache.clear()
+                return None
+            text, generation = cache.get(key, _ABSENT)
+            if text is None:
+                # The store lost the key that admitted the attempt: nothing to free.
+                self.unavailable += 1
+                return None
+            try:
+                nxt: Dict[str, Any] = call(session.admission_release, text, now_epoch_ms, used_tokens)
+            except RetryledgerError as e:
+                if e.code == "admission_missing":
+                    return None
+                raise
+            try:
+                if check_and_set is None:
+                    ok = self._cas(key, generation, nxt)
+                    current: List[Row] = []
+                else:
+                    entries: List[Entry] = [(key, generation, to_text(nxt))]
+                    ok, current = check_and_set(entries)
+            except StoreUnavailableError:
+                self.unavailable += 1
+                self._cache.clear()
+                return None
+            if ok:
+                self._written([(key, generation, to_text(nxt))])
+                self.releases += 1
+                return nxt
+            self.conflicts += 1
+            if current:
+                self._refresh([key], current)
+            else:
+                cache.pop(key, None)
+        raise _conflict("admission release", self.max_conflicts + 1)
+
     def forget(self) -> None:
         """Drop the cached documents (the next admission reads its keys again).
         Never needed for correctness: a stale cache only costs a conflict."""
@@ -532,4 +677,9 @@ class Fleet:
     def uses(self, policy: Policy) -> bool:
         """Whether the policy has a fleet section (the drivers admit only then)."""
         shape = self._shape(policy)
-        return shape.breaker or shape.scope is not None
+        return shape.breaker or shape.scope is not None or shape.admission
+
+    def limits(self, policy: Policy) -> bool:
+        """Whether the policy has admission limits (each admitted attempt is
+        then released with :meth:`release`)."""
+        return self._shape(policy).admission

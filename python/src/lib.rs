@@ -569,6 +569,54 @@ fn budget_withdraw(
     lift(api::budget_withdraw(&text(config)?, &text(snapshot)?, now))
 }
 
+/// `admission_admit`: `{"answer", "snapshot"}` (JSON) for one admission
+/// under admission limits.
+#[pyfunction]
+fn admission_admit(
+    config: &Bound<'_, PyAny>,
+    snapshot: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+    queued_since_epoch_ms: &Bound<'_, PyAny>,
+    tokens: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    let since = integer(queued_since_epoch_ms, "queued_since_epoch_ms")?;
+    let tokens = integer(tokens, "tokens")?;
+    lift(api::admission_admit(
+        &text(config)?,
+        &text(snapshot)?,
+        now,
+        since,
+        tokens,
+    ))
+}
+
+/// `admission_release`: the next admission snapshot (JSON) once an admitted
+/// attempt is over (`used`: the tokens it reported, or None).
+#[pyfunction]
+#[pyo3(signature = (config, snapshot, now_epoch_ms, reserved, used=None))]
+fn admission_release(
+    config: &Bound<'_, PyAny>,
+    snapshot: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+    reserved: &Bound<'_, PyAny>,
+    used: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    let reserved = integer(reserved, "reserved")?;
+    let used = used
+        .filter(|u| !u.is_none())
+        .map(|u| integer(u, "used"))
+        .transpose()?;
+    lift(api::admission_release(
+        &text(config)?,
+        &text(snapshot)?,
+        now,
+        reserved,
+        used,
+    ))
+}
+
 /// Optional JSON text: `None` stays `None`.
 fn opt_text<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<Cow<'a, str>>> {
     obj.filter(|o| !o.is_none()).map(text).transpose()
@@ -1282,6 +1330,32 @@ impl PySession {
         to_py(py, &lift(self.session.breaker_after(&snapshot, now))?)
     }
 
+    /// The admitted attempt's admission snapshot once it is over, from the
+    /// snapshot read now (a dict or JSON): its in-flight slot freed and its
+    /// reserved tokens settled with `used_tokens` (None: not reported); the
+    /// next snapshot as a dict.
+    #[pyo3(signature = (snapshot, now_epoch_ms, used_tokens=None))]
+    fn admission_release<'py>(
+        &self,
+        py: Python<'py>,
+        snapshot: &Bound<'_, PyAny>,
+        now_epoch_ms: &Bound<'_, PyAny>,
+        used_tokens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let now = integer(now_epoch_ms, "now_epoch_ms")?;
+        let used = used_tokens
+            .filter(|u| !u.is_none())
+            .map(|u| integer(u, "used_tokens"))
+            .transpose()?;
+        let snapshot = lift(from_str::<retryledger_core::admission::AdmissionSnapshot>(
+            &text(snapshot)?,
+        ))?;
+        to_py(
+            py,
+            &lift(self.session.admission_release(&snapshot, now, used))?,
+        )
+    }
+
     /// Price the run's usage with `schedule` (a `retryledger.price_schedule.v1`
     /// as JSON text), checked against the policy; only before the first
     /// attempt. The receipt then binds its digest and the bundle carries it.
@@ -1524,6 +1598,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(breaker_record, m)?)?;
     m.add_function(wrap_pyfunction!(budget_deposit, m)?)?;
     m.add_function(wrap_pyfunction!(budget_withdraw, m)?)?;
+    m.add_function(wrap_pyfunction!(admission_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(admission_release, m)?)?;
     m.add_function(wrap_pyfunction!(journal_verify, m)?)?;
     m.add_function(wrap_pyfunction!(journal_recover, m)?)?;
     m.add_function(wrap_pyfunction!(journal_append, m)?)?;

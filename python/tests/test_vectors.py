@@ -48,6 +48,12 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "budget_deposit": lambda i: retryledger.budget_deposit(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "budget_withdraw": lambda i: retryledger.budget_withdraw(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "fleet_session": lambda i: _fleet_session(i["policy"], i["store"], i["script"]),
+    "admission_admit": lambda i: retryledger.admission_admit(
+        i["config"], i["snapshot"], i["now_epoch_ms"], i["queued_since_epoch_ms"], i["tokens"]
+    ),
+    "admission_release": lambda i: retryledger.admission_release(
+        i["config"], i["snapshot"], i["now_epoch_ms"], i["reserved"], i.get("used")
+    ),
     "journal_verify": lambda i: retryledger.journal.journal_verify(i["policy"], i["events"]),
     "journal_recover": lambda i: retryledger.journal.journal_recover(
         i["policy"], i["events"], i.get("reconciliation")

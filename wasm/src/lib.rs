@@ -358,6 +358,39 @@ pub fn budget_withdraw(config: &str, snapshot: &str, now_epoch_ms: f64) -> Out<S
     lift(api::budget_withdraw(config, snapshot, now))
 }
 
+/// `admissionAdmit`: `{"answer", "snapshot"}` for one admission under admission limits.
+#[wasm_bindgen]
+pub fn admission_admit(
+    config: &str,
+    snapshot: &str,
+    now_epoch_ms: f64,
+    queued_since_epoch_ms: f64,
+    tokens: f64,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    let since = lift(safe_integer(queued_since_epoch_ms, "queued_since_epoch_ms"))?;
+    let tokens = lift(safe_integer(tokens, "tokens"))?;
+    lift(api::admission_admit(config, snapshot, now, since, tokens))
+}
+
+/// `admissionRelease`: the next admission snapshot once an admitted attempt
+/// is over (`used`: the tokens it reported, or `undefined`).
+#[wasm_bindgen]
+pub fn admission_release(
+    config: &str,
+    snapshot: &str,
+    now_epoch_ms: f64,
+    reserved: f64,
+    used: Option<f64>,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    let reserved = lift(safe_integer(reserved, "reserved"))?;
+    let used = lift(used.map(|u| safe_integer(u, "used")).transpose())?;
+    lift(api::admission_release(
+        config, snapshot, now, reserved, used,
+    ))
+}
+
 /// Facts decoded (strictly) once, for attempts that raise the same error.
 #[wasm_bindgen(js_name = Facts)]
 pub struct PreparedFacts {
@@ -754,6 +787,29 @@ impl WasmSession {
             let now = safe_integer(now_epoch_ms, "now_epoch_ms")?;
             let snapshot = from_str::<retryledger_core::breaker::BreakerSnapshot>(snapshot)?;
             Ok(canonical_json(&self.session.breaker_after(&snapshot, now)?))
+        };
+        lift(run())
+    }
+
+    /// The admitted attempt's admission snapshot once it is over, from the
+    /// snapshot (JSON) read now: its slot freed and its reserved tokens
+    /// settled with `used_tokens` (`undefined`: not reported); the next
+    /// snapshot's JSON.
+    pub fn admission_release(
+        &self,
+        snapshot: &str,
+        now_epoch_ms: f64,
+        used_tokens: Option<f64>,
+    ) -> Out<String> {
+        let run = || -> retryledger_core::Result<String> {
+            let now = safe_integer(now_epoch_ms, "now_epoch_ms")?;
+            let used = used_tokens
+                .map(|u| safe_integer(u, "used_tokens"))
+                .transpose()?;
+            let snapshot = from_str::<retryledger_core::admission::AdmissionSnapshot>(snapshot)?;
+            Ok(canonical_json(
+                &self.session.admission_release(&snapshot, now, used)?,
+            ))
         };
         lift(run())
     }

@@ -77,6 +77,10 @@ function run(op, input) {
       return rl.budgetWithdraw(input.config, input.snapshot, input.now_epoch_ms);
     case "fleet_session":
       return fleetSession(input.policy, input.store, input.script);
+    case "admission_admit":
+      return rl.admissionAdmit(input.config, input.snapshot, input.now_epoch_ms, input.queued_since_epoch_ms, input.tokens);
+    case "admission_release":
+      return rl.admissionRelease(input.config, input.snapshot, input.now_epoch_ms, input.reserved, input.used);
     case "priced_session":
       return streamSession(input.policy, input.script, input.schedule);
     case "journal_verify":

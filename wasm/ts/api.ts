@@ -3,6 +3,9 @@
 import { call, toText, type Input, type RawBindings } from "./core.js";
 import { DecodeError } from "./errors.js";
 import type {
+  AdmissionAdmitResult,
+  AdmissionConfig,
+  AdmissionSnapshot,
   BreakerAdmitResult,
   BreakerConfig,
   BreakerSnapshot,
@@ -131,6 +134,8 @@ interface FleetBindings {
   breaker_record(config: string, snapshot: string, probe: boolean, outcome: string, nowEpochMs: number): string;
   budget_deposit(config: string, snapshot: string, nowEpochMs: number): string;
   budget_withdraw(config: string, snapshot: string, nowEpochMs: number): string;
+  admission_admit(config: string, snapshot: string, nowEpochMs: number, queuedSinceEpochMs: number, tokens: number): string;
+  admission_release(config: string, snapshot: string, nowEpochMs: number, reserved: number, used?: number): string;
 }
 
 const fleetCall = <T>(f: (b: FleetBindings) => T): T => call((b: RawBindings) => f(b as unknown as FleetBindings));
@@ -186,4 +191,49 @@ export function budgetWithdraw(config: Input<RetryBudgetConfig>, snapshot: Input
   const s = toText(snapshot);
   const now = epochMs(nowEpochMs);
   return JSON.parse(fleetCall((b) => b.budget_withdraw(c, s, now))) as BudgetWithdrawResult;
+}
+
+function count(name: string, x: unknown): number {
+  if (typeof x !== "number") {
+    throw new DecodeError("invalid_type", `invalid_type at /${name}: \`${name}\` must be a number`, { path: `/${name}` });
+  }
+  return x;
+}
+
+/**
+ * One admission under admission limits at a wall-clock time, for an attempt
+ * that first asked at `queuedSinceEpochMs` and reserves `tokens`:
+ * `{answer, snapshot}`, the answer `admitted` (with its start), `wait` (the
+ * in-flight cap is full: ask again then) or `refused` (the earliest start,
+ * if any, lies beyond the queue bound), and the next snapshot.
+ */
+export function admissionAdmit(
+  config: Input<AdmissionConfig>,
+  snapshot: Input<AdmissionSnapshot>,
+  nowEpochMs: number,
+  queuedSinceEpochMs: number,
+  tokens = 0,
+): AdmissionAdmitResult {
+  const c = toText(config);
+  const s = toText(snapshot);
+  const now = epochMs(nowEpochMs);
+  const since = count("queued_since_epoch_ms", queuedSinceEpochMs);
+  const t = count("tokens", tokens);
+  return JSON.parse(fleetCall((b) => b.admission_admit(c, s, now, since, t))) as AdmissionAdmitResult;
+}
+
+/** An admitted attempt is over: its slot freed and its `reserved` tokens settled with the `used` ones (`undefined`: not reported). */
+export function admissionRelease(
+  config: Input<AdmissionConfig>,
+  snapshot: Input<AdmissionSnapshot>,
+  nowEpochMs: number,
+  reserved: number,
+  used?: number,
+): AdmissionSnapshot {
+  const c = toText(config);
+  const s = toText(snapshot);
+  const now = epochMs(nowEpochMs);
+  const r = count("reserved", reserved);
+  const u = used === undefined ? undefined : count("used", used);
+  return JSON.parse(fleetCall((b) => b.admission_release(c, s, now, r, u))) as AdmissionSnapshot;
 }

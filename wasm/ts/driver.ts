@@ -66,6 +66,14 @@ export interface Step {
    */
   usage(units: Usage): void;
   /**
+   * Report the tokens this attempt used (reports add up), for a policy whose
+   * admission limits have a token bucket: when the attempt's admission slot
+   * is released its reservation is settled with them (unused tokens go back
+   * to the bucket, more than reserved are taken from it). Without a report
+   * the reservation stands.
+   */
+  tokensUsed(tokens: number): void;
+  /**
    * Record the request body this attempt sent, after lowering to its route
    * (a string's UTF-8 bytes, or the bytes): the attempt records its SHA-256,
    * and every retry on the same route must send the same body (replay:
@@ -186,6 +194,8 @@ export class AttemptStep implements Step {
   readonly reserveCost: number;
   readonly decision: DispatchDecision;
   charged: number | undefined = undefined;
+  /** Tokens the attempt reported using (`tokensUsed`). */
+  tokens: number | undefined = undefined;
   delivered = false;
   open = true;
 
@@ -216,6 +226,14 @@ export class AttemptStep implements Step {
       throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
     }
     this.charged = total;
+  }
+
+  tokensUsed(tokens: number): void {
+    const total = (this.tokens ?? 0) + tokens;
+    if (!Number.isSafeInteger(tokens) || tokens < 0 || !Number.isSafeInteger(total)) {
+      throw new RangeError(`tokensUsed(${String(tokens)}): tokens are an integer and the attempt's total stays in 0..=2^53-1`);
+    }
+    this.tokens = total;
   }
 
   usage(units: Usage): void {
@@ -412,10 +430,19 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         await sleep(notBefore - t, signal);
         t = now();
       }
+      // Whether an admission slot is held by a dispatch not yet made.
+      let held = false;
       if (fleet !== undefined && !signal?.aborted) {
         // Admitted against the fleet's store: perhaps on a later route, or the fleet's terminal.
-        const answer = await fleet.admit(session, t);
+        let answer = await fleet.admit(session, t);
+        // The admission limits' in-flight cap is full: admit again when they say.
+        while (answer.wait_until_epoch_ms !== undefined && !signal?.aborted) {
+          await sleep(Math.max(1, answer.wait_until_epoch_ms - fleet.now()), signal);
+          t = now();
+          answer = await fleet.admit(session, t);
+        }
         if (answer.decision.kind === "terminal") continue;
+        held = answer.wait_until_epoch_ms === undefined;
         decision = session.next() as DispatchDecision;
         notBefore = decision.not_before_ms;
         t = now();
@@ -427,6 +454,8 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       if (signal?.aborted) {
         cancelled = true;
         cancelReason = signal.reason;
+        // Admitted and never dispatched: its admission slot is released.
+        if (fleet !== undefined && held) await fleet.release(session, decision.route_release_sha256).catch(() => undefined);
         session.cancel(now());
         continue;
       }
@@ -477,7 +506,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         });
       }
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256);
+      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
     }
     sealed = sealAndRelease(session);

@@ -45,7 +45,7 @@
 import { RetryledgerError, RunError } from "./errors.js";
 import type { Session } from "./session.js";
 import { StoreUnavailableError, type CheckAndSetAnswer, type CheckAndSetEntry, type FleetStore, type StoreDocument, type StoreRead, type StoreRow } from "./stores/store.js";
-import type { AdmitAnswer, BreakerSnapshot, FleetView, Policy, RetryBudgetSnapshot } from "./types.js";
+import type { AdmissionSnapshot, AdmitAnswer, BreakerSnapshot, FleetView, Policy, RetryBudgetSnapshot } from "./types.js";
 
 export interface FleetOptions {
   /** Prefix of every key (default `retryledger`). */
@@ -54,6 +54,8 @@ export interface FleetOptions {
   maxConflicts?: number;
   /** Wall clock, Unix ms (default `Date.now`). */
   now?: () => number;
+  /** Tokens each admission reserves under an admission token bucket (the request's bound). */
+  reserveTokens?: number;
 }
 
 /** What a fleet did with its store, counted over every run that used it. */
@@ -68,11 +70,18 @@ export interface FleetRunSummary {
   records: number;
   /** Breaker records not written because the store threw. */
   recordsLost: number;
+  /** Admission slots released (and tokens settled). */
+  releases?: number;
 }
 
 /** The key of a route release's breaker in a namespace. */
 export function breakerKey(namespace: string, routeReleaseSha256: string): string {
   return `${namespace}/breaker/${routeReleaseSha256}`;
+}
+
+/** The key of a route release's admission limits in a namespace (`scoped`: `/tenant` or `/tenant/principal`). */
+export function admissionKey(namespace: string, routeReleaseSha256: string, scoped = ""): string {
+  return `${namespace}/admission/${routeReleaseSha256}${scoped}`;
 }
 
 /** The key of a scope's retry budget in a namespace. */
@@ -120,6 +129,11 @@ interface Shape {
   releases: string[];
   breaker: boolean;
   keys: string[];
+  /** The releases of the admission keys (after the breakers and the budget), and the key's tail after the release. */
+  limits: string[];
+  scoped: string;
+  tokens: boolean;
+  reserveTokens: number | undefined;
 }
 
 /** A snapshot an admission writes: the check-and-set entry, and the document for a store with compare-and-set only. */
@@ -133,6 +147,7 @@ export class Fleet {
   readonly namespace: string;
   readonly maxConflicts: number;
   readonly #now: () => number;
+  readonly reserveTokens: number | undefined;
   readonly #shapes = new WeakMap<Policy, Shape>();
   /** Per key, the last text and store generation read or written. */
   readonly #cache = new Map<string, StoreRow>();
@@ -152,6 +167,13 @@ export class Fleet {
     this.namespace = namespace;
     this.maxConflicts = maxConflicts;
     this.#now = options.now ?? Date.now;
+    const reserve = options.reserveTokens;
+    if (reserve !== undefined && (!Number.isSafeInteger(reserve) || reserve < 0)) throw new RangeError("reserveTokens is a non-negative integer");
+    this.reserveTokens = reserve;
+  }
+
+  admissionKey(routeReleaseSha256: string, scoped = ""): string {
+    return admissionKey(this.namespace, routeReleaseSha256, scoped);
   }
 
   /** The wall clock, Unix ms (an integer). */
@@ -190,7 +212,15 @@ export class Fleet {
       const keys = releases.map((r) => this.breakerKey(r));
       const scope = fleet?.retry_budget?.scope;
       if (scope !== undefined) keys.push(this.budgetKey(scope));
-      shape = { releases, breaker, keys };
+      const admission = fleet?.admission;
+      const limits: string[] = [];
+      if (admission !== undefined) {
+        for (const r of policy.routes) if (!limits.includes(r.route_release_sha256)) limits.push(r.route_release_sha256);
+      }
+      const scoped = [admission?.tenant, admission?.principal].map((p) => (p === undefined ? "" : `/${p}`)).join("");
+      for (const r of limits) keys.push(this.admissionKey(r, scoped));
+      const tokens = admission?.token_bound !== undefined;
+      shape = { releases, breaker, keys, limits, scoped, tokens, reserveTokens: tokens ? this.reserveTokens : undefined };
       this.#shapes.set(policy, shape);
     }
     return shape;
@@ -237,17 +267,23 @@ export class Fleet {
   async admit(session: Session, atMs: number): Promise<AdmitAnswer> {
     const store = this.store;
     const shape = this.#shape(session.compiled.policy);
-    if (store.checkAndSet !== undefined) return this.#admitChecked(session, atMs, shape, store.checkAndSet.bind(store));
+    // The run clock moves on while the store answers: the admission is made
+    // at the wall time it reads (`now`) and at the run-clock time of that same
+    // moment, so a queued start planned on one clock is the same on the other.
+    const called = this.now();
+    const runAt = (now: number): number => atMs + Math.max(0, now - called);
+    if (store.checkAndSet !== undefined) return this.#admitChecked(session, runAt, shape, store.checkAndSet.bind(store));
     const keys = shape.keys;
     for (let conflicts = 0; ; ) {
       let rows: StoreRow[];
       try {
         rows = await this.#rows(keys);
       } catch (e) {
-        return this.#unavailable(session, atMs, e);
+        return this.#unavailable(session, runAt, e);
       }
       // A store answering state older than the run has seen throws `generation_regressed`.
-      const answer = session.admit(atMs, this.now(), viewText(shape, rows));
+      const now = this.now();
+      const answer = session.admit(runAt(now), now, viewText(shape, rows));
       const entries = this.#admissionWrites(answer, keys, rows);
       let written = true;
       try {
@@ -259,7 +295,7 @@ export class Fleet {
           }
         }
       } catch (e) {
-        return this.#unavailable(session, atMs, e);
+        return this.#unavailable(session, runAt, e);
       }
       if (written) {
         this.stats.admissions++;
@@ -277,7 +313,7 @@ export class Fleet {
    */
   async #admitChecked(
     session: Session,
-    atMs: number,
+    runAt: (now: number) => number,
     shape: Shape,
     checkAndSet: (entries: readonly CheckAndSetEntry[]) => CheckAndSetAnswer | Promise<CheckAndSetAnswer>,
   ): Promise<AdmitAnswer> {
@@ -288,7 +324,7 @@ export class Fleet {
       try {
         this.#refresh(keys, await this.#rows(keys));
       } catch (e) {
-        return this.#unavailable(session, atMs, e);
+        return this.#unavailable(session, runAt, e);
       }
       read = true;
     }
@@ -298,7 +334,7 @@ export class Fleet {
       const now = this.now();
       let preview: AdmitAnswer;
       try {
-        preview = session.admitPreview(atMs, now, view);
+        preview = session.admitPreview(runAt(now), now, view);
       } catch (e) {
         if (!regressed(e) || read) throw e;
         // Another run of this process cached an older read (or the cache started over): read the keys once.
@@ -306,7 +342,7 @@ export class Fleet {
         try {
           this.#refresh(keys, await this.#rows(keys));
         } catch (e2) {
-          return this.#unavailable(session, atMs, e2);
+          return this.#unavailable(session, runAt, e2);
         }
         continue;
       }
@@ -322,12 +358,12 @@ export class Fleet {
         try {
           result = await checkAndSet(entries);
         } catch (e) {
-          return this.#unavailable(session, atMs, e);
+          return this.#unavailable(session, runAt, e);
         }
       }
       if (result.ok) {
         // The same view as the preview: the same answer, now committed.
-        const answer = session.admit(atMs, now, view);
+        const answer = session.admit(runAt(now), now, view);
         this.#written(entries);
         this.stats.admissions++;
         return answer;
@@ -359,16 +395,23 @@ export class Fleet {
     };
     if (writes.budget !== undefined) add(this.budgetKey(writes.budget.scope), writes.budget);
     for (const b of writes.breakers) add(this.breakerKey(b.route_release_sha256), b);
+    // Admission limits last: an in-flight slot taken and then abandoned would hold it until released.
+    for (const a of writes.admission ?? []) {
+      const scoped = [a.tenant, a.principal].map((p) => (p === undefined ? "" : `/${p}`)).join("");
+      const key = this.admissionKey(a.route_release_sha256, scoped);
+      entries.push({ key, expectedGeneration: expected(key), text: JSON.stringify(a), document: a as unknown as StoreDocument });
+    }
     return entries;
   }
 
-  #unavailable(session: Session, atMs: number, e: unknown): AdmitAnswer {
+  #unavailable(session: Session, runAt: (now: number) => number, e: unknown): AdmitAnswer {
     this.lastStoreError = e;
     this.stats.unavailable++;
     this.stats.admissions++;
     // The store may come back without what it held (a restart): read again.
     this.#cache.clear();
-    return session.admit(atMs, this.now(), UNAVAILABLE);
+    const now = this.now();
+    return session.admit(runAt(now), now, UNAVAILABLE);
   }
 
   #lost(e: unknown): undefined {
@@ -385,11 +428,79 @@ export class Fleet {
    * conflict, again from the snapshot the store answered; a store without
    * `checkAndSet`: read, record, compare-and-set; conflicts as in `admit`);
    * `routeReleaseSha256`, the attempt's route release when the host knows
-   * it (the core checks it is the last attempt's). Returns the snapshot
+   * it (the core checks it is the last attempt's). Under admission limits
+   * it then releases the attempt's slot (`release`, its reserved tokens
+   * settled with `usedTokens` when given). Returns the breaker snapshot
    * written, or `undefined` when the policy has no breaker or the store
    * threw (`lastStoreError`; the outcome is then lost to the breaker).
    */
-  async record(session: Session, routeReleaseSha256?: string): Promise<BreakerSnapshot | undefined> {
+  async record(session: Session, routeReleaseSha256?: string, usedTokens?: number): Promise<BreakerSnapshot | undefined> {
+    const recorded = await this.#recordBreaker(session, routeReleaseSha256);
+    const release = routeReleaseSha256 ?? session.lastAttempt()?.route_release_sha256;
+    if (release !== undefined) await this.release(session, release, usedTokens);
+    return recorded;
+  }
+
+  /**
+   * Free the in-flight slot of the session's admitted attempt (the one
+   * admitted and not yet observed, else the last observed) on
+   * `routeReleaseSha256` and settle its reserved tokens with `usedTokens`:
+   * `session.admissionRelease` of the cached snapshot, one check-and-set
+   * (again from the store's answer on a conflict). `record` calls it after
+   * every attempt; a host calls it for an attempt admitted and never
+   * dispatched. Returns the snapshot written, or `undefined` when the
+   * policy has no admission limits, the attempt was admitted without them,
+   * or the store threw (the slot is then held: docs/FLEET.md).
+   */
+  async release(session: Session, routeReleaseSha256: string, usedTokens?: number): Promise<AdmissionSnapshot | undefined> {
+    const shape = this.#shape(session.compiled.policy);
+    if (shape.limits.length === 0) return undefined;
+    const key = this.admissionKey(routeReleaseSha256, shape.scoped);
+    const store = this.store;
+    const cache = this.#cache;
+    for (let conflicts = 0; ; ) {
+      try {
+        if (store.checkAndSet === undefined || !cache.has(key)) this.#refresh([key], await this.#rows([key]));
+      } catch (e) {
+        return this.#lost(e);
+      }
+      const row = cache.get(key) ?? ABSENT;
+      if (row.text === null) return undefined;
+      let next: AdmissionSnapshot;
+      try {
+        next = session.admissionRelease(row.text, this.now(), usedTokens);
+      } catch (e) {
+        if (e instanceof RetryledgerError && e.code === "admission_missing") return undefined;
+        throw e;
+      }
+      const text = JSON.stringify(next);
+      let ok: boolean;
+      let rows: readonly StoreRow[] = [];
+      try {
+        if (store.checkAndSet === undefined) {
+          ok = (await store.compareAndSet(key, row.generation, next as unknown as StoreDocument)).ok;
+        } else {
+          const answer = await store.checkAndSet([{ key, expectedGeneration: row.generation, text }]);
+          ok = answer.ok;
+          rows = answer.rows;
+        }
+      } catch (e) {
+        if (e instanceof RetryledgerError) throw e;
+        return this.#lost(e);
+      }
+      if (ok) {
+        this.#written([{ key, expectedGeneration: row.generation, text }]);
+        this.stats.releases = (this.stats.releases ?? 0) + 1;
+        return next;
+      }
+      this.stats.conflicts++;
+      if (rows.length > 0) this.#refresh([key], rows);
+      else cache.delete(key);
+      if (++conflicts >= this.maxConflicts) throw conflict(`admission release: ${conflicts} compare-and-set conflicts in a row`);
+    }
+  }
+
+  async #recordBreaker(session: Session, routeReleaseSha256?: string): Promise<BreakerSnapshot | undefined> {
     if (!this.#shape(session.compiled.policy).breaker) return undefined;
     // Recorded even when the attempt was admitted without the store (fail_open): the store may be back.
     const release = routeReleaseSha256 ?? session.lastAttempt()?.route_release_sha256;
@@ -479,14 +590,19 @@ export class Fleet {
 /** The view as JSON text, from what was read for each key of the shape (breakers, then the budget). */
 function viewText(shape: Shape, rows: readonly StoreRow[]): string {
   const parts: string[] = [];
+  const limits: string[] = [];
   let budget: string | null = null;
   const n = shape.releases.length;
+  const b = shape.keys.length - shape.limits.length;
   rows.forEach((r, i) => {
     if (r.text === null) return;
     if (i < n) parts.push(`${JSON.stringify(shape.releases[i])}:${r.text}`);
-    else budget = r.text;
+    else if (i < b) budget = r.text;
+    else limits.push(`${JSON.stringify(shape.limits[i - b])}:${r.text}`);
   });
-  return `{"breakers":{${parts.join(",")}}${budget === null ? "" : `,"budget":${budget}`}}`;
+  const head = shape.limits.length > 0 ? `{"admission":{${limits.join(",")}},` : "{";
+  const reserve = shape.tokens && shape.reserveTokens !== undefined ? `,"reserve_tokens":${shape.reserveTokens}` : "";
+  return `${head}"breakers":{${parts.join(",")}}${budget === null ? "" : `,"budget":${budget}`}${reserve}}`;
 }
 
 function regressed(e: unknown): boolean {

@@ -21,6 +21,7 @@ import {
   type RawSession,
 } from "./core.js";
 import type {
+  AdmissionSnapshot,
   AdmitAnswer,
   Attempt,
   BreakerSnapshot,
@@ -66,6 +67,7 @@ interface RawFleet {
   admit(atMs: number, nowEpochMs: number, view: string): string;
   admit_preview(atMs: number, nowEpochMs: number, view: string): string;
   breaker_after(snapshot: string, nowEpochMs: number): string;
+  admission_release(snapshot: string, nowEpochMs: number, usedTokens?: number): string;
   fleet_snapshots_json(): string | undefined;
 }
 
@@ -167,6 +169,18 @@ export class Session {
     const r = fleetOf(this.#raw);
     const text = toText(snapshot);
     return JSON.parse(call(() => r.breaker_after(text, now_epoch_ms))) as BreakerSnapshot;
+  }
+
+  /**
+   * The admitted attempt's admission snapshot once it is over (the attempt
+   * admitted and not yet observed, else the last one observed), from
+   * `snapshot` as the host reads it now: its in-flight slot freed and its
+   * reserved tokens settled with `usedTokens` (`undefined`: not reported).
+   */
+  admissionRelease(snapshot: Input<AdmissionSnapshot>, now_epoch_ms: number, usedTokens?: number): AdmissionSnapshot {
+    const r = fleetOf(this.#raw);
+    const text = toText(snapshot);
+    return JSON.parse(call(() => r.admission_release(text, now_epoch_ms, usedTokens))) as AdmissionSnapshot;
   }
 
   /** Every fleet snapshot the admissions read so far, or `undefined` without a fleet section. */

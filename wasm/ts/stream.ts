@@ -441,10 +441,19 @@ async function* drive<E>(
         await sleep(notBefore - t, signal);
         t = now();
       }
+      // Whether an admission slot is held by a dispatch not yet made.
+      let slotHeld = false;
       if (fleet !== undefined && !signal?.aborted) {
         // Admitted against the fleet's store: perhaps on a later route, or the fleet's terminal.
-        const answer = await fleet.admit(session, t);
+        let answer = await fleet.admit(session, t);
+        // The admission limits' in-flight cap is full: admit again when they say.
+        while (answer.wait_until_epoch_ms !== undefined && !signal?.aborted) {
+          await sleep(Math.max(1, answer.wait_until_epoch_ms - fleet.now()), signal);
+          t = now();
+          answer = await fleet.admit(session, t);
+        }
         if (answer.decision.kind === "terminal") continue;
+        slotHeld = answer.wait_until_epoch_ms === undefined;
         decision = session.next() as DispatchDecision;
         notBefore = decision.not_before_ms;
         t = now();
@@ -456,6 +465,8 @@ async function* drive<E>(
       if (signal?.aborted) {
         cancelled = true;
         cancelReason = signal.reason;
+        // Admitted and never dispatched: its admission slot is released.
+        if (fleet !== undefined && slotHeld) await fleet.release(session, decision.route_release_sha256).catch(() => undefined);
         session.cancel(now());
         if (pending > 0) {
           pending = 0;
@@ -671,7 +682,7 @@ async function* drive<E>(
       lastError = error;
       const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts, lens);
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256);
+      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
 
       switch (judgement.stream) {
@@ -719,7 +730,7 @@ async function* drive<E>(
             if (sf !== undefined) facts.stream = sf;
             observe(session, flight.step.startedAtMs, now(), flight.step.charged, facts, flight.texts, flight.lens);
             // Its breaker too: a half-open probe left unrecorded would hold its place.
-            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256).catch(() => undefined);
+            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256, flight.step.tokens).catch(() => undefined);
           }
           if (session.terminal === null) session.cancel(now());
           sealed = sealAndRelease(session);

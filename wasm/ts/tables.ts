@@ -60,6 +60,7 @@ export const POLICY_CODES = [
   "invalid_stream_contract",
   "invalid_breaker",
   "invalid_retry_budget",
+  "invalid_admission",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -204,6 +205,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   invalid_stream_contract: "policy",
   invalid_breaker: "policy",
   invalid_retry_budget: "policy",
+  invalid_admission: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
@@ -280,6 +282,7 @@ export const TERMINALS = [
   "stop_retry_budget",
   "stop_store_unavailable",
   "stop_retry_after",
+  "stop_admission",
 ] as const;
 /** How a run ends. */
 export type Terminal = (typeof TERMINALS)[number];

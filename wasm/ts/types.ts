@@ -631,7 +631,55 @@ export interface RetryBudgetSnapshot {
 export type OnStoreUnavailable = "fail_closed" | "fail_open";
 
 /** The policy's `fleet` section. */
+/** Admission limits per route release (and tenant, principal): docs/FLEET.md. */
+export interface AdmissionConfig {
+  /** A full in-flight cap unchanged (no admission, no release) for this long is presumed lost and starts over, ms. */
+  in_flight_lease_ms?: number;
+  max_in_flight?: number;
+  /** The queue bound: the longest an attempt waits to be admitted, ms. */
+  max_queue_ms: number;
+  principal?: Identifier;
+  request_burst?: number;
+  requests_per_second?: number;
+  tenant?: Identifier;
+  token_bound?: number;
+  tokens_per_second?: number;
+}
+
+/** `retryledger.admission.v1`: the admission state of one key. */
+export interface AdmissionSnapshot {
+  generation: number;
+  in_flight: number;
+  principal?: Identifier;
+  request_level_milli: number;
+  requests_at_epoch_ms: number;
+  route_release_sha256: Sha256Hex;
+  schema: "retryledger.admission.v1";
+  tenant?: Identifier;
+  token_level_milli: number;
+  tokens_at_epoch_ms: number;
+  updated_at_epoch_ms: number;
+}
+
+/** `admissionAdmit`'s answer. */
+export interface AdmissionAdmitResult {
+  answer:
+    | { kind: "admitted"; start_epoch_ms: number }
+    | { kind: "wait"; until_epoch_ms: number }
+    | { kind: "refused"; earliest_epoch_ms?: number };
+  snapshot: AdmissionSnapshot;
+}
+
+/** The admission limits an attempt was admitted under (or a stop refused by). */
+export interface LimitsRef {
+  queue_wait_ms: number;
+  snapshot_sha256: Sha256Hex;
+  start_epoch_ms?: number;
+  tokens?: number;
+}
+
 export interface FleetConfig {
+  admission?: AdmissionConfig;
   breaker?: BreakerConfig;
   on_store_unavailable: OnStoreUnavailable;
   retry_budget?: RetryBudgetConfig;
@@ -639,6 +687,10 @@ export interface FleetConfig {
 
 /** What a host read from its store before a dispatch (`Session.admit`'s view). */
 export interface FleetView {
+  /** Admission snapshots by the route release each was read under. */
+  admission?: { [route_release_sha256: string]: AdmissionSnapshot };
+  /** Tokens the attempt reserves, with a token bucket. */
+  reserve_tokens?: number;
   /** Breaker snapshots by the route release each was read under. */
   breakers: { [route_release_sha256: string]: BreakerSnapshot };
   /** The budget snapshot, when the store holds one. */
@@ -649,6 +701,7 @@ export interface FleetView {
 
 /** The snapshots to write back with compare-and-set after an admission (only those that changed). */
 export interface FleetWrites {
+  admission?: AdmissionSnapshot[];
   breakers: BreakerSnapshot[];
   budget?: RetryBudgetSnapshot;
 }
@@ -657,6 +710,8 @@ export interface FleetWrites {
 export interface AdmitAnswer {
   /** The dispatch admitted (perhaps on a later route), or the fleet's terminal. */
   decision: Decision;
+  /** The in-flight cap is full: nothing admitted, admit again then (Unix ms). */
+  wait_until_epoch_ms?: number;
   writes: FleetWrites;
 }
 
@@ -682,18 +737,20 @@ export interface Admission {
   admitted_at_epoch_ms: number;
   breaker?: BreakerRef;
   budget?: BudgetRef;
+  limits?: LimitsRef;
   skipped?: Skip[];
   /** Set when the store was unavailable and the policy fails open. */
   store?: "unavailable";
 }
 
-export type FleetStopReason = "circuit_open" | "retry_budget" | "store_unavailable";
+export type FleetStopReason = "admission" | "circuit_open" | "retry_budget" | "store_unavailable";
 
 /** The fleet's refusal of the next dispatch (on the attempts document). */
 export interface FleetStop {
   at_epoch_ms: number;
   at_ms: number;
   budget?: BudgetRef;
+  limits?: LimitsRef;
   reason: FleetStopReason;
   skipped?: Skip[];
 }
@@ -702,12 +759,15 @@ export interface FleetStop {
 export interface FleetSummary {
   admitted_without_store: number;
   probes: number;
+  /** Queue wait of every attempt, ms (with admission limits). */
+  queue_wait_ms?: number;
   routes_skipped: number;
   withdrawals: number;
 }
 
 /** The snapshots a bundle carries: every one an admission read. */
 export interface FleetSnapshots {
+  admissions?: AdmissionSnapshot[];
   breakers: BreakerSnapshot[];
   budgets: RetryBudgetSnapshot[];
 }

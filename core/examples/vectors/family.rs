@@ -158,6 +158,25 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
             get(input, "now_epoch_ms").as_u64().expect("now"),
         )
         .map(parsed),
+        "admission_admit" => api::admission_admit(
+            text(input, "config"),
+            text(input, "snapshot"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+            get(input, "queued_since_epoch_ms").as_u64().expect("since"),
+            get(input, "tokens").as_u64().expect("tokens"),
+        )
+        .map(parsed),
+        "admission_release" => api::admission_release(
+            text(input, "config"),
+            text(input, "snapshot"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+            get(input, "reserved").as_u64().expect("reserved"),
+            input
+                .iter()
+                .find(|(k, _)| *k == "used")
+                .and_then(|(_, v)| v.as_u64()),
+        )
+        .map(parsed),
         "budget_deposit" => api::budget_deposit(
             text(input, "config"),
             text(input, "snapshot"),

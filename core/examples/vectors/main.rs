@@ -27,6 +27,7 @@ mod family;
 // The families, one module each: `pub fn family() -> Family`, written to
 // `<name>.json`. Adding one (`drivers`, say) is its module here and one line
 // at the end of `FAMILIES`.
+mod admission;
 mod builder;
 mod classify_http;
 mod decode;
@@ -75,6 +76,7 @@ const FAMILIES: &[fn() -> Family] = &[
     drivers::family,
     stream::family,
     fleet::family,
+    admission::family,
     usage::family,
     faults::family,
     journal::family,
@@ -125,6 +127,8 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          | `stream_session` | `policy`, `script`: a streamed session step by step (docs/STREAMING.md) |\n\
          | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\
+         | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
+         | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\
          \n\
          Document inputs are JSON *text* (strings), passed to the operation as is, so\n\
