@@ -1,6 +1,7 @@
 """A testing kit for suites that run code under retryledger: a fake clock
 under which a minute of backoff takes no wall time, and a seeded fault
-injector that wraps a dispatch function or an ``httpx`` transport and injects
+injector that wraps a dispatch function (and, with
+:class:`retryledger.httpx.FaultTransport`, an ``httpx`` transport) and injects
 429s (with any hint form), 5xx, 529, timeouts, connection resets and slow
 answers, by script or by rate.
 
@@ -24,7 +25,6 @@ __all__ = [
     "FaultPlanError",
     "InjectedFault",
     "inject_faults",
-    "FaultTransport",
 ]
 
 #: The header every injected failure carries (the core's ``INJECTED_FAULT_HEADER``).
@@ -117,7 +117,9 @@ def _check(script: Sequence[Optional[Fault]], rates: Mapping[str, float], seed: 
 
 
 def _mulberry32(seed: int) -> Callable[[], float]:
-    """The same small generator as the TypeScript kit's, uniform in [0, 1)."""
+    """The same small generator as the TypeScript kit's (mulberry32), uniform in
+    [0, 1): the same seed injects the same faults in both packages (a test in
+    each pins the same pattern)."""
     state = seed & 0xFFFFFFFF
 
     def draw() -> float:
@@ -241,12 +243,3 @@ def inject_faults(
     The wrapper's ``injected`` counts the failures. Raises
     :class:`FaultPlanError` for a plan that cannot be used."""
     return _Faulty(dispatch, _Chooser(script, rates or {}, seed, clock, latency_ms))
-
-
-def __getattr__(name: str) -> Any:
-    # FaultTransport lives with the httpx integration (it needs httpx).
-    if name == "FaultTransport":
-        from .httpx import FaultTransport
-
-        return FaultTransport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import retryledger
+from retryledger.testing import FakeClock as _FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "idempotency-key: tenant-7/op-summarize/INC-4471"
@@ -30,22 +31,5 @@ def make_policy(**overrides: Any) -> Dict[str, Any]:
     return policy
 
 
-class FakeClock:
-    """Milliseconds that advance only when slept or told to."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: List[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, ms: float) -> None:
-        self.sleeps.append(ms)
-        self.now += ms
-
-    async def async_sleep(self, ms: float) -> None:
-        self.sleep(ms)
-
-    def advance(self, ms: float) -> None:
-        self.now += ms
+# The package's own fake clock (retryledger.testing): the suites test what users get.
+FakeClock = _FakeClock

@@ -50,6 +50,11 @@ def test_the_readme_example_takes_60_s_of_backoff_in_well_under_a_second() -> No
     assert retryledger.verify_bundle(result.bundle_json)["kind"] == "verified"
 
 
+#: The first 40 calls under rates unavailable 0.3, timeout 0.2, seed 42
+#: (`.` the real call, `u` unavailable, `t` timeout): the same in both kits.
+SEED_42_PATTERN = ".t..u.u..tu..tu...ut.u.uuuu..uu.t.ttuu.."
+
+
 CASES: List[Tuple[Dict[str, Any], str, Optional[int]]] = [
     ({"kind": "rate_limited", "retry_after_ms": 250}, "rate_limited", 250),
     ({"kind": "rate_limited", "retry_after": "2"}, "rate_limited", 2000),
@@ -102,6 +107,9 @@ def test_by_rate_the_same_seed_injects_the_same_faults_and_slow_only_advances_th
 
     a = pattern()
     assert pattern() == a
+    # The TypeScript kit draws the same faults from the same seed
+    # (wasm/test/testing.test.mjs pins the same 40 calls).
+    assert "".join("." if k == "ok" else k[0] for k in a[:40]) == SEED_42_PATTERN
     assert 35 < a.count("unavailable") < 85
     assert 20 < a.count("timeout") < 60
     clock = FakeClock()

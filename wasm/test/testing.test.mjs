@@ -83,6 +83,8 @@ test("by rate: the same seed injects the same faults; a slow fault only advances
   };
   const a = await pattern();
   assert.deepEqual(await pattern(), a);
+  // The Python kit draws the same faults from the same seed (python/tests/test_testing.py pins the same 40 calls).
+  assert.equal(a.slice(0, 40).map((k) => (k === "ok" ? "." : k[0])).join(""), ".t..u.u..tu..tu...ut.u.uuuu..uu.t.ttuu..");
   const unavailable = a.filter((k) => k === "unavailable").length;
   const timeout = a.filter((k) => k === "timeout").length;
   assert.ok(unavailable > 35 && unavailable < 85, `unavailable ${unavailable} of 200 at 0.3`);
