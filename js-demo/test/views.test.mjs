@@ -410,7 +410,10 @@ test("both views are labelled, reachable from the tabs, and fit a phone", async 
   const unlabelled = await page.$$eval("input, select, textarea", (els) => els.filter((e) => !(e.labels && e.labels.length) && !e.getAttribute("aria-label")).map((e) => e.id));
   assert.deepEqual(unlabelled, []);
   await page.click("#tab-bundle");
-  assert.equal(await page.isVisible("#view-bundle"), true);
+  // The view changes on the hashchange event, which fires after the click returns.
+  await page.waitForSelector("#view-bundle", { state: "visible", timeout: 10_000 });
+  assert.equal(await page.isHidden("#view-fleet"), true);
+  assert.equal(await page.getAttribute("#tab-bundle", "aria-current"), "page");
   await page.close();
 });
 
