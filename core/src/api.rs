@@ -467,6 +467,13 @@ fn journal_events(events_json: &str) -> Result<crate::journal::Journal> {
     from_str::<crate::journal::Journal>(events_json).map_err(|e| e.under("/events"))
 }
 
+/// `Session.resume_journal`: continue `session` (fresh) from a journal's
+/// JSON text, verified against the session's policy.
+pub fn session_resume_journal(session: &mut crate::Session, events_json: &str) -> Result<()> {
+    let events = journal_events(events_json)?;
+    session.resume_journal(&events.0)
+}
+
 /// `journal_verify`: a policy and a journal in; what the replay found
 /// (`attempts`, `head_sha256`, `last_kind`, `lease_generation`, `next_seq`,
 /// `run_id`, `terminal`) out, or the first event the core refuses.

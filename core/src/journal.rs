@@ -541,6 +541,11 @@ impl Replayed {
         &self.attempts
     }
 
+    /// The replayed run and its attempts, for a session that continues it.
+    pub(crate) fn into_run(self) -> (Run, Attempts) {
+        (self.run, self.attempts)
+    }
+
     /// The `prev_sha256` of the next event.
     pub fn head_sha256(&self) -> String {
         self.head

@@ -837,6 +837,46 @@ impl Session {
         ))
     }
 
+    /// Continue the run a verified journal holds: its attempts (reconciled
+    /// ones included), its cancellation and its decisions, replayed by
+    /// [`crate::journal::verify`], so the host observes the next attempt
+    /// through this session like any other and seals from it. Only a fresh
+    /// session resumes (a price schedule may be set first). A journal is
+    /// kept for runs without a fleet section (its snapshots are not in the
+    /// journal: `admission_unexpected`) and without a stream contract (its
+    /// event log is not: `invalid_stream_contract`).
+    pub fn resume_journal(&mut self, events: &[crate::journal::JournalEvent]) -> Result<()> {
+        if !self.attempts.attempts.is_empty()
+            || self.attempts.cancelled_at_ms.is_some()
+            || self.pending.is_some()
+        {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                "/events",
+                "only a session with no attempt yet resumes a journal",
+            ));
+        }
+        if self.policy.policy.fleet.is_some() {
+            return Err(Error::at(
+                ErrorCode::AdmissionUnexpected,
+                "/fleet",
+                "a journal does not hold the fleet's snapshots: a journaled run has no fleet section",
+            ));
+        }
+        if self.policy.policy.stream.is_some() {
+            return Err(Error::at(
+                ErrorCode::InvalidStreamContract,
+                "/stream",
+                "a journal does not hold a stream's event log: a journaled run has no stream contract",
+            ));
+        }
+        let (run, attempts) = crate::journal::verify(&self.policy, events)?.into_run();
+        self.run = run;
+        self.attempts = attempts;
+        self.notes = Notes::default();
+        Ok(())
+    }
+
     /// Mark the run cancelled between attempts at `at_ms` (run clock).
     pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
         self.run.cancel(at_ms)?;

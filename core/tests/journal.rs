@@ -422,3 +422,72 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
     let r = verify(&cp, &events).unwrap();
     assert_eq!(r.summary().terminal.map(|t| t.as_str()), Some("completed"));
 }
+
+#[test]
+fn a_session_resumed_from_any_prefix_continues_to_the_same_bundle() {
+    let cp = policy();
+    let bundle = lab::reference_bundle().unwrap();
+    let events = reference_journal(&cp);
+    for n in 1..=events.len() {
+        let prefix = &events[..n];
+        let mut session = Session::start(Arc::clone(&cp));
+        session.resume_journal(prefix).unwrap();
+        let held = verify(&cp, prefix).unwrap().attempts().attempts.len();
+        assert_eq!(session.attempts().attempts.len(), held);
+        // The rest of the run, observed through the resumed session.
+        for a in &bundle.attempts.attempts[held..] {
+            session
+                .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
+                .unwrap();
+        }
+        assert_eq!(
+            session.seal().unwrap(),
+            bundle,
+            "after a prefix of {n} events"
+        );
+    }
+}
+
+#[test]
+fn a_resumed_session_refuses_a_used_session_a_broken_journal_and_a_fleet() {
+    let cp = policy();
+    let events = reference_journal(&cp);
+    let a = lab::reference_bundle().unwrap().attempts.attempts[0].clone();
+    let mut used = Session::start(Arc::clone(&cp));
+    used.record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
+        .unwrap();
+    let e = used.resume_journal(&events).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidValue);
+    assert_eq!(
+        used.attempts().attempts.len(),
+        1,
+        "a refused resume changes nothing"
+    );
+
+    let mut broken = events.clone();
+    broken.remove(3);
+    let mut fresh = Session::start(Arc::clone(&cp));
+    let e = fresh.resume_journal(&broken).unwrap_err();
+    assert_eq!(e.code, ErrorCode::JournalSeqGap);
+    assert!(fresh.attempts().attempts.is_empty());
+
+    // A fleet policy and a stream policy, as the vectors hold them.
+    for (file, code) in [
+        ("fleet.json", ErrorCode::AdmissionUnexpected),
+        ("stream.json", ErrorCode::InvalidStreamContract),
+    ] {
+        let path = format!("{}/../tests/vectors/{file}", env!("CARGO_MANIFEST_DIR"));
+        let vectors: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let text = vectors["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|c| c["input"]["policy"].as_str())
+            .unwrap()
+            .to_owned();
+        let cp = Arc::new(retryledger_core::api::compile_policy(&text).unwrap());
+        let mut s = Session::start(cp);
+        assert_eq!(s.resume_journal(&[]).unwrap_err().code, code, "{file}");
+    }
+}

@@ -35,9 +35,9 @@ import time
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import _core
-from ._api import Document, Policy, digest, judge
-from ._driver import AttemptError, Classifier, _checked, facts_of
-from ._errors import DecodeError, DriftError, RetryledgerError
+from ._api import Document, Policy, digest
+from ._driver import AttemptError, Classifier, Step, _checked, _schedule_for, facts_of
+from ._errors import DecodeError, RetryledgerError
 from .journal import journal_append, journal_classify, journal_recover
 from .stores import LEASE_LOST, Log, Store
 
@@ -136,74 +136,10 @@ def _text(event: Mapping[str, Any]) -> str:
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
 
 
-class JournalStep:
-    """One attempt of a journaled run, as ``dispatch`` receives it: the
-    reserved dispatch (``plan``, a dict) and the raw ``idempotency_key``."""
-
-    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered")
-
-    def __init__(self, plan: Dict[str, Any], idempotency_key: str, started_at_ms: int) -> None:
-        #: The reserved dispatch, as the journal's ``reserved`` event holds it.
-        self.plan = plan
-        #: The raw idempotency key; send it with the attempt.
-        self.idempotency_key = idempotency_key
-        #: When the attempt started on the run clock, ms.
-        self.started_at_ms = started_at_ms
-        self._cost: Optional[int] = None
-        self._delivered = False
-
-    @property
-    def ordinal(self) -> int:
-        """Global ordinal of the attempt, from 1."""
-        return int(self.plan["ordinal"])
-
-    @property
-    def route_id(self) -> str:
-        """The route to dispatch to."""
-        return str(self.plan["route_id"])
-
-    @property
-    def route_ordinal(self) -> int:
-        """Ordinal on the route, from 1."""
-        return int(self.plan["route_ordinal"])
-
-    @property
-    def route_release_sha256(self) -> str:
-        """The exact route release the policy names."""
-        return str(self.plan["route_release_sha256"])
-
-    @property
-    def deadline_ms(self) -> int:
-        """The run's deadline on the run clock, ms."""
-        return int(self.plan["deadline_ms"])
-
-    @property
-    def reserve_cost(self) -> int:
-        """Worst-case cost reserved for this attempt."""
-        return int(self.plan["reserve_cost"])
-
-    @property
-    def remaining_ms(self) -> int:
-        """Milliseconds left until the deadline when the attempt started."""
-        return max(0, self.deadline_ms - self.started_at_ms)
-
-    def charge(self, cost: int) -> None:
-        """Record the attempt's actual cost (adds up); never charged, it costs ``reserve_cost``."""
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            raise DecodeError("invalid_value", "a cost is a non-negative integer", "/cost")
-        self._cost = cost + (self._cost or 0)
-
-    def output_delivered(self) -> None:
-        """Response bytes reached the caller: a failure after this is never retried."""
-        self._delivered = True
-
-    @property
-    def cost(self) -> int:
-        """The cost recorded for this attempt: what was charged, else ``reserve_cost``."""
-        return self.reserve_cost if self._cost is None else self._cost
-
-    def __repr__(self) -> str:
-        return f"JournalStep(ordinal={self.ordinal}, route_id={self.route_id!r}, started_at_ms={self.started_at_ms})"
+#: What ``dispatch`` receives in a journaled run: the same :class:`Step` as
+#: the plain driver (the planned dispatch, the raw key, charge, usage, the
+#: request body), backed by the core's session resumed from the journal.
+JournalStep = Step
 
 
 class _Outcome:
@@ -296,8 +232,11 @@ class _Owner:
         generation: int,
         events: List[Dict[str, Any]],
         on_append: Optional[AppendCallback],
+        schedule: Optional[str] = None,
     ) -> None:
         self.policy = policy
+        #: The run's price schedule as JSON text, checked against the policy.
+        self.schedule = schedule
         self.store = store
         self.run_id = run_id
         self.log = log
@@ -312,6 +251,14 @@ class _Owner:
     def journal(self) -> str:
         """The journal as JSON text, for the core."""
         return "[" + ",".join(self.texts) + "]"
+
+    def session(self) -> _core.Session:
+        """The core's session continuing the run the journal holds."""
+        session = self.policy.session()
+        if self.schedule is not None:
+            session.set_price_schedule(self.schedule)
+        session.resume_journal(self.journal())
+        return session
 
     def append(self, entry: Dict[str, Any]) -> Dict[str, Any]:
         event = journal_append(self.policy, self.journal(), self.generation, entry)
@@ -458,45 +405,32 @@ def _drive(
         plan: Dict[str, Any] = step["dispatch"]
         started = wait_until(int(plan["not_before_ms"]))
         owner.append({"kind": "dispatched", "started_at_ms": started})
-        attempt_step = JournalStep(plan, idempotency_key, started)
+        # The core's session, resumed from the journal: it plans this very
+        # attempt, records usage and the request body, judges the facts and
+        # builds the attempt the journal observes.
+        session = owner.session()
+        planned = session.next()
+        # The journal verified with a reservation: the core plans it (never reached otherwise).
+        assert isinstance(planned, _core.Dispatch), "the resumed journal has no planned dispatch"
+        attempt_step = Step(planned, idempotency_key, started, owner.schedule, session)
+        error: Optional[BaseException] = None
         try:
             returned = dispatch(attempt_step)
         except Exception as exc:
+            error = exc
             facts = exc._facts if type(exc) is AttemptError else facts_of(
                 exc, classify=classify, output_delivered=attempt_step._delivered, now_unix_ms=max(0, int(clock()))
             )
-            success = False
         else:
             facts = _core.Facts(result="returned")
-            success = True
         completed = max(now(), started)
-        outcome = judge(facts)["outcome"]
-        attempt: Dict[str, Any] = {
-            "completed_at_ms": completed,
-            "cost": attempt_step.cost,
-            "idempotency_key_sha256": plan["idempotency_key_sha256"],
-            "logical_request_sha256": plan["logical_request_sha256"],
-            "ordinal": plan["ordinal"],
-            "outcome": outcome,
-            "route_id": plan["route_id"],
-            "route_ordinal": plan["route_ordinal"],
-            "route_release_sha256": plan["route_release_sha256"],
-            "started_at_ms": started,
-        }
-        if "jitter_sample_ms" in plan:
-            attempt["jitter_sample_ms"] = plan["jitter_sample_ms"]
-        owner.append({"kind": "observed", "attempt": attempt})
-        if success and outcome.get("class") == "success":
+        session.observe(started, completed, attempt_step._cost, facts)
+        owner.append({"kind": "observed", "attempt": session.attempts["attempts"][-1]})
+        if error is None and session.terminal == "completed":
             value = returned
-    attempts = [e["attempt"] for e in owner.events if e["kind"] == "observed"]
-    doc: Dict[str, Any] = {"schema": "retryledger.attempts.v1", "attempts": attempts}
-    end = owner.events[-1]
-    if "cancelled_at_ms" in end:
-        doc["cancelled_at_ms"] = end["cancelled_at_ms"]
-    if "fleet_stop" in end:
-        doc["fleet_stop"] = end["fleet_stop"]
-    bundle = policy.seal(doc)
-    if bundle["receipt"]["terminal"] != "completed":
+    sealed = owner.session().seal()
+    bundle = sealed.bundle
+    if sealed.terminal != "completed":
         raise JournaledStopError(bundle, owner.run_id, owner.generation, list(owner.events))
     return JournaledResult(value, bundle, owner.run_id, owner.generation, list(owner.events))
 
@@ -512,16 +446,10 @@ def _store_of(store: object) -> Any:
 
 def _compiled(policy: Union[Policy, Document], idempotency_key: str, key_scope: Optional[Tuple[str, str]]) -> Policy:
     compiled = _checked(policy, idempotency_key, key_scope)
-    if "fleet" in compiled.document:
-        raise DriftError(
-            "admission_unexpected",
-            "a journaled run does not admit through a fleet yet: use a policy without a fleet section",
-            "/fleet",
-        )
-    if "stream" in compiled.document:
-        raise DecodeError(
-            "invalid_value", "a journaled run does not carry a stream contract yet", "/stream"
-        )
+    # The core says which policies a journal can carry (no fleet section, no
+    # stream contract: their snapshots and event log are not in a journal),
+    # before anything is claimed or written.
+    compiled.session().resume_journal("[]")
     return compiled
 
 
@@ -546,6 +474,7 @@ def run_journaled(
     max_polls: int = 5,
     log: Optional[str] = None,
     lease: Optional[str] = None,
+    price_schedule: Optional[Document] = None,
 ) -> JournaledResult[T]:
     """Run one logical request with its journal in ``store``: the value and
     sealed run, or :class:`JournaledStopError`.
@@ -555,8 +484,11 @@ def run_journaled(
     new owner reads the same run clock. ``sleep`` takes ms. ``on_append`` is
     called after every durable append. The lease register (``lease``, default
     ``lease/<run_id>``) must be absent and the log (``log``, default
-    ``journal/<run_id>``) empty: :class:`RunExistsError` otherwise."""
+    ``journal/<run_id>``) empty: :class:`RunExistsError` otherwise.
+    ``price_schedule`` prices the usage a step reports (``step.usage``), as
+    in :func:`retryledger.run`; a resumed run must be given the same one."""
     compiled = _compiled(policy, idempotency_key, key_scope)
+    schedule = _schedule_for(compiled, price_schedule)
     store = _store_of(store)
     log = journal_log(run_id) if log is None else log
     lease = lease_key(run_id) if lease is None else lease
@@ -568,7 +500,7 @@ def run_journaled(
         raise RunExistsError(f"the lease of {run_id} is taken: resume() takes a run over")
     if store.read(log, 0):
         raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
-    owner = _Owner(compiled, store, run_id, log, lease, 1, [], on_append)
+    owner = _Owner(compiled, store, run_id, log, lease, 1, [], on_append, schedule)
     owner.append({"kind": "created", "run_id": run_id, "created_at_epoch_ms": max(0, int(clock()))})
     return _drive(owner, dispatch, idempotency_key, reconcile, classify, clock, sleep, max_polls)
 
@@ -589,6 +521,7 @@ def resume(
     max_polls: int = 5,
     log: Optional[str] = None,
     lease: Optional[str] = None,
+    price_schedule: Optional[Document] = None,
 ) -> JournaledResult[T]:
     """Take a run over and finish it: raise the lease generation by
     compare-and-set, read and verify the journal (the core refuses an
@@ -597,6 +530,7 @@ def resume(
     is reconciled through ``reconcile`` (required then), never resent blind.
     A finished run is sealed again from its journal, nothing appended."""
     compiled = _compiled(policy, idempotency_key, key_scope)
+    schedule = _schedule_for(compiled, price_schedule)
     store = _store_of(store)
     log = journal_log(run_id) if log is None else log
     lease = lease_key(run_id) if lease is None else lease
@@ -615,5 +549,5 @@ def resume(
         raise RunNotFoundError(f"the journal {log} holds no event")
     # Verify before anything is written: recover refuses an unverified journal.
     journal_recover(compiled, events)
-    owner = _Owner(compiled, store, run_id, log, lease, generation, events, on_append)
+    owner = _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
     return _drive(owner, dispatch, idempotency_key, reconcile, classify, clock, sleep, max_polls)

@@ -1373,6 +1373,17 @@ impl PySession {
         lift(self.session.add_usage(&usage))
     }
 
+    /// Continue the run a journal (JSON text of its events) holds: the core
+    /// verifies it against this session's policy; only a fresh session resumes.
+    fn resume_journal(&mut self, events: &Bound<'_, PyAny>) -> PyResult<()> {
+        lift(api::session_resume_journal(
+            &mut self.session,
+            &text(events)?,
+        ))?;
+        self.next = None;
+        Ok(())
+    }
+
     /// Report the SHA-256 (lowercase hex) of the request body the attempt in flight sent.
     fn set_request_body_sha256(&mut self, digest: &str) -> PyResult<()> {
         let digest = lift(

@@ -3,6 +3,8 @@ the durable order of events, takeover, the coded refusals."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Dict, List
 
 import pytest
@@ -23,7 +25,7 @@ from retryledger.journaled import (
 )
 from retryledger.stores import MemoryStore
 
-from conftest import KEY, FakeClock, make_policy
+from conftest import KEY, ROOT, FakeClock, make_policy
 
 T0 = 1_780_000_000_000
 
@@ -191,3 +193,78 @@ def test_resume_of_nothing_and_a_tampered_journal_are_coded() -> None:
     with pytest.raises(retryledger.DecodeError) as polls:
         resume(policy, lambda s: "ok", KEY, store=store, run_id="k", max_polls=0)
     assert (polls.value.code, polls.value.path) == ("invalid_value", "/max_polls")
+
+
+def test_usage_and_the_request_body_are_recorded_and_survive_a_takeover() -> None:
+    """The step is the plain driver's, on the core's session resumed from the
+    journal: usage is priced by the schedule, the body sent is recorded, and
+    after a crash the new owner's attempts keep both rules (the same body on
+    a retry of the route)."""
+    from test_price import POLICY, PRIMARY, SCHEDULE
+
+    store = MemoryStore()
+    clock = FakeClock()
+    clock.now = T0
+    body = b'{"input":"summarize"}'
+    usage = {"input": 1000, "output": 500}
+
+    def first(step: JournalStep) -> str:
+        step.request_body(body)
+        step.usage(usage)
+        clock.advance(50)
+        if step.ordinal == 1:
+            raise retryledger.AttemptError.retryable("unavailable")
+        raise KeyboardInterrupt  # the process dies with attempt 2 in flight
+
+    with pytest.raises(KeyboardInterrupt):
+        run_journaled(POLICY, first, KEY, store=store, run_id="u-1", clock=clock, sleep=clock.sleep, price_schedule=SCHEDULE)
+
+    def second(step: JournalStep) -> str:
+        step.request_body(body)
+        step.usage(usage)
+        return "ok"
+
+    result = resume(
+        POLICY,
+        second,
+        KEY,
+        store=store,
+        run_id="u-1",
+        clock=clock,
+        sleep=clock.sleep,
+        price_schedule=SCHEDULE,
+        reconcile=lambda a: {"answer": "failed_no_effect", "cost": 0},
+    )
+    attempts = result.bundle["attempts"]["attempts"]
+    assert [a["ordinal"] for a in attempts] == [1, 2, 3] and result.reconciled == [2]
+    for a in (attempts[0], attempts[2]):
+        assert a["usage"] == usage
+        assert a["cost"] == retryledger.price_cost(SCHEDULE, a["route_release_sha256"], usage)
+    assert attempts[0]["route_release_sha256"] == PRIMARY
+    digest = hashlib.sha256(body).hexdigest()
+    assert attempts[0]["request_body_sha256"] == digest == attempts[2]["request_body_sha256"]
+    assert "request_body_sha256" not in attempts[1]  # reconciled: the receiver's answer, not a send
+    assert result.bundle["price_schedule"] == SCHEDULE
+    assert retryledger.verify_bundle(result.bundle)["kind"] == "verified"
+
+    # Another body on the retry of the route is the core's drift, as in the plain driver.
+    store = MemoryStore()
+
+    def drifting(step: JournalStep) -> str:
+        step.request_body(body if step.ordinal == 1 else body + b" ")
+        raise retryledger.AttemptError.retryable("unavailable")
+
+    with pytest.raises(retryledger.RetryledgerError) as drift:
+        run_journaled(POLICY, drifting, KEY, store=store, run_id="u-2", clock=clock, sleep=clock.sleep)
+    assert drift.value.code == "request_body_drift"
+
+
+@pytest.mark.parametrize("section, code", [("fleet", "admission_unexpected"), ("stream", "invalid_stream_contract")])
+def test_a_policy_a_journal_cannot_carry_is_refused_before_anything_is_written(section: str, code: str) -> None:
+    vectors = json.loads((ROOT / f"tests/vectors/{section}.json").read_text())["cases"]
+    policy = next(json.loads(c["input"]["policy"]) for c in vectors if "policy" in c["input"])
+    store = MemoryStore()
+    with pytest.raises(retryledger.RetryledgerError) as info:
+        run_journaled(policy, lambda s: "ok", KEY, store=store, run_id="p-1")
+    assert info.value.code == code
+    assert store.read(journal_log("p-1")) == [] and store.get(lease_key("p-1"))[1] == 0

@@ -856,6 +856,12 @@ impl WasmSession {
         Ok(())
     }
 
+    /// Continue the run a journal (JSON text of its events) holds: the core
+    /// verifies it against this session's policy; only a fresh session resumes.
+    pub fn resume_journal(&mut self, events: &str) -> Out<()> {
+        lift(api::session_resume_journal(&mut self.session, events))
+    }
+
     /// Mark the run cancelled between attempts at `at_ms` on the run clock.
     pub fn cancel(&mut self, at_ms: f64) -> Out<()> {
         let at = lift(safe_integer(at_ms, "cancelled_at_ms"))?;

@@ -2,11 +2,16 @@
 // durable order of events, takeover, reconciliation, the coded refusals.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 
 import * as rl from "../dist/index.js";
 import { KEY, fakeTime, referencePolicy } from "./helpers.mjs";
 
 const T0 = 1_780_000_000_000;
+const here = path.dirname(fileURLToPath(import.meta.url));
 
 /** @param {{advance: (ms: number) => void}} time @param {Record<number, number>} statuses @param {number[]} sent */
 function scripted(time, statuses, sent) {
@@ -177,4 +182,77 @@ test("resume of nothing, a tampered journal, bad options: coded errors", async (
     rl.resumeJournaled(referencePolicy(), () => "ok", { idempotencyKey: KEY, store, runId: "k", maxPolls: 0 }),
     (e) => e instanceof rl.DecodeError && e.code === "invalid_value" && e.path === "/max_polls",
   );
+});
+
+/** @param {string} file The first policy a vectors file holds. */
+function vectorPolicy(file) {
+  const doc = JSON.parse(fs.readFileSync(path.resolve(here, `../../tests/vectors/${file}`), "utf8"));
+  return JSON.parse(doc.cases.find((/** @type {any} */ c) => c.input.policy !== undefined).input.policy);
+}
+
+test("usage and the request body are recorded by the core's session and survive a takeover", async () => {
+  // The policy and schedule of price.json's first case (their release digests match).
+  const price = JSON.parse(fs.readFileSync(path.resolve(here, "../../tests/vectors/price.json"), "utf8")).cases[0].input;
+  const policy = JSON.parse(price.policy);
+  const schedule = JSON.parse(price.schedule);
+  const store = new rl.MemoryStore();
+  const time = fakeTime();
+  time.state.now = T0;
+  const body = '{"input":"summarize"}';
+  const usage = { input: 1000, output: 500 };
+  const options = { idempotencyKey: KEY, store, runId: "u-1", clock: time.clock, sleep: time.sleep, priceSchedule: schedule };
+  await assert.rejects(
+    rl.runJournaled(policy, async (step) => {
+      step.requestBody(body);
+      step.usage(usage);
+      time.advance(50);
+      throw rl.AttemptError.retryable("unavailable");
+    }, {
+      ...options,
+      // The process dies once attempt 2's dispatch is durable: in doubt, never observed.
+      onAppend: (e) => {
+        if (e.kind === "dispatched" && e.ordinal === 2) throw new Error("crash");
+      },
+    }),
+    /crash/,
+  );
+  const result = await rl.resumeJournaled(policy, async (step) => {
+    step.requestBody(body);
+    step.usage(usage);
+    return "ok";
+  }, { ...options, reconcile: () => ({ answer: "failed_no_effect", cost: 0 }) });
+  const attempts = result.bundle.attempts.attempts;
+  assert.deepEqual(attempts.map((a) => a.ordinal), [1, 2, 3]);
+  assert.deepEqual(result.reconciled, [2]);
+  for (const a of [attempts[0], attempts[2]]) {
+    assert.ok(a !== undefined);
+    assert.deepEqual(a.usage, usage);
+    assert.equal(a.cost, rl.priceCost(schedule, a.route_release_sha256, usage));
+    assert.equal(a.request_body_sha256, crypto.createHash("sha256").update(body).digest("hex"));
+  }
+  assert.equal(attempts[1]?.request_body_sha256, undefined); // reconciled: the receiver's answer, not a send
+  assert.deepEqual(result.bundle.price_schedule, schedule);
+  assert.equal(rl.verifyBundle(result.bundle).kind, "verified");
+
+  // Another body on a retry of the route is the core's drift, as in runWithPolicy.
+  await assert.rejects(
+    rl.runJournaled(policy, async (step) => {
+      step.requestBody(step.ordinal === 1 ? body : `${body} `);
+      throw rl.AttemptError.retryable("unavailable");
+    }, { idempotencyKey: KEY, store: new rl.MemoryStore(), runId: "u-2", clock: time.clock, sleep: time.sleep }),
+    (e) => e instanceof rl.RetryledgerError && e.code === "request_body_drift",
+  );
+});
+
+test("a policy a journal cannot carry is refused by the core before anything is written", async () => {
+  for (const [file, code] of /** @type {const} */ ([["fleet.json", "admission_unexpected"], ["stream.json", "invalid_stream_contract"]])) {
+    const store = new rl.MemoryStore();
+    await assert.rejects(
+      rl.runJournaled(vectorPolicy(file), async () => "ok", { idempotencyKey: KEY, store, runId: "p-1" }),
+      (e) => e instanceof rl.RetryledgerError && e.code === code,
+      file,
+    );
+    assert.deepEqual(await store.read("journal/p-1", 0), []);
+    assert.equal((await store.get("lease/p-1")).generation, 0);
+  }
 });

@@ -85,7 +85,7 @@ export {
   resumeJournaled,
   journalLog,
   leaseKey,
-  JournalStep,
+  type JournalStep,
   JournaledRunError,
   JournaledStopError,
   type JournalStore,

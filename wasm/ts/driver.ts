@@ -334,8 +334,9 @@ function compiledFor(policy: Input<Policy>): CompiledPolicy {
  * Record a raised attempt: the facts go to the core as JSON. Facts the core
  * refuses (a header value it cannot decode, a hint too long to parse) are
  * replaced by the ones that are certain, so an odd error never breaks the run.
+ * @internal Shared by the drivers.
  */
-function observeRaised(session: Session, startedAt: number, completedAt: number, cost: number | undefined, error: unknown, facts: FactsOptions): Judgement {
+export function observeRaised(session: Session, startedAt: number, completedAt: number, cost: number | undefined, error: unknown, facts: FactsOptions): Judgement {
   const prepared = preparedFacts(error);
   if (prepared !== undefined) {
     return session.observePrepared(startedAt, completedAt, cost, prepared, (error as AttemptError).outcome);

@@ -27,12 +27,14 @@
  * nothing in the journal is ever overwritten.
  */
 
-import { CompiledPolicy, digest, judge, type Input } from "./core.js";
+import { CompiledPolicy, checkPriceSchedule, toText, type Input } from "./core.js";
+import { AttemptStep, observeRaised, type Step } from "./driver.js";
 import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
-import { factsText, type Classifier } from "./facts.js";
+import type { Classifier } from "./facts.js";
 import { journalAppend, journalClassify, journalRecover, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation, type Recovery } from "./journal.js";
 import { LEASE_LOST, type AppendLog, type FencedAppendAnswer, type FleetStore } from "./stores/store.js";
-import type { Attempt, Attempts, Bundle, Policy, Receipt, Terminal } from "./types.js";
+import { RETURNED, type Session } from "./session.js";
+import type { Attempt, Bundle, Policy, PriceSchedule, Receipt, Sealed, Terminal } from "./types.js";
 
 /** What a journaled run writes to: a register (the lease) and an append log (the journal). */
 export type JournalStore = FleetStore & AppendLog;
@@ -46,62 +48,13 @@ export type ReconcileAnswer = ReconcileAnswerKind | { answer: ReconcileAnswerKin
 /** The attempt in doubt, with the raw idempotency key to ask the receiver by. */
 export type ReconcileQuestion = PendingAttempt & { idempotency_key: string };
 
-/** One attempt of a journaled run, as dispatch sees it. */
-export class JournalStep {
-  /** The reserved dispatch, as the journal's `reserved` event holds it. */
-  readonly plan: Dispatch;
-  /** The raw idempotency key; send it with the attempt. */
-  readonly idempotencyKey: string;
-  /** When the attempt started on the run clock, ms. */
-  readonly startedAtMs: number;
-  #cost: number | undefined;
-  #delivered = false;
-
-  constructor(plan: Dispatch, idempotencyKey: string, startedAtMs: number) {
-    this.plan = plan;
-    this.idempotencyKey = idempotencyKey;
-    this.startedAtMs = startedAtMs;
-  }
-
-  get ordinal(): number {
-    return this.plan.ordinal;
-  }
-  get routeId(): string {
-    return this.plan.route_id;
-  }
-  get routeOrdinal(): number {
-    return this.plan.route_ordinal;
-  }
-  get routeReleaseSha256(): string {
-    return this.plan.route_release_sha256;
-  }
-  get deadlineMs(): number {
-    return this.plan.deadline_ms;
-  }
-  get reserveCost(): number {
-    return this.plan.reserve_cost;
-  }
-  get remainingMs(): number {
-    return Math.max(0, this.plan.deadline_ms - this.startedAtMs);
-  }
-  /** Record the attempt's actual cost (calls add up); never charged, it costs `reserveCost`. */
-  charge(cost: number): void {
-    if (!Number.isSafeInteger(cost) || cost < 0) throw new DecodeError("invalid_value", "a cost is a non-negative integer", { path: "/cost" });
-    this.#cost = cost + (this.#cost ?? 0);
-  }
-  /** Response bytes reached the caller: a failure after this is never retried. */
-  outputDelivered(): void {
-    this.#delivered = true;
-  }
-  /** The cost recorded: what was charged, else `reserveCost`. */
-  get cost(): number {
-    return this.#cost ?? this.plan.reserve_cost;
-  }
-  /** @internal */
-  get delivered(): boolean {
-    return this.#delivered;
-  }
-}
+/**
+ * One attempt of a journaled run, as dispatch sees it: the same `Step` as
+ * `runWithPolicy` gives (the planned dispatch, the raw key, `charge`,
+ * `usage`, `requestBody`), backed by the core's session resumed from the
+ * journal.
+ */
+export type JournalStep = Step;
 
 /** The codes of `JournaledRunError`: the host's, the same in both packages. */
 export type JournaledRunCode = "lease_lost" | "run_exists" | "run_not_found" | "reconcile_missing";
@@ -200,6 +153,11 @@ export interface JournaledOptions {
   log?: string;
   /** The lease register's key (default `lease/<runId>`). */
   lease?: string;
+  /**
+   * Prices the usage a step reports (`step.usage`), as for `runWithPolicy`;
+   * a resumed run must be given the same one.
+   */
+  priceSchedule?: Input<PriceSchedule>;
 }
 
 /** The default log name of a run's journal. */
@@ -208,7 +166,6 @@ export const journalLog = (runId: string): string => `journal/${runId}`;
 export const leaseKey = (runId: string): string => `lease/${runId}`;
 
 const ANSWERS: readonly string[] = ["succeeded", "failed_no_effect", "in_progress", "unknown"];
-const RETURNED = '{"result":"returned"}';
 
 const defaultSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -222,6 +179,8 @@ class Owner {
     readonly generation: number,
     readonly events: JournalEvent[],
     readonly onAppend: ((event: JournalEvent) => void | Promise<void>) | undefined,
+    /** The run's price schedule as JSON text, checked against the policy. */
+    readonly schedule: string | undefined,
   ) {
     for (const e of events) this.#texts.push(JSON.stringify(e));
   }
@@ -232,6 +191,19 @@ class Owner {
   /** The journal as JSON text, for the core. */
   journal(): string {
     return `[${this.#texts.join(",")}]`;
+  }
+
+  /** The core's session continuing the run the journal holds (free it after use). */
+  session(): Session {
+    const session = this.policy.session();
+    try {
+      if (this.schedule !== undefined) session.setPriceSchedule(this.schedule);
+      session.resumeJournal(this.journal());
+    } catch (e) {
+      session.free();
+      throw e;
+    }
+    return session;
   }
 
   async append(entry: JournalEntry): Promise<JournalEvent> {
@@ -354,50 +326,50 @@ async function drive<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>
     const plan = step.dispatch;
     const started = await waitUntil(plan.not_before_ms);
     await owner.append({ kind: "dispatched", started_at_ms: started });
-    const attemptStep = new JournalStep(plan, loop.key, started);
-    let facts = RETURNED;
-    let returned: T | undefined;
-    let success = false;
+    // The core's session, resumed from the journal: it plans this very
+    // attempt, records usage and the request body, judges the facts and
+    // builds the attempt the journal observes.
+    const session = owner.session();
     try {
-      returned = await loop.dispatch(attemptStep);
-      success = true;
-    } catch (error) {
-      facts = factsText(error, { classify: loop.classify, outputDelivered: attemptStep.delivered, nowUnixMs: loop.clock() });
+      const decision = session.next();
+      // The journal verified with a reservation: the core plans it (never reached otherwise).
+      if (decision.kind !== "dispatch") throw new Error("retryledger: the resumed journal has no planned dispatch");
+      const attemptStep = new AttemptStep(decision, loop.key, started, session, owner.schedule !== undefined);
+      let returned: T | undefined;
+      let raised = false;
+      let error: unknown;
+      try {
+        returned = await loop.dispatch(attemptStep);
+      } catch (e) {
+        raised = true;
+        error = e;
+      }
+      attemptStep.open = false;
+      const completed = Math.max(now(), started);
+      if (!raised) session.observe({ started_at_ms: started, completed_at_ms: completed, cost: attemptStep.charged, facts: RETURNED });
+      else observeRaised(session, started, completed, attemptStep.charged, error, { classify: loop.classify, outputDelivered: attemptStep.delivered, nowUnixMs: loop.clock() });
+      await owner.append({ kind: "observed", attempt: session.lastAttempt() as Attempt });
+      if (!raised && session.terminal === "completed") value = returned;
+    } finally {
+      session.free();
     }
-    const completed = Math.max(now(), started);
-    const outcome = judge(facts).outcome;
-    const attempt: Attempt = {
-      completed_at_ms: completed,
-      cost: attemptStep.cost,
-      idempotency_key_sha256: plan.idempotency_key_sha256,
-      logical_request_sha256: plan.logical_request_sha256,
-      ordinal: plan.ordinal,
-      outcome,
-      route_id: plan.route_id,
-      route_ordinal: plan.route_ordinal,
-      route_release_sha256: plan.route_release_sha256,
-      started_at_ms: started,
-    } as Attempt;
-    if (plan.jitter_sample_ms !== undefined) (attempt as { jitter_sample_ms?: number }).jitter_sample_ms = plan.jitter_sample_ms;
-    await owner.append({ kind: "observed", attempt });
-    if (success && outcome.class === "success") value = returned;
   }
-  const attempts: Attempts = { schema: "retryledger.attempts.v1", attempts: [] } as unknown as Attempts;
-  for (const e of owner.events) if (e.kind === "observed") attempts.attempts.push(e.attempt);
-  const end = owner.events[owner.events.length - 1];
-  if (end !== undefined && end.kind === "terminal") {
-    if (end.cancelled_at_ms !== undefined) (attempts as { cancelled_at_ms?: number }).cancelled_at_ms = end.cancelled_at_ms;
-    if (end.fleet_stop !== undefined) (attempts as { fleet_stop?: unknown }).fleet_stop = end.fleet_stop;
+  const session = owner.session();
+  let run: Sealed;
+  try {
+    run = session.seal();
+  } finally {
+    session.free();
   }
-  const bundle = owner.policy.seal(attempts);
+  const bundle = run.bundle;
   const sealed: JournaledEnd = {
     runId: owner.runId,
     leaseGeneration: owner.generation,
     events: [...owner.events],
     bundle,
-    receipt: bundle.receipt,
-    receiptSha256: digest(bundle.receipt),
-    terminal: bundle.receipt.terminal,
+    receipt: run.receipt,
+    receiptSha256: run.receipt_sha256,
+    terminal: run.terminal,
     reconciled: bundle.attempts.attempts.filter((a) => (a as { reconciled?: string }).reconciled !== undefined).map((a) => a.ordinal),
   };
   if (sealed.terminal !== "completed") throw new JournaledStopError(sealed);
@@ -409,11 +381,14 @@ function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptio
   if (!compiled.acceptsKey(options.idempotencyKey, options.keyScope)) {
     throw new DriftError("idempotency_key_drift", "the idempotency key's digest differs from the policy's idempotency_key_sha256", { path: "/idempotency_key_sha256" });
   }
-  if (compiled.policy.fleet !== undefined) {
-    throw new DriftError("admission_unexpected", "a journaled run does not admit through a fleet yet: use a policy without a fleet section", { path: "/fleet" });
-  }
-  if ((compiled.policy as { stream?: unknown }).stream !== undefined) {
-    throw new DecodeError("invalid_value", "a journaled run does not carry a stream contract yet", { path: "/stream" });
+  // The core says which policies a journal can carry (no fleet section, no
+  // stream contract: their snapshots and event log are not in a journal),
+  // before anything is claimed or written.
+  const probe = compiled.session();
+  try {
+    probe.resumeJournal("[]");
+  } finally {
+    probe.free();
   }
   const polls = options.maxPolls ?? 5;
   if (!Number.isSafeInteger(polls) || polls < 1 || polls > 100) throw new DecodeError("invalid_value", "maxPolls is an integer in 1..=100", { path: "/max_polls" });
@@ -422,6 +397,14 @@ function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptio
     if (typeof store?.[m] !== "function") throw new DecodeError("invalid_type", "`store` is a register and append log (retryledger's stores)", { path: "/store" });
   }
   return compiled;
+}
+
+/** The price schedule as JSON text, once the core has checked it against the policy. */
+function scheduleOf(compiled: CompiledPolicy, options: JournaledOptions): string | undefined {
+  if (options.priceSchedule === undefined) return undefined;
+  const text = toText(options.priceSchedule);
+  checkPriceSchedule(compiled.policy, text);
+  return text;
 }
 
 function loopOf<T>(dispatch: (step: JournalStep) => Promise<T> | T, options: JournaledOptions): Loop<T> {
@@ -454,7 +437,7 @@ export async function runJournaled<T>(
   const claimed = await store.compareAndSet(lease, 0, { run_id: runId, lease_generation: 1 });
   if (!claimed.ok) throw new JournaledRunError("run_exists", `the lease of ${runId} is taken: resumeJournaled takes a run over`);
   if ((await store.read(log, 0)).length > 0) throw new JournaledRunError("run_exists", `the journal ${log} already holds events: resumeJournaled takes a run over`);
-  const owner = new Owner(compiled, store, runId, log, lease, 1, [], options.onAppend);
+  const owner = new Owner(compiled, store, runId, log, lease, 1, [], options.onAppend, scheduleOf(compiled, options));
   await owner.append({ kind: "created", run_id: runId, created_at_epoch_ms: Math.max(0, Math.floor(loop.clock())) });
   return drive(owner, loop);
 }
@@ -484,5 +467,5 @@ export async function resumeJournaled<T>(
   const events = await readEvents(store, log);
   if (events.length === 0) throw new JournaledRunError("run_not_found", `the journal ${log} holds no event`);
   journalRecover(compiled, events); // verified before anything is written
-  return drive(new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend), loop);
+  return drive(new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend, scheduleOf(compiled, options)), loop);
 }

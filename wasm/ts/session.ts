@@ -20,6 +20,7 @@ import {
   type RawFacts,
   type RawSession,
 } from "./core.js";
+import type { JournalEvent } from "./journal.js";
 import type {
   AdmissionSnapshot,
   AdmitAnswer,
@@ -58,6 +59,7 @@ interface RawReports {
   set_price_schedule(schedule: string): string;
   add_usage(usage: string): number;
   set_request_body_sha256(digest: string): void;
+  resume_journal(events: string): void;
 }
 
 const reportsOf = (r: RawSession): RawReports => r as unknown as RawReports;
@@ -324,6 +326,21 @@ export class Session {
   setRequestBodySha256(digest: string): void {
     const r = this.#raw;
     call(() => reportsOf(r).set_request_body_sha256(digest));
+  }
+
+  /**
+   * Continue the run a journal holds (its events, or their JSON text): the
+   * core verifies it against this session's policy and replays its attempts,
+   * reconciled ones included, so the next attempt is observed here like any
+   * other. Only a fresh session resumes (a price schedule may be set first);
+   * a policy with a fleet section or a stream contract is refused
+   * (`admission_unexpected`, `invalid_stream_contract`), a broken journal
+   * with its `journal_*` code.
+   */
+  resumeJournal(events: Input<readonly JournalEvent[]>): void {
+    const r = this.#raw;
+    const text = toText(events);
+    call(() => reportsOf(r).resume_journal(text));
   }
 
   /** Mark the run cancelled between attempts at `at_ms` (run clock). */
