@@ -13,8 +13,9 @@ observation is never sent again blind: the new owner calls ``reconcile``,
 which asks the receiver by idempotency key, on the core's bounded poll
 schedule, and only ``failed_no_effect`` lets the plan dispatch again.
 
-Every step is decided by the core from the journal alone (the same loop
-serves both functions), so a resumed run ends in the same bundle shape as the
+Every step is decided by the core from the journal alone (one loop serves
+every entry point; :func:`run_journaled_async` and :func:`resume_async` await
+``dispatch``, ``sleep`` and ``reconcile`` where the others call them), so a resumed run ends in the same bundle shape as the
 plain driver: ``policy``, ``attempts`` and ``receipt``.
 
 Ownership is a register, ``lease/<run_id>`` by default, whose store
@@ -30,9 +31,11 @@ same way, with the core's classification of the refused event
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import time
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import _core
 from ._api import Document, Policy, digest
@@ -52,6 +55,8 @@ __all__ = [
     "Reconcile",
     "run_journaled",
     "resume",
+    "run_journaled_async",
+    "resume_async",
     "journal_log",
     "lease_key",
 ]
@@ -68,6 +73,9 @@ ANSWERS = ("succeeded", "failed_no_effect", "in_progress", "unknown")
 #: (``value``: what the receiver holds for a ``succeeded`` attempt, returned as
 #: the run's value).
 Reconcile = Callable[[Dict[str, Any]], Union[str, Mapping[str, Any]]]
+
+#: ``reconcile`` of the async entry points: a plain function or a coroutine function.
+AsyncReconcile = Callable[[Dict[str, Any]], Union[str, Mapping[str, Any], Awaitable[Union[str, Mapping[str, Any]]]]]
 
 #: Called after every event the run appended durably (the event as a dict).
 AppendCallback = Callable[[Dict[str, Any]], None]
@@ -218,6 +226,10 @@ def _sleep_ms(ms: float) -> None:
     time.sleep(ms / 1000.0)
 
 
+async def _async_sleep_ms(ms: float) -> None:
+    await asyncio.sleep(ms / 1000.0)
+
+
 class _Owner:
     """One owner of a run: its lease generation, the journal as read, and the
     durable append (lease check, append, refusal classified)."""
@@ -336,32 +348,37 @@ def _next(events: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return None
 
 
-def _drive(
+#: What the loop asks its driver to do: wait ``ms`` (run clock), ask the
+#: receiver (``reconcile``), or call ``dispatch``; the driver sends back
+#: nothing, the answer, or ``(True, value)`` / ``(False, exception)``.
+_Request = Tuple[str, Any]
+
+
+def _loop(
     owner: _Owner,
-    dispatch: Callable[[JournalStep], T],
     idempotency_key: str,
-    reconcile: Optional[Reconcile],
+    reconciles: bool,
     classify: Optional[Classifier],
     clock: Callable[[], float],
-    sleep: Callable[[float], None],
     max_polls: int,
-) -> JournaledResult[T]:
-    """The loop both entry points share: ask the core what the journal needs
-    next and do exactly that, until the terminal is written."""
+) -> Generator[_Request, Any, JournaledResult[Any]]:
+    """The loop every entry point shares, sync or async: ask the core what the
+    journal needs next and do exactly that, until the terminal is written.
+    Waiting, asking the receiver and dispatching are yielded to the driver."""
     policy = owner.policy
     created = owner.events[0]["created_at_epoch_ms"]
 
     def now() -> int:
         return max(0, int(clock() - created))
 
-    def wait_until(at_ms: int) -> int:
+    def wait_until(at_ms: int) -> Generator[_Request, Any, int]:
         t = now()
         while t < at_ms:
-            sleep(at_ms - t)
+            yield ("sleep", at_ms - t)
             t = now()
         return t
 
-    value: Optional[T] = None
+    value: Any = None
     reconciliation: Optional[Dict[str, Any]] = None
     while True:
         step = _next(owner.events)
@@ -371,15 +388,15 @@ def _drive(
         if kind == "done":
             break
         if kind == "reconcile":
-            if reconcile is None:
+            if not reconciles:
                 raise JournaledRunError(
                     "reconcile_missing",
                     "an attempt was dispatched without an observation: pass reconcile= to ask the receiver",
                     "/reconcile",
                 )
             pending = dict(step["attempt"], idempotency_key=idempotency_key)
-            at = wait_until(int(step["not_before_ms"]))
-            answer, cost, told = _answer(reconcile(pending))
+            at = yield from wait_until(int(step["not_before_ms"]))
+            answer, cost, told = _answer((yield ("reconcile", pending)))
             if reconciliation is None:
                 reconciliation = {
                     "schema": "retryledger.reconciliation.v1",
@@ -403,7 +420,7 @@ def _drive(
             owner.append({"kind": nxt})
             continue
         plan: Dict[str, Any] = step["dispatch"]
-        started = wait_until(int(plan["not_before_ms"]))
+        started = yield from wait_until(int(plan["not_before_ms"]))
         owner.append({"kind": "dispatched", "started_at_ms": started})
         # The core's session, resumed from the journal: it plans this very
         # attempt, records usage and the request body, judges the facts and
@@ -413,26 +430,82 @@ def _drive(
         # The journal verified with a reservation: the core plans it (never reached otherwise).
         assert isinstance(planned, _core.Dispatch), "the resumed journal has no planned dispatch"
         attempt_step = Step(planned, idempotency_key, started, owner.schedule, session)
-        error: Optional[BaseException] = None
-        try:
-            returned = dispatch(attempt_step)
-        except Exception as exc:
-            error = exc
-            facts = exc._facts if type(exc) is AttemptError else facts_of(
-                exc, classify=classify, output_delivered=attempt_step._delivered, now_unix_ms=max(0, int(clock()))
-            )
-        else:
+        ok, returned = yield ("dispatch", attempt_step)
+        if ok:
             facts = _core.Facts(result="returned")
+        elif type(returned) is AttemptError:
+            facts = returned._facts
+        else:
+            facts = facts_of(
+                returned, classify=classify, output_delivered=attempt_step._delivered, now_unix_ms=max(0, int(clock()))
+            )
         completed = max(now(), started)
         session.observe(started, completed, attempt_step._cost, facts)
         owner.append({"kind": "observed", "attempt": session.attempts["attempts"][-1]})
-        if error is None and session.terminal == "completed":
+        if ok and session.terminal == "completed":
             value = returned
     sealed = owner.session().seal()
     bundle = sealed.bundle
     if sealed.terminal != "completed":
         raise JournaledStopError(bundle, owner.run_id, owner.generation, list(owner.events))
     return JournaledResult(value, bundle, owner.run_id, owner.generation, list(owner.events))
+
+
+def _drive(
+    loop: Generator[_Request, Any, JournaledResult[Any]],
+    dispatch: Callable[[JournalStep], Any],
+    reconcile: Optional[Reconcile],
+    sleep: Callable[[float], None],
+) -> JournaledResult[Any]:
+    """Run the loop, calling ``dispatch``, ``reconcile`` and ``sleep`` in this thread."""
+    reply: Any = None
+    while True:
+        try:
+            kind, arg = loop.send(reply)
+        except StopIteration as done:
+            result: JournaledResult[Any] = done.value
+            return result
+        if kind == "sleep":
+            sleep(arg)
+            reply = None
+        elif kind == "reconcile":
+            assert reconcile is not None
+            reply = reconcile(arg)
+        else:
+            try:
+                reply = (True, dispatch(arg))
+            except Exception as exc:
+                reply = (False, exc)
+
+
+async def _drive_async(
+    loop: Generator[_Request, Any, JournaledResult[Any]],
+    dispatch: Callable[[JournalStep], Awaitable[Any]],
+    reconcile: Optional[AsyncReconcile],
+    sleep: Callable[[float], Awaitable[None]],
+) -> JournaledResult[Any]:
+    """Run the loop, awaiting ``dispatch``, ``reconcile`` (sync or async) and
+    ``sleep``. A cancellation propagates at once: an attempt cancelled in
+    flight stays in doubt in the journal, and ``resume`` reconciles it."""
+    reply: Any = None
+    while True:
+        try:
+            kind, arg = loop.send(reply)
+        except StopIteration as done:
+            result: JournaledResult[Any] = done.value
+            return result
+        if kind == "sleep":
+            await sleep(arg)
+            reply = None
+        elif kind == "reconcile":
+            assert reconcile is not None
+            answer = reconcile(arg)
+            reply = await answer if inspect.isawaitable(answer) else answer
+        else:
+            try:
+                reply = (True, await dispatch(arg))
+            except Exception as exc:
+                reply = (False, exc)
 
 
 def _store_of(store: object) -> Any:
@@ -456,6 +529,70 @@ def _compiled(policy: Union[Policy, Document], idempotency_key: str, key_scope: 
 def _check_polls(max_polls: object) -> None:
     if isinstance(max_polls, bool) or not isinstance(max_polls, int) or not 1 <= max_polls <= 100:
         raise DecodeError("invalid_value", "max_polls is an integer in 1..=100", "/max_polls")
+
+
+def _open(
+    policy: Union[Policy, Document],
+    idempotency_key: str,
+    store: Any,
+    run_id: str,
+    clock: Callable[[], float],
+    on_append: Optional[AppendCallback],
+    key_scope: Optional[Tuple[str, str]],
+    max_polls: int,
+    log: Optional[str],
+    lease: Optional[str],
+    price_schedule: Optional[Document],
+) -> _Owner:
+    """Claim a new run: its lease at generation 1 and an empty journal, then ``created``."""
+    compiled = _compiled(policy, idempotency_key, key_scope)
+    schedule = _schedule_for(compiled, price_schedule)
+    store = _store_of(store)
+    log = journal_log(run_id) if log is None else log
+    lease = lease_key(run_id) if lease is None else lease
+    _check_polls(max_polls)
+    ok, _ = store.compare_and_set(lease, 0, {"run_id": run_id, "lease_generation": 1})
+    if not ok:
+        raise RunExistsError(f"the lease of {run_id} is taken: resume() takes a run over")
+    if store.read(log, 0):
+        raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
+    owner = _Owner(compiled, store, run_id, log, lease, 1, [], on_append, schedule)
+    owner.append({"kind": "created", "run_id": run_id, "created_at_epoch_ms": max(0, int(clock()))})
+    return owner
+
+
+def _take_over(
+    policy: Union[Policy, Document],
+    idempotency_key: str,
+    store: Any,
+    run_id: str,
+    on_append: Optional[AppendCallback],
+    key_scope: Optional[Tuple[str, str]],
+    max_polls: int,
+    log: Optional[str],
+    lease: Optional[str],
+    price_schedule: Optional[Document],
+) -> _Owner:
+    """Take a run over: the lease raised by compare-and-set, the journal read and verified."""
+    compiled = _compiled(policy, idempotency_key, key_scope)
+    schedule = _schedule_for(compiled, price_schedule)
+    store = _store_of(store)
+    log = journal_log(run_id) if log is None else log
+    lease = lease_key(run_id) if lease is None else lease
+    _check_polls(max_polls)
+    _, current = store.get(lease)
+    generation = current + 1
+    ok, now_at = store.compare_and_set(lease, current, {"run_id": run_id, "lease_generation": generation})
+    if not ok:
+        raise LeaseLostError(
+            f"another owner took {run_id} over first (lease generation {now_at})", seq=0, lease_generation=generation
+        )
+    events = _read(store, log)
+    if not events:
+        raise RunNotFoundError(f"the journal {log} holds no event")
+    # Verify before anything is written: recover refuses an unverified journal.
+    journal_recover(compiled, events)
+    return _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
 
 
 def run_journaled(
@@ -487,22 +624,10 @@ def run_journaled(
     ``journal/<run_id>``) empty: :class:`RunExistsError` otherwise.
     ``price_schedule`` prices the usage a step reports (``step.usage``), as
     in :func:`retryledger.run`; a resumed run must be given the same one."""
-    compiled = _compiled(policy, idempotency_key, key_scope)
-    schedule = _schedule_for(compiled, price_schedule)
-    store = _store_of(store)
-    log = journal_log(run_id) if log is None else log
-    lease = lease_key(run_id) if lease is None else lease
     clock = _wall_ms if clock is None else clock
-    sleep = _sleep_ms if sleep is None else sleep
-    _check_polls(max_polls)
-    ok, _ = store.compare_and_set(lease, 0, {"run_id": run_id, "lease_generation": 1})
-    if not ok:
-        raise RunExistsError(f"the lease of {run_id} is taken: resume() takes a run over")
-    if store.read(log, 0):
-        raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
-    owner = _Owner(compiled, store, run_id, log, lease, 1, [], on_append, schedule)
-    owner.append({"kind": "created", "run_id": run_id, "created_at_epoch_ms": max(0, int(clock()))})
-    return _drive(owner, dispatch, idempotency_key, reconcile, classify, clock, sleep, max_polls)
+    owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
+    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
+    return _drive(loop, dispatch, reconcile, _sleep_ms if sleep is None else sleep)
 
 
 def resume(
@@ -529,25 +654,62 @@ def resume(
     continue as the core says. An attempt dispatched without an observation
     is reconciled through ``reconcile`` (required then), never resent blind.
     A finished run is sealed again from its journal, nothing appended."""
-    compiled = _compiled(policy, idempotency_key, key_scope)
-    schedule = _schedule_for(compiled, price_schedule)
-    store = _store_of(store)
-    log = journal_log(run_id) if log is None else log
-    lease = lease_key(run_id) if lease is None else lease
     clock = _wall_ms if clock is None else clock
-    sleep = _sleep_ms if sleep is None else sleep
-    _check_polls(max_polls)
-    _, current = store.get(lease)
-    generation = current + 1
-    ok, now_at = store.compare_and_set(lease, current, {"run_id": run_id, "lease_generation": generation})
-    if not ok:
-        raise LeaseLostError(
-            f"another owner took {run_id} over first (lease generation {now_at})", seq=0, lease_generation=generation
-        )
-    events = _read(store, log)
-    if not events:
-        raise RunNotFoundError(f"the journal {log} holds no event")
-    # Verify before anything is written: recover refuses an unverified journal.
-    journal_recover(compiled, events)
-    owner = _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
-    return _drive(owner, dispatch, idempotency_key, reconcile, classify, clock, sleep, max_polls)
+    owner = _take_over(policy, idempotency_key, store, run_id, on_append, key_scope, max_polls, log, lease, price_schedule)
+    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
+    return _drive(loop, dispatch, reconcile, _sleep_ms if sleep is None else sleep)
+
+
+async def run_journaled_async(
+    policy: Union[Policy, Document],
+    dispatch: Callable[[JournalStep], Awaitable[T]],
+    idempotency_key: str,
+    *,
+    store: Union[Store, Log, Any],
+    run_id: str,
+    reconcile: Optional[AsyncReconcile] = None,
+    classify: Optional[Classifier] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    on_append: Optional[AppendCallback] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+    max_polls: int = 5,
+    log: Optional[str] = None,
+    lease: Optional[str] = None,
+    price_schedule: Optional[Document] = None,
+) -> JournaledResult[T]:
+    """:func:`run_journaled` for coroutines: ``dispatch`` and ``sleep`` (ms)
+    are awaited, ``reconcile`` may be either. The store's appends are made
+    from the event loop's thread, each one durable before the next step (a
+    local SQLite or PostgreSQL commit). Cancelling the task while an attempt
+    is in flight leaves it in doubt in the journal, as a crash would:
+    :func:`resume_async` reconciles it."""
+    clock = _wall_ms if clock is None else clock
+    owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
+    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
+    return await _drive_async(loop, dispatch, reconcile, _async_sleep_ms if sleep is None else sleep)
+
+
+async def resume_async(
+    policy: Union[Policy, Document],
+    dispatch: Callable[[JournalStep], Awaitable[T]],
+    idempotency_key: str,
+    *,
+    store: Union[Store, Log, Any],
+    run_id: str,
+    reconcile: Optional[AsyncReconcile] = None,
+    classify: Optional[Classifier] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    on_append: Optional[AppendCallback] = None,
+    key_scope: Optional[Tuple[str, str]] = None,
+    max_polls: int = 5,
+    log: Optional[str] = None,
+    lease: Optional[str] = None,
+    price_schedule: Optional[Document] = None,
+) -> JournaledResult[T]:
+    """:func:`resume` for coroutines (see :func:`run_journaled_async`)."""
+    clock = _wall_ms if clock is None else clock
+    owner = _take_over(policy, idempotency_key, store, run_id, on_append, key_scope, max_polls, log, lease, price_schedule)
+    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
+    return await _drive_async(loop, dispatch, reconcile, _async_sleep_ms if sleep is None else sleep)

@@ -3,6 +3,7 @@ the durable order of events, takeover, the coded refusals."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any, Dict, List
@@ -21,7 +22,9 @@ from retryledger.journaled import (
     journal_log,
     lease_key,
     resume,
+    resume_async,
     run_journaled,
+    run_journaled_async,
 )
 from retryledger.stores import MemoryStore
 
@@ -268,3 +271,60 @@ def test_a_policy_a_journal_cannot_carry_is_refused_before_anything_is_written(s
         run_journaled(policy, lambda s: "ok", KEY, store=store, run_id="p-1")
     assert info.value.code == code
     assert store.read(journal_log("p-1")) == [] and store.get(lease_key("p-1"))[1] == 0
+
+
+def test_the_async_entry_points_seal_the_same_bundle_and_a_cancelled_attempt_stays_in_doubt() -> None:
+    policy = retryledger.Policy(make_policy())
+    statuses = {1: 429, 2: 503, 3: 200}
+    clock = FakeClock()
+    clock.now = T0
+    sync = run_journaled(policy, scripted(clock, statuses, []), KEY, store=MemoryStore(), run_id="a-1", clock=clock, sleep=clock.sleep)
+
+    async def main() -> None:
+        clock = FakeClock()
+        clock.now = T0
+        plain = scripted(clock, statuses, [])
+
+        async def dispatch(step: JournalStep) -> str:
+            await asyncio.sleep(0)
+            return str(plain(step))
+
+        async def sleep(ms: float) -> None:
+            clock.sleep(ms)
+
+        result = await run_journaled_async(policy, dispatch, KEY, store=MemoryStore(), run_id="a-1", clock=clock, sleep=sleep)
+        assert result.bundle_json == sync.bundle_json and result.value == "ok"
+
+        # A task cancelled with its first attempt in flight: the journal holds
+        # `dispatched` and no observation; the new owner asks the receiver
+        # (an async reconcile) and dispatches again only on failed_no_effect.
+        store = MemoryStore()
+        started = asyncio.Event()
+
+        async def hangs(step: JournalStep) -> str:
+            started.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        task = asyncio.ensure_future(run_journaled_async(policy, hangs, KEY, store=store, run_id="a-2", clock=clock, sleep=sleep))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert json.loads(store.read(journal_log("a-2"))[-1].text)["kind"] == "dispatched"
+        asked: List[int] = []
+
+        async def reconcile(attempt: Dict[str, Any]) -> Dict[str, Any]:
+            asked.append(attempt["ordinal"])
+            return {"answer": "failed_no_effect", "cost": 0}
+
+        sent: List[int] = []
+        again = scripted(clock, {2: 200}, sent)
+
+        async def dispatch_again(step: JournalStep) -> str:
+            return str(again(step))
+
+        done = await resume_async(policy, dispatch_again, KEY, store=store, run_id="a-2", clock=clock, sleep=sleep, reconcile=reconcile)
+        assert asked == [1] and sent == [2] and done.reconciled == [1] and done.terminal == "completed"
+
+    asyncio.run(main())
