@@ -1,5 +1,5 @@
 """append_fenced: an append in the same transaction as a check of a lease
-register's generation, on memory, SQLite and PostgreSQL; and the takeover
+register's generation, on memory, SQLite, Redis and PostgreSQL; and the takeover
 window it closes for a journaled run."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from conftest import KEY, FakeClock, make_policy
 from fleet_support import make_store
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "postgres"])
 def test_append_fenced_checks_the_lease_in_the_same_write(backend: str, tmp_path: Path) -> None:
     store: Any = make_store(backend, tmp_path)
     lease, log = f"lease/{uuid.uuid4().hex}", f"journal/{uuid.uuid4().hex}"
@@ -45,7 +45,7 @@ def test_append_fenced_checks_the_lease_in_the_same_write(backend: str, tmp_path
         close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "postgres"])
 def test_racing_takeovers_and_fenced_appends_never_interleave(backend: str, tmp_path: Path) -> None:
     """Writers at generation g race takeovers to g + 1: every event a writer
     got in was written while its generation held the lease, so in the log no

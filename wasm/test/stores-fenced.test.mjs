@@ -1,5 +1,5 @@
 // appendFenced: an append in the same transaction as a check of a lease
-// register's generation, on memory, SQLite and PostgreSQL (the same as
+// register's generation, on memory, SQLite, Redis and PostgreSQL (the same as
 // python/tests/test_stores_fenced.py), and the takeover window it closes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -8,19 +8,24 @@ import { randomUUID } from "node:crypto";
 import * as rl from "../dist/index.js";
 import { SQLiteStore } from "../dist/stores/sqlite.js";
 import { PostgresStore } from "../dist/stores/postgres.js";
-import { postgresGate, tempDbPath } from "./fleet-helpers.mjs";
+import { RedisStore } from "../dist/stores/redis.js";
+import { postgresGate, redisGate, tempDbPath } from "./fleet-helpers.mjs";
 
 const postgres = postgresGate();
+const redis = redisGate();
+/** @param {string} backend */
+const skipOf = (backend) => (backend === "postgres" ? postgres.skip : backend === "redis" ? redis.skip : undefined);
 
 /** @param {string} backend @param {string} [file] @returns {any} */
 function open(backend, file) {
   if (backend === "memory") return new rl.MemoryStore();
   if (backend === "sqlite") return new SQLiteStore(file ?? tempDbPath());
+  if (backend === "redis") return new RedisStore({ url: String(redis.url) });
   return new PostgresStore({ connectionString: String(postgres.url), max: 2 });
 }
 
-for (const backend of ["memory", "sqlite", "postgres"]) {
-  test(`appendFenced checks the lease in the same write (${backend})`, { skip: backend === "postgres" ? postgres.skip : undefined }, async () => {
+for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
+  test(`appendFenced checks the lease in the same write (${backend})`, { skip: skipOf(backend) }, async () => {
     const store = open(backend);
     const lease = `lease/${randomUUID()}`;
     const log = `journal/${randomUUID()}`;
@@ -45,10 +50,10 @@ for (const backend of ["memory", "sqlite", "postgres"]) {
   });
 }
 
-test("racing takeovers and fenced appends through PostgreSQL never interleave generations", { skip: postgres.skip }, async () => {
+for (const backend of ["redis", "postgres"]) test(`racing takeovers and fenced appends through ${backend} never interleave generations`, { skip: skipOf(backend) }, async () => {
   const lease = `lease/${randomUUID()}`;
   const log = `journal/${randomUUID()}`;
-  const stores = Array.from({ length: 4 }, () => open("postgres"));
+  const stores = Array.from({ length: 4 }, () => open(backend));
   const [taker, ...writers] = stores;
   try {
     assert.ok((await taker.compareAndSet(lease, 0, { g: 1 })).ok);

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import (
     APPENDED,
+    LEASE_LOST,
     Appended,
     Entry,
     LogEntry,
@@ -23,6 +24,7 @@ from . import (
     _decode,
     _encode,
     check_append,
+    check_lease,
     check_log,
     check_seq,
 )
@@ -30,7 +32,7 @@ from . import (
 if TYPE_CHECKING:  # pragma: no cover
     import redis as _redis
 
-__all__ = ["RedisStore", "CAS_SCRIPT", "CHECK_AND_SET_SCRIPT", "APPEND_SCRIPT", "LOG_PREFIX"]
+__all__ = ["RedisStore", "CAS_SCRIPT", "CHECK_AND_SET_SCRIPT", "APPEND_SCRIPT", "APPEND_FENCED_SCRIPT", "LOG_PREFIX"]
 
 #: The Redis key of a log is this prefix and the log's name.
 LOG_PREFIX = "retryledger:log:"
@@ -38,6 +40,25 @@ LOG_PREFIX = "retryledger:log:"
 #: KEYS[1] the log, ARGV[1] the seq (decimal), ARGV[2] the event's text.
 #: Returns {1} (stored) or {0, the event that holds the seq}.
 APPEND_SCRIPT = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return {0, redis.call('HGET', KEYS[1], ARGV[1])}
+end
+local last = redis.call('HGET', KEYS[1], 'last')
+if not last or tonumber(last) < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last', ARGV[1])
+end
+return {1}
+"""
+
+#: The fenced append: KEYS[1] the log, KEYS[2] the lease register, ARGV[1]
+#: the seq (decimal), ARGV[2] the event's text, ARGV[3] the lease generation.
+#: Returns {2} (the lease moved: nothing written), {1} (stored) or {0, the
+#: event that holds the seq}. One script, so no takeover falls between the
+#: lease check and the append.
+APPEND_FENCED_SCRIPT = """
+if tonumber(redis.call('HGET', KEYS[2], 'g') or '0') ~= tonumber(ARGV[3]) then
+  return {2}
+end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return {0, redis.call('HGET', KEYS[1], ARGV[1])}
 end
@@ -102,7 +123,7 @@ class RedisStore:
     (``redis://host:port/db``) with timeouts in seconds. Connection errors,
     timeouts and other Redis errors are :class:`StoreUnavailableError`."""
 
-    __slots__ = ("_client", "_cas", "_check_and_set", "_append")
+    __slots__ = ("_client", "_cas", "_check_and_set", "_append", "_append_fenced")
 
     def __init__(
         self,
@@ -131,6 +152,7 @@ class RedisStore:
         self._cas = client.register_script(CAS_SCRIPT)
         self._check_and_set = client.register_script(CHECK_AND_SET_SCRIPT)
         self._append = client.register_script(APPEND_SCRIPT)
+        self._append_fenced = client.register_script(APPEND_FENCED_SCRIPT)
 
     @property
     def client(self) -> "_redis.Redis":
@@ -213,6 +235,26 @@ class RedisStore:
         except redis.RedisError as e:
             raise StoreUnavailableError(f"redis store: {e}") from e
         if int(answer[0]) == 1:
+            return APPENDED
+        return Appended(False, "seq_taken", _text(answer[1]))
+
+    def append_fenced(self, log: str, seq: int, text: str, lease_key: str, lease_generation: int) -> Appended:
+        """``append`` only while the register ``lease_key`` is at
+        ``lease_generation``: one Lua script that checks the lease and
+        appends, atomic on the server. (Under Redis Cluster the log and the
+        lease must share a hash slot: give both names a hash tag.)"""
+        import redis
+
+        check_append(log, seq, text)
+        check_lease(lease_generation)
+        try:
+            answer = self._append_fenced(keys=[LOG_PREFIX + log, lease_key], args=[str(seq), text, str(lease_generation)])
+        except redis.RedisError as e:
+            raise StoreUnavailableError(f"redis store: {e}") from e
+        code = int(answer[0])
+        if code == 2:
+            return LEASE_LOST
+        if code == 1:
             return APPENDED
         return Appended(False, "seq_taken", _text(answer[1]))
 

@@ -16,12 +16,15 @@
 import { Redis, type RedisOptions } from "ioredis";
 import {
   APPENDED,
+  LEASE_LOST,
   checkAppend,
+  checkLease,
   checkLog,
   checkSeq,
   seqTaken,
   type AppendAnswer,
   type AppendLog,
+  type FencedAppendAnswer,
   type LogEntry,
   checkGeneration,
   decodeDocument,
@@ -102,6 +105,27 @@ end
 return {1}
 `;
 
+/**
+ * The fenced append: KEYS[1] the log, KEYS[2] the lease register, ARGV[1] the
+ * seq (decimal), ARGV[2] the event's text, ARGV[3] the lease generation:
+ * `{2}` (the lease moved: nothing written), `{1}` (stored) or `{0, the event
+ * that holds the seq}`. One script, so no takeover falls between the lease
+ * check and the append (the same script as the Python package's).
+ */
+export const APPEND_FENCED_SCRIPT = `
+if tonumber(redis.call('HGET', KEYS[2], 'g') or '0') ~= tonumber(ARGV[3]) then
+  return {2}
+end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return {0, redis.call('HGET', KEYS[1], ARGV[1])}
+end
+local last = redis.call('HGET', KEYS[1], 'last')
+if not last or tonumber(last) < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'last', ARGV[1])
+end
+return {1}
+`;
+
 export interface RedisStoreOptions {
   /** `redis://host:port/db` (default `redis://127.0.0.1:6379`), when no `client` is given. */
   url?: string;
@@ -117,6 +141,7 @@ type CasClient = Redis & {
   retryledgerCas(key: string, expected: number, document: string): Promise<[number, number]>;
   retryledgerCheckAndSet(numberOfKeys: number, ...keysThenArgs: (string | number)[]): Promise<(string | number | null)[]>;
   retryledgerAppend(key: string, seq: string, text: string): Promise<[number, string?]>;
+  retryledgerAppendFenced(log: string, lease: string, seq: string, text: string, generation: string): Promise<[number, string?]>;
 };
 
 export class RedisStore implements FleetStore, AppendLog {
@@ -151,6 +176,9 @@ export class RedisStore implements FleetStore, AppendLog {
     }
     if (typeof (this.client as unknown as Partial<CasClient>).retryledgerAppend !== "function") {
       this.client.defineCommand("retryledgerAppend", { numberOfKeys: 1, lua: APPEND_SCRIPT });
+    }
+    if (typeof (this.client as unknown as Partial<CasClient>).retryledgerAppendFenced !== "function") {
+      this.client.defineCommand("retryledgerAppendFenced", { numberOfKeys: 2, lua: APPEND_FENCED_SCRIPT });
     }
   }
 
@@ -262,6 +290,28 @@ export class RedisStore implements FleetStore, AppendLog {
       throw unavailable(e);
     }
     if (Number(answer[0]) === 1) return APPENDED;
+    return seqTaken(String(answer[1]));
+  }
+
+  /**
+   * `append` only while the register `leaseKey` is at `leaseGeneration` (see
+   * `AppendLog.appendFenced`): one Lua script that checks the lease and
+   * appends, atomic on the server. (Under Redis Cluster the log and the lease
+   * must share a hash slot: give both names a hash tag.)
+   */
+  async appendFenced(log: string, seq: number, text: string, leaseKey: string, leaseGeneration: number): Promise<FencedAppendAnswer> {
+    checkAppend(log, seq, text);
+    const generation = checkLease(leaseGeneration);
+    let answer: [number, string?];
+    try {
+      await this.#ready();
+      answer = await (this.client as unknown as CasClient).retryledgerAppendFenced(LOG_PREFIX + log, leaseKey, String(seq), text, String(generation));
+    } catch (e) {
+      throw unavailable(e);
+    }
+    const code = Number(answer[0]);
+    if (code === 2) return LEASE_LOST;
+    if (code === 1) return APPENDED;
     return seqTaken(String(answer[1]));
   }
 
