@@ -37,6 +37,10 @@ What runs where:
   start-to-close timeout passed) fails in the workflow with Temporal's
   ``ActivityError``; its facts (error names along its cause chain, such as
   ``TimeoutError``) go to the core like any raised error.
+* A cancelled workflow records its cancellation: between attempts as the
+  run's ``cancelled_at_ms`` (terminal ``stop_cancelled``), during one as that
+  attempt's ``cancelled`` fact (indeterminate, never retried), and returns
+  its sealed run like any other.
 
 Temporal's activity retry policy must be one attempt: the helper passes
 ``RetryPolicy(maximum_attempts=1)`` itself and refuses any other before the
@@ -66,6 +70,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequ
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import CancelledError as TemporalCancelledError
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from . import _core
@@ -408,14 +413,20 @@ async def run_attempts(
         session.set_price_schedule(schedule)
     t0 = workflow.time_ns()
     value: Any = None
+    cancelled = False
     while True:
         plan = session.next()
         if isinstance(plan, _core.Terminal):
             break
         now = _run_ms(t0)
-        while now < plan.not_before_ms:
-            await workflow.sleep(timedelta(milliseconds=plan.not_before_ms - now))
-            now = _run_ms(t0)
+        try:
+            while now < plan.not_before_ms:
+                await workflow.sleep(timedelta(milliseconds=plan.not_before_ms - now))
+                now = _run_ms(t0)
+        except asyncio.CancelledError:
+            # Cancelled between attempts: recorded as the run's cancellation.
+            cancelled = True
+            break
         data = AttemptInput(
             plan=plan.to_dict(),
             idempotency_key=idempotency_key,
@@ -423,8 +434,10 @@ async def run_attempts(
             args=list(args),
             price_schedule=schedule,
         )
+        report: Optional[AttemptReport] = None
+        wall = int(workflow.now().timestamp() * 1000)
         try:
-            raw: AttemptReport = await workflow.execute_activity(
+            report = await workflow.execute_activity(
                 activity_fn,  # type: ignore[arg-type]  # a name or the activity function
                 data,
                 start_to_close_timeout=start_to_close_timeout,
@@ -433,13 +446,14 @@ async def run_attempts(
                 task_queue=task_queue,
                 result_type=AttemptReport,
             )
-            report: Optional[AttemptReport] = raw
-            facts = _core.Facts(**json.loads(raw.facts))
+            facts = _core.Facts(**json.loads(report.facts))
         except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the activity execution itself failed (timeout, worker lost)
-            report = None
-            facts = facts_of(exc, now_unix_ms=int(workflow.now().timestamp() * 1000))
+            # Cancelled during the attempt: judged as cancelled (never retried).
+            cancelled = True
+            facts = _core.Facts(result="raised", cancelled=True, now_unix_ms=wall)
+        except Exception as exc:  # the activity execution itself failed (timeout, worker lost, cancelled)
+            cancelled = isinstance(getattr(exc, "cause", None), TemporalCancelledError)
+            facts = facts_of(exc, cancelled=cancelled, now_unix_ms=int(workflow.now().timestamp() * 1000))
         completed = _run_ms(t0)
         cost = None
         if report is not None:
@@ -455,6 +469,10 @@ async def run_attempts(
         if session.terminal == "completed" and report is not None:
             value = report.value
             break
+        if cancelled:
+            break
+    if cancelled and session.terminal is None:
+        session.cancel(_run_ms(t0))
     sealed = session.seal()
     return RunOutput(
         terminal=sealed.terminal,

@@ -309,3 +309,45 @@ def test_an_activity_retry_policy_of_more_than_one_attempt_is_refused() -> None:
         assert out.terminal == "completed" and json.loads(out.bundle_json)["receipt"]["attempt_count"] == 1
 
     asyncio.run(main())
+
+
+def test_a_cancelled_workflow_records_the_cancellation_and_returns_its_sealed_run() -> None:
+    """Cancelled while parked on a 30 s Retry-After timer: no other request, the
+    run sealed with ``stop_cancelled`` and its ``cancelled_at_ms``."""
+    address = support.temporal_address()
+
+    async def main() -> None:
+        client = await Client.connect(address)
+        task_queue = queue()
+        policy = policy_json()
+        srv = server([(429, {"retry-after": "30"}), (200, {})])
+        try:
+            async with Worker(
+                client,
+                task_queue=task_queue,
+                workflows=support.WORKFLOWS,
+                activities=support.ACTIVITIES,
+                workflow_runner=support.runner(),
+            ):
+                workflow_id = f"w-{uuid.uuid4().hex}"
+                handle = await client.start_workflow(
+                    support.ScriptedRun.run, args=[policy, KEY, srv.base(), None], id=workflow_id, task_queue=task_queue
+                )
+                deadline = time.monotonic() + 60
+                while not (srv.count() == 1 and await timer_started(client, workflow_id)):
+                    assert time.monotonic() < deadline, "the first attempt and its timer did not happen"
+                    await asyncio.sleep(0.05)
+                await handle.cancel()
+                out = await asyncio.wait_for(handle.result(), timeout=30)
+            count = srv.count()
+        finally:
+            srv.stop()
+        assert out.terminal == "stop_cancelled"
+        assert count == 1
+        assert retryledger.verify_bundle(out.bundle_json)["kind"] == "verified"
+        attempts = out.bundle["attempts"]
+        assert len(attempts["attempts"]) == 1
+        assert attempts["cancelled_at_ms"] >= attempts["attempts"][0]["completed_at_ms"]
+        assert await replayed_digest(client, workflow_id) == out.receipt_sha256
+
+    asyncio.run(main())

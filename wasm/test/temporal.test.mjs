@@ -302,3 +302,37 @@ test("Temporal: an activity retry policy of more than one attempt is refused bef
   assert.equal(JSON.parse(out.bundleJson).receipt.attempt_count, 1);
   await client.connection.close();
 });
+
+test("Temporal: a cancelled workflow records the cancellation and resolves with its sealed run", { skip: gate.skip }, async () => {
+  const client = await connect();
+  const taskQueue = queue();
+  const policy = policyText();
+  const srv = await server([{ status: 429, headers: { "retry-after": "30" } }, { status: 200 }]);
+  const { worker, connection } = await inProcessWorker(taskQueue);
+  const id = `w-${randomUUID()}`;
+  /** @type {import("../dist/temporal.js").RunOutput} */
+  let out;
+  try {
+    out = await worker.runUntil(async () => {
+      const handle = await client.workflow.start("scriptedRun", { taskQueue, workflowId: id, args: [policy, KEY, srv.base, null] });
+      const deadline = Date.now() + 60_000;
+      while (!(srv.seen.length === 1 && (await timerStarted(client, id)))) {
+        assert.ok(Date.now() < deadline, "the first attempt and its timer did not happen");
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await handle.cancel();
+      return /** @type {Promise<import("../dist/temporal.js").RunOutput>} */ (handle.result());
+    });
+  } finally {
+    await srv.close();
+    await connection.close();
+  }
+  assert.equal(out.terminal, "stop_cancelled");
+  assert.equal(srv.seen.length, 1);
+  assert.equal(rl.verifyBundle(out.bundleJson).kind, "verified");
+  const attempts = JSON.parse(out.bundleJson).attempts;
+  assert.equal(attempts.attempts.length, 1);
+  assert.ok(attempts.cancelled_at_ms >= attempts.attempts[0].completed_at_ms);
+  assert.equal(await replayedDigest(client, id), out.receiptSha256);
+  await client.connection.close();
+});

@@ -29,7 +29,7 @@
 
 import "./temporal-isolate.js";
 import type { Duration, RetryPolicy } from "@temporalio/common";
-import { ActivityFailure, ApplicationFailure, TimeoutFailure, proxyActivities, sleep } from "@temporalio/workflow";
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, isCancellation, proxyActivities, sleep } from "@temporalio/workflow";
 import { initSync } from "../pkg-web/retryledger_wasm.js";
 import * as glue from "../pkg-web/retryledger_wasm.js";
 import { CompiledPolicy, checkPriceSchedule, setBindings, toText, type Input, type RawBindings } from "./core.js";
@@ -122,6 +122,9 @@ function failureFacts(e: ActivityFailure): string {
  * and return the sealed run. Coded errors before the first dispatch (a retry
  * policy of more than one attempt, a policy or key the core refuses, a fleet
  * section) fail the workflow with an `ApplicationFailure` whose type is the code.
+ * A cancelled workflow records its cancellation (between attempts as the
+ * run's `cancelled_at_ms`, during one as that attempt's `cancelled` fact)
+ * and resolves with its sealed run like any other.
  */
 export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutput> {
   let compiled: CompiledPolicy;
@@ -171,13 +174,21 @@ export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutpu
     const t0 = Date.now();
     const now = (): number => Math.max(0, Date.now() - t0);
     let value: unknown;
+    let cancelled = false;
     for (;;) {
       const decision = session.next();
       if (decision.kind === "terminal") break;
       let t = now();
-      while (t < decision.not_before_ms) {
-        await sleep(decision.not_before_ms - t);
-        t = now();
+      try {
+        while (t < decision.not_before_ms) {
+          await sleep(decision.not_before_ms - t);
+          t = now();
+        }
+      } catch (e) {
+        if (!isCancellation(e)) throw e;
+        // Cancelled between attempts: recorded as the run's cancellation.
+        cancelled = true;
+        break;
       }
       let report: AttemptReport | undefined;
       let facts: string;
@@ -185,8 +196,15 @@ export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutpu
         report = await attempt({ decision, idempotencyKey: key, startedAtMs: t, args: options.args ?? [], priced: schedule !== undefined });
         facts = report.facts;
       } catch (e) {
-        if (!(e instanceof ActivityFailure)) throw e;
-        facts = failureFacts(e);
+        if (isCancellation(e)) {
+          // Cancelled during the attempt: judged as cancelled (never retried).
+          cancelled = true;
+          facts = JSON.stringify({ cancelled: true, now_unix_ms: Date.now(), result: "raised" });
+        } else if (e instanceof ActivityFailure) {
+          facts = failureFacts(e);
+        } else {
+          throw e;
+        }
       }
       const completed = Math.max(now(), t);
       if (report?.requestBodySha256 !== undefined) session.setRequestBodySha256(report.requestBodySha256);
@@ -196,7 +214,9 @@ export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutpu
         value = report.value;
         break;
       }
+      if (cancelled) break;
     }
+    if (cancelled && session.terminal === null) session.cancel(now());
     const sealed = session.seal();
     const out: RunOutput = { terminal: sealed.terminal, receiptSha256: sealed.receipt_sha256, bundleJson: sealed.bundle_json };
     if (value !== undefined) out.value = value;
