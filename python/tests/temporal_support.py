@@ -5,6 +5,7 @@ HTTP calls (httpx) to a counting loopback server."""
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
@@ -38,7 +39,11 @@ def temporal_address() -> str:
 
 def call_loopback(step: Any, base: str) -> Dict[str, Any]:
     """One attempt: POST to the route's path with the idempotency key; an
-    error status raises httpx's HTTPStatusError (status, headers, body)."""
+    error status raises httpx's HTTPStatusError (status, headers, body). A
+    worker started with ``RETRYLEDGER_TEST_HANG_ORDINAL=n`` hangs in attempt
+    ``n`` before sending anything (a worker to kill in the middle of one)."""
+    if os.environ.get("RETRYLEDGER_TEST_HANG_ORDINAL") == str(step.ordinal):
+        time.sleep(600)
     with httpx.Client(timeout=10.0) as client:
         response = client.post(
             f"{base}/{step.route_id}",
@@ -62,14 +67,14 @@ class ScriptedRun:
     maximum attempts (``None``: the helper's own, one)."""
 
     @workflow.run
-    async def run(self, policy: str, key: str, base: str, attempts: Optional[int]) -> rt.RunOutput:
+    async def run(self, policy: str, key: str, base: str, attempts: Optional[int], timeout_s: int = 20) -> rt.RunOutput:
         retry_policy = None if attempts is None else RetryPolicy(maximum_attempts=attempts)
         out = await rt.run_attempts(
             policy,
             "loopback_attempt",
             key,
             args=[base],
-            start_to_close_timeout=timedelta(seconds=20),
+            start_to_close_timeout=timedelta(seconds=timeout_s),
             retry_policy=retry_policy,
         )
         temporal_sink.SEALED.append((workflow.info().workflow_id, out.receipt_sha256))

@@ -175,11 +175,15 @@ def test_429_twice_then_success_is_the_plain_drivers_run() -> None:
     asyncio.run(main())
 
 
-def start_worker(task_queue: str) -> subprocess.Popen[str]:
+def start_worker(task_queue: str, hang_ordinal: Optional[int] = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env.pop("RETRYLEDGER_TEST_HANG_ORDINAL", None)
+    if hang_ordinal is not None:
+        env["RETRYLEDGER_TEST_HANG_ORDINAL"] = str(hang_ordinal)
     worker = subprocess.Popen(
         [sys.executable, str(HERE / "temporal_worker.py"), task_queue],
         cwd=str(HERE),
-        env={**os.environ, "PYTHONPATH": str(HERE)},
+        env=env,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -348,6 +352,63 @@ def test_a_cancelled_workflow_records_the_cancellation_and_returns_its_sealed_ru
         attempts = out.bundle["attempts"]
         assert len(attempts["attempts"]) == 1
         assert attempts["cancelled_at_ms"] >= attempts["attempts"][0]["completed_at_ms"]
+        assert await replayed_digest(client, workflow_id) == out.receipt_sha256
+
+    asyncio.run(main())
+
+
+async def activity_started(client: Client, workflow_id: str) -> bool:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED for e in history.events)
+
+
+def test_a_worker_killed_during_an_attempt_times_out_and_the_core_plans_the_retry() -> None:
+    """The worker running attempt 1 is killed with SIGKILL before it sends
+    anything: the activity execution never reports, its start-to-close timeout
+    (3 s) fails it in the workflow, the core judges the timeout
+    (``timeout_before_response``, retryable: the route takes idempotency keys)
+    and a new worker runs attempt 2, with the same key."""
+    address = support.temporal_address()
+
+    async def main() -> None:
+        client = await Client.connect(address)
+        task_queue = queue()
+        policy = policy_json()
+        srv = server([(200, {})])
+        first: Optional[subprocess.Popen[str]] = start_worker(task_queue, hang_ordinal=1)
+        second: Optional[subprocess.Popen[str]] = None
+        try:
+            workflow_id = f"w-{uuid.uuid4().hex}"
+            handle = await client.start_workflow(
+                support.ScriptedRun.run, args=[policy, KEY, srv.base(), None, 3], id=workflow_id, task_queue=task_queue
+            )
+            deadline = time.monotonic() + 60
+            while not await activity_started(client, workflow_id):
+                assert time.monotonic() < deadline, "attempt 1 did not start"
+                await asyncio.sleep(0.05)
+            assert first is not None
+            first.send_signal(signal.SIGKILL)
+            assert first.wait(timeout=10) == -signal.SIGKILL
+            first = None
+            second = start_worker(task_queue)
+            out = await asyncio.wait_for(handle.result(), timeout=90)
+            count = srv.count()
+            keys = {r.idempotency_key for r in srv.requests}
+        finally:
+            srv.stop()
+            for w in (first, second):
+                if w is not None and w.poll() is None:
+                    w.kill()
+                    w.wait()
+        assert out.terminal == "completed"
+        assert count == 1 and keys == {KEY}
+        attempts = out.bundle["attempts"]["attempts"]
+        assert [a["outcome"] for a in attempts] == [
+            {"class": "retryable", "kind": "timeout_before_response"},
+            {"class": "success"},
+        ]
+        assert attempts[0]["completed_at_ms"] - attempts[0]["started_at_ms"] >= 3000
+        assert retryledger.verify_bundle(out.bundle_json)["kind"] == "verified"
         assert await replayed_digest(client, workflow_id) == out.receipt_sha256
 
     asyncio.run(main())

@@ -15,10 +15,13 @@ export class HttpStatusError extends Error {
 }
 
 /**
- * One attempt: POST to the route's path with the idempotency key.
+ * One attempt: POST to the route's path with the idempotency key. A worker
+ * started with RETRYLEDGER_TEST_HANG_ORDINAL=n hangs in attempt n before
+ * sending anything (a worker to kill in the middle of one).
  * @param {import("../dist/index.js").Step} step @param {string} base
  */
 export async function callLoopback(step, base) {
+  if (process.env.RETRYLEDGER_TEST_HANG_ORDINAL === String(step.ordinal)) await new Promise((r) => setTimeout(r, 600_000));
   const res = await fetch(`${base}/${step.routeId}`, {
     method: "POST",
     headers: { "content-type": "application/json", "idempotency-key": step.idempotencyKey },

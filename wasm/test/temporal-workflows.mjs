@@ -10,14 +10,15 @@ export { retryledgerRun } from "../dist/temporal.js";
  * One logical request; `attempts` is the activity retry policy's maximum
  * attempts (`null`: the helper's own, one).
  * @param {string} policy @param {string} key @param {string} base @param {number | null} attempts
+ * @param {number} [timeoutS] each attempt's start-to-close timeout, seconds
  */
-export async function scriptedRun(policy, key, base, attempts) {
+export async function scriptedRun(policy, key, base, attempts, timeoutS = 20) {
   const out = await runAttempts({
     policy,
     activity: "loopbackAttempt",
     idempotencyKey: key,
     args: [base],
-    startToCloseTimeout: "20s",
+    startToCloseTimeout: timeoutS * 1000,
     ...(attempts === null ? {} : { retry: { maximumAttempts: attempts } }),
   });
   /** @type {any} */

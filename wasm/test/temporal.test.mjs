@@ -181,10 +181,14 @@ test("Temporal: 429 twice then 200 is the plain driver's run, and replays to the
   await client.connection.close();
 });
 
-/** @param {string} taskQueue @param {string} bundleFile */
-async function startWorker(taskQueue, bundleFile) {
+/** @param {string} taskQueue @param {string} bundleFile @param {number} [hangOrdinal] */
+async function startWorker(taskQueue, bundleFile, hangOrdinal) {
+  const env = { ...process.env };
+  delete env.RETRYLEDGER_TEST_HANG_ORDINAL;
+  if (hangOrdinal !== undefined) env.RETRYLEDGER_TEST_HANG_ORDINAL = String(hangOrdinal);
   const child = spawn(process.execPath, [new URL("./temporal-worker-child.mjs", import.meta.url).pathname, taskQueue, bundleFile], {
     stdio: ["ignore", "pipe", "inherit"],
+    env,
   });
   const lines = createInterface({ input: /** @type {import("node:stream").Readable} */ (child.stdout) });
   const first = await new Promise((resolve, reject) => {
@@ -333,6 +337,55 @@ test("Temporal: a cancelled workflow records the cancellation and resolves with 
   const attempts = JSON.parse(out.bundleJson).attempts;
   assert.equal(attempts.attempts.length, 1);
   assert.ok(attempts.cancelled_at_ms >= attempts.attempts[0].completed_at_ms);
+  assert.equal(await replayedDigest(client, id), out.receiptSha256);
+  await client.connection.close();
+});
+
+/** @param {Client} client @param {string} id */
+async function activityStarted(client, id) {
+  const history = await client.workflow.getHandle(id).fetchHistory();
+  return (history.events ?? []).some((e) => e.activityTaskStartedEventAttributes != null);
+}
+
+test("Temporal: a worker killed during an attempt times out and the core plans the retry", { skip: gate.skip }, async () => {
+  const client = await connect();
+  const taskQueue = queue();
+  const policy = policyText();
+  const dir = mkdtempSync(join(tmpdir(), "retryledger-temporal-"));
+  const bundleFile = join(dir, "bundle.js");
+  writeFileSync(bundleFile, (await workflowBundle()).code);
+  const srv = await server([{ status: 200 }]);
+  /** @type {import("node:child_process").ChildProcess | undefined} */
+  let first = await startWorker(taskQueue, bundleFile, 1);
+  /** @type {import("node:child_process").ChildProcess | undefined} */
+  let second;
+  const id = `w-${randomUUID()}`;
+  /** @type {import("../dist/temporal.js").RunOutput} */
+  let out;
+  try {
+    const handle = await client.workflow.start("scriptedRun", { taskQueue, workflowId: id, args: [policy, KEY, srv.base, null, 3] });
+    const deadline = Date.now() + 60_000;
+    while (!(await activityStarted(client, id))) {
+      assert.ok(Date.now() < deadline, "attempt 1 did not start");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const exited = new Promise((resolve) => first?.once("exit", (_code, signal) => resolve(signal)));
+    first.kill("SIGKILL");
+    assert.equal(await exited, "SIGKILL");
+    first = undefined;
+    second = await startWorker(taskQueue, bundleFile);
+    out = await handle.result();
+  } finally {
+    await srv.close();
+    for (const w of [first, second]) if (w !== undefined && w.exitCode === null && w.signalCode === null) w.kill("SIGKILL");
+  }
+  assert.equal(out.terminal, "completed");
+  assert.equal(srv.seen.length, 1);
+  assert.deepEqual(srv.seen.map((s) => s.idempotencyKey), [KEY]);
+  const attempts = JSON.parse(out.bundleJson).attempts.attempts;
+  assert.deepEqual(attempts.map((/** @type {any} */ a) => a.outcome), [{ class: "retryable", kind: "timeout_before_response" }, { class: "success" }]);
+  assert.ok(attempts[0].completed_at_ms - attempts[0].started_at_ms >= 3000);
+  assert.equal(rl.verifyBundle(out.bundleJson).kind, "verified");
   assert.equal(await replayedDigest(client, id), out.receiptSha256);
   await client.connection.close();
 });
