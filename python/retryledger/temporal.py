@@ -394,7 +394,8 @@ async def run_attempts(
     :func:`attempt_activity`, or its name), record its facts and return the
     sealed run. Coded errors (a retry policy of more than one attempt, a
     policy or key the core refuses, a fleet section) fail the workflow with an
-    ``ApplicationError`` whose type is the code, before the first dispatch."""
+    ``ApplicationError`` whose type is the code, before the first dispatch (a
+    policy with a stream contract: ``stream_record_missing``)."""
     try:
         one = check_retry_policy(retry_policy)
         compiled = _checked(policy, idempotency_key)
@@ -404,6 +405,13 @@ async def run_attempts(
                 "a policy with a fleet section needs a fleet store, which a workflow does not reach: "
                 "admit from an activity-hosted driver instead",
                 "/fleet",
+            )
+        if "stream" in compiled.document:
+            raise DriftError(
+                "stream_record_missing",
+                "a policy with a stream contract needs a stream record per attempt, which an activity that "
+                "reports once it has ended cannot give: stream with run_stream outside a workflow",
+                "/stream",
             )
         schedule = _schedule_for(compiled, price_schedule)
     except RetryledgerError as e:

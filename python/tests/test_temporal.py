@@ -59,6 +59,15 @@ def policy_json(primary_attempts: int = 3) -> str:
     return retryledger.Policy(policy).json
 
 
+def stream_policy_json() -> str:
+    """A policy of the stream vectors with a stream contract, for this suite's key."""
+    cases = json.loads((HERE.parents[1] / "tests" / "vectors" / "stream.json").read_text())["cases"]
+    policy: Dict[str, Any] = json.loads(next(c["input"]["policy"] for c in cases if c["op"] == "stream_session"))
+    assert "stream" in policy
+    policy["idempotency_key_sha256"] = make_policy()["idempotency_key_sha256"]
+    return retryledger.Policy(policy).json
+
+
 def server(script: List[Reply]) -> ScriptedServer:
     return ScriptedServer({"private-primary": script, "external-fallback": [(200, {})]}, lambda status: {"status": status}).start()
 
@@ -299,6 +308,16 @@ def test_an_activity_retry_policy_of_more_than_one_attempt_is_refused() -> None:
                     )
                 assert isinstance(failed.value.cause, ApplicationError)
                 assert failed.value.cause.type == "retry_owner_not_harness"
+                # A policy with a stream contract, before any dispatch too.
+                with pytest.raises(WorkflowFailureError) as failed:
+                    await client.execute_workflow(
+                        rt.RetryledgerWorkflow.run,
+                        rt.RunInput(policy=stream_policy_json(), activity="loopback_attempt", idempotency_key=KEY, args=[srv.base()]),
+                        id=f"w-{uuid.uuid4().hex}",
+                        task_queue=task_queue,
+                    )
+                assert isinstance(failed.value.cause, ApplicationError)
+                assert failed.value.cause.type == "stream_record_missing"
                 refused = srv.count()
                 # And runs with one attempt per activity.
                 out = await client.execute_workflow(

@@ -15,7 +15,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -56,6 +56,15 @@ function policyText() {
       }),
     ).policy,
   );
+}
+
+/** A policy of the stream vectors with a stream contract, for this suite's key. */
+function streamPolicyText() {
+  const cases = JSON.parse(readFileSync(new URL("../../tests/vectors/stream.json", import.meta.url), "utf8")).cases;
+  const policy = JSON.parse(cases.find((/** @type {any} */ c) => c.op === "stream_session").input.policy);
+  assert.ok(policy.stream !== undefined);
+  policy.idempotency_key_sha256 = policyWith(() => undefined).idempotency_key_sha256;
+  return JSON.stringify(policy);
 }
 
 /** @param {{status: number, headers?: Record<string, string>}[]} primary */
@@ -286,6 +295,15 @@ test("Temporal: an activity retry policy of more than one attempt is refused bef
           args: [{ policy, activity: "loopbackAttempt", idempotencyKey: KEY, args: [srv.base], activityMaximumAttempts: 0 }],
         }),
         (/** @type {any} */ e) => e instanceof WorkflowFailedError && e.cause instanceof ApplicationFailure && e.cause.type === "retry_owner_not_harness",
+      );
+      // A policy with a stream contract, before any dispatch too.
+      await assert.rejects(
+        client.workflow.execute("retryledgerRun", {
+          taskQueue,
+          workflowId: `w-${randomUUID()}`,
+          args: [{ policy: streamPolicyText(), activity: "loopbackAttempt", idempotencyKey: KEY, args: [srv.base] }],
+        }),
+        (/** @type {any} */ e) => e instanceof WorkflowFailedError && e.cause instanceof ApplicationFailure && e.cause.type === "stream_record_missing",
       );
       const refused = srv.seen.length;
       // And runs with one attempt per activity.

@@ -153,6 +153,13 @@ export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutpu
         { path: "/fleet" },
       );
     }
+    if (compiled.policy.stream !== undefined) {
+      throw new DriftError(
+        "stream_record_missing",
+        "stream_record_missing at /stream: a policy with a stream contract needs a stream record per attempt, which an activity that reports once it has ended cannot give; stream with runStream outside a workflow",
+        { path: "/stream" },
+      );
+    }
     if (options.priceSchedule !== undefined) {
       schedule = toText(options.priceSchedule);
       checkPriceSchedule(compiled.policy, schedule);
