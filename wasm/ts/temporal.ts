@@ -1,0 +1,271 @@
+/**
+ * Temporal, workflow side: import this module from workflow code only (the
+ * worker side is `retryledger/temporal/worker`). docs/TEMPORAL.md.
+ *
+ * ```ts
+ * import { runAttempts } from "retryledger/temporal";
+ * export async function summarize(policy: string, key: string, text: string) {
+ *   return runAttempts({ policy, activity: "summarize", idempotencyKey: key, args: [text] });
+ * }
+ * ```
+ *
+ * The workflow isolate runs the core itself: this module instantiates the
+ * WebAssembly module in the isolate from bytes bundled with the workflow
+ * code, so the Session lives in the workflow, each `next` and `observe` is a
+ * deterministic call replayed with the history, and no decision needs a
+ * local activity. What that takes, and why each is safe:
+ *
+ * - the module's bytes come with the workflow bundle (`pkg-web/retryledger_wasm_base64.js`,
+ *   generated at build time as base64; the isolate has no `fs`, `fetch` or
+ *   `atob`), and the worker bundles the workflow code with
+ *   `bundlerOptions` from `retryledger/temporal/worker`, which keeps webpack
+ *   from turning the glue's default module URL into an asset the isolate
+ *   cannot load;
+ * - the isolate forbids `FinalizationRegistry` (garbage collection is not
+ *   deterministic); where constructing one throws, it is removed before the
+ *   glue loads, so the glue's objects are freed explicitly (the helper frees
+ *   its session and policy when the run ends) and never by the collector.
+ */
+
+import "./temporal-isolate.js";
+import type { Duration, RetryPolicy } from "@temporalio/common";
+import { ActivityFailure, ApplicationFailure, TimeoutFailure, isCancellation, proxyActivities, sleep } from "@temporalio/workflow";
+import { initSync } from "../pkg-web/retryledger_wasm.js";
+import * as glue from "../pkg-web/retryledger_wasm.js";
+import { CompiledPolicy, checkPriceSchedule, setBindings, toText, type Input, type RawBindings } from "./core.js";
+import { DriftError, RetryledgerError } from "./errors.js";
+import { factsOf } from "./facts.js";
+import { MODULE_BASE64 } from "../pkg-web/retryledger_wasm_base64.js";
+import { checkRetryPolicy, type AttemptInput, type AttemptReport, type RunOutput } from "./temporal-common.js";
+import type { Facts, Policy, PriceSchedule } from "./types.js";
+
+export { ONE_ATTEMPT, checkRetryPolicy, type AttemptInput, type AttemptReport, type RunOutput } from "./temporal-common.js";
+
+let loaded = false;
+
+/** Instantiate the core in this isolate once. */
+function loadCore(): void {
+  if (loaded) return;
+  initSync({ module: decodeBase64(MODULE_BASE64) });
+  setBindings(glue as unknown as RawBindings);
+  loaded = true;
+}
+
+const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+function decodeBase64(text: string): Uint8Array {
+  const table = new Uint8Array(128);
+  for (let i = 0; i < ALPHABET.length; i++) table[ALPHABET.charCodeAt(i)] = i;
+  const pad = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
+  const n = (text.length / 4) * 3 - pad;
+  const out = new Uint8Array(n);
+  let o = 0;
+  for (let i = 0; i < text.length; i += 4) {
+    const v =
+      ((table[text.charCodeAt(i)] as number) << 18) |
+      ((table[text.charCodeAt(i + 1)] as number) << 12) |
+      ((table[text.charCodeAt(i + 2)] as number) << 6) |
+      (table[text.charCodeAt(i + 3)] as number);
+    if (o < n) out[o++] = v >> 16;
+    if (o < n) out[o++] = (v >> 8) & 255;
+    if (o < n) out[o++] = v & 255;
+  }
+  return out;
+}
+
+/** What {@link runAttempts} runs. */
+export interface RunAttemptsOptions {
+  /** The policy (an object or its JSON text). */
+  policy: Input<Policy>;
+  /** The name of the attempt activity (made with `attemptActivity`). */
+  activity: string;
+  /** The raw idempotency key. */
+  idempotencyKey: string;
+  /** The activity's arguments after its step and signal. */
+  args?: unknown[];
+  /** Each attempt's start-to-close timeout (default one minute). */
+  startToCloseTimeout?: Duration;
+  /** Each attempt's heartbeat timeout, if the activity heartbeats. */
+  heartbeatTimeout?: Duration;
+  /** The activity retry policy: only one attempt is accepted (the default). */
+  retry?: RetryPolicy;
+  /** The attempts' task queue (default: the workflow's). */
+  taskQueue?: string;
+  /** A price schedule, checked against the policy before the first dispatch. */
+  priceSchedule?: Input<PriceSchedule>;
+}
+
+/** A coded error as a workflow failure: not retryable, its type the code. */
+function coded(e: unknown): unknown {
+  if (e instanceof RetryledgerError) {
+    return ApplicationFailure.create({
+      type: e.code,
+      message: e.message,
+      nonRetryable: true,
+      details: [{ code: e.code, path: e.path ?? null }],
+    });
+  }
+  return e;
+}
+
+/** The facts of an activity execution that did not report (timed out, its worker lost, not found). */
+function failureFacts(e: ActivityFailure): string {
+  const facts: Facts = factsOf(e, { nowUnixMs: Date.now() });
+  if (e.cause instanceof TimeoutFailure) facts.transport_error = "timeout";
+  return JSON.stringify(facts);
+}
+
+/**
+ * Run one logical request from workflow code: plan each attempt with the
+ * core, sleep on a workflow timer until its `not_before_ms`, run it as one
+ * activity execution under a retry policy of one attempt, record its facts
+ * and return the sealed run. Coded errors before the first dispatch (a retry
+ * policy of more than one attempt, a policy or key the core refuses, a fleet
+ * section) fail the workflow with an `ApplicationFailure` whose type is the code.
+ * A cancelled workflow records its cancellation (between attempts as the
+ * run's `cancelled_at_ms`, during one as that attempt's `cancelled` fact)
+ * and resolves with its sealed run like any other.
+ */
+export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutput> {
+  let compiled: CompiledPolicy;
+  let retry: RetryPolicy;
+  let schedule: string | undefined;
+  const key = options.idempotencyKey;
+  try {
+    retry = checkRetryPolicy(options.retry);
+    loadCore();
+    compiled = new CompiledPolicy(toText(options.policy));
+  } catch (e) {
+    throw coded(e);
+  }
+  try {
+    if (!compiled.acceptsKey(key)) {
+      throw new DriftError(
+        "idempotency_key_drift",
+        "idempotency_key_drift at /idempotency_key_sha256: the digest of the idempotency key is not the policy's idempotency_key_sha256",
+        { path: "/idempotency_key_sha256" },
+      );
+    }
+    if (compiled.policy.fleet !== undefined) {
+      throw new DriftError(
+        "admission_missing",
+        "admission_missing at /fleet: a policy with a fleet section needs a fleet store, which a workflow does not reach",
+        { path: "/fleet" },
+      );
+    }
+    if (compiled.policy.stream !== undefined) {
+      throw new DriftError(
+        "stream_record_missing",
+        "stream_record_missing at /stream: a policy with a stream contract needs a stream record per attempt, which an activity that reports once it has ended cannot give; stream with runStream outside a workflow",
+        { path: "/stream" },
+      );
+    }
+    if (options.priceSchedule !== undefined) {
+      schedule = toText(options.priceSchedule);
+      checkPriceSchedule(compiled.policy, schedule);
+    }
+  } catch (e) {
+    compiled.free();
+    throw coded(e);
+  }
+  const activities = proxyActivities<Record<string, (input: AttemptInput) => Promise<AttemptReport>>>({
+    startToCloseTimeout: options.startToCloseTimeout ?? "1 minute",
+    retry,
+    ...(options.heartbeatTimeout === undefined ? {} : { heartbeatTimeout: options.heartbeatTimeout }),
+    ...(options.taskQueue === undefined ? {} : { taskQueue: options.taskQueue }),
+  });
+  const attempt = activities[options.activity] as (input: AttemptInput) => Promise<AttemptReport>;
+  const session = compiled.session();
+  try {
+    if (schedule !== undefined) session.setPriceSchedule(schedule);
+    const t0 = Date.now();
+    const now = (): number => Math.max(0, Date.now() - t0);
+    let value: unknown;
+    let cancelled = false;
+    for (;;) {
+      const decision = session.next();
+      if (decision.kind === "terminal") break;
+      let t = now();
+      try {
+        while (t < decision.not_before_ms) {
+          await sleep(decision.not_before_ms - t);
+          t = now();
+        }
+      } catch (e) {
+        if (!isCancellation(e)) throw e;
+        // Cancelled between attempts: recorded as the run's cancellation.
+        cancelled = true;
+        break;
+      }
+      let report: AttemptReport | undefined;
+      let facts: string;
+      try {
+        report = await attempt({ decision, idempotencyKey: key, startedAtMs: t, args: options.args ?? [], priced: schedule !== undefined });
+        facts = report.facts;
+      } catch (e) {
+        if (isCancellation(e)) {
+          // Cancelled during the attempt: judged as cancelled (never retried).
+          cancelled = true;
+          facts = JSON.stringify({ cancelled: true, now_unix_ms: Date.now(), result: "raised" });
+        } else if (e instanceof ActivityFailure) {
+          facts = failureFacts(e);
+        } else {
+          throw e;
+        }
+      }
+      const completed = Math.max(now(), t);
+      if (report?.requestBodySha256 !== undefined) session.setRequestBodySha256(report.requestBodySha256);
+      if (report?.usage !== undefined) session.addUsage(report.usage);
+      session.observe({ started_at_ms: t, completed_at_ms: completed, cost: report?.cost, facts });
+      if (session.terminal === "completed" && report !== undefined) {
+        value = report.value;
+        break;
+      }
+      if (cancelled) break;
+    }
+    if (cancelled && session.terminal === null) session.cancel(now());
+    const sealed = session.seal();
+    const out: RunOutput = { terminal: sealed.terminal, receiptSha256: sealed.receipt_sha256, bundleJson: sealed.bundle_json };
+    if (value !== undefined) out.value = value;
+    return out;
+  } catch (e) {
+    throw coded(e);
+  } finally {
+    session.free();
+    compiled.free();
+  }
+}
+
+/** The input of the ready workflow {@link retryledgerRun}. */
+export interface RunInput {
+  /** The policy (an object or its JSON text). */
+  policy: Input<Policy>;
+  /** The name of the attempt activity. */
+  activity: string;
+  /** The raw idempotency key. */
+  idempotencyKey: string;
+  /** The activity's arguments after its step and signal. */
+  args?: unknown[];
+  /** Each attempt's start-to-close timeout, ms (default 60000). */
+  startToCloseTimeoutMs?: number;
+  /** The activity retry policy's maximum attempts; only 1 is accepted (the default). */
+  activityMaximumAttempts?: number;
+  /** The attempts' task queue (default: the workflow's). */
+  taskQueue?: string;
+  /** A price schedule, checked against the policy before the first dispatch. */
+  priceSchedule?: Input<PriceSchedule>;
+}
+
+/** A ready workflow: one logical request under a policy, its attempts run by the activity it names. */
+export async function retryledgerRun(input: RunInput): Promise<RunOutput> {
+  return runAttempts({
+    policy: input.policy,
+    activity: input.activity,
+    idempotencyKey: input.idempotencyKey,
+    args: input.args ?? [],
+    startToCloseTimeout: input.startToCloseTimeoutMs ?? 60_000,
+    retry: { maximumAttempts: input.activityMaximumAttempts ?? 1 },
+    ...(input.taskQueue === undefined ? {} : { taskQueue: input.taskQueue }),
+    ...(input.priceSchedule === undefined ? {} : { priceSchedule: input.priceSchedule }),
+  });
+}
