@@ -570,6 +570,10 @@ class _Core:
                 step.usage(reading.usage)
             except Exception as exc:  # usage the schedule refuses: the attempt ends as an error
                 error = exc
+        if reading is not None and reading.usage is not None and step._tokens is None:
+            # The stream's usage settles the attempt's token reservation (admission limits).
+            counts = reading.usage.values()
+            step.tokens_used(sum(v for v in counts if isinstance(v, int) and not isinstance(v, bool) and v > 0))
         if error is None and not cancelled:
             facts = _Facts(result="returned") if reading is None else _Facts(result="returned", stream=reading.facts())
         elif reading is not None and reading.violation is not None and not cancelled:

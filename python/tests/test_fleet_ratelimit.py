@@ -286,3 +286,35 @@ def test_the_core_applies_headers_in_the_release_and_keeps_digests_without_them(
         config, snapshot, [("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "999h")], EPOCH
     )
     assert far["notes"] == ["reset_too_far"]
+
+
+def test_a_stream_s_usage_settles_its_reservation() -> None:
+    from sse_loopback import SSEServer, pieces_of
+
+    document = make_policy(
+        stream={"mode": "tentative", "max_response_bytes": 65536},
+        fleet={
+            "admission": {"max_queue_ms": 5_000, "token_bound": 10_000, "tokens_per_second": 1},
+            "on_store_unavailable": "fail_closed",
+        },
+    )
+    policy = retryledger.Policy(document)
+    fleet = Fleet(make_store("memory", Path(".")), namespace=namespace())
+    params = {"model": "gpt-fake", "max_completion_tokens": 100, "messages": [{"role": "user", "content": "x"}]}
+    with SSEServer({"private-primary": [{}]}) as server:
+        clients = {
+            r: openai.OpenAI(base_url=server.url(r), api_key="k", max_retries=0)
+            for r in ("private-primary", "external-fallback")
+        }
+        run = rl_openai.stream_chat_completions(
+            policy, clients, params, KEY, fleet=fleet, wall_clock=lambda: EPOCH,
+            reserve_tokens=retryledger.request_token_bound(params, input_tokens=20),
+        )  # fmt: skip
+        events = list(run)
+    assert run.terminal == "completed" and events[-1].kind == "commit"
+    assert run.bundle["attempts"]["attempts"][0]["admission"]["limits"]["tokens"] == 120
+    snapshot = fleet.admission(policy, release_of(policy))
+    assert snapshot is not None
+    # 120 reserved; the loopback's usage: 12 prompt tokens and one completion
+    # token per piece of its text, all settled.
+    assert snapshot["token_level_milli"] == (10_000 - 12 - len(pieces_of({}))) * 1000

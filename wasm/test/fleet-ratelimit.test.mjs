@@ -269,3 +269,31 @@ test("the core applies headers and keeps the snapshot (and its digest) when none
   const far = admissionObserve(config, snapshot, [["x-ratelimit-remaining-requests", "0"], ["x-ratelimit-reset-requests", "999h"]], EPOCH);
   assert.deepEqual(far.notes, ["reset_too_far"]);
 });
+
+test("a stream's usage settles its reservation", async () => {
+  const { openaiChatStream, runStreamWithOpenAI } = await import("../dist/openai.js");
+  const { DEFAULT_TEXT, sseServer, splitText } = await import("./sse-loopback.mjs");
+  const policy = limited({ max_queue_ms: 5_000, token_bound: 10_000, tokens_per_second: 1 });
+  /** @type {any} */ (policy).stream = { mode: "tentative", max_response_bytes: 65536, idle_timeout_ms: 2000 };
+  const fleet = new Fleet(new MemoryStore(), { namespace: namespace("ratelimit"), now: () => EPOCH });
+  const params = { model: "gpt-fake", max_completion_tokens: 100, messages: [{ role: "user", content: "x" }], stream_options: { include_usage: true } };
+  const server = await sseServer({ "private-primary": [{}] });
+  try {
+    const clients = {
+      "private-primary": new OpenAI({ apiKey: "t", baseURL: server.url("private-primary"), maxRetries: 0 }),
+      "external-fallback": new OpenAI({ apiKey: "t", baseURL: server.url("external-fallback"), maxRetries: 0 }),
+    };
+    const run = runStreamWithOpenAI(policy, clients, openaiChatStream(params), { idempotencyKey: KEY, fleet, reserveTokens: requestTokenBound(params, 20), wallClock: () => EPOCH });
+    /** @type {any[]} */
+    const events = [];
+    for await (const ev of run) events.push(ev);
+    assert.equal(events.at(-1)?.kind, "commit");
+    const sealed = /** @type {any} */ (run).sealed;
+    assert.equal(sealed.bundle.attempts.attempts[0]?.admission?.limits?.tokens, 120);
+    // 120 reserved; the loopback's usage: 12 prompt tokens and one completion
+    // token per piece of its text, all settled.
+    assert.equal((await stored(fleet, policy)).token_level_milli, (10_000 - 12 - splitText(DEFAULT_TEXT, 5).length) * 1000);
+  } finally {
+    await server.close();
+  }
+});

@@ -653,6 +653,12 @@ async function* drive<E>(
           // Usage the schedule cannot price is not charged: the reserve stands.
         }
       }
+      // The stream's usage settles the attempt's token reservation (admission limits).
+      if (lastUsage !== undefined && step.tokens === undefined) {
+        let total = 0;
+        for (const v of Object.values(lastUsage)) if (Number.isSafeInteger(v) && v > 0) total += v;
+        if (Number.isSafeInteger(total)) step.tokensUsed(total);
+      }
       step.open = false;
       const completedAt = now();
 
