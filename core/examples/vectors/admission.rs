@@ -902,7 +902,8 @@ fn run_cases(f: &mut Family) {
         t(&policy_with(&all))
     };
     let bundle = |p: &str, store: Value, script: Vec<Value>| {
-        let (_, _, b) = lab::admission_session(p, &t(&store), &t(&json!(script))).expect("a run");
+        let (_, _, b) = lab::admission_session(p, &t(&store), &t(&json!(script)))
+            .unwrap_or_else(|e| panic!("a run: {e:?}"));
         retryledger_core::canonical::to_value(&b)
     };
     let p = policy(cfg(), &[]);
@@ -937,6 +938,25 @@ fn run_cases(f: &mut Family) {
     f.verify(
         "admission_run_retried_after_a_release",
         &t(&retried),
+        "completed",
+    );
+
+    // The failure's response said no request is left for 500 ms: the retry's
+    // admission waits for the reset (empty then, one request 100 ms later).
+    let exhausted = json!({"observe": {"duration_ms": 40, "facts": {"result": "raised", "status": 429},
+        "headers": [["x-ratelimit-remaining-requests", "0"], ["x-ratelimit-reset-requests", "500ms"]]}});
+    let held = bundle(
+        &p,
+        json!([]),
+        vec![at(T0), exhausted, at(T0 + 240), succeeds()],
+    );
+    assert_eq!(
+        held["attempts"]["attempts"][1]["admission"]["limits"]["start_epoch_ms"],
+        json!(T0 + 40 + 500 + 100)
+    );
+    f.verify(
+        "admission_run_retry_held_until_the_rate_limit_reset",
+        &t(&held),
         "completed",
     );
 
