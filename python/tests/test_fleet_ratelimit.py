@@ -318,3 +318,40 @@ def test_a_stream_s_usage_settles_its_reservation() -> None:
     # 120 reserved; the loopback's usage: 12 prompt tokens and one completion
     # token per piece of its text, all settled.
     assert snapshot["token_level_milli"] == (10_000 - 12 - len(pieces_of({}))) * 1000
+
+
+def test_google_genai_usage_settles_a_reservation_from_the_config_bound(serve: Any) -> None:
+    from google import genai
+    from google.genai import types as genai_types
+
+    import retryledger.google_genai as rl_google
+
+    generated = {
+        "candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 30, "candidatesTokenCount": 12, "totalTokenCount": 42},
+    }
+    server = serve({"primary": [(200, {})]}, lambda status: generated)
+    clients = {
+        route: genai.Client(
+            api_key="t", http_options=genai_types.HttpOptions(base_url=server.url(name), api_version="v1beta")
+        )
+        for route, name in (("private-primary", "primary"), ("external-fallback", "fallback"))
+    }
+    policy = limited({"max_queue_ms": 5_000, "token_bound": 10_000, "tokens_per_second": 1})
+    fleet = Fleet(make_store("memory", Path(".")), namespace=namespace())
+    config = genai_types.GenerateContentConfig(max_output_tokens=200)
+    reserve = retryledger.request_token_bound({"contents": "x", "config": config}, input_tokens=50)
+    assert reserve == 250
+
+    def call(client: Any, options: Any, step: Step) -> Any:
+        # The SDK's response: the integration reads its usage_metadata.
+        return client.models.generate_content(
+            model="gemini-2.0-flash", contents="x", config=config.model_copy(update={"http_options": options})
+        )
+
+    wall = Wall()
+    rl_google.run(policy, clients, call, KEY, fleet=fleet, reserve_tokens=reserve, **wall.options())
+    snapshot = fleet.admission(policy, release_of(policy))
+    assert snapshot is not None
+    # 250 reserved, 42 used (totalTokenCount).
+    assert snapshot["token_level_milli"] == (10_000 - 42) * 1000

@@ -297,3 +297,32 @@ test("a stream's usage settles its reservation", async () => {
     await server.close();
   }
 });
+
+test("@google/genai: the response's usageMetadata settles a reservation from config.maxOutputTokens", async () => {
+  const { GoogleGenAI } = await import("@google/genai");
+  const { runWithGoogleGenAI } = await import("../dist/google-genai.js");
+  const generated = {
+    candidates: [{ content: { role: "model", parts: [{ text: "ok" }] }, finishReason: "STOP", index: 0 }],
+    usageMetadata: { promptTokenCount: 30, candidatesTokenCount: 12, totalTokenCount: 42 },
+  };
+  const server = await scriptedServer({ primary: [{ status: 200, body: generated }] });
+  const clients = {
+    "private-primary": new GoogleGenAI({ apiKey: "t", httpOptions: { baseUrl: `${server.base}/primary`, apiVersion: "v1beta" } }),
+    "external-fallback": new GoogleGenAI({ apiKey: "t", httpOptions: { baseUrl: `${server.base}/fallback`, apiVersion: "v1beta" } }),
+  };
+  const policy = limited({ max_queue_ms: 5_000, token_bound: 10_000, tokens_per_second: 1 });
+  const time = fakeTime();
+  const fleet = fleetOn(new MemoryStore(), namespace("ratelimit"), time);
+  const request = { model: "gemini-2.0-flash", contents: "x", config: { maxOutputTokens: 200 } };
+  const reserveTokens = requestTokenBound(request, 50);
+  assert.equal(reserveTokens, 250);
+  /** @type {(client: any, options: any, step: any, signal: AbortSignal) => Promise<unknown>} */
+  const call = (client, options, _step, signal) => client.models.generateContent({ ...request, config: { ...request.config, httpOptions: options, abortSignal: signal } });
+  try {
+    await runWithGoogleGenAI(policy, clients, call, { idempotencyKey: KEY, fleet, reserveTokens, ...clocks(time) });
+    // 250 reserved, 42 used (totalTokenCount).
+    assert.equal((await stored(fleet, policy)).token_level_milli, (10_000 - 42) * 1000);
+  } finally {
+    await server.close();
+  }
+});
