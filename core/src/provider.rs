@@ -737,9 +737,36 @@ fn count(value: &str, notes: &mut Vec<Note>) -> Option<u64> {
 /// ignored and noted; a valid `remaining` with a bad reset still counts.
 pub fn rate_limits(headers: &[(String, String)], now_unix_ms: u64) -> RateLimits {
     let mut out = RateLimits::default();
+    // Most responses carry none of them: one pass over the names first.
+    let any = headers.iter().any(|(k, _)| {
+        k.as_bytes().get(..9).is_some_and(|head| {
+            head.eq_ignore_ascii_case(b"ratelimit")
+                || head.eq_ignore_ascii_case(b"x-ratelim")
+                || head.eq_ignore_ascii_case(b"anthropic")
+        })
+    });
+    if !any {
+        return out;
+    }
     let notes = &mut out.notes;
-    for (what, cap) in [("requests", &mut out.requests), ("tokens", &mut out.tokens)] {
-        let Some(rem) = header(headers, &format!("x-ratelimit-remaining-{what}")) else {
+    for (remaining, reset, tokens) in [
+        (
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+            false,
+        ),
+        (
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+            true,
+        ),
+    ] {
+        let cap = if tokens {
+            &mut out.tokens
+        } else {
+            &mut out.requests
+        };
+        let Some(rem) = header(headers, remaining) else {
             continue;
         };
         let Some(n) = count(rem, notes) else { continue };
@@ -747,7 +774,7 @@ pub fn rate_limits(headers: &[(String, String)], now_unix_ms: u64) -> RateLimits
         if n != 0 {
             continue;
         }
-        if let Some(reset) = header(headers, &format!("x-ratelimit-reset-{what}")) {
+        if let Some(reset) = header(headers, reset) {
             match parse_go_duration(reset) {
                 Some(ms) => {
                     if let Some(ms) = bounded(ms, notes) {
@@ -758,13 +785,34 @@ pub fn rate_limits(headers: &[(String, String)], now_unix_ms: u64) -> RateLimits
             }
         }
     }
-    for what in ["requests", "tokens", "input-tokens", "output-tokens"] {
-        let cap = if what == "requests" {
-            &mut out.requests
-        } else {
+    for (remaining, reset, tokens) in [
+        (
+            "anthropic-ratelimit-requests-remaining",
+            "anthropic-ratelimit-requests-reset",
+            false,
+        ),
+        (
+            "anthropic-ratelimit-tokens-remaining",
+            "anthropic-ratelimit-tokens-reset",
+            true,
+        ),
+        (
+            "anthropic-ratelimit-input-tokens-remaining",
+            "anthropic-ratelimit-input-tokens-reset",
+            true,
+        ),
+        (
+            "anthropic-ratelimit-output-tokens-remaining",
+            "anthropic-ratelimit-output-tokens-reset",
+            true,
+        ),
+    ] {
+        let cap = if tokens {
             &mut out.tokens
+        } else {
+            &mut out.requests
         };
-        let Some(rem) = header(headers, &format!("anthropic-ratelimit-{what}-remaining")) else {
+        let Some(rem) = header(headers, remaining) else {
             continue;
         };
         let Some(n) = count(rem, notes) else { continue };
@@ -772,7 +820,7 @@ pub fn rate_limits(headers: &[(String, String)], now_unix_ms: u64) -> RateLimits
         if n != 0 {
             continue;
         }
-        let Some(reset) = header(headers, &format!("anthropic-ratelimit-{what}-reset")) else {
+        let Some(reset) = header(headers, reset) else {
             continue;
         };
         let Some(at) = crate::httpdate::rfc3339_ms(reset) else {
