@@ -355,3 +355,24 @@ def test_google_genai_usage_settles_a_reservation_from_the_config_bound(serve: A
     assert snapshot is not None
     # 250 reserved, 42 used (totalTokenCount).
     assert snapshot["token_level_milli"] == (10_000 - 42) * 1000
+
+
+def test_httpx_integration_reads_the_ietf_ratelimit_field(serve: Any) -> None:
+    import httpx
+
+    import retryledger.httpx as rl_httpx
+
+    server = serve({"primary": [(200, {"RateLimit": '"default";r=0;t=2', "RateLimit-Policy": '"default";q=10;w=60'})]}, completion_body)
+    policy = limited({"max_in_flight": 2, "max_queue_ms": 5_000})
+    fleet = Fleet(make_store("memory", Path(".")), namespace=namespace())
+    wall = Wall()
+
+    def post(client: httpx.Client, step: Step) -> httpx.Response:
+        return client.post("/primary/v1/chat/completions", json={})
+
+    with httpx.Client(base_url=server.base()) as client:
+        rl_httpx.run(policy, client, post, KEY, fleet=fleet, **wall.options())
+    snapshot = fleet.admission(policy, release_of(policy))
+    assert snapshot is not None
+    # No request bucket configured: the reset still holds the route for 2 s.
+    assert (snapshot["requests_at_epoch_ms"], snapshot["in_flight"]) == (wall.epoch() + 2_000, 0)

@@ -326,3 +326,23 @@ test("@google/genai: the response's usageMetadata settles a reservation from con
     await server.close();
   }
 });
+
+test("fetch: the IETF RateLimit field of an answer holds the route until its reset", async () => {
+  const { runWithFetch } = await import("../dist/fetch.js");
+  const server = await scriptedServer({
+    primary: [{ status: 200, headers: { RateLimit: '"default";r=0;t=2', "RateLimit-Policy": '"default";q=10;w=60' }, body: { ok: true } }],
+  });
+  const policy = limited({ max_in_flight: 2, max_queue_ms: 5_000 });
+  const time = fakeTime();
+  const fleet = fleetOn(new MemoryStore(), namespace("ratelimit"), time);
+  const targets = { "private-primary": `${server.base}/primary/v1`, "external-fallback": `${server.base}/fallback/v1` };
+  try {
+    await runWithFetch(policy, targets, { idempotencyKey: KEY, fleet, ...clocks(time) });
+    const snapshot = await stored(fleet, policy);
+    // No request bucket configured: the reset still holds the route for 2 s.
+    assert.equal(snapshot.requests_at_epoch_ms, EPOCH + time.state.now + 2_000);
+    assert.equal(snapshot.in_flight, 0);
+  } finally {
+    await server.close();
+  }
+});
