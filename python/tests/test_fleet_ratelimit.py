@@ -376,3 +376,35 @@ def test_httpx_integration_reads_the_ietf_ratelimit_field(serve: Any) -> None:
     assert snapshot is not None
     # No request bucket configured: the reset still holds the route for 2 s.
     assert (snapshot["requests_at_epoch_ms"], snapshot["in_flight"]) == (wall.epoch() + 2_000, 0)
+
+
+def test_async_openai_client_s_response_hook_records_the_headers(serve: Any) -> None:
+    import asyncio
+
+    server = serve(
+        {"primary": [(200, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"})]},
+        completion_body,
+    )
+    policy = limited({"max_queue_ms": 60_000, "request_burst": 5, "requests_per_second": 5})
+    fleet = Fleet(make_store("memory", Path(".")), namespace=namespace())
+    clients = {
+        "private-primary": openai.AsyncOpenAI(api_key="t", base_url=server.url("primary") + "/v1", max_retries=0),
+        "external-fallback": openai.AsyncOpenAI(api_key="t", base_url=server.url("fallback") + "/v1", max_retries=0),
+    }
+    wall = Wall()
+
+    async def call(client: Any, step: Step) -> Any:
+        return await client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "x"}])
+
+    async def sleep(ms: float) -> None:
+        wall.clock.sleep(ms)
+
+    async def main() -> Any:
+        return await rl_openai.run_async(
+            policy, clients, call, KEY, fleet=fleet, clock=wall.clock, sleep=sleep, wall_clock=wall.epoch
+        )
+
+    asyncio.run(main())
+    snapshot = fleet.admission(policy, release_of(policy))
+    assert snapshot is not None
+    assert (snapshot["request_level_milli"], snapshot["requests_at_epoch_ms"]) == (0, wall.epoch() + 1_000)
