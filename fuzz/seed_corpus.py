@@ -64,6 +64,9 @@ for path in sorted((ROOT / "tests" / "vectors").glob("*.json")):
             now = struct.pack("<Q", inp["now_epoch_ms"])
             put("idempotency", now + enc(inp["retention"]) + b"\0" + enc(inp.get("record", "")) + b"\0"
                 + enc(inp.get("request", "{}")) + b"\0" + enc(inp.get("completion", "{}")))
+        elif op == "admission_observe":
+            now = struct.pack("<Q", inp["now_epoch_ms"])
+            put("admission_observe", now + enc(inp["config"]) + b"\0" + enc(inp["snapshot"]) + b"\0" + enc(inp["headers"]))
         elif op == "classify_http":
             put("decode_observation", enc(inp["observation"]))
         elif op == "parse_retry_after":

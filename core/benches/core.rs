@@ -289,6 +289,52 @@ fn streams_and_fleet(c: &mut Criterion) {
                 .unwrap();
         })
     });
+    let headers: Vec<(String, String)> = [
+        ("x-ratelimit-limit-requests", "500"),
+        ("x-ratelimit-remaining-requests", "499"),
+        ("x-ratelimit-reset-requests", "120ms"),
+        ("x-ratelimit-limit-tokens", "30000"),
+        ("x-ratelimit-remaining-tokens", "29500"),
+        ("x-ratelimit-reset-tokens", "1s"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    g.bench_function("admission_observe/openai_headers", |b| {
+        let now = 1_780_000_000_000u64;
+        b.iter(|| {
+            black_box(retryledger_core::admission::observe(
+                &cfg,
+                black_box(&fresh),
+                black_box(&headers),
+                now,
+            ))
+        })
+    });
+    g.bench_function("admission_admit_observe_release_seen/openai_headers", |b| {
+        let mut snap = fresh.clone();
+        let mut now = 1_780_000_000_000u64;
+        b.iter(|| {
+            now += 1;
+            let mut s = Session::start(limited.clone());
+            let view = retryledger_core::fleet::FleetView {
+                admission: vec![(release.clone(), snap.clone())],
+                reserve_tokens: Some(500),
+                ..Default::default()
+            };
+            let admitted = s.admit(1_000, now, black_box(&view)).unwrap();
+            black_box(&admitted);
+            s.observe(1_000, 1_040, None, &Facts::returned()).unwrap();
+            snap = s
+                .admission_release_seen(
+                    &admitted.writes.admission[0],
+                    now + 40,
+                    Some(300),
+                    black_box(&headers),
+                )
+                .unwrap();
+        })
+    });
     g.bench_function("session_start/fleet_policy", |b| {
         b.iter(|| black_box(Session::start(policy.clone())))
     });

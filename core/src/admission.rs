@@ -388,7 +388,15 @@ pub fn admit(
         return (answer, unchanged);
     }
     let mut next = snapshot.clone();
+    // A bucket the limits do not configure still holds a server's reset
+    // ([`observe`]): nothing starts before it.
     let mut start = now;
+    if cfg.request_bucket().is_none() {
+        start = start.max(snapshot.requests_at_epoch_ms);
+    }
+    if cfg.token_bucket().is_none() {
+        start = start.max(snapshot.tokens_at_epoch_ms);
+    }
     if let Some((rate, cap)) = cfg.request_bucket() {
         let (s, level, at) = take(
             rate,
@@ -460,6 +468,100 @@ pub fn release(
     next.generation = next.generation.saturating_add(1);
     next.updated_at_epoch_ms = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
     next
+}
+
+/// Lower one bucket (`bucket`: its rate and cap, none when the limits do
+/// not configure it) at level `level` at `at` by what the server said of
+/// the capacity at `now`: its level and time after.
+fn lower(
+    bucket: Option<(u64, u64)>,
+    level: u64,
+    at: u64,
+    now: u64,
+    said: &crate::provider::Capacity,
+) -> (u64, u64) {
+    let (mut level, mut at) = (level, at);
+    if let (Some(remaining), Some((rate, cap))) = (said.remaining, bucket) {
+        if at <= now {
+            let current = level
+                .saturating_add(now.saturating_sub(at).saturating_mul(rate))
+                .min(cap);
+            let server = remaining.saturating_mul(MILLI);
+            if server < current {
+                (level, at) = (server, now);
+            }
+        }
+    }
+    if let Some(reset) = said.reset_ms {
+        let until = now.saturating_add(reset);
+        if until > at {
+            (level, at) = (0, until);
+        }
+    }
+    (level, at)
+}
+
+/// The rate-limit headers a response carried (success or failure) seen at
+/// `now_epoch_ms`, applied to the snapshot of its route's key: a
+/// `remaining` below a bucket's level now lowers the bucket to it (never
+/// raises it, and leaves a bucket reserved into the future alone); a
+/// `remaining` of 0 with a reset empties the bucket until the reset (level
+/// 0 at `now + reset`, never earlier than the snapshot already reserved),
+/// also for a bucket the limits do not configure, so no admission starts on
+/// the key before the server said capacity returns. Requests: OpenAI's
+/// `x-ratelimit-*-requests`, Anthropic's `anthropic-ratelimit-requests-*`
+/// and the IETF `RateLimit` items; tokens: `x-ratelimit-*-tokens` and
+/// Anthropic's token, input-token and output-token headers
+/// ([`crate::provider::rate_limits`]). Garbage, a reset in the past or
+/// beyond [`crate::provider::MAX_HINT_MS`] is ignored and returned as a
+/// note. When nothing applies the snapshot comes back unchanged (the same
+/// digest); otherwise its generation rises.
+pub fn observe(
+    cfg: &AdmissionConfig,
+    snapshot: &AdmissionSnapshot,
+    headers: &[(String, String)],
+    now_epoch_ms: u64,
+) -> (AdmissionSnapshot, Vec<crate::provider::Note>) {
+    let said = crate::provider::rate_limits(headers, now_epoch_ms);
+    let now = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
+    let mut next = snapshot.clone();
+    (next.request_level_milli, next.requests_at_epoch_ms) = lower(
+        cfg.request_bucket(),
+        snapshot.request_level_milli,
+        snapshot.requests_at_epoch_ms,
+        now,
+        &said.requests,
+    );
+    (next.token_level_milli, next.tokens_at_epoch_ms) = lower(
+        cfg.token_bucket(),
+        snapshot.token_level_milli,
+        snapshot.tokens_at_epoch_ms,
+        now,
+        &said.tokens,
+    );
+    if next != *snapshot {
+        next.generation = next.generation.saturating_add(1);
+        next.updated_at_epoch_ms = now;
+    }
+    (next, said.notes)
+}
+
+/// Response headers as `[name, value]` pairs (at most
+/// [`crate::limits::MAX_HEADERS`]), as the hosts pass them to [`observe`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeenHeaders(pub Vec<(String, String)>);
+
+impl crate::decode::Decode for SeenHeaders {
+    fn decode(v: &serde_json::Value, at: &crate::decode::At<'_>) -> Result<Self> {
+        let pairs =
+            crate::decode::decode_list::<crate::http::Header>(v, at, crate::limits::MAX_HEADERS)?;
+        Ok(Self(
+            pairs
+                .into_iter()
+                .map(crate::http::Header::into_pair)
+                .collect(),
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -546,6 +648,81 @@ mod tests {
             }
         );
         assert_eq!((n.token_level_milli, n.tokens_at_epoch_ms), (0, 400));
+    }
+
+    fn pairs(h: &[(&str, &str)]) -> Vec<(String, String)> {
+        h.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn an_exhausted_route_admits_nothing_before_the_reset() {
+        let c = cfg();
+        let s = AdmissionSnapshot::fresh(&c, release_id(), 1_000);
+        let h = pairs(&[
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "750ms"),
+        ]);
+        let (seen, notes) = observe(&c, &s, &h, 1_000);
+        assert!(notes.is_empty());
+        assert_eq!(
+            (seen.request_level_milli, seen.requests_at_epoch_ms),
+            (0, 1_750)
+        );
+        let (a, _) = admit(&c, &seen, 1_000, 1_000, 0);
+        // Empty at the reset, one request refilled 100 ms later.
+        assert_eq!(
+            a,
+            LimitAnswer::Admitted {
+                start_epoch_ms: 1_850
+            }
+        );
+        // Nothing applies: the same document.
+        let (same, _) = observe(
+            &c,
+            &seen,
+            &pairs(&[("x-ratelimit-remaining-requests", "9")]),
+            1_100,
+        );
+        assert_eq!(same, seen);
+    }
+
+    #[test]
+    fn bad_rate_limit_headers_never_panic() {
+        let c = AdmissionConfig {
+            token_bound: Some(100),
+            tokens_per_second: Some(100),
+            ..cfg()
+        };
+        let s = AdmissionSnapshot::fresh(&c, release_id(), 0);
+        let values = [
+            "",
+            "0",
+            "-1",
+            "1e9",
+            "18446744073709551616",
+            "\u{0}",
+            "6m0s",
+            "99999999h",
+            "2026-13-40T99:99:99Z",
+            "0.s",
+            ".5s",
+            "1.5",
+            "\"x\";r=0;t=",
+            "a;r=0;t=99999999999999999999",
+        ];
+        let names = crate::provider::RATE_LIMIT_HEADERS;
+        for (i, name) in names.iter().enumerate() {
+            for (j, v) in values.iter().enumerate() {
+                let other = names[(i + j) % names.len()];
+                let h = pairs(&[(name, v), (other, values[(i * 7 + j) % values.len()])]);
+                for now in [0, 1, u64::MAX / 2, u64::MAX] {
+                    let (next, _) = observe(&c, &s, &h, now);
+                    next.check(&c, &release_id(), "").unwrap();
+                }
+            }
+        }
     }
 
     #[test]

@@ -461,6 +461,40 @@ pub fn admission_release(
     )))
 }
 
+/// `{"notes": [...], "snapshot": ...}`: what a response's rate-limit headers
+/// did to an admission snapshot, and what was ignored.
+struct ObservedStep(
+    crate::admission::AdmissionSnapshot,
+    Vec<crate::provider::Note>,
+);
+
+impl Encode for ObservedStep {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let mut w = ObjectWriter::new(sink);
+        if !self.1.is_empty() {
+            w.list("notes", &self.1);
+        }
+        w.doc("snapshot", &self.0).end();
+    }
+}
+
+/// `admission_observe`: admission limits, a snapshot, a response's headers
+/// (a JSON array of `[name, value]` pairs) and the wall clock in;
+/// `{"notes"?, "snapshot"}` out: the snapshot the rate-limit headers leave
+/// (unchanged when none applies) and the headers ignored.
+pub fn admission_observe(
+    config_json: &str,
+    snapshot_json: &str,
+    headers_json: &str,
+    now_epoch_ms: u64,
+) -> Result<String> {
+    let (cfg, snap) = admission_inputs(config_json, snapshot_json)?;
+    let headers =
+        from_str::<crate::admission::SeenHeaders>(headers_json).map_err(|e| e.under("/headers"))?;
+    let (next, notes) = crate::admission::observe(&cfg, &snap, &headers.0, now_epoch_ms);
+    Ok(out(&ObservedStep(next, notes)))
+}
+
 /// A journal (a JSON array of `retryledger.journal_event.v1` documents),
 /// its errors under `/events`.
 fn journal_events(events_json: &str) -> Result<crate::journal::Journal> {

@@ -1016,8 +1016,10 @@ fn fleet_drive(
 /// - `{"admit": now_epoch_ms, "reserve_tokens"?: n}`: admit at the planned
 ///   `not_before_ms` (or the run clock, if later) and write back; a wait
 ///   answer writes nothing;
-/// - `{"observe": {"duration_ms", "facts", "used_tokens"?}}`: observe the
-///   admitted attempt, started at its `not_before_ms`, then release it;
+/// - `{"observe": {"duration_ms", "facts", "used_tokens"?, "headers"?}}`:
+///   observe the admitted attempt, started at its `not_before_ms`, then
+///   release it (applying the response's rate-limit `headers`, `[name,
+///   value]` pairs);
 /// - `{"set": snapshot}`: another process writes a snapshot.
 ///
 /// The answer: each step's result, the final store, the sealed bundle.
@@ -1097,7 +1099,11 @@ pub fn admission_session(
             let mut released = Value::Null;
             if let (true, Some(current)) = (admitted, current) {
                 let used = o.get("used_tokens").and_then(Value::as_u64);
-                let next = session.admission_release(&current, at, used)?;
+                let headers: crate::admission::SeenHeaders = match o.get("headers") {
+                    Some(h) => from_value(h.clone())?,
+                    None => crate::admission::SeenHeaders::default(),
+                };
+                let next = session.admission_release_seen(&current, at, used, &headers.0)?;
                 released = to_value(&next);
                 put(&mut store, next);
             }

@@ -837,6 +837,34 @@ impl Session {
         ))
     }
 
+    /// [`Session::admission_release`], then the rate-limit headers the
+    /// attempt's response carried (success or failure; `[name, value]`
+    /// pairs) applied to the released snapshot ([`admission::observe`]): a
+    /// lower `remaining` lowers the route's bucket, and an exhausted one
+    /// with a reset empties it until the reset, for every run sharing the
+    /// store. One snapshot to write, as after a plain release.
+    pub fn admission_release_seen(
+        &self,
+        snapshot: &AdmissionSnapshot,
+        now_epoch_ms: u64,
+        used_tokens: Option<u64>,
+        headers: &[(String, String)],
+    ) -> Result<AdmissionSnapshot> {
+        let released = self.admission_release(snapshot, now_epoch_ms, used_tokens)?;
+        match self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.admission.as_ref())
+        {
+            Some(cfg) if !headers.is_empty() => {
+                Ok(admission::observe(cfg, &released, headers, now_epoch_ms).0)
+            }
+            _ => Ok(released),
+        }
+    }
+
     /// Continue the run a verified journal holds: its attempts (reconciled
     /// ones included), its cancellation and its decisions, replayed by
     /// [`crate::journal::verify`], so the host observes the next attempt

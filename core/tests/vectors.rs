@@ -116,6 +116,7 @@ fn actual(op: &str, input: &Value) -> Value {
             &["config", "now_epoch_ms", "reserved", "snapshot", "used"]
         }
         "admission_release" => &["config", "now_epoch_ms", "reserved", "snapshot"],
+        "admission_observe" => &["config", "headers", "now_epoch_ms", "snapshot"],
         "journal_verify" => &["events", "policy"],
         "journal_recover" if input.get("reconciliation").is_some() => {
             &["events", "policy", "reconciliation"]
@@ -203,6 +204,13 @@ fn actual(op: &str, input: &Value) -> Value {
             n(input, "now_epoch_ms"),
             n(input, "reserved"),
             input.get("used").and_then(Value::as_u64),
+        )
+        .map(json_of),
+        "admission_observe" => api::admission_observe(
+            s(input, "config"),
+            s(input, "snapshot"),
+            s(input, "headers"),
+            n(input, "now_epoch_ms"),
         )
         .map(json_of),
         "budget_deposit" => api::budget_deposit(

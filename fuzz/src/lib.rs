@@ -458,3 +458,37 @@ pub fn check_idempotency(data: &[u8]) {
         }
     }
 }
+
+/// `admission_observe`: `now` (8 bytes LE, folded to 2^53-1), then
+/// `config\0snapshot\0headers` (JSON texts). A response's rate-limit headers
+/// never panic and never fail once the inputs decode; the next snapshot is
+/// canonical, valid for the config, its bucket times never go back, and a
+/// second reading of the same headers at the same time changes nothing more.
+pub fn check_admission_observe(data: &[u8]) {
+    if data.len() < 8 {
+        return;
+    }
+    let now = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) & MAX_SAFE_INTEGER;
+    let mut parts = data[8..].splitn(3, |&b| b == 0);
+    let (Some(config), Some(snapshot), Some(headers)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return;
+    };
+    let (config, snapshot, headers) = (text(config), text(snapshot), text(headers));
+    match api::admission_observe(&config, &snapshot, &headers, now) {
+        Ok(out) => {
+            assert_jcs(&out);
+            let v: Value = serde_json::from_str(&out).expect("json");
+            let before: Value = serde_json::from_str(&snapshot).expect("it decoded");
+            for at in ["requests_at_epoch_ms", "tokens_at_epoch_ms"] {
+                assert!(v["snapshot"][at].as_u64() >= before[at].as_u64(), "{at} went back");
+            }
+            let next = v["snapshot"].to_string();
+            let again = api::admission_observe(&config, &next, &headers, now)
+                .expect("the next snapshot is valid for the config");
+            let again: Value = serde_json::from_str(&again).expect("json");
+            assert_eq!(again["snapshot"], v["snapshot"], "the same headers again change nothing");
+        }
+        Err(e) => check_error(&e),
+    }
+}

@@ -36,6 +36,7 @@ from ._api import (
     budget_withdraw,
     admission_admit,
     admission_release,
+    admission_observe,
     classify_http,
     digest,
     evaluate,
@@ -80,7 +81,7 @@ from ._stream import (
     run_stream,
     run_stream_async,
 )
-from .fleet import Fleet
+from .fleet import Fleet, request_token_bound
 from . import journal
 from .journal import (
     idempotency_claim,
@@ -114,6 +115,7 @@ __all__ = [
     "DriftError",
     "Facts",
     "Fleet",
+    "request_token_bound",
     "HttpError",
     "IdempotencyError",
     "JournalError",
@@ -139,6 +141,7 @@ __all__ = [
     "budget_withdraw",
     "admission_admit",
     "admission_release",
+    "admission_observe",
     "classify_http",
     "digest",
     "evaluate",

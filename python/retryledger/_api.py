@@ -33,6 +33,7 @@ __all__ = [
     "budget_withdraw",
     "admission_admit",
     "admission_release",
+    "admission_observe",
     "lab",
 ]
 
@@ -262,6 +263,25 @@ def admission_release(
     held = check_integer("reserved", reserved)
     spent = None if used is None else check_integer("used", used)
     return _loads(call(_core.admission_release, to_text(config), to_text(snapshot), now, held, spent))
+
+
+def admission_observe(
+    config: Document, snapshot: Document, headers: Any, now_epoch_ms: int
+) -> dict[str, Any]:
+    """A response's rate-limit ``headers`` (``[name, value]`` pairs, a
+    mapping, or their JSON text) applied to an admission snapshot:
+    ``{"snapshot", "notes"?}`` (the snapshot unchanged when no header
+    applies; ``notes``: what was ignored)."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    return _loads(call(_core.admission_observe, to_text(config), to_text(snapshot), header_text(headers), now))
+
+
+def header_text(headers: Any) -> str:
+    """``[name, value]`` pairs (or a mapping) as the JSON text the core reads."""
+    if isinstance(headers, str):
+        return headers
+    items = headers.items() if hasattr(headers, "items") else headers
+    return json.dumps([[str(k), str(v)] for k, v in items])
 
 
 class LabReport(NamedTuple):

@@ -252,7 +252,10 @@ def _charge_with_usage() -> PolicyError:
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens")
+    __slots__ = (
+        "plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens",
+        "_rate_limits",
+    )
 
     plan: _core.Dispatch
     idempotency_key: str
@@ -263,6 +266,7 @@ class Step:
     _session: Optional[_core.Session]
     _usage: bool
     _tokens: Optional[int]
+    _rate_limits: Optional[List[Tuple[str, str]]]
 
     def __init__(
         self,
@@ -286,6 +290,7 @@ class Step:
         self._session = session
         self._usage = False
         self._tokens = None
+        self._rate_limits = None
 
     @property
     def ordinal(self) -> int:
@@ -341,6 +346,19 @@ class Step:
         from it). Without a report the reservation stands."""
         tokens = check_integer("tokens", tokens)
         self._tokens = check_integer("tokens", tokens + (self._tokens or 0))
+
+    def rate_limit_headers(self, headers: Any) -> None:
+        """Record the rate-limit headers of this attempt's response (success
+        or failure): an ``httpx`` response, a headers mapping, ``(name,
+        value)`` pairs, or anything with ``headers`` / ``response.headers``.
+        Under admission limits the release after the attempt applies them to
+        the route's buckets in the core (a lower ``remaining`` lowers a
+        bucket; an exhausted one with a reset empties it until the reset, for
+        every run of the fleet). The integrations record them for you (the
+        ``httpx`` hook); a failure's headers are read from the error otherwise."""
+        pairs = rate_limit_headers_of(headers)
+        if pairs:
+            self._rate_limits = pairs
 
     def usage(self, units: Mapping[str, int]) -> None:
         """Record raw usage: ``units`` (kind -> count, e.g. ``{"input": 812,
@@ -534,7 +552,7 @@ def _status(exc: BaseException) -> Optional[int]:
     return None
 
 
-def _headers(exc: BaseException) -> List[Tuple[str, str]]:
+def _headers(exc: Any) -> List[Tuple[str, str]]:
     """The headers the core reads (``READ_HEADERS``), from ``response.headers`` or ``headers``."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None) if response is not None else None
@@ -558,6 +576,32 @@ def _headers(exc: BaseException) -> List[Tuple[str, str]]:
     except Exception:
         return []
     return found
+
+
+def _is_rate_limit(name: str) -> bool:
+    n = name.lower()
+    return n.startswith("x-ratelimit-") or n.startswith("anthropic-ratelimit-") or n in ("ratelimit", "ratelimit-policy")
+
+
+def rate_limit_headers_of(holder: Any) -> List[Tuple[str, str]]:
+    """The rate-limit headers (``x-ratelimit-*``, ``anthropic-ratelimit-*``,
+    ``RateLimit``, ``RateLimit-Policy``) of a response, an error, a headers
+    mapping or ``(name, value)`` pairs; ``[]`` when it holds none."""
+    if holder is None:
+        return []
+    if hasattr(holder, "headers") or hasattr(holder, "response"):
+        found = _headers(holder)
+    else:
+        found = []
+        try:
+            items = holder.items() if hasattr(holder, "items") else holder
+            for pair in items:
+                name, value = pair
+                if isinstance(name, str) and isinstance(value, str) and name.lower() in _READ:
+                    found.append((name, value))
+        except Exception:
+            return []
+    return [(n, v) for n, v in found if _is_rate_limit(n)][:64]
 
 
 def _bounded(text: str) -> str:
@@ -714,11 +758,19 @@ def _fleet_for(compiled: Policy, fleet: Optional[Fleet]) -> Optional[Fleet]:
     return None
 
 
+def _reserve(tokens: Optional[int]) -> Optional[int]:
+    """A run's own token reservation, checked (None: the fleet's ``reserve_tokens``)."""
+    return None if tokens is None else check_integer("reserve_tokens", tokens)
+
+
 class _Host:
     """What the sync and async drivers share: the session, the hooks, and the
     per-attempt bookkeeping (fleet admission, facts extraction and recording)."""
 
-    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held")
+    __slots__ = (
+        "session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held",
+        "reserve_tokens",
+    )
 
     def __init__(
         self,
@@ -739,6 +791,8 @@ class _Host:
         self.policy = compiled
         #: The route release of an admission not yet dispatched (its slot held).
         self.held: Optional[str] = None
+        #: The tokens each attempt reserves under a token bucket (None: the fleet's).
+        self.reserve_tokens: Optional[int] = None
 
     def epoch_ms(self) -> int:
         """The wall clock, Unix ms."""
@@ -755,7 +809,7 @@ class _Host:
         wait = 0.0
         if fleet is not None:
             at = int(now)
-            answer = fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms())
+            answer = fleet.admit(session, self.policy, at if at > 0 else 0, self.epoch_ms(), self.reserve_tokens)
             until = answer.get("wait_until_epoch_ms")
             if until is not None:
                 wait = float(max(1, until - self.epoch_ms()))
@@ -817,15 +871,21 @@ class _Host:
             else:
                 admitted = True
 
-    def recorded(self, route_release_sha256: str, used_tokens: Optional[int] = None) -> None:
+    def recorded(
+        self,
+        route_release_sha256: str,
+        used_tokens: Optional[int] = None,
+        headers: Optional[List[Tuple[str, str]]] = None,
+    ) -> None:
         """After an observation: the attempt's outcome into its route's
-        breaker, and its admission slot released."""
+        breaker, and its admission slot released (its tokens settled and the
+        rate-limit ``headers`` of its response applied)."""
         fleet = self.fleet
         if fleet is not None:
             now = self.epoch_ms()
             self.held = None
             fleet.record(self.session, self.policy, now, route_release_sha256)
-            fleet.release(self.session, self.policy, now, route_release_sha256, used_tokens)
+            fleet.release(self.session, self.policy, now, route_release_sha256, used_tokens, headers)
 
     def abandon(self) -> None:
         """The run ends between an admission and its dispatch (cancelled
@@ -837,6 +897,8 @@ class _Host:
 
     def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
         """The facts of an attempt that raised (or was cancelled)."""
+        if step._rate_limits is None and self.fleet is not None:
+            step._rate_limits = rate_limit_headers_of(exc) or None
         if isinstance(exc, AttemptError) and not cancelled:
             return exc._facts
         ms = int((self.wall_clock or _wall_ms)())
@@ -863,7 +925,7 @@ class _Host:
     def after(self, step: Step, judgement: _core.Judgement) -> None:
         """After an observation: the fleet's breaker record, then ``on_attempt``."""
         if self.fleet is not None:
-            self.recorded(step.plan.route_release_sha256, step._tokens)
+            self.recorded(step.plan.route_release_sha256, step._tokens, step._rate_limits)
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
 
@@ -893,6 +955,7 @@ def run(
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[T]:
     """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`.
 
@@ -911,6 +974,7 @@ def run(
     if sleep is None:
         sleep = _sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
+    host.reserve_tokens = _reserve(reserve_tokens)
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
@@ -974,6 +1038,7 @@ async def run_async(
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited
     (the fleet's store calls are made inline).
@@ -992,6 +1057,7 @@ async def run_async(
     if sleep is None:
         sleep = _async_sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
+    host.reserve_tokens = _reserve(reserve_tokens)
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)

@@ -54,6 +54,25 @@ def get(holder: Any, name: str) -> Any:
     return getattr(holder, name, None)
 
 
+def report_tokens(
+    step: Step,
+    value: Any,
+    usage_units: Callable[[Any], Optional[Dict[str, Any]]],
+    units: Optional[Dict[str, Any]] = None,
+) -> None:
+    """Report the tokens a returned value's usage says (the sum of its price
+    units: input, cached input, output, reasoning) with ``step.tokens_used``;
+    a value without readable usage reports nothing (the reservation stands)."""
+    if units is None:
+        try:
+            units = usage_units(value)
+        except Exception:
+            return
+    if units:
+        total = sum(v for v in units.values() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+        step.tokens_used(total)
+
+
 def require_max_retries_zero(client: Any, sdk: str) -> None:
     """Refuse an SDK client whose ``max_retries`` is not 0: retries at two layers multiply."""
     retries = getattr(client, "max_retries", None)
@@ -109,11 +128,15 @@ class _Sdk:
         )
 
     def charged(self, step: Step, value: T) -> T:
-        """Charge the usage ``value`` carries when the run has a price schedule."""
+        """Charge the usage ``value`` carries when the run has a price schedule,
+        and report its tokens (``step.tokens_used``: the sum of its units) so
+        that the admission release settles the attempt's token reservation."""
+        units = None
         if step.price_schedule is not None:
             units = self.usage_units(value)
             if units is not None:
                 step.usage(units)
+        report_tokens(step, value, self.usage_units, units)
         return value
 
     def run(

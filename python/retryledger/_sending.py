@@ -5,8 +5,10 @@ and ``anthropic`` SDKs, which send through one) add one request event hook
 to each client. While an attempt is being dispatched (:func:`sending`), the
 hook stamps every request it sends with the run's ``Idempotency-Key`` and a
 timeout no longer than the remaining deadline, and records the SHA-256 of
-the body as sent (``step.request_body``). Outside an attempt the hook does
-nothing (it reads a context variable).
+the body as sent (``step.request_body``); a response hook records the
+rate-limit headers of each response (``step.rate_limit_headers``) for the
+fleet's admission release. Outside an attempt the hooks do nothing (they
+read a context variable).
 """
 
 from __future__ import annotations
@@ -62,14 +64,35 @@ async def _on_request_async(request: httpx.Request) -> None:
     _stamp(request)
 
 
+def _seen(response: httpx.Response) -> None:
+    step = _ATTEMPT.get()
+    if step is not None:
+        step.rate_limit_headers(response.headers)
+
+
+def _on_response(response: httpx.Response) -> None:
+    _seen(response)
+
+
+async def _on_response_async(response: httpx.Response) -> None:
+    _seen(response)
+
+
 def hook(client: Any) -> None:
-    """Give ``client`` the request hook, once and last. Any client with
-    httpx's ``event_hooks`` takes it (the SDKs may ship their own copy of
-    httpx); an async one (with ``aclose``) gets the coroutine hook."""
-    on_request: Any = _on_request_async if hasattr(client, "aclose") else _on_request
+    """Give ``client`` the request hook and the response hook (which records
+    the rate-limit headers of every response on the attempt,
+    ``step.rate_limit_headers``), once and last. Any client with httpx's
+    ``event_hooks`` takes them (the SDKs may ship their own copy of httpx);
+    an async one (with ``aclose``) gets the coroutine hooks."""
+    is_async = hasattr(client, "aclose")
+    on_request: Any = _on_request_async if is_async else _on_request
+    on_response: Any = _on_response_async if is_async else _on_response
     hooks = client.event_hooks
-    if on_request not in hooks["request"]:
-        client.event_hooks = {"request": [*hooks["request"], on_request], "response": list(hooks["response"])}
+    if on_request not in hooks["request"] or on_response not in hooks["response"]:
+        client.event_hooks = {
+            "request": [*(h for h in hooks["request"] if h is not on_request), on_request],
+            "response": [*(h for h in hooks["response"] if h is not on_response), on_response],
+        }
 
 
 def hook_sdk(client: Any) -> None:

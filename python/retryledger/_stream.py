@@ -93,6 +93,7 @@ from ._driver import (
     _async_sleep_ms,
     _checked,
     _monotonic_ms,
+    _reserve,
     _schedule_for,
     _sleep_ms,
 )
@@ -306,7 +307,7 @@ class _StreamHost(_Host):
             started, completed if completed > started else started, step._cost, facts, deltas
         )
         if self.fleet is not None:
-            self.recorded(step.plan.route_release_sha256, step._tokens)
+            self.recorded(step.plan.route_release_sha256, step._tokens, step._rate_limits)
         if self.on_attempt is not None:
             self.on_attempt(self.session.attempts["attempts"][-1], judgement)
         return judgement
@@ -569,6 +570,10 @@ class _Core:
                 step.usage(reading.usage)
             except Exception as exc:  # usage the schedule refuses: the attempt ends as an error
                 error = exc
+        if reading is not None and reading.usage is not None and step._tokens is None:
+            # The stream's usage settles the attempt's token reservation (admission limits).
+            counts = reading.usage.values()
+            step.tokens_used(sum(v for v in counts if isinstance(v, int) and not isinstance(v, bool) and v > 0))
         if error is None and not cancelled:
             facts = _Facts(result="returned") if reading is None else _Facts(result="returned", stream=reading.facts())
         elif reading is not None and reading.violation is not None and not cancelled:
@@ -1118,11 +1123,13 @@ def _prepare(
     key_scope: Optional[Tuple[str, str]],
     price_schedule: Optional[Document],
     fleet: Optional[Fleet] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> _Core:
     compiled = _checked(policy, idempotency_key, key_scope)
     p = _Plan(compiled)
     schedule = _schedule_for(compiled, price_schedule)
     host = _StreamHost(compiled, classify, wall_clock, on_attempt, fleet)
+    host.reserve_tokens = _reserve(reserve_tokens)
     if schedule is not None:
         host.session.set_price_schedule(schedule)
     return _Core(host, p, _TEXT_READER if reader is None else reader, schedule, idempotency_key)
@@ -1142,6 +1149,7 @@ def run_stream(
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> StreamRun:
     """Stream one logical request under the policy's stream contract.
 
@@ -1153,7 +1161,9 @@ def run_stream(
     key and schedule are checked here, before anything is dispatched; the
     options (``fleet`` too: each attempt admitted before its stream opens) are
     :func:`retryledger.run`'s."""
-    core = _prepare(policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet)
+    core = _prepare(
+        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens
+    )
     return StreamRun(core, dispatch, clock or _monotonic_ms, sleep or _sleep_ms)
 
 
@@ -1172,6 +1182,7 @@ def run_stream_async(
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> AsyncStreamRun:
     """The async streaming driver: like :func:`run_stream`; ``dispatch(step)``
     returns an async iterable (or an awaitable of one, or a plain iterable),
@@ -1179,5 +1190,7 @@ def run_stream_async(
     events. Cancelling the consuming task while it waits on the run records
     the cancellation and raises :class:`RunCancelledError` (``on_cancel``
     receives it first)."""
-    core = _prepare(policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet)
+    core = _prepare(
+        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens
+    )
     return AsyncStreamRun(core, dispatch, clock or _monotonic_ms, sleep or _async_sleep_ms, on_cancel)

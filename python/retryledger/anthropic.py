@@ -140,6 +140,7 @@ def run(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over ``Anthropic`` clients, one per route id.
 
@@ -151,7 +152,7 @@ def run(
     return _SDK.run(
         policy, clients, call, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
     )
 
 
@@ -169,13 +170,14 @@ async def run_async(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncAnthropic`` clients, one per
     route id; with ``price_schedule`` the usage of each returned message is charged."""
     return await _SDK.run_async(
         policy, clients, call, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
     )
 
 
@@ -238,6 +240,7 @@ def run_stream(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> StreamRun:
     """:func:`retryledger.run_stream` over ``Anthropic`` clients, one per route
     id: ``call(client, step)`` opens the stream with the route's client
@@ -246,7 +249,7 @@ def run_stream(
     return _SDK.stream(
         _run_stream, policy, clients, call, idempotency_key, reader,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
     )
 
 
@@ -265,12 +268,13 @@ def run_stream_async(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> AsyncStreamRun:
     """:func:`retryledger.run_stream_async` over ``AsyncAnthropic`` clients."""
     return _SDK.stream(
         _run_stream_async, policy, clients, call, idempotency_key, reader,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
     )
 
 

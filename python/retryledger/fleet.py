@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._api import Policy, call, check_integer, to_text
@@ -80,6 +80,7 @@ from .stores import Entry, MemoryStore, PostgresStore, RedisStore, Row, SQLiteSt
 
 __all__ = [
     "Fleet",
+    "request_token_bound",
     "Store",
     "StoreUnavailableError",
     "MemoryStore",
@@ -611,10 +612,14 @@ class Fleet:
         now_epoch_ms: int,
         route_release_sha256: str,
         used_tokens: Optional[int] = None,
+        headers: Optional[Sequence[Tuple[str, str]]] = None,
     ) -> Optional[Dict[str, Any]]:
         """Free the in-flight slot of the session's admitted attempt (the one
-        admitted and not yet observed, else the last one observed) and
-        settle its reserved tokens with ``used_tokens`` (``session.admission_release``
+        admitted and not yet observed, else the last one observed),
+        settle its reserved tokens with ``used_tokens`` and apply the
+        rate-limit ``headers`` its response carried (``(name, value)`` pairs;
+        the same write: a lower ``remaining`` lowers the route's bucket, an
+        exhausted one with a reset empties it until the reset) (``session.admission_release``
         of the cached snapshot, one check-and-set; on a conflict again from
         the snapshot the store answered). Called once the attempt is over,
         whatever its end (answer, error, cancellation, or admitted and never
@@ -628,6 +633,7 @@ class Fleet:
         key = self.admission_key(route_release_sha256, shape.scoped)
         check_and_set = getattr(self.store, "check_and_set_raw", None)
         cache = self._cache
+        seen = json.dumps([[n, v] for n, v in headers]) if headers else None
         for _ in range(self.max_conflicts + 1):
             try:
                 if check_and_set is None or key not in cache:
@@ -642,7 +648,7 @@ class Fleet:
                 self.unavailable += 1
                 return None
             try:
-                nxt: Dict[str, Any] = call(session.admission_release, text, now_epoch_ms, used_tokens)
+                nxt: Dict[str, Any] = call(session.admission_release, text, now_epoch_ms, used_tokens, seen)
             except RetryledgerError as e:
                 if e.code == "admission_missing":
                     return None
@@ -683,3 +689,41 @@ class Fleet:
         """Whether the policy has admission limits (each admitted attempt is
         then released with :meth:`release`)."""
         return self._shape(policy).admission
+
+
+#: The request fields that bound the tokens a response may make, in the order they are looked for.
+_OUTPUT_BOUNDS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+
+
+def _output_bound(holder: Any) -> Optional[int]:
+    if holder is None:
+        return None
+    for name in _OUTPUT_BOUNDS:
+        value = holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def request_token_bound(params: Any, input_tokens: Optional[int] = None) -> int:
+    """The tokens a request reserves under a token bucket (the run option
+    ``reserve_tokens``): its output bound (``max_completion_tokens``,
+    ``max_output_tokens`` or ``max_tokens`` of an OpenAI or Anthropic
+    request; ``config.max_output_tokens`` of a ``google-genai`` one) plus its
+    input: ``input_tokens`` when the caller counted them, else an estimate of
+    one token per 4 characters of the request's JSON (an over-estimate for
+    prose; the release settles the reservation with the usage the response
+    reports). Raises ``ValueError`` for a request without an output bound."""
+    bound = _output_bound(params)
+    if bound is None:
+        config = params.get("config") if isinstance(params, dict) else getattr(params, "config", None)
+        bound = _output_bound(config)
+    if bound is None:
+        raise ValueError(
+            "the request has no output bound (max_completion_tokens, max_output_tokens, max_tokens or "
+            "config.max_output_tokens): pass reserve_tokens"
+        )
+    if input_tokens is None:
+        text = json.dumps(params, default=str, ensure_ascii=False)
+        input_tokens = -(-len(text) // 4)
+    return check_integer("reserve_tokens", bound + check_integer("input_tokens", input_tokens))

@@ -31,14 +31,14 @@ per-minute one is rate limited and waits the body's ``RetryInfo``
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
 
 from google.genai import types as _types
 
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
-from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
+from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, report_tokens
 from .fleet import Fleet
 
 __all__ = ["IDEMPOTENCY_HEADER", "http_options", "require_no_retries", "run", "run_async"]
@@ -84,6 +84,19 @@ def http_options(step: Step) -> _types.HttpOptions:
     )
 
 
+def usage_tokens(response: Any) -> Optional[Dict[str, Any]]:
+    """The tokens a ``GenerateContentResponse``'s ``usage_metadata`` reports
+    (``total_token_count``; the SDK object or its dict form) as
+    ``{"total": n}``; ``None`` without usage."""
+    usage = response.get("usage_metadata") if isinstance(response, dict) else getattr(response, "usage_metadata", None)
+    if usage is None:
+        return None
+    total = usage.get("total_token_count") if isinstance(usage, dict) else getattr(usage, "total_token_count", None)
+    if not isinstance(total, int) or isinstance(total, bool):
+        return None
+    return {"total": total}
+
+
 def _prepare(policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:
     compiled = policy if isinstance(policy, Policy) else Policy(policy)
     for client in clients.values():
@@ -107,18 +120,21 @@ def run(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over ``google.genai.Client``s, one per route id:
     ``call(client, options, step)`` with the attempt's :func:`http_options`."""
     compiled = _prepare(policy, clients)
 
     def dispatch(step: Step) -> T:
-        return call(clients[step.route_id], http_options(step), step)
+        value = call(clients[step.route_id], http_options(step), step)
+        report_tokens(step, value, usage_tokens)
+        return value
 
     return _run(
         compiled, dispatch, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
     )
 
 
@@ -136,16 +152,19 @@ async def run_async(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``google.genai.Client``s (their
     ``aio`` side): ``call(client, options, step)`` awaited."""
     compiled = _prepare(policy, clients)
 
     async def dispatch(step: Step) -> T:
-        return await call(clients[step.route_id], http_options(step), step)
+        value = await call(clients[step.route_id], http_options(step), step)
+        report_tokens(step, value, usage_tokens)
+        return value
 
     return await _run_async(
         compiled, dispatch, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
     )

@@ -46,6 +46,7 @@ from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook, sending
+from .fleet import Fleet
 from .testing import Fault, FakeClock, _Chooser
 from ._tables import MAX_ERROR_BODY_BYTES
 
@@ -152,10 +153,14 @@ def run(
     on_attempt: Optional[AttemptCallback] = None,
     price_schedule: Optional[Document] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    fleet: Optional[Fleet] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[httpx.Response]:
     """:func:`retryledger.run` over ``httpx.Client``: one for every route, or one per route id.
 
-    The run's value is the 2xx response ``request`` returned.
+    The run's value is the 2xx response ``request`` returned. ``fleet`` and
+    ``reserve_tokens`` are :func:`retryledger.run`'s; the rate-limit headers
+    of every response go to the fleet's admission release.
     """
     compiled, by_route = _prepare(policy, clients)
 
@@ -178,6 +183,8 @@ def run(
         on_attempt=on_attempt,
         price_schedule=price_schedule,
         key_scope=key_scope,
+        fleet=fleet,
+        reserve_tokens=reserve_tokens,
     )
 
 
@@ -194,6 +201,8 @@ async def run_async(
     on_cancel: Optional[Callable[[RunCancelledError], None]] = None,
     price_schedule: Optional[Document] = None,
     key_scope: Optional[Tuple[str, str]] = None,
+    fleet: Optional[Fleet] = None,
+    reserve_tokens: Optional[int] = None,
 ) -> RunResult[httpx.Response]:
     """:func:`retryledger.run_async` over ``httpx.AsyncClient``: one for every route, or one per route id."""
     compiled, by_route = _prepare(policy, clients)
@@ -218,6 +227,8 @@ async def run_async(
         on_cancel=on_cancel,
         price_schedule=price_schedule,
         key_scope=key_scope,
+        fleet=fleet,
+        reserve_tokens=reserve_tokens,
     )
 
 

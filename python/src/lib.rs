@@ -617,6 +617,25 @@ fn admission_release(
     ))
 }
 
+/// `admission_observe`: a response's rate-limit headers (JSON text of
+/// `[name, value]` pairs) applied to an admission
+/// snapshot; `{"notes"?, "snapshot"}` (JSON).
+#[pyfunction]
+fn admission_observe(
+    config: &Bound<'_, PyAny>,
+    snapshot: &Bound<'_, PyAny>,
+    headers: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    lift(api::admission_observe(
+        &text(config)?,
+        &text(snapshot)?,
+        &text(headers)?,
+        now,
+    ))
+}
+
 /// Optional JSON text: `None` stays `None`.
 fn opt_text<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<Cow<'a, str>>> {
     obj.filter(|o| !o.is_none()).map(text).transpose()
@@ -1332,15 +1351,17 @@ impl PySession {
 
     /// The admitted attempt's admission snapshot once it is over, from the
     /// snapshot read now (a dict or JSON): its in-flight slot freed and its
-    /// reserved tokens settled with `used_tokens` (None: not reported); the
-    /// next snapshot as a dict.
-    #[pyo3(signature = (snapshot, now_epoch_ms, used_tokens=None))]
+    /// reserved tokens settled with `used_tokens` (None: not reported), then
+    /// the rate-limit `headers` of its response (JSON text of `[name,
+    /// value]` pairs, optional) applied; the next snapshot as a dict.
+    #[pyo3(signature = (snapshot, now_epoch_ms, used_tokens=None, headers=None))]
     fn admission_release<'py>(
         &self,
         py: Python<'py>,
         snapshot: &Bound<'_, PyAny>,
         now_epoch_ms: &Bound<'_, PyAny>,
         used_tokens: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let now = integer(now_epoch_ms, "now_epoch_ms")?;
         let used = used_tokens
@@ -1350,9 +1371,19 @@ impl PySession {
         let snapshot = lift(from_str::<retryledger_core::admission::AdmissionSnapshot>(
             &text(snapshot)?,
         ))?;
+        let headers = match headers.filter(|h| !h.is_none()) {
+            Some(h) => lift(
+                from_str::<retryledger_core::admission::SeenHeaders>(&text(h)?)
+                    .map_err(|e| e.under("/headers")),
+            )?,
+            None => retryledger_core::admission::SeenHeaders::default(),
+        };
         to_py(
             py,
-            &lift(self.session.admission_release(&snapshot, now, used))?,
+            &lift(
+                self.session
+                    .admission_release_seen(&snapshot, now, used, &headers.0),
+            )?,
         )
     }
 
@@ -1611,6 +1642,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(budget_withdraw, m)?)?;
     m.add_function(wrap_pyfunction!(admission_admit, m)?)?;
     m.add_function(wrap_pyfunction!(admission_release, m)?)?;
+    m.add_function(wrap_pyfunction!(admission_observe, m)?)?;
     m.add_function(wrap_pyfunction!(journal_verify, m)?)?;
     m.add_function(wrap_pyfunction!(journal_recover, m)?)?;
     m.add_function(wrap_pyfunction!(journal_append, m)?)?;

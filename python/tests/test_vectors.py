@@ -54,6 +54,9 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "admission_release": lambda i: retryledger.admission_release(
         i["config"], i["snapshot"], i["now_epoch_ms"], i["reserved"], i.get("used")
     ),
+    "admission_observe": lambda i: retryledger.admission_observe(
+        i["config"], i["snapshot"], i["headers"], i["now_epoch_ms"]
+    ),
     "journal_verify": lambda i: retryledger.journal.journal_verify(i["policy"], i["events"]),
     "journal_recover": lambda i: retryledger.journal.journal_recover(
         i["policy"], i["events"], i.get("reconciliation")

@@ -391,6 +391,19 @@ pub fn admission_release(
     ))
 }
 
+/// `admissionObserve`: a response's rate-limit headers (JSON text of
+/// `[name, value]` pairs) applied to an admission snapshot.
+#[wasm_bindgen]
+pub fn admission_observe(
+    config: &str,
+    snapshot: &str,
+    headers: &str,
+    now_epoch_ms: f64,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::admission_observe(config, snapshot, headers, now))
+}
+
 /// Facts decoded (strictly) once, for attempts that raise the same error.
 #[wasm_bindgen(js_name = Facts)]
 pub struct PreparedFacts {
@@ -793,13 +806,15 @@ impl WasmSession {
 
     /// The admitted attempt's admission snapshot once it is over, from the
     /// snapshot (JSON) read now: its slot freed and its reserved tokens
-    /// settled with `used_tokens` (`undefined`: not reported); the next
-    /// snapshot's JSON.
+    /// settled with `used_tokens` (`undefined`: not reported), then the
+    /// rate-limit `headers` of its response (JSON text of `[name, value]`
+    /// pairs, optional) applied; the next snapshot's JSON.
     pub fn admission_release(
         &self,
         snapshot: &str,
         now_epoch_ms: f64,
         used_tokens: Option<f64>,
+        headers: Option<String>,
     ) -> Out<String> {
         let run = || -> retryledger_core::Result<String> {
             let now = safe_integer(now_epoch_ms, "now_epoch_ms")?;
@@ -807,9 +822,14 @@ impl WasmSession {
                 .map(|u| safe_integer(u, "used_tokens"))
                 .transpose()?;
             let snapshot = from_str::<retryledger_core::admission::AdmissionSnapshot>(snapshot)?;
-            Ok(canonical_json(
-                &self.session.admission_release(&snapshot, now, used)?,
-            ))
+            let headers = headers
+                .map(|h| from_str::<retryledger_core::admission::SeenHeaders>(&h))
+                .transpose()
+                .map_err(|e| e.under("/headers"))?
+                .unwrap_or_default();
+            Ok(canonical_json(&self.session.admission_release_seen(
+                &snapshot, now, used, &headers.0,
+            )?))
         };
         lift(run())
     }

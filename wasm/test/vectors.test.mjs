@@ -81,6 +81,8 @@ function run(op, input) {
       return rl.admissionAdmit(input.config, input.snapshot, input.now_epoch_ms, input.queued_since_epoch_ms, input.tokens);
     case "admission_release":
       return rl.admissionRelease(input.config, input.snapshot, input.now_epoch_ms, input.reserved, input.used);
+    case "admission_observe":
+      return rl.admissionObserve(input.config, input.snapshot, input.headers, input.now_epoch_ms);
     case "priced_session":
       return streamSession(input.policy, input.script, input.schedule);
     case "journal_verify":

@@ -40,7 +40,7 @@
  */
 
 import { AttemptError } from "./facts.js";
-import { sendingClient } from "./sending.js";
+import { reportTokens, sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
@@ -137,6 +137,7 @@ export function anthropicDispatch<C extends AnthropicClientLike, T>(
       const units = anthropicUsageUnits(result);
       if (units !== undefined) step.usage(units);
     }
+    reportTokens(step, result, anthropicUsageUnits);
     return result;
   };
 }

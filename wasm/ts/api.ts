@@ -4,6 +4,7 @@ import { call, toText, type Input, type RawBindings } from "./core.js";
 import { DecodeError } from "./errors.js";
 import type {
   AdmissionAdmitResult,
+  AdmissionObserveResult,
   AdmissionConfig,
   AdmissionSnapshot,
   BreakerAdmitResult,
@@ -40,7 +41,7 @@ export {
   type Input,
 } from "./core.js";
 export { Session, RETURNED, type Observation } from "./session.js";
-export { Fleet, freshBreaker, freshBudget, breakerKey, budgetKey, type FleetOptions, type FleetRunSummary } from "./fleet.js";
+export { Fleet, requestTokenBound, freshBreaker, freshBudget, breakerKey, budgetKey, type FleetOptions, type FleetRunSummary } from "./fleet.js";
 export { MemoryStore } from "./stores/memory.js";
 export {
   StoreUnavailableError,
@@ -136,6 +137,7 @@ interface FleetBindings {
   budget_withdraw(config: string, snapshot: string, nowEpochMs: number): string;
   admission_admit(config: string, snapshot: string, nowEpochMs: number, queuedSinceEpochMs: number, tokens: number): string;
   admission_release(config: string, snapshot: string, nowEpochMs: number, reserved: number, used?: number): string;
+  admission_observe(config: string, snapshot: string, headers: string, nowEpochMs: number): string;
 }
 
 const fleetCall = <T>(f: (b: FleetBindings) => T): T => call((b: RawBindings) => f(b as unknown as FleetBindings));
@@ -236,4 +238,22 @@ export function admissionRelease(
   const r = count("reserved", reserved);
   const u = used === undefined ? undefined : count("used", used);
   return JSON.parse(fleetCall((b) => b.admission_release(c, s, now, r, u))) as AdmissionSnapshot;
+}
+
+/**
+ * A response's rate-limit headers (`[name, value]` pairs, or their JSON
+ * text) applied to an admission snapshot: `{snapshot, notes?}` (the
+ * snapshot unchanged when no header applies; `notes`: what was ignored).
+ */
+export function admissionObserve(
+  config: Input<AdmissionConfig>,
+  snapshot: Input<AdmissionSnapshot>,
+  headers: string | ReadonlyArray<readonly [string, string]>,
+  nowEpochMs: number,
+): AdmissionObserveResult {
+  const c = toText(config);
+  const s = toText(snapshot);
+  const h = typeof headers === "string" ? headers : JSON.stringify(headers);
+  const now = epochMs(nowEpochMs);
+  return JSON.parse(fleetCall((b) => b.admission_observe(c, s, h, now))) as AdmissionObserveResult;
 }

@@ -13,7 +13,7 @@
  */
 
 import { CompiledPolicy, bodySha256, checkPriceSchedule, toText, type Input } from "./core.js";
-import { AttemptError, factsText, minimalFacts, preparedFacts, type Classifier, type FactsOptions } from "./facts.js";
+import { AttemptError, factsText, minimalFacts, preparedFacts, rateLimitHeadersOf, type Classifier, type FactsOptions } from "./facts.js";
 import {
   DecodeError,
   DriftError,
@@ -74,6 +74,16 @@ export interface Step {
    */
   tokensUsed(tokens: number): void;
   /**
+   * Record the rate-limit headers of this attempt's response (success or
+   * failure): a fetch `Response`, a `Headers`, `[name, value]` pairs, or
+   * anything with `headers`. Under admission limits the release after the
+   * attempt applies them to the route's buckets in the core (a lower
+   * `remaining` lowers a bucket; an exhausted one with a reset empties it
+   * until the reset, for every run of the fleet). The integrations call it
+   * for you; a failure's headers are read from the error otherwise.
+   */
+  rateLimitHeaders?(holder: unknown): void;
+  /**
    * Record the request body this attempt sent, after lowering to its route
    * (a string's UTF-8 bytes, or the bytes): the attempt records its SHA-256,
    * and every retry on the same route must send the same body (replay:
@@ -118,6 +128,13 @@ export interface RunOptions {
    * breaker after the observation.
    */
   fleet?: Fleet;
+  /**
+   * The tokens each attempt of this run reserves under the admission
+   * limits' token bucket (the request's bound: its output limit plus its
+   * input); overrides the fleet's `reserveTokens`. Settled with the tokens
+   * the attempt reports (`step.tokensUsed`) when its slot is released.
+   */
+  reserveTokens?: number;
 }
 
 /**
@@ -196,6 +213,8 @@ export class AttemptStep implements Step {
   charged: number | undefined = undefined;
   /** Tokens the attempt reported using (`tokensUsed`). */
   tokens: number | undefined = undefined;
+  /** The rate-limit headers of the attempt's response (`rateLimitHeaders`). */
+  rateLimits: [string, string][] | undefined = undefined;
   delivered = false;
   open = true;
 
@@ -234,6 +253,13 @@ export class AttemptStep implements Step {
       throw new RangeError(`tokensUsed(${String(tokens)}): tokens are an integer and the attempt's total stays in 0..=2^53-1`);
     }
     this.tokens = total;
+  }
+
+  rateLimitHeaders(holder: unknown): void {
+    // A response or an error holds its headers; anything else is the headers.
+    const holds = typeof holder === "object" && holder !== null && ("headers" in holder || "response" in holder);
+    const pairs = rateLimitHeadersOf(holds ? holder : { headers: holder });
+    if (pairs.length > 0) this.rateLimits = pairs;
   }
 
   usage(units: Usage): void {
@@ -435,12 +461,12 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       let held = false;
       if (fleet !== undefined && !signal?.aborted) {
         // Admitted against the fleet's store: perhaps on a later route, or the fleet's terminal.
-        let answer = await fleet.admit(session, t);
+        let answer = await fleet.admit(session, t, options.reserveTokens);
         // The admission limits' in-flight cap is full: admit again when they say.
         while (answer.wait_until_epoch_ms !== undefined && !signal?.aborted) {
           await sleep(Math.max(1, answer.wait_until_epoch_ms - fleet.now()), signal);
           t = now();
-          answer = await fleet.admit(session, t);
+          answer = await fleet.admit(session, t, options.reserveTokens);
         }
         if (answer.decision.kind === "terminal") continue;
         held = answer.wait_until_epoch_ms === undefined;
@@ -507,7 +533,10 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         });
       }
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens);
+      if (fleet !== undefined) {
+        const seen = step.rateLimits ?? (raised ? rateLimitHeadersOf(error) : undefined);
+        await fleet.record(session, step.routeReleaseSha256, step.tokens, seen);
+      }
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
     }
     sealed = sealAndRelease(session);

@@ -201,6 +201,28 @@ function headersOf(error: object): [string, string][] {
   return out;
 }
 
+/** Whether a header is one of the rate-limit headers the admission buckets read. */
+function isRateLimit(name: string): boolean {
+  const n = name.toLowerCase();
+  return n.startsWith("x-ratelimit-") || n.startsWith("anthropic-ratelimit-") || n === "ratelimit" || n === "ratelimit-policy";
+}
+
+/**
+ * The rate-limit headers (`x-ratelimit-*`, `anthropic-ratelimit-*`,
+ * `RateLimit`, `RateLimit-Policy`) of anything that holds headers: a fetch
+ * `Response`, an SDK error, `{headers}` or `{response: {headers}}`; `[]`
+ * when it holds none. The driver hands them to the fleet's admission
+ * release, which applies them in the core.
+ */
+export function rateLimitHeadersOf(holder: unknown): [string, string][] {
+  if (typeof holder !== "object" || holder === null) return [];
+  try {
+    return headersOf(holder).filter(([name]) => isRateLimit(name));
+  } catch {
+    return [];
+  }
+}
+
 /**
  * The facts of a thrown error, as the driver reports them to the core
  * (docs/HOSTS.md, "Facts"). `judge(factsOf(error))` is what the driver's

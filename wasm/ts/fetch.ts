@@ -160,6 +160,7 @@ export function fetchDispatch<T>(targets: FetchTarget | Readonly<Record<string, 
       headers: { "Idempotency-Key": step.idempotencyKey },
     };
     const response = typeof target === "function" ? await target(request, step) : await fetchUrl(target, request, step, given);
+    step.rateLimitHeaders?.(response);
     if (response.status < 200 || response.status > 299) {
       throw new HttpStatusError(response, undefined, { body: await readErrorBody(response) });
     }

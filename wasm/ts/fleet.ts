@@ -262,11 +262,14 @@ export class Fleet {
    * most `maxConflicts` times, then throws `RunError` `store_conflict`. A
    * store that throws: admitted again with `store_unavailable` (the policy
    * fails closed or open); one that answers state older than the run has
-   * seen: `generation_regressed`.
+   * seen: `generation_regressed`. `reserveTokens`: the tokens this attempt
+   * reserves under a token bucket (default: the fleet's `reserveTokens`).
    */
-  async admit(session: Session, atMs: number): Promise<AdmitAnswer> {
+  async admit(session: Session, atMs: number, reserveTokens?: number): Promise<AdmitAnswer> {
     const store = this.store;
-    const shape = this.#shape(session.compiled.policy);
+    const cached = this.#shape(session.compiled.policy);
+    // A run's own reservation (the request's bound) replaces the fleet's.
+    const shape = reserveTokens === undefined || !cached.tokens ? cached : { ...cached, reserveTokens: checkReserve(reserveTokens) };
     // The run clock moves on while the store answers: the admission is made
     // at the wall time it reads (`now`) and at the run-clock time of that same
     // moment, so a queued start planned on one clock is the same on the other.
@@ -430,21 +433,28 @@ export class Fleet {
    * `routeReleaseSha256`, the attempt's route release when the host knows
    * it (the core checks it is the last attempt's). Under admission limits
    * it then releases the attempt's slot (`release`, its reserved tokens
-   * settled with `usedTokens` when given). Returns the breaker snapshot
+   * settled with `usedTokens` when given, and the rate-limit `headers` of the
+   * attempt's response applied to its buckets). Returns the breaker snapshot
    * written, or `undefined` when the policy has no breaker or the store
    * threw (`lastStoreError`; the outcome is then lost to the breaker).
    */
-  async record(session: Session, routeReleaseSha256?: string, usedTokens?: number): Promise<BreakerSnapshot | undefined> {
+  async record(
+    session: Session,
+    routeReleaseSha256?: string,
+    usedTokens?: number,
+    headers?: ReadonlyArray<readonly [string, string]>,
+  ): Promise<BreakerSnapshot | undefined> {
     const recorded = await this.#recordBreaker(session, routeReleaseSha256);
     const release = routeReleaseSha256 ?? session.lastAttempt()?.route_release_sha256;
-    if (release !== undefined) await this.release(session, release, usedTokens);
+    if (release !== undefined) await this.release(session, release, usedTokens, headers);
     return recorded;
   }
 
   /**
    * Free the in-flight slot of the session's admitted attempt (the one
    * admitted and not yet observed, else the last observed) on
-   * `routeReleaseSha256` and settle its reserved tokens with `usedTokens`:
+   * `routeReleaseSha256`, settle its reserved tokens with `usedTokens` and
+   * apply the rate-limit `headers` its response carried (the same write):
    * `session.admissionRelease` of the cached snapshot, one check-and-set
    * (again from the store's answer on a conflict). `record` calls it after
    * every attempt; a host calls it for an attempt admitted and never
@@ -452,7 +462,12 @@ export class Fleet {
    * policy has no admission limits, the attempt was admitted without them,
    * or the store threw (the slot is then held: docs/FLEET.md).
    */
-  async release(session: Session, routeReleaseSha256: string, usedTokens?: number): Promise<AdmissionSnapshot | undefined> {
+  async release(
+    session: Session,
+    routeReleaseSha256: string,
+    usedTokens?: number,
+    headers?: ReadonlyArray<readonly [string, string]>,
+  ): Promise<AdmissionSnapshot | undefined> {
     const shape = this.#shape(session.compiled.policy);
     if (shape.limits.length === 0) return undefined;
     const key = this.admissionKey(routeReleaseSha256, shape.scoped);
@@ -468,7 +483,7 @@ export class Fleet {
       if (row.text === null) return undefined;
       let next: AdmissionSnapshot;
       try {
-        next = session.admissionRelease(row.text, this.now(), usedTokens);
+        next = session.admissionRelease(row.text, this.now(), usedTokens, headers);
       } catch (e) {
         if (e instanceof RetryledgerError && e.code === "admission_missing") return undefined;
         throw e;
@@ -603,6 +618,46 @@ function viewText(shape: Shape, rows: readonly StoreRow[]): string {
   const head = shape.limits.length > 0 ? `{"admission":{${limits.join(",")}},` : "{";
   const reserve = shape.tokens && shape.reserveTokens !== undefined ? `,"reserve_tokens":${shape.reserveTokens}` : "";
   return `${head}"breakers":{${parts.join(",")}}${budget === null ? "" : `,"budget":${budget}`}${reserve}}`;
+}
+
+/** The request fields that bound the tokens a response may make, in the order they are looked for. */
+const OUTPUT_BOUNDS = ["max_completion_tokens", "max_output_tokens", "max_tokens", "maxOutputTokens"] as const;
+
+function outputBound(holder: unknown): number | undefined {
+  if (typeof holder !== "object" || holder === null) return undefined;
+  const h = holder as Record<string, unknown>;
+  for (const name of OUTPUT_BOUNDS) {
+    const v = h[name];
+    if (Number.isSafeInteger(v) && (v as number) >= 0) return v as number;
+  }
+  return undefined;
+}
+
+/**
+ * The tokens a request reserves under a token bucket (the run option
+ * `reserveTokens`): its output bound (`max_completion_tokens`,
+ * `max_output_tokens` or `max_tokens` of an OpenAI or Anthropic request;
+ * `config.maxOutputTokens` of a `@google/genai` one) plus its input:
+ * `inputTokens` when the caller counted them, else an estimate of one token
+ * per 4 characters of the request's JSON (an over-estimate for prose; the
+ * release settles the reservation with the usage the response reports).
+ * Throws `RangeError` for a request without an output bound.
+ */
+export function requestTokenBound(params: unknown, inputTokens?: number): number {
+  const bound = outputBound(params) ?? outputBound((params as { config?: unknown } | null)?.config);
+  if (bound === undefined) {
+    throw new RangeError("the request has no output bound (max_completion_tokens, max_output_tokens, max_tokens or config.maxOutputTokens): pass reserveTokens");
+  }
+  if (inputTokens !== undefined && (!Number.isSafeInteger(inputTokens) || inputTokens < 0)) {
+    throw new RangeError("inputTokens is a non-negative integer");
+  }
+  const input = inputTokens ?? Math.ceil(JSON.stringify(params).length / 4);
+  return checkReserve(bound + input);
+}
+
+function checkReserve(tokens: number): number {
+  if (!Number.isSafeInteger(tokens) || tokens < 0) throw new RangeError("reserveTokens is a non-negative integer");
+  return tokens;
 }
 
 function regressed(e: unknown): boolean {

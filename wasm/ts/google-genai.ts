@@ -26,6 +26,7 @@
  */
 
 import { AttemptError } from "./facts.js";
+import { reportTokens } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
@@ -80,6 +81,16 @@ const isSingle = (clients: unknown): boolean => typeof (clients as { models?: un
  * for every route). Refuses, before any dispatch, a client that retries.
  * `call` makes one SDK request with the options it is given.
  */
+/**
+ * The tokens a `GenerateContentResponse`'s `usageMetadata` reports
+ * (`totalTokenCount`) as `{total}`; `undefined` without usage.
+ */
+export function googleGenAIUsageTokens(result: unknown): Record<string, number> | undefined {
+  const usage = (result as { usageMetadata?: { totalTokenCount?: unknown } } | null)?.usageMetadata;
+  const total = usage?.totalTokenCount;
+  return typeof total === "number" && Number.isSafeInteger(total) ? { total } : undefined;
+}
+
 export function googleGenAIDispatch<C extends GoogleGenAIClientLike, T>(
   clients: C | Readonly<Record<string, C>>,
   call: (client: C, options: GoogleGenAIRequestOptions, step: Step, signal: AbortSignal) => Promise<T>,
@@ -102,11 +113,14 @@ export function googleGenAIDispatch<C extends GoogleGenAIClientLike, T>(
       fetch: async (input, init) => {
         const response = await globalThis.fetch(input, init);
         if (!response.ok) failed = response.headers;
+        step.rateLimitHeaders?.(response);
         return response;
       },
     };
     try {
-      return await call(client, options, step, signal);
+      const result = await call(client, options, step, signal);
+      reportTokens(step, result, googleGenAIUsageTokens);
+      return result;
     } catch (e) {
       const error = e as { name?: unknown; status?: unknown; message?: unknown; body?: unknown; headers?: unknown } | null;
       if (error !== null && typeof error === "object" && error.name === "ApiError" && typeof error.status === "number") {

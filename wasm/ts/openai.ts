@@ -40,7 +40,7 @@
  */
 
 import { AttemptError } from "./facts.js";
-import { sendingClient } from "./sending.js";
+import { reportTokens, sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
@@ -153,6 +153,7 @@ export function openaiDispatch<C extends OpenAIClientLike, T>(
       const units = openaiUsageUnits(result);
       if (units !== undefined) step.usage(units);
     }
+    reportTokens(step, result, openaiUsageUnits);
     return result;
   };
 }

@@ -3,7 +3,8 @@
  * `@anthropic-ai/sdk` integrations give each attempt a copy of the route's
  * client (`withOptions`) whose `fetch` records the SHA-256 of the request
  * body it sends on the step (`step.requestBody`), then calls the client's
- * own `fetch`. A client without `withOptions` and `fetch` (a stand-in) is
+ * own `fetch` and records the rate-limit headers of the response it gets
+ * (`step.rateLimitHeaders`, success or failure). A client without `withOptions` and `fetch` (a stand-in) is
  * used as it is, and a body that is neither a string nor bytes (a stream, a
  * form) is not recorded.
  */
@@ -15,6 +16,25 @@ type FetchLike = (input: unknown, init?: { body?: unknown }) => Promise<unknown>
 interface Copyable {
   fetch?: unknown;
   withOptions?: unknown;
+}
+
+/**
+ * Report the tokens a returned value's usage says (the sum of its units:
+ * input, cached input, output, reasoning) with `step.tokensUsed`, so the
+ * admission release settles the attempt's token reservation; a value
+ * without readable usage reports nothing (the reservation stands).
+ */
+export function reportTokens(step: Step, value: unknown, units: (value: unknown) => Record<string, number> | undefined): void {
+  let u: Record<string, number> | undefined;
+  try {
+    u = units(value);
+  } catch {
+    return;
+  }
+  if (u === undefined) return;
+  let total = 0;
+  for (const v of Object.values(u)) if (Number.isSafeInteger(v) && v > 0) total += v;
+  if (Number.isSafeInteger(total)) step.tokensUsed(total);
 }
 
 /** Record `body` on `step` when it is a string or bytes. */
@@ -30,9 +50,11 @@ export function sendingClient<C>(client: C, step: Step): C {
   const copy = c.withOptions;
   if (typeof own !== "function" || typeof copy !== "function") return client;
   const send = own as FetchLike;
-  const fetch: FetchLike = (input, init) => {
+  const fetch: FetchLike = async (input, init) => {
     recordBody(step, init?.body);
-    return send.call(undefined, input, init);
+    const response = await send.call(undefined, input, init);
+    step.rateLimitHeaders?.(response);
+    return response;
   };
   return (copy as (options: { fetch: FetchLike }) => C).call(client, { fetch });
 }

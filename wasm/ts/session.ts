@@ -69,7 +69,7 @@ interface RawFleet {
   admit(atMs: number, nowEpochMs: number, view: string): string;
   admit_preview(atMs: number, nowEpochMs: number, view: string): string;
   breaker_after(snapshot: string, nowEpochMs: number): string;
-  admission_release(snapshot: string, nowEpochMs: number, usedTokens?: number): string;
+  admission_release(snapshot: string, nowEpochMs: number, usedTokens?: number, headers?: string): string;
   fleet_snapshots_json(): string | undefined;
 }
 
@@ -177,12 +177,21 @@ export class Session {
    * The admitted attempt's admission snapshot once it is over (the attempt
    * admitted and not yet observed, else the last one observed), from
    * `snapshot` as the host reads it now: its in-flight slot freed and its
-   * reserved tokens settled with `usedTokens` (`undefined`: not reported).
+   * reserved tokens settled with `usedTokens` (`undefined`: not reported),
+   * then the rate-limit `headers` its response carried (`[name, value]`
+   * pairs) applied: a lower `remaining` lowers the route's bucket, an
+   * exhausted one with a reset empties it until the reset.
    */
-  admissionRelease(snapshot: Input<AdmissionSnapshot>, now_epoch_ms: number, usedTokens?: number): AdmissionSnapshot {
+  admissionRelease(
+    snapshot: Input<AdmissionSnapshot>,
+    now_epoch_ms: number,
+    usedTokens?: number,
+    headers?: ReadonlyArray<readonly [string, string]>,
+  ): AdmissionSnapshot {
     const r = fleetOf(this.#raw);
     const text = toText(snapshot);
-    return JSON.parse(call(() => r.admission_release(text, now_epoch_ms, usedTokens))) as AdmissionSnapshot;
+    const seen = headers === undefined || headers.length === 0 ? undefined : JSON.stringify(headers);
+    return JSON.parse(call(() => r.admission_release(text, now_epoch_ms, usedTokens, seen))) as AdmissionSnapshot;
   }
 
   /** Every fleet snapshot the admissions read so far, or `undefined` without a fleet section. */

@@ -108,6 +108,8 @@ export interface StreamRunOptions<E> {
   reader?: StreamReader<E>;
   /** The fleet the run belongs to (required when the policy has a `fleet` section), as in `runWithPolicy`. */
   fleet?: Fleet;
+  /** The tokens each attempt reserves under a token bucket, as in `runWithPolicy`. */
+  reserveTokens?: number;
 }
 
 /** One event the consumer receives; the same as the run's event log, one to one. */
@@ -445,12 +447,12 @@ async function* drive<E>(
       let slotHeld = false;
       if (fleet !== undefined && !signal?.aborted) {
         // Admitted against the fleet's store: perhaps on a later route, or the fleet's terminal.
-        let answer = await fleet.admit(session, t);
+        let answer = await fleet.admit(session, t, options.reserveTokens);
         // The admission limits' in-flight cap is full: admit again when they say.
         while (answer.wait_until_epoch_ms !== undefined && !signal?.aborted) {
           await sleep(Math.max(1, answer.wait_until_epoch_ms - fleet.now()), signal);
           t = now();
-          answer = await fleet.admit(session, t);
+          answer = await fleet.admit(session, t, options.reserveTokens);
         }
         if (answer.decision.kind === "terminal") continue;
         slotHeld = answer.wait_until_epoch_ms === undefined;
@@ -651,6 +653,12 @@ async function* drive<E>(
           // Usage the schedule cannot price is not charged: the reserve stands.
         }
       }
+      // The stream's usage settles the attempt's token reservation (admission limits).
+      if (lastUsage !== undefined && step.tokens === undefined) {
+        let total = 0;
+        for (const v of Object.values(lastUsage)) if (Number.isSafeInteger(v) && v > 0) total += v;
+        if (Number.isSafeInteger(total)) step.tokensUsed(total);
+      }
       step.open = false;
       const completedAt = now();
 
@@ -682,7 +690,7 @@ async function* drive<E>(
       lastError = error;
       const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts, lens);
       lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens);
+      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens, step.rateLimits);
       if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
 
       switch (judgement.stream) {
@@ -730,7 +738,7 @@ async function* drive<E>(
             if (sf !== undefined) facts.stream = sf;
             observe(session, flight.step.startedAtMs, now(), flight.step.charged, facts, flight.texts, flight.lens);
             // Its breaker too: a half-open probe left unrecorded would hold its place.
-            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256, flight.step.tokens).catch(() => undefined);
+            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256, flight.step.tokens, flight.step.rateLimits).catch(() => undefined);
           }
           if (session.terminal === null) session.cancel(now());
           sealed = sealAndRelease(session);

@@ -670,6 +670,12 @@ export interface AdmissionAdmitResult {
   snapshot: AdmissionSnapshot;
 }
 
+/** `admissionObserve`'s answer: the snapshot a response's rate-limit headers leave, and what was ignored. */
+export interface AdmissionObserveResult {
+  notes?: string[];
+  snapshot: AdmissionSnapshot;
+}
+
 /** The admission limits an attempt was admitted under (or a stop refused by). */
 export interface LimitsRef {
   queue_wait_ms: number;

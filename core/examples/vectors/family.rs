@@ -177,6 +177,13 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
                 .and_then(|(_, v)| v.as_u64()),
         )
         .map(parsed),
+        "admission_observe" => api::admission_observe(
+            text(input, "config"),
+            text(input, "snapshot"),
+            text(input, "headers"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
         "budget_deposit" => api::budget_deposit(
             text(input, "config"),
             text(input, "snapshot"),

@@ -129,6 +129,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\
          | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
+         | `admission_observe` | `config`, `snapshot`, `headers` (JSON text of `[name, value]` pairs), `now_epoch_ms`: a response's rate-limit headers applied to the snapshot |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\
          \n\
          Document inputs are JSON *text* (strings), passed to the operation as is, so\n\
