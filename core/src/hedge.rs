@@ -1,0 +1,1355 @@
+//! Hedging: a bounded duplicate of the same logical request after a latency
+//! threshold, one winner, every attempt accounted.
+//!
+//! A policy's `hedge` section says after how long without a result
+//! (`delay_ms`) a duplicate goes out, how many may overlap one planned
+//! attempt (`max_hedges`), which routes a hedge may use (idempotent ones
+//! only), what share of the cost budget hedges may reserve, what a
+//! cancelled loser is charged, and that the operation has no external
+//! effects. [`crate::policy::compile`] rejects anything else before the
+//! first dispatch.
+//!
+//! A hedged run is a sequence of rounds. Each round opens with the attempt
+//! the ordinary plan gives (the lead). While no result of the round has
+//! arrived, hedge k of the lead may start at `lead.started_at_ms + k *
+//! delay_ms`, on the first hedge route with attempts left, if the total
+//! attempts, the cost reservation (spent cost plus every reservation in
+//! flight), the hedge share and the deadline allow it. Each hedge records
+//! the ordinal it hedges (`hedge.hedges_ordinal`). The first success, the
+//! first non-retryable or indeterminate outcome, or the first completion at
+//! the deadline decides the round; the attempts still in flight are then
+//! losers: cancelled (`hedge.loss` `cancelled`, charged as the policy says)
+//! or answered after the commit (`late`: the outcome is kept and never
+//! adopted). A round of retryable failures only is decided by the plan after
+//! its last failure, as a single failure would be.
+//!
+//! Replay ([`replay`]) checks each round with the same rules: a second
+//! commit, a hedge before its threshold, after a result or beyond a bound,
+//! a loss mark that does not fit, a cancelled loser charged otherwise, each
+//! has its own code. [`HedgeSession`] is the live state machine a host
+//! drives: it answers "dispatch", "await (and hedge at T unless a result
+//! arrives first)", "cancel these" or the terminal, and resolves each round
+//! by the replay's own rules.
+
+use std::sync::Arc;
+
+use crate::attempt::{Attempt, Attempts, AttemptsSchema};
+use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
+use crate::decode::{names, object};
+use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate::{Decision, Dispatch, Run, Terminal};
+use crate::fleet::{
+    budget_in, Admission, BudgetRef, BudgetUse, FleetSnapshots, FleetStop, FleetView, FleetWrites,
+    OnStoreUnavailable, StopReason, StoreStatus,
+};
+use crate::ids::Identifier;
+use crate::limits::MAX_ROUTES;
+use crate::observe::{judge_at, Facts, Judgement};
+use crate::outcome::{IndeterminateKind, Outcome};
+use crate::policy::{CompiledPolicy, Policy};
+use crate::receipt::{Bundle, Receipt};
+
+/// Whether the hedged operation has effects outside the receiver's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effects {
+    /// Only the reply: a duplicate has no visible effect before the winner commits.
+    None,
+    /// External effects (a write, a message, a payment): never hedged.
+    External,
+}
+
+names!(Effects {
+    None => "none",
+    External => "external",
+});
+
+/// What a cancelled loser is charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelledCost {
+    /// Its route's worst-case `reserve_cost` (the receiver may have done the work).
+    Reserve,
+    /// Nothing.
+    Zero,
+}
+
+names!(CancelledCost {
+    Reserve => "reserve",
+    Zero => "zero",
+});
+
+/// The policy's `hedge` section. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeSection {
+    /// What a cancelled loser costs.
+    pub cancelled_cost: CancelledCost,
+    /// Percent (1..=100) of `max_total_cost` that hedges may reserve in all.
+    pub cost_share_percent: u64,
+    /// Time without a result before hedge k goes out: `k * delay_ms` after
+    /// the lead's start, ms (at least 1).
+    pub delay_ms: u64,
+    /// Whether the operation has external effects (`none` to hedge).
+    pub effects: Effects,
+    /// Hedges that may overlap one lead attempt (at least 1).
+    pub max_hedges: u64,
+    /// Routes a hedge may use, in order of preference (each idempotent).
+    pub routes: Vec<Identifier>,
+}
+
+object!(HedgeSection {
+    cancelled_cost: doc,
+    cost_share_percent: u64,
+    delay_ms: u64,
+    effects: doc,
+    max_hedges: u64,
+    routes: list(MAX_ROUTES),
+});
+
+impl HedgeSection {
+    /// Check the section against its policy: every rule has its own code.
+    pub(crate) fn check(&self, p: &Policy) -> Result<()> {
+        let bad = |code, field: &str, msg: String| {
+            let path = if field.is_empty() {
+                "/hedge".to_owned()
+            } else {
+                format!("/hedge/{field}")
+            };
+            Err(Error::at(code, path, msg))
+        };
+        if self.effects == Effects::External {
+            return bad(
+                ErrorCode::HedgeExternalEffects,
+                "effects",
+                "an operation with external effects is never hedged: a duplicate could act twice"
+                    .into(),
+            );
+        }
+        if self.delay_ms == 0 || self.delay_ms >= p.deadline_ms {
+            return bad(
+                ErrorCode::InvalidHedge,
+                "delay_ms",
+                format!("delay_ms must be in 1..{} (the deadline)", p.deadline_ms),
+            );
+        }
+        if self.max_hedges == 0 {
+            return bad(
+                ErrorCode::InvalidHedge,
+                "max_hedges",
+                "max_hedges must be at least 1".into(),
+            );
+        }
+        if self.max_hedges >= p.max_total_attempts {
+            return bad(
+                ErrorCode::HedgeExceedsAttempts,
+                "max_hedges",
+                format!(
+                    "{} hedges and their lead need more than max_total_attempts {}",
+                    self.max_hedges, p.max_total_attempts
+                ),
+            );
+        }
+        if self.cost_share_percent == 0 || self.cost_share_percent > 100 {
+            return bad(
+                ErrorCode::InvalidHedge,
+                "cost_share_percent",
+                "cost_share_percent must be in 1..=100".into(),
+            );
+        }
+        if self.routes.is_empty() {
+            return bad(
+                ErrorCode::InvalidHedge,
+                "routes",
+                "a hedge needs at least one route".into(),
+            );
+        }
+        for (i, id) in self.routes.iter().enumerate() {
+            if self.routes.iter().take(i).any(|o| o == id) {
+                return bad(
+                    ErrorCode::InvalidHedge,
+                    &format!("routes/{i}"),
+                    format!("route `{id}` is listed twice"),
+                );
+            }
+            let Some(route) = p.routes.iter().find(|r| &r.route_id == id) else {
+                return bad(
+                    ErrorCode::InvalidHedge,
+                    &format!("routes/{i}"),
+                    format!("no route `{id}` in the policy"),
+                );
+            };
+            if !route.supports_idempotency {
+                return bad(
+                    ErrorCode::HedgeRouteNotIdempotent,
+                    &format!("routes/{i}"),
+                    format!("route `{id}` does not honour the idempotency key: a hedge there could act twice"),
+                );
+            }
+        }
+        if p.stream.is_some() {
+            return bad(
+                ErrorCode::InvalidHedge,
+                "",
+                "a streamed request is not hedged: output of two attempts is never joined".into(),
+            );
+        }
+        if let Some(f) = &p.fleet {
+            if f.breaker.is_some() || f.admission.is_some() {
+                return bad(
+                    ErrorCode::InvalidHedge,
+                    "",
+                    "hedging works with the fleet retry budget only, not with breakers or admission limits".into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How an attempt lost its round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    /// Cancelled in flight when another attempt decided the round.
+    Cancelled,
+    /// Answered after the round was decided: kept, never adopted.
+    Late,
+}
+
+names!(Loss {
+    Cancelled => "cancelled",
+    Late => "late",
+});
+
+/// An attempt's place in a hedged round. Fields in canonical order; absent
+/// on a lead that did not lose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeMark {
+    /// The ordinal of the lead this attempt hedges; absent on the lead.
+    pub hedges_ordinal: Option<u64>,
+    /// How the attempt lost its round; absent when it did not.
+    pub loss: Option<Loss>,
+}
+
+impl crate::decode::Decode for HedgeMark {
+    fn decode(v: &serde_json::Value, at: &crate::decode::At<'_>) -> Result<Self> {
+        let mut f = crate::decode::Fields::open(v, at)?;
+        let hedges_ordinal = f.opt("hedges_ordinal");
+        let loss = f.opt("loss");
+        f.end()?;
+        Ok(Self {
+            hedges_ordinal,
+            loss,
+        })
+    }
+}
+
+impl Encode for HedgeMark {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .opt_u64("hedges_ordinal", self.hedges_ordinal)
+            .opt_doc("loss", self.loss.as_ref())
+            .end();
+    }
+}
+
+/// One loser of a round, in the receipt. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loser {
+    /// What it was charged.
+    pub cost: u64,
+    /// Its ordinal.
+    pub ordinal: u64,
+    /// `cancelled` or `late`.
+    pub reason: Loss,
+}
+
+object!(Loser {
+    cost: u64,
+    ordinal: u64,
+    reason: doc,
+});
+
+/// What hedging did to a run (in the receipt). Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HedgeSummary {
+    /// Cost of every hedge attempt.
+    pub hedge_cost: u64,
+    /// Hedges dispatched.
+    pub hedges: u64,
+    /// Cost of every loser.
+    pub loser_cost: u64,
+    /// The attempts in flight when a round was decided, in ordinal order.
+    pub losers: Vec<Loser>,
+    /// The attempt whose success completed the run.
+    pub winner_ordinal: Option<u64>,
+}
+
+object!(HedgeSummary {
+    hedge_cost: u64,
+    hedges: u64,
+    loser_cost: u64,
+    losers: list(crate::limits::MAX_ATTEMPTS),
+    winner_ordinal: opt_u64,
+});
+
+fn section(cp: &CompiledPolicy) -> Result<&HedgeSection> {
+    cp.policy.hedge.as_ref().ok_or_else(|| {
+        Error::at(
+            ErrorCode::InvalidHedge,
+            "/hedge",
+            "the policy has no hedge section",
+        )
+    })
+}
+
+fn priority_of(cp: &CompiledPolicy, route: &Identifier) -> usize {
+    cp.routes().position(|r| &r.route_id == route).unwrap_or(0)
+}
+
+/// Whether an unmarked outcome decides its round.
+fn decides(cp: &CompiledPolicy, a: &Attempt) -> bool {
+    a.completed_at_ms >= cp.policy.deadline_ms || !matches!(a.outcome, Outcome::Retryable { .. })
+}
+
+/// The plan of hedge `k` (from 1) of a round whose members so far are
+/// `plans`, the lead starting at `lead_start`: `Err` says why there is none.
+pub(crate) fn plan_hedge(
+    cp: &CompiledPolicy,
+    run: &Run,
+    hedge_reserved: u64,
+    plans: &[Dispatch],
+    lead_start: u64,
+) -> std::result::Result<Dispatch, String> {
+    let h = cp
+        .policy
+        .hedge
+        .as_ref()
+        .ok_or("the policy has no hedge section")?;
+    let p = &cp.policy;
+    let k = u64::try_from(plans.len()).unwrap_or(u64::MAX);
+    if k > h.max_hedges {
+        return Err(format!("at most {} hedges per attempt", h.max_hedges));
+    }
+    let count = run.count().saturating_add(k);
+    if count >= p.max_total_attempts {
+        return Err(format!(
+            "the total attempt budget {} is spent",
+            p.max_total_attempts
+        ));
+    }
+    let at = k
+        .checked_mul(h.delay_ms)
+        .and_then(|d| lead_start.checked_add(d))
+        .ok_or("the hedge threshold overflows")?;
+    if at >= p.deadline_ms {
+        return Err(format!("the threshold {at} is not before the deadline"));
+    }
+    let used = |priority: usize, route: &Identifier| {
+        let in_round = plans.iter().filter(|d| &d.route_id == route).count();
+        run.used_on(priority)
+            .saturating_add(u64::try_from(in_round).unwrap_or(u64::MAX))
+    };
+    let (route, used) = h
+        .routes
+        .iter()
+        .filter_map(|id| {
+            let priority = priority_of(cp, id);
+            let route = cp.route_at(priority)?;
+            let n = used(priority, id);
+            (n < route.max_attempts).then_some((route, n))
+        })
+        .next()
+        .ok_or("no hedge route has attempts left")?;
+    let in_flight = plans
+        .iter()
+        .map(|d| d.reserve_cost)
+        .fold(0u64, u64::saturating_add);
+    let reserved = run
+        .spent()
+        .saturating_add(in_flight)
+        .saturating_add(route.reserve_cost);
+    if reserved > p.max_total_cost {
+        return Err(format!(
+            "reserving {reserved} exceeds max_total_cost {}",
+            p.max_total_cost
+        ));
+    }
+    let share = p.max_total_cost.saturating_mul(h.cost_share_percent) / 100;
+    let hedges = hedge_reserved.saturating_add(route.reserve_cost);
+    if hedges > share {
+        return Err(format!(
+            "hedges reserving {hedges} exceed their share {share}"
+        ));
+    }
+    Ok(Dispatch {
+        continuation: None,
+        deadline_ms: p.deadline_ms,
+        delay_ms: k.saturating_mul(h.delay_ms),
+        idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+        jitter_max_ms: None,
+        jitter_min_ms: None,
+        jitter_sample_ms: None,
+        logical_request_sha256: p.logical_request_sha256.clone(),
+        not_before_ms: at,
+        ordinal: run.count().saturating_add(k).saturating_add(1),
+        reserve_cost: route.reserve_cost,
+        retry_after_floor_ms: 0,
+        route_id: route.route_id.clone(),
+        route_ordinal: used.saturating_add(1),
+        route_release_sha256: route.route_release_sha256.clone(),
+    })
+}
+
+/// A hedge's admission under the policy's fleet section: it withdraws from
+/// the retry budget (or was admitted without the store under `fail_open`).
+fn check_hedge_admission(cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<()> {
+    let drift = |code, msg: &str| Err(Error::attempt(code, i, "admission", msg.to_owned()));
+    match (&cp.policy.fleet, &a.admission) {
+        (None, None) => Ok(()),
+        (Some(_), None) => drift(
+            ErrorCode::AdmissionMissing,
+            "the policy has a fleet section but the hedge records no admission",
+        ),
+        (None, Some(_)) => drift(
+            ErrorCode::AdmissionUnexpected,
+            "the hedge records an admission the policy has no fleet for",
+        ),
+        (Some(f), Some(adm)) => {
+            let ok = if adm.store.is_some() {
+                f.on_store_unavailable == OnStoreUnavailable::FailOpen && adm.budget.is_none()
+            } else {
+                match (&f.retry_budget, &adm.budget) {
+                    (None, None) => true,
+                    (Some(_), Some(b)) => b.kind == BudgetUse::Withdraw,
+                    _ => false,
+                }
+            };
+            if ok && adm.breaker.is_none() && adm.limits.is_none() && adm.skipped.is_none() {
+                Ok(())
+            } else {
+                drift(
+                    ErrorCode::AdmissionDrift,
+                    "a hedge withdraws from the retry budget and reads nothing else",
+                )
+            }
+        }
+    }
+}
+
+/// Check one round (`round[0]` is the lead, the rest its hedges, in ordinal
+/// order, `base` the lead's index), account every member and decide.
+pub(crate) fn resolve_round(
+    cp: &CompiledPolicy,
+    run: &mut Run,
+    round: &[Attempt],
+    base: usize,
+    summary: &mut HedgeSummary,
+) -> Result<()> {
+    let h = section(cp)?;
+    let Some(lead) = round.first() else {
+        return Ok(());
+    };
+    let at = |k: usize| base.saturating_add(k);
+    if lead
+        .hedge
+        .as_ref()
+        .is_some_and(|m| m.hedges_ordinal.is_some())
+    {
+        return Err(Error::attempt(
+            ErrorCode::HedgeLossDrift,
+            base,
+            "hedge/hedges_ordinal",
+            "a hedge follows the lead it hedges",
+        ));
+    }
+    let mut plans = vec![run.check(cp, lead, base)?];
+    let mut hedge_reserved = run.hedge_reserved();
+    for (k, a) in round.iter().enumerate().skip(1) {
+        let i = at(k);
+        let plan = plan_hedge(cp, run, hedge_reserved, &plans, lead.started_at_ms)
+            .map_err(|why| Error::attempt(ErrorCode::HedgeOverBudget, i, "hedge", why))?;
+        if a.started_at_ms < plan.not_before_ms {
+            return Err(Error::attempt(
+                ErrorCode::HedgeBeforeThreshold,
+                i,
+                "started_at_ms",
+                format!(
+                    "hedge started at {}, before its threshold {}",
+                    a.started_at_ms, plan.not_before_ms
+                ),
+            ));
+        }
+        if let Some(m) = round
+            .iter()
+            .take(k)
+            .find(|m| m.completed_at_ms < a.started_at_ms)
+        {
+            return Err(Error::attempt(
+                ErrorCode::HedgeAfterResult,
+                i,
+                "started_at_ms",
+                format!(
+                    "hedge started at {} after ordinal {} answered at {}",
+                    a.started_at_ms, m.ordinal, m.completed_at_ms
+                ),
+            ));
+        }
+        check_hedge_admission(cp, a, i)?;
+        let plan = run.check_planned(cp, a, plan, i)?;
+        hedge_reserved = hedge_reserved.saturating_add(plan.reserve_cost);
+        plans.push(plan);
+    }
+    // The decider: the first unmarked deciding result; at most one.
+    let unmarked = |a: &Attempt| a.hedge.as_ref().is_none_or(|m| m.loss.is_none());
+    let mut decider: Option<usize> = None;
+    let mut by_completion: Vec<(usize, &Attempt)> = round.iter().enumerate().collect();
+    by_completion.sort_by_key(|(_, a)| (a.completed_at_ms, a.ordinal));
+    for (k, a) in by_completion {
+        if !unmarked(a) || !decides(cp, a) {
+            continue;
+        }
+        if let Some(d) = decider.and_then(|d| round.get(d)) {
+            return Err(Error::attempt(
+                ErrorCode::HedgeSecondCommit,
+                at(k),
+                "hedge/loss",
+                format!(
+                    "ordinal {} had already decided the round at {}",
+                    d.ordinal, d.completed_at_ms
+                ),
+            ));
+        }
+        decider = Some(k);
+    }
+    let commit_at = decider
+        .and_then(|d| round.get(d))
+        .map(|d| d.completed_at_ms);
+    for (k, a) in round.iter().enumerate() {
+        let i = at(k);
+        let loss = a.hedge.as_ref().and_then(|m| m.loss);
+        if a.hedge
+            .as_ref()
+            .is_some_and(|m| m.loss.is_none() && m.hedges_ordinal.is_none())
+        {
+            return Err(Error::attempt(
+                ErrorCode::HedgeLossDrift,
+                i,
+                "hedge",
+                "an empty hedge mark is omitted",
+            ));
+        }
+        if k > 0 && a.hedge.as_ref().and_then(|m| m.hedges_ordinal) != Some(lead.ordinal) {
+            return Err(Error::attempt(
+                ErrorCode::HedgeLossDrift,
+                i,
+                "hedge/hedges_ordinal",
+                "a hedge names its lead",
+            ));
+        }
+        match (loss, commit_at) {
+            (Some(_), None) => {
+                return Err(Error::attempt(
+                    ErrorCode::HedgeLossDrift,
+                    i,
+                    "hedge/loss",
+                    "a loser in a round nothing decided",
+                ))
+            }
+            (Some(_), Some(c)) if a.completed_at_ms < c => {
+                return Err(Error::attempt(
+                    ErrorCode::HedgeLossDrift,
+                    i,
+                    "hedge/loss",
+                    format!(
+                        "a loser completed at {}, before the round was decided at {c}",
+                        a.completed_at_ms
+                    ),
+                ))
+            }
+            (None, Some(c)) if a.completed_at_ms > c => {
+                return Err(Error::attempt(
+                    ErrorCode::HedgeLossDrift,
+                    i,
+                    "hedge/loss",
+                    format!("in flight when the round was decided at {c}, but not marked a loser"),
+                ))
+            }
+            (Some(Loss::Cancelled), Some(_)) => {
+                let want = match h.cancelled_cost {
+                    CancelledCost::Reserve => plans.get(k).map_or(0, |d| d.reserve_cost),
+                    CancelledCost::Zero => 0,
+                };
+                if a.cost != want {
+                    return Err(Error::attempt(
+                        ErrorCode::HedgeChargeDrift,
+                        i,
+                        "cost",
+                        format!(
+                            "a cancelled loser costs {want} under `{}`, not {}",
+                            h.cancelled_cost.as_str(),
+                            a.cost
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (k, (a, d)) in round.iter().zip(plans.iter()).enumerate() {
+        run.account(cp, a, d, at(k))?;
+    }
+    let finished = round.iter().map(|a| a.completed_at_ms).max().unwrap_or(0);
+    let lead_priority = priority_of(cp, &lead.route_id);
+    match decider.and_then(|d| round.get(d).map(|a| (d, a))) {
+        Some((d, winner)) => {
+            let route_ordinal = plans.get(d).map_or(1, |p| p.route_ordinal);
+            let priority = priority_of(cp, &winner.route_id);
+            run.decide(cp, winner, priority, route_ordinal);
+            run.settle_round(priority, finished);
+        }
+        None => {
+            // Every member failed retryably: the plan after the last failure,
+            // continuing the lead's route.
+            let last = round
+                .iter()
+                .max_by_key(|a| (a.completed_at_ms, a.ordinal))
+                .unwrap_or(lead);
+            let route_ordinal = run.used_on(lead_priority);
+            run.decide(cp, last, lead_priority, route_ordinal);
+            run.settle_round(priority_of(cp, &last.route_id), finished);
+            run.realign_next(cp);
+        }
+    }
+    // The summary.
+    for (a, d) in round.iter().zip(plans.iter()).skip(1) {
+        summary.hedges = summary.hedges.saturating_add(1);
+        summary.hedge_cost = summary.hedge_cost.saturating_add(a.cost);
+        run.add_hedge_reserved(d.reserve_cost);
+    }
+    for a in round {
+        if let Some(reason) = a.hedge.as_ref().and_then(|m| m.loss) {
+            summary.loser_cost = summary.loser_cost.saturating_add(a.cost);
+            summary.losers.push(Loser {
+                cost: a.cost,
+                ordinal: a.ordinal,
+                reason,
+            });
+        }
+    }
+    if run.terminal() == Some(Terminal::Completed) {
+        summary.winner_ordinal = decider.and_then(|d| round.get(d)).map(|a| a.ordinal);
+    }
+    run.set_hedge(summary.clone());
+    Ok(())
+}
+
+/// Replay a hedged run: round by round, each by [`resolve_round`].
+pub(crate) fn replay(cp: &CompiledPolicy, attempts: &Attempts) -> Result<Run> {
+    let mut run = Run::new(cp);
+    let mut summary = HedgeSummary::default();
+    run.set_hedge(summary.clone());
+    let list = &attempts.attempts;
+    let mut i = 0;
+    while let Some(lead) = list.get(i) {
+        let len = list
+            .iter()
+            .skip(i.saturating_add(1))
+            .take_while(|a| a.hedge.as_ref().and_then(|m| m.hedges_ordinal) == Some(lead.ordinal))
+            .count();
+        let end = i.saturating_add(1).saturating_add(len);
+        let round = list.get(i..end).unwrap_or(&[]);
+        resolve_round(cp, &mut run, round, i, &mut summary)?;
+        i = end;
+    }
+    if let Some(at) = attempts.cancelled_at_ms {
+        run.cancel(at)?;
+    }
+    if let Some(stop) = &attempts.fleet_stop {
+        run.fleet_stop(cp, stop)?;
+    }
+    Ok(run)
+}
+
+/// What a host does next in a hedged run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a step is answered once per event and passed by reference"
+)]
+pub enum HedgeStep {
+    /// Dispatch the round's lead no earlier than its `not_before_ms`.
+    Dispatch(Dispatch),
+    /// Wait for a result of the attempts in flight; when `hedge` is set,
+    /// dispatch it at its `not_before_ms` unless a result arrives first.
+    Await {
+        /// The next hedge, when one is allowed.
+        hedge: Option<Dispatch>,
+        /// Ordinals in flight.
+        in_flight: Vec<u64>,
+    },
+    /// The round is decided: cancel these attempts and report each.
+    Cancel {
+        /// The attempt that decided the round.
+        decided_by: u64,
+        /// Ordinals to cancel.
+        ordinals: Vec<u64>,
+    },
+    /// The run is over.
+    Terminal {
+        /// How it ended.
+        terminal: Terminal,
+    },
+}
+
+impl Encode for HedgeStep {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let mut o = ObjectWriter::new(sink);
+        match self {
+            Self::Dispatch(d) => {
+                o.doc("dispatch", d).str("kind", "dispatch");
+            }
+            Self::Await { hedge, in_flight } => {
+                o.opt_doc("hedge", hedge.as_ref())
+                    .list(
+                        "in_flight",
+                        &in_flight.iter().map(|n| U(*n)).collect::<Vec<_>>(),
+                    )
+                    .str("kind", "await");
+            }
+            Self::Cancel {
+                decided_by,
+                ordinals,
+            } => {
+                o.u64("decided_by", *decided_by).str("kind", "cancel").list(
+                    "ordinals",
+                    &ordinals.iter().map(|n| U(*n)).collect::<Vec<_>>(),
+                );
+            }
+            Self::Terminal { terminal } => {
+                o.str("kind", "terminal").doc("terminal", terminal);
+            }
+        }
+        o.end();
+    }
+}
+
+/// An integer as a list item.
+struct U(u64);
+
+impl Encode for U {
+    fn encode(&self, sink: &mut dyn Sink) {
+        sink.u64(self.0);
+    }
+}
+
+/// One attempt of the open round.
+#[derive(Debug, Clone)]
+struct Member {
+    plan: Dispatch,
+    started_at_ms: u64,
+    admission: Option<Admission>,
+    attempt: Option<Attempt>,
+}
+
+/// The round in flight.
+#[derive(Debug, Clone, Default)]
+struct Round {
+    members: Vec<Member>,
+    /// A result arrived (or the fleet refused a hedge): no more hedges.
+    closed: bool,
+    /// The ordinal that decided the round and when.
+    decided: Option<(u64, u64)>,
+}
+
+/// A hedged run in progress, driven by a host event by event.
+#[derive(Debug, Clone)]
+pub struct HedgeSession {
+    policy: Arc<CompiledPolicy>,
+    attempts: Attempts,
+    run: Run,
+    summary: HedgeSummary,
+    round: Option<Round>,
+    /// An admission of the next dispatch (lead or hedge), until it starts.
+    admitted: Option<(u64, Admission)>,
+    snapshots: FleetSnapshots,
+}
+
+/// The answer of [`HedgeSession::admit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeAdmitted {
+    /// What to do now (a refused hedge is no longer offered).
+    pub step: HedgeStep,
+    /// Snapshots to write back with compare-and-set.
+    pub writes: FleetWrites,
+}
+
+impl Encode for HedgeAdmitted {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("step", &self.step)
+            .doc("writes", &self.writes)
+            .end();
+    }
+}
+
+impl HedgeSession {
+    /// Admit a logical request under a policy with a hedge section.
+    pub fn start(policy: Arc<CompiledPolicy>) -> Result<Self> {
+        section(&policy)?;
+        let mut run = Run::new(&policy);
+        run.set_hedge(HedgeSummary::default());
+        Ok(Self {
+            policy,
+            attempts: Attempts {
+                attempts: Vec::new(),
+                cancelled_at_ms: None,
+                fleet_stop: None,
+                schema: AttemptsSchema,
+            },
+            run,
+            summary: HedgeSummary::default(),
+            round: None,
+            admitted: None,
+            snapshots: FleetSnapshots::default(),
+        })
+    }
+
+    /// The compiled policy.
+    pub fn policy(&self) -> &CompiledPolicy {
+        &self.policy
+    }
+
+    /// The attempts of every resolved round.
+    pub fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+
+    fn next_hedge(&self, round: &Round) -> Option<Dispatch> {
+        if round.closed || round.decided.is_some() {
+            return None;
+        }
+        let lead = round.members.first()?;
+        let plans: Vec<Dispatch> = round.members.iter().map(|m| m.plan.clone()).collect();
+        plan_hedge(
+            &self.policy,
+            &self.run,
+            reserved_with(&self.run, &plans),
+            &plans,
+            lead.started_at_ms,
+        )
+        .ok()
+    }
+
+    /// What to do now.
+    pub fn next(&self) -> HedgeStep {
+        let Some(round) = &self.round else {
+            return match self.run.next() {
+                Decision::Dispatch(d) => HedgeStep::Dispatch(d.clone()),
+                Decision::Terminal { terminal } => HedgeStep::Terminal {
+                    terminal: *terminal,
+                },
+            };
+        };
+        let in_flight: Vec<u64> = round
+            .members
+            .iter()
+            .filter(|m| m.attempt.is_none())
+            .map(|m| m.plan.ordinal)
+            .collect();
+        match round.decided {
+            Some((by, _)) => HedgeStep::Cancel {
+                decided_by: by,
+                ordinals: in_flight,
+            },
+            None => HedgeStep::Await {
+                hedge: self.next_hedge(round),
+                in_flight,
+            },
+        }
+    }
+
+    /// The host dispatched the planned lead or hedge `ordinal` at
+    /// `started_at_ms`. A start before the plan's `not_before_ms`, a hedge
+    /// after a result of its round or one the plan does not offer is an error
+    /// and changes nothing.
+    pub fn start_attempt(&mut self, ordinal: u64, started_at_ms: u64) -> Result<HedgeStep> {
+        let index = self.attempts.attempts.len();
+        let (plan, is_hedge) = match &self.round {
+            None => match self.run.next() {
+                Decision::Dispatch(d) => (d.clone(), false),
+                Decision::Terminal { terminal } => {
+                    return Err(Error::new(
+                        ErrorCode::AttemptAfterTerminal,
+                        format!("the run has already ended with {}", terminal.as_str()),
+                    ))
+                }
+            },
+            Some(round) => {
+                let k = round.members.len();
+                if round.closed || round.decided.is_some() {
+                    return Err(Error::attempt(
+                        ErrorCode::HedgeAfterResult,
+                        index.saturating_add(k),
+                        "started_at_ms",
+                        "a result of the round has arrived: no hedge now",
+                    ));
+                }
+                let plans: Vec<Dispatch> = round.members.iter().map(|m| m.plan.clone()).collect();
+                let lead_start = round.members.first().map_or(0, |m| m.started_at_ms);
+                let plan = plan_hedge(
+                    &self.policy,
+                    &self.run,
+                    reserved_with(&self.run, &plans),
+                    &plans,
+                    lead_start,
+                )
+                .map_err(|why| {
+                    Error::attempt(
+                        ErrorCode::HedgeOverBudget,
+                        index.saturating_add(k),
+                        "hedge",
+                        why,
+                    )
+                })?;
+                (plan, true)
+            }
+        };
+        let at = index.saturating_add(self.round.as_ref().map_or(0, |r| r.members.len()));
+        if plan.ordinal != ordinal {
+            return Err(Error::attempt(
+                ErrorCode::OrdinalDrift,
+                at,
+                "ordinal",
+                format!("planned ordinal {}, started {ordinal}", plan.ordinal),
+            ));
+        }
+        if started_at_ms < plan.not_before_ms {
+            let code = if is_hedge {
+                ErrorCode::HedgeBeforeThreshold
+            } else {
+                ErrorCode::EarlyStart
+            };
+            return Err(Error::attempt(
+                code,
+                at,
+                "started_at_ms",
+                format!("started at {started_at_ms} before {}", plan.not_before_ms),
+            ));
+        }
+        let admission = match (&self.policy.policy.fleet, self.admitted.take()) {
+            (None, _) => None,
+            (Some(_), Some((n, adm))) if n == ordinal => Some(adm),
+            (Some(_), other) => {
+                self.admitted = other;
+                return Err(Error::attempt(
+                    ErrorCode::AdmissionMissing,
+                    at,
+                    "admission",
+                    "the policy has a fleet section: admit the attempt before dispatching it",
+                ));
+            }
+        };
+        let member = Member {
+            plan,
+            started_at_ms,
+            admission,
+            attempt: None,
+        };
+        self.round
+            .get_or_insert_with(Round::default)
+            .members
+            .push(member);
+        Ok(self.next())
+    }
+
+    fn member(&self, ordinal: u64) -> Result<(usize, &Member)> {
+        let index = self.attempts.attempts.len();
+        self.round
+            .as_ref()
+            .and_then(|r| {
+                r.members
+                    .iter()
+                    .enumerate()
+                    .find(|(_, m)| m.plan.ordinal == ordinal && m.attempt.is_none())
+            })
+            .map(|(k, m)| (index.saturating_add(k), m))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::OrdinalDrift,
+                    format!("ordinal {ordinal} is not in flight"),
+                )
+            })
+    }
+
+    fn attempt_of(
+        &self,
+        m: &Member,
+        completed_at_ms: u64,
+        cost: u64,
+        outcome: Outcome,
+        loss: Option<Loss>,
+    ) -> Attempt {
+        let lead = self
+            .round
+            .as_ref()
+            .and_then(|r| r.members.first())
+            .map_or(0, |l| l.plan.ordinal);
+        let hedges_ordinal = (m.plan.ordinal != lead).then_some(lead);
+        let mark = (hedges_ordinal.is_some() || loss.is_some()).then_some(HedgeMark {
+            hedges_ordinal,
+            loss,
+        });
+        let d = &m.plan;
+        Attempt {
+            admission: m.admission.clone(),
+            completed_at_ms,
+            cost,
+            hedge: mark,
+            idempotency_key_sha256: d.idempotency_key_sha256.clone(),
+            injected_fault: None,
+            jitter_sample_ms: d.jitter_sample_ms,
+            logical_request_sha256: d.logical_request_sha256.clone(),
+            ordinal: d.ordinal,
+            outcome,
+            reconciled: None,
+            request_body_sha256: None,
+            route_id: d.route_id.clone(),
+            route_ordinal: d.route_ordinal,
+            route_release_sha256: d.route_release_sha256.clone(),
+            started_at_ms: m.started_at_ms,
+            stream: None,
+            usage: None,
+        }
+    }
+
+    /// The host observed attempt `ordinal` end at `completed_at_ms`: the
+    /// core judges the facts and charges `cost` (the reservation when the
+    /// host charged nothing). The first deciding result decides the round; a
+    /// result after that is a late loser, kept and never adopted.
+    pub fn observe(
+        &mut self,
+        ordinal: u64,
+        completed_at_ms: u64,
+        cost: Option<u64>,
+        facts: &Facts,
+    ) -> Result<(Judgement, HedgeStep)> {
+        let (i, m) = self.member(ordinal)?;
+        if completed_at_ms < m.started_at_ms {
+            return Err(Error::attempt(
+                ErrorCode::CompletedBeforeStarted,
+                i,
+                "completed_at_ms",
+                format!(
+                    "completed at {completed_at_ms} before start {}",
+                    m.started_at_ms
+                ),
+            ));
+        }
+        let family = self
+            .policy
+            .policy
+            .routes
+            .iter()
+            .find(|r| r.route_id == m.plan.route_id)
+            .and_then(|r| r.provider_family);
+        let judged = Facts {
+            provider_family: family.or(facts.provider_family),
+            ..facts.clone()
+        };
+        let judgement = judge_at(&judged, completed_at_ms >= self.policy.policy.deadline_ms)?;
+        let decided = self.round.as_ref().and_then(|r| r.decided);
+        if let Some((_, c)) = decided {
+            if completed_at_ms < c {
+                return Err(Error::attempt(
+                    ErrorCode::HedgeLossDrift,
+                    i,
+                    "completed_at_ms",
+                    format!("a late result at {completed_at_ms}, before the commit at {c}"),
+                ));
+            }
+        }
+        let loss = decided.map(|_| Loss::Late);
+        let attempt = self.attempt_of(
+            m,
+            completed_at_ms,
+            cost.unwrap_or(m.plan.reserve_cost),
+            judgement.outcome,
+            loss,
+        );
+        let decides_now = loss.is_none() && decides(&self.policy, &attempt);
+        self.settle(
+            ordinal,
+            attempt,
+            decides_now.then_some((ordinal, completed_at_ms)),
+        )?;
+        Ok((judgement, self.next()))
+    }
+
+    /// The host cancelled loser `ordinal` at `at_ms`, after the round was
+    /// decided; it is charged as the policy's `cancelled_cost` says.
+    pub fn cancelled(&mut self, ordinal: u64, at_ms: u64) -> Result<HedgeStep> {
+        let h = section(&self.policy)?;
+        let (i, m) = self.member(ordinal)?;
+        let Some((_, c)) = self.round.as_ref().and_then(|r| r.decided) else {
+            return Err(Error::attempt(
+                ErrorCode::HedgeLossDrift,
+                i,
+                "hedge/loss",
+                "only an attempt in flight when its round is decided is cancelled",
+            ));
+        };
+        if at_ms < c || at_ms < m.started_at_ms {
+            return Err(Error::attempt(
+                ErrorCode::HedgeLossDrift,
+                i,
+                "completed_at_ms",
+                format!("cancelled at {at_ms}, before the commit at {c} or the start"),
+            ));
+        }
+        let cost = match h.cancelled_cost {
+            CancelledCost::Reserve => m.plan.reserve_cost,
+            CancelledCost::Zero => 0,
+        };
+        let outcome = Outcome::Indeterminate {
+            kind: IndeterminateKind::UnknownProviderAcceptance,
+        };
+        let attempt = self.attempt_of(m, at_ms, cost, outcome, Some(Loss::Cancelled));
+        self.settle(ordinal, attempt, None)?;
+        Ok(self.next())
+    }
+
+    fn settle(
+        &mut self,
+        ordinal: u64,
+        attempt: Attempt,
+        decides: Option<(u64, u64)>,
+    ) -> Result<()> {
+        let Some(round) = self.round.as_mut() else {
+            return Err(Error::new(ErrorCode::OrdinalDrift, "no round is in flight"));
+        };
+        let mut next = round.clone();
+        if let Some(m) = next.members.iter_mut().find(|m| m.plan.ordinal == ordinal) {
+            m.attempt = Some(attempt);
+        }
+        next.closed = true;
+        if next.decided.is_none() {
+            next.decided = decides;
+        }
+        if next.members.iter().all(|m| m.attempt.is_some()) {
+            let list: Vec<Attempt> = next
+                .members
+                .iter()
+                .filter_map(|m| m.attempt.clone())
+                .collect();
+            let base = self.attempts.attempts.len();
+            let mut run = self.run.clone();
+            let mut summary = self.summary.clone();
+            resolve_round(&self.policy, &mut run, &list, base, &mut summary)?;
+            self.run = run;
+            self.summary = summary;
+            self.attempts.attempts.extend(list);
+            self.round = None;
+        } else {
+            *round = next;
+        }
+        Ok(())
+    }
+
+    /// Admit the next dispatch (the lead, or the hedge on offer) under the
+    /// fleet view a host read at `now_epoch_ms` (wall clock), `at_ms` on the
+    /// run clock. A lead deposits into the retry budget when it is the first
+    /// attempt and withdraws otherwise; a hedge withdraws. A refused lead
+    /// ends the run (`stop_retry_budget`, `stop_store_unavailable`); a
+    /// refused hedge is not dispatched and the round takes no more hedges.
+    pub fn admit(
+        &mut self,
+        at_ms: u64,
+        now_epoch_ms: u64,
+        view: &FleetView,
+    ) -> Result<HedgeAdmitted> {
+        let policy = Arc::clone(&self.policy);
+        let Some(fleet) = policy.policy.fleet.as_ref() else {
+            return Err(Error::at(
+                ErrorCode::AdmissionUnexpected,
+                "/fleet",
+                "the policy has no fleet section",
+            ));
+        };
+        let (plan, is_hedge) = match self.next() {
+            HedgeStep::Dispatch(d) => (d, false),
+            HedgeStep::Await { hedge: Some(d), .. } => (d, true),
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::AttemptAfterTerminal,
+                    "nothing is on offer to admit",
+                ))
+            }
+        };
+        self.admitted = None;
+        let mut writes = FleetWrites::default();
+        let mut admission = Admission {
+            admitted_at_epoch_ms: now_epoch_ms,
+            breaker: None,
+            budget: None,
+            limits: None,
+            skipped: None,
+            store: None,
+        };
+        let refused = |s: &mut Self,
+                       reason: StopReason,
+                       budget: Option<BudgetRef>|
+         -> Result<HedgeAdmitted> {
+            if is_hedge {
+                if let Some(r) = s.round.as_mut() {
+                    r.closed = true;
+                }
+                return Ok(HedgeAdmitted {
+                    step: s.next(),
+                    writes: FleetWrites::default(),
+                });
+            }
+            let stop = FleetStop {
+                at_epoch_ms: now_epoch_ms,
+                at_ms,
+                budget,
+                limits: None,
+                reason,
+                skipped: None,
+            };
+            s.run.fleet_stop(&s.policy, &stop)?;
+            s.attempts.fleet_stop = Some(stop);
+            Ok(HedgeAdmitted {
+                step: s.next(),
+                writes: FleetWrites::default(),
+            })
+        };
+        if view.store_unavailable {
+            if fleet.on_store_unavailable == OnStoreUnavailable::FailOpen {
+                admission.store = Some(StoreStatus::Unavailable);
+            } else {
+                return refused(self, StopReason::StoreUnavailable, None);
+            }
+        } else if let Some(cfg) = &fleet.retry_budget {
+            let s = budget_in(cfg, view, now_epoch_ms)?;
+            let digest = self.snapshots.keep_budget(&s);
+            if plan.ordinal == 1 {
+                writes.budget = Some(crate::budget::deposit(cfg, &s, now_epoch_ms));
+                admission.budget = Some(BudgetRef {
+                    kind: BudgetUse::Deposit,
+                    snapshot_sha256: digest,
+                });
+            } else {
+                let (granted, next) = crate::budget::withdraw(cfg, &s, now_epoch_ms);
+                let used = BudgetRef {
+                    kind: BudgetUse::Withdraw,
+                    snapshot_sha256: digest,
+                };
+                if !granted {
+                    return refused(self, StopReason::RetryBudget, Some(used));
+                }
+                writes.budget = Some(next);
+                admission.budget = Some(used);
+            }
+        }
+        self.admitted = Some((plan.ordinal, admission));
+        Ok(HedgeAdmitted {
+            step: self.next(),
+            writes,
+        })
+    }
+
+    /// Mark the run cancelled between rounds at `at_ms` (run clock).
+    pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
+        if self.round.is_some() {
+            return Err(Error::at(
+                ErrorCode::CancelDrift,
+                "/cancelled_at_ms",
+                "attempts are in flight: cancel them (their round decides) before the run",
+            ));
+        }
+        self.run.cancel(at_ms)?;
+        self.attempts.cancelled_at_ms = Some(at_ms);
+        Ok(())
+    }
+
+    /// The receipt of the finished run; an error while it could still dispatch.
+    pub fn receipt(&self) -> Result<Receipt> {
+        if self.round.is_some() {
+            return Err(Error::new(
+                ErrorCode::RunNotTerminal,
+                "a round is in flight",
+            ));
+        }
+        self.run.receipt(&self.policy, digest_of(&self.attempts))
+    }
+
+    /// The bundle of the finished run: policy, attempts and receipt.
+    pub fn seal(&self) -> Result<Bundle> {
+        let receipt = self.receipt()?;
+        let mut bundle = Bundle::new(self.policy.policy.clone(), self.attempts.clone(), receipt);
+        if self.policy.policy.fleet.is_some() {
+            bundle.fleet_snapshots = Some(self.snapshots.clone());
+        }
+        Ok(bundle)
+    }
+}
+
+/// What the hedges of the run reserved, with those of the open round.
+fn reserved_with(run: &Run, plans: &[Dispatch]) -> u64 {
+    plans
+        .iter()
+        .skip(1)
+        .map(|d| d.reserve_cost)
+        .fold(run.hedge_reserved(), u64::saturating_add)
+}
+
+/// Run a scripted hedged session, as the `hedge_session` vectors pin it.
+///
+/// Each step of `script` is one event a host saw, at its run-clock time:
+/// `{"start": ordinal, "at"}` (the lead or the hedge on offer went out),
+/// `{"observe": ordinal, "at", "facts", "cost"?}` (its result arrived),
+/// `{"cancelled": ordinal, "at"}` (a loser was cancelled) or
+/// `{"cancel_run": at}` (the caller cancelled between rounds). The answer:
+/// the first step (`next`), each step's answer (`step`, and `judgement` for
+/// an observation), the attempts, the receipt, the sealed bundle's digest
+/// and its replay's verdict. The first error is the answer instead.
+#[cfg(feature = "lab")]
+pub fn script(policy_json: &str, script_json: &str) -> Result<serde_json::Value> {
+    use crate::canonical::to_value;
+    use serde_json::{json, Value};
+    let policy = Arc::new(crate::api::compile_policy(policy_json)?);
+    let mut session = HedgeSession::start(policy)?;
+    let steps: Value = crate::decode::parse_strict(script_json)?;
+    let bad = |msg: &str| Error::at(ErrorCode::InvalidValue, "/script", msg.to_owned());
+    let first = to_value(&session.next());
+    let mut answers = Vec::new();
+    for step in steps.as_array().ok_or_else(|| bad("a script is a list"))? {
+        let num = |k: &str| step.get(k).and_then(Value::as_u64);
+        let at = num("at").unwrap_or(0);
+        if let Some(n) = num("start") {
+            answers.push(json!({"step": to_value(&session.start_attempt(n, at)?)}));
+        } else if let Some(n) = num("observe") {
+            let facts: Facts = match step.get("facts") {
+                Some(f) => crate::decode::from_value(f.clone())?,
+                None => return Err(bad("an observation carries facts")),
+            };
+            let (judgement, next) = session.observe(n, at, num("cost"), &facts)?;
+            answers.push(json!({"judgement": to_value(&judgement), "step": to_value(&next)}));
+        } else if let Some(n) = num("cancelled") {
+            answers.push(json!({"step": to_value(&session.cancelled(n, at)?)}));
+        } else if let Some(at) = num("cancel_run") {
+            session.cancel(at)?;
+            answers.push(json!({"step": to_value(&session.next())}));
+        } else {
+            return Err(bad("a step is start, observe, cancelled or cancel_run"));
+        }
+    }
+    let bundle = session.seal()?;
+    let verdict = crate::receipt::verify_bundle(&bundle)?;
+    Ok(json!({
+        "attempts": to_value(&bundle.attempts),
+        "bundle_sha256": digest_of(&bundle),
+        "next": first,
+        "receipt": to_value(&bundle.receipt),
+        "steps": answers,
+        "verdict": to_value(&verdict),
+    }))
+}
