@@ -996,6 +996,11 @@ impl Run {
                 ),
             }
         };
+        if self.terminal() == Some(Terminal::Completed) {
+            if let Some(h) = self.hedge.as_mut() {
+                h.winner_ordinal = Some(a.ordinal);
+            }
+        }
         self.settle_stream(a);
     }
 

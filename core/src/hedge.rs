@@ -1353,3 +1353,178 @@ pub fn script(policy_json: &str, script_json: &str) -> Result<serde_json::Value>
         "verdict": to_value(&verdict),
     }))
 }
+
+/// An observation's answer: the judgement and what to do now
+/// (`{"judgement", "step"}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeObserved {
+    /// How the core judged the facts.
+    pub judgement: Judgement,
+    /// What to do now.
+    pub step: HedgeStep,
+}
+
+impl Encode for HedgeObserved {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("judgement", &self.judgement)
+            .doc("step", &self.step)
+            .end();
+    }
+}
+
+/// The JSON-text boundary of a [`HedgeSession`], for the bindings: every
+/// answer is canonical JSON, every error the core's.
+impl HedgeSession {
+    /// Start a hedged run of a policy given as JSON text.
+    pub fn start_json(policy_json: &str) -> Result<Self> {
+        Self::start(Arc::new(crate::api::compile_policy(policy_json)?))
+    }
+
+    /// [`HedgeSession::next`] as JSON.
+    pub fn next_json(&self) -> String {
+        crate::canonical::canonical_json(&self.next())
+    }
+
+    /// [`HedgeSession::start_attempt`], the step as JSON.
+    pub fn start_attempt_json(&mut self, ordinal: u64, started_at_ms: u64) -> Result<String> {
+        Ok(crate::canonical::canonical_json(
+            &self.start_attempt(ordinal, started_at_ms)?,
+        ))
+    }
+
+    /// [`HedgeSession::observe`] with the facts as JSON text:
+    /// `{"judgement", "step"}` as JSON.
+    pub fn observe_json(
+        &mut self,
+        ordinal: u64,
+        completed_at_ms: u64,
+        cost: Option<u64>,
+        facts_json: &str,
+    ) -> Result<String> {
+        let facts: Facts = crate::decode::from_str(facts_json)?;
+        let (judgement, step) = self.observe(ordinal, completed_at_ms, cost, &facts)?;
+        Ok(crate::canonical::canonical_json(&HedgeObserved {
+            judgement,
+            step,
+        }))
+    }
+
+    /// [`HedgeSession::cancelled`], the step as JSON.
+    pub fn cancelled_json(&mut self, ordinal: u64, at_ms: u64) -> Result<String> {
+        Ok(crate::canonical::canonical_json(
+            &self.cancelled(ordinal, at_ms)?,
+        ))
+    }
+
+    /// [`HedgeSession::admit`] with the view as JSON text: `{"step", "writes"}` as JSON.
+    pub fn admit_json(&mut self, at_ms: u64, now_epoch_ms: u64, view_json: &str) -> Result<String> {
+        let view: FleetView = crate::decode::from_str(view_json)?;
+        Ok(crate::canonical::canonical_json(&self.admit(
+            at_ms,
+            now_epoch_ms,
+            &view,
+        )?))
+    }
+
+    /// The attempts so far as JSON.
+    pub fn attempts_json(&self) -> String {
+        crate::canonical::canonical_json(&self.attempts)
+    }
+
+    /// The receipt as JSON.
+    pub fn receipt_json(&self) -> Result<String> {
+        Ok(crate::canonical::canonical_json(&self.receipt()?))
+    }
+
+    /// The sealed bundle as JSON.
+    pub fn bundle_json(&self) -> Result<String> {
+        Ok(crate::canonical::canonical_json(&self.seal()?))
+    }
+}
+
+#[cfg(all(test, feature = "lab"))]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    reason = "a test: a missing value is a failure"
+)]
+mod tests {
+    use super::*;
+    use crate::outcome::RetryableKind;
+    use serde_json::json;
+
+    fn hedged() -> Arc<CompiledPolicy> {
+        let mut p = crate::lab::reference_policy();
+        p["max_total_attempts"] = json!(6);
+        p["routes"][0]["max_attempts"] = json!(3);
+        p["routes"][1]["max_attempts"] = json!(3);
+        p["hedge"] = json!({
+            "cancelled_cost": "reserve", "cost_share_percent": 50, "delay_ms": 200,
+            "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]
+        });
+        Arc::new(crate::api::compile_policy(&p.to_string()).unwrap())
+    }
+
+    #[test]
+    fn a_plain_session_under_a_hedge_policy_replays_to_its_receipt() {
+        let cp = hedged();
+        let mut s = crate::Session::start(Arc::clone(&cp));
+        let down = Outcome::Retryable {
+            kind: RetryableKind::Unavailable,
+            retry_after_ms: None,
+            retry_after_source: None,
+        };
+        s.record(0, 100, 1_500, down).unwrap();
+        s.record(200, 300, 1_500, Outcome::Success).unwrap();
+        let receipt = s.receipt().unwrap();
+        assert_eq!(receipt, crate::evaluate(&cp, s.attempts()).unwrap());
+        assert_eq!(
+            receipt.hedge,
+            Some(HedgeSummary {
+                winner_ordinal: Some(2),
+                ..HedgeSummary::default()
+            })
+        );
+    }
+
+    #[test]
+    fn the_live_session_is_the_replay() {
+        let cp = hedged();
+        let mut h = HedgeSession::start(Arc::clone(&cp)).unwrap();
+        let ok = Facts::returned();
+        assert!(matches!(h.next(), HedgeStep::Dispatch(_)));
+        let step = h.start_attempt(1, 0).unwrap();
+        let HedgeStep::Await { hedge: Some(d), .. } = step else {
+            panic!("a hedge on offer: {step:?}")
+        };
+        assert_eq!(
+            (d.ordinal, d.not_before_ms, d.route_id.as_str()),
+            (2, 200, "external-fallback")
+        );
+        h.start_attempt(2, 210).unwrap();
+        let (_, step) = h.observe(2, 400, None, &ok).unwrap();
+        assert_eq!(
+            step,
+            HedgeStep::Cancel {
+                decided_by: 2,
+                ordinals: vec![1]
+            }
+        );
+        let step = h.cancelled(1, 401).unwrap();
+        assert_eq!(
+            step,
+            HedgeStep::Terminal {
+                terminal: Terminal::Completed
+            }
+        );
+        let receipt = h.receipt().unwrap();
+        assert_eq!(receipt, crate::evaluate(&cp, h.attempts()).unwrap());
+        let summary = receipt.hedge.unwrap();
+        assert_eq!(summary.winner_ordinal, Some(2));
+        assert_eq!(summary.loser_cost, 1_500);
+        assert_eq!(receipt.total_cost, 4_500);
+        assert_eq!(receipt.attempt_count, 2);
+    }
+}

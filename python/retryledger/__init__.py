@@ -81,6 +81,7 @@ from ._stream import (
     run_stream_async,
 )
 from .fleet import Fleet
+from .hedge import HedgeSession, run_hedged_async
 from . import journal
 from .journal import (
     idempotency_claim,
@@ -130,6 +131,8 @@ __all__ = [
     "RunStoppedError",
     "Sealed",
     "Session",
+    "HedgeSession",
+    "run_hedged_async",
     "Step",
     "Terminal",
     "UnrecognizedDispatchError",
