@@ -53,6 +53,7 @@ export {
   type HedgeObserved,
   type HedgeRun,
   type HedgeRunOptions,
+  type HedgeSection,
   type HedgeStep,
   type HedgeSummary,
 } from "./hedge.js";

@@ -13,8 +13,19 @@
  */
 
 import { call, CompiledPolicy, toText, type Input } from "./core.js";
+import { DecodeError, DriftError } from "./errors.js";
 import { factsOf, type Classifier } from "./facts.js";
 import type { Attempt, Attempts, Bundle, DispatchDecision, Facts, FleetView, FleetWrites, Judgement, Policy, Receipt, Terminal } from "./types.js";
+
+/** The policy's `hedge` section (docs/HEDGING.md). */
+export interface HedgeSection {
+  cancelled_cost: "reserve" | "zero";
+  cost_share_percent: number;
+  delay_ms: number;
+  effects: "none" | "external";
+  max_hedges: number;
+  routes: string[];
+}
 
 /** The planned attempt (a lead or a hedge), as `planNext`'s dispatch without its `kind`. */
 export type HedgeDispatch = Omit<DispatchDecision, "kind">;
@@ -151,6 +162,8 @@ export interface HedgeAttempt {
   ordinal: number;
   /** The route to use. */
   routeId: string;
+  /** The caller's idempotency key: send it on every attempt (every hedge carries the same). */
+  idempotencyKey: string;
   /** The ordinal this attempt hedges (absent on a lead). */
   hedges?: number | undefined;
   /** Aborted when the attempt loses its round, or at the run's deadline. */
@@ -161,6 +174,10 @@ export interface HedgeAttempt {
 
 /** Options of `runHedged`. */
 export interface HedgeRunOptions {
+  /** The raw idempotency key; its digest must be the policy's `idempotency_key_sha256`. */
+  idempotencyKey: string;
+  /** The key's scope, when the policy's key digest is scoped. */
+  keyScope?: { tenant: string; operation: string } | undefined;
   /** The run clock, ms since admission (default: `performance.now()` from the call). */
   now?: (() => number) | undefined;
   /** The caller's classify hook for raised errors. */
@@ -197,12 +214,26 @@ interface Settled<T> {
 export async function runHedged<T>(
   policy: Input<Policy> | CompiledPolicy,
   dispatch: (attempt: HedgeAttempt) => Promise<T>,
-  options: HedgeRunOptions = {},
+  options: HedgeRunOptions,
 ): Promise<HedgeRun<T>> {
   const t0 = performance.now();
   const now = options.now ?? (() => Math.floor(performance.now() - t0));
-  const session = new HedgeSession(policy);
-  const deadline = (policy instanceof CompiledPolicy ? policy.policy : (new CompiledPolicy(policy).policy)).deadline_ms;
+  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  const key: unknown = options?.idempotencyKey;
+  if (typeof key !== "string") {
+    throw new DecodeError("missing_field", "missing_field at /idempotencyKey: the run needs the raw idempotency key", {
+      path: "/idempotencyKey",
+    });
+  }
+  if (!compiled.acceptsKey(key, options.keyScope)) {
+    throw new DriftError(
+      "idempotency_key_drift",
+      "idempotency_key_drift at /idempotency_key_sha256: the digest of the idempotency key (and its scope) is not the policy's idempotency_key_sha256",
+      { path: "/idempotency_key_sha256" },
+    );
+  }
+  const session = new HedgeSession(compiled);
+  const deadline = compiled.policy.deadline_ms;
   const controllers = new Map<number, AbortController>();
   const values = new Map<number, T>();
   const queue: Settled<T>[] = [];
@@ -215,7 +246,7 @@ export async function runHedged<T>(
     controllers.set(d.ordinal, controller);
     count += 1;
     const untilDeadline = setTimeout(() => controller.abort(), Math.max(0, deadline - now()));
-    const attempt: HedgeAttempt = { ordinal: d.ordinal, routeId: d.route_id, hedges, signal: controller.signal, dispatch: d };
+    const attempt: HedgeAttempt = { ordinal: d.ordinal, routeId: d.route_id, idempotencyKey: key, hedges, signal: controller.signal, dispatch: d };
     const settle = (s: Omit<Settled<T>, "at" | "ordinal">): void => {
       clearTimeout(untilDeadline);
       queue.push({ ordinal: d.ordinal, at: now(), ...s });
