@@ -17,11 +17,11 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, Generic, Mapping, Optional, Set, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generic, Mapping, Optional, Set, Tuple, TypeVar, Union
 
 from . import _core
 from ._api import Document, Policy, call, check_integer, to_text
-from ._driver import Classifier, facts_of
+from ._driver import Classifier, _checked, facts_of
 
 __all__ = ["HedgeAttempt", "HedgeRun", "HedgeSession", "run_hedged_async"]
 
@@ -107,6 +107,8 @@ class HedgeAttempt:
 
     ordinal: int
     route_id: str
+    #: The caller's idempotency key: send it on every attempt (every hedge carries the same).
+    idempotency_key: str
     #: The ordinal this attempt hedges (``None`` on a lead).
     hedges: Optional[int]
     #: The planned dispatch.
@@ -130,7 +132,9 @@ class HedgeRun(Generic[T]):
 async def run_hedged_async(
     policy: Union[Policy, Document],
     dispatch: Callable[[HedgeAttempt], Awaitable[T]],
+    idempotency_key: str,
     *,
+    key_scope: Optional[Tuple[str, str]] = None,
     now: Optional[Callable[[], int]] = None,
     classify: Optional[Classifier] = None,
 ) -> HedgeRun[T]:
@@ -141,7 +145,7 @@ async def run_hedged_async(
     ``dispatch`` are judged by the core like the plain driver's."""
     t0 = time.monotonic()
     clock = now if now is not None else (lambda: int((time.monotonic() - t0) * 1000))
-    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    compiled = _checked(policy, idempotency_key, key_scope)
     session = HedgeSession(compiled)
     deadline_ms = int(compiled.document["deadline_ms"])
     tasks: Dict[int, "asyncio.Task[T]"] = {}
@@ -156,7 +160,13 @@ async def run_hedged_async(
     def launch(d: Dict[str, Any], hedges: Optional[int]) -> None:
         nonlocal count
         count += 1
-        a = HedgeAttempt(ordinal=d["ordinal"], route_id=d["route_id"], hedges=hedges, dispatch=d)
+        a = HedgeAttempt(
+            ordinal=d["ordinal"],
+            route_id=d["route_id"],
+            idempotency_key=idempotency_key,
+            hedges=hedges,
+            dispatch=d,
+        )
         task = asyncio.ensure_future(attempt(a))
         tasks[a.ordinal] = task
         def done(t: "asyncio.Task[T]", n: int = a.ordinal) -> None:
