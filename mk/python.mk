@@ -48,3 +48,4 @@ bench-python: python-build setup-redis setup-postgres ## Sync driver vs tenacity
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_admission.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_stores.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_journal.py --write docs/BENCHMARKS.md
+	$(VENV_PY) python/benches/bench_hedge.py --write docs/BENCHMARKS.md
