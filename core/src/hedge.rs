@@ -755,6 +755,8 @@ struct Round {
     members: Vec<Member>,
     /// A result arrived (or the fleet refused a hedge): no more hedges.
     closed: bool,
+    /// The fleet refused a hedge of this round.
+    refused: bool,
     /// The ordinal that decided the round and when.
     decided: Option<(u64, u64)>,
 }
@@ -884,6 +886,14 @@ impl HedgeSession {
             },
             Some(round) => {
                 let k = round.members.len();
+                if round.refused && round.decided.is_none() {
+                    return Err(Error::attempt(
+                        ErrorCode::HedgeOverBudget,
+                        index.saturating_add(k),
+                        "hedge",
+                        "the fleet refused this round's hedge",
+                    ));
+                }
                 if round.closed || round.decided.is_some() {
                     return Err(Error::attempt(
                         ErrorCode::HedgeAfterResult,
@@ -1200,6 +1210,7 @@ impl HedgeSession {
             if is_hedge {
                 if let Some(r) = s.round.as_mut() {
                     r.closed = true;
+                    r.refused = true;
                 }
                 return Ok(HedgeAdmitted {
                     step: s.next(),
@@ -1487,6 +1498,81 @@ mod tests {
                 ..HedgeSummary::default()
             })
         );
+    }
+
+    fn budget_view(balance_milli: u64) -> FleetView {
+        let snap = json!({"balance_milli": balance_milli, "deposits": 0, "generation": 0,
+            "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries",
+            "updated_at_epoch_ms": 1_000, "withdrawals": 0});
+        crate::decode::from_str(&json!({"breakers": {}, "budget": snap}).to_string()).unwrap()
+    }
+
+    fn with_budget() -> Arc<CompiledPolicy> {
+        let mut p = crate::canonical::to_value(&hedged().policy);
+        p["fleet"] = json!({"on_store_unavailable": "fail_closed", "retry_budget": {
+            "floor_per_second": 0, "max_tokens": 3, "ratio_permille": 500, "scope": "tenant-7/summaries"}});
+        Arc::new(crate::api::compile_policy(&p.to_string()).unwrap())
+    }
+
+    #[test]
+    fn a_hedge_withdraws_from_the_retry_budget_and_replays() {
+        let cp = with_budget();
+        let mut h = HedgeSession::start(Arc::clone(&cp)).unwrap();
+        // The lead deposits; the hedge withdraws a whole token.
+        let a = h.admit(0, 1_000, &budget_view(1_000)).unwrap();
+        assert!(matches!(a.step, HedgeStep::Dispatch(_)));
+        let deposited = a.writes.budget.unwrap();
+        h.start_attempt(1, 0).unwrap();
+        let a = h
+            .admit(200, 1_200, &budget_view(deposited.balance_milli))
+            .unwrap();
+        assert!(matches!(a.step, HedgeStep::Await { hedge: Some(_), .. }));
+        assert!(a.writes.budget.is_some());
+        h.start_attempt(2, 200).unwrap();
+        h.observe(2, 300, None, &Facts::returned()).unwrap();
+        h.cancelled(1, 301).unwrap();
+        let bundle = h.seal().unwrap();
+        assert_eq!(
+            bundle.receipt.fleet.as_ref().map(|f| f.withdrawals),
+            Some(1)
+        );
+        assert!(matches!(
+            crate::receipt::verify_bundle(&bundle).unwrap(),
+            crate::Verdict::Verified { .. }
+        ));
+        // A hedge without its budget token is forged.
+        let mut forged = bundle.clone();
+        forged.attempts.attempts[1].admission = None;
+        let v = crate::receipt::verify_bundle(&forged).unwrap();
+        assert!(
+            matches!(v, crate::Verdict::Drift { ref code, .. } if code == "admission_missing"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_budget_short_of_a_token_refuses_the_hedge_not_the_run() {
+        let cp = with_budget();
+        let mut h = HedgeSession::start(Arc::clone(&cp)).unwrap();
+        h.admit(0, 1_000, &budget_view(0)).unwrap();
+        h.start_attempt(1, 0).unwrap();
+        // 500 milli-tokens after the deposit: short of a hedge.
+        let a = h.admit(200, 1_200, &budget_view(500)).unwrap();
+        assert_eq!(
+            a.step,
+            HedgeStep::Await {
+                hedge: None,
+                in_flight: vec![1]
+            }
+        );
+        assert_eq!(
+            h.start_attempt(2, 200).unwrap_err().code,
+            ErrorCode::HedgeOverBudget
+        );
+        h.observe(1, 700, None, &Facts::returned()).unwrap();
+        let receipt = h.receipt().unwrap();
+        assert_eq!(receipt.terminal, Terminal::Completed);
+        assert_eq!(receipt.attempt_count, 1);
     }
 
     #[test]
