@@ -1135,6 +1135,8 @@ impl HedgeSession {
         let Some(round) = self.round.as_mut() else {
             return Err(Error::new(ErrorCode::OrdinalDrift, "no round is in flight"));
         };
+        // A hedge admitted and not started is not started now: its admission goes.
+        self.admitted = None;
         let mut next = round.clone();
         if let Some(m) = next.members.iter_mut().find(|m| m.plan.ordinal == ordinal) {
             m.attempt = Some(attempt);

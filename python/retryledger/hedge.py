@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, Generic, Mapping, Optional, Set, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generic, List, Mapping, Optional, Set, Tuple, TypeVar, Union
 
 from . import _core
 from ._api import Document, Policy, call, check_integer, to_text
@@ -170,14 +170,13 @@ async def run_hedged_async(
         task = asyncio.ensure_future(attempt(a))
         tasks[a.ordinal] = task
         def done(t: "asyncio.Task[T]", n: int = a.ordinal) -> None:
-            settled.put_nowait((n, clock(), t))
+            if n not in cancelled_by_us:  # a cancelled loser is reported at its cancellation
+                settled.put_nowait((n, clock(), t))
 
         task.add_done_callback(done)
 
     def report(ordinal: int, at: int, task: "asyncio.Task[T]") -> Step:
         if task.cancelled():
-            if ordinal in cancelled_by_us:
-                return session.cancelled(ordinal, at)
             facts = facts_of(asyncio.CancelledError(), cancelled=True)
             cancelled_step: Step = session.observe(ordinal, at, facts)["step"]
             return cancelled_step
@@ -220,13 +219,27 @@ async def run_hedged_async(
                     step = session.start_attempt(hedge["ordinal"], clock())
                     launch(hedge, lead)
             else:
+                # A loser whose answer already arrived is reported late; the
+                # others are cancelled and reported at once (a dispatch that
+                # swallows its cancellation cannot hold the run).
+                losers = set(step["ordinals"])
+                pending: List[tuple[int, int, "asyncio.Task[T]"]] = []
+                late: Optional[tuple[int, int, "asyncio.Task[T]"]] = None
+                while not settled.empty():
+                    item = settled.get_nowait()
+                    if late is None and item[0] in losers:
+                        late = item
+                    else:
+                        pending.append(item)
+                for item in pending:
+                    settled.put_nowait(item)
+                if late is not None:
+                    step = report(*late)
+                    continue
                 for n in step["ordinals"]:
-                    if n not in cancelled_by_us:
-                        cancelled_by_us.add(n)
-                        tasks[n].cancel()
-                got = await next_settled(None)
-                if got is not None:
-                    step = report(*got)
+                    cancelled_by_us.add(n)
+                    tasks[n].cancel()
+                    step = session.cancelled(n, clock())
         sealed = session.seal()
         receipt: Dict[str, Any] = sealed["bundle"]["receipt"]
         winner = receipt.get("hedge", {}).get("winner_ordinal")

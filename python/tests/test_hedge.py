@@ -215,3 +215,30 @@ def test_a_hedge_with_external_effects_is_refused_before_any_dispatch() -> None:
     with pytest.raises(retryledger.PolicyError) as e:
         retryledger.HedgeSession(policy)
     assert e.value.code == "hedge_external_effects"
+
+
+def test_a_lead_that_swallows_its_cancellation_cannot_hold_the_run() -> None:
+    policy = hedged_policy()
+    policy["hedge"]["delay_ms"] = 20
+    release = asyncio.Event()
+
+    async def dispatch(a: HedgeAttempt) -> str:
+        if a.hedges is None:
+            while not release.is_set():
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    pass  # a dispatch that ignores its cancellation
+            return "too late"
+        return f"hedge of {a.hedges}"
+
+    async def scenario() -> None:
+        run = await run_hedged_async(policy, dispatch, KEY)
+        assert run.terminal == "completed"
+        assert run.result == "hedge of 1"
+        assert [(l["ordinal"], l["reason"]) for l in run.receipt["hedge"]["losers"]] == [(1, "cancelled")]
+        release.set()
+        await asyncio.sleep(0)
+        assert retryledger.verify_bundle(run.bundle_json)["kind"] == "verified"
+
+    asyncio.run(scenario())

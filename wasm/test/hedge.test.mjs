@@ -175,3 +175,25 @@ test("a hedge policy with external effects is refused before any dispatch", () =
   if (p.hedge !== undefined) p.hedge.effects = "external";
   assert.throws(() => new rl.HedgeSession(p), (e) => e instanceof rl.PolicyError && e.code === "hedge_external_effects");
 });
+
+test("a lead that ignores its AbortSignal cannot hold the run: it is reported cancelled and what it returns later is dropped", async () => {
+  const p = hedgedPolicy();
+  if (p.hedge !== undefined) p.hedge.delay_ms = 20;
+  /** @type {(v: string) => void} */
+  let releaseLead = () => {};
+  const run = await rl.runHedged(
+    p,
+    (a) =>
+      a.hedges === undefined
+        ? new Promise((resolve) => {
+            releaseLead = resolve;
+          })
+        : Promise.resolve(`hedge of ${a.hedges}`),
+    { idempotencyKey: KEY },
+  );
+  assert.equal(run.terminal, "completed");
+  assert.equal(run.result, "hedge of 1");
+  assert.deepEqual(run.receipt.hedge?.losers.map((l) => [l.ordinal, l.reason]), [[1, "cancelled"]]);
+  releaseLead("too late");
+  assert.equal(rl.verifyBundle(run.bundle_json).kind, "verified");
+});

@@ -249,6 +249,7 @@ export async function runHedged<T>(
     const attempt: HedgeAttempt = { ordinal: d.ordinal, routeId: d.route_id, idempotencyKey: key, hedges, signal: controller.signal, dispatch: d };
     const settle = (s: Omit<Settled<T>, "at" | "ordinal">): void => {
       clearTimeout(untilDeadline);
+      if (aborted.has(d.ordinal)) return; // reported cancelled already
       queue.push({ ordinal: d.ordinal, at: now(), ...s });
       wake?.();
     };
@@ -272,7 +273,6 @@ export async function runHedged<T>(
   };
 
   const report = (s: Settled<T>): HedgeStep => {
-    if (aborted.has(s.ordinal) && !s.ok) return session.cancelled(s.ordinal, s.at);
     if (s.ok) {
       values.set(s.ordinal, s.value as T);
       return session.observe(s.ordinal, s.at, { result: "returned" }).step;
@@ -309,16 +309,20 @@ export async function runHedged<T>(
         }
         continue;
       }
-      // cancel: abort the losers, then report each as it settles.
-      for (const o of step.ordinals) {
-        if (!aborted.has(o)) {
-          aborted.add(o);
-          controllers.get(o)?.abort();
-        }
+      // cancel: a loser whose answer already arrived is reported late; the
+      // others are aborted and reported cancelled at once (a dispatch that
+      // ignores its signal cannot hold the run; what it returns is dropped).
+      const late = queue.findIndex((s) => step.kind === "cancel" && step.ordinals.includes(s.ordinal));
+      if (late >= 0) {
+        const [s] = queue.splice(late, 1);
+        if (s !== undefined) step = report(s);
+        continue;
       }
-      await waitFor(undefined);
-      const s = queue.shift();
-      if (s !== undefined) step = report(s);
+      for (const o of step.ordinals) {
+        aborted.add(o);
+        controllers.get(o)?.abort();
+        step = session.cancelled(o, now());
+      }
     }
     const { bundle, bundle_json } = session.seal();
     const receipt = bundle.receipt as HedgedReceipt;
