@@ -71,6 +71,40 @@ fn bundle(policy: &Value, script: &Value) -> Value {
     })
 }
 
+/// A hedged run under a fleet retry budget, admitted through the session:
+/// the lead deposits, the hedge withdraws; the hedge wins, the lead is cancelled.
+fn fleet_bundle(hp: &Value) -> Value {
+    use retryledger_core::fleet::FleetView;
+    use retryledger_core::observe::Facts;
+    let mut p = hp.clone();
+    set(
+        &mut p,
+        "/fleet",
+        json!({"on_store_unavailable": "fail_closed", "retry_budget": {
+            "floor_per_second": 0, "max_tokens": 3, "ratio_permille": 500, "scope": "tenant-7/summaries"}}),
+    );
+    let view = |balance: u64| -> FleetView {
+        let snap = json!({"balance_milli": balance, "deposits": 0, "generation": 0,
+            "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries",
+            "updated_at_epoch_ms": 1_780_000_000_000u64, "withdrawals": 0});
+        retryledger_core::decode::from_value(json!({"breakers": {}, "budget": snap}))
+            .expect("a view")
+    };
+    let mut h = hedge::HedgeSession::start_json(&t(&p)).expect("a hedged policy");
+    let a = h
+        .admit(0, 1_780_000_000_000, &view(1_000))
+        .expect("the lead");
+    let balance = a.writes.budget.expect("a deposit").balance_milli;
+    h.start_attempt(1, 0).expect("the lead");
+    h.admit(200, 1_780_000_000_200, &view(balance))
+        .expect("the hedge");
+    h.start_attempt(2, 200).expect("the hedge");
+    h.observe(2, 330, None, &Facts::returned())
+        .expect("the winner");
+    h.cancelled(1, 331).expect("the loser");
+    retryledger_core::canonical::to_value(&h.seal().expect("a finished run"))
+}
+
 pub fn family() -> Family {
     let mut f = Family::new(
         "hedge",
@@ -476,6 +510,31 @@ pub fn family() -> Family {
         "hedge_forged_second_commit",
         &t(&second),
         "hedge_second_commit",
+    );
+    // Under the fleet retry budget: the lead deposits, the hedge withdraws.
+    let fleet = fleet_bundle(&hp);
+    assert_eq!(
+        fleet["receipt"]["fleet"]["withdrawals"], 1,
+        "the hedge withdrew"
+    );
+    f.verify("hedge_fleet_bundle_verified", &t(&fleet), "verified");
+    let mut deposit = fleet.clone();
+    set(
+        &mut deposit,
+        "/attempts/attempts/1/admission/budget/kind",
+        json!("deposit"),
+    );
+    f.verify(
+        "hedge_fleet_forged_deposit",
+        &t(&deposit),
+        "admission_drift",
+    );
+    let mut unadmitted = fleet.clone();
+    remove(&mut unadmitted, "/attempts/attempts/1/admission");
+    f.verify(
+        "hedge_fleet_forged_unadmitted",
+        &t(&unadmitted),
+        "admission_missing",
     );
     let mut after = bundle(
         &hp,
