@@ -111,6 +111,8 @@ class HedgeAttempt:
     idempotency_key: str
     #: The ordinal this attempt hedges (``None`` on a lead).
     hedges: Optional[int]
+    #: Milliseconds left before the run's deadline when this attempt started.
+    remaining_ms: int
     #: The planned dispatch.
     dispatch: Dict[str, Any]
 
@@ -165,6 +167,7 @@ async def run_hedged_async(
             route_id=d["route_id"],
             idempotency_key=idempotency_key,
             hedges=hedges,
+            remaining_ms=max(0, deadline_ms - clock()),
             dispatch=d,
         )
         task = asyncio.ensure_future(attempt(a))

@@ -166,6 +166,8 @@ export interface HedgeAttempt {
   idempotencyKey: string;
   /** The ordinal this attempt hedges (absent on a lead). */
   hedges?: number | undefined;
+  /** Milliseconds left before the run's deadline when this attempt started. */
+  remainingMs: number;
   /** Aborted when the attempt loses its round, or at the run's deadline. */
   signal: AbortSignal;
   /** The planned dispatch. */
@@ -246,7 +248,15 @@ export async function runHedged<T>(
     controllers.set(d.ordinal, controller);
     count += 1;
     const untilDeadline = setTimeout(() => controller.abort(), Math.max(0, deadline - now()));
-    const attempt: HedgeAttempt = { ordinal: d.ordinal, routeId: d.route_id, idempotencyKey: key, hedges, signal: controller.signal, dispatch: d };
+    const attempt: HedgeAttempt = {
+      ordinal: d.ordinal,
+      routeId: d.route_id,
+      idempotencyKey: key,
+      hedges,
+      remainingMs: Math.max(0, deadline - now()),
+      signal: controller.signal,
+      dispatch: d,
+    };
     const settle = (s: Omit<Settled<T>, "at" | "ordinal">): void => {
       clearTimeout(untilDeadline);
       if (aborted.has(d.ordinal)) return; // reported cancelled already
