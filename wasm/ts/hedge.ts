@@ -237,6 +237,7 @@ export async function runHedged<T>(
   const session = new HedgeSession(compiled);
   const deadline = compiled.policy.deadline_ms;
   const controllers = new Map<number, AbortController>();
+  const deadlineTimers = new Map<number, ReturnType<typeof setTimeout>>();
   const values = new Map<number, T>();
   const queue: Settled<T>[] = [];
   const aborted = new Set<number>();
@@ -248,6 +249,7 @@ export async function runHedged<T>(
     controllers.set(d.ordinal, controller);
     count += 1;
     const untilDeadline = setTimeout(() => controller.abort(), Math.max(0, deadline - now()));
+    deadlineTimers.set(d.ordinal, untilDeadline);
     const attempt: HedgeAttempt = {
       ordinal: d.ordinal,
       routeId: d.route_id,
@@ -331,6 +333,7 @@ export async function runHedged<T>(
       for (const o of step.ordinals) {
         aborted.add(o);
         controllers.get(o)?.abort();
+        clearTimeout(deadlineTimers.get(o));
         step = session.cancelled(o, now());
       }
     }
