@@ -4,10 +4,12 @@ hedging (``retryledger.run_async``) and with it
 (``retryledger.hedge.run_hedged_async``), side by side in one run.
 
 The server (``ThreadingHTTPServer`` on 127.0.0.1, TCP_NODELAY) draws every
-request's latency from one seeded heavy-tailed mix on both routes: 94 % fast
-(FAST_MS), 5 % slow (SLOW_MS), 1 % very slow (TAIL_MS). The hedge goes to the
-fallback after ``delay_ms`` without a result; losers are cancelled. Calls
-alternate between the two modes so both see the same server and machine.
+request's latency from one heavy-tailed mix on both routes: 93 % fast
+(FAST_MS), 5 % slow (SLOW_MS), 2 % very slow (TAIL_MS), seeded by the call's
+index, the route and the attempt's ordinal (headers the bench sends), so
+call i meets the same server in both modes: the comparison is paired. The
+hedge goes to the fallback after ``delay_ms`` without a result; losers are
+cancelled. Calls alternate between the two modes.
 
     python python/benches/bench_hedge.py [--calls N] [--write docs/BENCHMARKS.md]
 
@@ -51,7 +53,7 @@ class TailServer:
     requests and the connections closed before their reply."""
 
     def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.lock = threading.Lock()
         self.requests = 0
         self.closed = 0
@@ -67,8 +69,9 @@ class TailServer:
             def do_GET(self) -> None:
                 with server.lock:
                     server.requests += 1
-                    u = server.rng.random()
-                delay = TAIL_MS if u < 0.01 else SLOW_MS if u < 0.06 else FAST_MS
+                key = f"{server.seed}/{self.headers.get('x-bench-call')}/{self.path}/{self.headers.get('x-bench-ordinal')}"
+                u = random.Random(key).random()
+                delay = TAIL_MS if u < 0.02 else SLOW_MS if u < 0.07 else FAST_MS
                 until = time.monotonic() + delay / 1000
                 while (left := until - time.monotonic()) > 0:
                     readable, _, _ = select.select([self.connection], [], [], min(left, 0.005))
@@ -128,18 +131,22 @@ async def bench(calls: int) -> Dict[str, Dict[str, float]]:
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{srv.port}") as client:
 
-            async def get(route: str) -> bool:
-                r = await client.get(f"/{route}", headers={"Idempotency-Key": KEY})
+            call = 0
+
+            async def get(route: str, ordinal: int) -> bool:
+                headers = {"Idempotency-Key": KEY, "x-bench-call": str(call), "x-bench-ordinal": str(ordinal)}
+                r = await client.get(f"/{route}", headers=headers)
                 return r.status_code == 200
 
             async def plain_dispatch(step: retryledger.Step) -> bool:
-                return await get(step.route_id)
+                return await get(step.route_id, step.ordinal)
 
             async def hedged_dispatch(a: HedgeAttempt) -> bool:
-                return await get(a.route_id)
+                return await get(a.route_id, a.ordinal)
 
             for i in range(2 * calls):
                 mode = "plain" if i % 2 == 0 else "hedged"
+                call = i // 2
                 before = srv.requests
                 if mode == "plain":
                     run = await retryledger.run_async(compiled_plain, plain_dispatch, KEY)
@@ -171,8 +178,8 @@ async def bench(calls: int) -> Dict[str, Dict[str, float]]:
 def table(f: Dict[str, Dict[str, float]], calls: int) -> str:
     p, h = f["plain"], f["hedged"]
     rows = [
-        f"Python {platform.python_version()}, {calls} calls per mode, interleaved; server latency 94 % {FAST_MS} ms, "
-        f"5 % {SLOW_MS} ms, 1 % {TAIL_MS} ms (seeded) on both routes; hedge after {DELAY_MS} ms on the fallback.",
+        f"Python {platform.python_version()}, {calls} calls per mode, interleaved; server latency 93 % {FAST_MS} ms, "
+        f"5 % {SLOW_MS} ms, 2 % {TAIL_MS} ms on both routes, the same draws for call i in both modes; hedge after {DELAY_MS} ms on the fallback.",
         "",
         "| | p50 | p90 | p99 | attempts per call | requests the server saw per call | cost per call |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -3,9 +3,11 @@
 // finished_at_ms) and physical attempts per call, without hedging
 // (runWithPolicy) and with it (runHedged), side by side in one run. The
 // server (node:http on 127.0.0.1) draws every request's latency from one
-// seeded heavy-tailed mix on both routes: 94 % fast, 5 % slow, 1 % very slow.
-// The hedge goes to the fallback after delay_ms without a result; losers are
-// aborted. Calls alternate between the two modes.
+// heavy-tailed mix on both routes: 93 % fast, 5 % slow, 2 % very slow, seeded
+// by the call's index, the route and the attempt's ordinal (headers the bench
+// sends), so call i meets the same server in both modes: the comparison is
+// paired. The hedge goes to the fallback after delay_ms without a result;
+// losers are aborted. Calls alternate between the two modes.
 //
 //   node bench/hedge.mjs [--calls N] [--write ../docs/BENCHMARKS.md]
 //
@@ -43,13 +45,19 @@ function prng(seed) {
   };
 }
 
+/** A 32-bit FNV-1a hash of a string. @param {string} s */
+function fnv(s) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
 async function tailServer() {
-  const random = prng(7);
   const stats = { requests: 0, closed: 0 };
   const server = http.createServer((req, res) => {
     stats.requests += 1;
-    const u = random();
-    const delay = u < 0.01 ? TAIL_MS : u < 0.06 ? SLOW_MS : FAST_MS;
+    const u = prng(fnv(`7/${req.headers["x-bench-call"]}/${req.url}/${req.headers["x-bench-ordinal"]}`))();
+    const delay = u < 0.02 ? TAIL_MS : u < 0.07 ? SLOW_MS : FAST_MS;
     let answered = false;
     const timer = setTimeout(() => {
       answered = true;
@@ -103,20 +111,23 @@ const compiledHedged = rl.compilePolicy(hedged);
 const srv = await tailServer();
 /** @type {Record<string, {lat: number[], attempts: number, cost: number, seen: number}>} */
 const out = { plain: { lat: [], attempts: 0, cost: 0, seen: 0 }, hedged: { lat: [], attempts: 0, cost: 0, seen: 0 } };
-/** @param {string} route @param {AbortSignal} signal */
-const get = async (route, signal) => {
-  const r = await fetch(`http://127.0.0.1:${srv.port}/${route}`, { signal, headers: { "idempotency-key": KEY } });
+let call = 0;
+/** @param {string} route @param {number} ordinal @param {AbortSignal} signal */
+const get = async (route, ordinal, signal) => {
+  const headers = { "idempotency-key": KEY, "x-bench-call": String(call), "x-bench-ordinal": String(ordinal) };
+  const r = await fetch(`http://127.0.0.1:${srv.port}/${route}`, { signal, headers });
   return r.ok && (await r.json()).ok === true;
 };
 try {
   for (let i = 0; i < 2 * CALLS; i++) {
     const mode = i % 2 === 0 ? "plain" : "hedged";
+    call = Math.floor(i / 2);
     const before = srv.stats.requests;
     let receipt;
     if (mode === "plain") {
-      receipt = (await rl.runWithPolicy(compiledPlain, (step, signal) => get(step.routeId, signal), { idempotencyKey: KEY })).receipt;
+      receipt = (await rl.runWithPolicy(compiledPlain, (step, signal) => get(step.routeId, step.ordinal, signal), { idempotencyKey: KEY })).receipt;
     } else {
-      receipt = (await rl.runHedged(compiledHedged, (a) => get(a.routeId, a.signal), { idempotencyKey: KEY })).receipt;
+      receipt = (await rl.runHedged(compiledHedged, (a) => get(a.routeId, a.ordinal, a.signal), { idempotencyKey: KEY })).receipt;
       await new Promise((r) => setTimeout(r, 2)); // let an aborted request reach the server's count
     }
     const o = /** @type {{lat: number[], attempts: number, cost: number, seen: number}} */ (out[mode]);
@@ -136,7 +147,7 @@ const h = figures(/** @type {any} */ (out.hedged));
 /** @param {number} a @param {number} b */
 const ratio = (a, b) => (a / Math.max(b, 1e-9)).toFixed(2);
 const text = [
-  `Node ${process.version}, ${CALLS} calls per mode, interleaved; server latency 94 % ${FAST_MS} ms, 5 % ${SLOW_MS} ms, 1 % ${TAIL_MS} ms (seeded) on both routes; hedge after ${DELAY_MS} ms on the fallback.`,
+  `Node ${process.version}, ${CALLS} calls per mode, interleaved; server latency 93 % ${FAST_MS} ms, 5 % ${SLOW_MS} ms, 2 % ${TAIL_MS} ms on both routes, the same draws for call i in both modes; hedge after ${DELAY_MS} ms on the fallback.`,
   "",
   "| | p50 | p90 | p99 | attempts per call | requests the server saw per call | cost per call |",
   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
