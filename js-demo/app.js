@@ -159,9 +159,14 @@ function renderTimeline(bundle, verdict) {
     root.append(line);
     root.append(svg("text", { x: hint.x1, y: hint.y - 3 }, hint.label));
   }
+  for (const link of layout.hedgeLinks) {
+    const l = svg("line", { class: "hedge-link", x1: link.x, x2: link.x, y1: link.y1, y2: link.y2, "data-testid": "hedge-link", "data-ordinal": link.ordinal });
+    l.append(svg("title", {}, link.label));
+    root.append(l);
+  }
   for (const bar of layout.bars) {
     const r = svg("rect", {
-      class: `bar ${bar.outcomeClass}`,
+      class: `bar ${bar.outcomeClass}${bar.loss ? ` loser ${bar.loss}` : ""}`,
       x: bar.x,
       y: bar.y,
       width: bar.width,
@@ -169,6 +174,8 @@ function renderTimeline(bundle, verdict) {
       rx: 2,
       "data-testid": "attempt-bar",
       "data-ordinal": bar.ordinal,
+      ...(bar.loss ? { "data-loss": bar.loss } : {}),
+      ...(bar.hedges !== undefined ? { "data-hedges": bar.hedges } : {}),
     });
     r.append(svg("title", {}, bar.label));
     root.append(r);
@@ -176,6 +183,12 @@ function renderTimeline(bundle, verdict) {
       r.classList.add("drifted");
     }
     if (bar.width >= 22) root.append(svg("text", { x: bar.x + 4, y: bar.y + 12, class: "bar-label" }, `#${bar.ordinal}`));
+  }
+  if (layout.winner) {
+    const w = layout.winner;
+    const r = svg("rect", { class: "winner", x: w.x, y: w.y, width: w.width, height: w.height, rx: 3, "data-testid": "winner", "data-ordinal": w.ordinal });
+    r.append(svg("title", {}, w.label));
+    root.append(r);
   }
   for (const mark of layout.streamMarks) {
     const r = svg("rect", {

@@ -5,7 +5,10 @@
 // mark under each attempt that delivered events, saying whether they were
 // committed, invalidated or are still pending; under a fleet section, what
 // each attempt was admitted under (breaker state and generation, probe,
-// budget balance, routes skipped) and the fleet's stop.
+// budget balance, routes skipped) and the fleet's stop; for a hedged run,
+// overlapping attempts (an attempt that overlaps another on its lane moves to
+// a second row), a link from each lead to its hedge at the hedge's
+// threshold, the losers (cancelled or late) and the winner marked.
 
 const LANE_HEIGHT = 56;
 const TOP = 24;
@@ -52,6 +55,7 @@ export function layoutTimeline(bundle, opts = {}) {
   const axisY = TOP + lanes.length * LANE_HEIGHT + 4;
 
   const bars = [];
+  const hedgeLinks = [];
   const gaps = [];
   const hints = [];
   const jitter = [];
@@ -61,20 +65,48 @@ export function layoutTimeline(bundle, opts = {}) {
     const entry = schedule.find((s) => s.ordinal === a.ordinal) ?? null;
     const cls = a.outcome?.class ?? "indeterminate";
     const kind = a.outcome?.kind ?? "success";
-    const y = lane ? lane.y + 22 : axisY - 18;
+    // An attempt that overlaps an earlier one on its lane (a hedge on the same route) takes a second row.
+    const overlaps = attempts
+      .slice(0, i)
+      .some((o) => o.route_id === a.route_id && o.started_at_ms < a.completed_at_ms && a.started_at_ms < o.completed_at_ms);
+    const y = lane ? lane.y + (overlaps ? 38 : 22) : axisY - 18;
     const x1 = x(a.started_at_ms);
-    bars.push({
+    const hedges = a.hedge?.hedges_ordinal;
+    const loss = a.hedge?.loss;
+    const role =
+      (hedges !== undefined ? `, hedges attempt ${hedges}` : "") +
+      (loss === "cancelled" ? ", lost: cancelled" : loss === "late" ? ", lost: answered late, kept and never adopted" : "");
+    const bar = {
       ordinal: a.ordinal,
       routeId: a.route_id,
       outcomeClass: cls,
+      hedges,
+      loss,
       x: x1,
       y,
       width: Math.max(3, x(a.completed_at_ms) - x1),
       height: 16,
-      label: `attempt ${a.ordinal} on ${a.route_id} (route attempt ${a.route_ordinal}): ${kind}, ${fmt(a.started_at_ms)}–${fmt(a.completed_at_ms)} ms, cost ${fmt(a.cost)}`,
-    });
+      label: `attempt ${a.ordinal} on ${a.route_id} (route attempt ${a.route_ordinal}): ${kind}, ${fmt(a.started_at_ms)}–${fmt(a.completed_at_ms)} ms, cost ${fmt(a.cost)}${role}`,
+    };
+    bars.push(bar);
+    if (hedges !== undefined) {
+      const leadBar = bars.find((b) => b.ordinal === hedges);
+      const lead = attempts.find((o) => o.ordinal === hedges);
+      const k = attempts.filter((o) => o.hedge?.hedges_ordinal === hedges && o.ordinal <= a.ordinal).length;
+      const threshold = (lead?.started_at_ms ?? 0) + k * (policy.hedge?.delay_ms ?? 0);
+      if (leadBar) {
+        hedgeLinks.push({
+          ordinal: a.ordinal,
+          lead: hedges,
+          x: x(threshold),
+          y1: leadBar.y + leadBar.height / 2,
+          y2: bar.y + bar.height / 2,
+          label: `hedge ${k} of attempt ${hedges}: threshold ${fmt(threshold)} ms, started ${fmt(a.started_at_ms)} ms`,
+        });
+      }
+    }
     const prev = i > 0 ? attempts[i - 1] : null;
-    if (prev && entry) {
+    if (prev && entry && hedges === undefined) {
       gaps.push({ x1: x(prev.completed_at_ms), x2: x(entry.not_before_ms), y: y + 8, notBefore: entry.not_before_ms });
       const hint = prev.outcome?.retry_after_ms;
       if (hint !== undefined) {
@@ -102,13 +134,23 @@ export function layoutTimeline(bundle, opts = {}) {
   for (let t = 0; t <= domain; t += step) ticks.push({ x: x(t), label: `${fmt(t)} ms` });
 
   const terminal = bundle.receipt?.terminal ?? "unknown";
-  const summary = `${attempts.length} attempt(s) on ${lanes.length} route(s), ending ${terminal}; deadline ${fmt(deadlineMs)} ms.`;
+  const hedging = bundle.receipt?.hedge;
+  const winnerBar = hedging?.winner_ordinal === undefined ? null : bars.find((b) => b.ordinal === hedging.winner_ordinal) ?? null;
+  const winner = winnerBar
+    ? { ordinal: winnerBar.ordinal, x: winnerBar.x - 2, y: winnerBar.y - 2, width: winnerBar.width + 4, height: winnerBar.height + 4, label: `winner: attempt ${winnerBar.ordinal} committed` }
+    : null;
+  const hedged = hedging
+    ? ` Hedged: ${hedging.hedges} hedge(s)${winner ? `, winner attempt ${winner.ordinal}` : ""}, ${hedging.losers.length} loser(s) costing ${fmt(hedging.loser_cost)}.`
+    : "";
+  const summary = `${attempts.length} attempt(s) on ${lanes.length} route(s), ending ${terminal}; deadline ${fmt(deadlineMs)} ms.${hedged}`;
   return {
     width,
     height: axisY + AXIS,
     axisY,
     lanes,
     bars,
+    hedgeLinks,
+    winner,
     gaps,
     hints,
     jitter,

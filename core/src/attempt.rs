@@ -61,6 +61,9 @@ pub struct Attempt {
     pub completed_at_ms: u64,
     /// Actual cost charged, in the policy's unit.
     pub cost: u64,
+    /// Its place in a hedged round ([`crate::hedge`]): the lead it hedges,
+    /// how it lost; absent otherwise, so existing digests are unchanged.
+    pub hedge: Option<crate::hedge::HedgeMark>,
     /// Digest of the idempotency key sent.
     pub idempotency_key_sha256: Sha256Hex,
     /// `true` when a testing fault injector made this failure (the response
@@ -113,6 +116,7 @@ object!(Attempt {
     admission: opt_doc,
     completed_at_ms: u64,
     cost: u64,
+    hedge: opt_doc,
     idempotency_key_sha256: doc,
     injected_fault: opt_doc,
     jitter_sample_ms: opt_u64,

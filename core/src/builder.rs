@@ -265,6 +265,7 @@ pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolic
         cost_unit: spec.cost_unit,
         deadline_ms: spec.deadline_ms,
         fleet: spec.fleet,
+        hedge: None,
         idempotency_key_sha256: spec.idempotency_key_sha256,
         jitter: spec.jitter.unwrap_or(Jitter::None),
         logical_request_sha256: Sha256Hex::computed(request.sha256()),

@@ -148,6 +148,16 @@ codes! {
     /// Admission limits out of bounds: a limit or queue bound of 0, a token
     /// rate without a token bound (or a bound without a rate).
     InvalidAdmission => "invalid_admission", Policy;
+    /// The hedge section is malformed: a delay of 0 or past the deadline,
+    /// no hedges, no or unknown routes, a cost share outside 1..=100, or a
+    /// contract hedging cannot keep (a stream, breakers, admission limits).
+    InvalidHedge => "invalid_hedge", Policy;
+    /// A hedge route does not honour the idempotency key.
+    HedgeRouteNotIdempotent => "hedge_route_not_idempotent", Policy;
+    /// The hedged operation declares external effects.
+    HedgeExternalEffects => "hedge_external_effects", Policy;
+    /// More hedges per attempt than the total attempt budget holds.
+    HedgeExceedsAttempts => "hedge_exceeds_attempts", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;
@@ -219,6 +229,21 @@ codes! {
     GenerationRegressed => "generation_regressed", Drift;
     /// A reconciled attempt whose outcome is not the one its answer stands for.
     ReconciliationDrift => "reconciliation_drift", Drift;
+    /// A round of hedged attempts decided twice (a second commit).
+    HedgeSecondCommit => "hedge_second_commit", Drift;
+    /// A hedge started before its threshold (the lead's start plus k delays).
+    HedgeBeforeThreshold => "hedge_before_threshold", Drift;
+    /// A hedge beyond the policy's bounds (hedges per round, attempts, the
+    /// route's attempts, the cost reservation, the hedge share, the deadline).
+    HedgeOverBudget => "hedge_over_budget", Drift;
+    /// A hedge started after a result of its round had arrived.
+    HedgeAfterResult => "hedge_after_result", Drift;
+    /// A loss mark that does not fit the round: a loser that completed
+    /// before the commit, an attempt in flight at the commit left unmarked,
+    /// a hedge that is not next to its lead.
+    HedgeLossDrift => "hedge_loss_drift", Drift;
+    /// A cancelled loser charged otherwise than the policy says.
+    HedgeChargeDrift => "hedge_charge_drift", Drift;
 
     /// A sealed receipt differs from the replayed one.
     ReceiptMismatch => "receipt_mismatch", Receipt;

@@ -315,6 +315,10 @@ pub(crate) struct Run {
     bodies: Vec<Option<Option<Sha256Hex>>>,
     /// Attempts whose failure a testing fault injector made.
     injected: u64,
+    /// What hedging did, for a policy with a hedge section ([`crate::hedge`]).
+    hedge: Option<crate::hedge::HedgeSummary>,
+    /// What the run's hedges reserved in all.
+    hedge_reserved: u64,
 }
 
 /// Whether an attempt's request body is compared with its route's first: it
@@ -350,6 +354,12 @@ impl Run {
             }),
             bodies: vec![None; cp.policy.routes.len()],
             injected: 0,
+            hedge: cp
+                .policy
+                .hedge
+                .as_ref()
+                .map(|_| crate::hedge::HedgeSummary::default()),
+            hedge_reserved: 0,
         };
         let first = Delay {
             delay_ms: 0,
@@ -680,7 +690,7 @@ impl Run {
     }
 
     pub(crate) fn check(&self, cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<Dispatch> {
-        let d = match &self.next {
+        let d: Dispatch = match &self.next {
             Decision::Dispatch(d) => self.admitted(cp, d.clone(), a, i)?,
             Decision::Terminal { terminal } => {
                 return Err(Error::attempt(
@@ -694,6 +704,18 @@ impl Run {
                 ));
             }
         };
+        self.check_planned(cp, a, d, i)
+    }
+
+    /// The checks of an attempt against a given plan (the next dispatch,
+    /// or a hedge [`crate::hedge`] planned).
+    pub(crate) fn check_planned(
+        &self,
+        cp: &CompiledPolicy,
+        a: &Attempt,
+        d: Dispatch,
+        i: usize,
+    ) -> Result<Dispatch> {
         let drift = |code, field: &str, msg: String| Err(Error::attempt(code, i, field, msg));
         if a.route_id != d.route_id {
             return drift(
@@ -859,7 +881,20 @@ impl Run {
         d: Dispatch,
         i: usize,
     ) -> Result<()> {
-        let p = &cp.policy;
+        let priority = self.account(cp, a, &d, i)?;
+        self.decide(cp, a, priority, d.route_ordinal);
+        Ok(())
+    }
+
+    /// Count an observed attempt (cost, route, schedule, fleet) without
+    /// deciding; its route's priority.
+    pub(crate) fn account(
+        &mut self,
+        cp: &CompiledPolicy,
+        a: &Attempt,
+        d: &Dispatch,
+        i: usize,
+    ) -> Result<usize> {
         let priority = cp
             .routes()
             .position(|r| r.route_id == a.route_id)
@@ -929,6 +964,19 @@ impl Run {
             route_ordinal: d.route_ordinal,
             started_at_ms: a.started_at_ms,
         });
+        Ok(priority)
+    }
+
+    /// Decide after the attempt `a` on the route at `priority` (its
+    /// per-route ordinal `route_ordinal`): the terminal or the next plan.
+    pub(crate) fn decide(
+        &mut self,
+        cp: &CompiledPolicy,
+        a: &Attempt,
+        priority: usize,
+        route_ordinal: u64,
+    ) {
+        let p = &cp.policy;
         let stop = |terminal| Decision::Terminal { terminal };
         self.next = if a.completed_at_ms >= p.deadline_ms {
             stop(Terminal::StopDeadline)
@@ -942,14 +990,81 @@ impl Run {
                 Outcome::Retryable { retry_after_ms, .. } => self.plan_after(
                     cp,
                     priority,
-                    d.route_ordinal,
+                    route_ordinal,
                     a.completed_at_ms,
                     retry_after_ms,
                 ),
             }
         };
+        if self.terminal() == Some(Terminal::Completed) {
+            if let Some(h) = self.hedge.as_mut() {
+                h.winner_ordinal = Some(a.ordinal);
+            }
+        }
         self.settle_stream(a);
-        Ok(())
+    }
+
+    /// Attempts so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Cost spent so far.
+    pub(crate) fn spent(&self) -> u64 {
+        self.spent
+    }
+
+    /// Attempts so far on the route at `priority`.
+    pub(crate) fn used_on(&self, priority: usize) -> u64 {
+        self.per_route.get(priority).copied().unwrap_or(0)
+    }
+
+    /// After a hedged round: the route of the attempt that decided it and
+    /// the round's last completion (a loser may end after the winner).
+    pub(crate) fn settle_round(&mut self, final_priority: usize, finished_at_ms: u64) {
+        self.final_priority = Some(final_priority);
+        self.finished_at_ms = self.finished_at_ms.max(finished_at_ms);
+    }
+
+    /// The next dispatch on a route hedges used: its per-route ordinal
+    /// counts them, and a route they exhausted passes to the next one.
+    pub(crate) fn realign_next(&mut self, cp: &CompiledPolicy) {
+        let Decision::Dispatch(d) = &self.next else {
+            return;
+        };
+        let Some(priority) = cp.routes().position(|r| r.route_id == d.route_id) else {
+            return;
+        };
+        let used = self.used_on(priority);
+        let bound = cp.route_at(priority).map_or(0, |r| r.max_attempts);
+        if used < bound {
+            if let Decision::Dispatch(d) = &mut self.next {
+                d.route_ordinal = used.saturating_add(1);
+            }
+            return;
+        }
+        let moved = self.skip_route(cp, d);
+        self.next = match moved {
+            Some(m) => Decision::Dispatch(m),
+            None => Decision::Terminal {
+                terminal: Terminal::StopRouteExhausted,
+            },
+        };
+    }
+
+    /// The hedge summary the receipt carries.
+    pub(crate) fn set_hedge(&mut self, summary: crate::hedge::HedgeSummary) {
+        self.hedge = Some(summary);
+    }
+
+    /// What the run's hedges reserved in all.
+    pub(crate) fn hedge_reserved(&self) -> u64 {
+        self.hedge_reserved
+    }
+
+    /// Count a hedge's reservation.
+    pub(crate) fn add_hedge_reserved(&mut self, reserve: u64) {
+        self.hedge_reserved = self.hedge_reserved.saturating_add(reserve);
     }
 
     /// The stream side of an observed attempt: account its events, plan a
@@ -1042,6 +1157,7 @@ impl Run {
                 && final_route.is_some_and(|r| cp.is_degraded(r)),
             fallback_used: self.fallback_used,
             fleet: self.fleet.clone(),
+            hedge: self.hedge.clone(),
             final_route_id: final_route.map(|r| r.route_id.clone()),
             finished_at_ms: self.finished_at_ms,
             idempotency_key_sha256: p.idempotency_key_sha256.clone(),
@@ -1067,6 +1183,9 @@ impl Run {
 }
 
 pub(crate) fn replay(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Run> {
+    if policy.policy.hedge.is_some() {
+        return crate::hedge::replay(policy, attempts);
+    }
     let mut run = Run::new(policy);
     for (i, a) in attempts.attempts.iter().enumerate() {
         let d = run.check(policy, a, i)?;

@@ -1277,6 +1277,7 @@ pub fn recover(
         admission: sent.admission.clone(),
         completed_at_ms,
         cost: cost.unwrap_or(planned.reserve_cost),
+        hedge: None,
         idempotency_key_sha256: planned.idempotency_key_sha256.clone(),
         injected_fault: None,
         jitter_sample_ms: planned.jitter_sample_ms,

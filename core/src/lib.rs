@@ -38,7 +38,9 @@
 //! makes a run durable (a hash-chained event log, verified against the
 //! plan; recovery that reconciles an uncertain dispatch by idempotency key
 //! instead of resubmitting it; lease fencing), and [`idempotency`] is the
-//! receiver's record per scoped key. [`api`] is the JSON-text
+//! receiver's record per scoped key. [`hedge`] sends a bounded duplicate
+//! after a latency threshold: one winner, the losers cancelled or kept late
+//! and never adopted, every attempt accounted. [`api`] is the JSON-text
 //! boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
@@ -54,6 +56,7 @@ pub mod decode;
 pub mod error;
 pub mod evaluate;
 pub mod fleet;
+pub mod hedge;
 pub mod http;
 mod httpdate;
 pub mod idempotency;

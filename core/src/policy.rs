@@ -243,6 +243,8 @@ pub struct Policy {
     pub deadline_ms: u64,
     /// Fleet protection: circuit breakers and a retry budget shared across runs.
     pub fleet: Option<FleetConfig>,
+    /// Hedging: a bounded duplicate after a latency threshold ([`crate::hedge`]).
+    pub hedge: Option<crate::hedge::HedgeSection>,
     /// Digest of the idempotency key every attempt carries.
     pub idempotency_key_sha256: Sha256Hex,
     /// Jitter mode.
@@ -306,6 +308,7 @@ object!(Policy {
     cost_unit: doc,
     deadline_ms: u64,
     fleet: opt_doc,
+    hedge: opt_doc,
     idempotency_key_sha256: doc,
     jitter: doc,
     logical_request_sha256: doc,
@@ -394,6 +397,9 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
     }
     if let Some(fleet) = &p.fleet {
         fleet.check()?;
+    }
+    if let Some(hedge) = &p.hedge {
+        hedge.check(p)?;
     }
     if p.routes.is_empty() {
         return Err(Error::at(

@@ -95,6 +95,9 @@ pub struct Receipt {
     pub finished_at_ms: u64,
     /// What the fleet did to the run.
     pub fleet: Option<FleetSummary>,
+    /// What hedging did: the winner, the losers and their cost
+    /// ([`crate::hedge`]); absent for a policy without a hedge section.
+    pub hedge: Option<crate::hedge::HedgeSummary>,
     /// Idempotency key digest of every attempt.
     pub idempotency_key_sha256: Sha256Hex,
     /// Attempts whose failure a testing fault injector made: a receipt that
@@ -199,6 +202,7 @@ object!(Receipt {
     final_route_id: opt_doc,
     finished_at_ms: u64,
     fleet: opt_doc,
+    hedge: opt_doc,
     idempotency_key_sha256: doc,
     injected_faults: opt_u64,
     logical_request_sha256: doc,

@@ -296,6 +296,7 @@ impl Session {
             admission,
             completed_at_ms,
             cost,
+            hedge: None,
             idempotency_key_sha256: d.idempotency_key_sha256.clone(),
             injected_fault: injected.then_some(true),
             jitter_sample_ms: d.jitter_sample_ms,

@@ -100,6 +100,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
         "stream_session" => &["policy", "script"],
         "priced_session" => &["policy", "schedule", "script"],
+        "hedge_session" => &["policy", "script"],
         "fleet_session" => &["policy", "script", "store"],
         "breaker_admit" | "budget_deposit" | "budget_withdraw" => {
             &["config", "now_epoch_ms", "snapshot"]
@@ -170,6 +171,7 @@ fn actual(op: &str, input: &Value) -> Value {
         .map(Value::from),
         "request_sha256" => api::request_sha256(s(input, "request")).map(Value::String),
         "stream_session" => lab::stream_session(s(input, "policy"), s(input, "script")),
+        "hedge_session" => retryledger_core::hedge::script(s(input, "policy"), s(input, "script")),
         "priced_session" => {
             lab::priced_session(s(input, "policy"), s(input, "schedule"), s(input, "script"))
         }

@@ -173,6 +173,38 @@ test("streamed and fleet runs: delivered events marked on their attempts, admiss
   await page.close();
 });
 
+test("a hedged run: overlapping attempts drawn, the hedge linked to its lead, the loser and the winner marked", async () => {
+  const cases = JSON.parse(readFileSync(path.join(repo, "tests", "vectors", "hedge.json"), "utf8")).cases;
+  const page = await open();
+  await page.$eval("#paste-input", (t, s) => (t.value = s), cases.find((c) => c.name === "hedge_bundle_verified").input.bundle);
+  await page.click("#paste-verify");
+  const v = await verdict(page);
+  assert.match(v.text, /Verified: completed/);
+  const bars = await page.$$eval('[data-testid="attempt-bar"]', (els) =>
+    els.map((e) => ({
+      ordinal: e.getAttribute("data-ordinal"),
+      loss: e.getAttribute("data-loss"),
+      hedges: e.getAttribute("data-hedges"),
+      x: Number(e.getAttribute("x")),
+      end: Number(e.getAttribute("x")) + Number(e.getAttribute("width")),
+    })),
+  );
+  assert.deepEqual(
+    bars.map((b) => [b.ordinal, b.loss, b.hedges]),
+    [
+      ["1", "cancelled", null],
+      ["2", null, "1"],
+    ],
+  );
+  const [lead, hedge] = bars;
+  assert.ok(lead !== undefined && hedge !== undefined && hedge.x < lead.end, "the two attempts overlap in time");
+  assert.equal(await page.$eval('[data-testid="winner"]', (e) => e.getAttribute("data-ordinal")), "2");
+  assert.match(await page.$eval('[data-testid="winner"] title', (e) => e.textContent ?? ""), /winner: attempt 2/);
+  assert.match(await page.$eval('[data-testid="hedge-link"] title', (e) => e.textContent ?? ""), /hedge 1 of attempt 1: threshold 200 ms/);
+  await page.screenshot({ path: path.join(shots, "hedge.png"), fullPage: true });
+  await page.close();
+});
+
 test("garbage, another schema and oversize input get clear messages", async () => {
   const page = await open();
   await page.fill("#paste-input", "this is not json {");

@@ -108,3 +108,40 @@ test("a run the retry budget stopped: its stop is laid out", () => {
   assert.equal(t.fleetStop.reason, "retry_budget");
   assert.equal(t.admissions.length, 1);
 });
+
+// Hedged runs, from the conformance vectors' sealed hedged bundle.
+const hedgeCases = JSON.parse(await readFile(path.resolve(here, "..", "..", "tests", "vectors", "hedge.json"), "utf8")).cases;
+
+test("a hedged run: overlapping attempts, the hedge linked to its lead at its threshold, the loser and the winner marked", () => {
+  const b = JSON.parse(hedgeCases.find((c) => c.name === "hedge_bundle_verified").input.bundle);
+  const t = layoutTimeline(b, { width: 1000 });
+  assert.equal(t.bars.length, 2);
+  const [lead, hedge] = t.bars;
+  // They overlap in time, on their own lanes.
+  assert.ok(hedge.x < lead.x + lead.width, "the hedge starts before the lead ends");
+  assert.ok(lead.y < t.lanes[0].y + t.lanes[0].height && hedge.y > t.lanes[1].y);
+  assert.equal(hedge.hedges, 1);
+  assert.equal(lead.loss, "cancelled");
+  assert.match(lead.label, /lost: cancelled/);
+  assert.equal(t.hedgeLinks.length, 1);
+  assert.equal(t.hedgeLinks[0].lead, 1);
+  assert.match(t.hedgeLinks[0].label, /threshold 200 ms/);
+  assert.ok(Math.abs(t.hedgeLinks[0].x - hedge.x) < 0.5, "the hedge starts at its threshold");
+  assert.equal(t.winner?.ordinal, 2);
+  assert.match(t.summary, /winner attempt 2, 1 loser\(s\)/);
+  // No backoff gap is drawn into a hedge.
+  assert.equal(t.gaps.length, 0);
+});
+
+test("a hedge on the lead's own route takes a second row of the lane", () => {
+  const b = JSON.parse(hedgeCases.find((c) => c.name === "hedge_bundle_verified").input.bundle);
+  for (const a of b.attempts.attempts) a.route_id = "private-primary";
+  const t = layoutTimeline(b, { width: 1000 });
+  assert.equal(t.bars[0].y + 16, t.bars[1].y, "the overlapping bar sits just below the first");
+});
+
+test("an unhedged run has no hedge links and no winner mark", () => {
+  const t = layoutTimeline(bundle("valid_success"), { width: 1000 });
+  assert.equal(t.hedgeLinks.length, 0);
+  assert.equal(t.winner, null);
+});

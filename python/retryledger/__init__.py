@@ -82,6 +82,7 @@ from ._stream import (
     run_stream_async,
 )
 from .fleet import Fleet, request_token_bound
+from .hedge import HedgeSession, run_hedged_async
 from . import journal
 from .journal import (
     idempotency_claim,
@@ -132,6 +133,8 @@ __all__ = [
     "RunStoppedError",
     "Sealed",
     "Session",
+    "HedgeSession",
+    "run_hedged_async",
     "Step",
     "Terminal",
     "UnrecognizedDispatchError",

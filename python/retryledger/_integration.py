@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
 
 from ._api import Document, Policy
 from ._driver import RunResult, Step, run as _run, run_async as _run_async
@@ -22,6 +22,9 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook_sdk, sending
+
+if TYPE_CHECKING:
+    from .hedge import HedgeAttempt, HedgeRun
 
 #: Parameters of a request: a mapping, or a function of the step (a model per route).
 Params = Union[Mapping[str, Any], Callable[[StreamStep], Mapping[str, Any]]]
@@ -174,6 +177,31 @@ class _Sdk:
             return self.charged(step, value)
 
         return await _run_async(compiled, dispatch, idempotency_key, **options)
+
+    async def run_hedged_async(
+        self,
+        policy: Union[Policy, Document],
+        clients: Mapping[str, Any],
+        call: Callable[[Any, "HedgeAttempt"], Awaitable[T]],
+        idempotency_key: str,
+        **options: Any,
+    ) -> "HedgeRun[T]":
+        """:func:`retryledger.hedge.run_hedged_async` with ``call(client,
+        attempt)`` awaited on the route's client (the remaining deadline as its
+        timeout, the idempotency header); a loser's task is cancelled."""
+        from .hedge import run_hedged_async
+
+        compiled = self.prepare(policy, clients)
+
+        async def dispatch(a: "HedgeAttempt") -> T:
+            client = clients[a.route_id].with_options(
+                timeout=max(a.remaining_ms, 1) / 1000.0,
+                **self.client_options,
+                default_headers={IDEMPOTENCY_HEADER: a.idempotency_key},
+            )
+            return await call(client, a)
+
+        return await run_hedged_async(compiled, dispatch, idempotency_key, **options)
 
     def stream(
         self,

@@ -68,6 +68,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Typ
 
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step
+from .hedge import HedgeAttempt, HedgeRun
 from ._integration import (
     IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER,
     Params as Params,
@@ -92,6 +93,7 @@ __all__ = [
     "require_no_retries",
     "run",
     "run_async",
+    "run_hedged_async",
     "usage_units",
     "run_stream",
     "run_stream_async",
@@ -191,6 +193,23 @@ async def run_async(
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
         price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
     )
+
+
+async def run_hedged_async(
+    policy: Union[Policy, Document],
+    clients: Mapping[str, Any],
+    call: Callable[[Any, HedgeAttempt], Awaitable[T]],
+    idempotency_key: str,
+    *,
+    key_scope: Optional[Tuple[str, str]] = None,
+) -> HedgeRun[T]:
+    """:func:`retryledger.hedge.run_hedged_async` over ``AsyncOpenAI`` clients,
+    one per route id, for a policy with a ``hedge`` section (docs/HEDGING.md):
+    the lead and each hedge the core offers go to their route's client with
+    the remaining deadline as timeout and the same Idempotency-Key; a loser's
+    task is cancelled. Clients with ``max_retries`` other than 0 and routes
+    without a client are refused before any request."""
+    return await _SDK.run_hedged_async(policy, clients, call, idempotency_key, key_scope=key_scope)
 
 
 # ---- streams ------------------------------------------------------------------

@@ -14,6 +14,8 @@
 //! receipt is a dict built here, and whose digest and bundle are computed
 //! only when asked for. No JSON crosses per attempt.
 
+mod hedge;
+
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
@@ -1628,6 +1630,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyJudgement>()?;
     m.add_class::<PyOutcome>()?;
     m.add_class::<Sealed>()?;
+    m.add_class::<hedge::PyHedgeSession>()?;
     m.add_function(wrap_pyfunction!(validate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(plan_next, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;

@@ -41,6 +41,7 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     ),
     "stream_session": lambda i: _stream_session(i["policy"], i["script"]),
     "priced_session": lambda i: _stream_session(i["policy"], i["script"], i["schedule"]),
+    "hedge_session": lambda i: _hedge_session(i["policy"], i["script"]),
     "breaker_admit": lambda i: retryledger.breaker_admit(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "breaker_record": lambda i: retryledger.breaker_record(
         i["config"], i["snapshot"], i["probe"], i["outcome"], i["now_epoch_ms"]
@@ -72,6 +73,36 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
         i["retention"], i["record"], i["completion"], i["now_epoch_ms"]
     ),
 }
+
+
+def _hedge_session(policy: Any, script: Any) -> Dict[str, Any]:
+    """Replay a scripted hedged session as the core's ``hedge::script`` does
+    (core/src/hedge.rs) through ``retryledger.HedgeSession``: each step an
+    event at its run-clock time; then the attempts, receipt, sealed bundle's
+    digest and its replay's verdict."""
+    session = retryledger.HedgeSession(policy)
+    first = session.next()
+    steps: List[Dict[str, Any]] = []
+    for step in json.loads(script):
+        at = step.get("at", 0)
+        if "start" in step:
+            steps.append({"step": session.start_attempt(step["start"], at)})
+        elif "observe" in step:
+            steps.append(session.observe(step["observe"], at, step["facts"], step.get("cost")))
+        elif "cancelled" in step:
+            steps.append({"step": session.cancelled(step["cancelled"], at)})
+        else:
+            session.cancel(step["cancel_run"])
+            steps.append({"step": session.next()})
+    sealed = session.seal()
+    return {
+        "attempts": sealed["bundle"]["attempts"],
+        "bundle_sha256": retryledger.digest(sealed["bundle_json"]),
+        "next": first,
+        "receipt": sealed["bundle"]["receipt"],
+        "steps": steps,
+        "verdict": retryledger.verify_bundle(sealed["bundle_json"]),
+    }
 
 
 def _fleet_session(policy: Any, store_doc: Any, script: Any) -> Dict[str, Any]:

@@ -26,6 +26,7 @@ use retryledger_core::outcome::Outcome;
 use retryledger_core::{CompiledPolicy, Session};
 use wasm_bindgen::prelude::*;
 
+mod hedge;
 mod tape;
 
 /// Every fallible export returns text or throws the error's JSON as a string.

@@ -85,6 +85,8 @@ function run(op, input) {
       return rl.admissionObserve(input.config, input.snapshot, input.headers, input.now_epoch_ms);
     case "priced_session":
       return streamSession(input.policy, input.script, input.schedule);
+    case "hedge_session":
+      return hedgeSession(input.policy, input.script);
     case "journal_verify":
       return rl.journalVerify(input.policy, input.events);
     case "journal_recover":
@@ -160,6 +162,43 @@ function streamSession(policy, script, schedule) {
   } finally {
     session.free();
     compiled.free();
+  }
+}
+
+/**
+ * A scripted hedged session, replayed as the core's `hedge::script` does
+ * (core/src/hedge.rs) through the package's `HedgeSession`: each step is an
+ * event at its run-clock time (`start`, `observe` with facts, `cancelled`,
+ * `cancel_run`); then the attempts, receipt, sealed bundle's digest and its
+ * replay's verdict.
+ * @param {string} policy @param {string} script
+ */
+function hedgeSession(policy, script) {
+  const session = new rl.HedgeSession(policy);
+  try {
+    const next = session.next();
+    const steps = [];
+    for (const step of JSON.parse(script)) {
+      const at = step.at ?? 0;
+      if (step.start !== undefined) steps.push({ step: session.startAttempt(step.start, at) });
+      else if (step.observe !== undefined) steps.push(session.observe(step.observe, at, step.facts, step.cost));
+      else if (step.cancelled !== undefined) steps.push({ step: session.cancelled(step.cancelled, at) });
+      else {
+        session.cancel(step.cancel_run);
+        steps.push({ step: session.next() });
+      }
+    }
+    const { bundle, bundle_json } = session.seal();
+    return {
+      attempts: bundle.attempts,
+      bundle_sha256: rl.digest(bundle_json),
+      next,
+      receipt: bundle.receipt,
+      steps,
+      verdict: rl.verifyBundle(bundle_json),
+    };
+  } finally {
+    session.free();
   }
 }
 

@@ -41,6 +41,23 @@ export {
   type Input,
 } from "./core.js";
 export { Session, RETURNED, type Observation } from "./session.js";
+export {
+  HedgeSession,
+  runHedged,
+  type HedgeAdmitted,
+  type HedgeAttempt,
+  type HedgeDispatch,
+  type HedgedAttempt,
+  type HedgedReceipt,
+  type HedgeLoser,
+  type HedgeMark,
+  type HedgeObserved,
+  type HedgeRun,
+  type HedgeRunOptions,
+  type HedgeSection,
+  type HedgeStep,
+  type HedgeSummary,
+} from "./hedge.js";
 export { Fleet, requestTokenBound, freshBreaker, freshBudget, breakerKey, budgetKey, type FleetOptions, type FleetRunSummary } from "./fleet.js";
 export { MemoryStore } from "./stores/memory.js";
 export {

@@ -44,6 +44,7 @@ import { reportTokens, sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, type Input } from "./core.js";
+import { runHedged, type HedgeAttempt, type HedgeRun, type HedgeRunOptions } from "./hedge.js";
 import { runStream, type StreamDispatchFn, type StreamReader, type StreamRun, type StreamRunOptions, type StreamStep } from "./stream.js";
 import type { Policy, Usage } from "./types.js";
 
@@ -178,6 +179,51 @@ export async function runWithOpenAI<C extends OpenAIClientLike, T>(
       if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
     }
     return await runWithPolicy(compiled, dispatch, options);
+  } finally {
+    if (compiled !== policy) compiled.free();
+  }
+}
+
+/**
+ * `runHedged` over `openai` clients, for a policy with a `hedge` section
+ * (docs/HEDGING.md): the lead and each hedge the core offers go to their
+ * route's client with `maxRetries: 0`, the attempt's AbortSignal (a loser is
+ * aborted), the remaining deadline as timeout and the same Idempotency-Key.
+ * Before any request it refuses a client whose `maxRetries` is not 0 and a
+ * policy route without a client.
+ */
+export async function runHedgedWithOpenAI<C extends OpenAIClientLike, T>(
+  policy: Input<Policy> | CompiledPolicy,
+  clients: C | Readonly<Record<string, C>>,
+  call: (client: C, options: OpenAIRequestOptions, attempt: HedgeAttempt) => Promise<T>,
+  options: HedgeRunOptions,
+): Promise<HedgeRun<T>> {
+  const single = typeof (clients as { maxRetries?: unknown }).maxRetries === "number";
+  const byRoute = single ? undefined : (clients as Readonly<Record<string, C>>);
+  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  try {
+    if (byRoute === undefined) {
+      assertNoSdkRetries(clients as C);
+    } else {
+      for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
+      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(byRoute, id));
+      if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
+    }
+    return await runHedged(
+      compiled,
+      (a) => {
+        const client = byRoute === undefined ? (clients as C) : (byRoute[a.routeId] as C);
+        const requestOptions: OpenAIRequestOptions = {
+          maxRetries: 0,
+          signal: a.signal,
+          timeout: Math.max(1, a.remainingMs),
+          idempotencyKey: a.idempotencyKey,
+          headers: { "Idempotency-Key": a.idempotencyKey },
+        };
+        return call(client, requestOptions, a);
+      },
+      options,
+    );
   } finally {
     if (compiled !== policy) compiled.free();
   }

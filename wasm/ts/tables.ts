@@ -61,6 +61,10 @@ export const POLICY_CODES = [
   "invalid_breaker",
   "invalid_retry_budget",
   "invalid_admission",
+  "invalid_hedge",
+  "hedge_route_not_idempotent",
+  "hedge_external_effects",
+  "hedge_exceeds_attempts",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -102,6 +106,12 @@ export const DRIFT_CODES = [
   "budget_over_cap",
   "generation_regressed",
   "reconciliation_drift",
+  "hedge_second_commit",
+  "hedge_before_threshold",
+  "hedge_over_budget",
+  "hedge_after_result",
+  "hedge_loss_drift",
+  "hedge_charge_drift",
 ] as const;
 /** One of the core's error codes of the `drift` family. */
 export type DriftCode = (typeof DRIFT_CODES)[number];
@@ -206,6 +216,10 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   invalid_breaker: "policy",
   invalid_retry_budget: "policy",
   invalid_admission: "policy",
+  invalid_hedge: "policy",
+  hedge_route_not_idempotent: "policy",
+  hedge_external_effects: "policy",
+  hedge_exceeds_attempts: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
@@ -241,6 +255,12 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   budget_over_cap: "drift",
   generation_regressed: "drift",
   reconciliation_drift: "drift",
+  hedge_second_commit: "drift",
+  hedge_before_threshold: "drift",
+  hedge_over_budget: "drift",
+  hedge_after_result: "drift",
+  hedge_loss_drift: "drift",
+  hedge_charge_drift: "drift",
   receipt_mismatch: "receipt",
   retry_after_invalid: "http",
   retry_after_overlong: "http",

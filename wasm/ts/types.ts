@@ -107,6 +107,8 @@ export interface Policy {
   schema: "retryledger.policy.v1";
   /** Fleet protection: breakers per route release, a retry budget per scope. */
   fleet?: FleetConfig;
+  /** Hedging: a bounded duplicate after a latency threshold (docs/HEDGING.md). */
+  hedge?: import("./hedge.js").HedgeSection;
   /** The stream contract, when the run streams. */
   stream?: StreamContract;
 }

@@ -245,6 +245,9 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         "stream_session" => {
             retryledger_core::lab::stream_session(text(input, "policy"), text(input, "script"))
         }
+        "hedge_session" => {
+            retryledger_core::hedge::script(text(input, "policy"), text(input, "script"))
+        }
         other => panic!("unknown op {other}"),
     };
     match r {

@@ -36,6 +36,7 @@ mod drivers;
 mod evaluate;
 mod faults;
 mod fleet;
+mod hedge;
 mod idempotency;
 mod jitter;
 mod journal;
@@ -81,6 +82,7 @@ const FAMILIES: &[fn() -> Family] = &[
     faults::family,
     journal::family,
     idempotency::family,
+    hedge::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -131,6 +133,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
          | `admission_observe` | `config`, `snapshot`, `headers` (JSON text of `[name, value]` pairs), `now_epoch_ms`: a response's rate-limit headers applied to the snapshot |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\
+         | `hedge_session` | `policy`, `script`: a hedged session event by event (`start`, `observe`, `cancelled`, `cancel_run`, each `at` a run-clock time; docs/HEDGING.md) |\n\
          \n\
          Document inputs are JSON *text* (strings), passed to the operation as is, so\n\
          hostile text (duplicate keys, `-0`, lone surrogate escapes, a byte order mark)\n\

@@ -1,0 +1,969 @@
+//! The live state machine a host drives, event by event, its JSON-text
+//! boundary for the bindings, and the scripted session the vectors pin.
+
+use std::sync::Arc;
+
+use crate::attempt::{Attempt, Attempts, AttemptsSchema};
+use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
+use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate::{Decision, Dispatch, Run, Terminal};
+use crate::fleet::{
+    budget_in, Admission, BudgetRef, BudgetUse, FleetSnapshots, FleetStop, FleetView, FleetWrites,
+    OnStoreUnavailable, StopReason, StoreStatus,
+};
+use crate::observe::{judge_at, Facts, Judgement};
+use crate::outcome::{IndeterminateKind, Outcome};
+use crate::policy::CompiledPolicy;
+use crate::receipt::{Bundle, Receipt};
+
+use super::round::{plan_hedge, resolve_round};
+use super::{decides, section, CancelledCost, HedgeMark, HedgeSummary, Loss};
+
+/// What a host does next in a hedged run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a step is answered once per event and passed by reference"
+)]
+pub enum HedgeStep {
+    /// Dispatch the round's lead no earlier than its `not_before_ms`.
+    Dispatch(Dispatch),
+    /// Wait for a result of the attempts in flight; when `hedge` is set,
+    /// dispatch it at its `not_before_ms` unless a result arrives first.
+    Await {
+        /// The next hedge, when one is allowed.
+        hedge: Option<Dispatch>,
+        /// Ordinals in flight.
+        in_flight: Vec<u64>,
+    },
+    /// The round is decided: cancel these attempts and report each.
+    Cancel {
+        /// The attempt that decided the round.
+        decided_by: u64,
+        /// Ordinals to cancel.
+        ordinals: Vec<u64>,
+    },
+    /// The run is over.
+    Terminal {
+        /// How it ended.
+        terminal: Terminal,
+    },
+}
+
+impl Encode for HedgeStep {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let mut o = ObjectWriter::new(sink);
+        match self {
+            Self::Dispatch(d) => {
+                o.doc("dispatch", d).str("kind", "dispatch");
+            }
+            Self::Await { hedge, in_flight } => {
+                o.opt_doc("hedge", hedge.as_ref())
+                    .list(
+                        "in_flight",
+                        &in_flight.iter().map(|n| U(*n)).collect::<Vec<_>>(),
+                    )
+                    .str("kind", "await");
+            }
+            Self::Cancel {
+                decided_by,
+                ordinals,
+            } => {
+                o.u64("decided_by", *decided_by).str("kind", "cancel").list(
+                    "ordinals",
+                    &ordinals.iter().map(|n| U(*n)).collect::<Vec<_>>(),
+                );
+            }
+            Self::Terminal { terminal } => {
+                o.str("kind", "terminal").doc("terminal", terminal);
+            }
+        }
+        o.end();
+    }
+}
+
+/// An integer as a list item.
+struct U(u64);
+
+impl Encode for U {
+    fn encode(&self, sink: &mut dyn Sink) {
+        sink.u64(self.0);
+    }
+}
+
+/// One attempt of the open round.
+#[derive(Debug, Clone)]
+struct Member {
+    plan: Dispatch,
+    started_at_ms: u64,
+    admission: Option<Admission>,
+    attempt: Option<Attempt>,
+}
+
+/// The round in flight.
+#[derive(Debug, Clone, Default)]
+struct Round {
+    members: Vec<Member>,
+    /// A result arrived (or the fleet refused a hedge): no more hedges.
+    closed: bool,
+    /// The fleet refused a hedge of this round.
+    refused: bool,
+    /// The ordinal that decided the round and when.
+    decided: Option<(u64, u64)>,
+}
+
+/// A hedged run in progress, driven by a host event by event.
+#[derive(Debug, Clone)]
+pub struct HedgeSession {
+    policy: Arc<CompiledPolicy>,
+    attempts: Attempts,
+    run: Run,
+    summary: HedgeSummary,
+    round: Option<Round>,
+    /// An admission of the next dispatch (lead or hedge), until it starts.
+    admitted: Option<(u64, Admission)>,
+    snapshots: FleetSnapshots,
+}
+
+/// The answer of [`HedgeSession::admit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeAdmitted {
+    /// What to do now (a refused hedge is no longer offered).
+    pub step: HedgeStep,
+    /// Snapshots to write back with compare-and-set.
+    pub writes: FleetWrites,
+}
+
+impl Encode for HedgeAdmitted {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("step", &self.step)
+            .doc("writes", &self.writes)
+            .end();
+    }
+}
+
+impl HedgeSession {
+    /// Admit a logical request under a policy with a hedge section.
+    pub fn start(policy: Arc<CompiledPolicy>) -> Result<Self> {
+        section(&policy)?;
+        let mut run = Run::new(&policy);
+        run.set_hedge(HedgeSummary::default());
+        Ok(Self {
+            policy,
+            attempts: Attempts {
+                attempts: Vec::new(),
+                cancelled_at_ms: None,
+                fleet_stop: None,
+                schema: AttemptsSchema,
+            },
+            run,
+            summary: HedgeSummary::default(),
+            round: None,
+            admitted: None,
+            snapshots: FleetSnapshots::default(),
+        })
+    }
+
+    /// The compiled policy.
+    pub fn policy(&self) -> &CompiledPolicy {
+        &self.policy
+    }
+
+    /// The attempts of every resolved round.
+    pub fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+
+    fn next_hedge(&self, round: &Round) -> Option<Dispatch> {
+        if round.closed || round.decided.is_some() {
+            return None;
+        }
+        let lead = round.members.first()?;
+        let plans: Vec<Dispatch> = round.members.iter().map(|m| m.plan.clone()).collect();
+        plan_hedge(
+            &self.policy,
+            &self.run,
+            reserved_with(&self.run, &plans),
+            &plans,
+            lead.started_at_ms,
+        )
+        .ok()
+    }
+
+    /// What to do now.
+    pub fn next(&self) -> HedgeStep {
+        let Some(round) = &self.round else {
+            return match self.run.next() {
+                Decision::Dispatch(d) => HedgeStep::Dispatch(d.clone()),
+                Decision::Terminal { terminal } => HedgeStep::Terminal {
+                    terminal: *terminal,
+                },
+            };
+        };
+        let in_flight: Vec<u64> = round
+            .members
+            .iter()
+            .filter(|m| m.attempt.is_none())
+            .map(|m| m.plan.ordinal)
+            .collect();
+        match round.decided {
+            Some((by, _)) => HedgeStep::Cancel {
+                decided_by: by,
+                ordinals: in_flight,
+            },
+            None => HedgeStep::Await {
+                hedge: self.next_hedge(round),
+                in_flight,
+            },
+        }
+    }
+
+    /// The host dispatched the planned lead or hedge `ordinal` at
+    /// `started_at_ms`. A start before the plan's `not_before_ms`, a hedge
+    /// after a result of its round or one the plan does not offer is an error
+    /// and changes nothing.
+    pub fn start_attempt(&mut self, ordinal: u64, started_at_ms: u64) -> Result<HedgeStep> {
+        let index = self.attempts.attempts.len();
+        let (plan, is_hedge) = match &self.round {
+            None => match self.run.next() {
+                Decision::Dispatch(d) => (d.clone(), false),
+                Decision::Terminal { terminal } => {
+                    return Err(Error::new(
+                        ErrorCode::AttemptAfterTerminal,
+                        format!("the run has already ended with {}", terminal.as_str()),
+                    ))
+                }
+            },
+            Some(round) => {
+                let k = round.members.len();
+                if round.refused && round.decided.is_none() {
+                    return Err(Error::attempt(
+                        ErrorCode::HedgeOverBudget,
+                        index.saturating_add(k),
+                        "hedge",
+                        "the fleet refused this round's hedge",
+                    ));
+                }
+                if round.closed || round.decided.is_some() {
+                    return Err(Error::attempt(
+                        ErrorCode::HedgeAfterResult,
+                        index.saturating_add(k),
+                        "started_at_ms",
+                        "a result of the round has arrived: no hedge now",
+                    ));
+                }
+                let plans: Vec<Dispatch> = round.members.iter().map(|m| m.plan.clone()).collect();
+                let lead_start = round.members.first().map_or(0, |m| m.started_at_ms);
+                let plan = plan_hedge(
+                    &self.policy,
+                    &self.run,
+                    reserved_with(&self.run, &plans),
+                    &plans,
+                    lead_start,
+                )
+                .map_err(|why| {
+                    Error::attempt(
+                        ErrorCode::HedgeOverBudget,
+                        index.saturating_add(k),
+                        "hedge",
+                        why,
+                    )
+                })?;
+                (plan, true)
+            }
+        };
+        let at = index.saturating_add(self.round.as_ref().map_or(0, |r| r.members.len()));
+        if plan.ordinal != ordinal {
+            return Err(Error::attempt(
+                ErrorCode::OrdinalDrift,
+                at,
+                "ordinal",
+                format!("planned ordinal {}, started {ordinal}", plan.ordinal),
+            ));
+        }
+        if started_at_ms < plan.not_before_ms {
+            let code = if is_hedge {
+                ErrorCode::HedgeBeforeThreshold
+            } else {
+                ErrorCode::EarlyStart
+            };
+            return Err(Error::attempt(
+                code,
+                at,
+                "started_at_ms",
+                format!("started at {started_at_ms} before {}", plan.not_before_ms),
+            ));
+        }
+        let admission = match (&self.policy.policy.fleet, self.admitted.take()) {
+            (None, _) => None,
+            (Some(_), Some((n, adm))) if n == ordinal => Some(adm),
+            (Some(_), other) => {
+                self.admitted = other;
+                return Err(Error::attempt(
+                    ErrorCode::AdmissionMissing,
+                    at,
+                    "admission",
+                    "the policy has a fleet section: admit the attempt before dispatching it",
+                ));
+            }
+        };
+        let member = Member {
+            plan,
+            started_at_ms,
+            admission,
+            attempt: None,
+        };
+        self.round
+            .get_or_insert_with(Round::default)
+            .members
+            .push(member);
+        Ok(self.next())
+    }
+
+    fn member(&self, ordinal: u64) -> Result<(usize, &Member)> {
+        let index = self.attempts.attempts.len();
+        self.round
+            .as_ref()
+            .and_then(|r| {
+                r.members
+                    .iter()
+                    .enumerate()
+                    .find(|(_, m)| m.plan.ordinal == ordinal && m.attempt.is_none())
+            })
+            .map(|(k, m)| (index.saturating_add(k), m))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::OrdinalDrift,
+                    format!("ordinal {ordinal} is not in flight"),
+                )
+            })
+    }
+
+    fn attempt_of(
+        &self,
+        m: &Member,
+        completed_at_ms: u64,
+        cost: u64,
+        outcome: Outcome,
+        loss: Option<Loss>,
+    ) -> Attempt {
+        let lead = self
+            .round
+            .as_ref()
+            .and_then(|r| r.members.first())
+            .map_or(0, |l| l.plan.ordinal);
+        let hedges_ordinal = (m.plan.ordinal != lead).then_some(lead);
+        let mark = (hedges_ordinal.is_some() || loss.is_some()).then_some(HedgeMark {
+            hedges_ordinal,
+            loss,
+        });
+        let d = &m.plan;
+        Attempt {
+            admission: m.admission.clone(),
+            completed_at_ms,
+            cost,
+            hedge: mark,
+            idempotency_key_sha256: d.idempotency_key_sha256.clone(),
+            injected_fault: None,
+            jitter_sample_ms: d.jitter_sample_ms,
+            logical_request_sha256: d.logical_request_sha256.clone(),
+            ordinal: d.ordinal,
+            outcome,
+            reconciled: None,
+            request_body_sha256: None,
+            route_id: d.route_id.clone(),
+            route_ordinal: d.route_ordinal,
+            route_release_sha256: d.route_release_sha256.clone(),
+            started_at_ms: m.started_at_ms,
+            stream: None,
+            usage: None,
+        }
+    }
+
+    /// The host observed attempt `ordinal` end at `completed_at_ms`: the
+    /// core judges the facts and charges `cost` (the reservation when the
+    /// host charged nothing). The first deciding result decides the round; a
+    /// result after that is a late loser, kept and never adopted.
+    pub fn observe(
+        &mut self,
+        ordinal: u64,
+        completed_at_ms: u64,
+        cost: Option<u64>,
+        facts: &Facts,
+    ) -> Result<(Judgement, HedgeStep)> {
+        let (i, m) = self.member(ordinal)?;
+        if completed_at_ms < m.started_at_ms {
+            return Err(Error::attempt(
+                ErrorCode::CompletedBeforeStarted,
+                i,
+                "completed_at_ms",
+                format!(
+                    "completed at {completed_at_ms} before start {}",
+                    m.started_at_ms
+                ),
+            ));
+        }
+        let family = self
+            .policy
+            .policy
+            .routes
+            .iter()
+            .find(|r| r.route_id == m.plan.route_id)
+            .and_then(|r| r.provider_family);
+        let judged = Facts {
+            provider_family: family.or(facts.provider_family),
+            ..facts.clone()
+        };
+        let judgement = judge_at(&judged, completed_at_ms >= self.policy.policy.deadline_ms)?;
+        let decided = self.round.as_ref().and_then(|r| r.decided);
+        if let Some((_, c)) = decided {
+            if completed_at_ms < c {
+                return Err(Error::attempt(
+                    ErrorCode::HedgeLossDrift,
+                    i,
+                    "completed_at_ms",
+                    format!("a late result at {completed_at_ms}, before the commit at {c}"),
+                ));
+            }
+        }
+        let loss = decided.map(|_| Loss::Late);
+        let attempt = self.attempt_of(
+            m,
+            completed_at_ms,
+            cost.unwrap_or(m.plan.reserve_cost),
+            judgement.outcome,
+            loss,
+        );
+        let decides_now = loss.is_none() && decides(&self.policy, &attempt);
+        self.settle(
+            ordinal,
+            attempt,
+            decides_now.then_some((ordinal, completed_at_ms)),
+        )?;
+        Ok((judgement, self.next()))
+    }
+
+    /// The host cancelled loser `ordinal` at `at_ms`, after the round was
+    /// decided; it is charged as the policy's `cancelled_cost` says.
+    pub fn cancelled(&mut self, ordinal: u64, at_ms: u64) -> Result<HedgeStep> {
+        let h = section(&self.policy)?;
+        let (i, m) = self.member(ordinal)?;
+        let Some((_, c)) = self.round.as_ref().and_then(|r| r.decided) else {
+            return Err(Error::attempt(
+                ErrorCode::HedgeLossDrift,
+                i,
+                "hedge/loss",
+                "only an attempt in flight when its round is decided is cancelled",
+            ));
+        };
+        if at_ms < c || at_ms < m.started_at_ms {
+            return Err(Error::attempt(
+                ErrorCode::HedgeLossDrift,
+                i,
+                "completed_at_ms",
+                format!("cancelled at {at_ms}, before the commit at {c} or the start"),
+            ));
+        }
+        let cost = match h.cancelled_cost {
+            CancelledCost::Reserve => m.plan.reserve_cost,
+            CancelledCost::Zero => 0,
+        };
+        let outcome = Outcome::Indeterminate {
+            kind: IndeterminateKind::UnknownProviderAcceptance,
+        };
+        let attempt = self.attempt_of(m, at_ms, cost, outcome, Some(Loss::Cancelled));
+        self.settle(ordinal, attempt, None)?;
+        Ok(self.next())
+    }
+
+    fn settle(
+        &mut self,
+        ordinal: u64,
+        attempt: Attempt,
+        decides: Option<(u64, u64)>,
+    ) -> Result<()> {
+        let Some(round) = self.round.as_mut() else {
+            return Err(Error::new(ErrorCode::OrdinalDrift, "no round is in flight"));
+        };
+        // A hedge admitted and not started is not started now: its admission goes.
+        self.admitted = None;
+        let mut next = round.clone();
+        if let Some(m) = next.members.iter_mut().find(|m| m.plan.ordinal == ordinal) {
+            m.attempt = Some(attempt);
+        }
+        next.closed = true;
+        if next.decided.is_none() {
+            next.decided = decides;
+        }
+        if next.members.iter().all(|m| m.attempt.is_some()) {
+            let list: Vec<Attempt> = next
+                .members
+                .iter()
+                .filter_map(|m| m.attempt.clone())
+                .collect();
+            let base = self.attempts.attempts.len();
+            let mut run = self.run.clone();
+            let mut summary = self.summary.clone();
+            resolve_round(&self.policy, &mut run, &list, base, &mut summary)?;
+            self.run = run;
+            self.summary = summary;
+            self.attempts.attempts.extend(list);
+            self.round = None;
+        } else {
+            *round = next;
+        }
+        Ok(())
+    }
+
+    /// Admit the next dispatch (the lead, or the hedge on offer) under the
+    /// fleet view a host read at `now_epoch_ms` (wall clock), `at_ms` on the
+    /// run clock. A lead deposits into the retry budget when it is the first
+    /// attempt and withdraws otherwise; a hedge withdraws. A refused lead
+    /// ends the run (`stop_retry_budget`, `stop_store_unavailable`); a
+    /// refused hedge is not dispatched and the round takes no more hedges.
+    pub fn admit(
+        &mut self,
+        at_ms: u64,
+        now_epoch_ms: u64,
+        view: &FleetView,
+    ) -> Result<HedgeAdmitted> {
+        let policy = Arc::clone(&self.policy);
+        let Some(fleet) = policy.policy.fleet.as_ref() else {
+            return Err(Error::at(
+                ErrorCode::AdmissionUnexpected,
+                "/fleet",
+                "the policy has no fleet section",
+            ));
+        };
+        let (plan, is_hedge) = match self.next() {
+            HedgeStep::Dispatch(d) => (d, false),
+            HedgeStep::Await { hedge: Some(d), .. } => (d, true),
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::AttemptAfterTerminal,
+                    "nothing is on offer to admit",
+                ))
+            }
+        };
+        self.admitted = None;
+        let mut writes = FleetWrites::default();
+        let mut admission = Admission {
+            admitted_at_epoch_ms: now_epoch_ms,
+            breaker: None,
+            budget: None,
+            limits: None,
+            skipped: None,
+            store: None,
+        };
+        let refused = |s: &mut Self,
+                       reason: StopReason,
+                       budget: Option<BudgetRef>|
+         -> Result<HedgeAdmitted> {
+            if is_hedge {
+                if let Some(r) = s.round.as_mut() {
+                    r.closed = true;
+                    r.refused = true;
+                }
+                return Ok(HedgeAdmitted {
+                    step: s.next(),
+                    writes: FleetWrites::default(),
+                });
+            }
+            let stop = FleetStop {
+                at_epoch_ms: now_epoch_ms,
+                at_ms,
+                budget,
+                limits: None,
+                reason,
+                skipped: None,
+            };
+            s.run.fleet_stop(&s.policy, &stop)?;
+            s.attempts.fleet_stop = Some(stop);
+            Ok(HedgeAdmitted {
+                step: s.next(),
+                writes: FleetWrites::default(),
+            })
+        };
+        if view.store_unavailable {
+            if fleet.on_store_unavailable == OnStoreUnavailable::FailOpen {
+                admission.store = Some(StoreStatus::Unavailable);
+            } else {
+                return refused(self, StopReason::StoreUnavailable, None);
+            }
+        } else if let Some(cfg) = &fleet.retry_budget {
+            let s = budget_in(cfg, view, now_epoch_ms)?;
+            let digest = self.snapshots.keep_budget(&s);
+            if plan.ordinal == 1 {
+                writes.budget = Some(crate::budget::deposit(cfg, &s, now_epoch_ms));
+                admission.budget = Some(BudgetRef {
+                    kind: BudgetUse::Deposit,
+                    snapshot_sha256: digest,
+                });
+            } else {
+                let (granted, next) = crate::budget::withdraw(cfg, &s, now_epoch_ms);
+                let used = BudgetRef {
+                    kind: BudgetUse::Withdraw,
+                    snapshot_sha256: digest,
+                };
+                if !granted {
+                    return refused(self, StopReason::RetryBudget, Some(used));
+                }
+                writes.budget = Some(next);
+                admission.budget = Some(used);
+            }
+        }
+        self.admitted = Some((plan.ordinal, admission));
+        Ok(HedgeAdmitted {
+            step: self.next(),
+            writes,
+        })
+    }
+
+    /// Mark the run cancelled between rounds at `at_ms` (run clock).
+    pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
+        if self.round.is_some() {
+            return Err(Error::at(
+                ErrorCode::CancelDrift,
+                "/cancelled_at_ms",
+                "attempts are in flight: cancel them (their round decides) before the run",
+            ));
+        }
+        self.run.cancel(at_ms)?;
+        self.attempts.cancelled_at_ms = Some(at_ms);
+        Ok(())
+    }
+
+    /// The receipt of the finished run; an error while it could still dispatch.
+    pub fn receipt(&self) -> Result<Receipt> {
+        if self.round.is_some() {
+            return Err(Error::new(
+                ErrorCode::RunNotTerminal,
+                "a round is in flight",
+            ));
+        }
+        self.run.receipt(&self.policy, digest_of(&self.attempts))
+    }
+
+    /// The bundle of the finished run: policy, attempts and receipt.
+    pub fn seal(&self) -> Result<Bundle> {
+        let receipt = self.receipt()?;
+        let mut bundle = Bundle::new(self.policy.policy.clone(), self.attempts.clone(), receipt);
+        if self.policy.policy.fleet.is_some() {
+            bundle.fleet_snapshots = Some(self.snapshots.clone());
+        }
+        Ok(bundle)
+    }
+}
+
+/// What the hedges of the run reserved, with those of the open round.
+fn reserved_with(run: &Run, plans: &[Dispatch]) -> u64 {
+    plans
+        .iter()
+        .skip(1)
+        .map(|d| d.reserve_cost)
+        .fold(run.hedge_reserved(), u64::saturating_add)
+}
+
+/// Run a scripted hedged session, as the `hedge_session` vectors pin it.
+///
+/// Each step of `script` is one event a host saw, at its run-clock time:
+/// `{"start": ordinal, "at"}` (the lead or the hedge on offer went out),
+/// `{"observe": ordinal, "at", "facts", "cost"?}` (its result arrived),
+/// `{"cancelled": ordinal, "at"}` (a loser was cancelled) or
+/// `{"cancel_run": at}` (the caller cancelled between rounds). The answer:
+/// the first step (`next`), each step's answer (`step`, and `judgement` for
+/// an observation), the attempts, the receipt, the sealed bundle's digest
+/// and its replay's verdict. The first error is the answer instead.
+#[cfg(feature = "lab")]
+pub fn script(policy_json: &str, script_json: &str) -> Result<serde_json::Value> {
+    use crate::canonical::to_value;
+    use serde_json::{json, Value};
+    let policy = Arc::new(crate::api::compile_policy(policy_json)?);
+    let mut session = HedgeSession::start(policy)?;
+    let steps: Value = crate::decode::parse_strict(script_json)?;
+    let bad = |msg: &str| Error::at(ErrorCode::InvalidValue, "/script", msg.to_owned());
+    let first = to_value(&session.next());
+    let mut answers = Vec::new();
+    for step in steps.as_array().ok_or_else(|| bad("a script is a list"))? {
+        let num = |k: &str| step.get(k).and_then(Value::as_u64);
+        let at = num("at").unwrap_or(0);
+        if let Some(n) = num("start") {
+            answers.push(json!({"step": to_value(&session.start_attempt(n, at)?)}));
+        } else if let Some(n) = num("observe") {
+            let facts: Facts = match step.get("facts") {
+                Some(f) => crate::decode::from_value(f.clone())?,
+                None => return Err(bad("an observation carries facts")),
+            };
+            let (judgement, next) = session.observe(n, at, num("cost"), &facts)?;
+            answers.push(json!({"judgement": to_value(&judgement), "step": to_value(&next)}));
+        } else if let Some(n) = num("cancelled") {
+            answers.push(json!({"step": to_value(&session.cancelled(n, at)?)}));
+        } else if let Some(at) = num("cancel_run") {
+            session.cancel(at)?;
+            answers.push(json!({"step": to_value(&session.next())}));
+        } else {
+            return Err(bad("a step is start, observe, cancelled or cancel_run"));
+        }
+    }
+    let bundle = session.seal()?;
+    let verdict = crate::receipt::verify_bundle(&bundle)?;
+    Ok(json!({
+        "attempts": to_value(&bundle.attempts),
+        "bundle_sha256": digest_of(&bundle),
+        "next": first,
+        "receipt": to_value(&bundle.receipt),
+        "steps": answers,
+        "verdict": to_value(&verdict),
+    }))
+}
+
+/// An observation's answer: the judgement and what to do now
+/// (`{"judgement", "step"}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeObserved {
+    /// How the core judged the facts.
+    pub judgement: Judgement,
+    /// What to do now.
+    pub step: HedgeStep,
+}
+
+impl Encode for HedgeObserved {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("judgement", &self.judgement)
+            .doc("step", &self.step)
+            .end();
+    }
+}
+
+/// The JSON-text boundary of a [`HedgeSession`], for the bindings: every
+/// answer is canonical JSON, every error the core's.
+impl HedgeSession {
+    /// Start a hedged run of a policy given as JSON text.
+    pub fn start_json(policy_json: &str) -> Result<Self> {
+        Self::start(Arc::new(crate::api::compile_policy(policy_json)?))
+    }
+
+    /// [`HedgeSession::next`] as JSON.
+    pub fn next_json(&self) -> String {
+        crate::canonical::canonical_json(&self.next())
+    }
+
+    /// [`HedgeSession::start_attempt`], the step as JSON.
+    pub fn start_attempt_json(&mut self, ordinal: u64, started_at_ms: u64) -> Result<String> {
+        Ok(crate::canonical::canonical_json(
+            &self.start_attempt(ordinal, started_at_ms)?,
+        ))
+    }
+
+    /// [`HedgeSession::observe`] with the facts as JSON text:
+    /// `{"judgement", "step"}` as JSON.
+    pub fn observe_json(
+        &mut self,
+        ordinal: u64,
+        completed_at_ms: u64,
+        cost: Option<u64>,
+        facts_json: &str,
+    ) -> Result<String> {
+        let facts: Facts = crate::decode::from_str(facts_json)?;
+        let (judgement, step) = self.observe(ordinal, completed_at_ms, cost, &facts)?;
+        Ok(crate::canonical::canonical_json(&HedgeObserved {
+            judgement,
+            step,
+        }))
+    }
+
+    /// [`HedgeSession::cancelled`], the step as JSON.
+    pub fn cancelled_json(&mut self, ordinal: u64, at_ms: u64) -> Result<String> {
+        Ok(crate::canonical::canonical_json(
+            &self.cancelled(ordinal, at_ms)?,
+        ))
+    }
+
+    /// [`HedgeSession::admit`] with the view as JSON text: `{"step", "writes"}` as JSON.
+    pub fn admit_json(&mut self, at_ms: u64, now_epoch_ms: u64, view_json: &str) -> Result<String> {
+        let view: FleetView = crate::decode::from_str(view_json)?;
+        Ok(crate::canonical::canonical_json(&self.admit(
+            at_ms,
+            now_epoch_ms,
+            &view,
+        )?))
+    }
+
+    /// The attempts so far as JSON.
+    pub fn attempts_json(&self) -> String {
+        crate::canonical::canonical_json(&self.attempts)
+    }
+
+    /// The receipt as JSON.
+    pub fn receipt_json(&self) -> Result<String> {
+        Ok(crate::canonical::canonical_json(&self.receipt()?))
+    }
+
+    /// The sealed bundle as JSON.
+    pub fn bundle_json(&self) -> Result<String> {
+        Ok(crate::canonical::canonical_json(&self.seal()?))
+    }
+}
+
+#[cfg(all(test, feature = "lab"))]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    reason = "a test: a missing value is a failure"
+)]
+mod tests {
+    use super::*;
+    use crate::outcome::RetryableKind;
+    use serde_json::json;
+
+    fn hedged() -> Arc<CompiledPolicy> {
+        let mut p = crate::lab::reference_policy();
+        p["max_total_attempts"] = json!(6);
+        p["routes"][0]["max_attempts"] = json!(3);
+        p["routes"][1]["max_attempts"] = json!(3);
+        p["hedge"] = json!({
+            "cancelled_cost": "reserve", "cost_share_percent": 50, "delay_ms": 200,
+            "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]
+        });
+        Arc::new(crate::api::compile_policy(&p.to_string()).unwrap())
+    }
+
+    #[test]
+    fn a_plain_session_under_a_hedge_policy_replays_to_its_receipt() {
+        let cp = hedged();
+        let mut s = crate::Session::start(Arc::clone(&cp));
+        let down = Outcome::Retryable {
+            kind: RetryableKind::Unavailable,
+            retry_after_ms: None,
+            retry_after_source: None,
+        };
+        s.record(0, 100, 1_500, down).unwrap();
+        s.record(200, 300, 1_500, Outcome::Success).unwrap();
+        let receipt = s.receipt().unwrap();
+        assert_eq!(receipt, crate::evaluate(&cp, s.attempts()).unwrap());
+        assert_eq!(
+            receipt.hedge,
+            Some(HedgeSummary {
+                winner_ordinal: Some(2),
+                ..HedgeSummary::default()
+            })
+        );
+    }
+
+    fn budget_view(balance_milli: u64) -> FleetView {
+        let snap = json!({"balance_milli": balance_milli, "deposits": 0, "generation": 0,
+            "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries",
+            "updated_at_epoch_ms": 1_000, "withdrawals": 0});
+        crate::decode::from_str(&json!({"breakers": {}, "budget": snap}).to_string()).unwrap()
+    }
+
+    fn with_budget() -> Arc<CompiledPolicy> {
+        let mut p = crate::canonical::to_value(&hedged().policy);
+        p["fleet"] = json!({"on_store_unavailable": "fail_closed", "retry_budget": {
+            "floor_per_second": 0, "max_tokens": 3, "ratio_permille": 500, "scope": "tenant-7/summaries"}});
+        Arc::new(crate::api::compile_policy(&p.to_string()).unwrap())
+    }
+
+    #[test]
+    fn a_hedge_withdraws_from_the_retry_budget_and_replays() {
+        let cp = with_budget();
+        let mut h = HedgeSession::start(Arc::clone(&cp)).unwrap();
+        // The lead deposits; the hedge withdraws a whole token.
+        let a = h.admit(0, 1_000, &budget_view(1_000)).unwrap();
+        assert!(matches!(a.step, HedgeStep::Dispatch(_)));
+        let deposited = a.writes.budget.unwrap();
+        h.start_attempt(1, 0).unwrap();
+        let a = h
+            .admit(200, 1_200, &budget_view(deposited.balance_milli))
+            .unwrap();
+        assert!(matches!(a.step, HedgeStep::Await { hedge: Some(_), .. }));
+        assert!(a.writes.budget.is_some());
+        h.start_attempt(2, 200).unwrap();
+        h.observe(2, 300, None, &Facts::returned()).unwrap();
+        h.cancelled(1, 301).unwrap();
+        let bundle = h.seal().unwrap();
+        assert_eq!(
+            bundle.receipt.fleet.as_ref().map(|f| f.withdrawals),
+            Some(1)
+        );
+        assert!(matches!(
+            crate::receipt::verify_bundle(&bundle).unwrap(),
+            crate::Verdict::Verified { .. }
+        ));
+        // A hedge without its budget token is forged.
+        let mut forged = bundle.clone();
+        forged.attempts.attempts[1].admission = None;
+        let v = crate::receipt::verify_bundle(&forged).unwrap();
+        assert!(
+            matches!(v, crate::Verdict::Drift { ref code, .. } if code == "admission_missing"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_budget_short_of_a_token_refuses_the_hedge_not_the_run() {
+        let cp = with_budget();
+        let mut h = HedgeSession::start(Arc::clone(&cp)).unwrap();
+        h.admit(0, 1_000, &budget_view(0)).unwrap();
+        h.start_attempt(1, 0).unwrap();
+        // 500 milli-tokens after the deposit: short of a hedge.
+        let a = h.admit(200, 1_200, &budget_view(500)).unwrap();
+        assert_eq!(
+            a.step,
+            HedgeStep::Await {
+                hedge: None,
+                in_flight: vec![1]
+            }
+        );
+        assert_eq!(
+            h.start_attempt(2, 200).unwrap_err().code,
+            ErrorCode::HedgeOverBudget
+        );
+        h.observe(1, 700, None, &Facts::returned()).unwrap();
+        let receipt = h.receipt().unwrap();
+        assert_eq!(receipt.terminal, Terminal::Completed);
+        assert_eq!(receipt.attempt_count, 1);
+    }
+
+    #[test]
+    fn the_live_session_is_the_replay() {
+        let cp = hedged();
+        let mut h = HedgeSession::start(Arc::clone(&cp)).unwrap();
+        let ok = Facts::returned();
+        assert!(matches!(h.next(), HedgeStep::Dispatch(_)));
+        let step = h.start_attempt(1, 0).unwrap();
+        let HedgeStep::Await { hedge: Some(d), .. } = step else {
+            panic!("a hedge on offer: {step:?}")
+        };
+        assert_eq!(
+            (d.ordinal, d.not_before_ms, d.route_id.as_str()),
+            (2, 200, "external-fallback")
+        );
+        h.start_attempt(2, 210).unwrap();
+        let (_, step) = h.observe(2, 400, None, &ok).unwrap();
+        assert_eq!(
+            step,
+            HedgeStep::Cancel {
+                decided_by: 2,
+                ordinals: vec![1]
+            }
+        );
+        let step = h.cancelled(1, 401).unwrap();
+        assert_eq!(
+            step,
+            HedgeStep::Terminal {
+                terminal: Terminal::Completed
+            }
+        );
+        let receipt = h.receipt().unwrap();
+        assert_eq!(receipt, crate::evaluate(&cp, h.attempts()).unwrap());
+        let summary = receipt.hedge.unwrap();
+        assert_eq!(summary.winner_ordinal, Some(2));
+        assert_eq!(summary.loser_cost, 1_500);
+        assert_eq!(receipt.total_cost, 4_500);
+        assert_eq!(receipt.attempt_count, 2);
+    }
+}
