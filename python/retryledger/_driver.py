@@ -57,7 +57,9 @@ import asyncio
 import errno as _errno
 import hashlib
 import json
+import math
 import time
+import warnings
 from typing import (
     Any,
     Awaitable,
@@ -83,7 +85,7 @@ from ._api import (
     price_cost,
     to_text,
 )
-from ._errors import DecodeError, DriftError, PolicyError, RetryledgerError
+from ._errors import DecodeError, DriftError, HookWarning, PolicyError, RetryledgerError
 from .fleet import Fleet
 from ._tables import (
     MAX_ERROR_BODY_BYTES,
@@ -105,6 +107,9 @@ __all__ = [
     "RunCancelledError",
     "Classifier",
     "AttemptCallback",
+    "DecisionCallback",
+    "SleepCallback",
+    "TerminalCallback",
     "facts_of",
     "run",
     "run_async",
@@ -119,6 +124,27 @@ Classifier = Callable[[BaseException], Union[_core.Outcome, Mapping[str, Any], s
 #: Called after each recorded attempt with the attempt (as in the attempts
 #: document) and the core's judgement.
 AttemptCallback = Callable[[Dict[str, Any], _core.Judgement], None]
+
+#: Called with each decision of the core as a plain dict (``kind``
+#: ``dispatch`` with the planned attempt, or ``terminal``).
+DecisionCallback = Callable[[Dict[str, Any]], None]
+
+#: Called before the driver waits for a planned attempt's ``not_before_ms``,
+#: with ``{ordinal, route_id, at_ms, not_before_ms, sleep_ms}`` (run clock, ms).
+SleepCallback = Callable[[Dict[str, Any]], None]
+
+#: Called once with the sealed receipt (a plain dict) when the run ends, on
+#: success, stop or cancellation alike.
+TerminalCallback = Callable[[Dict[str, Any]], None]
+
+
+def _call_hook(name: str, hook: Callable[..., Any], *args: Any) -> None:
+    """Call a run hook; what it raises is reported as a :class:`HookWarning`
+    (code ``hook_failed``) and never reaches the run."""
+    try:
+        hook(*args)
+    except Exception as exc:  # a hook never changes a decision or the receipt
+        warnings.warn(HookWarning(name, exc), stacklevel=3)
 
 _Terminal = _core.Terminal
 _Facts = _core.Facts
@@ -718,7 +744,10 @@ class _Host:
     """What the sync and async drivers share: the session, the hooks, and the
     per-attempt bookkeeping (fleet admission, facts extraction and recording)."""
 
-    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held")
+    __slots__ = (
+        "session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held",
+        "on_decision", "on_sleep", "on_terminal",
+    )
 
     def __init__(
         self,
@@ -739,6 +768,50 @@ class _Host:
         self.policy = compiled
         #: The route release of an admission not yet dispatched (its slot held).
         self.held: Optional[str] = None
+        self.on_decision: Optional[DecisionCallback] = None
+        self.on_sleep: Optional[SleepCallback] = None
+        self.on_terminal: Optional[TerminalCallback] = None
+
+    def hooks(
+        self,
+        on_decision: Optional[DecisionCallback],
+        on_sleep: Optional[SleepCallback],
+        on_terminal: Optional[TerminalCallback],
+    ) -> bool:
+        """Set the run's hooks; whether any is set."""
+        self.on_decision = on_decision
+        self.on_sleep = on_sleep
+        self.on_terminal = on_terminal
+        return on_decision is not None or on_sleep is not None or on_terminal is not None
+
+    def decided(self, plan: Union[_core.Dispatch, _core.Terminal]) -> None:
+        """``on_decision`` with the core's decision."""
+        if self.on_decision is not None:
+            _call_hook("on_decision", self.on_decision, plan.to_dict())
+
+    def sleeping(self, plan: _core.Dispatch, now: float) -> None:
+        """``on_sleep`` with the wait planned before ``plan`` at ``now`` (run clock)."""
+        if self.on_sleep is not None:
+            at = int(now) if now > 0 else 0
+            wait = int(math.ceil(plan.not_before_ms - now))
+            _call_hook(
+                "on_sleep",
+                self.on_sleep,
+                {
+                    "ordinal": plan.ordinal,
+                    "route_id": plan.route_id,
+                    "at_ms": at,
+                    "not_before_ms": plan.not_before_ms,
+                    "sleep_ms": wait if wait > 0 else 0,
+                },
+            )
+
+    def sealed(self) -> _core.Sealed:
+        """The session sealed, and ``on_terminal`` given its receipt."""
+        sealed = self.session.seal()
+        if self.on_terminal is not None:
+            _call_hook("on_terminal", self.on_terminal, json.loads(sealed.receipt_json))
+        return sealed
 
     def epoch_ms(self) -> int:
         """The wall clock, Unix ms."""
@@ -772,12 +845,15 @@ class _Host:
         the fleet (waiting while the admission limits ask to) and slept
         until the admitted start; a terminal when the run (or the fleet) ends."""
         plan = self.session.next()
+        self.decided(plan)
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
         admitted = self.fleet is None
         while True:
             not_before = plan.not_before_ms
+            if now < not_before:
+                self.sleeping(plan, now)
             while now < not_before:
                 sleep(not_before - now)
                 now = clock() - t0
@@ -797,12 +873,15 @@ class _Host:
     ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
         """:meth:`next_attempt` with ``sleep`` awaited."""
         plan = self.session.next()
+        self.decided(plan)
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
         admitted = self.fleet is None
         while True:
             not_before = plan.not_before_ms
+            if now < not_before:
+                self.sleeping(plan, now)
             while now < not_before:
                 await sleep(not_before - now)
                 now = clock() - t0
@@ -865,10 +944,10 @@ class _Host:
         if self.fleet is not None:
             self.recorded(step.plan.route_release_sha256, step._tokens)
         if self.on_attempt is not None:
-            self.on_attempt(self.session.attempts["attempts"][-1], judgement)
+            _call_hook("on_attempt", self.on_attempt, self.session.attempts["attempts"][-1], judgement)
 
     def failure(self) -> RunStoppedError:
-        sealed = self.session.seal()
+        sealed = self.sealed()
         count = sealed.receipt["attempt_count"]
         message = f"run ended with {sealed.terminal} after {count} attempt{'s' if count != 1 else ''}"
         judgement = self.judgement
@@ -893,6 +972,9 @@ def run(
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> RunResult[T]:
     """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`.
 
@@ -903,7 +985,13 @@ def run(
     fleet's breakers and retry budget and records each outcome in the breaker,
     for a policy with a ``fleet`` section (required then); a run the fleet stops
     raises :class:`RunStoppedError` with ``stop_circuit_open``,
-    ``stop_retry_budget`` or ``stop_store_unavailable``."""
+    ``stop_retry_budget`` or ``stop_store_unavailable``.
+
+    Hooks see the core's plain documents and never change the run:
+    ``on_decision(decision)`` each decision, ``on_sleep(wait)`` before each
+    planned wait, ``on_attempt(attempt, judgement)`` each recorded attempt,
+    ``on_terminal(receipt)`` once at the end. A hook that raises is reported
+    as a :class:`retryledger.HookWarning` (code ``hook_failed``)."""
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
@@ -911,6 +999,7 @@ def run(
     if sleep is None:
         sleep = _sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
+    hooked = host.hooks(on_decision, on_sleep, on_terminal)
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
@@ -923,6 +1012,8 @@ def run(
     t0 = clock()
     while True:
         plan = plan_next()
+        if hooked and not (admits and isinstance(plan, _core.Dispatch)):
+            host.decided(plan)  # (an admitted plan: in next_attempt)
         if isinstance(plan, _Terminal):
             break
         if admits:
@@ -933,6 +1024,8 @@ def run(
         else:
             now = clock() - t0
             not_before = plan.not_before_ms
+            if hooked and now < not_before:
+                host.sleeping(plan, now)
             while now < not_before:
                 sleep(not_before - now)
                 now = clock() - t0
@@ -956,6 +1049,9 @@ def run(
                 # The last error's traceback holds this frame, which holds the
                 # host: dropped here, no cycle is left for the collector.
                 host.last_error = None
+                if hooked:
+                    host.decided(plan_next())  # the terminal decision, as the loop would see it
+                    return RunResult(value, host.sealed())
                 return RunResult(value, session.seal())
     raise host.failure() from host.last_error
 
@@ -974,9 +1070,12 @@ async def run_async(
     key_scope: Optional[Tuple[str, str]] = None,
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited
-    (the fleet's store calls are made inline).
+    (the fleet's store calls are made inline; the hooks are :func:`run`'s).
 
     Cancelling the task stops the run and raises :class:`RunCancelledError`
     carrying the sealed run; ``on_cancel`` receives that error first. On
@@ -992,6 +1091,7 @@ async def run_async(
     if sleep is None:
         sleep = _async_sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
+    host.hooks(on_decision, on_sleep, on_terminal)
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
@@ -1015,7 +1115,8 @@ async def run_async(
                 host.record(done, clock() - t0, _RETURNED, None)
                 if session.terminal == "completed":
                     host.last_error = None  # no cycle through the last error's traceback
-                    return RunResult(value, session.seal())
+                    host.decided(session.next())  # the terminal decision
+                    return RunResult(value, host.sealed())
     except asyncio.CancelledError as cancelled:
         now = clock() - t0
         if step is not None:
@@ -1024,7 +1125,7 @@ async def run_async(
             host.abandon()
             at = int(now)
             session.cancel(at if at > 0 else 0)
-        error = RunCancelledError(session.seal())
+        error = RunCancelledError(host.sealed())
         if on_cancel is not None:
             on_cancel(error)
         raise error from cancelled

@@ -99,6 +99,7 @@ export {
 } from "./journaled.js";
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+export { HookWarning, type PlannedSleep, type RunHooks } from "./hooks.js";
 export * from "./tables.js";
 export {
   RetryledgerError,

@@ -24,6 +24,7 @@ import {
   UnrecognizedDispatchError,
 } from "./errors.js";
 import type { Fleet } from "./fleet.js";
+import { callHook, copied, plannedSleep, type RunHooks } from "./hooks.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
 import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
 
@@ -88,7 +89,7 @@ export interface Step {
 /** The caller's attempt: resolve with the result, or throw what went wrong. */
 export type DispatchFn<T> = (step: Step, signal: AbortSignal) => Promise<T> | T;
 
-export interface RunOptions {
+export interface RunOptions extends RunHooks {
   /** The raw idempotency key; its digest must be the policy's `idempotency_key_sha256`. */
   idempotencyKey: string;
   /** The key's scope, when the policy's key digest is scoped (`idempotencyKeySha256(key, {tenant, operation})`). */
@@ -377,6 +378,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   const wallClock = options.wallClock ?? Date.now;
   const classify = options.classify;
   const onAttempt = options.onAttempt;
+  const { onDecision, onSleep, onTerminal } = options;
   const signal = options.signal;
   const deadlineMs = compiled.policy.deadline_ms;
   const fleet = options.fleet;
@@ -423,9 +425,11 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   try {
     for (;;) {
       let decision = session.next();
+      if (onDecision !== undefined) callHook("onDecision", onDecision, copied(decision));
       if (decision.kind === "terminal") break;
       let notBefore = decision.not_before_ms;
       let t = now();
+      if (onSleep !== undefined && t < notBefore && !signal?.aborted) callHook("onSleep", onSleep, plannedSleep(decision, t));
       while (t < notBefore && !signal?.aborted) {
         await sleep(notBefore - t, signal);
         t = now();
@@ -507,9 +511,10 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       }
       lastRule = judgement.rule;
       if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens);
-      if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
+      if (onAttempt !== undefined) callHook("onAttempt", onAttempt, session.lastAttempt() as Attempt, copied(judgement));
     }
     sealed = sealAndRelease(session);
+    if (onTerminal !== undefined) callHook("onTerminal", onTerminal, copied(sealed.receipt));
   } finally {
     if (timer !== undefined) clearTimeout(timer);
     if (controller !== undefined) signal?.removeEventListener("abort", onAbort);
