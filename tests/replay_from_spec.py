@@ -13,7 +13,9 @@ Not covered (see docs/REPLAY.md, "What this page does not cover"): strict
 decoding. Cases whose expected result is a decoding error (`invalid_json`,
 `null_value`, `missing_field`, `schema_mismatch`, ...) are counted as
 skipped, never as passed; decode.json, retry_after.json and
-classify_http.json are not read.
+classify_http.json are not read. Nor is repair.json: output checks and
+repair chains are specified in docs/REPAIR.md, not docs/REPLAY.md (the
+Rust, Node and Python vector tests replay it).
 
 Usage: python3 tests/replay_from_spec.py tests/vectors
 """
@@ -801,6 +803,8 @@ def main(directory):
         print(line)
         failures += failed
         total += passed + draws
+    if (root / "repair.json").exists():
+        print("%-9s not read: output checks and repair chains are docs/REPAIR.md's, not this page's" % "repair")
     passed, failed, skipped = check_journals(root)
     print("%-9s %3d journal checks passed, %3d failed, %3d skipped (decode errors)" % ("journal", passed, failed, skipped))
     failures += failed

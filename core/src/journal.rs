@@ -1274,6 +1274,7 @@ pub fn recover(
         cost: cost.unwrap_or(planned.reserve_cost),
         idempotency_key_sha256: planned.idempotency_key_sha256.clone(),
         injected_fault: None,
+        output_check: None,
         jitter_sample_ms: planned.jitter_sample_ms,
         logical_request_sha256: planned.logical_request_sha256.clone(),
         ordinal: planned.ordinal,

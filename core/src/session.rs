@@ -55,6 +55,8 @@ pub struct Session {
 struct Notes {
     usage: Option<Units>,
     request_body_sha256: Option<Sha256Hex>,
+    /// The failed output check that decided the attempt in flight.
+    output_check: Option<crate::output::OutputCheckRecord>,
 }
 
 /// What a host said an attempt cost: charged by hand, or nothing (the
@@ -302,6 +304,7 @@ impl Session {
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
+            output_check: self.notes.output_check.clone(),
             reconciled: None,
             request_body_sha256: self.notes.request_body_sha256.clone(),
             route_id: d.route_id.clone(),
@@ -430,6 +433,11 @@ impl Session {
             ..facts.clone()
         };
         let mut judgement = judge_at(&judged, completed_at_ms >= deadline_ms)?;
+        self.notes.output_check = if judgement.rule == crate::observe::Rule::OutputCheck {
+            crate::output::judge_checks(&judged.output_checks).map(|(_, record)| record)
+        } else {
+            None
+        };
         let stream = mode.map(|_| {
             let digests = deltas
                 .iter()

@@ -48,6 +48,10 @@ function run(op, input) {
       return rl.classifyHttp(input.observation);
     case "judge":
       return rl.judge(input.facts);
+    case "next_repair":
+      return rl.nextRepair(input.links, input.request_sha256, input.idempotency_key_sha256, input.started_at_ms);
+    case "verify_repair_chain":
+      return rl.verifyRepairChain(input.chain);
     case "canonical_request":
       return rl.canonicalRequest(input.request);
     case "check_price_schedule":

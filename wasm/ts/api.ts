@@ -27,6 +27,8 @@ export {
   parseRetryAfter,
   classifyHttp,
   judge,
+  nextRepair,
+  verifyRepairChain,
   checkOutcome,
   requestSha256,
   buildPolicy,

@@ -45,6 +45,7 @@ mod plan;
 mod policy;
 mod price;
 mod provider;
+mod repair;
 mod request;
 mod retry_after;
 mod schedule;
@@ -81,6 +82,7 @@ const FAMILIES: &[fn() -> Family] = &[
     faults::family,
     journal::family,
     idempotency::family,
+    repair::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -130,6 +132,8 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\
+         | `next_repair` | `links` (a JSON array of `retryledger.repair_chain.v1` links, the root run first), `request_sha256`, `idempotency_key_sha256`, `started_at_ms`: the policy of the next repair, or why there is none (docs/REPAIR.md) |\n\
+         | `verify_repair_chain` | `chain` (a `retryledger.repair_chain.v1`): every run replayed and every repair checked against its budget |\n\
          \n\
          Document inputs are JSON *text* (strings), passed to the operation as is, so\n\
          hostile text (duplicate keys, `-0`, lone surrogate escapes, a byte order mark)\n\
