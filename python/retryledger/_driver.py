@@ -69,6 +69,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Sequence,
     Tuple,
     TypeVar,
     Union,
@@ -151,6 +152,10 @@ _Facts = _core.Facts
 
 #: The facts of a dispatch that returned.
 _RETURNED = _Facts(result="returned")
+
+#: The facts of a returned answer whose output checks broke (a check raised,
+#: or its verdict is not one): unrecognized, never retried.
+_CHECK_BROKE = _Facts(result="raised", error_types=["OutputCheckError"])
 
 _READ = frozenset(READ_HEADERS)
 
@@ -278,7 +283,10 @@ def _charge_with_usage() -> PolicyError:
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens")
+    __slots__ = (
+        "plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens",
+        "request", "repair_ordinal",
+    )
 
     plan: _core.Dispatch
     idempotency_key: str
@@ -312,6 +320,10 @@ class Step:
         self._session = session
         self._usage = False
         self._tokens = None
+        #: Under repair: the logical request this run sends (``None`` on the
+        #: root run unless ``request=`` was given), and its repair ordinal (0 on the root).
+        self.request: Any = None
+        self.repair_ordinal = 0
 
     @property
     def ordinal(self) -> int:
@@ -746,7 +758,7 @@ class _Host:
 
     __slots__ = (
         "session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held",
-        "on_decision", "on_sleep", "on_terminal",
+        "on_decision", "on_sleep", "on_terminal", "checks", "verdicts",
     )
 
     def __init__(
@@ -771,6 +783,27 @@ class _Host:
         self.on_decision: Optional[DecisionCallback] = None
         self.on_sleep: Optional[SleepCallback] = None
         self.on_terminal: Optional[TerminalCallback] = None
+        #: The output checks run on what dispatch returned (docs/REPAIR.md).
+        self.checks: Optional[Tuple[Callable[[Any], Any], ...]] = None
+        #: The verdicts of the last returned answer.
+        self.verdicts: Optional[List[Any]] = None
+
+    def returned(self, value: Any) -> _core.Facts:
+        """The facts of a returned answer: its output checks' verdicts,
+        decoded by the core; a check that raises or a verdict the core refuses
+        (its coded error becomes the run's cause) makes it unrecognized."""
+        checks = self.checks
+        if not checks:
+            return _RETURNED
+        try:
+            verdicts = [check(value) for check in checks]
+            facts = _Facts(result="returned", output_checks=verdicts)
+        except Exception as exc:  # the validator broke: recorded, never retried
+            self.last_error = exc
+            return _CHECK_BROKE
+        self.verdicts = verdicts
+        self.last_error = None
+        return facts
 
     def hooks(
         self,
@@ -975,6 +1008,9 @@ def run(
     on_decision: Optional[DecisionCallback] = None,
     on_sleep: Optional[SleepCallback] = None,
     on_terminal: Optional[TerminalCallback] = None,
+    checks: Optional[Sequence[Callable[[Any], Any]]] = None,
+    repair: Optional[Callable[[Any, List[Dict[str, Any]]], Any]] = None,
+    request: Any = None,
 ) -> RunResult[T]:
     """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`.
 
@@ -991,7 +1027,25 @@ def run(
     ``on_decision(decision)`` each decision, ``on_sleep(wait)`` before each
     planned wait, ``on_attempt(attempt, judgement)`` each recorded attempt,
     ``on_terminal(receipt)`` once at the end. A hook that raises is reported
-    as a :class:`retryledger.HookWarning` (code ``hook_failed``)."""
+    as a :class:`retryledger.HookWarning` (code ``hook_failed``).
+
+    ``checks`` (:mod:`retryledger.checks`) are run on what dispatch returned;
+    the core judges their verdicts (a refusal is ``policy_denied``, any other
+    failed check ``invalid_output``). With ``repair(output, defects) ->
+    request`` and a policy with a ``repair`` section, a run that stops on
+    invalid output is followed by repairs (docs/REPAIR.md): each a new
+    logical request (``step.request``, ``step.repair_ordinal``) with its own
+    key (``<key>:repair:<n>``) under the deadline and cost the core leaves it;
+    the result (or the error) carries the ``chain``."""
+    if repair is not None:
+        from ._repair import run_repaired
+
+        return run_repaired(
+            policy, dispatch, idempotency_key, repair=repair, request=request, checks=checks,
+            key_scope=key_scope, clock=clock, sleep=sleep, classify=classify, wall_clock=wall_clock,
+            on_attempt=on_attempt, price_schedule=price_schedule, fleet=fleet,
+            on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
+        )
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
@@ -1000,6 +1054,9 @@ def run(
         sleep = _sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     hooked = host.hooks(on_decision, on_sleep, on_terminal)
+    if checks:
+        host.checks = tuple(checks)
+    returned = host.returned
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
@@ -1042,7 +1099,9 @@ def run(
                 host.after(step, judgement)
         else:
             completed = int(clock() - t0)
-            host.judgement = judgement = observe(started, completed if completed > started else started, step._cost, _RETURNED)
+            host.judgement = judgement = observe(
+                started, completed if completed > started else started, step._cost, returned(value) if checks else _RETURNED
+            )
             if after:
                 host.after(step, judgement)
             if session.terminal == "completed":
@@ -1073,6 +1132,9 @@ async def run_async(
     on_decision: Optional[DecisionCallback] = None,
     on_sleep: Optional[SleepCallback] = None,
     on_terminal: Optional[TerminalCallback] = None,
+    checks: Optional[Sequence[Callable[[Any], Any]]] = None,
+    repair: Optional[Callable[[Any, List[Dict[str, Any]]], Any]] = None,
+    request: Any = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited
     (the fleet's store calls are made inline; the hooks are :func:`run`'s).
@@ -1084,6 +1146,15 @@ async def run_async(
     the cancellation (``asyncio.wait_for``, task groups) may hide it, so use
     ``on_cancel`` where that matters.
     """
+    if repair is not None:
+        from ._repair import run_repaired_async
+
+        return await run_repaired_async(
+            policy, dispatch, idempotency_key, repair=repair, request=request, checks=checks,
+            key_scope=key_scope, clock=clock, sleep=sleep, classify=classify, wall_clock=wall_clock,
+            on_attempt=on_attempt, on_cancel=on_cancel, price_schedule=price_schedule, fleet=fleet,
+            on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
+        )
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
@@ -1092,6 +1163,8 @@ async def run_async(
         sleep = _async_sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     host.hooks(on_decision, on_sleep, on_terminal)
+    if checks:
+        host.checks = tuple(checks)
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
@@ -1112,7 +1185,7 @@ async def run_async(
                 host.record(done, clock() - t0, host.facts(done, exc), exc)
             else:
                 done, step = step, None
-                host.record(done, clock() - t0, _RETURNED, None)
+                host.record(done, clock() - t0, host.returned(value), None)
                 if session.terminal == "completed":
                     host.last_error = None  # no cycle through the last error's traceback
                     host.decided(session.next())  # the terminal decision
