@@ -25,8 +25,9 @@ import {
 } from "./errors.js";
 import type { Fleet } from "./fleet.js";
 import { callHook, copied, plannedSleep, type RunHooks } from "./hooks.js";
+import type { OutputCheck, RepairDefect } from "./checks.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
-import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
+import type { Attempt, Bundle, DispatchDecision, Facts, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -84,6 +85,10 @@ export interface Step {
   requestBody(body: string | Uint8Array): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
+  /** Under repair: the logical request this run sends (`undefined` on the root run unless `request` was given). */
+  readonly request: unknown;
+  /** Under repair: 0 on the root run, then 1, 2, … (docs/REPAIR.md). */
+  readonly repairOrdinal: number;
 }
 
 /** The caller's attempt: resolve with the result, or throw what went wrong. */
@@ -119,6 +124,23 @@ export interface RunOptions extends RunHooks {
    * breaker after the observation.
    */
   fleet?: Fleet;
+  /**
+   * Output checks run on what dispatch returned (`outputCheck`,
+   * `schemaCheck`, the integrations' `answerChecks`); the core judges their
+   * verdicts: a refusal is `policy_denied`, any other failed check
+   * `invalid_output` (docs/REPAIR.md).
+   */
+  checks?: readonly OutputCheck[];
+  /**
+   * With a policy that has a `repair` section: after a run that stopped on
+   * invalid output, build the next logical request from the output and the
+   * defects. Each repair runs under its own key (`<key>:repair:<n>`) and the
+   * policy the core derives (the deadline and cost left); the result, or the
+   * error, carries the `chain`.
+   */
+  repair?: (output: unknown, defects: RepairDefect[]) => unknown;
+  /** The root run's logical request (what `step.request` is on it). */
+  request?: unknown;
 }
 
 /**
@@ -194,6 +216,8 @@ export class AttemptStep implements Step {
   readonly startedAtMs: number;
   readonly reserveCost: number;
   readonly decision: DispatchDecision;
+  request: unknown = undefined;
+  repairOrdinal = 0;
   charged: number | undefined = undefined;
   /** Tokens the attempt reported using (`tokensUsed`). */
   tokens: number | undefined = undefined;
@@ -302,8 +326,15 @@ export async function runWithPolicy<T>(
   dispatch: DispatchFn<T>,
   options: RunOptions,
 ): Promise<RunResult<T>> {
+  if (options?.repair !== undefined) {
+    const { runRepaired } = await import("./repair.js");
+    return runRepaired(policy, dispatch, options);
+  }
   return drive(policy instanceof CompiledPolicy ? policy : compiledFor(policy), dispatch, options);
 }
+
+/** The facts of an answer whose output checks broke (a check threw, or its verdict is not one): unrecognized, never retried. */
+const CHECK_BROKE = Object.freeze({ result: "raised", error_types: ["OutputCheckError"] }) as Facts;
 
 /** Policies given as objects or text, compiled once by their JSON text (the most recently used kept). */
 const compiledByText = new Map<string, CompiledPolicy>();
@@ -382,6 +413,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   const signal = options.signal;
   const deadlineMs = compiled.policy.deadline_ms;
   const fleet = options.fleet;
+  const checks = options.checks !== undefined && options.checks.length > 0 ? options.checks : undefined;
   checkFleet(compiled.policy, fleet);
 
   const t0 = clock();
@@ -492,7 +524,20 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         succeeded = true;
         lastResult = value;
         lastError = undefined;
-        judgement = session.observe({ started_at_ms: startedAt, completed_at_ms: completedAt, cost: step.charged, facts: RETURNED });
+        if (checks === undefined) {
+          judgement = session.observe({ started_at_ms: startedAt, completed_at_ms: completedAt, cost: step.charged, facts: RETURNED });
+        } else {
+          // The checks' verdicts, decoded by the core; a check that throws or a
+          // verdict the core refuses (its coded error) leaves the attempt unrecognized.
+          const observation = { started_at_ms: startedAt, completed_at_ms: completedAt, cost: step.charged, facts: CHECK_BROKE };
+          try {
+            const output_checks = checks.map((c) => c.check(value));
+            judgement = session.observe({ ...observation, facts: { result: "returned", output_checks } as Facts });
+          } catch (e) {
+            lastError = e;
+            judgement = session.observe(observation);
+          }
+        }
       } else {
         succeeded = false;
         lastResult = undefined;

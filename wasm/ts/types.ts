@@ -436,7 +436,7 @@ export interface Facts {
   /** An outcome the error carries explicitly, or the classify hook's answer. */
   outcome?: Outcome;
   /** For a dispatch that returned: the verdict of each output check the host ran (docs/REPAIR.md). */
-  output_checks?: OutputCheck[];
+  output_checks?: OutputVerdict[];
   /** The provider family whose tables apply; a session takes it from the planned route. */
   provider_family?: ProviderFamily;
   /** Response bytes reached the caller before the failure. */
@@ -802,7 +802,7 @@ export interface Defect {
 }
 
 /** One check's verdict, as a host passes it in the facts' `output_checks`. */
-export interface OutputCheck {
+export interface OutputVerdict {
   defects?: Defect[];
   kind: CheckKind;
   validator: string;

@@ -1,0 +1,109 @@
+/**
+ * Output checks: validators the driver runs on what `dispatch` returned
+ * (docs/REPAIR.md). A check turns an output into a verdict
+ * (`{kind, validator, verdict, defects?}`) and the core judges the verdicts:
+ * a failed `refusal` is `policy_denied` (non-retryable, never a fallback),
+ * any other failed check `invalid_output`. Pass them as `checks: [...]` to
+ * `runWithPolicy` and the integrations.
+ *
+ * - `outputCheck(fn, {validator})` wraps a plain function: `true` or
+ *   `undefined` passes, `false` fails, a string or an array of strings (or
+ *   of `{message, path}`) are the defects, a verdict object is taken as it
+ *   is; anything else is not a verdict (the core's `output_verdict_invalid`).
+ * - `schemaCheck(schema, {validator})` validates with any schema that has
+ *   zod's `safeParse` (`{success}` or `{success: false, error: {issues}}`);
+ *   JSON text is parsed first (`unparsable_json` when it does not parse).
+ *
+ * A check that throws, or whose verdict the core refuses, leaves the attempt
+ * unrecognized (recorded, never retried): the run rejects with that error
+ * as its cause.
+ */
+
+import type { CheckKind, Defect, OutputVerdict as Verdict } from "./types.js";
+
+/** A check: an id, what it looks at, and the verdict on an output. */
+export interface OutputCheck {
+  readonly validator: string;
+  readonly kind: CheckKind;
+  /** The verdict on `output` (the core decodes it strictly). */
+  check(output: unknown): Verdict;
+}
+
+/** What a plain check function may answer. */
+export type CheckAnswer = boolean | undefined | string | Array<string | Defect> | Partial<Verdict>;
+
+function verdictOf(got: unknown, kind: CheckKind, validator: string): Verdict {
+  if (got !== null && typeof got === "object" && !Array.isArray(got) && "verdict" in got) {
+    return { kind, validator, ...(got as Partial<Verdict>) } as Verdict;
+  }
+  if (got === true || got === undefined) return { kind, validator, verdict: "pass" };
+  if (got === false) return { kind, validator, verdict: "defects", defects: [{ message: `rejected by ${validator}` }] };
+  if (typeof got === "string") return { kind, validator, verdict: "defects", defects: [{ message: got }] };
+  if (Array.isArray(got)) {
+    if (got.length === 0) return { kind, validator, verdict: "pass" };
+    return { kind, validator, verdict: "defects", defects: got.map((d) => (typeof d === "string" ? { message: d } : (d as Defect))) };
+  }
+  // Not a verdict: passed on as it is, for the core to refuse with its code.
+  return { kind, validator, verdict: got as Verdict["verdict"] };
+}
+
+/** A plain function as a check (see the module's rules for its answers). */
+export function outputCheck(fn: (output: unknown) => unknown, options: { validator: string; kind?: CheckKind }): OutputCheck {
+  const kind = options.kind ?? "schema";
+  const validator = options.validator;
+  return { validator, kind, check: (output) => verdictOf(fn(output), kind, validator) };
+}
+
+/** The same check on `extract(output)` (the integrations run user validators on an answer's text this way). */
+export function checkOn(check: OutputCheck, extract: (output: unknown) => unknown): OutputCheck {
+  return { validator: check.validator, kind: check.kind, check: (output) => check.check(extract(output)) };
+}
+
+/** A schema with zod's `safeParse`. */
+export interface SafeParseSchema {
+  safeParse(value: unknown): { success: boolean; error?: { issues: ReadonlyArray<{ message: string; path: ReadonlyArray<PropertyKey> }> } | undefined };
+}
+
+function pointer(path: ReadonlyArray<PropertyKey>): string {
+  return path.length === 0 ? "" : `/${path.map((p) => String(p).replaceAll("~", "~0").replaceAll("/", "~1")).join("/")}`;
+}
+
+/** Validate an output (JSON text is parsed first) with a zod-style schema; its issues are the defects. */
+export function schemaCheck(schema: SafeParseSchema, options: { validator: string }): OutputCheck {
+  const validator = options.validator;
+  return {
+    validator,
+    kind: "schema",
+    check(output) {
+      let value = output;
+      if (typeof output === "string") {
+        try {
+          value = JSON.parse(output);
+        } catch (e) {
+          return { kind: "unparsable_json", validator, verdict: "defects", defects: [{ message: e instanceof Error ? e.message : String(e) }] };
+        }
+      }
+      const r = schema.safeParse(value);
+      if (r.success) return { kind: "schema", validator, verdict: "pass" };
+      const issues = r.error?.issues ?? [];
+      const defects = issues.map((i) => (i.path.length === 0 ? { message: i.message } : { message: i.message, path: pointer(i.path) }));
+      return { kind: "schema", validator, verdict: "defects", defects: defects.length > 0 ? defects : [{ message: `rejected by ${validator}` }] };
+    },
+  };
+}
+
+/** A failed verdict's defect, with the check's kind and validator (what `repair` receives). */
+export interface RepairDefect extends Defect {
+  kind: CheckKind;
+  validator: string;
+}
+
+/** The defects of the failed verdicts, each with its kind and validator. */
+export function defectsOf(verdicts: readonly Verdict[]): RepairDefect[] {
+  const out: RepairDefect[] = [];
+  for (const v of verdicts) {
+    if (v.verdict !== "defects") continue;
+    for (const d of v.defects ?? []) out.push({ kind: v.kind, validator: v.validator, ...d });
+  }
+  return out;
+}
