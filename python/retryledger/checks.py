@@ -25,7 +25,7 @@ its cause. The integrations add the built-in checks of their answers
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["OutputCheck", "function", "pydantic_model", "json_schema", "defects_of"]
 
@@ -143,3 +143,99 @@ def defects_of(verdicts: List[Verdict]) -> List[Dict[str, Any]]:
             for d in v.get("defects") or []:
                 out.append({"kind": v.get("kind"), "validator": v.get("validator"), **(d if isinstance(d, dict) else {"message": d})})
     return out
+
+
+# ---- the integrations' built-in checks ---------------------------------------
+
+#: What an SDK answer says, as the built-in checks read it: the refusal text
+#: (``None``: no refusal), why it was cut (``None``: it was not), its text
+#: content (``None``: none) and whether it carries other content (tool calls).
+AnswerParts = Callable[[Any], "tuple[Optional[str], Optional[str], Optional[str], bool]"]
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def answer_checks(
+    prefix: str, parts: AnswerParts, json_output: bool, validators: "Sequence[OutputCheck]"
+) -> List[OutputCheck]:
+    """The built-in checks of an SDK's answers (``refusal``, ``truncated``,
+    ``empty``, and ``unparsable_json`` when a JSON output was asked for),
+    then the user's validators run on the answer's text."""
+
+    def refusal(answer: Any) -> Any:
+        said = parts(answer)[0]
+        return True if said is None else [said or "refused"]
+
+    def truncated(answer: Any) -> Any:
+        why = parts(answer)[1]
+        return True if why is None else [why]
+
+    def empty(answer: Any) -> Any:
+        _, _, text, other = parts(answer)
+        return True if other or (text is not None and text.strip() != "") else ["the answer has no content"]
+
+    def unparsable(answer: Any) -> Any:
+        text = parts(answer)[2]
+        if text is None:
+            return True  # nothing to parse: `empty` says so
+        try:
+            json.loads(text)
+        except ValueError as e:
+            return [str(e)]
+        return True
+
+    out = [
+        OutputCheck(refusal, validator=f"{prefix}.refusal", kind="refusal"),
+        OutputCheck(truncated, validator=f"{prefix}.truncated", kind="truncated"),
+        OutputCheck(empty, validator=f"{prefix}.empty", kind="empty"),
+    ]
+    if json_output:
+        out.append(OutputCheck(unparsable, validator=f"{prefix}.json", kind="unparsable_json"))
+    out.extend(v.on(lambda answer: parts(answer)[2]) for v in validators)
+    return out
+
+
+def openai_parts(answer: Any) -> "tuple[Optional[str], Optional[str], Optional[str], bool]":
+    """A chat completion's or a response's refusal, cut, text and other content."""
+    choices = _get(answer, "choices")
+    if choices:
+        choice = choices[0]
+        message = _get(choice, "message")
+        refusal = _get(message, "refusal")
+        cut = "finish_reason: length" if _get(choice, "finish_reason") == "length" else None
+        return (refusal if refusal else None), cut, _get(message, "content"), bool(_get(message, "tool_calls"))
+    refusal = None
+    texts: List[str] = []
+    other = False
+    for item in _get(answer, "output") or []:
+        if _get(item, "type") == "message":
+            for part in _get(item, "content") or []:
+                kind = _get(part, "type")
+                if kind == "refusal":
+                    refusal = _get(part, "refusal") or "refused"
+                elif kind == "output_text":
+                    texts.append(_get(part, "text") or "")
+        else:
+            other = other or _get(item, "type") in ("function_call", "custom_tool_call")
+    details = _get(answer, "incomplete_details")
+    cut = None
+    if _get(answer, "status") == "incomplete" and _get(details, "reason") == "max_output_tokens":
+        cut = "incomplete: max_output_tokens"
+    return refusal, cut, ("".join(texts) if texts else None), other
+
+
+def anthropic_parts(answer: Any) -> "tuple[Optional[str], Optional[str], Optional[str], bool]":
+    """A message's refusal, cut, text and other content (``stop_reason``, content blocks)."""
+    stop = _get(answer, "stop_reason")
+    texts: List[str] = []
+    other = False
+    for block in _get(answer, "content") or []:
+        if _get(block, "type") == "text":
+            texts.append(_get(block, "text") or "")
+        elif _get(block, "type") == "tool_use":
+            other = True
+    refusal = "stop_reason: refusal" if stop == "refusal" else None
+    cut = "stop_reason: max_tokens" if stop == "max_tokens" else None
+    return refusal, cut, ("".join(texts) if texts else None), other
