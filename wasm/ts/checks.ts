@@ -107,3 +107,116 @@ export function defectsOf(verdicts: readonly Verdict[]): RepairDefect[] {
   }
   return out;
 }
+
+// ---------------------------------------------------------------- the integrations' built-in checks
+
+/**
+ * What an SDK answer says, as the built-in checks read it: the refusal text
+ * (`undefined`: no refusal), why it was cut (`undefined`: it was not), its
+ * text content (`undefined`: none) and whether it carries other content (tool calls).
+ */
+export interface AnswerParts {
+  refusal: string | undefined;
+  cut: string | undefined;
+  text: string | undefined;
+  other: boolean;
+}
+
+/** Options of the integrations' `answerChecks`. */
+export interface AnswerCheckOptions {
+  /** A JSON output was asked for: text that does not parse is `unparsable_json`. */
+  json?: boolean;
+  /** The user's checks, run on the answer's text. */
+  validators?: readonly OutputCheck[];
+}
+
+/** @internal The built-in checks of an SDK's answers, then the user's validators on the answer's text. */
+export function answerChecks(prefix: string, parts: (answer: unknown) => AnswerParts, options: AnswerCheckOptions = {}): OutputCheck[] {
+  const out: OutputCheck[] = [
+    outputCheck((a) => { const r = parts(a).refusal; return r === undefined ? true : [r === "" ? "refused" : r]; }, { validator: `${prefix}.refusal`, kind: "refusal" }),
+    outputCheck((a) => { const c = parts(a).cut; return c === undefined ? true : [c]; }, { validator: `${prefix}.truncated`, kind: "truncated" }),
+    outputCheck((a) => { const p = parts(a); return p.other || (p.text !== undefined && p.text.trim() !== "") ? true : ["the answer has no content"]; }, { validator: `${prefix}.empty`, kind: "empty" }),
+  ];
+  if (options.json === true) {
+    out.push(
+      outputCheck(
+        (a) => {
+          const text = parts(a).text;
+          if (text === undefined) return true; // nothing to parse: `empty` says so
+          try {
+            JSON.parse(text);
+            return true;
+          } catch (e) {
+            return [e instanceof Error ? e.message : String(e)];
+          }
+        },
+        { validator: `${prefix}.json`, kind: "unparsable_json" },
+      ),
+    );
+  }
+  for (const v of options.validators ?? []) out.push(checkOn(v, (a) => parts(a).text));
+  return out;
+}
+
+function field(o: unknown, name: string): unknown {
+  return o !== null && typeof o === "object" ? (o as Record<string, unknown>)[name] : undefined;
+}
+
+/** @internal A chat completion's or a response's refusal, cut, text and other content. */
+export function openaiAnswerParts(answer: unknown): AnswerParts {
+  const choices = field(answer, "choices");
+  if (Array.isArray(choices) && choices.length > 0) {
+    const choice = choices[0] as unknown;
+    const message = field(choice, "message");
+    const refusal = field(message, "refusal");
+    const content = field(message, "content");
+    const tools = field(message, "tool_calls");
+    return {
+      refusal: typeof refusal === "string" && refusal !== "" ? refusal : undefined,
+      cut: field(choice, "finish_reason") === "length" ? "finish_reason: length" : undefined,
+      text: typeof content === "string" ? content : undefined,
+      other: Array.isArray(tools) && tools.length > 0,
+    };
+  }
+  let refusal: string | undefined;
+  const texts: string[] = [];
+  let other = false;
+  const output = field(answer, "output");
+  for (const item of Array.isArray(output) ? output : []) {
+    const type = field(item, "type");
+    if (type === "message") {
+      const content = field(item, "content");
+      for (const part of Array.isArray(content) ? content : []) {
+        const kind = field(part, "type");
+        if (kind === "refusal") refusal = String(field(part, "refusal") ?? "refused");
+        else if (kind === "output_text") texts.push(String(field(part, "text") ?? ""));
+      }
+    } else if (type === "function_call" || type === "custom_tool_call") {
+      other = true;
+    }
+  }
+  const cut =
+    field(answer, "status") === "incomplete" && field(field(answer, "incomplete_details"), "reason") === "max_output_tokens"
+      ? "incomplete: max_output_tokens"
+      : undefined;
+  return { refusal, cut, text: texts.length > 0 ? texts.join("") : undefined, other };
+}
+
+/** @internal A message's refusal, cut, text and other content (`stop_reason`, content blocks). */
+export function anthropicAnswerParts(answer: unknown): AnswerParts {
+  const stop = field(answer, "stop_reason");
+  const texts: string[] = [];
+  let other = false;
+  const content = field(answer, "content");
+  for (const block of Array.isArray(content) ? content : []) {
+    const type = field(block, "type");
+    if (type === "text") texts.push(String(field(block, "text") ?? ""));
+    else if (type === "tool_use") other = true;
+  }
+  return {
+    refusal: stop === "refusal" ? "stop_reason: refusal" : undefined,
+    cut: stop === "max_tokens" ? "stop_reason: max_tokens" : undefined,
+    text: texts.length > 0 ? texts.join("") : undefined,
+    other,
+  };
+}
