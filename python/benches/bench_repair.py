@@ -101,7 +101,7 @@ def memory_pair(policy: Dict[str, Any]) -> Tuple[Callable[[], Any], Callable[[],
             compiled, lambda step: BAD if step.repair_ordinal == 0 else GOOD, KEY,
             checks=check, repair=lambda out, defects: request(defects),
         )
-        assert len(result.chain["links"]) == 2  # type: ignore[attr-defined]
+        assert result.chain is not None and len(result.chain["links"]) == 2
         return result
 
     return hand, driven

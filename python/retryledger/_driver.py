@@ -450,6 +450,12 @@ class _Sealed:
 
     _sealed: _core.Sealed
     _bundle: Optional[Dict[str, Any]] = None
+    #: Under repair (``repair=``): the ``retryledger.repair_chain.v1`` of the
+    #: request and its repairs so far, this run last (docs/REPAIR.md).
+    chain: Optional[Dict[str, Any]] = None
+    #: Under repair: why no further repair followed, when the core refused one
+    #: (``repair_over_budget``, ``repair_same_request``, ...).
+    repair_refused: Optional[RetryledgerError] = None
 
     @property
     def terminal(self) -> str:

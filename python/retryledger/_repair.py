@@ -92,7 +92,7 @@ class _Chain:
         """After a stopped run: the next repair's policy, key and request, or
         the reason there is none raised (the run's own error, or
         ``repair_function_failed``), carrying the chain."""
-        stopped.chain = self.document()  # type: ignore[attr-defined]
+        stopped.chain = self.document()
         last = stopped.bundle["attempts"]["attempts"]
         if stopped.terminal != "stop_non_retryable" or not last or last[-1]["outcome"].get("kind") != "invalid_output":
             raise stopped
@@ -118,6 +118,7 @@ class _Chain:
             policy = next_repair(self.links, digest, key_sha, started)
         except DriftError as no:
             if no.code in _NO_REPAIR:
+                stopped.repair_refused = no
                 raise stopped from no
             raise
         self.policy = Policy(policy)
@@ -157,7 +158,7 @@ def run_repaired(
             chain.advance(stopped, repair, seen)
             continue
         chain.add(result.bundle)
-        result.chain = chain.document()  # type: ignore[attr-defined]
+        result.chain = chain.document()
         return result
 
 
@@ -191,5 +192,5 @@ async def run_repaired_async(
             chain.advance(stopped, repair, seen)
             continue
         chain.add(result.bundle)
-        result.chain = chain.document()  # type: ignore[attr-defined]
+        result.chain = chain.document()
         return result

@@ -200,7 +200,8 @@ def test_a_repaired_request_reaches_the_server_as_a_new_request(serve: Any, sdk:
     # The same idempotency scope rules: the root's key, then the repair's own.
     assert first_key == KEY and second_key == f"{KEY}:repair:1"
     assert len(second_body["messages"]) == 2 and "/severity" in second_body["messages"][1]["content"]
-    chain: Dict[str, Any] = r.chain  # type: ignore[attr-defined]
+    assert r.chain is not None
+    chain: Dict[str, Any] = r.chain
     root, link = chain["links"]
     assert link["bundle"]["policy"]["logical_request_sha256"] == retryledger.request_sha256(fix(None, [{"path": "/severity", "message": "Field required"}]))
     assert link["bundle"]["policy"]["logical_request_sha256"] != root["bundle"]["policy"]["logical_request_sha256"]

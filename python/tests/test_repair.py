@@ -148,7 +148,8 @@ def test_one_repair_completes_under_its_own_request_and_key() -> None:
     assert (first.repair_ordinal, second.repair_ordinal) == (0, 1)
     assert first.request == request("summarize") and second.request == fix(MISSING, seen[0][1])
     assert second.idempotency_key == f"{KEY}:repair:1"
-    chain: Dict[str, Any] = result.chain  # type: ignore[attr-defined]
+    assert result.chain is not None
+    chain: Dict[str, Any] = result.chain
     root, link = chain["links"]
     assert link["parent_request_sha256"] == root["bundle"]["policy"]["logical_request_sha256"]
     assert link["bundle"]["policy"]["logical_request_sha256"] == retryledger.request_sha256(second.request)
@@ -165,7 +166,9 @@ def test_repairs_stop_at_max_repairs_and_the_chain_says_so() -> None:
     error = stopped(repaired_policy(max_repairs=1), script, checks=[checks.pydantic_model(Summary)], repair=fix)
     assert error.code == "stop_non_retryable" and len(script.steps) == 2
     assert isinstance(error.__cause__, retryledger.DriftError) and error.__cause__.code == "repair_over_budget"
-    chain: Dict[str, Any] = error.chain  # type: ignore[attr-defined]
+    assert error.repair_refused is error.__cause__
+    assert error.chain is not None
+    chain: Dict[str, Any] = error.chain
     assert [link.get("repair_ordinal") for link in chain["links"]] == [None, 1]
     assert retryledger.verify_repair_chain(chain)["kind"] == "verified"
 
@@ -232,4 +235,5 @@ def test_the_async_driver_repairs_too() -> None:
         )
     )
     assert result.value == GOOD and [s.repair_ordinal for s in steps] == [0, 1]
-    assert retryledger.verify_repair_chain(result.chain)["repairs"] == 1  # type: ignore[attr-defined]
+    assert result.chain is not None
+    assert retryledger.verify_repair_chain(result.chain)["repairs"] == 1

@@ -27,7 +27,7 @@ import type { Fleet } from "./fleet.js";
 import { callHook, copied, plannedSleep, type RunHooks } from "./hooks.js";
 import type { OutputCheck, RepairDefect } from "./checks.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
-import type { Attempt, Bundle, DispatchDecision, Facts, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
+import type { Attempt, Bundle, DispatchDecision, Facts, Judgement, RepairChain, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -169,6 +169,8 @@ export interface RunResult<T> {
   readonly bundle: Bundle;
   /** The sealed run: receipt digest and canonical bundle JSON too. */
   readonly sealed: Sealed;
+  /** Under repair: the `retryledger.repair_chain.v1` of the request and its repairs, this run last (docs/REPAIR.md). */
+  readonly chain?: RepairChain;
 }
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;

@@ -112,7 +112,7 @@ export async function runRepaired<T>(
         derived = nextRepair(links, digest, keySha, at);
       } catch (no) {
         if (no instanceof DriftError && NO_REPAIR.has(no.code)) {
-          Object.defineProperty(stopped, "repairRefused", { value: no, enumerable: false });
+          stopped.repairRefused = no;
           throw stopped;
         }
         throw no;
