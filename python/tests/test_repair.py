@@ -237,3 +237,21 @@ def test_the_async_driver_repairs_too() -> None:
     assert result.value == GOOD and [s.repair_ordinal for s in steps] == [0, 1]
     assert result.chain is not None
     assert retryledger.verify_repair_chain(result.chain)["repairs"] == 1
+
+
+def test_the_decorator_takes_checks_and_repair() -> None:
+    clock = FakeClock()
+    answers = iter([MISSING, GOOD])
+    receipts: List[Dict[str, Any]] = []
+
+    @retryledger.retry(
+        repaired_policy(), idempotency_key=KEY, clock=clock, sleep=clock.sleep,
+        checks=[checks.pydantic_model(Summary)], repair=fix, on_terminal=receipts.append,
+    )
+    def summarize(step: retryledger.Step) -> str:
+        return next(answers)
+
+    result = summarize.run()
+    assert result.value == GOOD and result.chain is not None
+    assert [link["bundle"]["receipt"] for link in result.chain["links"]] == receipts
+    assert retryledger.verify_repair_chain(result.chain)["kind"] == "verified"
