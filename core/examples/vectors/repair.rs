@@ -16,6 +16,7 @@ use retryledger_core::session::Session;
 use serde_json::{json, Value};
 
 use crate::common::{id, policy_with, set, t};
+use crate::drivers::KEY as DRIVER_KEY;
 use crate::family::Family;
 
 fn defects(kind: &str, validator: &str, messages: &[&str]) -> Value {
@@ -116,6 +117,17 @@ fn repaired(links: &mut Vec<Value>, script: &[(Value, Option<u64>)]) {
         "repair_ordinal": n,
         "started_at_ms": started,
     }));
+}
+
+/// A `drive` case's input (as `drivers.json` has them; not cancellable, no classify hook).
+fn f_drive_input(policy: &str, script: Vec<Value>) -> Vec<(&'static str, Value)> {
+    vec![
+        ("cancellable", json!(false)),
+        ("idempotency_key", json!(DRIVER_KEY)),
+        ("now_unix_ms", json!(crate::common::NOW)),
+        ("policy", json!(policy)),
+        ("script", json!(script)),
+    ]
 }
 
 fn chain(links: &[Value]) -> String {
@@ -724,6 +736,20 @@ pub fn family() -> Family {
         vec![("chain", json!(chain(&too_many)))],
         "too_many_items",
     );
+    // ---- the drivers with an output check (replayed by both drivers) ---------
+    let driven = t(&policy_with(&[("/idempotency_key_sha256", json!(id(DRIVER_KEY)))]));
+    let answer = |verdict: Value| json!({"duration_ms": 40, "returns": "{}", "verdict": verdict});
+    let unavailable = json!({"duration_ms": 30, "raises": {"types": ["APIStatusError", "APIError"], "status": 503}});
+    for (name, script, want) in [
+        ("drive_output_check_passes", vec![answer(pass("schema", "script"))], "completed"),
+        ("drive_output_invalid_stops", vec![answer(defects("schema", "script", &["/severity: required"]))], "output_check"),
+        ("drive_refusal_never_falls_back", vec![answer(defects("refusal", "script", &["I can't help with that."]))], "policy_denied"),
+        ("drive_retry_then_invalid_output", vec![unavailable.clone(), answer(defects("empty", "script", &["no content"]))], "invalid_output"),
+        ("drive_verdict_not_one_is_unrecognized", vec![answer(json!({"kind": "schema", "validator": "script", "verdict": "maybe"}))], "UnrecognizedDispatchError"),
+    ] {
+        let input = f_drive_input(&driven, script);
+        f.add(name, "drive", input, want);
+    }
     f.add(
         "chain_schema_mismatch",
         "verify_repair_chain",
