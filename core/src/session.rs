@@ -452,7 +452,12 @@ impl Session {
             judgement.outcome,
             stream,
             crate::observe::injected(facts),
-        )?;
+        );
+        // A drift leaves the session as it was: no check held for a later attempt.
+        if action.is_err() {
+            self.notes.output_check = None;
+        }
+        let action = action?;
         if mode.is_some() {
             judgement.stream = Some(action);
         }

@@ -110,14 +110,14 @@ pub fn drive(input: &Value) -> Value {
             match step.get("verdict") {
                 // The host's output check answered this verdict (docs/REPAIR.md):
                 // the core decodes it, or the answer is unrecognized.
-                Some(verdict) => from_value::<Facts>(
-                    json!({"result": "returned", "output_checks": [verdict]}),
-                )
-                .unwrap_or_else(|_| {
-                    let mut f = Facts::raised();
-                    f.error_types = vec!["OutputCheckError".into()];
-                    f
-                }),
+                Some(verdict) => {
+                    from_value::<Facts>(json!({"result": "returned", "output_checks": [verdict]}))
+                        .unwrap_or_else(|_| {
+                            let mut f = Facts::raised();
+                            f.error_types = vec!["OutputCheckError".into()];
+                            f
+                        })
+                }
                 None => Facts::returned(),
             }
         } else {

@@ -737,15 +737,51 @@ pub fn family() -> Family {
         "too_many_items",
     );
     // ---- the drivers with an output check (replayed by both drivers) ---------
-    let driven = t(&policy_with(&[("/idempotency_key_sha256", json!(id(DRIVER_KEY)))]));
+    let driven = t(&policy_with(&[(
+        "/idempotency_key_sha256",
+        json!(id(DRIVER_KEY)),
+    )]));
     let answer = |verdict: Value| json!({"duration_ms": 40, "returns": "{}", "verdict": verdict});
     let unavailable = json!({"duration_ms": 30, "raises": {"types": ["APIStatusError", "APIError"], "status": 503}});
     for (name, script, want) in [
-        ("drive_output_check_passes", vec![answer(pass("schema", "script"))], "completed"),
-        ("drive_output_invalid_stops", vec![answer(defects("schema", "script", &["/severity: required"]))], "output_check"),
-        ("drive_refusal_never_falls_back", vec![answer(defects("refusal", "script", &["I can't help with that."]))], "policy_denied"),
-        ("drive_retry_then_invalid_output", vec![unavailable.clone(), answer(defects("empty", "script", &["no content"]))], "invalid_output"),
-        ("drive_verdict_not_one_is_unrecognized", vec![answer(json!({"kind": "schema", "validator": "script", "verdict": "maybe"}))], "UnrecognizedDispatchError"),
+        (
+            "drive_output_check_passes",
+            vec![answer(pass("schema", "script"))],
+            "completed",
+        ),
+        (
+            "drive_output_invalid_stops",
+            vec![answer(defects(
+                "schema",
+                "script",
+                &["/severity: required"],
+            ))],
+            "output_check",
+        ),
+        (
+            "drive_refusal_never_falls_back",
+            vec![answer(defects(
+                "refusal",
+                "script",
+                &["I can't help with that."],
+            ))],
+            "policy_denied",
+        ),
+        (
+            "drive_retry_then_invalid_output",
+            vec![
+                unavailable.clone(),
+                answer(defects("empty", "script", &["no content"])),
+            ],
+            "invalid_output",
+        ),
+        (
+            "drive_verdict_not_one_is_unrecognized",
+            vec![answer(
+                json!({"kind": "schema", "validator": "script", "verdict": "maybe"}),
+            )],
+            "UnrecognizedDispatchError",
+        ),
     ] {
         let input = f_drive_input(&driven, script);
         f.add(name, "drive", input, want);
