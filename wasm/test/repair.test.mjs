@@ -195,3 +195,22 @@ for (const [name, repair] of /** @type {[string, (o: unknown, d: unknown) => unk
     assert.equal(verifyRepairChain(/** @type {any} */ (err).chain).kind, "verified");
   });
 }
+
+test("a JSON Schema failure through ajv (its compiled validator) is invalid_output", async () => {
+  // ajv is in node_modules as a dependency of fastify (the receiver's tests).
+  const Ajv = /** @type {any} */ ((await import("ajv")).default);
+  const ajv = new Ajv({ allErrors: true });
+  const validate = ajv.compile({ type: "object", required: ["title", "severity"], properties: { title: { type: "string" }, severity: { type: "integer" } } });
+  const check = rl.ajvCheck(validate, { validator: "summary-schema" });
+  assert.deepEqual(check.check(GOOD), { kind: "schema", validator: "summary-schema", verdict: "pass" });
+  assert.equal(check.check('{"title": ').kind, "unparsable_json");
+  const err = await run(referencePolicy(), script('{"title":"x","severity":"high"}').dispatch, { checks: [check] }).catch((e) => /** @type {any} */ (e));
+  assert.equal(err.code, "stop_non_retryable");
+  const attempt = err.bundle.attempts.attempts[0];
+  assert.deepEqual(attempt.output_check, {
+    defect_count: 1,
+    defects_sha256: defectsSha256([{ message: "must be integer", path: "/severity" }]),
+    kind: "schema",
+    validator: "summary-schema",
+  });
+});

@@ -102,7 +102,18 @@ export {
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 export { HookWarning, type PlannedSleep, type RunHooks } from "./hooks.js";
-export { checkOn, defectsOf, outputCheck, schemaCheck, type CheckAnswer, type OutputCheck, type RepairDefect, type SafeParseSchema } from "./checks.js";
+export {
+  ajvCheck,
+  checkOn,
+  defectsOf,
+  outputCheck,
+  schemaCheck,
+  type CheckAnswer,
+  type CompiledValidator,
+  type OutputCheck,
+  type RepairDefect,
+  type SafeParseSchema,
+} from "./checks.js";
 export type { WithChain } from "./repair.js";
 export * from "./tables.js";
 export {

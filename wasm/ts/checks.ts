@@ -92,6 +92,38 @@ export function schemaCheck(schema: SafeParseSchema, options: { validator: strin
   };
 }
 
+/** A compiled JSON Schema validator with ajv's contract: returns whether the data is valid, and leaves its `errors`. */
+export interface CompiledValidator {
+  (data: unknown): boolean | PromiseLike<unknown>;
+  errors?: ReadonlyArray<{ instancePath?: string; message?: string }> | null;
+}
+
+/** Validate an output (JSON text is parsed first) with a compiled JSON Schema validator (`ajv.compile(schema)`); its errors are the defects. */
+export function ajvCheck(validate: CompiledValidator, options: { validator: string }): OutputCheck {
+  const validator = options.validator;
+  return {
+    validator,
+    kind: "schema",
+    check(output) {
+      let value = output;
+      if (typeof output === "string") {
+        try {
+          value = JSON.parse(output);
+        } catch (e) {
+          return { kind: "unparsable_json", validator, verdict: "defects", defects: [{ message: e instanceof Error ? e.message : String(e) }] };
+        }
+      }
+      const ok = validate(value);
+      if (typeof ok !== "boolean") throw new TypeError("ajvCheck takes a synchronous validator (no $async schema)");
+      if (ok) return { kind: "schema", validator, verdict: "pass" };
+      const defects = (validate.errors ?? []).map((e) =>
+        e.instancePath !== undefined && e.instancePath !== "" ? { message: e.message ?? "invalid", path: e.instancePath } : { message: e.message ?? "invalid" },
+      );
+      return { kind: "schema", validator, verdict: "defects", defects: defects.length > 0 ? defects : [{ message: `rejected by ${validator}` }] };
+    },
+  };
+}
+
 /** A failed verdict's defect, with the check's kind and validator (what `repair` receives). */
 export interface RepairDefect extends Defect {
   kind: CheckKind;
