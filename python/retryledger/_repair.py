@@ -10,6 +10,7 @@ decides whether a repair may follow at all. Nothing here decides a budget.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from ._api import Policy, idempotency_key_sha256, next_repair, request_sha256
@@ -88,27 +89,34 @@ class _Chain:
 
         return with_request
 
-    def advance(self, stopped: RunStoppedError, repair: Repair, seen: _Seen) -> None:
-        """After a stopped run: the next repair's policy, key and request, or
-        the reason there is none raised (the run's own error, or
-        ``repair_function_failed``), carrying the chain."""
+    def repairable(self, stopped: RunStoppedError) -> None:
+        """After a stopped run: raise it (carrying the chain) unless it
+        stopped on invalid output, the only terminal a repair may follow."""
         stopped.chain = self.document()
         last = stopped.bundle["attempts"]["attempts"]
         if stopped.terminal != "stop_non_retryable" or not last or last[-1]["outcome"].get("kind") != "invalid_output":
             raise stopped
+
+    def failed(self, exc: BaseException) -> DecodeError:
+        """``repair_function_failed`` for a repair function that raised or
+        returned a request that cannot be canonicalized, carrying the chain."""
+        error = DecodeError(
+            "repair_function_failed",
+            f"the repair function failed: {type(exc).__name__}: {exc}"
+            if not isinstance(exc, RetryledgerError)
+            else f"the repair function returned a request that cannot be canonicalized: {exc}",
+            "/repair",
+        )
+        error.chain = self.document()  # type: ignore[attr-defined]
+        return error
+
+    def advance(self, stopped: RunStoppedError, request: Any) -> None:
+        """The next repair's policy, key and request, or the reason there is
+        none raised (the run's own error, with ``repair_refused``)."""
         try:
-            request = repair(seen.output, defects_of(seen.verdicts))
             digest = request_sha256(request)
-        except Exception as exc:
-            error = DecodeError(
-                "repair_function_failed",
-                f"the repair function failed: {type(exc).__name__}: {exc}"
-                if not isinstance(exc, RetryledgerError)
-                else f"the repair function returned a request that cannot be canonicalized: {exc}",
-                "/repair",
-            )
-            error.chain = self.document()  # type: ignore[attr-defined]
-            raise error from exc
+        except RetryledgerError as exc:
+            raise self.failed(exc) from exc
         ordinal = self.ordinal + 1
         key = f"{self.root_key}:repair:{ordinal}"
         tenant, operation = self.scope if self.scope is not None else (None, None)
@@ -155,7 +163,12 @@ def run_repaired(
             )
         except RunStoppedError as stopped:
             chain.add(stopped.bundle)
-            chain.advance(stopped, repair, seen)
+            chain.repairable(stopped)
+            try:
+                request = repair(seen.output, defects_of(seen.verdicts))
+            except Exception as exc:
+                raise chain.failed(exc) from exc
+            chain.advance(stopped, request)
             continue
         chain.add(result.bundle)
         result.chain = chain.document()
@@ -189,7 +202,14 @@ async def run_repaired_async(
             )
         except RunStoppedError as stopped:
             chain.add(stopped.bundle)
-            chain.advance(stopped, repair, seen)
+            chain.repairable(stopped)
+            try:
+                request = repair(seen.output, defects_of(seen.verdicts))
+                if inspect.isawaitable(request):  # an async repair function
+                    request = await request
+            except Exception as exc:
+                raise chain.failed(exc) from exc
+            chain.advance(stopped, request)
             continue
         chain.add(result.bundle)
         result.chain = chain.document()

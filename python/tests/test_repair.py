@@ -216,7 +216,7 @@ def test_a_repair_function_that_fails_is_a_coded_error_with_the_chain(repair: An
     assert retryledger.verify_repair_chain(chain)["kind"] == "verified"
 
 
-def test_the_async_driver_repairs_too() -> None:
+def test_the_async_driver_repairs_too_with_an_async_repair_function() -> None:
     clock = FakeClock()
     answers = [MISSING, GOOD]
     steps: List[retryledger.Step] = []
@@ -228,10 +228,14 @@ def test_the_async_driver_repairs_too() -> None:
     async def sleep(ms: float) -> None:
         clock.sleep(ms)
 
+    async def repair(output: Any, defects: List[Dict[str, Any]]) -> Dict[str, Any]:
+        await asyncio.sleep(0)
+        return fix(output, defects)
+
     result = asyncio.run(
         retryledger.run_async(
             repaired_policy(), dispatch, KEY, clock=clock, sleep=sleep,
-            checks=[checks.pydantic_model(Summary)], repair=fix,
+            checks=[checks.pydantic_model(Summary)], repair=repair,
         )
     )
     assert result.value == GOOD and [s.repair_ordinal for s in steps] == [0, 1]
