@@ -47,6 +47,8 @@ for path in sorted((ROOT / "tests" / "vectors").glob("*.json")):
                     bytes([family]) + struct.pack("<H", (status - 100) % 500) + struct.pack("<I", 60_000)
                     + enc(facts["error_body"]) + b"\0" + enc(head),
                 )
+        elif op == "verify_repair_chain":
+            put("repair_chain", enc(inp["chain"]))
         elif op in ("canonical_request", "request_sha256"):
             put("request", enc(inp["request"]))
         elif op == "build_policy":

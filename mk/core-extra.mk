@@ -11,7 +11,7 @@ BENCH_TARGETS += bench-core
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := decode_policy decode_attempts decode_bundle decode_observation \
 	retry_after plan_next evaluate verify_bundle digest \
-	judge request build_policy price_cost provider_body journal idempotency admission_observe
+	judge request build_policy price_cost provider_body journal idempotency admission_observe repair_chain
 PROPERTY_CASES ?= 10000
 
 .PHONY: vectors vectors-check properties fuzz fuzz-setup bench-core

@@ -45,6 +45,7 @@ test-python: python-build setup-redis setup-postgres setup-temporal ## The pip p
 bench-python: python-build setup-redis setup-postgres setup-temporal ## Sync driver vs tenacity, stamina, backoff and a bare loop (CPU and wall per call), into docs/BENCHMARKS.md.
 	$(VENV_PY) python/benches/bench_driver.py --write docs/BENCHMARKS.md
 	$(VENV_PY) python/benches/bench_stream.py --write docs/BENCHMARKS.md
+	$(VENV_PY) python/benches/bench_repair.py --write docs/BENCHMARKS.md
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_fleet.py --write docs/BENCHMARKS.md
 	tests/servers/with-redis.sh $(VENV_PY) python/benches/bench_admission.py --write docs/BENCHMARKS.md
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_stores.py --write docs/BENCHMARKS.md

@@ -108,3 +108,4 @@ bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis setup-postgres ## Dr
 	cd wasm && ../tests/servers/with-postgres.sh node bench/stores.mjs --write ../docs/BENCHMARKS.md
 	cd wasm && ../tests/servers/with-postgres.sh node bench/journal.mjs --write ../docs/BENCHMARKS.md
 	cd wasm && node bench/hedge.mjs --write ../docs/BENCHMARKS.md
+	cd wasm && node bench/repair.mjs --write ../docs/BENCHMARKS.md

@@ -15,7 +15,10 @@ decoding. Cases whose expected result is a decoding error (`invalid_json`,
 skipped, never as passed; decode.json, retry_after.json and
 classify_http.json are not read. Nor is hedge.json: hedged runs (overlapping
 attempts, docs/HEDGING.md) have their own replay rules, which this script
-does not implement; it prints that it skips the file.
+does not implement; it prints that it skips the file. Of repair.json only the runs are
+replayed (plan, evaluate, verify): output checks judged from facts, the
+repair section and repair chains are specified in docs/REPAIR.md, not
+docs/REPLAY.md (the Rust, Node and Python vector tests replay them).
 
 Usage: python3 tests/replay_from_spec.py tests/vectors
 """
@@ -337,6 +340,10 @@ class Run:
             raise drift("early_start", "started_at_ms")
         if "reconciled" in a and RECONCILED_OUTCOME[a["reconciled"]] != a["outcome"]:
             raise drift("reconciliation_drift", "reconciled")
+        if "output_check" in a:
+            kind = "policy_denied" if a["output_check"]["kind"] == "refusal" else "invalid_output"
+            if a["outcome"] != {"class": "non_retryable", "kind": kind}:
+                raise drift("output_check_drift", "output_check")
         if a["completed_at_ms"] < a["started_at_ms"]:
             raise drift("completed_before_started", "completed_at_ms")
         return d
@@ -764,7 +771,11 @@ def check_spec(root):
     return len(examples) - failed, failed
 
 
-FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage", "faults"]
+FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage", "faults", "repair"]
+# repair.json: only its runs (plan, evaluate, verify: the output_check rule,
+# a refusal that stops without a fallback); output checks judged from facts,
+# the repair section and repair chains are docs/REPAIR.md's, not this page's.
+FAMILY_OPS = {"repair": {"plan_next", "evaluate", "verify_bundle"}}
 # Ops this script implements; a family's other cases (sessions) are skipped.
 OPS = {"validate_policy", "plan_next", "evaluate", "verify_bundle", "digest"}
 
@@ -778,7 +789,7 @@ def main(directory):
         passed = skipped = failed = draws = 0
         for case in vectors["cases"]:
             want = case["expect"]
-            if "error" in want and want["error"]["code"] in DECODE_CODES or case["op"] not in OPS:
+            if "error" in want and want["error"]["code"] in DECODE_CODES or case["op"] not in FAMILY_OPS.get(family, OPS):
                 skipped += 1
                 continue
             try:

@@ -20,6 +20,41 @@ fn out<T: Encode>(value: &T) -> String {
     canonical_json(value)
 }
 
+/// `next_repair`: the policy of the next repair of a chain
+/// ([`crate::repair::next_repair`]): `links_json` is a JSON array of
+/// `retryledger.repair_chain.v1` links (the root run first).
+pub fn next_repair(
+    links_json: &str,
+    request_sha256: &str,
+    idempotency_key_sha256: &str,
+    started_at_ms: u64,
+) -> Result<String> {
+    let chain = from_str::<crate::repair::RepairChain>(&format!(
+        "{{\"links\":{links_json},\"schema\":\"retryledger.repair_chain.v1\"}}"
+    ))?;
+    let digest = |name: &str, v: &str| {
+        crate::ids::Sha256Hex::parse(v)
+            .map_err(|m| Error::at(ErrorCode::InvalidDigest, format!("/{name}"), m))
+    };
+    let policy = crate::repair::next_repair(
+        &chain.links,
+        &digest("request_sha256", request_sha256)?,
+        &digest("idempotency_key_sha256", idempotency_key_sha256)?,
+        started_at_ms,
+    )?;
+    Ok(out(&policy))
+}
+
+/// `verify_repair_chain`: replay a `retryledger.repair_chain.v1`
+/// ([`crate::repair::verify_chain`]).
+pub fn verify_repair_chain(chain_json: &str) -> Result<String> {
+    let chain = crate::decode::from_str_within::<crate::repair::RepairChain>(
+        chain_json,
+        crate::limits::MAX_BUNDLE_BYTES,
+    )?;
+    Ok(out(&crate::repair::verify_chain(&chain)?))
+}
+
 /// Decode and validate a policy.
 pub fn compile_policy(policy_json: &str) -> Result<CompiledPolicy> {
     compile(from_str::<Policy>(policy_json)?)

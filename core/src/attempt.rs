@@ -77,6 +77,9 @@ pub struct Attempt {
     pub ordinal: u64,
     /// The observed outcome.
     pub outcome: Outcome,
+    /// The failed output check that decided the outcome
+    /// ([`crate::output`]); absent otherwise, so existing digests are unchanged.
+    pub output_check: Option<crate::output::OutputCheckRecord>,
     /// How a recovered run learned the outcome from the receiver by
     /// idempotency key ([`crate::journal`]); absent for an attempt observed
     /// directly, so existing digests are unchanged.
@@ -123,6 +126,7 @@ object!(Attempt {
     logical_request_sha256: doc,
     ordinal: u64,
     outcome: doc,
+    output_check: opt_doc,
     reconciled: opt_doc,
     request_body_sha256: opt_doc,
     route_id: doc,

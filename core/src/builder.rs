@@ -272,6 +272,7 @@ pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolic
         max_data_boundary: spec.max_data_boundary,
         max_total_attempts: spec.max_total_attempts,
         max_total_cost: spec.max_total_cost,
+        repair: None,
         requirements: spec.requirements,
         retry_owner: RetryOwner::Harness,
         routes,

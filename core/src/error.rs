@@ -103,6 +103,13 @@ codes! {
     InvalidIdentifier => "invalid_identifier", Decode;
     /// A set-valued array repeats an item.
     DuplicateSetItem => "duplicate_set_item", Decode;
+    /// An output check whose verdict is not one (`pass` with defects,
+    /// `defects` without any, an unknown check kind or verdict).
+    OutputVerdictInvalid => "output_verdict_invalid", Decode;
+    /// An output check with more defects, or longer ones, than its bounds.
+    OutputDefectsOverBound => "output_defects_over_bound", Decode;
+    /// A repair function failed (it raised, or returned a request that cannot be canonicalized).
+    RepairFunctionFailed => "repair_function_failed", Decode;
 
     /// The retry owner is not the harness.
     RetryOwnerNotHarness => "retry_owner_not_harness", Policy;
@@ -244,6 +251,18 @@ codes! {
     HedgeLossDrift => "hedge_loss_drift", Drift;
     /// A cancelled loser charged otherwise than the policy says.
     HedgeChargeDrift => "hedge_charge_drift", Drift;
+    /// An attempt's recorded output check does not stand for its outcome.
+    OutputCheckDrift => "output_check_drift", Drift;
+    /// A repair beyond the policy's `max_repairs` or its share of the cost budget.
+    RepairOverBudget => "repair_over_budget", Drift;
+    /// A repair after a run whose terminal is not an `invalid_output` stop.
+    RepairAfterTerminal => "repair_after_terminal", Drift;
+    /// A repair whose logical request is its parent's.
+    RepairSameRequest => "repair_same_request", Drift;
+    /// A repair link that is not the next one of its chain (parent, ordinal, policy).
+    RepairChainDrift => "repair_chain_drift", Drift;
+    /// A repair under a policy without a `repair` section.
+    RepairNotAllowed => "repair_not_allowed", Drift;
 
     /// A sealed receipt differs from the replayed one.
     ReceiptMismatch => "receipt_mismatch", Receipt;

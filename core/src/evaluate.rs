@@ -861,6 +861,17 @@ impl Run {
                 "a reconciled attempt's outcome is the one its answer stands for".into(),
             );
         }
+        if a.output_check
+            .as_ref()
+            .is_some_and(|c| crate::output::outcome_of(c.kind) != a.outcome)
+        {
+            return drift(
+                ErrorCode::OutputCheckDrift,
+                "output_check",
+                "an attempt's output check stands for its outcome (crate::output::OUTPUT_CHECKS)"
+                    .into(),
+            );
+        }
         if a.completed_at_ms < a.started_at_ms {
             return drift(
                 ErrorCode::CompletedBeforeStarted,

@@ -1280,6 +1280,7 @@ pub fn recover(
         hedge: None,
         idempotency_key_sha256: planned.idempotency_key_sha256.clone(),
         injected_fault: None,
+        output_check: None,
         jitter_sample_ms: planned.jitter_sample_ms,
         logical_request_sha256: planned.logical_request_sha256.clone(),
         ordinal: planned.ordinal,

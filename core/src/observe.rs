@@ -8,7 +8,10 @@
 //! [`judge`], in a fixed order of [`Rule`]s:
 //!
 //! 1. `returned`: the dispatch returned a value: success (a stream only
-//!    with its terminal event and no protocol violation).
+//!    with its terminal event and no protocol violation), unless an output
+//!    check failed: then `output_check` decides by
+//!    [`crate::output::OUTPUT_CHECKS`] (a refusal is `policy_denied`, any
+//!    other failed check `invalid_output`).
 //! 2. `explicit`: the error carries an outcome (an `AttemptError`, or the
 //!    host's classify hook). A raised error is never a success, so an explicit
 //!    success is ignored and the next rules decide.
@@ -216,6 +219,9 @@ pub struct Facts {
     pub now_unix_ms: u64,
     /// An outcome the error carries explicitly.
     pub outcome: Option<Outcome>,
+    /// The verdicts of the output checks the host ran on a returned answer
+    /// ([`crate::output`]).
+    pub output_checks: Vec<crate::output::OutputCheck>,
     /// The provider family whose tables apply ([`crate::provider`]); a
     /// session takes it from the planned route when the route names one.
     pub provider_family: Option<ProviderFamily>,
@@ -252,6 +258,7 @@ impl Facts {
             headers: Vec::new(),
             now_unix_ms: 0,
             outcome: None,
+            output_checks: Vec::new(),
             provider_family: None,
             response_bytes_received: false,
             result,
@@ -267,6 +274,8 @@ impl Facts {
 pub enum Rule {
     /// The dispatch returned a value.
     Returned,
+    /// The dispatch returned a value an output check failed.
+    OutputCheck,
     /// The error carried an outcome.
     Explicit,
     /// The caller cancelled during the attempt.
@@ -291,6 +300,7 @@ pub enum Rule {
 
 names!(Rule {
     Returned => "returned",
+    OutputCheck => "output_check",
     Explicit => "explicit",
     Cancelled => "cancelled",
     StreamViolation => "stream_violation",
@@ -373,6 +383,9 @@ pub(crate) fn judge_at(facts: &Facts, deadline_passed: bool) -> Result<Judgement
     // A stream is complete only with the provider's terminal event.
     let complete = stream.is_none_or(|s| s.terminal_event && s.violation.is_none());
     if facts.result == Returned::Returned && complete {
+        if let Some((o, _)) = crate::output::judge_checks(&facts.output_checks) {
+            return decided(o, Rule::OutputCheck);
+        }
         return decided(Outcome::Success, Rule::Returned);
     }
     if let Some(o) = facts.outcome {
@@ -530,6 +543,7 @@ impl Decode for Facts {
         let headers = f.opt_with("headers", |v, at| decode_list::<Header>(v, at, MAX_HEADERS));
         let now_unix_ms = f.opt("now_unix_ms");
         let outcome = f.opt("outcome");
+        let output_checks = f.opt_with("output_checks", crate::output::decode_checks);
         let provider_family = f.opt("provider_family");
         let response_bytes_received = f.opt("response_bytes_received");
         let result = f.req("result");
@@ -562,6 +576,7 @@ impl Decode for Facts {
                 .collect(),
             now_unix_ms: now_unix_ms.unwrap_or(0),
             outcome,
+            output_checks: output_checks.unwrap_or_default(),
             provider_family,
             response_bytes_received: response_bytes_received.unwrap_or(false),
             result,
@@ -602,6 +617,9 @@ impl Encode for Facts {
             o.u64("now_unix_ms", self.now_unix_ms);
         }
         o.opt_doc("outcome", self.outcome.as_ref());
+        if !self.output_checks.is_empty() {
+            o.list("output_checks", &self.output_checks);
+        }
         o.opt_doc("provider_family", self.provider_family.as_ref());
         if self.response_bytes_received {
             o.bool("response_bytes_received", true);

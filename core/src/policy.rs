@@ -257,6 +257,9 @@ pub struct Policy {
     pub max_total_attempts: u64,
     /// Cost allowed across all attempts.
     pub max_total_cost: u64,
+    /// Bounded semantic repair after an `invalid_output` stop
+    /// ([`crate::repair`]); absent: no repair.
+    pub repair: Option<crate::repair::RepairPolicy>,
     /// The capability contract of the request.
     pub requirements: Capabilities,
     /// The retry owner; must be `harness`.
@@ -315,6 +318,7 @@ object!(Policy {
     max_data_boundary: doc,
     max_total_attempts: u64,
     max_total_cost: u64,
+    repair: opt_doc,
     requirements: doc,
     retry_owner: doc,
     routes: list(MAX_ROUTES),
@@ -400,6 +404,9 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
     }
     if let Some(hedge) = &p.hedge {
         hedge.check(p)?;
+    }
+    if let Some(repair) = &p.repair {
+        repair.check()?;
     }
     if p.routes.is_empty() {
         return Err(Error::at(

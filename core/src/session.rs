@@ -55,6 +55,8 @@ pub struct Session {
 struct Notes {
     usage: Option<Units>,
     request_body_sha256: Option<Sha256Hex>,
+    /// The failed output check that decided the attempt in flight.
+    output_check: Option<crate::output::OutputCheckRecord>,
 }
 
 /// What a host said an attempt cost: charged by hand, or nothing (the
@@ -303,6 +305,7 @@ impl Session {
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
+            output_check: self.notes.output_check.clone(),
             reconciled: None,
             request_body_sha256: self.notes.request_body_sha256.clone(),
             route_id: d.route_id.clone(),
@@ -431,6 +434,11 @@ impl Session {
             ..facts.clone()
         };
         let mut judgement = judge_at(&judged, completed_at_ms >= deadline_ms)?;
+        self.notes.output_check = if judgement.rule == crate::observe::Rule::OutputCheck {
+            crate::output::judge_checks(&judged.output_checks).map(|(_, record)| record)
+        } else {
+            None
+        };
         let stream = mode.map(|_| {
             let digests = deltas
                 .iter()
@@ -445,7 +453,12 @@ impl Session {
             judgement.outcome,
             stream,
             crate::observe::injected(facts),
-        )?;
+        );
+        // A drift leaves the session as it was: no check held for a later attempt.
+        if action.is_err() {
+            self.notes.output_check = None;
+        }
+        let action = action?;
         if mode.is_some() {
             judgement.stream = Some(action);
         }

@@ -26,7 +26,12 @@ use serde_json::{json, Value};
 /// produces it; its own test is below) and `store_conflict` (a host's: a
 /// store write that keeps conflicting, which the store conformance scenarios
 /// exercise).
-const NOT_IN_VECTORS: [ErrorCode; 2] = [ErrorCode::InputTooLarge, ErrorCode::StoreConflict];
+const NOT_IN_VECTORS: [ErrorCode; 3] = [
+    ErrorCode::InputTooLarge,
+    ErrorCode::StoreConflict,
+    // Raised by the drivers when the user's repair function fails (their tests).
+    ErrorCode::RepairFunctionFailed,
+];
 
 fn vectors_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -93,6 +98,13 @@ fn actual(op: &str, input: &Value) -> Value {
         "parse_retry_after" => &["cap_ms", "header", "now_unix_ms", "value"],
         "classify_http" => &["observation"],
         "judge" => &["facts"],
+        "next_repair" => &[
+            "idempotency_key_sha256",
+            "links",
+            "request_sha256",
+            "started_at_ms",
+        ],
+        "verify_repair_chain" => &["chain"],
         "canonical_request" | "request_sha256" => &["request"],
         "build_policy" => &["request", "spec"],
         "lift_request" => &["call", "params"],
@@ -157,6 +169,14 @@ fn actual(op: &str, input: &Value) -> Value {
         )
         .map(Value::from),
         "judge" => api::judge(s(input, "facts")).map(json_of),
+        "next_repair" => api::next_repair(
+            s(input, "links"),
+            s(input, "request_sha256"),
+            s(input, "idempotency_key_sha256"),
+            n(input, "started_at_ms"),
+        )
+        .map(json_of),
+        "verify_repair_chain" => api::verify_repair_chain(s(input, "chain")).map(json_of),
         "canonical_request" => api::canonical_request(s(input, "request")).map(Value::String),
         "build_policy" => api::build_policy(s(input, "request"), s(input, "spec")).map(json_of),
         "lift_request" => api::lift_request(s(input, "call"), s(input, "params")).map(json_of),

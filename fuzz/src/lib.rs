@@ -251,6 +251,20 @@ pub fn check_digest(data: &[u8]) {
     }
 }
 
+/// A repair chain: a verdict (`verified` or the first `drift` at a link) in
+/// canonical form, or a coded error; never a panic.
+pub fn check_repair_chain(data: &[u8]) {
+    let t = text(data);
+    match api::verify_repair_chain(&t) {
+        Ok(out) => {
+            let v: Value = serde_json::from_str(&out).expect("JSON");
+            assert!(matches!(v["kind"].as_str(), Some("verified" | "drift")));
+            assert_jcs(&out);
+        }
+        Err(e) => check_error(&e),
+    }
+}
+
 /// Facts -> judgement: a known rule, an outcome that decodes, canonical output.
 pub fn check_judge(data: &[u8]) {
     let t = text(data);

@@ -10,7 +10,7 @@ core emits canonical key order and dicts keep it.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping, NamedTuple, Optional, TypeVar, Union
+from typing import Any, Callable, List, Mapping, NamedTuple, Optional, TypeVar, Union
 
 from . import _core
 from ._errors import DecodeError, RetryledgerError, from_error_json
@@ -27,6 +27,8 @@ __all__ = [
     "parse_retry_after",
     "classify_http",
     "judge",
+    "next_repair",
+    "verify_repair_chain",
     "breaker_admit",
     "breaker_record",
     "budget_deposit",
@@ -195,6 +197,26 @@ def parse_retry_after(header: str, value: str, now_unix_ms: int, cap_ms: int) ->
 def classify_http(observation: Document) -> dict[str, Any]:
     """A typed outcome from an HTTP observation (status, headers, transport error)."""
     return _loads(call(_core.classify_http, to_text(observation)))
+
+
+def next_repair(
+    links: Union[Document, List[Any]], request_sha256: str, idempotency_key_sha256: str, started_at_ms: int
+) -> dict[str, Any]:
+    """The policy of the next repair of a chain (docs/REPAIR.md): the root
+    policy with the repair's request and key digests, the deadline left
+    (``deadline_ms - started_at_ms``) and the cost left. Raises
+    :class:`DriftError` ``repair_not_allowed``, ``repair_over_budget``,
+    ``repair_after_terminal``, ``repair_same_request`` or
+    ``repair_chain_drift`` when no repair may follow."""
+    text = links if isinstance(links, str) else json.dumps(links, separators=(",", ":"), ensure_ascii=False)
+    started = check_integer("started_at_ms", started_at_ms)
+    return _loads(call(_core.next_repair, text, request_sha256, idempotency_key_sha256, started))
+
+
+def verify_repair_chain(chain: Document) -> dict[str, Any]:
+    """Replay a ``retryledger.repair_chain.v1``: ``{"kind": "verified", ...}``
+    or the first ``{"kind": "drift", "link_index", ...}`` (docs/REPAIR.md)."""
+    return _loads(call(_core.verify_repair_chain, to_text(chain)))
 
 
 def judge(facts: Union[_core.Facts, Document]) -> dict[str, Any]:

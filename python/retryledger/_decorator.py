@@ -108,6 +108,7 @@ def retry(policy: PolicyArg, *, idempotency_key: KeyArg, **options: Any) -> _Dec
     """Decorate a function whose first parameter is the :class:`Step`.
 
     ``options`` are the driver's keyword arguments (``classify``, ``clock``,
-    ``sleep``, ``wall_clock``, ``on_attempt``, ``key_scope``, and
-    ``on_cancel`` for async functions)."""
+    ``sleep``, ``wall_clock``, the hooks ``on_attempt``, ``on_decision``,
+    ``on_sleep``, ``on_terminal``, ``key_scope``, ``checks``, ``repair``,
+    ``request``, and ``on_cancel`` for async functions)."""
     return _Decorate(policy, idempotency_key, options)

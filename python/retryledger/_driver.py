@@ -57,7 +57,9 @@ import asyncio
 import errno as _errno
 import hashlib
 import json
+import math
 import time
+import warnings
 from typing import (
     Any,
     Awaitable,
@@ -67,6 +69,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Sequence,
     Tuple,
     TypeVar,
     Union,
@@ -83,7 +86,7 @@ from ._api import (
     price_cost,
     to_text,
 )
-from ._errors import DecodeError, DriftError, PolicyError, RetryledgerError
+from ._errors import DecodeError, DriftError, HookWarning, PolicyError, RetryledgerError
 from .fleet import Fleet
 from ._tables import (
     MAX_ERROR_BODY_BYTES,
@@ -105,6 +108,9 @@ __all__ = [
     "RunCancelledError",
     "Classifier",
     "AttemptCallback",
+    "DecisionCallback",
+    "SleepCallback",
+    "TerminalCallback",
     "facts_of",
     "run",
     "run_async",
@@ -120,11 +126,36 @@ Classifier = Callable[[BaseException], Union[_core.Outcome, Mapping[str, Any], s
 #: document) and the core's judgement.
 AttemptCallback = Callable[[Dict[str, Any], _core.Judgement], None]
 
+#: Called with each decision of the core as a plain dict (``kind``
+#: ``dispatch`` with the planned attempt, or ``terminal``).
+DecisionCallback = Callable[[Dict[str, Any]], None]
+
+#: Called before the driver waits for a planned attempt's ``not_before_ms``,
+#: with ``{ordinal, route_id, at_ms, not_before_ms, sleep_ms}`` (run clock, ms).
+SleepCallback = Callable[[Dict[str, Any]], None]
+
+#: Called once with the sealed receipt (a plain dict) when the run ends, on
+#: success, stop or cancellation alike.
+TerminalCallback = Callable[[Dict[str, Any]], None]
+
+
+def _call_hook(name: str, hook: Callable[..., Any], *args: Any) -> None:
+    """Call a run hook; what it raises is reported as a :class:`HookWarning`
+    (code ``hook_failed``) and never reaches the run."""
+    try:
+        hook(*args)
+    except Exception as exc:  # a hook never changes a decision or the receipt
+        warnings.warn(HookWarning(name, exc), stacklevel=3)
+
 _Terminal = _core.Terminal
 _Facts = _core.Facts
 
 #: The facts of a dispatch that returned.
 _RETURNED = _Facts(result="returned")
+
+#: The facts of a returned answer whose output checks broke (a check raised,
+#: or its verdict is not one): unrecognized, never retried.
+_CHECK_BROKE = _Facts(result="raised", error_types=["OutputCheckError"])
 
 _READ = frozenset(READ_HEADERS)
 
@@ -255,6 +286,7 @@ class Step:
     __slots__ = (
         "plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens",
         "_rate_limits",
+        "request", "repair_ordinal",
     )
 
     plan: _core.Dispatch
@@ -291,6 +323,10 @@ class Step:
         self._usage = False
         self._tokens = None
         self._rate_limits = None
+        #: Under repair: the logical request this run sends (``None`` on the
+        #: root run unless ``request=`` was given), and its repair ordinal (0 on the root).
+        self.request: Any = None
+        self.repair_ordinal = 0
 
     @property
     def ordinal(self) -> int:
@@ -430,6 +466,12 @@ class _Sealed:
 
     _sealed: _core.Sealed
     _bundle: Optional[Dict[str, Any]] = None
+    #: Under repair (``repair=``): the ``retryledger.repair_chain.v1`` of the
+    #: request and its repairs so far, this run last (docs/REPAIR.md).
+    chain: Optional[Dict[str, Any]] = None
+    #: Under repair: why no further repair followed, when the core refused one
+    #: (``repair_over_budget``, ``repair_same_request``, ...).
+    repair_refused: Optional[RetryledgerError] = None
 
     @property
     def terminal(self) -> str:
@@ -770,6 +812,7 @@ class _Host:
     __slots__ = (
         "session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held",
         "reserve_tokens",
+        "on_decision", "on_sleep", "on_terminal", "checks", "verdicts",
     )
 
     def __init__(
@@ -793,6 +836,71 @@ class _Host:
         self.held: Optional[str] = None
         #: The tokens each attempt reserves under a token bucket (None: the fleet's).
         self.reserve_tokens: Optional[int] = None
+        self.on_decision: Optional[DecisionCallback] = None
+        self.on_sleep: Optional[SleepCallback] = None
+        self.on_terminal: Optional[TerminalCallback] = None
+        #: The output checks run on what dispatch returned (docs/REPAIR.md).
+        self.checks: Optional[Tuple[Callable[[Any], Any], ...]] = None
+        #: The verdicts of the last returned answer.
+        self.verdicts: Optional[List[Any]] = None
+
+    def returned(self, value: Any) -> _core.Facts:
+        """The facts of a returned answer: its output checks' verdicts,
+        decoded by the core; a check that raises or a verdict the core refuses
+        (its coded error becomes the run's cause) makes it unrecognized."""
+        checks = self.checks
+        if not checks:
+            return _RETURNED
+        try:
+            verdicts = [check(value) for check in checks]
+            facts = _Facts(result="returned", output_checks=verdicts)
+        except Exception as exc:  # the validator broke: recorded, never retried
+            self.last_error = exc
+            return _CHECK_BROKE
+        self.verdicts = verdicts
+        self.last_error = None
+        return facts
+
+    def hooks(
+        self,
+        on_decision: Optional[DecisionCallback],
+        on_sleep: Optional[SleepCallback],
+        on_terminal: Optional[TerminalCallback],
+    ) -> bool:
+        """Set the run's hooks; whether any is set."""
+        self.on_decision = on_decision
+        self.on_sleep = on_sleep
+        self.on_terminal = on_terminal
+        return on_decision is not None or on_sleep is not None or on_terminal is not None
+
+    def decided(self, plan: Union[_core.Dispatch, _core.Terminal]) -> None:
+        """``on_decision`` with the core's decision."""
+        if self.on_decision is not None:
+            _call_hook("on_decision", self.on_decision, plan.to_dict())
+
+    def sleeping(self, plan: _core.Dispatch, now: float) -> None:
+        """``on_sleep`` with the wait planned before ``plan`` at ``now`` (run clock)."""
+        if self.on_sleep is not None:
+            at = int(now) if now > 0 else 0
+            wait = int(math.ceil(plan.not_before_ms - now))
+            _call_hook(
+                "on_sleep",
+                self.on_sleep,
+                {
+                    "ordinal": plan.ordinal,
+                    "route_id": plan.route_id,
+                    "at_ms": at,
+                    "not_before_ms": plan.not_before_ms,
+                    "sleep_ms": wait if wait > 0 else 0,
+                },
+            )
+
+    def sealed(self) -> _core.Sealed:
+        """The session sealed, and ``on_terminal`` given its receipt."""
+        sealed = self.session.seal()
+        if self.on_terminal is not None:
+            _call_hook("on_terminal", self.on_terminal, json.loads(sealed.receipt_json))
+        return sealed
 
     def epoch_ms(self) -> int:
         """The wall clock, Unix ms."""
@@ -826,12 +934,15 @@ class _Host:
         the fleet (waiting while the admission limits ask to) and slept
         until the admitted start; a terminal when the run (or the fleet) ends."""
         plan = self.session.next()
+        self.decided(plan)
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
         admitted = self.fleet is None
         while True:
             not_before = plan.not_before_ms
+            if now < not_before:
+                self.sleeping(plan, now)
             while now < not_before:
                 sleep(not_before - now)
                 now = clock() - t0
@@ -851,12 +962,15 @@ class _Host:
     ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
         """:meth:`next_attempt` with ``sleep`` awaited."""
         plan = self.session.next()
+        self.decided(plan)
         if isinstance(plan, _Terminal):
             return plan, 0.0
         now = clock() - t0
         admitted = self.fleet is None
         while True:
             not_before = plan.not_before_ms
+            if now < not_before:
+                self.sleeping(plan, now)
             while now < not_before:
                 await sleep(not_before - now)
                 now = clock() - t0
@@ -927,10 +1041,10 @@ class _Host:
         if self.fleet is not None:
             self.recorded(step.plan.route_release_sha256, step._tokens, step._rate_limits)
         if self.on_attempt is not None:
-            self.on_attempt(self.session.attempts["attempts"][-1], judgement)
+            _call_hook("on_attempt", self.on_attempt, self.session.attempts["attempts"][-1], judgement)
 
     def failure(self) -> RunStoppedError:
-        sealed = self.session.seal()
+        sealed = self.sealed()
         count = sealed.receipt["attempt_count"]
         message = f"run ended with {sealed.terminal} after {count} attempt{'s' if count != 1 else ''}"
         judgement = self.judgement
@@ -956,6 +1070,12 @@ def run(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     reserve_tokens: Optional[int] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
+    checks: Optional[Sequence[Callable[[Any], Any]]] = None,
+    repair: Optional[Callable[[Any, List[Dict[str, Any]]], Any]] = None,
+    request: Any = None,
 ) -> RunResult[T]:
     """Run one logical request to its terminal: the value and sealed run, or :class:`RunStoppedError`.
 
@@ -966,7 +1086,31 @@ def run(
     fleet's breakers and retry budget and records each outcome in the breaker,
     for a policy with a ``fleet`` section (required then); a run the fleet stops
     raises :class:`RunStoppedError` with ``stop_circuit_open``,
-    ``stop_retry_budget`` or ``stop_store_unavailable``."""
+    ``stop_retry_budget`` or ``stop_store_unavailable``.
+
+    Hooks see the core's plain documents and never change the run:
+    ``on_decision(decision)`` each decision, ``on_sleep(wait)`` before each
+    planned wait, ``on_attempt(attempt, judgement)`` each recorded attempt,
+    ``on_terminal(receipt)`` once at the end. A hook that raises is reported
+    as a :class:`retryledger.HookWarning` (code ``hook_failed``).
+
+    ``checks`` (:mod:`retryledger.checks`) are run on what dispatch returned;
+    the core judges their verdicts (a refusal is ``policy_denied``, any other
+    failed check ``invalid_output``). With ``repair(output, defects) ->
+    request`` and a policy with a ``repair`` section, a run that stops on
+    invalid output is followed by repairs (docs/REPAIR.md): each a new
+    logical request (``step.request``, ``step.repair_ordinal``) with its own
+    key (``<key>:repair:<n>``) under the deadline and cost the core leaves it;
+    the result (or the error) carries the ``chain``."""
+    if repair is not None:
+        from ._repair import run_repaired
+
+        return run_repaired(
+            policy, dispatch, idempotency_key, repair=repair, request=request, checks=checks,
+            key_scope=key_scope, clock=clock, sleep=sleep, classify=classify, wall_clock=wall_clock,
+            on_attempt=on_attempt, price_schedule=price_schedule, fleet=fleet,
+            on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
+        )
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
@@ -975,6 +1119,10 @@ def run(
         sleep = _sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     host.reserve_tokens = _reserve(reserve_tokens)
+    hooked = host.hooks(on_decision, on_sleep, on_terminal)
+    if checks:
+        host.checks = tuple(checks)
+    returned = host.returned
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
@@ -987,6 +1135,8 @@ def run(
     t0 = clock()
     while True:
         plan = plan_next()
+        if hooked and not (admits and isinstance(plan, _core.Dispatch)):
+            host.decided(plan)  # (an admitted plan: in next_attempt)
         if isinstance(plan, _Terminal):
             break
         if admits:
@@ -997,6 +1147,8 @@ def run(
         else:
             now = clock() - t0
             not_before = plan.not_before_ms
+            if hooked and now < not_before:
+                host.sleeping(plan, now)
             while now < not_before:
                 sleep(not_before - now)
                 now = clock() - t0
@@ -1013,13 +1165,18 @@ def run(
                 host.after(step, judgement)
         else:
             completed = int(clock() - t0)
-            host.judgement = judgement = observe(started, completed if completed > started else started, step._cost, _RETURNED)
+            host.judgement = judgement = observe(
+                started, completed if completed > started else started, step._cost, returned(value) if checks else _RETURNED
+            )
             if after:
                 host.after(step, judgement)
             if session.terminal == "completed":
                 # The last error's traceback holds this frame, which holds the
                 # host: dropped here, no cycle is left for the collector.
                 host.last_error = None
+                if hooked:
+                    host.decided(plan_next())  # the terminal decision, as the loop would see it
+                    return RunResult(value, host.sealed())
                 return RunResult(value, session.seal())
     raise host.failure() from host.last_error
 
@@ -1039,9 +1196,15 @@ async def run_async(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     reserve_tokens: Optional[int] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
+    checks: Optional[Sequence[Callable[[Any], Any]]] = None,
+    repair: Optional[Callable[[Any, List[Dict[str, Any]]], Any]] = None,
+    request: Any = None,
 ) -> RunResult[T]:
     """The async driver: like :func:`run`, with ``dispatch`` and ``sleep`` awaited
-    (the fleet's store calls are made inline).
+    (the fleet's store calls are made inline; the hooks are :func:`run`'s).
 
     Cancelling the task stops the run and raises :class:`RunCancelledError`
     carrying the sealed run; ``on_cancel`` receives that error first. On
@@ -1050,6 +1213,15 @@ async def run_async(
     the cancellation (``asyncio.wait_for``, task groups) may hide it, so use
     ``on_cancel`` where that matters.
     """
+    if repair is not None:
+        from ._repair import run_repaired_async
+
+        return await run_repaired_async(
+            policy, dispatch, idempotency_key, repair=repair, request=request, checks=checks,
+            key_scope=key_scope, clock=clock, sleep=sleep, classify=classify, wall_clock=wall_clock,
+            on_attempt=on_attempt, on_cancel=on_cancel, price_schedule=price_schedule, fleet=fleet,
+            on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
+        )
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
@@ -1058,6 +1230,9 @@ async def run_async(
         sleep = _async_sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
     host.reserve_tokens = _reserve(reserve_tokens)
+    host.hooks(on_decision, on_sleep, on_terminal)
+    if checks:
+        host.checks = tuple(checks)
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
@@ -1078,10 +1253,11 @@ async def run_async(
                 host.record(done, clock() - t0, host.facts(done, exc), exc)
             else:
                 done, step = step, None
-                host.record(done, clock() - t0, _RETURNED, None)
+                host.record(done, clock() - t0, host.returned(value), None)
                 if session.terminal == "completed":
                     host.last_error = None  # no cycle through the last error's traceback
-                    return RunResult(value, session.seal())
+                    host.decided(session.next())  # the terminal decision
+                    return RunResult(value, host.sealed())
     except asyncio.CancelledError as cancelled:
         now = clock() - t0
         if step is not None:
@@ -1090,7 +1266,7 @@ async def run_async(
             host.abandon()
             at = int(now)
             session.cancel(at if at > 0 else 0)
-        error = RunCancelledError(session.seal())
+        error = RunCancelledError(host.sealed())
         if on_cancel is not None:
             on_cancel(error)
         raise error from cancelled

@@ -22,6 +22,8 @@ __all__ = [
     "RunError",
     "JournalError",
     "IdempotencyError",
+    "RetryledgerWarning",
+    "HookWarning",
     "EXCEPTION_CLASSES",
     "exception_class",
 ]
@@ -51,6 +53,26 @@ class RetryledgerError(ValueError):
     def __str__(self) -> str:
         where = f" at {self.path}" if self.path is not None else ""
         return f"{self.code}{where}: {self.message}"
+
+
+class RetryledgerWarning(UserWarning):
+    """Base of the warnings retryledger emits (``warnings.warn``); carries a stable ``code``."""
+
+    code: str = "warning"
+
+
+class HookWarning(RetryledgerWarning):
+    """A run hook (``on_attempt``, ``on_decision``, ``on_sleep``,
+    ``on_terminal``) raised: reported here, and the run went on unchanged
+    (a hook never changes a decision or the receipt). ``hook`` names the
+    hook, ``error`` is what it raised."""
+
+    code = "hook_failed"
+
+    def __init__(self, hook: str, error: BaseException) -> None:
+        super().__init__(f"hook_failed: {hook} raised {type(error).__name__}: {error}")
+        self.hook = hook
+        self.error = error
 
 
 class DecodeError(RetryledgerError):

@@ -85,10 +85,14 @@ from ._api import Document, Policy
 from ._driver import (
     AttemptCallback,
     Classifier,
+    DecisionCallback,
     RunCancelledError,
     RunStoppedError,
+    SleepCallback,
     Step,
+    TerminalCallback,
     _Host,
+    _call_hook,
     _Sealed,
     _async_sleep_ms,
     _checked,
@@ -309,7 +313,7 @@ class _StreamHost(_Host):
         if self.fleet is not None:
             self.recorded(step.plan.route_release_sha256, step._tokens, step._rate_limits)
         if self.on_attempt is not None:
-            self.on_attempt(self.session.attempts["attempts"][-1], judgement)
+            _call_hook("on_attempt", self.on_attempt, self.session.attempts["attempts"][-1], judgement)
         return judgement
 
 
@@ -420,7 +424,7 @@ class _Run(_Sealed):
         self._done = False
 
     def _seal(self) -> None:
-        self._sealed = self._core.host.session.seal()
+        self._sealed = self._core.host.sealed()
         self._done = True
 
     def _stop(self) -> None:
@@ -1124,12 +1128,14 @@ def _prepare(
     price_schedule: Optional[Document],
     fleet: Optional[Fleet] = None,
     reserve_tokens: Optional[int] = None,
+    hooks: Tuple[Optional[DecisionCallback], Optional[SleepCallback], Optional[TerminalCallback]] = (None, None, None),
 ) -> _Core:
     compiled = _checked(policy, idempotency_key, key_scope)
     p = _Plan(compiled)
     schedule = _schedule_for(compiled, price_schedule)
     host = _StreamHost(compiled, classify, wall_clock, on_attempt, fleet)
     host.reserve_tokens = _reserve(reserve_tokens)
+    host.hooks(*hooks)
     if schedule is not None:
         host.session.set_price_schedule(schedule)
     return _Core(host, p, _TEXT_READER if reader is None else reader, schedule, idempotency_key)
@@ -1150,6 +1156,9 @@ def run_stream(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     reserve_tokens: Optional[int] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> StreamRun:
     """Stream one logical request under the policy's stream contract.
 
@@ -1162,7 +1171,8 @@ def run_stream(
     options (``fleet`` too: each attempt admitted before its stream opens) are
     :func:`retryledger.run`'s."""
     core = _prepare(
-        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens
+        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens,
+        (on_decision, on_sleep, on_terminal),
     )
     return StreamRun(core, dispatch, clock or _monotonic_ms, sleep or _sleep_ms)
 
@@ -1183,6 +1193,9 @@ def run_stream_async(
     price_schedule: Optional[Document] = None,
     fleet: Optional[Fleet] = None,
     reserve_tokens: Optional[int] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> AsyncStreamRun:
     """The async streaming driver: like :func:`run_stream`; ``dispatch(step)``
     returns an async iterable (or an awaitable of one, or a plain iterable),
@@ -1191,6 +1204,7 @@ def run_stream_async(
     the cancellation and raises :class:`RunCancelledError` (``on_cancel``
     receives it first)."""
     core = _prepare(
-        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens
+        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens,
+        (on_decision, on_sleep, on_terminal),
     )
     return AsyncStreamRun(core, dispatch, clock or _monotonic_ms, sleep or _async_sleep_ms, on_cancel)

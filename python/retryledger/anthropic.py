@@ -57,8 +57,9 @@ an unrecognized error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+from .checks import OutputCheck, answer_checks as _answer_checks, anthropic_parts
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step
 from ._integration import (
@@ -89,6 +90,7 @@ __all__ = [
     "run",
     "run_async",
     "usage_units",
+    "answer_checks",
     "run_stream",
     "run_stream_async",
     "stream_messages",
@@ -98,6 +100,15 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+def answer_checks(*, json: bool = False, validators: Sequence[OutputCheck] = ()) -> List[OutputCheck]:
+    """The built-in output checks of anthropic answers, for ``checks=``
+    (docs/REPAIR.md): ``refusal`` (policy_denied: never a fallback),
+    ``truncated``, ``empty``, with ``json=True`` ``unparsable_json`` (a JSON
+    output was asked for), then ``validators`` (:mod:`retryledger.checks`)
+    run on the answer's text."""
+    return _answer_checks("anthropic", anthropic_parts, json, validators)
 
 
 def require_no_retries(client: Union[Anthropic, AsyncAnthropic]) -> None:
@@ -141,6 +152,7 @@ def run(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    **options: Any,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over ``Anthropic`` clients, one per route id.
 
@@ -152,7 +164,7 @@ def run(
     return _SDK.run(
         policy, clients, call, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens, **options,
     )
 
 
@@ -171,13 +183,14 @@ async def run_async(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    **options: Any,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncAnthropic`` clients, one per
     route id; with ``price_schedule`` the usage of each returned message is charged."""
     return await _SDK.run_async(
         policy, clients, call, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens, **options,
     )
 
 

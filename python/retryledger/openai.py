@@ -64,8 +64,9 @@ silently left uncharged.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+from .checks import OutputCheck, answer_checks as _answer_checks, openai_parts
 from ._api import Document, Policy
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step
 from .hedge import HedgeAttempt, HedgeRun
@@ -95,6 +96,7 @@ __all__ = [
     "run_async",
     "run_hedged_async",
     "usage_units",
+    "answer_checks",
     "run_stream",
     "run_stream_async",
     "stream_chat_completions",
@@ -108,6 +110,15 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+def answer_checks(*, json: bool = False, validators: Sequence[OutputCheck] = ()) -> List[OutputCheck]:
+    """The built-in output checks of openai answers, for ``checks=``
+    (docs/REPAIR.md): ``refusal`` (policy_denied: never a fallback),
+    ``truncated``, ``empty``, with ``json=True`` ``unparsable_json`` (a JSON
+    output was asked for), then ``validators`` (:mod:`retryledger.checks`)
+    run on the answer's text."""
+    return _answer_checks("openai", openai_parts, json, validators)
 
 
 def require_no_retries(client: Any) -> None:
@@ -160,13 +171,14 @@ def run(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    **options: Any,
 ) -> RunResult[T]:
     """:func:`retryledger.run` over openai clients, one per route id; with
     ``price_schedule`` the usage of each returned response is charged."""
     return _SDK.run(
         policy, clients, call, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens, **options,
     )
 
 
@@ -185,13 +197,14 @@ async def run_async(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    **options: Any,
 ) -> RunResult[T]:
     """:func:`retryledger.run_async` over ``AsyncOpenAI`` clients, one per route
     id; with ``price_schedule`` the usage of each returned response is charged."""
     return await _SDK.run_async(
         policy, clients, call, idempotency_key,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
-        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens, **options,
     )
 
 

@@ -519,6 +519,28 @@ fn judge(facts: &Bound<'_, PyAny>) -> PyResult<String> {
     lift(api::judge(&text(facts)?))
 }
 
+/// `next_repair`: the policy (JSON) of the next repair of a chain.
+#[pyfunction]
+fn next_repair(
+    links: &Bound<'_, PyAny>,
+    request_sha256: &Bound<'_, PyAny>,
+    idempotency_key_sha256: &Bound<'_, PyAny>,
+    started_at_ms: u64,
+) -> PyResult<String> {
+    lift(api::next_repair(
+        &text(links)?,
+        &text(request_sha256)?,
+        &text(idempotency_key_sha256)?,
+        started_at_ms,
+    ))
+}
+
+/// `verify_repair_chain`: a repair chain's verdict as JSON.
+#[pyfunction]
+fn verify_repair_chain(chain: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::verify_repair_chain(&text(chain)?))
+}
+
 /// `breaker_admit`: `{"admission", "snapshot"}` (JSON) for a breaker configuration and snapshot at a wall-clock time.
 #[pyfunction]
 fn breaker_admit(
@@ -885,6 +907,7 @@ impl PyFacts {
         stream = None,
         error_body = None,
         provider_family = None,
+        output_checks = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -902,6 +925,7 @@ impl PyFacts {
         stream: Option<&Bound<'_, PyAny>>,
         error_body: Option<&Bound<'_, PyAny>>,
         provider_family: Option<&Bound<'_, PyAny>>,
+        output_checks: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut map = Map::new();
         let mut typed_outcome = None;
@@ -912,6 +936,7 @@ impl PyFacts {
             ("error_codes", error_codes),
             ("error_types", error_types),
             ("now_unix_ms", now_unix_ms),
+            ("output_checks", output_checks),
             ("provider_family", provider_family),
             ("response_bytes_received", response_bytes_received),
             ("result", Some(result)),
@@ -1639,6 +1664,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_retry_after, m)?)?;
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
     m.add_function(wrap_pyfunction!(judge, m)?)?;
+    m.add_function(wrap_pyfunction!(next_repair, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_repair_chain, m)?)?;
     m.add_function(wrap_pyfunction!(breaker_admit, m)?)?;
     m.add_function(wrap_pyfunction!(breaker_record, m)?)?;
     m.add_function(wrap_pyfunction!(budget_deposit, m)?)?;

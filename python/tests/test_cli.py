@@ -74,3 +74,16 @@ def test_lab_prints_the_case_table_and_summary() -> None:
     lab = retryledger.lab()
     assert lab.case_table.strip() in result.stdout
     assert lab.summary.strip() in result.stdout
+
+
+def test_verify_reads_a_repair_chain(tmp_path: Path) -> None:
+    vectors = json.loads((Path(__file__).resolve().parents[2] / "tests/vectors/repair.json").read_text())["cases"]
+    chain = next(c for c in vectors if c["name"] == "chain_one_repair_completes")["input"]["chain"]
+    good = tmp_path / "chain.json"
+    good.write_text(chain)
+    r = cli("verify", str(good))
+    assert r.returncode == 0 and r.stdout.startswith("verified: completed after 1 repair, chain sha256 ")
+    bad = tmp_path / "same.json"
+    bad.write_text(next(c for c in vectors if c["name"] == "chain_repair_same_request")["input"]["chain"])
+    r = cli("verify", str(bad))
+    assert r.returncode == 1 and r.stdout.startswith("drift: repair_same_request at /links/1")

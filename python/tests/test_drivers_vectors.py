@@ -16,11 +16,17 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pytest
 
 import retryledger
+import retryledger.checks
 from retryledger import AttemptError, Step
 
 from conftest import ROOT
 
 DRIVERS = ROOT / "tests" / "vectors" / "drivers.json"
+#: The drive cases with an output check live with the other output-check vectors.
+REPAIR = ROOT / "tests" / "vectors" / "repair.json"
+
+#: What the run's output check answers on a step without a ``verdict``.
+PASS = {"kind": "schema", "validator": "script", "verdict": "pass"}
 
 
 def _load() -> List[Dict[str, Any]]:
@@ -28,7 +34,8 @@ def _load() -> List[Dict[str, Any]]:
     assert doc["schema"] == "retryledger.vectors.v1"
     cases: List[Dict[str, Any]] = doc["cases"]
     assert all(c["op"] == "drive" for c in cases)
-    return cases
+    repair = json.loads(REPAIR.read_text(encoding="utf-8"))
+    return cases + [c for c in repair["cases"] if c["op"] == "drive"]
 
 
 CASES = _load()
@@ -79,6 +86,8 @@ class Script:
         self.now = 0
         self.index = 0
         self.sleeps: List[float] = []
+        #: What the run's output check answers on the last result (a step's ``verdict``).
+        self.verdict: Dict[str, Any] = PASS
 
     def clock(self) -> float:
         return float(self.now)
@@ -109,6 +118,7 @@ class Script:
         assert not s.get("cancel_before"), "dispatched where the caller cancels before"
         self.index += 1
         self.now += s.get("duration_ms", 0)
+        self.verdict = s.get("verdict", PASS)
         for n in s.get("charge", []):
             step.charge(n)
         if s.get("output_delivered"):
@@ -121,6 +131,12 @@ class Script:
             raise_error(s["raises"])
         value: str = s["returns"]
         return value
+
+    def checks(self) -> Optional[List[Any]]:
+        """The run's output check, when the case scripts verdicts."""
+        if not any("verdict" in s for s in self.steps):
+            return None
+        return [retryledger.checks.function(lambda output: self.verdict, validator="script")]
 
     def dispatch(self, step: Step) -> str:
         s = self._begin(step)
@@ -200,6 +216,7 @@ def replay_sync(case: Dict[str, Any]) -> Observed:
             sleep=script.sleep,
             wall_clock=lambda: float(inp["now_unix_ms"]),
             on_attempt=lambda attempt, judgement: rules.append(judgement.rule),
+            checks=script.checks(),
         )
     except retryledger.RetryledgerError as e:
         error = e
@@ -224,6 +241,7 @@ def replay_async(case: Dict[str, Any]) -> Observed:
                 wall_clock=lambda: float(inp["now_unix_ms"]),
                 on_attempt=lambda attempt, judgement: rules.append(judgement.rule),
                 on_cancel=cancelled.append,
+                checks=script.checks(),
             )
         )
         try:

@@ -30,6 +30,10 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     ),
     "classify_http": lambda i: retryledger.classify_http(i["observation"]),
     "judge": lambda i: retryledger.judge(i["facts"]),
+    "next_repair": lambda i: retryledger.next_repair(
+        i["links"], i["request_sha256"], i["idempotency_key_sha256"], i["started_at_ms"]
+    ),
+    "verify_repair_chain": lambda i: retryledger.verify_repair_chain(i["chain"]),
     "canonical_request": lambda i: retryledger.canonical_request(i["request"]),
     "request_sha256": lambda i: retryledger.request_sha256(i["request"]),
     "check_price_schedule": lambda i: retryledger.check_price_schedule(i["policy"], i["schedule"]),

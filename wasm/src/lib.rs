@@ -207,6 +207,27 @@ pub fn judge(facts: &str) -> Out<String> {
     lift(api::judge(facts))
 }
 
+/// `next_repair`: the policy (JSON) of the next repair of a chain.
+#[wasm_bindgen]
+pub fn next_repair(
+    links: &str,
+    request_sha256: &str,
+    idempotency_key_sha256: &str,
+    started_at_ms: f64,
+) -> Out<String> {
+    let run = || -> retryledger_core::Result<String> {
+        let started = safe_integer(started_at_ms, "started_at_ms")?;
+        api::next_repair(links, request_sha256, idempotency_key_sha256, started)
+    };
+    lift(run())
+}
+
+/// `verify_repair_chain`: a repair chain's verdict, as JSON.
+#[wasm_bindgen]
+pub fn verify_repair_chain(chain: &str) -> Out<String> {
+    lift(api::verify_repair_chain(chain))
+}
+
 /// `request_sha256`: a logical request's digest (full RFC 8785).
 #[wasm_bindgen]
 pub fn request_sha256(request: &str) -> Out<String> {

@@ -16,17 +16,19 @@ import * as rl from "../dist/index.js";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const file = path.resolve(here, "../../tests/vectors/drivers.json");
 const doc = JSON.parse(fs.readFileSync(file, "utf8"));
+// The drive cases with an output check live with the other output-check vectors.
+const repair = JSON.parse(fs.readFileSync(path.resolve(here, "../../tests/vectors/repair.json"), "utf8"));
 
 /**
  * @typedef {{types?: string[], status?: number, headers?: [string, string][], body?: string, code?: string, cause?: ErrorSpec, outcome?: import("../dist/index.js").Outcome}} ErrorSpec
- * @typedef {{sleep_overshoot_ms?: number, cancel_before?: boolean, duration_ms?: number, charge?: number[], output_delivered?: boolean, cancel_during?: boolean, returns?: string, raises?: ErrorSpec}} ScriptStep
+ * @typedef {{sleep_overshoot_ms?: number, cancel_before?: boolean, duration_ms?: number, charge?: number[], output_delivered?: boolean, cancel_during?: boolean, returns?: string, raises?: ErrorSpec, verdict?: Record<string, unknown>}} ScriptStep
  * @typedef {{policy: string, idempotency_key: string, now_unix_ms: number, cancellable: boolean, classify?: Record<string, import("../dist/index.js").Outcome>, script: ScriptStep[]}} DriveInput
  * @typedef {{sleeps: number[], attempts?: unknown, receipt_sha256?: string, terminal?: string, rules?: string[], result?: string, error?: {class: string, code: string}}} Expect
  * @typedef {{name: string, op: string, input: DriveInput, expect: Expect}} Case
  */
 
 /** @type {Case[]} */
-const cases = doc.cases;
+const cases = [...doc.cases, ...repair.cases.filter((/** @type {Case} */ c) => c.op === "drive")];
 
 /**
  * A class named `name` extending `Base`.
@@ -71,6 +73,10 @@ async function replay(c) {
   const seen = [];
   const controller = new AbortController();
   const upcoming = () => script[state.index] ?? {};
+  // A step's `verdict` is what the run's output check answers on its result.
+  const PASS = { kind: "schema", validator: "script", verdict: "pass" };
+  /** @type {Record<string, unknown>} */
+  let verdict = PASS;
 
   /** @param {number} ms */
   const sleep = async (ms) => {
@@ -100,6 +106,7 @@ async function replay(c) {
       throw signal.reason;
     }
     if (s.raises !== undefined) throw buildError(s.raises);
+    verdict = s.verdict ?? PASS;
     return /** @type {string} */ (s.returns);
   };
 
@@ -116,6 +123,9 @@ async function replay(c) {
     },
   };
   if (input.cancellable) options.signal = controller.signal;
+  if (script.some((s) => s.verdict !== undefined)) {
+    options.checks = [rl.outputCheck(() => verdict, { validator: "script" })];
+  }
   if (table !== undefined) {
     options.classify = (e) => {
       const name = /** @type {{constructor?: {name?: string}}} */ (e)?.constructor?.name;

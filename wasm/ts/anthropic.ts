@@ -39,6 +39,7 @@
  * charges it.
  */
 
+import { answerChecks, anthropicAnswerParts, type AnswerCheckOptions, type OutputCheck } from "./checks.js";
 import { AttemptError } from "./facts.js";
 import { reportTokens, sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
@@ -285,4 +286,16 @@ export function runStreamWithAnthropic<C extends AnthropicClientLike, E = unknow
     }
   }
   return runStream(policy, dispatch, { ...options, reader: options.reader ?? (anthropicStreamReader as StreamReader<E>) });
+}
+
+// ---------------------------------------------------------------- output checks
+
+/**
+ * The built-in output checks of anthropic answers, for `checks` (docs/REPAIR.md):
+ * `refusal` (policy_denied: never a fallback), `truncated`, `empty`, with
+ * `json: true` `unparsable_json` (a JSON output was asked for), then
+ * `validators` (`outputCheck`, `schemaCheck`) run on the answer's text.
+ */
+export function anthropicAnswerChecks(options: AnswerCheckOptions = {}): OutputCheck[] {
+  return answerChecks("anthropic", anthropicAnswerParts, options);
 }

@@ -28,6 +28,8 @@ export {
   parseRetryAfter,
   classifyHttp,
   judge,
+  nextRepair,
+  verifyRepairChain,
   checkOutcome,
   requestSha256,
   buildPolicy,
@@ -117,6 +119,20 @@ export {
 } from "./journaled.js";
 export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+export { HookWarning, type PlannedSleep, type RunHooks } from "./hooks.js";
+export {
+  ajvCheck,
+  checkOn,
+  defectsOf,
+  outputCheck,
+  schemaCheck,
+  type CheckAnswer,
+  type CompiledValidator,
+  type OutputCheck,
+  type RepairDefect,
+  type SafeParseSchema,
+} from "./checks.js";
+export type { WithChain } from "./repair.js";
 export * from "./tables.js";
 export {
   RetryledgerError,

@@ -16,7 +16,10 @@ import type {
   Document,
   Facts,
   HttpObservation,
+  ChainVerdict,
   Judgement,
+  RepairChain,
+  RepairLink,
   LogicalRequest,
   Outcome,
   PolicySpec,
@@ -98,6 +101,8 @@ export interface RawBindings {
   parse_retry_after(header: string, value: string, nowUnixMs: number, capMs: number): number;
   classify_http(observation: string): string;
   judge(facts: string): string;
+  next_repair(links: string, requestSha256: string, idempotencyKeySha256: string, startedAtMs: number): string;
+  verify_repair_chain(chain: string): string;
   request_sha256(request: string): string;
   build_policy(request: string, spec: string): string;
   lift_request(call: string, params: string): string;
@@ -482,6 +487,24 @@ export function bodySha256(body: string | Uint8Array): string {
 export function judge(facts: Input<Facts>): Judgement {
   const text = toText(facts);
   return JSON.parse(call((b) => b.judge(text))) as Judgement;
+}
+
+/**
+ * The policy of the next repair of a chain (docs/REPAIR.md): the root
+ * policy with the repair's request and key digests, the deadline left
+ * (`deadline_ms - startedAtMs`) and the cost left. Throws `DriftError`
+ * `repair_not_allowed`, `repair_over_budget`, `repair_after_terminal`,
+ * `repair_same_request` or `repair_chain_drift` when no repair may follow.
+ */
+export function nextRepair(links: Input<RepairLink[]>, requestSha256: string, idempotencyKeySha256: string, startedAtMs: number): Policy {
+  const text = toText(links);
+  return JSON.parse(call((b) => b.next_repair(text, requestSha256, idempotencyKeySha256, startedAtMs))) as Policy;
+}
+
+/** Replay a `retryledger.repair_chain.v1`: every run and every repair's budget (docs/REPAIR.md). */
+export function verifyRepairChain(chain: Input<RepairChain>): ChainVerdict {
+  const text = toText(chain);
+  return JSON.parse(call((b) => b.verify_repair_chain(text))) as ChainVerdict;
 }
 
 /**

@@ -24,8 +24,10 @@ import {
   UnrecognizedDispatchError,
 } from "./errors.js";
 import type { Fleet } from "./fleet.js";
+import { callHook, copied, plannedSleep, type RunHooks } from "./hooks.js";
+import type { OutputCheck, RepairDefect } from "./checks.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
-import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
+import type { Attempt, Bundle, DispatchDecision, Facts, Judgement, RepairChain, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -93,12 +95,16 @@ export interface Step {
   requestBody(body: string | Uint8Array): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
+  /** Under repair: the logical request this run sends (`undefined` on the root run unless `request` was given). */
+  readonly request: unknown;
+  /** Under repair: 0 on the root run, then 1, 2, … (docs/REPAIR.md). */
+  readonly repairOrdinal: number;
 }
 
 /** The caller's attempt: resolve with the result, or throw what went wrong. */
 export type DispatchFn<T> = (step: Step, signal: AbortSignal) => Promise<T> | T;
 
-export interface RunOptions {
+export interface RunOptions extends RunHooks {
   /** The raw idempotency key; its digest must be the policy's `idempotency_key_sha256`. */
   idempotencyKey: string;
   /** The key's scope, when the policy's key digest is scoped (`idempotencyKeySha256(key, {tenant, operation})`). */
@@ -135,6 +141,23 @@ export interface RunOptions {
    * the attempt reports (`step.tokensUsed`) when its slot is released.
    */
   reserveTokens?: number;
+  /**
+   * Output checks run on what dispatch returned (`outputCheck`,
+   * `schemaCheck`, the integrations' `answerChecks`); the core judges their
+   * verdicts: a refusal is `policy_denied`, any other failed check
+   * `invalid_output` (docs/REPAIR.md).
+   */
+  checks?: readonly OutputCheck[];
+  /**
+   * With a policy that has a `repair` section: after a run that stopped on
+   * invalid output, build the next logical request from the output and the
+   * defects. Each repair runs under its own key (`<key>:repair:<n>`) and the
+   * policy the core derives (the deadline and cost left); the result, or the
+   * error, carries the `chain`.
+   */
+  repair?: (output: unknown, defects: RepairDefect[]) => unknown;
+  /** The root run's logical request (what `step.request` is on it). */
+  request?: unknown;
 }
 
 /**
@@ -163,6 +186,8 @@ export interface RunResult<T> {
   readonly bundle: Bundle;
   /** The sealed run: receipt digest and canonical bundle JSON too. */
   readonly sealed: Sealed;
+  /** Under repair: the `retryledger.repair_chain.v1` of the request and its repairs, this run last (docs/REPAIR.md). */
+  readonly chain?: RepairChain;
 }
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
@@ -210,6 +235,8 @@ export class AttemptStep implements Step {
   readonly startedAtMs: number;
   readonly reserveCost: number;
   readonly decision: DispatchDecision;
+  request: unknown = undefined;
+  repairOrdinal = 0;
   charged: number | undefined = undefined;
   /** Tokens the attempt reported using (`tokensUsed`). */
   tokens: number | undefined = undefined;
@@ -327,8 +354,15 @@ export async function runWithPolicy<T>(
   dispatch: DispatchFn<T>,
   options: RunOptions,
 ): Promise<RunResult<T>> {
+  if (options?.repair !== undefined) {
+    const { runRepaired } = await import("./repair.js");
+    return runRepaired(policy, dispatch, options);
+  }
   return drive(policy instanceof CompiledPolicy ? policy : compiledFor(policy), dispatch, options);
 }
+
+/** The facts of an answer whose output checks broke (a check threw, or its verdict is not one): unrecognized, never retried. */
+const CHECK_BROKE = Object.freeze({ result: "raised", error_types: ["OutputCheckError"] }) as Facts;
 
 /** Policies given as objects or text, compiled once by their JSON text (the most recently used kept). */
 const compiledByText = new Map<string, CompiledPolicy>();
@@ -404,9 +438,11 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   const wallClock = options.wallClock ?? Date.now;
   const classify = options.classify;
   const onAttempt = options.onAttempt;
+  const { onDecision, onSleep, onTerminal } = options;
   const signal = options.signal;
   const deadlineMs = compiled.policy.deadline_ms;
   const fleet = options.fleet;
+  const checks = options.checks !== undefined && options.checks.length > 0 ? options.checks : undefined;
   checkFleet(compiled.policy, fleet);
 
   const t0 = clock();
@@ -450,9 +486,11 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   try {
     for (;;) {
       let decision = session.next();
+      if (onDecision !== undefined) callHook("onDecision", onDecision, copied(decision));
       if (decision.kind === "terminal") break;
       let notBefore = decision.not_before_ms;
       let t = now();
+      if (onSleep !== undefined && t < notBefore && !signal?.aborted) callHook("onSleep", onSleep, plannedSleep(decision, t));
       while (t < notBefore && !signal?.aborted) {
         await sleep(notBefore - t, signal);
         t = now();
@@ -515,7 +553,20 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         succeeded = true;
         lastResult = value;
         lastError = undefined;
-        judgement = session.observe({ started_at_ms: startedAt, completed_at_ms: completedAt, cost: step.charged, facts: RETURNED });
+        if (checks === undefined) {
+          judgement = session.observe({ started_at_ms: startedAt, completed_at_ms: completedAt, cost: step.charged, facts: RETURNED });
+        } else {
+          // The checks' verdicts, decoded by the core; a check that throws or a
+          // verdict the core refuses (its coded error) leaves the attempt unrecognized.
+          const observation = { started_at_ms: startedAt, completed_at_ms: completedAt, cost: step.charged, facts: CHECK_BROKE };
+          try {
+            const output_checks = checks.map((c) => c.check(value));
+            judgement = session.observe({ ...observation, facts: { result: "returned", output_checks } as Facts });
+          } catch (e) {
+            lastError = e;
+            judgement = session.observe(observation);
+          }
+        }
       } else {
         succeeded = false;
         lastResult = undefined;
@@ -537,9 +588,10 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         const seen = step.rateLimits ?? (raised ? rateLimitHeadersOf(error) : undefined);
         await fleet.record(session, step.routeReleaseSha256, step.tokens, seen);
       }
-      if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
+      if (onAttempt !== undefined) callHook("onAttempt", onAttempt, session.lastAttempt() as Attempt, copied(judgement));
     }
     sealed = sealAndRelease(session);
+    if (onTerminal !== undefined) callHook("onTerminal", onTerminal, copied(sealed.receipt));
   } finally {
     if (timer !== undefined) clearTimeout(timer);
     if (controller !== undefined) signal?.removeEventListener("abort", onAbort);

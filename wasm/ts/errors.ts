@@ -5,7 +5,7 @@
  */
 
 import { ERROR_CODE_FAMILY, type ErrorCode, type ErrorFamily, type DecodeCode, type DriftCode, type HttpCode, type IdempotencyCode, type JournalCode, type PolicyCode, type ReceiptCode, type RunCode } from "./tables.js";
-import type { Attempts, Bundle, Receipt, Sealed, Terminal } from "./types.js";
+import type { Attempts, Bundle, Receipt, RepairChain, Sealed, Terminal } from "./types.js";
 
 export type {
   DecodeCode,
@@ -182,6 +182,10 @@ export class RunStoppedError<T = unknown> extends RetryledgerError {
   readonly sealed: Sealed;
   readonly receipt: Receipt;
   readonly result: T | undefined;
+  /** Under repair: the `retryledger.repair_chain.v1` of the request and its repairs so far, this run last (docs/REPAIR.md). */
+  chain?: RepairChain;
+  /** Under repair: why no further repair followed, when the core refused one (`repair_over_budget`, …). */
+  repairRefused?: RetryledgerError;
 
   constructor(message: string, details: StoppedDetails<T>) {
     const terminal = details.sealed.terminal;

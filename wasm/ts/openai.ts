@@ -39,6 +39,7 @@
  * `call` charges it.
  */
 
+import { answerChecks, openaiAnswerParts, type AnswerCheckOptions, type OutputCheck } from "./checks.js";
 import { AttemptError } from "./facts.js";
 import { reportTokens, sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
@@ -412,4 +413,16 @@ export function runStreamWithOpenAI<C extends OpenAIClientLike, E = unknown>(
     }
   }
   return runStream(policy, dispatch, { ...options, reader: options.reader ?? (openaiStreamReader as StreamReader<E>) });
+}
+
+// ---------------------------------------------------------------- output checks
+
+/**
+ * The built-in output checks of openai answers, for `checks` (docs/REPAIR.md):
+ * `refusal` (policy_denied: never a fallback), `truncated`, `empty`, with
+ * `json: true` `unparsable_json` (a JSON output was asked for), then
+ * `validators` (`outputCheck`, `schemaCheck`) run on the answer's text.
+ */
+export function openaiAnswerChecks(options: AnswerCheckOptions = {}): OutputCheck[] {
+  return answerChecks("openai", openaiAnswerParts, options);
 }

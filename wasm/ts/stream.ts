@@ -36,6 +36,7 @@ import {
   UnrecognizedDispatchError,
 } from "./errors.js";
 import { sealAndRelease, type Session } from "./session.js";
+import { callHook, copied, plannedSleep, type RunHooks } from "./hooks.js";
 import type {
   Attempt,
   Bundle,
@@ -85,7 +86,7 @@ export type StreamDispatchFn<E> = (
   signal: AbortSignal,
 ) => Promise<AsyncIterable<E> | Iterable<E>> | AsyncIterable<E> | Iterable<E>;
 
-export interface StreamRunOptions<E> {
+export interface StreamRunOptions<E> extends RunHooks {
   /** The raw idempotency key; its digest must be the policy's `idempotency_key_sha256`. */
   idempotencyKey: string;
   /** The key's scope, when the policy's key digest is scoped. */
@@ -385,6 +386,7 @@ async function* drive<E>(
   const wallClock = options.wallClock ?? Date.now;
   const classify = options.classify;
   const onAttempt = options.onAttempt;
+  const { onDecision, onSleep, onTerminal } = options;
   const signal = options.signal;
   const fleet = options.fleet;
 
@@ -436,9 +438,11 @@ async function* drive<E>(
   try {
     for (;;) {
       let decision = session.next();
+      if (onDecision !== undefined) callHook("onDecision", onDecision, copied(decision));
       if (decision.kind === "terminal") break;
       let notBefore = decision.not_before_ms;
       let t = now();
+      if (onSleep !== undefined && t < notBefore && !signal?.aborted) callHook("onSleep", onSleep, plannedSleep(decision, t));
       while (t < notBefore && !signal?.aborted) {
         await sleep(notBefore - t, signal);
         t = now();
@@ -691,7 +695,7 @@ async function* drive<E>(
       const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts, lens);
       lastRule = judgement.rule;
       if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens, step.rateLimits);
-      if (onAttempt !== undefined) onAttempt(session.lastAttempt() as Attempt, judgement);
+      if (onAttempt !== undefined) callHook("onAttempt", onAttempt, session.lastAttempt() as Attempt, copied(judgement));
 
       switch (judgement.stream) {
         case "commit":
@@ -715,6 +719,7 @@ async function* drive<E>(
     sealed = sealAndRelease(session);
     setSealed(sealed);
     finished = true;
+    if (onTerminal !== undefined) callHook("onTerminal", onTerminal, copied(sealed.receipt));
   } catch (e) {
     failed = true;
     throw e;
@@ -743,6 +748,7 @@ async function* drive<E>(
           if (session.terminal === null) session.cancel(now());
           sealed = sealAndRelease(session);
           setSealed(sealed);
+          if (onTerminal !== undefined) callHook("onTerminal", onTerminal, copied(sealed.receipt));
         } catch {
           sealed = undefined;
         }

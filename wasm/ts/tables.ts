@@ -34,6 +34,9 @@ export const DECODE_CODES = [
   "invalid_digest",
   "invalid_identifier",
   "duplicate_set_item",
+  "output_verdict_invalid",
+  "output_defects_over_bound",
+  "repair_function_failed",
 ] as const;
 /** One of the core's error codes of the `decode` family. */
 export type DecodeCode = (typeof DECODE_CODES)[number];
@@ -112,6 +115,12 @@ export const DRIFT_CODES = [
   "hedge_after_result",
   "hedge_loss_drift",
   "hedge_charge_drift",
+  "output_check_drift",
+  "repair_over_budget",
+  "repair_after_terminal",
+  "repair_same_request",
+  "repair_chain_drift",
+  "repair_not_allowed",
 ] as const;
 /** One of the core's error codes of the `drift` family. */
 export type DriftCode = (typeof DRIFT_CODES)[number];
@@ -195,6 +204,9 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   invalid_digest: "decode",
   invalid_identifier: "decode",
   duplicate_set_item: "decode",
+  output_verdict_invalid: "decode",
+  output_defects_over_bound: "decode",
+  repair_function_failed: "decode",
   retry_owner_not_harness: "policy",
   no_routes: "policy",
   duplicate_priority: "policy",
@@ -261,6 +273,12 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   hedge_after_result: "drift",
   hedge_loss_drift: "drift",
   hedge_charge_drift: "drift",
+  output_check_drift: "drift",
+  repair_over_budget: "drift",
+  repair_after_terminal: "drift",
+  repair_same_request: "drift",
+  repair_chain_drift: "drift",
+  repair_not_allowed: "drift",
   receipt_mismatch: "receipt",
   retry_after_invalid: "http",
   retry_after_overlong: "http",
@@ -349,6 +367,7 @@ export type IndeterminateKind = (typeof INDETERMINATE_KINDS)[number];
 /** The rules of the core's judgement, in the order they apply. */
 export const RULES = [
   "returned",
+  "output_check",
   "explicit",
   "cancelled",
   "stream_violation",

@@ -101,6 +101,8 @@ export interface Policy {
   max_data_boundary: DataBoundary;
   max_total_attempts: number;
   max_total_cost: number;
+  /** Bounded semantic repair after an `invalid_output` stop (docs/REPAIR.md). */
+  repair?: RepairPolicy;
   requirements: Capabilities;
   retry_owner: RetryOwner;
   routes: Route[];
@@ -151,6 +153,8 @@ export interface Attempt {
   logical_request_sha256: Sha256Hex;
   ordinal: number;
   outcome: Outcome;
+  /** The failed output check that decided the outcome (docs/REPAIR.md). */
+  output_check?: OutputCheckRecord;
   /** How a recovered run learned the outcome from the receiver (absent when observed directly). */
   reconciled?: Reconciled;
   /** Digest of the request body the attempt sent (after lowering to its route), when the host reported it. */
@@ -433,6 +437,8 @@ export interface Facts {
   now_unix_ms?: number;
   /** An outcome the error carries explicitly, or the classify hook's answer. */
   outcome?: Outcome;
+  /** For a dispatch that returned: the verdict of each output check the host ran (docs/REPAIR.md). */
+  output_checks?: OutputVerdict[];
   /** The provider family whose tables apply; a session takes it from the planned route. */
   provider_family?: ProviderFamily;
   /** Response bytes reached the caller before the failure. */
@@ -791,3 +797,66 @@ export interface BudgetWithdrawResult {
   granted: boolean;
   snapshot: RetryBudgetSnapshot;
 }
+
+// ---------------------------------------------------------------- output checks and repair
+
+/** What an output check looks at (docs/REPAIR.md). */
+export type CheckKind = "refusal" | "truncated" | "empty" | "unparsable_json" | "schema";
+
+/** One defect a validator found. */
+export interface Defect {
+  message: string;
+  path?: string;
+}
+
+/** One check's verdict, as a host passes it in the facts' `output_checks`. */
+export interface OutputVerdict {
+  defects?: Defect[];
+  kind: CheckKind;
+  validator: string;
+  verdict: "pass" | "defects";
+}
+
+/** What an attempt records of the failed check that decided its outcome. */
+export interface OutputCheckRecord {
+  defect_count: number;
+  defects_sha256: Sha256Hex;
+  kind: CheckKind;
+  validator: string;
+}
+
+/** The policy's `repair` section. */
+export interface RepairPolicy {
+  cost_share_percent: number;
+  max_repairs: number;
+}
+
+/** One run of a repair chain: the root request's (no parent, no ordinal, starts at 0) or a repair's. */
+export interface RepairLink {
+  bundle: Bundle;
+  parent_request_sha256?: Sha256Hex;
+  repair_ordinal?: number;
+  started_at_ms: number;
+}
+
+/** A request and its repairs (`retryledger.repair_chain.v1`). */
+export interface RepairChain {
+  links: RepairLink[];
+  schema: "retryledger.repair_chain.v1";
+}
+
+/** One run of a verified chain. */
+export interface ChainLinkSummary {
+  logical_request_sha256: Sha256Hex;
+  parent_request_sha256?: Sha256Hex;
+  receipt_sha256: Sha256Hex;
+  repair_ordinal?: number;
+  started_at_ms: number;
+  terminal: Terminal;
+  total_cost: number;
+}
+
+/** What replaying a chain says. */
+export type ChainVerdict =
+  | { kind: "verified"; chain_sha256: Sha256Hex; links: ChainLinkSummary[]; repairs: number; terminal: Terminal; total_cost: number }
+  | { kind: "drift"; code: string; link_index: number; message: string; path: string };

@@ -107,7 +107,19 @@ pub fn drive(input: &Value) -> Value {
             f
         } else if let Some(v) = step.get("returns") {
             result = Some(v.clone());
-            Facts::returned()
+            match step.get("verdict") {
+                // The host's output check answered this verdict (docs/REPAIR.md):
+                // the core decodes it, or the answer is unrecognized.
+                Some(verdict) => {
+                    from_value::<Facts>(json!({"result": "returned", "output_checks": [verdict]}))
+                        .unwrap_or_else(|_| {
+                            let mut f = Facts::raised();
+                            f.error_types = vec!["OutputCheckError".into()];
+                            f
+                        })
+                }
+                None => Facts::returned(),
+            }
         } else {
             result = None;
             facts_of(&step["raises"], &classify, delivered)

@@ -116,6 +116,14 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         .map(Value::from),
         "classify_http" => api::classify_http(text(input, "observation")).map(parsed),
         "judge" => api::judge(text(input, "facts")).map(parsed),
+        "next_repair" => api::next_repair(
+            text(input, "links"),
+            text(input, "request_sha256"),
+            text(input, "idempotency_key_sha256"),
+            get(input, "started_at_ms").as_u64().expect("started_at_ms"),
+        )
+        .map(parsed),
+        "verify_repair_chain" => api::verify_repair_chain(text(input, "chain")).map(parsed),
         "check_price_schedule" => {
             api::check_price_schedule(text(input, "policy"), text(input, "schedule"))
                 .map(Value::String)

@@ -46,6 +46,7 @@ mod plan;
 mod policy;
 mod price;
 mod provider;
+mod repair;
 mod request;
 mod retry_after;
 mod schedule;
@@ -83,6 +84,7 @@ const FAMILIES: &[fn() -> Family] = &[
     journal::family,
     idempotency::family,
     hedge::family,
+    repair::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -134,6 +136,8 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `admission_observe` | `config`, `snapshot`, `headers` (JSON text of `[name, value]` pairs), `now_epoch_ms`: a response's rate-limit headers applied to the snapshot |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\
          | `hedge_session` | `policy`, `script`: a hedged session event by event (`start`, `observe`, `cancelled`, `cancel_run`, each `at` a run-clock time; docs/HEDGING.md) |\n\
+         | `next_repair` | `links` (a JSON array of `retryledger.repair_chain.v1` links, the root run first), `request_sha256`, `idempotency_key_sha256`, `started_at_ms`: the policy of the next repair, or why there is none (docs/REPAIR.md) |\n\
+         | `verify_repair_chain` | `chain` (a `retryledger.repair_chain.v1`): every run replayed and every repair checked against its budget |\n\
          \n\
          Document inputs are JSON *text* (strings), passed to the operation as is, so\n\
          hostile text (duplicate keys, `-0`, lone surrogate escapes, a byte order mark)\n\

@@ -370,6 +370,7 @@ impl HedgeSession {
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
+            output_check: None,
             reconciled: None,
             request_body_sha256: None,
             route_id: d.route_id.clone(),
