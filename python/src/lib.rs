@@ -144,8 +144,58 @@ impl std::hash::Hasher for ShortHasher {
     }
 }
 
-type StrCache =
-    std::collections::HashMap<Box<str>, Py<PyString>, std::hash::BuildHasherDefault<ShortHasher>>;
+/// The string cache: by text, and in front of it a small table by the
+/// text's address and length, so that a string met again at the same place
+/// (a field name, an outcome name, a route id) is found without hashing
+/// its text (a hit still compares the text, so an address reused by other
+/// text is a miss).
+#[derive(Default)]
+struct StrCache {
+    map: std::collections::HashMap<
+        Box<str>,
+        Py<PyString>,
+        std::hash::BuildHasherDefault<ShortHasher>,
+    >,
+    front: Vec<Option<FrontSlot>>,
+}
+
+/// A string of the table by address: the address it was met at, its text, the string.
+type FrontSlot = (usize, Box<str>, Py<PyString>);
+
+/// Slots of the table by address (a power of two).
+const FRONT_SLOTS: usize = 256;
+
+impl StrCache {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    #[inline]
+    fn slot(s: &str) -> usize {
+        let at = s.as_ptr() as usize;
+        ((at >> 3) ^ (at >> 11) ^ s.len()) & (FRONT_SLOTS - 1)
+    }
+
+    /// The string at this address with this text, if met there before.
+    #[inline]
+    fn front<'py>(&self, py: Python<'py>, s: &str) -> Option<Bound<'py, PyString>> {
+        match self.front.get(Self::slot(s)) {
+            Some(Some((at, text, v))) if *at == s.as_ptr() as usize && **text == *s => {
+                Some(v.bind(py).clone())
+            }
+            _ => None,
+        }
+    }
+
+    fn remember(&mut self, s: &str, v: &Bound<'_, PyString>) {
+        if self.front.is_empty() {
+            self.front.resize_with(FRONT_SLOTS, || None);
+        }
+        if let Some(slot) = self.front.get_mut(Self::slot(s)) {
+            *slot = Some((s.as_ptr() as usize, s.into(), v.clone().unbind()));
+        }
+    }
+}
 
 /// Strings documents repeat (field names, route ids, outcome names, schema
 /// names) are made once per thread and shared: immutable, interned, hashed.
@@ -162,13 +212,19 @@ fn short_str<'py>(py: Python<'py>, cache: &mut StrCache, s: &str) -> (Bound<'py,
     if s.len() > CACHED_STR_BYTES {
         return (PyString::new(py, s), false);
     }
-    if let Some(v) = cache.get(s) {
-        return (v.bind(py).clone(), true);
+    if let Some(v) = cache.front(py, s) {
+        return (v, true);
+    }
+    if let Some(v) = cache.map.get(s) {
+        let v = v.bind(py).clone();
+        cache.remember(s, &v);
+        return (v, true);
     }
     let v = PyString::intern(py, s);
     let cached = cache.len() < CACHED_STRS;
     if cached {
-        cache.insert(s.into(), v.clone().unbind());
+        cache.map.insert(s.into(), v.clone().unbind());
+        cache.remember(s, &v);
     }
     (v, cached)
 }
