@@ -430,7 +430,10 @@ function sealed(r: RawSession): [Receipt | undefined, string | KeptTape, string 
   const attempts = utf8.decode(mem.subarray(bytesAt, bytesAt + n));
   const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
   const receipt = fromTape(f, tapeAt, count, text) as Receipt;
-  return [receipt, { ops: f.slice(tapeAt, tapeAt + count), text }, attempts];
+  // A copy of the tape's numbers (the session's memory serves its next run).
+  const ops = new Float64Array(count);
+  ops.set(f.subarray(tapeAt, tapeAt + count));
+  return [receipt, { ops, text }, attempts];
 }
 
 /** The canonical JSON of a receipt given as its text or its kept tape. */
