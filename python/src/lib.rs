@@ -165,6 +165,25 @@ type FrontSlot = (usize, Box<str>, Py<PyString>);
 /// Slots of the table by address (a power of two).
 const FRONT_SLOTS: usize = 256;
 
+/// Whether two texts are equal, eight bytes at a time and inline (short
+/// texts: no call into the library's byte comparison).
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    while let (Some((p, x)), Some((q, y))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        if u64::from_ne_bytes(*p) != u64::from_ne_bytes(*q) {
+            return false;
+        }
+        (a, b) = (x, y);
+    }
+    a.iter().zip(b).all(|(p, q)| p == q)
+}
+
 impl StrCache {
     fn len(&self) -> usize {
         self.map.len()
@@ -180,7 +199,7 @@ impl StrCache {
     #[inline]
     fn front<'py>(&self, py: Python<'py>, s: &str) -> Option<Bound<'py, PyString>> {
         match self.front.get(Self::slot(s)) {
-            Some(Some((at, text, v))) if *at == s.as_ptr() as usize && **text == *s => {
+            Some(Some((at, text, v))) if *at == s.as_ptr() as usize && same_text(text, s) => {
                 Some(v.bind(py).clone())
             }
             _ => None,
@@ -899,6 +918,11 @@ impl PyOutcome {
 #[pyclass(frozen, name = "Facts", module = "retryledger._core")]
 struct PyFacts {
     inner: Facts,
+    /// The judgement the first observation of these facts made, shared by
+    /// later observations that make the same one (a judgement is
+    /// immutable): the facts of an error raised again and again are judged
+    /// into one object, not one per attempt.
+    judged: PyOnceLock<Py<PyJudgement>>,
 }
 
 #[pymethods]
@@ -990,7 +1014,10 @@ impl PyFacts {
         if typed_outcome.is_some() {
             inner.outcome = typed_outcome;
         }
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            judged: PyOnceLock::new(),
+        })
     }
 
     /// The facts as canonical JSON (what `judge` reads).
@@ -1307,12 +1334,13 @@ impl PySession {
     #[pyo3(signature = (started_at_ms, completed_at_ms, cost = None, facts = None, deltas = None))]
     fn observe(
         &mut self,
+        py: Python<'_>,
         started_at_ms: &Bound<'_, PyAny>,
         completed_at_ms: &Bound<'_, PyAny>,
         cost: Option<&Bound<'_, PyAny>>,
         facts: Option<&Bound<'_, PyAny>>,
         deltas: Option<Vec<String>>,
-    ) -> PyResult<PyJudgement> {
+    ) -> PyResult<Py<PyJudgement>> {
         let Some(facts) = facts.and_then(|f| f.cast::<PyFacts>().ok()) else {
             return Err(coded(
                 ErrorCode::MissingField,
@@ -1335,7 +1363,19 @@ impl PySession {
             &deltas,
         ))?;
         self.next = None;
-        Ok(PyJudgement { inner: judgement })
+        // The facts' judgement object when this one is the same, else a new one.
+        let facts = facts.get();
+        if let Some(j) = facts.judged.get(py) {
+            if j.get().inner == judgement {
+                return Ok(j.clone_ref(py));
+            }
+            return Py::new(py, PyJudgement { inner: judgement });
+        }
+        let j = Py::new(py, PyJudgement { inner: judgement })?;
+        Ok(facts
+            .judged
+            .get_or_init(py, || j.clone_ref(py))
+            .clone_ref(py))
     }
 
     /// Admit the planned attempt under the fleet view read from the store
