@@ -490,6 +490,20 @@ impl WasmSession {
         }
     }
 
+    /// The terminal's position in the core's table of terminals
+    /// (`Terminal::NAMES`, which the host's generated tables list in the
+    /// same order), or `undefined` while the run can dispatch: no text
+    /// crosses.
+    pub fn terminal_index(&self) -> Option<u32> {
+        match self.session.next() {
+            Decision::Dispatch(_) => None,
+            Decision::Terminal { terminal } => retryledger_core::Terminal::ALL
+                .iter()
+                .position(|t| t == terminal)
+                .and_then(|i| u32::try_from(i).ok()),
+        }
+    }
+
     /// The planned route's position in priority order.
     pub fn route_index(&self) -> Option<u32> {
         let d = self.dispatch()?;

@@ -47,6 +47,8 @@ export interface RawCompiled {
  */
 export interface RawSession {
   terminal(): string | undefined;
+  /** The terminal's position in `TERMINALS`, or `undefined` while the run can dispatch. */
+  terminal_index(): number | undefined;
   route_index(): number | undefined;
   ordinal(): number | undefined;
   route_ordinal(): number | undefined;

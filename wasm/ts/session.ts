@@ -43,7 +43,7 @@ import type {
   Terminal,
   Usage,
 } from "./types.js";
-import { RULES } from "./tables.js";
+import { RULES, TERMINALS } from "./tables.js";
 
 /** The raw session's streaming methods (the module's `Session` has them). */
 interface RawStreaming {
@@ -194,7 +194,7 @@ export class Session {
   /** The decision: `{kind: "dispatch", …}` (exactly `planNext`'s document) or `{kind: "terminal", terminal}`. */
   next(): Decision {
     const r = this.#raw;
-    if (!r.plan()) return { kind: "terminal", terminal: r.terminal() as Terminal };
+    if (!r.plan()) return { kind: "terminal", terminal: TERMINALS[r.terminal_index() as number] as Terminal };
     // The decision's numbers, written by the core in one crossing (PLAN_FIELDS in wasm/src/lib.rs).
     const f = moduleFloats();
     const at = (this.#plan ??= r.plan_ptr() / 8);
