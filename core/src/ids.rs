@@ -12,8 +12,24 @@ use crate::limits::{MAX_ID_BYTES, MAX_SET_ITEMS};
 
 /// A SHA-256 digest: exactly 64 lowercase hex characters. Shared, not
 /// copied: a run repeats the same digests in every attempt and receipt.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Eq, PartialOrd, Ord)]
 pub struct Sha256Hex(Arc<str>);
+
+/// Equal text; the same shared text is equal without comparing it (a run
+/// checks every attempt against its plan, which share their digests and
+/// identifiers).
+impl PartialEq for Sha256Hex {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+/// The text's hash (consistent with equality).
+impl std::hash::Hash for Sha256Hex {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl Sha256Hex {
     /// Check and wrap a digest string.
@@ -62,8 +78,22 @@ impl Encode for Sha256Hex {
 
 /// An identifier: 1 to 128 bytes of `A-Z a-z 0-9 . _ - : / @ +`. Shared,
 /// not copied, like [`Sha256Hex`].
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Eq, PartialOrd, Ord)]
 pub struct Identifier(Arc<str>);
+
+/// Equal text, as for [`Sha256Hex`].
+impl PartialEq for Identifier {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+/// The text's hash (consistent with equality).
+impl std::hash::Hash for Identifier {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl Identifier {
     /// Check and wrap an identifier.

@@ -263,8 +263,9 @@ def report(cs: List[Contender], calls: int, rounds: int) -> str:
     lines += [
         "",
         "The driver's figure includes what the others do not do: each attempt planned and recorded by the core, "
-        "the receipt sealed (SHA-256 of the policy and of the attempts' canonical JSON) and built into a dict when "
-        "read. stamina runs on tenacity; stamina and backoff take no sleep hook, so their best case stubs "
+        "the receipt sealed (SHA-256 of the attempts' canonical JSON; the policy's digest was computed once, when "
+        "it was compiled) and built into a dict when read. stamina runs on tenacity; stamina and backoff take no "
+        "sleep hook, so their best case stubs "
         "`time.sleep` during their batches, and the rows with `time.sleep(0)` show them as shipped. "
         "`make bench-python` reruns this.",
     ]

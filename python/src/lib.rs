@@ -146,8 +146,77 @@ impl std::hash::Hasher for ShortHasher {
     }
 }
 
-type StrCache =
-    std::collections::HashMap<Box<str>, Py<PyString>, std::hash::BuildHasherDefault<ShortHasher>>;
+/// The string cache: by text, and in front of it a small table by the
+/// text's address and length, so that a string met again at the same place
+/// (a field name, an outcome name, a route id) is found without hashing
+/// its text (a hit still compares the text, so an address reused by other
+/// text is a miss).
+#[derive(Default)]
+struct StrCache {
+    map: std::collections::HashMap<
+        Box<str>,
+        Py<PyString>,
+        std::hash::BuildHasherDefault<ShortHasher>,
+    >,
+    front: Vec<Option<FrontSlot>>,
+}
+
+/// A string of the table by address: the address it was met at, its text, the string.
+type FrontSlot = (usize, Box<str>, Py<PyString>);
+
+/// Slots of the table by address (a power of two).
+const FRONT_SLOTS: usize = 256;
+
+/// Whether two texts are equal, eight bytes at a time and inline (short
+/// texts: no call into the library's byte comparison).
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    while let (Some((p, x)), Some((q, y))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        if u64::from_ne_bytes(*p) != u64::from_ne_bytes(*q) {
+            return false;
+        }
+        (a, b) = (x, y);
+    }
+    a.iter().zip(b).all(|(p, q)| p == q)
+}
+
+impl StrCache {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    #[inline]
+    fn slot(s: &str) -> usize {
+        let at = s.as_ptr() as usize;
+        ((at >> 3) ^ (at >> 11) ^ s.len()) & (FRONT_SLOTS - 1)
+    }
+
+    /// The string at this address with this text, if met there before.
+    #[inline]
+    fn front<'py>(&self, py: Python<'py>, s: &str) -> Option<Bound<'py, PyString>> {
+        match self.front.get(Self::slot(s)) {
+            Some(Some((at, text, v))) if *at == s.as_ptr() as usize && same_text(text, s) => {
+                Some(v.bind(py).clone())
+            }
+            _ => None,
+        }
+    }
+
+    fn remember(&mut self, s: &str, v: &Bound<'_, PyString>) {
+        if self.front.is_empty() {
+            self.front.resize_with(FRONT_SLOTS, || None);
+        }
+        if let Some(slot) = self.front.get_mut(Self::slot(s)) {
+            *slot = Some((s.as_ptr() as usize, s.into(), v.clone().unbind()));
+        }
+    }
+}
 
 /// Strings documents repeat (field names, route ids, outcome names, schema
 /// names) are made once per thread and shared: immutable, interned, hashed.
@@ -164,13 +233,19 @@ fn short_str<'py>(py: Python<'py>, cache: &mut StrCache, s: &str) -> (Bound<'py,
     if s.len() > CACHED_STR_BYTES {
         return (PyString::new(py, s), false);
     }
-    if let Some(v) = cache.get(s) {
-        return (v.bind(py).clone(), true);
+    if let Some(v) = cache.front(py, s) {
+        return (v, true);
+    }
+    if let Some(v) = cache.map.get(s) {
+        let v = v.bind(py).clone();
+        cache.remember(s, &v);
+        return (v, true);
     }
     let v = PyString::intern(py, s);
     let cached = cache.len() < CACHED_STRS;
     if cached {
-        cache.insert(s.into(), v.clone().unbind());
+        cache.map.insert(s.into(), v.clone().unbind());
+        cache.remember(s, &v);
     }
     (v, cached)
 }
@@ -886,6 +961,11 @@ impl PyOutcome {
 #[pyclass(frozen, name = "Facts", module = "retryledger._core")]
 struct PyFacts {
     inner: Facts,
+    /// The judgement the first observation of these facts made, shared by
+    /// later observations that make the same one (a judgement is
+    /// immutable): the facts of an error raised again and again are judged
+    /// into one object, not one per attempt.
+    judged: PyOnceLock<Py<PyJudgement>>,
 }
 
 #[pymethods]
@@ -980,7 +1060,10 @@ impl PyFacts {
         if typed_outcome.is_some() {
             inner.outcome = typed_outcome;
         }
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            judged: PyOnceLock::new(),
+        })
     }
 
     /// The facts as canonical JSON (what `judge` reads).
@@ -1297,12 +1380,13 @@ impl PySession {
     #[pyo3(signature = (started_at_ms, completed_at_ms, cost = None, facts = None, deltas = None))]
     fn observe(
         &mut self,
+        py: Python<'_>,
         started_at_ms: &Bound<'_, PyAny>,
         completed_at_ms: &Bound<'_, PyAny>,
         cost: Option<&Bound<'_, PyAny>>,
         facts: Option<&Bound<'_, PyAny>>,
         deltas: Option<Vec<String>>,
-    ) -> PyResult<PyJudgement> {
+    ) -> PyResult<Py<PyJudgement>> {
         let Some(facts) = facts.and_then(|f| f.cast::<PyFacts>().ok()) else {
             return Err(coded(
                 ErrorCode::MissingField,
@@ -1325,7 +1409,19 @@ impl PySession {
             &deltas,
         ))?;
         self.next = None;
-        Ok(PyJudgement { inner: judgement })
+        // The facts' judgement object when this one is the same, else a new one.
+        let facts = facts.get();
+        if let Some(j) = facts.judged.get(py) {
+            if j.get().inner == judgement {
+                return Ok(j.clone_ref(py));
+            }
+            return Py::new(py, PyJudgement { inner: judgement });
+        }
+        let j = Py::new(py, PyJudgement { inner: judgement })?;
+        Ok(facts
+            .judged
+            .get_or_init(py, || j.clone_ref(py))
+            .clone_ref(py))
     }
 
     /// Admit the planned attempt under the fleet view read from the store

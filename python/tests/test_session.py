@@ -119,3 +119,32 @@ def test_on_attempt_sees_each_attempt_and_its_judgement() -> None:
         on_attempt=lambda attempt, judgement: seen.append((attempt["ordinal"], judgement.rule)),
     )
     assert result.value == "ok" and seen == [(1, "explicit"), (2, "returned")]
+
+
+def test_facts_observed_again_share_their_judgement_only_when_it_is_the_same() -> None:
+    policy = retryledger.Policy(make_policy())
+    # An error raised twice: one judgement object, the core's each time.
+    failure = Facts(result="raised", outcome={"class": "retryable", "kind": "unavailable"})
+    session = policy.session()
+
+    def observe() -> Any:
+        plan = session.next()
+        assert isinstance(plan, Dispatch)
+        at = plan.not_before_ms
+        return session.observe(started_at_ms=at, completed_at_ms=at, facts=failure)
+
+    first = observe()
+    second = observe()
+    assert second is first
+    assert first.rule == "explicit"
+    assert first.outcome.to_dict() == {"class": "retryable", "kind": "unavailable"}
+    # The same facts judged otherwise (after the deadline, then before it): each its own judgement.
+    mystery = Facts(result="raised", error_types=["MysteryError"])
+    late, early = policy.session(), policy.session()
+    plan = late.next()
+    assert isinstance(plan, Dispatch)
+    after = late.observe(started_at_ms=0, completed_at_ms=plan.deadline_ms, facts=mystery)
+    before = early.observe(started_at_ms=0, completed_at_ms=0, facts=mystery)
+    assert (after.rule, before.rule) == ("deadline", "unrecognized")
+    assert before is not after
+    assert before.to_dict() == retryledger.judge(mystery.json) and before.outcome != after.outcome

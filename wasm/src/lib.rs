@@ -21,7 +21,7 @@ use retryledger_core::decode::from_str;
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::evaluate::{Decision, Dispatch};
 use retryledger_core::limits::MAX_SAFE_INTEGER;
-use retryledger_core::observe::Facts;
+use retryledger_core::observe::{Facts, Rule};
 use retryledger_core::outcome::Outcome;
 use retryledger_core::{CompiledPolicy, Session};
 use wasm_bindgen::prelude::*;
@@ -123,6 +123,23 @@ pub fn module_memory() -> JsValue {
 #[wasm_bindgen]
 pub fn tape_key(id: u32) -> Option<String> {
     tape::key_text(id)
+}
+
+/// The canonical JSON of the document a tape holds (`ops` and the text as
+/// the host decoded it, as [`WasmSession::seal_hashed`] wrote them): the
+/// core's canonical writer encodes the tape's events, which make the same
+/// bytes as the document they were written from. A tape that is not one
+/// well-formed document is `invalid_value`.
+#[wasm_bindgen]
+pub fn tape_json(ops: &[f64], text: &str) -> Out<String> {
+    match tape::replay(ops, text) {
+        Some(doc) => Ok(canonical_json(&doc)),
+        None => Err(thrown(&Error::at(
+            ErrorCode::InvalidValue,
+            "/tape",
+            "not the tape of one document",
+        ))),
+    }
 }
 
 /// Lowercase hex SHA-256 of a string's UTF-8 bytes (the idempotency key check).
@@ -440,6 +457,13 @@ impl PreparedFacts {
             facts: lift(from_str::<Facts>(facts))?,
         })
     }
+
+    /// The facts of a dispatch that returned a value.
+    pub fn returned() -> PreparedFacts {
+        PreparedFacts {
+            facts: Facts::returned(),
+        }
+    }
 }
 
 /// A run in progress: the core's [`Session`]. The planned dispatch crosses as
@@ -498,6 +522,20 @@ impl WasmSession {
         match self.session.next() {
             Decision::Dispatch(_) => None,
             Decision::Terminal { terminal } => Some(terminal.as_str().to_owned()),
+        }
+    }
+
+    /// The terminal's position in the core's table of terminals
+    /// (`Terminal::NAMES`, which the host's generated tables list in the
+    /// same order), or `undefined` while the run can dispatch: no text
+    /// crosses.
+    pub fn terminal_index(&self) -> Option<u32> {
+        match self.session.next() {
+            Decision::Dispatch(_) => None,
+            Decision::Terminal { terminal } => retryledger_core::Terminal::ALL
+                .iter()
+                .position(|t| t == terminal)
+                .and_then(|i| u32::try_from(i).ok()),
         }
     }
 
@@ -571,17 +609,16 @@ impl WasmSession {
     }
 
     /// Seal the finished run given the host's SHA-256 of the attempts'
-    /// canonical JSON ([`Self::attempts_bytes`]): the receipt's canonical
-    /// JSON is appended to the attempts' bytes, and the receipt is written
-    /// as a tape too (`fromTape` in the TypeScript layer makes the plain
-    /// object from it, no JSON parsed). Where to read them goes into the plan
-    /// buffer, in this order: the bytes' address and count, the tape's
+    /// canonical JSON ([`Self::attempts_bytes`]): the receipt is written as
+    /// a tape (`fromTape` in the TypeScript layer makes the plain object
+    /// from it, no JSON parsed; [`tape_json`] is its canonical JSON, written
+    /// when first asked for). Where to read them goes into the plan buffer,
+    /// in this order: the attempts' bytes' address and count, the tape's
     /// address and count of numbers, the tape's text's address and count of
     /// bytes. `run_not_terminal` before the run ends, `invalid_digest` for a
     /// malformed digest.
     pub fn seal_hashed(&mut self, attempts_sha256: &str) -> Out<()> {
         let receipt = lift(self.session.receipt_with_attempts_sha256(attempts_sha256))?;
-        write_canonical(&receipt, &mut self.bytes);
         self.tape.write(&receipt);
         #[allow(clippy::cast_precision_loss)]
         let at = |n: usize| n as f64;
@@ -589,7 +626,7 @@ impl WasmSession {
             f64::from(address(self.bytes.as_ptr())),
             at(self.bytes.len()),
             f64::from(address(self.tape.ops.as_ptr())),
-            at(self.tape.ops.len()),
+            at(self.tape.len()),
             f64::from(address(self.tape.text.as_ptr())),
             at(self.tape.text.len()),
             0.0,
@@ -681,22 +718,26 @@ impl WasmSession {
     }
 
     /// [`Self::observe`] with facts decoded once beforehand (an
-    /// `AttemptError`'s): the rule comes back, nothing crosses as JSON.
+    /// `AttemptError`'s, or [`PreparedFacts::returned`]): the rule comes
+    /// back as its position in the core's table of rules (`Rule::NAMES`,
+    /// which the host's generated tables list in the same order); nothing
+    /// crosses as JSON or text.
     pub fn observe_prepared(
         &mut self,
         started_at_ms: f64,
         completed_at_ms: f64,
         cost: Option<f64>,
         facts: &PreparedFacts,
-    ) -> Out<String> {
-        let mut run = || -> retryledger_core::Result<String> {
+    ) -> Out<u32> {
+        let mut run = || -> retryledger_core::Result<u32> {
             let started = safe_integer(started_at_ms, "started_at_ms")?;
             let completed = safe_integer(completed_at_ms, "completed_at_ms")?;
             let cost = cost.map(|c| safe_integer(c, "cost")).transpose()?;
             let j = self
                 .session
                 .observe(started, completed, cost, &facts.facts)?;
-            Ok(j.rule.as_str().to_owned())
+            let at = Rule::ALL.iter().position(|r| *r == j.rule).unwrap_or(0);
+            Ok(u32::try_from(at).unwrap_or(0))
         };
         lift(run())
     }

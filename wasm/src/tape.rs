@@ -64,11 +64,61 @@ impl Hasher for KeyHasher {
     }
 }
 
-/// The keys numbered so far: by text, and their texts by number.
+/// The keys numbered so far: by text, and their texts by number. In front
+/// of the map, a small table by the key's address and length: a key met
+/// again at the same place (the field names of the core's encodings) is
+/// found without hashing its text; a hit still compares the text, so an
+/// address reused by other text is a miss.
 #[derive(Default)]
 struct Keys {
     ids: HashMap<Box<str>, u32, BuildHasherDefault<KeyHasher>>,
     texts: Vec<Box<str>>,
+    front: Vec<(usize, u32)>,
+}
+
+/// Slots of the table by address (a power of two).
+const FRONT_SLOTS: usize = 256;
+
+/// Whether two texts are equal, eight bytes at a time and inline (short
+/// texts: no call into the library's byte comparison).
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    while let (Some((p, x)), Some((q, y))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        if u64::from_ne_bytes(*p) != u64::from_ne_bytes(*q) {
+            return false;
+        }
+        (a, b) = (x, y);
+    }
+    a.iter().zip(b).all(|(p, q)| p == q)
+}
+
+impl Keys {
+    fn slot(key: &str) -> usize {
+        let at = key.as_ptr() as usize;
+        ((at >> 2) ^ (at >> 10) ^ key.len()) & (FRONT_SLOTS - 1)
+    }
+
+    /// The key's number, if met before at this address.
+    fn front(&self, key: &str) -> Option<u32> {
+        let (at, id) = *self.front.get(Self::slot(key))?;
+        let text = self.texts.get(usize::try_from(id).ok()?)?;
+        (at == key.as_ptr() as usize && same_text(text, key)).then_some(id)
+    }
+
+    fn remember(&mut self, key: &str, id: u32) {
+        if self.front.is_empty() {
+            self.front = vec![(0, 0); FRONT_SLOTS];
+        }
+        if let Some(slot) = self.front.get_mut(Self::slot(key)) {
+            *slot = (key.as_ptr() as usize, id);
+        }
+    }
 }
 
 thread_local! {
@@ -88,8 +138,12 @@ pub fn key_text(id: u32) -> Option<String> {
 /// A document's tape and string bytes, reused from one document to the next.
 #[derive(Default)]
 pub struct Tape {
-    /// Operations and their operands.
+    /// Operations and their operands: the first [`Tape::len`] numbers
+    /// (the vector is kept filled to its length, so that a write is a
+    /// bounds check and a store where the build optimizes for size).
     pub ops: Vec<f64>,
+    /// How many numbers of `ops` the document wrote.
+    len: usize,
     /// The strings' UTF-8, one after another.
     pub text: Vec<u8>,
 }
@@ -97,8 +151,11 @@ pub struct Tape {
 impl Tape {
     /// Replace the tape with `doc`'s.
     pub fn write<T: Encode + ?Sized>(&mut self, doc: &T) {
-        self.ops.clear();
+        self.len = 0;
         self.text.clear();
+        if self.ops.len() < 256 {
+            self.ops.resize(256, 0.0);
+        }
         KEYS.with(|keys| match keys.try_borrow_mut() {
             Ok(mut keys) => doc.encode(&mut Writer {
                 tape: self,
@@ -111,6 +168,31 @@ impl Tape {
                 keys: None,
             }),
         });
+    }
+
+    /// How many numbers the tape holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Append numbers to the tape.
+    #[inline(always)]
+    fn put(&mut self, xs: &[f64]) {
+        let end = self.len.saturating_add(xs.len());
+        if end > self.ops.len() {
+            self.grow(end);
+        }
+        if let Some(dst) = self.ops.get_mut(self.len..end) {
+            dst.copy_from_slice(xs);
+        }
+        self.len = end;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, need: usize) {
+        let room = need.max(self.ops.len().saturating_mul(2));
+        self.ops.resize(room, 0.0);
     }
 }
 
@@ -144,48 +226,209 @@ impl Writer<'_, '_> {
 
 impl Sink for Writer<'_, '_> {
     fn begin_object(&mut self) {
-        self.tape.ops.push(OBJECT);
+        self.tape.put(&[OBJECT]);
     }
     fn key(&mut self, key: &str) {
         if let Some(keys) = self.keys.as_deref_mut() {
-            if let Some(id) = keys.ids.get(key) {
-                let id = f64::from(*id);
-                self.tape.ops.extend_from_slice(&[KEY, id]);
+            if let Some(id) = keys.front(key) {
+                self.tape.put(&[KEY, f64::from(id)]);
+                return;
+            }
+            if let Some(id) = keys.ids.get(key).copied() {
+                keys.remember(key, id);
+                self.tape.put(&[KEY, f64::from(id)]);
                 return;
             }
             if keys.texts.len() < MAX_KEYS {
                 let id = u32::try_from(keys.texts.len()).unwrap_or(u32::MAX);
                 keys.ids.insert(key.into(), id);
                 keys.texts.push(key.into());
+                keys.remember(key, id);
                 let (from, to) = self.span(key);
-                self.tape
-                    .ops
-                    .extend_from_slice(&[NEW_KEY, f64::from(id), from, to]);
+                self.tape.put(&[NEW_KEY, f64::from(id), from, to]);
                 return;
             }
         }
         let (from, to) = self.span(key);
-        self.tape.ops.extend_from_slice(&[LONE_KEY, from, to]);
+        self.tape.put(&[LONE_KEY, from, to]);
     }
     fn end_object(&mut self) {
-        self.tape.ops.push(END_OBJECT);
+        self.tape.put(&[END_OBJECT]);
     }
     fn begin_array(&mut self) {
-        self.tape.ops.push(ARRAY);
+        self.tape.put(&[ARRAY]);
     }
     fn end_array(&mut self) {
-        self.tape.ops.push(END_ARRAY);
+        self.tape.put(&[END_ARRAY]);
     }
     #[allow(clippy::cast_precision_loss)]
     fn u64(&mut self, v: u64) {
         // Document integers are at most 2^53 - 1: exact as JavaScript numbers.
-        self.tape.ops.extend_from_slice(&[INT, v as f64]);
+        self.tape.put(&[INT, v as f64]);
     }
     fn bool(&mut self, v: bool) {
-        self.tape.ops.push(if v { TRUE } else { FALSE });
+        self.tape.put(&[if v { TRUE } else { FALSE }]);
     }
     fn str(&mut self, v: &str) {
         let (from, to) = self.span(v);
-        self.tape.ops.extend_from_slice(&[STR, from, to]);
+        self.tape.put(&[STR, from, to]);
     }
+}
+
+/// One event of a tape read back, its strings resolved.
+enum Event {
+    Object,
+    EndObject,
+    Array,
+    EndArray,
+    Key(String),
+    Int(u64),
+    Bool(bool),
+    Str(String),
+}
+
+/// A document's events, read back from its tape: the core's canonical
+/// writer encodes them as it encoded the document (the same events make
+/// the same bytes).
+pub struct Replay(Vec<Event>);
+
+impl Encode for Replay {
+    fn encode(&self, sink: &mut dyn Sink) {
+        for e in &self.0 {
+            match e {
+                Event::Object => sink.begin_object(),
+                Event::EndObject => sink.end_object(),
+                Event::Array => sink.begin_array(),
+                Event::EndArray => sink.end_array(),
+                Event::Key(k) => sink.key(k),
+                Event::Int(v) => sink.u64(*v),
+                Event::Bool(b) => sink.bool(*b),
+                Event::Str(s) => sink.str(s),
+            }
+        }
+    }
+}
+
+/// Where the strings of a tape's text are: UTF-16 offsets (as the host
+/// decoded it) walked to UTF-8 byte offsets, string after string.
+struct Cursor<'t> {
+    text: &'t str,
+    /// Bytes read so far.
+    byte: usize,
+    /// UTF-16 units read so far.
+    unit: usize,
+}
+
+impl<'t> Cursor<'t> {
+    /// The string spanning UTF-16 units `[from, to)`, which starts where the last one ended.
+    fn take(&mut self, from: f64, to: f64) -> Option<&'t str> {
+        if from != num(self.unit) {
+            return None;
+        }
+        let start = self.byte;
+        let rest = self.text.get(start..)?;
+        let mut chars = rest.char_indices();
+        while num(self.unit) < to {
+            let (_, c) = chars.next()?;
+            self.unit = self.unit.saturating_add(c.len_utf16());
+            self.byte = self.byte.saturating_add(c.len_utf8());
+        }
+        if num(self.unit) != to {
+            return None;
+        }
+        self.text.get(start..self.byte)
+    }
+}
+
+/// A document's events from its tape (`ops`, as [`Tape::write`] wrote
+/// them, and the text the host decoded), checked: known operations with
+/// their operands, keys the module numbered, strings in order within the
+/// text, objects and arrays balanced, one document. `None` otherwise.
+pub fn replay(ops: &[f64], text: &str) -> Option<Replay> {
+    let mut events = Vec::with_capacity(ops.len());
+    let mut cursor = Cursor {
+        text,
+        byte: 0,
+        unit: 0,
+    };
+    // Per open container: whether it is an object, and (objects) whether a key waits for its value.
+    let mut open: Vec<(bool, bool)> = Vec::new();
+    let mut done = false;
+    let mut it = ops.iter().copied();
+    while let Some(op) = it.next() {
+        let is_key = op == KEY || op == NEW_KEY || op == LONE_KEY;
+        let closes = op == END_OBJECT || op == END_ARRAY;
+        // Where this event stands: a key only in an object waiting for one,
+        // a value only at the top (once) or where a value is due.
+        match open.last_mut() {
+            None if done || is_key || closes => return None,
+            Some((true, true)) if is_key || op == END_OBJECT => return None,
+            Some((true, waiting)) if is_key => *waiting = true,
+            Some((true, _)) if op == END_OBJECT => {}
+            Some((true, false)) => return None,
+            Some((true, waiting)) => *waiting = false,
+            Some((false, _)) if is_key || op == END_OBJECT => return None,
+            _ => {}
+        }
+        let event = if op == OBJECT || op == ARRAY {
+            open.push((op == OBJECT, false));
+            if op == OBJECT {
+                Event::Object
+            } else {
+                Event::Array
+            }
+        } else if closes {
+            let (object, _) = open.pop()?;
+            if object != (op == END_OBJECT) {
+                return None;
+            }
+            if op == END_OBJECT {
+                Event::EndObject
+            } else {
+                Event::EndArray
+            }
+        } else if op == KEY {
+            Event::Key(key_text(whole(it.next()?)?)?)
+        } else if op == NEW_KEY {
+            let id = whole(it.next()?)?;
+            let s = cursor.take(it.next()?, it.next()?)?;
+            if key_text(id).as_deref() != Some(s) {
+                return None;
+            }
+            Event::Key(s.to_owned())
+        } else if op == LONE_KEY {
+            Event::Key(cursor.take(it.next()?, it.next()?)?.to_owned())
+        } else if op == INT {
+            Event::Int(integer(it.next()?)?)
+        } else if op == TRUE || op == FALSE {
+            Event::Bool(op == TRUE)
+        } else if op == STR {
+            Event::Str(cursor.take(it.next()?, it.next()?)?.to_owned())
+        } else {
+            return None;
+        };
+        events.push(event);
+        if open.is_empty() {
+            done = true;
+        }
+    }
+    (done && cursor.byte == text.len()).then_some(Replay(events))
+}
+
+/// A number that is a whole `u32` (a key number).
+fn whole(x: f64) -> Option<u32> {
+    let n = integer(x)?;
+    u32::try_from(n).ok()
+}
+
+/// A number that is a document integer (0..=2^53-1).
+fn integer(x: f64) -> Option<u64> {
+    // Exact: 2^53 - 1 is a double.
+    #[allow(clippy::cast_precision_loss)]
+    let max = retryledger_core::limits::MAX_SAFE_INTEGER as f64;
+    if !x.is_finite() || x.trunc() != x || !(0.0..=max).contains(&x) {
+        return None;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Some(x as u64)
 }

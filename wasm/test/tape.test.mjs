@@ -48,6 +48,61 @@ test("a sealed receipt behaves as the plain receipt: equality, JSON, iteration, 
   assert.equal(rl.digest(run.receipt), run.sealed.receipt_sha256);
 });
 
+test("the receipt's canonical JSON, written from the kept tape, is the core's sealed receipt", async () => {
+  const [policy, dispatch, options] = await oneRun();
+  const run = await rl.runWithPolicy(policy, dispatch, options);
+  // The core seals the same policy and attempts by itself (its own SHA-256,
+  // the receipt encoded directly): the same bundle, byte for byte.
+  const raw = createRequire(import.meta.url)("../pkg-node/retryledger_wasm.js");
+  const compiled = raw.Compiled.compile(JSON.stringify(policy));
+  const bundle = compiled.seal(JSON.stringify(run.bundle.attempts));
+  compiled.free();
+  assert.equal(run.sealed.bundle_json, bundle);
+  assert.equal(run.sealed.receipt_sha256, rl.digest(JSON.parse(bundle).receipt));
+  // Mutating the receipt object changes neither the sealed text nor its digest.
+  const second = await rl.runWithPolicy(...(await oneRun()));
+  const digest = rl.digest(second.receipt);
+  const cost = second.receipt.total_cost;
+  Object.assign(second.receipt, { total_cost: cost + 1 });
+  assert.equal(second.sealed.receipt_sha256, digest);
+  assert.equal(JSON.parse(second.sealed.bundle_json).receipt.total_cost, cost);
+});
+
+test("tape_json: the core's canonical JSON of a tape's events; a malformed tape is a coded error", () => {
+  const raw = createRequire(import.meta.url)("../pkg-node/retryledger_wasm.js");
+  const text = "éü𝄞xz";
+  const ops = new Float64Array([
+    O, LONE_KEY, 0, 1, A, STR, 1, 5, INT, Number.MAX_SAFE_INTEGER, T, F, END_A, LONE_KEY, 5, 6, O, END_O, END_O,
+  ]);
+  assert.equal(raw.tape_json(ops, text), '{"é":["ü𝄞x",9007199254740991,true,false],"z":{}}');
+  assert.equal(raw.tape_json(new Float64Array([STR, 0, 2]), 'a"'), '"a\\""');
+  const bad = [
+    [[O], ""], // unclosed
+    [[O, END_O, O, END_O], ""], // two documents
+    [[A, END_O], ""], // mismatched
+    [[A, LONE_KEY, 0, 1, STR, 1, 2, END_A], "ab"], // a key in an array
+    [[O, INT, 1, END_O], ""], // a value without its key
+    [[O, LONE_KEY, 0, 1, END_O], "a"], // a key without its value
+    [[INT, 1.5], ""], // not an integer
+    [[INT, -1], ""],
+    [[INT], ""], // a missing operand
+    [[STR, 0, 1], "ab"], // text left over
+    [[STR, 1, 2], "ab"], // a string not where the last one ended
+    [[STR, 0, 1], "𝄞"], // inside a surrogate pair
+    [[KEY, 4_000_000], ""], // a key never numbered
+    [[O, NEW_KEY, 0, 0, 1, INT, 1, END_O], "\u0001"], // a key whose text is not its number's
+    [[42], ""], // an unknown operation
+    [[], ""], // nothing
+  ];
+  for (const [tape, t] of bad) {
+    assert.throws(
+      () => raw.tape_json(new Float64Array(/** @type {number[]} */ (tape)), /** @type {string} */ (t)),
+      (/** @type {unknown} */ e) => typeof e === "string" && JSON.parse(e).code === "invalid_value",
+      JSON.stringify(tape),
+    );
+  }
+});
+
 /** A three-attempt run on the reference policy cut to one route: its arguments for runWithPolicy. */
 async function oneRun() {
   const fs = await import("node:fs");

@@ -50,6 +50,8 @@ export interface RawCompiled {
  */
 export interface RawSession {
   terminal(): string | undefined;
+  /** The terminal's position in `TERMINALS`, or `undefined` while the run can dispatch. */
+  terminal_index(): number | undefined;
   route_index(): number | undefined;
   ordinal(): number | undefined;
   route_ordinal(): number | undefined;
@@ -62,8 +64,8 @@ export interface RawSession {
   jitter_sample_ms(): number | undefined;
   /** Without facts: the rule (`returned`); with facts: the judgement's JSON. */
   observe(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: string | undefined): string;
-  /** `observe` with facts decoded beforehand: the rule. */
-  observe_prepared(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: RawFacts): string;
+  /** `observe` with facts decoded beforehand: the rule's position in `RULES`. */
+  observe_prepared(startedAtMs: number, completedAtMs: number, cost: number | undefined, facts: RawFacts): number;
   cancel(atMs: number): void;
   attempts_json(): string;
   last_attempt_json(): string | undefined;
@@ -115,8 +117,9 @@ export interface RawBindings {
   sha256_bytes_hex(bytes: Uint8Array): string;
   module_memory(): WebAssembly.Memory;
   tape_key(id: number): string | undefined;
+  tape_json(ops: Float64Array, text: string): string;
   Compiled: { compile(policy: string): RawCompiled };
-  Facts: { decode(facts: string): RawFacts };
+  Facts: { decode(facts: string): RawFacts; returned(): RawFacts };
 }
 
 let raw: RawBindings | undefined;
@@ -145,6 +148,15 @@ export function setBindings(bindings: RawBindings): void {
   u8 = new Uint8Array(0);
   f64 = new Float64Array(0);
   tapeKeys.length = 0;
+  returned = undefined;
+}
+
+/** The facts of a dispatch that returned, made by the module once. */
+let returned: RawFacts | undefined;
+
+/** The facts of a dispatch that returned, as the module holds them (for `observe_prepared`). */
+export function returnedFacts(): RawFacts {
+  return (returned ??= bindings().Facts.returned());
 }
 
 /** Object keys the module has sent (by number), for `fromTape`. */

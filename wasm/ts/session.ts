@@ -12,6 +12,7 @@ import {
   hostSha256,
   moduleBytes,
   moduleFloats,
+  returnedFacts,
   sha256Hex,
   toText,
   utf8Length,
@@ -43,6 +44,7 @@ import type {
   Terminal,
   Usage,
 } from "./types.js";
+import { RULES, TERMINALS } from "./tables.js";
 
 /** The raw session's streaming methods (the module's `Session` has them). */
 interface RawStreaming {
@@ -203,7 +205,7 @@ export class Session {
   /** The decision: `{kind: "dispatch", …}` (exactly `planNext`'s document) or `{kind: "terminal", terminal}`. */
   next(): Decision {
     const r = this.#raw;
-    if (!r.plan()) return { kind: "terminal", terminal: r.terminal() as Terminal };
+    if (!r.plan()) return { kind: "terminal", terminal: TERMINALS[r.terminal_index() as number] as Terminal };
     // The decision's numbers, written by the core in one crossing (PLAN_FIELDS in wasm/src/lib.rs).
     const f = moduleFloats();
     const at = (this.#plan ??= r.plan_ptr() / 8);
@@ -284,7 +286,8 @@ export class Session {
       return JSON.parse(call(() => streaming(r).observe_stream(started, completed, cost, text, list))) as Judgement;
     }
     if (facts === RETURNED) {
-      call(() => r.observe(started, completed, cost, undefined));
+      const f = returnedFacts();
+      call(() => r.observe_prepared(started, completed, cost, f));
       return RETURNED_JUDGEMENT as Judgement;
     }
     const text = toText(facts);
@@ -297,7 +300,7 @@ export class Session {
    */
   observePrepared(started: number, completed: number, cost: number | undefined, facts: RawFacts, outcome: Outcome): Judgement {
     const r = this.#raw;
-    const rule = call(() => r.observe_prepared(started, completed, cost, facts)) as Judgement["rule"];
+    const rule = RULES[call(() => r.observe_prepared(started, completed, cost, facts))] as Judgement["rule"];
     return { outcome, rule };
   }
 
@@ -420,15 +423,22 @@ export class Session {
 
 const utf8 = new TextDecoder();
 
+/** A document's tape, kept: its numbers (a copy) and its text, for `tapeJson`. */
+interface KeptTape {
+  readonly ops: Float64Array;
+  readonly text: string;
+}
+
 /**
  * The receipt (or `undefined`: parse its JSON), the receipt's canonical
- * JSON, and the attempts' canonical JSON when it was read for hashing. With a
- * native SHA-256 the core writes the attempts' canonical bytes into its
- * memory, they are hashed there, and the core appends the receipt built
- * around that digest and writes the receipt as a tape too (`fromTape`): no
- * JSON text is parsed.
+ * JSON or the tape the core writes it from, and the attempts' canonical JSON
+ * when it was read for hashing. With a native SHA-256 the core writes the
+ * attempts' canonical bytes into its memory, they are hashed there, and the
+ * core writes the receipt built around that digest as a tape (`fromTape`):
+ * no JSON text is written or parsed; the receipt's canonical JSON is written
+ * by the core from a copy of the tape when first asked for.
  */
-function sealed(r: RawSession): [Receipt | undefined, string, string | undefined] {
+function sealed(r: RawSession): [Receipt | undefined, string | KeptTape, string | undefined] {
   const hash = hostSha256;
   if (hash === undefined) return [undefined, call(() => r.receipt_json()), undefined];
   const n = r.attempts_bytes();
@@ -439,14 +449,23 @@ function sealed(r: RawSession): [Receipt | undefined, string, string | undefined
   const f = moduleFloats();
   const p = r.plan_ptr() / 8;
   const bytesAt = f[p] as number;
-  const bytesEnd = bytesAt + (f[p + 1] as number);
+  const tapeAt = (f[p + 2] as number) / 8;
+  const count = f[p + 3] as number;
   const textAt = f[p + 4] as number;
   const mem = moduleBytes();
   const attempts = utf8.decode(mem.subarray(bytesAt, bytesAt + n));
-  const receiptJson = utf8.decode(mem.subarray(bytesAt + n, bytesEnd));
   const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
-  const receipt = fromTape(f, (f[p + 2] as number) / 8, f[p + 3] as number, text) as Receipt;
-  return [receipt, receiptJson, attempts];
+  const receipt = fromTape(f, tapeAt, count, text) as Receipt;
+  // A copy of the tape's numbers (the session's memory serves its next run).
+  const ops = new Float64Array(count);
+  ops.set(f.subarray(tapeAt, tapeAt + count));
+  return [receipt, { ops, text }, attempts];
+}
+
+/** The canonical JSON of a receipt given as its text or its kept tape. */
+function receiptText(receipt: string | KeptTape): string {
+  if (typeof receipt === "string") return receipt;
+  return call((b) => b.tape_json(receipt.ops, receipt.text));
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
@@ -459,7 +478,7 @@ const BUNDLE_SCHEMA = "retryledger.bundle.v1";
 class SealedRun implements Sealed {
   readonly receipt: Receipt;
   readonly #compiled: CompiledPolicy;
-  readonly #receipt: string;
+  #receipt: string | KeptTape;
   #attempts: string | RawSession;
   #events: string | RawSession | undefined;
   readonly #snapshots: string | undefined;
@@ -477,7 +496,7 @@ class SealedRun implements Sealed {
   constructor(
     compiled: CompiledPolicy,
     receipt: Receipt | undefined,
-    receiptJson: string,
+    receiptJson: string | KeptTape,
     attempts: string | RawSession,
     events: string | RawSession | undefined,
     snapshots: string | undefined,
@@ -489,7 +508,16 @@ class SealedRun implements Sealed {
     this.#receipt = receiptJson;
     this.#attempts = attempts;
     this.#events = events;
-    this.receipt = receipt ?? (JSON.parse(receiptJson) as Receipt);
+    this.receipt = receipt ?? (JSON.parse(receiptText(receiptJson)) as Receipt);
+  }
+
+  /** The receipt's canonical JSON (written from the kept tape the first time). */
+  #receiptJson(): string {
+    const r = this.#receipt;
+    if (typeof r === "string") return r;
+    const text = receiptText(r);
+    this.#receipt = text;
+    return text;
   }
 
   #attemptsText(): string {
@@ -520,7 +548,7 @@ class SealedRun implements Sealed {
   }
 
   get receipt_sha256(): string {
-    this.#sha ??= (hostSha256 ?? sha256Hex)(this.#receipt);
+    this.#sha ??= (hostSha256 ?? sha256Hex)(this.#receiptJson());
     return this.#sha;
   }
 
@@ -549,7 +577,7 @@ class SealedRun implements Sealed {
     const events = log === undefined ? "" : `,"stream_events":${log}`;
     const snapshots = this.#snapshots === undefined ? "" : `,"fleet_snapshots":${this.#snapshots}`;
     const schedule = this.#schedule === undefined ? "" : `,"price_schedule":${this.#schedule}`;
-    return `{"attempts":${this.#attemptsText()}${snapshots},"policy":${this.#compiled.policyJson}${schedule},"receipt":${this.#receipt},"schema":"${BUNDLE_SCHEMA}"${events}}`;
+    return `{"attempts":${this.#attemptsText()}${snapshots},"policy":${this.#compiled.policyJson}${schedule},"receipt":${this.#receiptJson()},"schema":"${BUNDLE_SCHEMA}"${events}}`;
   }
 
   toJSON(): { receipt: Receipt; receipt_sha256: string; bundle: Bundle; terminal: Terminal } {
