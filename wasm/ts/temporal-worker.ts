@@ -60,6 +60,9 @@ export class ActivityStep implements Step {
   bodySha256: string | undefined = undefined;
   delivered = false;
   tokens: number | undefined = undefined;
+  /** A Temporal run is never a repair: no logical request is carried, ordinal 0. */
+  readonly request: unknown = undefined;
+  readonly repairOrdinal = 0;
 
   constructor(input: AttemptInput) {
     const d = input.decision;
