@@ -5,6 +5,7 @@ window it closes for a journaled run."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, List
@@ -68,7 +69,15 @@ def test_racing_takeovers_and_fenced_appends_never_interleave(backend: str, tmp_
 
     def taker() -> None:
         store: Any = make_store(backend, tmp_path)
+        held = 0
         for _ in range(40):
+            # Each generation gets an event in before the next takeover (so
+            # the race is exercised however fast the machine is), waiting at
+            # most a second for one.
+            deadline = time.monotonic() + 1.0
+            while len(store.read(log)) <= held and time.monotonic() < deadline:
+                time.sleep(0.001)
+            held = len(store.read(log))
             _, g = store.get(lease)
             store.compare_and_set(lease, g, {"g": g + 1})
 

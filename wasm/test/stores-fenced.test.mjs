@@ -66,7 +66,14 @@ for (const backend of ["redis", "postgres"]) test(`racing takeovers and fenced a
         if (answer.ok || answer.code === "seq_taken") seq++;
       }
     });
+    let held = 0;
     for (let i = 0; i < 40; i++) {
+      // Each generation gets an event in before the next takeover (so the
+      // race is exercised however fast the machine is), waiting at most a
+      // second for one.
+      const until = Date.now() + 1000;
+      while ((await taker.read(log, 0)).length <= held && Date.now() < until) await new Promise((r) => setTimeout(r, 1));
+      held = (await taker.read(log, 0)).length;
       const { generation } = await taker.get(lease);
       await taker.compareAndSet(lease, generation, { g: generation + 1 });
     }
