@@ -1278,6 +1278,7 @@ pub fn recover(
         completed_at_ms,
         cost: cost.unwrap_or(planned.reserve_cost),
         idempotency_key_sha256: planned.idempotency_key_sha256.clone(),
+        job: None,
         injected_fault: None,
         jitter_sample_ms: planned.jitter_sample_ms,
         logical_request_sha256: planned.logical_request_sha256.clone(),

@@ -55,6 +55,8 @@ pub struct Session {
 struct Notes {
     usage: Option<Units>,
     request_body_sha256: Option<Sha256Hex>,
+    /// The job id digest and status the host reported (an async job).
+    job: Option<(Option<Sha256Hex>, Option<crate::job::JobStatus>)>,
 }
 
 /// What a host said an attempt cost: charged by hand, or nothing (the
@@ -181,6 +183,14 @@ impl Session {
         Ok(priced)
     }
 
+    /// Report what the attempt in flight was of an async job: the
+    /// provider's job id (the id a submit was answered with, or the id a
+    /// poll asked about; the core keeps only its SHA-256) and the job status
+    /// the answer reported. A poll that reports no id polled the planned job.
+    pub fn set_job(&mut self, id: Option<&str>, status: Option<crate::job::JobStatus>) {
+        self.notes.job = Some((id.map(crate::job::job_id_digest), status));
+    }
+
     /// Report the digest of the request body sent on the attempt in flight
     /// (after lowering to its route). Every later attempt on the same route
     /// must send the same body (replay: `request_body_drift`).
@@ -299,6 +309,10 @@ impl Session {
             idempotency_key_sha256: d.idempotency_key_sha256.clone(),
             injected_fault: injected.then_some(true),
             jitter_sample_ms: d.jitter_sample_ms,
+            job: d
+                .job
+                .as_ref()
+                .map(|step| crate::job::record_of(step, self.notes.job.clone())),
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
@@ -868,6 +882,13 @@ impl Session {
                 ErrorCode::InvalidStreamContract,
                 "/stream",
                 "a journal does not hold a stream's event log: a journaled run has no stream contract",
+            ));
+        }
+        if self.policy.policy.async_job.is_some() {
+            return Err(Error::at(
+                ErrorCode::InvalidAsyncJob,
+                "/async_job",
+                "a journal does not hold a job's id: a journaled run has no async_job section",
             ));
         }
         let (run, attempts) = crate::journal::verify(&self.policy, events)?.into_run();

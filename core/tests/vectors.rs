@@ -99,6 +99,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "check_price_schedule" => &["policy", "schedule"],
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
         "stream_session" => &["policy", "script"],
+        "job_session" => &["policy", "script"],
         "priced_session" => &["policy", "schedule", "script"],
         "fleet_session" => &["policy", "script", "store"],
         "breaker_admit" | "budget_deposit" | "budget_withdraw" => {
@@ -169,6 +170,7 @@ fn actual(op: &str, input: &Value) -> Value {
         .map(Value::from),
         "request_sha256" => api::request_sha256(s(input, "request")).map(Value::String),
         "stream_session" => lab::stream_session(s(input, "policy"), s(input, "script")),
+        "job_session" => lab::job_session(s(input, "policy"), s(input, "script")),
         "priced_session" => {
             lab::priced_session(s(input, "policy"), s(input, "schedule"), s(input, "script"))
         }

@@ -1384,6 +1384,19 @@ impl PySession {
         Ok(())
     }
 
+    /// Report what the attempt in flight was of an async job: the provider's
+    /// job id (the core keeps only its SHA-256) and the status its answer
+    /// reported (`queued`, `in_progress`, `completed`, ...).
+    #[pyo3(signature = (id=None, status=None))]
+    fn set_job(&mut self, id: Option<&str>, status: Option<&str>) -> PyResult<()> {
+        let status = match status {
+            Some(s) => Some(lift(retryledger_core::job::JobStatus::parse(s))?),
+            None => None,
+        };
+        self.session.set_job(id, status);
+        Ok(())
+    }
+
     /// Report the SHA-256 (lowercase hex) of the request body the attempt in flight sent.
     fn set_request_body_sha256(&mut self, digest: &str) -> PyResult<()> {
         let digest = lift(
