@@ -24,6 +24,7 @@ import {
   UnrecognizedDispatchError,
 } from "./errors.js";
 import type { Fleet } from "./fleet.js";
+import type { JobStatus } from "./job.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
 import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
 
@@ -83,6 +84,12 @@ export interface Step {
   requestBody(body: string | Uint8Array): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
+  /**
+   * For an async job (docs/JOBS.md): the provider's job id this attempt was
+   * answered with or asked about (the core keeps only its SHA-256) and the
+   * job status the answer reported. `runJob` calls it for you.
+   */
+  job?(id: string | undefined, status: JobStatus | undefined): void;
 }
 
 /** The caller's attempt: resolve with the result, or throw what went wrong. */
@@ -258,6 +265,11 @@ export class AttemptStep implements Step {
   outputDelivered(): void {
     if (!this.open) throw new Error("outputDelivered() after the attempt completed");
     this.delivered = true;
+  }
+
+  job(id: string | undefined, status: JobStatus | undefined): void {
+    if (!this.open) throw new Error("job() after the attempt completed");
+    this.#session.setJob(id, status);
   }
 }
 

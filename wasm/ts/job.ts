@@ -4,7 +4,10 @@
  * records, and the receipt's summary. The core decides every step; a host
  * reports the job id and status it saw with `Session.setJob`.
  */
-import type { Sha256Hex } from "./types.js";
+import type { CompiledPolicy, Input } from "./core.js";
+import { runWithPolicy, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { PolicyError, RunStoppedError } from "./errors.js";
+import type { Policy, Sha256Hex } from "./types.js";
 
 /** A job's status as the provider reports it (an Anthropic batch that `ended` is `completed`). */
 export type JobStatus = "queued" | "in_progress" | "completed" | "failed" | "cancelled" | "incomplete" | "expired";
@@ -44,4 +47,140 @@ export interface JobSummary {
   polls: number;
   status?: JobStatus;
   submits: number;
+}
+
+
+/** What a submit or a poll answered: the job's status, and for a submit its id. */
+export interface JobAnswer<R> {
+  /** The provider's job id (required on a submit's answer). */
+  id?: string | undefined;
+  /** The job's status in the answer. */
+  status: JobStatus;
+  /** The provider's answer itself (the run's result when the job completed). */
+  value: R;
+}
+
+/** The provider calls of an async job. */
+export interface JobCalls<R> {
+  /** Submit the request once; answer the job's id and status. */
+  submit(step: Step, signal: AbortSignal): Promise<JobAnswer<R>> | JobAnswer<R>;
+  /** Retrieve the job by its id. */
+  poll(id: string, step: Step, signal: AbortSignal): Promise<JobAnswer<R>> | JobAnswer<R>;
+  /** Cancel the job at the provider; called when the run ends with the job left running. */
+  cancel?(id: string): Promise<unknown> | unknown;
+}
+
+/**
+ * Run one logical request as a provider's asynchronous job under a policy
+ * with an `async_job` section: submit once, then poll by the job's id when
+ * and as often as the core plans (docs/JOBS.md). Resolves with the answer
+ * that completed the job; rejects like `runWithPolicy` otherwise. When the
+ * run ends with the accepted job still running (the receipt's
+ * `job.left_running`), `calls.cancel` cancels it before the rejection.
+ */
+export async function runJob<R>(
+  policy: Input<Policy> | CompiledPolicy,
+  calls: JobCalls<R>,
+  options: RunOptions,
+): Promise<RunResult<JobAnswer<R>>> {
+  let jobId: string | undefined;
+  const dispatch = async (step: Step, signal: AbortSignal): Promise<JobAnswer<R>> => {
+    const planned = step.decision.job;
+    if (planned === undefined) {
+      throw new TypeError("runJob needs a policy with an async_job section");
+    }
+    if (planned.kind === "submit") {
+      const answer = await calls.submit(step, signal);
+      reportJob(step, answer.id, answer.status);
+      if (answer.id !== undefined) jobId = answer.id;
+      return answer;
+    }
+    // The core plans polls only after an acceptance, which set the id.
+    const id = jobId as string;
+    const answer = await calls.poll(id, step, signal);
+    reportJob(step, id, answer.status);
+    return answer;
+  };
+  try {
+    return await runWithPolicy(policy, dispatch, options);
+  } catch (e) {
+    if (e instanceof RunStoppedError && e.receipt.job?.left_running === true && jobId !== undefined && calls.cancel !== undefined) {
+      await calls.cancel(jobId);
+    }
+    throw e;
+  }
+}
+
+function reportJob(step: Step, id: string | undefined, status: JobStatus): void {
+  if (step.job === undefined) throw new TypeError("runJob: this step cannot report a job");
+  step.job(id, status);
+}
+
+/** The OpenAI client's Responses calls an async job uses. */
+export interface OpenAIResponsesLike {
+  maxRetries: number;
+  responses: {
+    create(params: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+    retrieve(id: string, query?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+    cancel(id: string, options?: Record<string, unknown>): PromiseLike<unknown>;
+  };
+}
+
+const OPENAI_STATUS: Record<string, JobStatus> = {
+  queued: "queued",
+  in_progress: "in_progress",
+  completed: "completed",
+  failed: "failed",
+  cancelled: "cancelled",
+  incomplete: "incomplete",
+};
+
+function responseStatus(r: unknown): { id: string | undefined; status: JobStatus } {
+  const o = (r ?? {}) as { id?: unknown; status?: unknown };
+  const status = typeof o.status === "string" ? OPENAI_STATUS[o.status] : undefined;
+  if (status === undefined) {
+    throw new TypeError(`retryledger: a response status outside the documented set: ${String(o.status)}`);
+  }
+  return { id: typeof o.id === "string" ? o.id : undefined, status };
+}
+
+/**
+ * The calls of an OpenAI Responses request run in the background
+ * (`background: true`): create, retrieve by id, cancel. The client must be
+ * built with `maxRetries: 0` (`PolicyError` `retry_owner_not_harness`
+ * otherwise, before any request), and every call passes `maxRetries: 0` and
+ * the run's idempotency key.
+ */
+export function openaiResponsesJob<R = unknown>(client: OpenAIResponsesLike, params: Record<string, unknown>): JobCalls<R> {
+  assertNoRetries(client);
+  return {
+    async submit(step, signal) {
+      const r = await client.responses.create({ ...params, background: true }, {
+        maxRetries: 0,
+        signal,
+        timeout: Math.max(1, step.remainingMs),
+        idempotencyKey: step.idempotencyKey,
+        headers: { "Idempotency-Key": step.idempotencyKey },
+      });
+      const { id, status } = responseStatus(r);
+      return { id, status, value: r as R };
+    },
+    async poll(id, step, signal) {
+      const r = await client.responses.retrieve(id, {}, { maxRetries: 0, signal, timeout: Math.max(1, step.remainingMs) });
+      return { status: responseStatus(r).status, value: r as R };
+    },
+    async cancel(id) {
+      return client.responses.cancel(id, { maxRetries: 0 });
+    },
+  };
+}
+
+function assertNoRetries(client: OpenAIResponsesLike): void {
+  if (client?.maxRetries !== 0) {
+    throw new PolicyError(
+      "retry_owner_not_harness",
+      `retry_owner_not_harness: the client has maxRetries ${String(client?.maxRetries)}; build it with maxRetries: 0 so that the harness is the only retry owner`,
+      { path: "/maxRetries" },
+    );
+  }
 }
