@@ -390,6 +390,15 @@ class Step:
         """Response bytes reached the caller: a failure after this is never retried."""
         self._delivered = True
 
+    def job(self, id: Optional[str], status: Optional[str]) -> None:
+        """For an async job (docs/JOBS.md): the provider's job id this attempt
+        was answered with or asked about (the core keeps only its SHA-256)
+        and the job status the answer reported. :func:`retryledger.job.run_job`
+        calls it for you."""
+        session = self._session
+        if session is not None:
+            call(session.set_job, id, status)
+
     @property
     def cost(self) -> int:
         """The cost recorded for this attempt: what was charged, else ``reserve_cost``."""

@@ -1053,6 +1053,12 @@ impl PyDispatch {
     fn delay_ms(&self) -> u64 {
         self.d.delay_ms
     }
+    /// For an async job: `{"kind": "submit"}`, or a poll as `{"job_sha256",
+    /// "kind": "poll", "poll"}`; else `None`.
+    #[getter]
+    fn job<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.d.job.as_ref().map(|j| to_py(py, j)).transpose()
+    }
     /// Cost reserved for the attempt.
     #[getter]
     fn reserve_cost(&self) -> u64 {

@@ -1,0 +1,127 @@
+"""Provider asynchronous jobs (docs/JOBS.md): submit once, then poll by the job's id.
+
+A policy with an ``async_job`` section runs one logical request as a job the
+provider holds (OpenAI Responses with ``background=True``, Anthropic Message
+Batches). :func:`run_job` hosts the core's plan: every dispatch is a submit
+or a poll of the accepted job, when and as often as the core says; a submit
+whose answer was lost stops ``stop_indeterminate`` and is never sent again;
+when the run ends with the job still running (the receipt's
+``job.left_running``), the job is cancelled at the provider.
+
+    client = openai.OpenAI(max_retries=0)
+    result = run_job(policy, openai_responses_job(client, {"model": ..., "input": ...}), key)
+    result.value.value.output_text
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Mapping, Optional, Tuple, TypeVar, Union
+
+from ._api import Document, Policy
+from ._driver import RunResult, RunStoppedError, Step, run as _run
+from ._integration import require_max_retries_zero
+
+__all__ = ["JobAnswer", "JobCalls", "run_job", "openai_responses_job"]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class JobAnswer(Generic[R]):
+    """What a submit or a poll answered: the job's status (``queued``,
+    ``in_progress``, ``completed``, ``failed``, ``cancelled``, ``incomplete``,
+    ``expired``), for a submit its id, and the provider's answer itself."""
+
+    status: str
+    value: R
+    id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class JobCalls(Generic[R]):
+    """The provider calls of an async job: ``submit(step)`` answers the job's
+    id and status, ``poll(job_id, step)`` retrieves it, ``cancel(job_id)``
+    (optional) cancels it at the provider."""
+
+    submit: Callable[[Step], JobAnswer[R]]
+    poll: Callable[[str, Step], JobAnswer[R]]
+    cancel: Optional[Callable[[str], Any]] = None
+
+
+def run_job(
+    policy: Union[Policy, Document],
+    calls: JobCalls[R],
+    idempotency_key: str,
+    **options: Any,
+) -> RunResult[JobAnswer[R]]:
+    """Run one logical request as a provider's asynchronous job under a policy
+    with an ``async_job`` section; the keyword options are
+    :func:`retryledger.run`'s. Returns the answer that completed the job;
+    raises :class:`RunStoppedError` otherwise, after cancelling a job the run
+    left running (when ``calls.cancel`` is given)."""
+    job_id: Optional[str] = None
+
+    def dispatch(step: Step) -> JobAnswer[R]:
+        nonlocal job_id
+        planned = step.plan.job
+        if planned is None:
+            raise TypeError("run_job needs a policy with an async_job section")
+        if planned["kind"] == "submit":
+            answer = calls.submit(step)
+            step.job(answer.id, answer.status)
+            if answer.id is not None:
+                job_id = answer.id
+            return answer
+        # The core plans polls only after an acceptance, which set the id.
+        assert job_id is not None
+        answer = calls.poll(job_id, step)
+        step.job(job_id, answer.status)
+        return answer
+
+    try:
+        return _run(policy, dispatch, idempotency_key, **options)
+    except RunStoppedError as e:
+        job = e.receipt.get("job") or {}
+        if job.get("left_running") and job_id is not None and calls.cancel is not None:
+            calls.cancel(job_id)
+        raise
+
+
+_OPENAI_STATUS = ("queued", "in_progress", "completed", "failed", "cancelled", "incomplete")
+
+
+def _response_status(response: Any) -> Tuple[Optional[str], str]:
+    status = getattr(response, "status", None)
+    if status not in _OPENAI_STATUS:
+        raise TypeError(f"a response status outside the documented set: {status!r}")
+    rid = getattr(response, "id", None)
+    return (rid if isinstance(rid, str) else None), str(status)
+
+
+def openai_responses_job(client: Any, params: Mapping[str, Any]) -> JobCalls[Any]:
+    """The calls of an OpenAI Responses request run in the background
+    (``background=True``): create, retrieve by id, cancel. Refuses, before any
+    request, a client whose ``max_retries`` is not 0 (``PolicyError``
+    ``retry_owner_not_harness``); every call sends the run's remaining time as
+    its timeout, and the create sends the idempotency key."""
+    require_max_retries_zero(client, "openai")
+
+    def submit(step: Step) -> JobAnswer[Any]:
+        response = client.responses.create(
+            **dict(params),
+            background=True,
+            timeout=max(step.remaining_ms, 1) / 1000.0,
+            extra_headers={"Idempotency-Key": step.idempotency_key},
+        )
+        rid, status = _response_status(response)
+        return JobAnswer(status=status, value=response, id=rid)
+
+    def poll(job_id: str, step: Step) -> JobAnswer[Any]:
+        response = client.responses.retrieve(job_id, timeout=max(step.remaining_ms, 1) / 1000.0)
+        return JobAnswer(status=_response_status(response)[1], value=response)
+
+    def cancel(job_id: str) -> Any:
+        return client.responses.cancel(job_id)
+
+    return JobCalls(submit=submit, poll=poll, cancel=cancel)
