@@ -13,7 +13,8 @@
 //!   resubmitted blind. A host that reconciles it by idempotency key records
 //!   the answer in the journal's vocabulary (`reconciled`): `succeeded` with
 //!   the job's id is an acceptance, `failed_no_effect` permits another
-//!   submit, `unknown` stays indeterminate.
+//!   submit, `unknown` stays indeterminate
+//!   ([`crate::session::Session::set_reconciled`]).
 //! - A submit that succeeded is the acceptance; it must carry the job's id.
 //!   After it the run plans only polls of that job, never a second submit.
 //!   Poll `n` waits `min(poll_base_ms * 2^(n-1), poll_max_ms)` after the
@@ -475,6 +476,26 @@ fn resubmit(i: usize) -> Error {
         "job/kind",
         "a second submit after the provider accepted the job: only polls follow an acceptance",
     )
+}
+
+/// A reconciliation answer a host reports by name (`succeeded`,
+/// `failed_no_effect`, `unknown`); another name is `invalid_value`.
+pub fn reconciled_named(name: &str) -> Result<Reconciled> {
+    Reconciled::ALL
+        .iter()
+        .zip(Reconciled::NAMES)
+        .find(|(_, n)| **n == name)
+        .map(|(r, _)| *r)
+        .ok_or_else(|| {
+            Error::at(
+                ErrorCode::InvalidValue,
+                "/reconciled",
+                format!(
+                    "a reconciliation answer is one of {}",
+                    Reconciled::NAMES.join(", ")
+                ),
+            )
+        })
 }
 
 /// The record of a planned step from what the host reported (an id digest

@@ -879,6 +879,11 @@ fn drive(
             };
             session.set_job(job.get("id").and_then(Value::as_str), status);
         }
+        if let Some(answer) = step.get("reconciled") {
+            session.set_reconciled(crate::job::reconciled_named(
+                answer.as_str().unwrap_or_default(),
+            )?);
+        }
         let j = session.observe_stream(started, now, cost, &facts, &deltas)?;
         judgements.push(to_value(&j));
         decisions.push(to_value(session.next()));

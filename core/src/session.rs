@@ -57,6 +57,9 @@ struct Notes {
     request_body_sha256: Option<Sha256Hex>,
     /// The job id digest and status the host reported (an async job).
     job: Option<(Option<Sha256Hex>, Option<crate::job::JobStatus>)>,
+    /// The receiver's answer when the host reconciled the attempt by
+    /// idempotency key (an async job's lost submit answer).
+    reconciled: Option<crate::attempt::Reconciled>,
 }
 
 /// What a host said an attempt cost: charged by hand, or nothing (the
@@ -191,6 +194,16 @@ impl Session {
         self.notes.job = Some((id.map(crate::job::job_id_digest), status));
     }
 
+    /// Report that the host reconciled the attempt in flight by idempotency
+    /// key (an async job's submit whose answer was lost: docs/JOBS.md): the
+    /// receiver's answer, in the journal's vocabulary, becomes the attempt's
+    /// outcome (`succeeded` an acceptance, with the job id reported by
+    /// [`Session::set_job`]; `failed_no_effect` permits another submit;
+    /// `unknown` stays indeterminate), whatever the facts say.
+    pub fn set_reconciled(&mut self, answer: crate::attempt::Reconciled) {
+        self.notes.reconciled = Some(answer);
+    }
+
     /// Report the digest of the request body sent on the attempt in flight
     /// (after lowering to its route). Every later attempt on the same route
     /// must send the same body (replay: `request_body_drift`).
@@ -302,6 +315,8 @@ impl Session {
                 ))
             }
         };
+        // A reconciled attempt's outcome is the one its answer stands for.
+        let outcome = self.notes.reconciled.map_or(outcome, |r| r.outcome());
         let attempt = Attempt {
             admission,
             completed_at_ms,
@@ -316,7 +331,7 @@ impl Session {
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
-            reconciled: None,
+            reconciled: self.notes.reconciled,
             request_body_sha256: self.notes.request_body_sha256.clone(),
             route_id: d.route_id.clone(),
             route_ordinal: d.route_ordinal,

@@ -399,6 +399,15 @@ class Step:
         if session is not None:
             call(session.set_job, id, status)
 
+    def reconciled(self, answer: str) -> None:
+        """For an async job: the receiver's answer when the attempt was
+        reconciled by idempotency key after its answer was lost
+        (``succeeded``, ``failed_no_effect``, ``unknown``); the attempt's
+        outcome is the answer's."""
+        session = self._session
+        if session is not None:
+            call(session.set_reconciled, answer)
+
     @property
     def cost(self) -> int:
         """The cost recorded for this attempt: what was charged, else ``reserve_cost``."""

@@ -22,7 +22,7 @@ from ._api import Document, Policy
 from ._driver import RunResult, RunStoppedError, Step, run as _run
 from ._integration import require_max_retries_zero
 
-__all__ = ["JobAnswer", "JobCalls", "run_job", "openai_responses_job"]
+__all__ = ["JobAnswer", "JobCalls", "Reconciliation", "run_job", "openai_responses_job"]
 
 R = TypeVar("R")
 
@@ -47,6 +47,21 @@ class JobCalls(Generic[R]):
     submit: Callable[[Step], JobAnswer[R]]
     poll: Callable[[str, Step], JobAnswer[R]]
     cancel: Optional[Callable[[str], Any]] = None
+    #: Ask the provider, by the run's idempotency key, what became of a
+    #: submit whose answer was lost (it raised): a :class:`Reconciliation`.
+    #: Without it a lost submit answer stops the run ``stop_indeterminate``.
+    reconcile: Optional[Callable[[Step, BaseException], "Reconciliation[R]"]] = None
+
+
+@dataclass(frozen=True)
+class Reconciliation(Generic[R]):
+    """What a reconciliation of a lost submit answer found: ``succeeded``
+    (the job was accepted: ``job`` holds its id and status, and polls
+    follow), ``failed_no_effect`` (nothing was accepted: another submit may
+    follow) or ``unknown`` (the run stops ``stop_indeterminate``)."""
+
+    answer: str
+    job: Optional[JobAnswer[R]] = None
 
 
 def run_job(
@@ -68,7 +83,16 @@ def run_job(
         if planned is None:
             raise TypeError("run_job needs a policy with an async_job section")
         if planned["kind"] == "submit":
-            answer = calls.submit(step)
+            try:
+                answer = calls.submit(step)
+            except Exception as e:
+                if calls.reconcile is None:
+                    raise
+                found = calls.reconcile(step, e)
+                step.reconciled(found.answer)
+                if found.answer != "succeeded" or found.job is None:
+                    raise
+                answer = found.job
             step.job(answer.id, answer.status)
             if answer.id is not None:
                 job_id = answer.id

@@ -1403,6 +1403,14 @@ impl PySession {
         Ok(())
     }
 
+    /// Report the receiver's answer for the attempt in flight, reconciled by
+    /// idempotency key (`succeeded`, `failed_no_effect`, `unknown`).
+    fn set_reconciled(&mut self, answer: &str) -> PyResult<()> {
+        let answer = lift(retryledger_core::job::reconciled_named(answer))?;
+        self.session.set_reconciled(answer);
+        Ok(())
+    }
+
     /// Report the SHA-256 (lowercase hex) of the request body the attempt in flight sent.
     fn set_request_body_sha256(&mut self, digest: &str) -> PyResult<()> {
         let digest = lift(

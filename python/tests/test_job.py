@@ -10,12 +10,15 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Union
+from urllib.parse import quote, unquote
+from urllib.request import urlopen
+from urllib.error import HTTPError
 
 import openai
 import pytest
 
 import retryledger
-from retryledger.job import openai_responses_job, run_job
+from retryledger.job import JobAnswer, JobCalls, Reconciliation, openai_responses_job, run_job
 from retryledger.testing import FakeClock
 
 from conftest import KEY, make_policy
@@ -59,6 +62,7 @@ class ResponsesServer:
         self.creates = 0
         self.retrieves = 0
         self.cancels = 0
+        self.lookups = 0
         self.ids: List[str] = []
         self.keys: List[Optional[str]] = []
         server = self
@@ -95,6 +99,15 @@ class ResponsesServer:
                 self._send(404, {"error": {"message": "no such route"}})
 
             def do_GET(self) -> None:  # noqa: N802
+                # The test's own lookup by idempotency key (what a reconcile hook asks).
+                look = re.fullmatch(r"/lookup\?key=(.+)", self.path)
+                if look is not None:
+                    server.lookups += 1
+                    if unquote(look.group(1)) in server.keys:
+                        self._send(200, _response("in_progress"))
+                    else:
+                        self._send(404, {"error": {"message": "no such job"}})
+                    return
                 m = re.match(r"/v1/responses/([^/?]+)", self.path)
                 if m is None:
                     self._send(404, {"error": {"message": "no such route"}})
@@ -215,3 +228,27 @@ def test_client_with_its_own_retries_is_refused(server_factory: Any) -> None:
         openai_responses_job(client, PARAMS)
     assert info.value.code == "retry_owner_not_harness"
     assert server.creates == 0
+
+
+def test_dropped_create_answer_reconciled_by_key_is_polled_not_resubmitted(server_factory: Any) -> None:
+    server = server_factory(["drop", {"status": 200}], ["completed"])
+    clock = FakeClock()
+    base = openai_responses_job(client_for(server), PARAMS)
+
+    def reconcile(step: retryledger.Step, error: BaseException) -> Reconciliation[Any]:
+        url = server.base[: -len("/v1")] + "/lookup?key=" + quote(step.idempotency_key, safe="")
+        try:
+            with urlopen(url) as r:
+                body = json.loads(r.read())
+        except HTTPError:
+            return Reconciliation("failed_no_effect")
+        return Reconciliation("succeeded", JobAnswer(status=body["status"], value=body, id=body["id"]))
+
+    calls = JobCalls(submit=base.submit, poll=base.poll, cancel=base.cancel, reconcile=reconcile)
+    result = run_job(job_policy(6), calls, KEY, clock=clock, sleep=clock.sleep)
+    assert server.creates == 1, "exactly one submit reached the provider"
+    assert server.lookups == 1
+    assert server.retrieves == 1
+    assert result.terminal == "completed"
+    assert result.bundle["attempts"]["attempts"][0]["reconciled"] == "succeeded"
+    assert retryledger.verify_bundle(result.bundle_json)["kind"] == "verified"

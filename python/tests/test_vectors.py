@@ -175,6 +175,8 @@ def _stream_session(
             session.set_request_body_sha256(step["request_body_sha256"])
         if "job" in step:
             session.set_job(step["job"].get("id"), step["job"].get("status"))
+        if "reconciled" in step:
+            session.set_reconciled(step["reconciled"])
         judgement = session.observe(started, now, step.get("cost"), facts=facts, deltas=step.get("deltas", []))
         judgements.append(judgement.to_dict())
         decisions.append(session.next().to_dict())

@@ -876,6 +876,14 @@ impl WasmSession {
         Ok(())
     }
 
+    /// Report the receiver's answer for the attempt in flight, reconciled by
+    /// idempotency key (`succeeded`, `failed_no_effect`, `unknown`).
+    pub fn set_reconciled(&mut self, answer: &str) -> Out<()> {
+        let answer = lift(retryledger_core::job::reconciled_named(answer))?;
+        self.session.set_reconciled(answer);
+        Ok(())
+    }
+
     /// Continue the run a journal (JSON text of its events) holds: the core
     /// verifies it against this session's policy; only a fresh session resumes.
     pub fn resume_journal(&mut self, events: &str) -> Out<()> {

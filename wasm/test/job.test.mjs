@@ -21,7 +21,7 @@ const JOB = "resp_68af3c2e9b1a8190";
  * @param {{submit: Array<"drop" | {status: number, body?: unknown}>, polls: string[]}} script
  */
 async function responsesServer(script) {
-  const seen = { creates: 0, retrieves: 0, cancels: 0, ids: /** @type {string[]} */ ([]), keys: /** @type {Array<string | undefined>} */ ([]) };
+  const seen = { creates: 0, retrieves: 0, cancels: 0, lookups: 0, ids: /** @type {string[]} */ ([]), keys: /** @type {Array<string | undefined>} */ ([]) };
   const response = (/** @type {string} */ status) => ({
     id: JOB,
     object: "response",
@@ -61,6 +61,14 @@ async function responsesServer(script) {
       if (req.method === "POST" && cancel !== null) {
         seen.cancels += 1;
         send(200, response("cancelled"));
+        return;
+      }
+      // The test's own lookup by idempotency key (what a reconcile hook asks).
+      const lookup = url.match(/^\/lookup\?key=(.+)$/);
+      if (req.method === "GET" && lookup !== null) {
+        seen.lookups += 1;
+        const known = seen.keys.includes(decodeURIComponent(String(lookup[1])));
+        send(known ? 200 : 404, known ? response("in_progress") : { error: { message: "no such job" } });
         return;
       }
       const get = url.match(/^\/v1\/responses\/([^/?]+)/);
@@ -194,6 +202,32 @@ test("a client with its own retries is refused before any request", async () => 
     const client = new OpenAI({ apiKey: "test-key", baseURL: server.base });
     assert.throws(() => rl.openaiResponsesJob(client, PARAMS), (/** @type {any} */ e) => e.code === "retry_owner_not_harness");
     assert.equal(server.seen.creates, 0);
+  } finally {
+    await server.close();
+  }
+});
+
+test("a dropped create answer reconciled by idempotency key: the accepted job is polled, never resubmitted", async () => {
+  const server = await responsesServer({ submit: ["drop", { status: 200 }], polls: ["completed"] });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    const calls = {
+      ...rl.openaiResponsesJob(client, PARAMS),
+      reconcile: async (/** @type {import("../dist/index.js").Step} */ step) => {
+        const r = await fetch(`${server.base.replace(/\/v1$/, "")}/lookup?key=${encodeURIComponent(step.idempotencyKey)}`);
+        if (r.status === 404) return /** @type {const} */ ({ answer: "failed_no_effect" });
+        const body = /** @type {{id: string, status: "in_progress"}} */ (await r.json());
+        return /** @type {const} */ ({ answer: "succeeded", id: body.id, status: body.status, value: body });
+      },
+    };
+    const run = await rl.runJob(jobPolicy(6), calls, { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep });
+    assert.equal(server.seen.creates, 1, "exactly one submit reached the provider");
+    assert.equal(server.seen.lookups, 1);
+    assert.equal(server.seen.retrieves, 1);
+    assert.equal(run.receipt.terminal, "completed");
+    assert.equal(run.bundle.attempts.attempts[0]?.reconciled, "succeeded");
+    assert.equal(rl.verifyBundle(run.sealed.bundle_json).kind, "verified");
   } finally {
     await server.close();
   }

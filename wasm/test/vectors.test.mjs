@@ -133,6 +133,7 @@ function streamSession(policy, script, schedule, jobs = false) {
       for (const usage of step.usage ?? []) session.addUsage(usage);
       if (step.request_body_sha256 !== undefined) session.setRequestBodySha256(step.request_body_sha256);
       if (step.job !== undefined) session.setJob(step.job.id, step.job.status);
+      if (step.reconciled !== undefined) session.setReconciled(step.reconciled);
       judgements.push(session.observe({ started_at_ms: started, completed_at_ms: now, cost: step.cost, facts, deltas: step.deltas ?? [] }));
       decisions.push(session.next());
     }

@@ -26,7 +26,7 @@ import {
 import type { Fleet } from "./fleet.js";
 import type { JobStatus } from "./job.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
-import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
+import type { Attempt, Bundle, DispatchDecision, Judgement, Policy, PriceSchedule, Receipt, Reconciled, Sealed, Usage } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -90,6 +90,12 @@ export interface Step {
    * job status the answer reported. `runJob` calls it for you.
    */
   job?(id: string | undefined, status: JobStatus | undefined): void;
+  /**
+   * For an async job: the receiver's answer when the attempt was reconciled
+   * by idempotency key after its answer was lost (`succeeded`,
+   * `failed_no_effect`, `unknown`); the attempt's outcome is the answer's.
+   */
+  reconciled?(answer: Reconciled): void;
 }
 
 /** The caller's attempt: resolve with the result, or throw what went wrong. */
@@ -270,6 +276,11 @@ export class AttemptStep implements Step {
   job(id: string | undefined, status: JobStatus | undefined): void {
     if (!this.open) throw new Error("job() after the attempt completed");
     this.#session.setJob(id, status);
+  }
+
+  reconciled(answer: Reconciled): void {
+    if (!this.open) throw new Error("reconciled() after the attempt completed");
+    this.#session.setReconciled(answer);
   }
 }
 

@@ -68,7 +68,20 @@ export interface JobCalls<R> {
   poll(id: string, step: Step, signal: AbortSignal): Promise<JobAnswer<R>> | JobAnswer<R>;
   /** Cancel the job at the provider; called when the run ends with the job left running. */
   cancel?(id: string): Promise<unknown> | unknown;
+  /**
+   * Ask the provider, by the run's idempotency key, what became of a submit
+   * whose answer was lost (it raised): `succeeded` with the job's id and
+   * status (the job was accepted: polls follow), `failed_no_effect` (nothing
+   * was accepted: another submit may follow) or `unknown` (the run stops
+   * `stop_indeterminate`). Without it a lost submit answer stops the run.
+   */
+  reconcile?(step: Step, error: unknown): Promise<JobReconciliation<R>> | JobReconciliation<R>;
 }
+
+/** What a reconciliation of a lost submit answer found. */
+export type JobReconciliation<R> =
+  | { answer: "succeeded"; id: string; status: JobStatus; value: R }
+  | { answer: "failed_no_effect" | "unknown" };
 
 /**
  * Run one logical request as a provider's asynchronous job under a policy
@@ -90,7 +103,16 @@ export async function runJob<R>(
       throw new TypeError("runJob needs a policy with an async_job section");
     }
     if (planned.kind === "submit") {
-      const answer = await calls.submit(step, signal);
+      let answer: JobAnswer<R>;
+      try {
+        answer = await calls.submit(step, signal);
+      } catch (e) {
+        if (calls.reconcile === undefined || step.reconciled === undefined) throw e;
+        const found = await calls.reconcile(step, e);
+        step.reconciled(found.answer);
+        if (found.answer !== "succeeded") throw e;
+        answer = { id: found.id, status: found.status, value: found.value };
+      }
       reportJob(step, answer.id, answer.status);
       if (answer.id !== undefined) jobId = answer.id;
       return answer;

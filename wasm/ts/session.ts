@@ -39,6 +39,7 @@ import type {
   Policy,
   PriceSchedule,
   Receipt,
+  Reconciled,
   Sealed,
   StreamLogEntry,
   Terminal,
@@ -62,6 +63,7 @@ interface RawReports {
   set_request_body_sha256(digest: string): void;
   set_job(id: string | undefined, status: string | undefined): void;
   job_json(): string | undefined;
+  set_reconciled(answer: string): void;
   resume_journal(events: string): void;
 }
 
@@ -351,6 +353,18 @@ export class Session {
   setJob(id?: string, status?: JobStatus): void {
     const r = this.#raw;
     call(() => reportsOf(r).set_job(id, status));
+  }
+
+  /**
+   * Report the receiver's answer for the attempt in flight, reconciled by
+   * idempotency key (an async job's submit whose answer was lost:
+   * docs/JOBS.md): `succeeded` (an acceptance, with the job id from
+   * `setJob`), `failed_no_effect` (another submit may follow) or `unknown`
+   * (stays indeterminate); the attempt's outcome is the answer's.
+   */
+  setReconciled(answer: Reconciled): void {
+    const r = this.#raw;
+    call(() => reportsOf(r).set_reconciled(answer));
   }
 
   /**

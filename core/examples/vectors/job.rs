@@ -188,6 +188,54 @@ pub fn family() -> Family {
         "stop_indeterminate",
     );
 
+    // A lost submit answer reconciled by idempotency key.
+    let reconciled = |answer: &str, job: Option<Value>| {
+        let mut s = dropped();
+        s["reconciled"] = json!(answer);
+        if let Some(j) = job {
+            s["job"] = j;
+        }
+        s
+    };
+    session(
+        &mut f,
+        "job_lost_submit_reconciled_accepted",
+        &p,
+        vec![
+            reconciled(
+                "succeeded",
+                Some(json!({"id": JOB_ID, "status": "in_progress"})),
+            ),
+            polled("completed"),
+        ],
+        "reconciled\":\"succeeded",
+    );
+    session(
+        &mut f,
+        "job_lost_submit_reconciled_no_effect",
+        &p,
+        vec![
+            reconciled("failed_no_effect", None),
+            accepted(Some("queued")),
+            polled("completed"),
+        ],
+        "submits\":2",
+    );
+    session(
+        &mut f,
+        "job_lost_submit_reconciled_unknown",
+        &p,
+        vec![reconciled("unknown", None)],
+        "stop_indeterminate",
+    );
+    session(
+        &mut f,
+        "job_lost_submit_reconciled_without_id",
+        &p,
+        vec![reconciled("succeeded", None)],
+        "job_id_missing",
+    );
+
     // Polls that fail.
     session(
         &mut f,
