@@ -197,7 +197,7 @@ export function openaiResponsesJob<R = unknown>(client: OpenAIResponsesLike, par
   };
 }
 
-function assertNoRetries(client: OpenAIResponsesLike): void {
+function assertNoRetries(client: { maxRetries: number }): void {
   if (client?.maxRetries !== 0) {
     throw new PolicyError(
       "retry_owner_not_harness",
@@ -205,4 +205,83 @@ function assertNoRetries(client: OpenAIResponsesLike): void {
       { path: "/maxRetries" },
     );
   }
+}
+
+/** The Anthropic client's Message Batches calls an async job uses. */
+export interface AnthropicBatchesLike {
+  maxRetries: number;
+  messages: {
+    batches: {
+      create(params: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+      retrieve(id: string, params?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+      results(id: string, params?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<AsyncIterable<unknown>>;
+      cancel(id: string, params?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+    };
+  };
+}
+
+/** A batch's `processing_status` as a job status (`ended`: its request's result decides). */
+function batchStatus(b: unknown): { id: string | undefined; status: JobStatus | "ended" } {
+  const o = (b ?? {}) as { id?: unknown; processing_status?: unknown };
+  const id = typeof o.id === "string" ? o.id : undefined;
+  switch (o.processing_status) {
+    case "in_progress":
+    case "canceling":
+      return { id, status: "in_progress" };
+    case "ended":
+      return { id, status: "ended" };
+    default:
+      throw new TypeError(`retryledger: a batch processing_status outside the documented set: ${String(o.processing_status)}`);
+  }
+}
+
+/** An ended batch request's result type as a job status. */
+const RESULT_STATUS: Record<string, JobStatus> = {
+  succeeded: "completed",
+  errored: "failed",
+  canceled: "cancelled",
+  expired: "expired",
+};
+
+/**
+ * The calls of one Anthropic Messages request run as a Message Batch of
+ * one request (`custom_id`, default `"request"`): create, retrieve by id
+ * (and, once the batch `ended`, its request's result: `succeeded` is
+ * `completed`, `errored` `failed`, `canceled` `cancelled`, `expired`
+ * `expired`), cancel. The client must be built with `maxRetries: 0`
+ * (`PolicyError` `retry_owner_not_harness` otherwise, before any request).
+ * A completed job's value is the request's result (`{type: "succeeded",
+ * message}`).
+ */
+export function anthropicBatchJob<R = unknown>(client: AnthropicBatchesLike, params: Record<string, unknown>, customId = "request"): JobCalls<R> {
+  assertNoRetries(client);
+  const batches = client.messages.batches;
+  return {
+    async submit(step, signal) {
+      const b = await batches.create(
+        { requests: [{ custom_id: customId, params }] },
+        { maxRetries: 0, signal, timeout: Math.max(1, step.remainingMs), headers: { "Idempotency-Key": step.idempotencyKey } },
+      );
+      const { id, status } = batchStatus(b);
+      // A batch that ended at once is polled for its result.
+      return { id, status: status === "ended" ? "in_progress" : status, value: b as R };
+    },
+    async poll(id, step, signal) {
+      const options = { maxRetries: 0, signal, timeout: Math.max(1, step.remainingMs) };
+      const b = await batches.retrieve(id, {}, options);
+      const { status } = batchStatus(b);
+      if (status !== "ended") return { status, value: b as R };
+      for await (const line of await batches.results(id, {}, options)) {
+        const entry = line as { custom_id?: unknown; result?: { type?: unknown } };
+        if (entry.custom_id !== customId) continue;
+        const mapped = typeof entry.result?.type === "string" ? RESULT_STATUS[entry.result.type] : undefined;
+        if (mapped === undefined) throw new TypeError(`retryledger: a batch result type outside the documented set: ${String(entry.result?.type)}`);
+        return { status: mapped, value: entry.result as R };
+      }
+      throw new TypeError(`retryledger: the ended batch has no result for ${customId}`);
+    },
+    async cancel(id) {
+      return batches.cancel(id, {}, { maxRetries: 0 });
+    },
+  };
 }
