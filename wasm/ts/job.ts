@@ -212,10 +212,10 @@ export interface AnthropicBatchesLike {
   maxRetries: number;
   messages: {
     batches: {
-      create(params: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
-      retrieve(id: string, params?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
-      results(id: string, params?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<AsyncIterable<unknown>>;
-      cancel(id: string, params?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+      create(params: object, options?: object): PromiseLike<unknown>;
+      retrieve(id: string, params?: object, options?: object): PromiseLike<unknown>;
+      results(id: string, params?: object, options?: object): PromiseLike<AsyncIterable<unknown>>;
+      cancel(id: string, params?: object, options?: object): PromiseLike<unknown>;
     };
   };
 }
