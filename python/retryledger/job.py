@@ -22,7 +22,7 @@ from ._api import Document, Policy
 from ._driver import RunResult, RunStoppedError, Step, run as _run
 from ._integration import require_max_retries_zero
 
-__all__ = ["JobAnswer", "JobCalls", "Reconciliation", "run_job", "openai_responses_job"]
+__all__ = ["JobAnswer", "JobCalls", "Reconciliation", "run_job", "openai_responses_job", "anthropic_batch_job"]
 
 R = TypeVar("R")
 
@@ -147,5 +147,63 @@ def openai_responses_job(client: Any, params: Mapping[str, Any]) -> JobCalls[Any
 
     def cancel(job_id: str) -> Any:
         return client.responses.cancel(job_id)
+
+    return JobCalls(submit=submit, poll=poll, cancel=cancel)
+
+
+#: An ended batch request's result type as a job status.
+_RESULT_STATUS = {"succeeded": "completed", "errored": "failed", "canceled": "cancelled", "expired": "expired"}
+
+
+def _batch_status(batch: Any) -> Tuple[Optional[str], str]:
+    """A batch's ``processing_status`` as a job status (``ended``: its request's result decides)."""
+    status = getattr(batch, "processing_status", None)
+    bid = getattr(batch, "id", None)
+    if status in ("in_progress", "canceling"):
+        return (bid if isinstance(bid, str) else None), "in_progress"
+    if status == "ended":
+        return (bid if isinstance(bid, str) else None), "ended"
+    raise TypeError(f"a batch processing_status outside the documented set: {status!r}")
+
+
+def anthropic_batch_job(client: Any, params: Mapping[str, Any], custom_id: str = "request") -> JobCalls[Any]:
+    """The calls of one Anthropic Messages request run as a Message Batch of
+    one request (``custom_id``): create, retrieve by id (and, once the batch
+    ``ended``, its request's result: ``succeeded`` is ``completed``,
+    ``errored`` ``failed``, ``canceled`` ``cancelled``, ``expired``
+    ``expired``), cancel. Refuses, before any request, a client whose
+    ``max_retries`` is not 0. A completed job's value is the request's
+    result (``result.message`` holds the message)."""
+    require_max_retries_zero(client, "anthropic")
+    batches = client.messages.batches
+
+    def submit(step: Step) -> JobAnswer[Any]:
+        batch = batches.create(
+            requests=[{"custom_id": custom_id, "params": dict(params)}],
+            timeout=max(step.remaining_ms, 1) / 1000.0,
+            extra_headers={"Idempotency-Key": step.idempotency_key},
+        )
+        bid, status = _batch_status(batch)
+        # A batch that ended at once is polled for its result.
+        return JobAnswer(status="in_progress" if status == "ended" else status, value=batch, id=bid)
+
+    def poll(job_id: str, step: Step) -> JobAnswer[Any]:
+        timeout = max(step.remaining_ms, 1) / 1000.0
+        batch = batches.retrieve(job_id, timeout=timeout)
+        status = _batch_status(batch)[1]
+        if status != "ended":
+            return JobAnswer(status=status, value=batch)
+        for entry in batches.results(job_id, timeout=timeout):
+            if getattr(entry, "custom_id", None) != custom_id:
+                continue
+            kind = getattr(getattr(entry, "result", None), "type", None)
+            mapped = _RESULT_STATUS.get(kind) if isinstance(kind, str) else None
+            if mapped is None:
+                raise TypeError(f"a batch result type outside the documented set: {kind!r}")
+            return JobAnswer(status=mapped, value=entry.result)
+        raise TypeError(f"the ended batch has no result for {custom_id}")
+
+    def cancel(job_id: str) -> Any:
+        return batches.cancel(job_id)
 
     return JobCalls(submit=submit, poll=poll, cancel=cancel)
