@@ -2,7 +2,13 @@
 //! answers, the core never plans a second submit after an acceptance, plans
 //! at most `max_polls` polls, each no earlier than its backoff after the
 //! previous completion, and every sealed run verifies.
-#![allow(clippy::unwrap_used, clippy::panic, reason = "tests fail loudly")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "tests fail loudly on any unexpected value"
+)]
 
 use proptest::prelude::*;
 use retryledger_core::{api, lab};
