@@ -16,13 +16,23 @@ when the run ends with the job still running (the receipt's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generic, Mapping, Optional, Tuple, TypeVar, Union
 
 from ._api import Document, Policy
-from ._driver import RunResult, RunStoppedError, Step, run as _run
+from ._driver import RunResult, RunStoppedError, Step, run as _run, run_async as _run_async
 from ._integration import require_max_retries_zero
 
-__all__ = ["JobAnswer", "JobCalls", "Reconciliation", "run_job", "openai_responses_job", "anthropic_batch_job"]
+__all__ = [
+    "JobAnswer",
+    "JobCalls",
+    "AsyncJobCalls",
+    "Reconciliation",
+    "run_job",
+    "run_job_async",
+    "openai_responses_job",
+    "openai_responses_job_async",
+    "anthropic_batch_job",
+]
 
 R = TypeVar("R")
 
@@ -112,6 +122,60 @@ def run_job(
         raise
 
 
+@dataclass(frozen=True)
+class AsyncJobCalls(Generic[R]):
+    """:class:`JobCalls` for :func:`run_job_async`: every call is awaited."""
+
+    submit: Callable[[Step], Awaitable[JobAnswer[R]]]
+    poll: Callable[[str, Step], Awaitable[JobAnswer[R]]]
+    cancel: Optional[Callable[[str], Awaitable[Any]]] = None
+    reconcile: Optional[Callable[[Step, BaseException], Awaitable["Reconciliation[R]"]]] = None
+
+
+async def run_job_async(
+    policy: Union[Policy, Document],
+    calls: AsyncJobCalls[R],
+    idempotency_key: str,
+    **options: Any,
+) -> RunResult[JobAnswer[R]]:
+    """:func:`run_job` for coroutines; the keyword options are
+    :func:`retryledger.run_async`'s (``sleep`` awaited)."""
+    job_id: Optional[str] = None
+
+    async def dispatch(step: Step) -> JobAnswer[R]:
+        nonlocal job_id
+        planned = step.plan.job
+        if planned is None:
+            raise TypeError("run_job_async needs a policy with an async_job section")
+        if planned["kind"] == "submit":
+            try:
+                answer = await calls.submit(step)
+            except Exception as e:
+                if calls.reconcile is None:
+                    raise
+                found = await calls.reconcile(step, e)
+                step.reconciled(found.answer)
+                if found.answer != "succeeded" or found.job is None:
+                    raise
+                answer = found.job
+            step.job(answer.id, answer.status)
+            if answer.id is not None:
+                job_id = answer.id
+            return answer
+        assert job_id is not None
+        answer = await calls.poll(job_id, step)
+        step.job(job_id, answer.status)
+        return answer
+
+    try:
+        return await _run_async(policy, dispatch, idempotency_key, **options)
+    except RunStoppedError as e:
+        job = e.receipt.get("job") or {}
+        if job.get("left_running") and job_id is not None and calls.cancel is not None:
+            await calls.cancel(job_id)
+        raise
+
+
 _OPENAI_STATUS = ("queued", "in_progress", "completed", "failed", "cancelled", "incomplete")
 
 
@@ -149,6 +213,31 @@ def openai_responses_job(client: Any, params: Mapping[str, Any]) -> JobCalls[Any
         return client.responses.cancel(job_id)
 
     return JobCalls(submit=submit, poll=poll, cancel=cancel)
+
+
+def openai_responses_job_async(client: Any, params: Mapping[str, Any]) -> AsyncJobCalls[Any]:
+    """:func:`openai_responses_job` for an ``openai.AsyncOpenAI`` client and
+    :func:`run_job_async`."""
+    require_max_retries_zero(client, "openai")
+
+    async def submit(step: Step) -> JobAnswer[Any]:
+        response = await client.responses.create(
+            **dict(params),
+            background=True,
+            timeout=max(step.remaining_ms, 1) / 1000.0,
+            extra_headers={"Idempotency-Key": step.idempotency_key},
+        )
+        rid, status = _response_status(response)
+        return JobAnswer(status=status, value=response, id=rid)
+
+    async def poll(job_id: str, step: Step) -> JobAnswer[Any]:
+        response = await client.responses.retrieve(job_id, timeout=max(step.remaining_ms, 1) / 1000.0)
+        return JobAnswer(status=_response_status(response)[1], value=response)
+
+    async def cancel(job_id: str) -> Any:
+        return await client.responses.cancel(job_id)
+
+    return AsyncJobCalls(submit=submit, poll=poll, cancel=cancel)
 
 
 #: An ended batch request's result type as a job status.

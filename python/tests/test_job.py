@@ -4,6 +4,7 @@ cancel. The server counts every request; a fake clock records each wait."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -18,7 +19,15 @@ import openai
 import pytest
 
 import retryledger
-from retryledger.job import JobAnswer, JobCalls, Reconciliation, openai_responses_job, run_job
+from retryledger.job import (
+    JobAnswer,
+    JobCalls,
+    Reconciliation,
+    openai_responses_job,
+    openai_responses_job_async,
+    run_job,
+    run_job_async,
+)
 from retryledger.testing import FakeClock
 
 from conftest import KEY, make_policy
@@ -252,3 +261,28 @@ def test_dropped_create_answer_reconciled_by_key_is_polled_not_resubmitted(serve
     assert result.terminal == "completed"
     assert result.bundle["attempts"]["attempts"][0]["reconciled"] == "succeeded"
     assert retryledger.verify_bundle(result.bundle_json)["kind"] == "verified"
+
+
+def test_async_background_response_and_lost_create_answer(server_factory: Any) -> None:
+    lost_server = server_factory(["drop", {"status": 200}], ["completed"])
+    ok_server = server_factory([{"status": 200}], ["queued", "completed"])
+    clock = FakeClock()
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(api_key="test-key", base_url=ok_server.base, max_retries=0)
+        result = await run_job_async(
+            job_policy(6), openai_responses_job_async(client, PARAMS), KEY, clock=clock, sleep=clock.async_sleep
+        )
+        assert result.value.status == "completed"
+        assert ok_server.creates == 1
+        assert ok_server.retrieves == 2
+        assert clock.sleeps == [200, 400]
+        lost = openai.AsyncOpenAI(api_key="test-key", base_url=lost_server.base, max_retries=0)
+        with pytest.raises(retryledger.RunStoppedError) as info:
+            await run_job_async(
+                job_policy(6), openai_responses_job_async(lost, PARAMS), KEY, clock=clock, sleep=clock.async_sleep
+            )
+        assert info.value.terminal == "stop_indeterminate"
+        assert lost_server.creates == 1, "exactly one submit reached the provider"
+
+    asyncio.run(main())
