@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Mapping, Optional, Tuple, TypeVar, Union
 
 from ._api import Document, Policy
-from ._driver import RunResult, RunStoppedError, Step, run as _run, run_async as _run_async
+from ._driver import AttemptError, RunResult, RunStoppedError, Step, run as _run, run_async as _run_async
+from ._errors import PolicyError
 from ._integration import require_max_retries_zero
 
 __all__ = [
@@ -74,6 +75,14 @@ class Reconciliation(Generic[R]):
     job: Optional[JobAnswer[R]] = None
 
 
+def _job_policy(policy: Union[Policy, Document]) -> Policy:
+    """The compiled policy, refused (``invalid_async_job``) without an ``async_job`` section."""
+    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    if "async_job" not in compiled.document:
+        raise PolicyError("invalid_async_job", "a job runs under a policy with an async_job section", "/async_job")
+    return compiled
+
+
 def run_job(
     policy: Union[Policy, Document],
     calls: JobCalls[R],
@@ -85,6 +94,7 @@ def run_job(
     :func:`retryledger.run`'s. Returns the answer that completed the job;
     raises :class:`RunStoppedError` otherwise, after cancelling a job the run
     left running (when ``calls.cancel`` is given)."""
+    compiled = _job_policy(policy)
     job_id: Optional[str] = None
 
     def dispatch(step: Step) -> JobAnswer[R]:
@@ -114,7 +124,7 @@ def run_job(
         return answer
 
     try:
-        return _run(policy, dispatch, idempotency_key, **options)
+        return _run(compiled, dispatch, idempotency_key, **options)
     except RunStoppedError as e:
         job = e.receipt.get("job") or {}
         if job.get("left_running") and job_id is not None and calls.cancel is not None:
@@ -140,6 +150,7 @@ async def run_job_async(
 ) -> RunResult[JobAnswer[R]]:
     """:func:`run_job` for coroutines; the keyword options are
     :func:`retryledger.run_async`'s (``sleep`` awaited)."""
+    compiled = _job_policy(policy)
     job_id: Optional[str] = None
 
     async def dispatch(step: Step) -> JobAnswer[R]:
@@ -168,12 +179,17 @@ async def run_job_async(
         return answer
 
     try:
-        return await _run_async(policy, dispatch, idempotency_key, **options)
+        return await _run_async(compiled, dispatch, idempotency_key, **options)
     except RunStoppedError as e:
         job = e.receipt.get("job") or {}
         if job.get("left_running") and job_id is not None and calls.cancel is not None:
             await calls.cancel(job_id)
         raise
+
+
+def _outside_the_set(message: str) -> AttemptError:
+    """A provider answer outside its documented shape: a protocol violation, never retried."""
+    return AttemptError.non_retryable("protocol_violation", message)
 
 
 _OPENAI_STATUS = ("queued", "in_progress", "completed", "failed", "cancelled", "incomplete")
@@ -182,7 +198,7 @@ _OPENAI_STATUS = ("queued", "in_progress", "completed", "failed", "cancelled", "
 def _response_status(response: Any) -> Tuple[Optional[str], str]:
     status = getattr(response, "status", None)
     if status not in _OPENAI_STATUS:
-        raise TypeError(f"a response status outside the documented set: {status!r}")
+        raise _outside_the_set(f"a response status outside the documented set: {status!r}")
     rid = getattr(response, "id", None)
     return (rid if isinstance(rid, str) else None), str(status)
 
@@ -252,7 +268,7 @@ def _batch_status(batch: Any) -> Tuple[Optional[str], str]:
         return (bid if isinstance(bid, str) else None), "in_progress"
     if status == "ended":
         return (bid if isinstance(bid, str) else None), "ended"
-    raise TypeError(f"a batch processing_status outside the documented set: {status!r}")
+    raise _outside_the_set(f"a batch processing_status outside the documented set: {status!r}")
 
 
 def anthropic_batch_job(client: Any, params: Mapping[str, Any], custom_id: str = "request") -> JobCalls[Any]:
@@ -288,9 +304,9 @@ def anthropic_batch_job(client: Any, params: Mapping[str, Any], custom_id: str =
             kind = getattr(getattr(entry, "result", None), "type", None)
             mapped = _RESULT_STATUS.get(kind) if isinstance(kind, str) else None
             if mapped is None:
-                raise TypeError(f"a batch result type outside the documented set: {kind!r}")
+                raise _outside_the_set(f"a batch result type outside the documented set: {kind!r}")
             return JobAnswer(status=mapped, value=entry.result)
-        raise TypeError(f"the ended batch has no result for {custom_id}")
+        raise _outside_the_set(f"the ended batch has no result for {custom_id}")
 
     def cancel(job_id: str) -> Any:
         return batches.cancel(job_id)

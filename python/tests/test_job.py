@@ -286,3 +286,22 @@ def test_async_background_response_and_lost_create_answer(server_factory: Any) -
         assert lost_server.creates == 1, "exactly one submit reached the provider"
 
     asyncio.run(main())
+
+
+def test_run_job_refuses_a_policy_without_async_job(server_factory: Any) -> None:
+    server = server_factory([{"status": 200}], ["completed"])
+    with pytest.raises(retryledger.PolicyError) as info:
+        run_job(make_policy(), openai_responses_job(client_for(server), PARAMS), KEY)
+    assert info.value.code == "invalid_async_job"
+    assert server.creates == 0
+
+
+def test_status_outside_the_documented_set_is_a_protocol_violation(server_factory: Any) -> None:
+    odd = {"status": 200, "body": {"id": JOB, "object": "response", "status": "paused", "output": []}}
+    server = server_factory([odd], ["completed"])
+    clock = FakeClock()
+    with pytest.raises(retryledger.RunStoppedError) as info:
+        run_job(job_policy(6), openai_responses_job(client_for(server), PARAMS), KEY, clock=clock, sleep=clock.sleep)
+    assert info.value.terminal == "stop_non_retryable"
+    assert info.value.bundle["attempts"]["attempts"][0]["outcome"]["kind"] == "protocol_violation"
+    assert server.creates == 1

@@ -232,3 +232,32 @@ test("a dropped create answer reconciled by idempotency key: the accepted job is
     await server.close();
   }
 });
+
+test("runJob refuses a policy without an async_job section before any request", async () => {
+  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["completed"] });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    await assert.rejects(
+      rl.runJob(policyWith(() => undefined), rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY }),
+      (/** @type {any} */ e) => e.code === "invalid_async_job",
+    );
+    assert.equal(server.seen.creates, 0);
+  } finally {
+    await server.close();
+  }
+});
+
+test("a response status outside the documented set is a protocol violation, never retried", async () => {
+  const server = await responsesServer({ submit: [{ status: 200, body: { id: JOB, object: "response", status: "paused", output: [] } }], polls: ["completed"] });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    await assert.rejects(
+      rl.runJob(jobPolicy(6), rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep }),
+      (/** @type {any} */ e) => e.terminal === "stop_non_retryable" && e.sealed.bundle.attempts.attempts[0].outcome.kind === "protocol_violation",
+    );
+    assert.equal(server.seen.creates, 1);
+  } finally {
+    await server.close();
+  }
+});

@@ -4,9 +4,10 @@
  * records, and the receipt's summary. The core decides every step; a host
  * reports the job id and status it saw with `Session.setJob`.
  */
-import type { CompiledPolicy, Input } from "./core.js";
+import { CompiledPolicy, compilePolicy, type Input } from "./core.js";
 import { runWithPolicy, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError, RunStoppedError } from "./errors.js";
+import { AttemptError } from "./facts.js";
 import type { Policy, Sha256Hex } from "./types.js";
 
 /** A job's status as the provider reports it (an Anthropic batch that `ended` is `completed`). */
@@ -96,6 +97,10 @@ export async function runJob<R>(
   calls: JobCalls<R>,
   options: RunOptions,
 ): Promise<RunResult<JobAnswer<R>>> {
+  const compiled = policy instanceof CompiledPolicy ? policy : compilePolicy(policy);
+  if (compiled.policy.async_job === undefined) {
+    throw new PolicyError("invalid_async_job", "invalid_async_job at /async_job: a job runs under a policy with an async_job section", { path: "/async_job" });
+  }
   let jobId: string | undefined;
   const dispatch = async (step: Step, signal: AbortSignal): Promise<JobAnswer<R>> => {
     const planned = step.decision.job;
@@ -124,7 +129,7 @@ export async function runJob<R>(
     return answer;
   };
   try {
-    return await runWithPolicy(policy, dispatch, options);
+    return await runWithPolicy(compiled, dispatch, options);
   } catch (e) {
     if (e instanceof RunStoppedError && e.receipt.job?.left_running === true && jobId !== undefined && calls.cancel !== undefined) {
       await calls.cancel(jobId);
@@ -157,11 +162,16 @@ const OPENAI_STATUS: Record<string, JobStatus> = {
   incomplete: "incomplete",
 };
 
+/** A provider answer outside its documented shape: a protocol violation, never retried. */
+function outsideTheSet(message: string): AttemptError {
+  return AttemptError.nonRetryable("protocol_violation", { cause: new TypeError(`retryledger: ${message}`) });
+}
+
 function responseStatus(r: unknown): { id: string | undefined; status: JobStatus } {
   const o = (r ?? {}) as { id?: unknown; status?: unknown };
   const status = typeof o.status === "string" ? OPENAI_STATUS[o.status] : undefined;
   if (status === undefined) {
-    throw new TypeError(`retryledger: a response status outside the documented set: ${String(o.status)}`);
+    throw outsideTheSet(`a response status outside the documented set: ${String(o.status)}`);
   }
   return { id: typeof o.id === "string" ? o.id : undefined, status };
 }
@@ -231,7 +241,7 @@ function batchStatus(b: unknown): { id: string | undefined; status: JobStatus | 
     case "ended":
       return { id, status: "ended" };
     default:
-      throw new TypeError(`retryledger: a batch processing_status outside the documented set: ${String(o.processing_status)}`);
+      throw outsideTheSet(`a batch processing_status outside the documented set: ${String(o.processing_status)}`);
   }
 }
 
@@ -275,10 +285,10 @@ export function anthropicBatchJob<R = unknown>(client: AnthropicBatchesLike, par
         const entry = line as { custom_id?: unknown; result?: { type?: unknown } };
         if (entry.custom_id !== customId) continue;
         const mapped = typeof entry.result?.type === "string" ? RESULT_STATUS[entry.result.type] : undefined;
-        if (mapped === undefined) throw new TypeError(`retryledger: a batch result type outside the documented set: ${String(entry.result?.type)}`);
+        if (mapped === undefined) throw outsideTheSet(`a batch result type outside the documented set: ${String(entry.result?.type)}`);
         return { status: mapped, value: entry.result as R };
       }
-      throw new TypeError(`retryledger: the ended batch has no result for ${customId}`);
+      throw outsideTheSet(`the ended batch has no result for ${customId}`);
     },
     async cancel(id) {
       return batches.cancel(id, {}, { maxRetries: 0 });
