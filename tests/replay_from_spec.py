@@ -14,7 +14,8 @@ decoding. Cases whose expected result is a decoding error (`invalid_json`,
 `null_value`, `missing_field`, `schema_mismatch`, ...) are counted as
 skipped, never as passed; decode.json, retry_after.json and
 classify_http.json are not read. Of job.json, the policy and bundle cases
-are replayed (docs/REPLAY.md section 8); its sessions are other ops.
+are replayed (docs/REPLAY.md section 8), and each session that ends in a
+terminal is replayed from its attempts: every decision and the verdict.
 
 Usage: python3 tests/replay_from_spec.py tests/vectors
 """
@@ -825,6 +826,29 @@ def run_op(op, inp):
     raise ValueError("unknown op " + op)
 
 
+def job_session_checks(case):
+    """A job session's sealed run replayed from its parts (section 8): each
+    decision after an attempt is plan_next of the attempts so far, and the
+    bundle of policy, attempts and receipt verifies to the session's verdict.
+    Sessions that end in an error, or with a cancellation, are skipped."""
+    want = case["expect"].get("ok")
+    if want is None or "cancelled_at_ms" in want["attempts"]:
+        return None
+    policy = json.loads(case["input"]["policy"])
+    attempts = want["attempts"]
+    problems = []
+    for k, decision in enumerate(want["decisions"]):
+        prefix = dict(attempts, attempts=attempts["attempts"][: k + 1])
+        got = plan_next(policy, prefix)
+        if got != decision:
+            problems.append("decision %d: want %s got %s" % (k, json.dumps(decision), json.dumps(got)))
+    bundle = {"attempts": attempts, "policy": policy, "receipt": want["receipt"], "schema": "retryledger.bundle.v1"}
+    got = verify_bundle(bundle)
+    if got != want["verdict"]:
+        problems.append("verdict: want %s got %s" % (json.dumps(want["verdict"]), json.dumps(got)))
+    return problems
+
+
 def strip_message(expect):
     if "ok" in expect and isinstance(expect["ok"], dict) and expect["ok"].get("kind") == "drift":
         return {"ok": {k: v for k, v in expect["ok"].items() if k != "message"}}
@@ -914,6 +938,16 @@ def main(directory):
         passed = skipped = failed = draws = 0
         for case in vectors["cases"]:
             want = case["expect"]
+            if case["op"] == "job_session":
+                problems = job_session_checks(case)
+                if problems is None:
+                    skipped += 1
+                elif problems:
+                    failed += 1
+                    print("MISMATCH %s/%s:\n  %s" % (family, case["name"], "\n  ".join(problems)))
+                else:
+                    passed += 1
+                continue
             if "error" in want and want["error"]["code"] in DECODE_CODES or case["op"] not in OPS:
                 skipped += 1
                 continue
