@@ -305,3 +305,17 @@ def test_status_outside_the_documented_set_is_a_protocol_violation(server_factor
     assert info.value.terminal == "stop_non_retryable"
     assert info.value.bundle["attempts"]["attempts"][0]["outcome"]["kind"] == "protocol_violation"
     assert server.creates == 1
+
+
+def test_poll_past_the_deadline_stops_and_cancels(server_factory: Any) -> None:
+    server = server_factory([{"status": 200}], ["in_progress"])
+    clock = FakeClock()
+    policy = make_policy(async_job={"max_polls": 10, "poll_base_ms": 200, "poll_max_ms": 1_000}, deadline_ms=1_500)
+    with pytest.raises(retryledger.RunStoppedError) as info:
+        run_job(policy, openai_responses_job(client_for(server), PARAMS), KEY, clock=clock, sleep=clock.sleep)
+    assert info.value.terminal == "stop_deadline"
+    assert info.value.receipt["job"]["left_running"] is True
+    # Polls at 200, 600 and 1400; the fourth would start at 2400, past the deadline.
+    assert clock.sleeps == [200, 400, 800]
+    assert server.retrieves == 3
+    assert server.cancels == 1

@@ -261,3 +261,25 @@ test("a response status outside the documented set is a protocol violation, neve
     await server.close();
   }
 });
+
+test("a poll that cannot start before the deadline stops the run; the job left running is cancelled", async () => {
+  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["in_progress"] });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    const policy = policyWith((p) => {
+      p.async_job = { max_polls: 10, poll_base_ms: 200, poll_max_ms: 1_000 };
+      p.deadline_ms = 1_500;
+    });
+    await assert.rejects(
+      rl.runJob(policy, rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep }),
+      (/** @type {any} */ e) => e.terminal === "stop_deadline" && e.receipt.job.left_running === true,
+    );
+    // Polls at 200, 600 and 1400; the fourth would start at 2400, past the deadline.
+    assert.deepEqual(time.state.sleeps, [200, 400, 800]);
+    assert.equal(server.seen.retrieves, 3);
+    assert.equal(server.seen.cancels, 1);
+  } finally {
+    await server.close();
+  }
+});
