@@ -33,6 +33,7 @@ __all__ = [
     "openai_responses_job",
     "openai_responses_job_async",
     "anthropic_batch_job",
+    "anthropic_batch_job_async",
 ]
 
 R = TypeVar("R")
@@ -312,3 +313,42 @@ def anthropic_batch_job(client: Any, params: Mapping[str, Any], custom_id: str =
         return batches.cancel(job_id)
 
     return JobCalls(submit=submit, poll=poll, cancel=cancel)
+
+
+def anthropic_batch_job_async(
+    client: Any, params: Mapping[str, Any], custom_id: str = "request"
+) -> AsyncJobCalls[Any]:
+    """:func:`anthropic_batch_job` for an ``anthropic.AsyncAnthropic`` client
+    and :func:`run_job_async`."""
+    require_max_retries_zero(client, "anthropic")
+    batches = client.messages.batches
+
+    async def submit(step: Step) -> JobAnswer[Any]:
+        batch = await batches.create(
+            requests=[{"custom_id": custom_id, "params": dict(params)}],
+            timeout=max(step.remaining_ms, 1) / 1000.0,
+            extra_headers={"Idempotency-Key": step.idempotency_key},
+        )
+        bid, status = _batch_status(batch)
+        return JobAnswer(status="in_progress" if status == "ended" else status, value=batch, id=bid)
+
+    async def poll(job_id: str, step: Step) -> JobAnswer[Any]:
+        timeout = max(step.remaining_ms, 1) / 1000.0
+        batch = await batches.retrieve(job_id, timeout=timeout)
+        status = _batch_status(batch)[1]
+        if status != "ended":
+            return JobAnswer(status=status, value=batch)
+        async for entry in await batches.results(job_id, timeout=timeout):
+            if getattr(entry, "custom_id", None) != custom_id:
+                continue
+            kind = getattr(getattr(entry, "result", None), "type", None)
+            mapped = _RESULT_STATUS.get(kind) if isinstance(kind, str) else None
+            if mapped is None:
+                raise _outside_the_set(f"a batch result type outside the documented set: {kind!r}")
+            return JobAnswer(status=mapped, value=entry.result)
+        raise _outside_the_set(f"the ended batch has no result for {custom_id}")
+
+    async def cancel(job_id: str) -> Any:
+        return await batches.cancel(job_id)
+
+    return AsyncJobCalls(submit=submit, poll=poll, cancel=cancel)

@@ -4,6 +4,7 @@ batch ended, cancel. The server counts every request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +14,7 @@ import anthropic
 import pytest
 
 import retryledger
-from retryledger.job import anthropic_batch_job, run_job
+from retryledger.job import anthropic_batch_job, anthropic_batch_job_async, run_job, run_job_async
 from retryledger.testing import FakeClock
 
 from conftest import KEY, make_policy
@@ -196,3 +197,21 @@ def test_anthropic_client_with_its_own_retries_is_refused() -> None:
     with pytest.raises(retryledger.PolicyError) as info:
         anthropic_batch_job(client, PARAMS)
     assert info.value.code == "retry_owner_not_harness"
+
+
+def test_async_batch_one_create_then_result(server_factory: Any) -> None:
+    server = server_factory([200], ["in_progress", "ended"], "succeeded")
+    clock = FakeClock()
+
+    async def main() -> None:
+        client = anthropic.AsyncAnthropic(api_key="test-key", base_url=server.base, max_retries=0)
+        result = await run_job_async(
+            job_policy(6), anthropic_batch_job_async(client, PARAMS), KEY, clock=clock, sleep=clock.async_sleep
+        )
+        assert result.value.status == "completed"
+        assert result.value.value.message.content[0].text == "Severity 2."
+        assert server.creates == 1
+        assert server.results == 1
+        assert clock.sleeps == [200, 400]
+
+    asyncio.run(main())
