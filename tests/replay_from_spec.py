@@ -18,7 +18,9 @@ attempts, docs/HEDGING.md) have their own replay rules, which this script
 does not implement; it prints that it skips the file. Of repair.json only the runs are
 replayed (plan, evaluate, verify): output checks judged from facts, the
 repair section and repair chains are specified in docs/REPAIR.md, not
-docs/REPLAY.md (the Rust, Node and Python vector tests replay them).
+docs/REPLAY.md (the Rust, Node and Python vector tests replay them). Of job.json, the policy and bundle cases
+are replayed (docs/REPLAY.md section 8), and each session that ends in a
+terminal is replayed from its attempts: every decision and the verdict.
 
 Usage: python3 tests/replay_from_spec.py tests/vectors
 """
@@ -29,6 +31,8 @@ import sys
 
 U64_MAX = (1 << 64) - 1
 MAX_ATTEMPTS = 10_000
+MAX_POLLS = 10_000
+RUNNING = ("queued", "in_progress")
 
 # --------------------------------------------------------------- digests ---
 
@@ -145,6 +149,8 @@ def compile_policy(p):
     b = p["backoff"]
     if b["base_ms"] == 0 or b["max_ms"] < b["base_ms"]:
         raise Fail("invalid_backoff", "/backoff")
+    if "async_job" in p:
+        check_async_job(p)
     routes = p["routes"]
     if not routes:
         raise Fail("no_routes", "/routes")
@@ -181,6 +187,24 @@ def compile_policy(p):
         "policy_sha256": sha(policy),
         "capability_contract_sha256": sha(policy["requirements"]),
     }
+
+
+def check_async_job(p):
+    """docs/REPLAY.md section 8: the async_job section's bounds."""
+    job, deadline = p["async_job"], p["deadline_ms"]
+    if "stream" in p or "fleet" in p:
+        raise Fail("invalid_async_job", "/async_job")
+    if not 1 <= job["max_polls"] <= MAX_POLLS:
+        raise Fail("invalid_async_job", "/async_job/max_polls")
+    if not 1 <= job["poll_base_ms"] < deadline:
+        raise Fail("invalid_async_job", "/async_job/poll_base_ms")
+    if not job["poll_base_ms"] <= job["poll_max_ms"] < deadline:
+        raise Fail("invalid_async_job", "/async_job/poll_max_ms")
+
+
+def poll_delay(job, n):
+    """min(poll_base_ms * 2^(n-1), poll_max_ms) for poll n >= 1."""
+    return min(job["poll_base_ms"] << (n - 1), job["poll_max_ms"]) if n <= 64 else job["poll_max_ms"]
 
 
 # -------------------------------------------------------------- schedule ---
@@ -251,6 +275,10 @@ class Run:
         self.finished_at_ms = 0
         self.bodies = {}  # route priority -> the first request body digest (or None)
         self.injected = 0  # attempts marked injected_fault
+        # An async job (section 8): the accepted job's digest, counts, last status.
+        self.job = None
+        if "async_job" in self.p:
+            self.job = {"accepted": None, "polls": 0, "submits": 0, "status": None, "bound": False}
         first = {"delay_ms": 0, "retry_after_floor_ms": 0, "jitter": None}
         self.next = self.admit(0, 1, 0, first)
 
@@ -279,7 +307,93 @@ class Run:
         }
         if d["jitter"] is not None:
             out["jitter_min_ms"], out["jitter_max_ms"], out["jitter_sample_ms"] = d["jitter"]
+        if self.job is not None:
+            out["job"] = {"kind": "submit"}
         return out
+
+    def plan_poll(self, a, hint):
+        """The next poll of the accepted job after attempt `a`, or the bound's terminal."""
+        p, job = self.p, self.job
+        if job["polls"] >= p["async_job"]["max_polls"]:
+            job["bound"] = True
+            return terminal("stop_total_attempts")
+        floor = min(hint or 0, p["backoff"]["retry_after_cap_ms"])
+        delay = max(poll_delay(p["async_job"], job["polls"] + 1), floor)
+        not_before = a["completed_at_ms"] + delay
+        if not_before >= p["deadline_ms"]:
+            return terminal("stop_deadline")
+        return {
+            "kind": "dispatch",
+            "deadline_ms": p["deadline_ms"],
+            "delay_ms": delay,
+            "idempotency_key_sha256": p["idempotency_key_sha256"],
+            "job": {"job_sha256": job["accepted"], "kind": "poll", "poll": job["polls"] + 1},
+            "logical_request_sha256": p["logical_request_sha256"],
+            "not_before_ms": not_before,
+            "ordinal": self.count + 1,
+            "reserve_cost": 0,
+            "retry_after_floor_ms": floor,
+            "route_id": a["route_id"],
+            "route_ordinal": a["route_ordinal"],
+            "route_release_sha256": a["route_release_sha256"],
+        }
+
+    def check_job(self, d, a, drift):
+        """Section 12: the attempt's job record against the planned step."""
+        step, rec = d.get("job"), a.get("job")
+        if step is not None and rec is None:
+            raise drift("job_record_missing", "job")
+        if step is None and rec is not None:
+            raise drift("job_record_unexpected", "job")
+        if step is None:
+            return
+        if step["kind"] == "poll" and rec["kind"] == "submit":
+            raise drift("job_resubmit", "job/kind")
+        if step["kind"] == "submit" and rec["kind"] == "poll":
+            raise drift("job_kind_drift", "job/kind")
+        if rec.get("poll") != step.get("poll"):
+            raise drift("job_kind_drift", "job/poll")
+        success = a["outcome"]["class"] == "success"
+        if rec["kind"] == "poll" and rec.get("job_sha256") != step.get("job_sha256"):
+            raise drift("job_id_drift", "job/job_sha256")
+        if rec["kind"] == "submit" and success and "job_sha256" not in rec:
+            raise drift("job_id_missing", "job/job_sha256")
+        if rec["kind"] == "submit" and not success and "job_sha256" in rec:
+            raise drift("job_status_drift", "job/job_sha256")
+        if success and rec["kind"] == "poll" and "status" not in rec:
+            raise drift("job_status_drift", "job/status")
+        if not success and "status" in rec:
+            raise drift("job_status_drift", "job/status")
+
+    def judge_job(self, a):
+        """Section 12: the next decision when the job decides it, else None."""
+        job, rec = self.job, a.get("job")
+        if job is None or rec is None:
+            return None
+        outcome = a["outcome"]
+        if rec["kind"] == "submit":
+            job["submits"] += 1
+            lost = outcome.get("kind") == "timeout_before_response" and a.get("reconciled") != "failed_no_effect"
+            if lost:
+                return terminal("stop_indeterminate")
+            if outcome["class"] != "success":
+                return None
+            job["accepted"] = rec.get("job_sha256")
+            job["status"] = rec.get("status")
+        else:
+            job["polls"] += 1
+            cls = outcome["class"]
+            if cls == "non_retryable":
+                return terminal("stop_non_retryable")
+            if cls == "retryable":
+                return self.plan_poll(a, outcome.get("retry_after_ms"))
+            if cls == "indeterminate":
+                return self.plan_poll(a, None)
+            job["status"] = rec.get("status")
+        status = job["status"]
+        if status is None or status in RUNNING:
+            return self.plan_poll(a, None)
+        return terminal("completed" if status == "completed" else "stop_non_retryable")
 
     def plan_after(self, priority, route_ordinal, completed, hint):
         p = self.p
@@ -309,6 +423,11 @@ class Run:
             return Fail(code, "/attempts/%d/%s" % (i, field), i)
 
         if d["kind"] == "terminal":
+            kind = (a.get("job") or {}).get("kind")
+            if self.job is not None and kind == "poll" and self.job["bound"]:
+                raise drift("job_poll_bound", "job/poll")
+            if self.job is not None and kind == "submit" and self.job["accepted"] is not None:
+                raise drift("job_resubmit", "job/kind")
             raise drift("attempt_after_terminal", "ordinal")
         for field, code in [
             ("route_id", "route_drift"),
@@ -330,8 +449,10 @@ class Run:
                 raise drift("jitter_out_of_interval", "jitter_sample_ms")
             if seen != planned:
                 raise drift("jitter_sample_drift", "jitter_sample_ms")
+        self.check_job(d, a, drift)
         continues = (a.get("stream") or {}).get("continues_ordinal") is not None
-        if not continues and "reconciled" not in a:
+        poll = (a.get("job") or {}).get("kind") == "poll"
+        if not continues and not poll and "reconciled" not in a:
             priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
             first = self.bodies.get(priority, "unset")
             if first != "unset" and first != a.get("request_body_sha256"):
@@ -353,12 +474,14 @@ class Run:
         priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
         if a.get("injected_fault") is True:
             self.injected += 1
-        if (a.get("stream") or {}).get("continues_ordinal") is None and "reconciled" not in a:
+        poll = (a.get("job") or {}).get("kind") == "poll"
+        if (a.get("stream") or {}).get("continues_ordinal") is None and "reconciled" not in a and not poll:
             self.bodies.setdefault(priority, a.get("request_body_sha256"))
         self.spent += a["cost"]
         if self.spent > U64_MAX:
             raise Fail("arithmetic_overflow", "/attempts/%d/cost" % i, i)
-        self.per_route[priority] += 1
+        if not poll:  # polls count against max_polls only
+            self.per_route[priority] += 1
         self.count += 1
         if "jitter_sample_ms" in d:
             self.last_sample = d["jitter_sample_ms"]
@@ -385,10 +508,13 @@ class Run:
             entry["reconciled"] = a["reconciled"]
         self.schedule.append(entry)
         cls = a["outcome"]["class"]
+        judged = self.judge_job(a)  # the job accounts every attempt
         if a["completed_at_ms"] >= p["deadline_ms"]:
             self.next = terminal("stop_deadline")
         elif self.spent > p["max_total_cost"]:
             self.next = terminal("stop_cost_budget")
+        elif judged is not None:
+            self.next = judged
         elif cls == "success":
             self.next = terminal("completed")
         elif cls == "non_retryable":
@@ -438,6 +564,19 @@ class Run:
             r["final_route_id"] = final["route_id"]
         if self.injected:
             r["injected_faults"] = self.injected
+        if self.job is not None:
+            job = self.job
+            r["job"] = {
+                "left_running": job["accepted"] is not None
+                and term != "completed"
+                and (job["status"] is None or job["status"] in RUNNING),
+                "polls": job["polls"],
+                "submits": job["submits"],
+            }
+            if job["accepted"] is not None:
+                r["job"]["job_sha256"] = job["accepted"]
+            if job["status"] is not None:
+                r["job"]["status"] = job["status"]
         return r
 
 
@@ -696,6 +835,29 @@ def run_op(op, inp):
     raise ValueError("unknown op " + op)
 
 
+def job_session_checks(case):
+    """A job session's sealed run replayed from its parts (section 8): each
+    decision after an attempt is plan_next of the attempts so far, and the
+    bundle of policy, attempts and receipt verifies to the session's verdict.
+    Sessions that end in an error, or with a cancellation, are skipped."""
+    want = case["expect"].get("ok")
+    if want is None or "cancelled_at_ms" in want["attempts"]:
+        return None
+    policy = json.loads(case["input"]["policy"])
+    attempts = want["attempts"]
+    problems = []
+    for k, decision in enumerate(want["decisions"]):
+        prefix = dict(attempts, attempts=attempts["attempts"][: k + 1])
+        got = plan_next(policy, prefix)
+        if got != decision:
+            problems.append("decision %d: want %s got %s" % (k, json.dumps(decision), json.dumps(got)))
+    bundle = {"attempts": attempts, "policy": policy, "receipt": want["receipt"], "schema": "retryledger.bundle.v1"}
+    got = verify_bundle(bundle)
+    if got != want["verdict"]:
+        problems.append("verdict: want %s got %s" % (json.dumps(want["verdict"]), json.dumps(got)))
+    return problems
+
+
 def strip_message(expect):
     if "ok" in expect and isinstance(expect["ok"], dict) and expect["ok"].get("kind") == "drift":
         return {"ok": {k: v for k, v in expect["ok"].items() if k != "message"}}
@@ -771,7 +933,7 @@ def check_spec(root):
     return len(examples) - failed, failed
 
 
-FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage", "faults", "repair"]
+FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage", "faults", "repair", "job"]
 # repair.json: only its runs (plan, evaluate, verify: the output_check rule,
 # a refusal that stops without a fallback); output checks judged from facts,
 # the repair section and repair chains are docs/REPAIR.md's, not this page's.
@@ -789,6 +951,16 @@ def main(directory):
         passed = skipped = failed = draws = 0
         for case in vectors["cases"]:
             want = case["expect"]
+            if case["op"] == "job_session":
+                problems = job_session_checks(case)
+                if problems is None:
+                    skipped += 1
+                elif problems:
+                    failed += 1
+                    print("MISMATCH %s/%s:\n  %s" % (family, case["name"], "\n  ".join(problems)))
+                else:
+                    passed += 1
+                continue
             if "error" in want and want["error"]["code"] in DECODE_CODES or case["op"] not in FAMILY_OPS.get(family, OPS):
                 skipped += 1
                 continue

@@ -71,6 +71,9 @@ pub struct Attempt {
     pub injected_fault: Option<bool>,
     /// The jitter sample that set this attempt's earliest start, when jitter is on.
     pub jitter_sample_ms: Option<u64>,
+    /// What the attempt was of an async job (submit or poll, the job's id
+    /// digest, its reported status), when the policy has an `async_job` section.
+    pub job: Option<crate::job::JobRecord>,
     /// Digest of the logical request sent.
     pub logical_request_sha256: Sha256Hex,
     /// Global ordinal, from 1.
@@ -123,6 +126,7 @@ object!(Attempt {
     idempotency_key_sha256: doc,
     injected_fault: opt_doc,
     jitter_sample_ms: opt_u64,
+    job: opt_doc,
     logical_request_sha256: doc,
     ordinal: u64,
     outcome: doc,

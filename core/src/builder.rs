@@ -260,6 +260,7 @@ pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolic
     };
     compile(Policy {
         allowed_degraded_behavior_classes: allowed,
+        async_job: None,
         backoff: spec.backoff,
         behavior_class_sha256: class_sha256(&spec.behavior_class),
         cost_unit: spec.cost_unit,

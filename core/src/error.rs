@@ -148,6 +148,8 @@ codes! {
     ChargeWithUsage => "charge_with_usage", Policy;
     /// A stream contract out of bounds.
     InvalidStreamContract => "invalid_stream_contract", Policy;
+    /// An `async_job` section out of bounds, or beside a stream or fleet section.
+    InvalidAsyncJob => "invalid_async_job", Policy;
     /// A breaker configuration out of bounds (or a fleet section with neither part).
     InvalidBreaker => "invalid_breaker", Policy;
     /// A retry budget configuration out of bounds.
@@ -212,6 +214,22 @@ codes! {
     StreamDeltasMismatch => "stream_deltas_mismatch", Drift;
     /// A stream event that differs from the log the attempts imply.
     StreamEventDrift => "stream_event_drift", Drift;
+    /// The policy has an `async_job` section but the attempt records no job step.
+    JobRecordMissing => "job_record_missing", Drift;
+    /// The attempt records a job step the policy has no `async_job` section for.
+    JobRecordUnexpected => "job_record_unexpected", Drift;
+    /// A second submit after the provider accepted the job.
+    JobResubmit => "job_resubmit", Drift;
+    /// A poll where a submit is planned, or a poll number not the planned one.
+    JobKindDrift => "job_kind_drift", Drift;
+    /// A poll of another job than the accepted one.
+    JobIdDrift => "job_id_drift", Drift;
+    /// An accepted submit without the provider's job id.
+    JobIdMissing => "job_id_missing", Drift;
+    /// A job status or id that does not fit the attempt's outcome.
+    JobStatusDrift => "job_status_drift", Drift;
+    /// A poll past the policy's `max_polls`.
+    JobPollBound => "job_poll_bound", Drift;
     /// The policy has a fleet section but the attempt records no admission.
     AdmissionMissing => "admission_missing", Drift;
     /// The attempt records an admission the policy has no fleet for.

@@ -15,6 +15,7 @@ use crate::decode::{decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::{BudgetUse, FleetStop, FleetSummary, OnStoreUnavailable, StopReason};
 use crate::ids::{Identifier, Sha256Hex};
+use crate::job::{JobKind, JobState, JobStep};
 use crate::outcome::Outcome;
 use crate::policy::{CompiledPolicy, OverCap};
 use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
@@ -87,6 +88,8 @@ pub struct Dispatch {
     pub jitter_min_ms: Option<u64>,
     /// The jitter sample to record on the attempt, when jitter is on.
     pub jitter_sample_ms: Option<u64>,
+    /// For an async job: a submit, or a poll of the accepted job ([`crate::job`]).
+    pub job: Option<JobStep>,
     /// Digest of the logical request to send.
     pub logical_request_sha256: Sha256Hex,
     /// Earliest start, ms.
@@ -148,7 +151,8 @@ impl Dispatch {
             .doc("idempotency_key_sha256", &self.idempotency_key_sha256)
             .opt_u64("jitter_max_ms", self.jitter_max_ms)
             .opt_u64("jitter_min_ms", self.jitter_min_ms)
-            .opt_u64("jitter_sample_ms", self.jitter_sample_ms);
+            .opt_u64("jitter_sample_ms", self.jitter_sample_ms)
+            .opt_doc("job", self.job.as_ref());
         if let Some(kind) = kind {
             o.str("kind", kind);
         }
@@ -228,6 +232,7 @@ fn dispatch_fields(f: &mut Fields<'_>) -> Result<Dispatch> {
     let jitter_max_ms = f.opt("jitter_max_ms");
     let jitter_min_ms = f.opt("jitter_min_ms");
     let jitter_sample_ms = f.opt("jitter_sample_ms");
+    let job = f.opt("job");
     let logical_request_sha256 = f.req("logical_request_sha256");
     let not_before_ms = f.req("not_before_ms");
     let ordinal = f.req("ordinal");
@@ -273,6 +278,7 @@ fn dispatch_fields(f: &mut Fields<'_>) -> Result<Dispatch> {
         jitter_max_ms,
         jitter_min_ms,
         jitter_sample_ms,
+        job,
         logical_request_sha256,
         not_before_ms,
         ordinal,
@@ -319,6 +325,8 @@ pub(crate) struct Run {
     hedge: Option<crate::hedge::HedgeSummary>,
     /// What the run's hedges reserved in all.
     hedge_reserved: u64,
+    /// The async job's state, when the policy has an `async_job` section.
+    job: Option<JobState>,
 }
 
 /// Whether an attempt's request body is compared with its route's first: it
@@ -327,6 +335,7 @@ pub(crate) struct Run {
 /// say what it sent).
 fn sends_request(a: &Attempt) -> bool {
     a.reconciled.is_none()
+        && a.job.as_ref().is_none_or(|j| j.kind == JobKind::Submit)
         && a.stream
             .as_ref()
             .is_none_or(|s| s.continues_ordinal.is_none())
@@ -360,6 +369,7 @@ impl Run {
                 .as_ref()
                 .map(|_| crate::hedge::HedgeSummary::default()),
             hedge_reserved: 0,
+            job: cp.policy.async_job.as_ref().map(|_| JobState::default()),
         };
         let first = Delay {
             delay_ms: 0,
@@ -417,6 +427,7 @@ impl Run {
             jitter_max_ms: jitter.map(|j| j.max_ms),
             jitter_min_ms: jitter.map(|j| j.min_ms),
             jitter_sample_ms: jitter.map(|j| j.sample_ms),
+            job: self.job.as_ref().map(JobState::step),
             logical_request_sha256: p.logical_request_sha256.clone(),
             not_before_ms: not_before,
             ordinal: self.count.saturating_add(1),
@@ -482,6 +493,46 @@ impl Run {
         );
         let not_before = completed.saturating_add(d.delay_ms);
         self.admit(cp, next_priority, next_ordinal, not_before, d)
+    }
+
+    /// The next poll of an accepted job, after attempt `a` (the acceptance
+    /// or the previous poll) on its route: `delay` after its completion,
+    /// raised to the bounded hint; the deadline still applies.
+    fn plan_poll(
+        &self,
+        cp: &CompiledPolicy,
+        a: &Attempt,
+        job: &JobState,
+        delay: u64,
+        hint: Option<u64>,
+    ) -> Decision {
+        let p = &cp.policy;
+        let floor = crate::job::poll_floor(&p.backoff, hint);
+        let delay_ms = delay.max(floor);
+        let not_before = a.completed_at_ms.saturating_add(delay_ms);
+        if not_before >= p.deadline_ms {
+            return Decision::Terminal {
+                terminal: Terminal::StopDeadline,
+            };
+        }
+        Decision::Dispatch(Dispatch {
+            continuation: None,
+            deadline_ms: p.deadline_ms,
+            delay_ms,
+            idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+            jitter_max_ms: None,
+            jitter_min_ms: None,
+            jitter_sample_ms: None,
+            job: Some(job.step()),
+            logical_request_sha256: p.logical_request_sha256.clone(),
+            not_before_ms: not_before,
+            ordinal: self.count.saturating_add(1),
+            reserve_cost: 0,
+            retry_after_floor_ms: floor,
+            route_id: a.route_id.clone(),
+            route_ordinal: a.route_ordinal,
+            route_release_sha256: a.route_release_sha256.clone(),
+        })
     }
 
     /// The planned dispatch on the next route by priority that still has
@@ -693,6 +744,9 @@ impl Run {
         let d: Dispatch = match &self.next {
             Decision::Dispatch(d) => self.admitted(cp, d.clone(), a, i)?,
             Decision::Terminal { terminal } => {
+                if let Some(e) = self.job.as_ref().and_then(|j| j.after_terminal(a, i)) {
+                    return Err(e);
+                }
                 return Err(Error::attempt(
                     ErrorCode::AttemptAfterTerminal,
                     i,
@@ -831,6 +885,7 @@ impl Run {
             }
             (None, None) => {}
         }
+        crate::job::check(&d, a, i)?;
         if sends_request(a) {
             let priority = cp.routes().position(|r| r.route_id == a.route_id);
             if let Some(Some(first)) = priority.and_then(|p| self.bodies.get(p)) {
@@ -918,7 +973,8 @@ impl Run {
                 "total cost overflows",
             )
         })?;
-        if let Some(slot) = self.per_route.get_mut(priority) {
+        let poll = a.job.as_ref().is_some_and(|j| j.kind == JobKind::Poll);
+        if let Some(slot) = self.per_route.get_mut(priority).filter(|_| !poll) {
             *slot = slot.saturating_add(1);
         }
         if a.injected_fault == Some(true) {
@@ -989,10 +1045,20 @@ impl Run {
     ) {
         let p = &cp.policy;
         let stop = |terminal| Decision::Terminal { terminal };
+        let mut job = self.job.take();
+        // The job accounts every attempt; the deadline and cost still come first.
+        let judged_job = job.as_mut().and_then(|j| {
+            j.observe(cp, a, |s, delay, hint| {
+                self.plan_poll(cp, a, s, delay, hint)
+            })
+        });
+        self.job = job;
         self.next = if a.completed_at_ms >= p.deadline_ms {
             stop(Terminal::StopDeadline)
         } else if self.spent > p.max_total_cost {
             stop(Terminal::StopCostBudget)
+        } else if let Some(next) = judged_job {
+            next
         } else {
             match a.outcome {
                 Outcome::Success => stop(Terminal::Completed),
@@ -1173,6 +1239,7 @@ impl Run {
             finished_at_ms: self.finished_at_ms,
             idempotency_key_sha256: p.idempotency_key_sha256.clone(),
             injected_faults: (self.injected > 0).then_some(self.injected),
+            job: self.job.as_ref().map(|j| j.summary(terminal)),
             logical_request_sha256: p.logical_request_sha256.clone(),
             policy_sha256: Sha256Hex::computed(cp.policy_sha256.clone()),
             price_schedule_sha256: None,

@@ -1279,6 +1279,7 @@ pub fn recover(
         cost: cost.unwrap_or(planned.reserve_cost),
         hedge: None,
         idempotency_key_sha256: planned.idempotency_key_sha256.clone(),
+        job: None,
         injected_fault: None,
         output_check: None,
         jitter_sample_ms: planned.jitter_sample_ms,

@@ -782,6 +782,30 @@ pub fn priced_session(policy_json: &str, schedule_json: &str, script_json: &str)
     }))
 }
 
+/// Run a scripted async-job session, as the `job_session` vectors pin it:
+/// the steps of [`stream_session`], each attempt step optionally with `job`
+/// (`{"id"?, "status"?}`: the provider's job id the attempt was answered
+/// with or asked about, and the status its answer reported). The answer is
+/// [`priced_session`]'s without a price schedule.
+pub fn job_session(policy_json: &str, script_json: &str) -> Result<Value> {
+    use crate::canonical::to_value;
+    let (bundle, judgements, decisions) = drive(policy_json, None, script_json)?;
+    let verdict = verify_bundle(&bundle)?;
+    Ok(json!({
+        "attempts": to_value(&bundle.attempts),
+        "bundle_sha256": digest_of(&bundle),
+        "decisions": decisions,
+        "judgements": judgements,
+        "receipt": to_value(&bundle.receipt),
+        "verdict": to_value(&verdict),
+    }))
+}
+
+/// The sealed bundle of a scripted async-job session ([`job_session`]).
+pub fn job_bundle(policy_json: &str, script_json: &str) -> Result<Bundle> {
+    Ok(drive(policy_json, None, script_json)?.0)
+}
+
 /// The sealed bundle of a scripted priced session ([`priced_session`]).
 pub fn priced_bundle(policy_json: &str, schedule_json: &str, script_json: &str) -> Result<Bundle> {
     Ok(drive(policy_json, Some(schedule_json), script_json)?.0)
@@ -844,6 +868,21 @@ fn drive(
                 )
             })?;
             session.set_request_body_sha256(digest);
+        }
+        if let Some(job) = step.get("job") {
+            let status = match job.get("status") {
+                // As the bindings take it: a name.
+                Some(v) => Some(crate::job::JobStatus::parse(
+                    v.as_str().unwrap_or_default(),
+                )?),
+                None => None,
+            };
+            session.set_job(job.get("id").and_then(Value::as_str), status);
+        }
+        if let Some(answer) = step.get("reconciled") {
+            session.set_reconciled(crate::job::reconciled_named(
+                answer.as_str().unwrap_or_default(),
+            )?);
         }
         let j = session.observe_stream(started, now, cost, &facts, &deltas)?;
         judgements.push(to_value(&j));

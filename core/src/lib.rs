@@ -32,6 +32,7 @@
 //! [`builder`] builds a policy from a request and catalog documents, and
 //! [`price`] prices usage per route release, and [`stream`] is the stream
 //! contract: tentative events, commit or invalidate, exact continuation.
+//! [`job`] runs a provider's asynchronous job: submit once, then poll by id.
 //! Across runs, [`breaker`] (a circuit breaker per route release) and
 //! [`budget`] (a retry budget per scope) are pure transitions over snapshots
 //! a store holds, and [`fleet`] admits each attempt under them. [`journal`]
@@ -61,6 +62,7 @@ pub mod http;
 mod httpdate;
 pub mod idempotency;
 pub mod ids;
+pub mod job;
 pub mod journal;
 #[cfg(feature = "lab")]
 pub mod lab;

@@ -233,6 +233,8 @@ pub struct Route {
 pub struct Policy {
     /// Degraded behavior classes a fallback may carry; the receipt reports their use.
     pub allowed_degraded_behavior_classes: Option<Set<Sha256Hex>>,
+    /// The async job section, for a request a provider runs as a job ([`crate::job`]).
+    pub async_job: Option<crate::job::AsyncJob>,
     /// Backoff parameters.
     pub backoff: Backoff,
     /// The behavior class the request requires.
@@ -306,6 +308,7 @@ object!(Route {
 
 object!(Policy {
     allowed_degraded_behavior_classes: opt_doc,
+    async_job: opt_doc,
     backoff: doc,
     behavior_class_sha256: doc,
     cost_unit: doc,
@@ -398,6 +401,17 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
     }
     if let Some(stream) = &p.stream {
         stream.check(p.deadline_ms)?;
+    }
+    if let Some(job) = &p.async_job {
+        job.check(p.deadline_ms, p.stream.is_some(), p.fleet.is_some())?;
+        if p.hedge.is_some() {
+            // A job is submitted once and then only polled: nothing to hedge.
+            return Err(Error::at(
+                ErrorCode::InvalidAsyncJob,
+                "/async_job",
+                "an async job is submitted once and polled by its id: it is not hedged",
+            ));
+        }
     }
     if let Some(fleet) = &p.fleet {
         fleet.check()?;

@@ -103,6 +103,9 @@ pub struct Receipt {
     /// Attempts whose failure a testing fault injector made: a receipt that
     /// has this is not production evidence. Absent when none was.
     pub injected_faults: Option<u64>,
+    /// The async job: its id digest, submits, polls, last status, and
+    /// whether it was left running; present when the policy has `async_job`.
+    pub job: Option<crate::job::JobSummary>,
     /// Logical request digest of every attempt.
     pub logical_request_sha256: Sha256Hex,
     /// Digest of the policy document.
@@ -205,6 +208,7 @@ object!(Receipt {
     hedge: opt_doc,
     idempotency_key_sha256: doc,
     injected_faults: opt_u64,
+    job: opt_doc,
     logical_request_sha256: doc,
     policy_sha256: doc,
     price_schedule_sha256: opt_doc,

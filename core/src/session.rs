@@ -57,6 +57,11 @@ struct Notes {
     request_body_sha256: Option<Sha256Hex>,
     /// The failed output check that decided the attempt in flight.
     output_check: Option<crate::output::OutputCheckRecord>,
+    /// The job id digest and status the host reported (an async job).
+    job: Option<(Option<Sha256Hex>, Option<crate::job::JobStatus>)>,
+    /// The receiver's answer when the host reconciled the attempt by
+    /// idempotency key (an async job's lost submit answer).
+    reconciled: Option<crate::attempt::Reconciled>,
 }
 
 /// What a host said an attempt cost: charged by hand, or nothing (the
@@ -183,6 +188,24 @@ impl Session {
         Ok(priced)
     }
 
+    /// Report what the attempt in flight was of an async job: the
+    /// provider's job id (the id a submit was answered with, or the id a
+    /// poll asked about; the core keeps only its SHA-256) and the job status
+    /// the answer reported. A poll that reports no id polled the planned job.
+    pub fn set_job(&mut self, id: Option<&str>, status: Option<crate::job::JobStatus>) {
+        self.notes.job = Some((id.map(crate::job::job_id_digest), status));
+    }
+
+    /// Report that the host reconciled the attempt in flight by idempotency
+    /// key (an async job's submit whose answer was lost: docs/JOBS.md): the
+    /// receiver's answer, in the journal's vocabulary, becomes the attempt's
+    /// outcome (`succeeded` an acceptance, with the job id reported by
+    /// [`Session::set_job`]; `failed_no_effect` permits another submit;
+    /// `unknown` stays indeterminate), whatever the facts say.
+    pub fn set_reconciled(&mut self, answer: crate::attempt::Reconciled) {
+        self.notes.reconciled = Some(answer);
+    }
+
     /// Report the digest of the request body sent on the attempt in flight
     /// (after lowering to its route). Every later attempt on the same route
     /// must send the same body (replay: `request_body_drift`).
@@ -294,6 +317,8 @@ impl Session {
                 ))
             }
         };
+        // A reconciled attempt's outcome is the one its answer stands for.
+        let outcome = self.notes.reconciled.map_or(outcome, |r| r.outcome());
         let attempt = Attempt {
             admission,
             completed_at_ms,
@@ -302,11 +327,15 @@ impl Session {
             idempotency_key_sha256: d.idempotency_key_sha256.clone(),
             injected_fault: injected.then_some(true),
             jitter_sample_ms: d.jitter_sample_ms,
+            job: d
+                .job
+                .as_ref()
+                .map(|step| crate::job::record_of(step, self.notes.job.clone())),
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,
             output_check: self.notes.output_check.clone(),
-            reconciled: None,
+            reconciled: self.notes.reconciled,
             request_body_sha256: self.notes.request_body_sha256.clone(),
             route_id: d.route_id.clone(),
             route_ordinal: d.route_ordinal,
@@ -910,6 +939,13 @@ impl Session {
                 ErrorCode::InvalidStreamContract,
                 "/stream",
                 "a journal does not hold a stream's event log: a journaled run has no stream contract",
+            ));
+        }
+        if self.policy.policy.async_job.is_some() {
+            return Err(Error::at(
+                ErrorCode::InvalidAsyncJob,
+                "/async_job",
+                "a journal does not hold a job's id: a journaled run has no async_job section",
             ));
         }
         let (run, attempts) = crate::journal::verify(&self.policy, events)?.into_run();

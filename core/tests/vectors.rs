@@ -111,6 +111,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "check_price_schedule" => &["policy", "schedule"],
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
         "stream_session" => &["policy", "script"],
+        "job_session" => &["policy", "script"],
         "priced_session" => &["policy", "schedule", "script"],
         "hedge_session" => &["policy", "script"],
         "fleet_session" => &["policy", "script", "store"],
@@ -192,6 +193,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "request_sha256" => api::request_sha256(s(input, "request")).map(Value::String),
         "stream_session" => lab::stream_session(s(input, "policy"), s(input, "script")),
         "hedge_session" => retryledger_core::hedge::script(s(input, "policy"), s(input, "script")),
+        "job_session" => lab::job_session(s(input, "policy"), s(input, "script")),
         "priced_session" => {
             lab::priced_session(s(input, "policy"), s(input, "schedule"), s(input, "script"))
         }

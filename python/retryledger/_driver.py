@@ -444,6 +444,24 @@ class Step:
         """Response bytes reached the caller: a failure after this is never retried."""
         self._delivered = True
 
+    def job(self, id: Optional[str], status: Optional[str]) -> None:
+        """For an async job (docs/JOBS.md): the provider's job id this attempt
+        was answered with or asked about (the core keeps only its SHA-256)
+        and the job status the answer reported. :func:`retryledger.job.run_job`
+        calls it for you."""
+        session = self._session
+        if session is not None:
+            call(session.set_job, id, status)
+
+    def reconciled(self, answer: str) -> None:
+        """For an async job: the receiver's answer when the attempt was
+        reconciled by idempotency key after its answer was lost
+        (``succeeded``, ``failed_no_effect``, ``unknown``); the attempt's
+        outcome is the answer's."""
+        session = self._session
+        if session is not None:
+            call(session.set_reconciled, answer)
+
     @property
     def cost(self) -> int:
         """The cost recorded for this attempt: what was charged, else ``reserve_cost``."""

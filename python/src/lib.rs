@@ -1182,6 +1182,12 @@ impl PyDispatch {
     fn delay_ms(&self) -> u64 {
         self.d.delay_ms
     }
+    /// For an async job: `{"kind": "submit"}`, or a poll as `{"job_sha256",
+    /// "kind": "poll", "poll"}`; else `None`.
+    #[getter]
+    fn job<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.d.job.as_ref().map(|j| to_py(py, j)).transpose()
+    }
     /// Cost reserved for the attempt.
     #[getter]
     fn reserve_cost(&self) -> u64 {
@@ -1535,6 +1541,27 @@ impl PySession {
             &text(events)?,
         ))?;
         self.next = None;
+        Ok(())
+    }
+
+    /// Report what the attempt in flight was of an async job: the provider's
+    /// job id (the core keeps only its SHA-256) and the status its answer
+    /// reported (`queued`, `in_progress`, `completed`, ...).
+    #[pyo3(signature = (id=None, status=None))]
+    fn set_job(&mut self, id: Option<&str>, status: Option<&str>) -> PyResult<()> {
+        let status = match status {
+            Some(s) => Some(lift(retryledger_core::job::JobStatus::parse(s))?),
+            None => None,
+        };
+        self.session.set_job(id, status);
+        Ok(())
+    }
+
+    /// Report the receiver's answer for the attempt in flight, reconciled by
+    /// idempotency key (`succeeded`, `failed_no_effect`, `unknown`).
+    fn set_reconciled(&mut self, answer: &str) -> PyResult<()> {
+        let answer = lift(retryledger_core::job::reconciled_named(answer))?;
+        self.session.set_reconciled(answer);
         Ok(())
     }
 

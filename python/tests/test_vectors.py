@@ -46,6 +46,7 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "stream_session": lambda i: _stream_session(i["policy"], i["script"]),
     "priced_session": lambda i: _stream_session(i["policy"], i["script"], i["schedule"]),
     "hedge_session": lambda i: _hedge_session(i["policy"], i["script"]),
+    "job_session": lambda i: _stream_session(i["policy"], i["script"], jobs=True),
     "breaker_admit": lambda i: retryledger.breaker_admit(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "breaker_record": lambda i: retryledger.breaker_record(
         i["config"], i["snapshot"], i["probe"], i["outcome"], i["now_epoch_ms"]
@@ -182,7 +183,9 @@ def _fresh_breaker(release: str, now_epoch_ms: int) -> Dict[str, Any]:
     return retryledger.fleet.fresh_breaker(release, now_epoch_ms)
 
 
-def _stream_session(policy: Any, script: Any, schedule: Optional[str] = None) -> Dict[str, Any]:
+def _stream_session(
+    policy: Any, script: Any, schedule: Optional[str] = None, jobs: bool = False
+) -> Dict[str, Any]:
     """Replay a scripted session as the core's reference host loop does
     (core/src/lab.rs, ``drive``) and answer what it answers: a streamed
     session, or (with a price schedule) a priced one."""
@@ -208,12 +211,16 @@ def _stream_session(policy: Any, script: Any, schedule: Optional[str] = None) ->
             session.add_usage(json.dumps(usage))
         if "request_body_sha256" in step:
             session.set_request_body_sha256(step["request_body_sha256"])
+        if "job" in step:
+            session.set_job(step["job"].get("id"), step["job"].get("status"))
+        if "reconciled" in step:
+            session.set_reconciled(step["reconciled"])
         judgement = session.observe(started, now, step.get("cost"), facts=facts, deltas=step.get("deltas", []))
         judgements.append(judgement.to_dict())
         decisions.append(session.next().to_dict())
     sealed = session.seal()
     bundle_json = sealed.bundle_json
-    if schedule is not None:
+    if schedule is not None or jobs:
         # The bundle dict and its canonical JSON agree.
         assert retryledger.digest(sealed.bundle) == retryledger.digest(bundle_json)
         return {

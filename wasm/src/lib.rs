@@ -822,6 +822,14 @@ impl WasmSession {
             .map(canonical_json)
     }
 
+    /// The planned attempt's async-job step as JSON (`{"kind": "submit"}`,
+    /// or a poll with the job's id digest and number), or `undefined`.
+    pub fn job_json(&self) -> Option<String> {
+        self.dispatch()
+            .and_then(|d| d.job.as_ref())
+            .map(canonical_json)
+    }
+
     /// The stream events the consumer received so far as JSON, or
     /// `undefined` when the policy does not stream.
     pub fn stream_events_json(&self) -> Option<String> {
@@ -936,6 +944,26 @@ impl WasmSession {
                 .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/request_body_sha256", m)),
         )?;
         self.session.set_request_body_sha256(digest);
+        Ok(())
+    }
+
+    /// Report what the attempt in flight was of an async job: the provider's
+    /// job id (the core keeps only its SHA-256) and the status its answer
+    /// reported (`queued`, `in_progress`, `completed`, …).
+    pub fn set_job(&mut self, id: Option<String>, status: Option<String>) -> Out<()> {
+        let status = match status {
+            Some(s) => Some(lift(retryledger_core::job::JobStatus::parse(&s))?),
+            None => None,
+        };
+        self.session.set_job(id.as_deref(), status);
+        Ok(())
+    }
+
+    /// Report the receiver's answer for the attempt in flight, reconciled by
+    /// idempotency key (`succeeded`, `failed_no_effect`, `unknown`).
+    pub fn set_reconciled(&mut self, answer: &str) -> Out<()> {
+        let answer = lift(retryledger_core::job::reconciled_named(answer))?;
+        self.session.set_reconciled(answer);
         Ok(())
     }
 

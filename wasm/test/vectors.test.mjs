@@ -91,6 +91,8 @@ function run(op, input) {
       return streamSession(input.policy, input.script, input.schedule);
     case "hedge_session":
       return hedgeSession(input.policy, input.script);
+    case "job_session":
+      return streamSession(input.policy, input.script, undefined, true);
     case "journal_verify":
       return rl.journalVerify(input.policy, input.events);
     case "journal_recover":
@@ -117,7 +119,7 @@ function run(op, input) {
  * then the sealed bundle's digest and its replay's verdict.
  * @param {string} policy @param {string} script @param {string} [schedule]
  */
-function streamSession(policy, script, schedule) {
+function streamSession(policy, script, schedule, jobs = false) {
   const compiled = new rl.CompiledPolicy(policy);
   const session = compiled.session();
   try {
@@ -138,12 +140,14 @@ function streamSession(policy, script, schedule) {
       const facts = step.facts === undefined ? "null" : JSON.stringify(step.facts);
       for (const usage of step.usage ?? []) session.addUsage(usage);
       if (step.request_body_sha256 !== undefined) session.setRequestBodySha256(step.request_body_sha256);
+      if (step.job !== undefined) session.setJob(step.job.id, step.job.status);
+      if (step.reconciled !== undefined) session.setReconciled(step.reconciled);
       judgements.push(session.observe({ started_at_ms: started, completed_at_ms: now, cost: step.cost, facts, deltas: step.deltas ?? [] }));
       decisions.push(session.next());
     }
     const sealed = session.seal();
     const bundleJson = sealed.bundle_json;
-    if (schedule !== undefined) {
+    if (schedule !== undefined || jobs) {
       // The bundle object and its canonical JSON agree.
       assert.equal(rl.digest(JSON.stringify(sealed.bundle)), rl.digest(bundleJson));
       return {

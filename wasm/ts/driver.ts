@@ -26,8 +26,9 @@ import {
 import type { Fleet } from "./fleet.js";
 import { callHook, copied, plannedSleep, type RunHooks } from "./hooks.js";
 import type { OutputCheck, RepairDefect } from "./checks.js";
+import type { JobStatus } from "./job.js";
 import { RETURNED, sealAndRelease, type Session } from "./session.js";
-import type { Attempt, Bundle, DispatchDecision, Facts, Judgement, RepairChain, Policy, PriceSchedule, Receipt, Sealed, Usage } from "./types.js";
+import type { Attempt, Bundle, DispatchDecision, Facts, Judgement, RepairChain, Policy, PriceSchedule, Receipt, Reconciled, Sealed, Usage } from "./types.js";
 
 /** One planned attempt, as dispatch sees it. */
 export interface Step {
@@ -99,6 +100,18 @@ export interface Step {
   readonly request: unknown;
   /** Under repair: 0 on the root run, then 1, 2, … (docs/REPAIR.md). */
   readonly repairOrdinal: number;
+  /**
+   * For an async job (docs/JOBS.md): the provider's job id this attempt was
+   * answered with or asked about (the core keeps only its SHA-256) and the
+   * job status the answer reported. `runJob` calls it for you.
+   */
+  job?(id: string | undefined, status: JobStatus | undefined): void;
+  /**
+   * For an async job: the receiver's answer when the attempt was reconciled
+   * by idempotency key after its answer was lost (`succeeded`,
+   * `failed_no_effect`, `unknown`); the attempt's outcome is the answer's.
+   */
+  reconciled?(answer: Reconciled): void;
 }
 
 /** The caller's attempt: resolve with the result, or throw what went wrong. */
@@ -311,6 +324,16 @@ export class AttemptStep implements Step {
   outputDelivered(): void {
     if (!this.open) throw new Error("outputDelivered() after the attempt completed");
     this.delivered = true;
+  }
+
+  job(id: string | undefined, status: JobStatus | undefined): void {
+    if (!this.open) throw new Error("job() after the attempt completed");
+    this.#session.setJob(id, status);
+  }
+
+  reconciled(answer: Reconciled): void {
+    if (!this.open) throw new Error("reconciled() after the attempt completed");
+    this.#session.setReconciled(answer);
   }
 }
 

@@ -20,6 +20,7 @@ setHostSha256(
 );
 
 export * from "./api.js";
+export * from "./job.js";
 export {
   runStream,
   StreamProtocolError,

@@ -22,6 +22,7 @@ import {
   type RawSession,
 } from "./core.js";
 import type { JournalEvent } from "./journal.js";
+import type { JobStatus, JobStep } from "./job.js";
 import type {
   AdmissionSnapshot,
   AdmitAnswer,
@@ -39,6 +40,7 @@ import type {
   Policy,
   PriceSchedule,
   Receipt,
+  Reconciled,
   Sealed,
   StreamLogEntry,
   Terminal,
@@ -61,6 +63,9 @@ interface RawReports {
   set_price_schedule(schedule: string): string;
   add_usage(usage: string): number;
   set_request_body_sha256(digest: string): void;
+  set_job(id: string | undefined, status: string | undefined): void;
+  job_json(): string | undefined;
+  set_reconciled(answer: string): void;
   resume_journal(events: string): void;
 }
 
@@ -246,6 +251,17 @@ export class Session {
             route_ordinal: f[at + 3] as number,
             route_release_sha256: route.route_release_sha256,
           };
+    if (p.async_job !== undefined) {
+      const j = reportsOf(r).job_json();
+      // `job` sorts between the jitter fields and `kind`: keys stay in canonical order.
+      if (j !== undefined) {
+        const job = JSON.parse(j) as JobStep;
+        const entries = Object.entries(d);
+        const k = entries.findIndex(([key]) => key === "kind");
+        entries.splice(k, 0, ["job", job]);
+        return Object.fromEntries(entries) as unknown as DispatchDecision;
+      }
+    }
     if (f[at + 11] === 1) {
       const c = streaming(r).continuation_json();
       // `continuation` sorts first: keys stay in canonical order.
@@ -338,6 +354,29 @@ export class Session {
   setRequestBodySha256(digest: string): void {
     const r = this.#raw;
     call(() => reportsOf(r).set_request_body_sha256(digest));
+  }
+
+  /**
+   * Report what the attempt in flight was of an async job (docs/JOBS.md):
+   * the provider's job id (the id a submit was answered with, or the id a
+   * poll asked about; the core keeps only its SHA-256) and the job status
+   * its answer reported.
+   */
+  setJob(id?: string, status?: JobStatus): void {
+    const r = this.#raw;
+    call(() => reportsOf(r).set_job(id, status));
+  }
+
+  /**
+   * Report the receiver's answer for the attempt in flight, reconciled by
+   * idempotency key (an async job's submit whose answer was lost:
+   * docs/JOBS.md): `succeeded` (an acceptance, with the job id from
+   * `setJob`), `failed_no_effect` (another submit may follow) or `unknown`
+   * (stays indeterminate); the attempt's outcome is the answer's.
+   */
+  setReconciled(answer: Reconciled): void {
+    const r = this.#raw;
+    call(() => reportsOf(r).set_reconciled(answer));
   }
 
   /**

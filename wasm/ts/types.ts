@@ -91,6 +91,8 @@ export interface Route {
 /** `retryledger.policy.v1` */
 export interface Policy {
   allowed_degraded_behavior_classes?: Sha256Hex[];
+  /** A request a provider runs as a job (docs/JOBS.md). */
+  async_job?: import("./job.js").AsyncJob;
   backoff: Backoff;
   behavior_class_sha256: Sha256Hex;
   cost_unit: Identifier;
@@ -150,6 +152,8 @@ export interface Attempt {
   /** `true` when a testing fault injector made this failure (docs/TESTING.md). */
   injected_fault?: boolean;
   jitter_sample_ms?: number;
+  /** What the attempt was of an async job (docs/JOBS.md). */
+  job?: import("./job.js").JobRecord;
   logical_request_sha256: Sha256Hex;
   ordinal: number;
   outcome: Outcome;
@@ -194,6 +198,8 @@ export interface DispatchDecision {
   jitter_max_ms?: number;
   jitter_min_ms?: number;
   jitter_sample_ms?: number;
+  /** For an async job: a submit, or a poll of the accepted job (docs/JOBS.md). */
+  job?: import("./job.js").JobStep;
   logical_request_sha256: Sha256Hex;
   not_before_ms: number;
   ordinal: number;
@@ -255,6 +261,8 @@ export interface Receipt {
   idempotency_key_sha256: Sha256Hex;
   /** Attempts whose failure a testing fault injector made; absent when none was. */
   injected_faults?: number;
+  /** The async job's summary, when the policy has an `async_job` section. */
+  job?: import("./job.js").JobSummary;
   logical_request_sha256: Sha256Hex;
   policy_sha256: Sha256Hex;
   /** Digest of the run's price schedule, when it had one. */

@@ -250,6 +250,9 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
             text(input, "schedule"),
             text(input, "script"),
         ),
+        "job_session" => {
+            retryledger_core::lab::job_session(text(input, "policy"), text(input, "script"))
+        }
         "stream_session" => {
             retryledger_core::lab::stream_session(text(input, "policy"), text(input, "script"))
         }

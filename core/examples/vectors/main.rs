@@ -39,6 +39,7 @@ mod fleet;
 mod hedge;
 mod idempotency;
 mod jitter;
+mod job;
 mod journal;
 mod lift;
 mod observe;
@@ -77,6 +78,7 @@ const FAMILIES: &[fn() -> Family] = &[
     provider::family,
     drivers::family,
     stream::family,
+    job::family,
     fleet::family,
     admission::family,
     usage::family,
@@ -130,6 +132,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `idempotency_complete` | `retention`, `record`, `completion`, `now_epoch_ms` |\n\
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          | `stream_session` | `policy`, `script`: a streamed session step by step (docs/STREAMING.md) |\n\
+         | `job_session` | `policy`, `script`: an async-job session step by step, each step optionally with `job` (`id`, `status`) (docs/JOBS.md) |\n\
          | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\
          | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\

@@ -88,6 +88,7 @@ pub(crate) fn plan_hedge(
         jitter_max_ms: None,
         jitter_min_ms: None,
         jitter_sample_ms: None,
+        job: None,
         logical_request_sha256: p.logical_request_sha256.clone(),
         not_before_ms: at,
         ordinal: run.count().saturating_add(k).saturating_add(1),

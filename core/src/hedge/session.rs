@@ -367,6 +367,7 @@ impl HedgeSession {
             idempotency_key_sha256: d.idempotency_key_sha256.clone(),
             injected_fault: None,
             jitter_sample_ms: d.jitter_sample_ms,
+            job: None,
             logical_request_sha256: d.logical_request_sha256.clone(),
             ordinal: d.ordinal,
             outcome,

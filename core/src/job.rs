@@ -1,0 +1,518 @@
+//! Provider asynchronous jobs: submit once, then poll by the provider's id.
+//!
+//! A policy with an `async_job` section runs one logical request as a job a
+//! provider holds (OpenAI Responses with `background: true`, Anthropic
+//! Message Batches). Every planned dispatch then says what it is
+//! ([`JobStep`]): a `submit`, or a `poll` of the accepted job.
+//!
+//! - A submit is judged like any attempt until the provider accepts it: a
+//!   retryable failure plans another submit under the usual rules, a
+//!   non-retryable one stops, and a submit whose answer was lost (the
+//!   connection dropped, or a timeout before the answer: the provider may
+//!   have accepted it) stops `stop_indeterminate`: it is never
+//!   resubmitted blind. A host that reconciles it by idempotency key records
+//!   the answer in the journal's vocabulary (`reconciled`): `succeeded` with
+//!   the job's id is an acceptance, `failed_no_effect` permits another
+//!   submit, `unknown` stays indeterminate
+//!   ([`crate::session::Session::set_reconciled`]).
+//! - A submit that succeeded is the acceptance; it must carry the job's id.
+//!   After it the run plans only polls of that job, never a second submit.
+//!   Poll `n` waits `min(poll_base_ms * 2^(n-1), poll_max_ms)` after the
+//!   previous completion, raised to a poll's bounded Retry-After hint; at
+//!   most `max_polls` polls, each starting before the deadline.
+//! - A poll's answer is a fact the core judges: a job still `queued` or
+//!   `in_progress` plans the next poll; `completed` completes the run;
+//!   `failed`, `cancelled`, `incomplete` and `expired` stop it
+//!   `stop_non_retryable` (a new submit would pay twice). A poll that failed
+//!   retryably or lost its answer changes nothing at the provider and plans
+//!   the next poll; a non-retryable poll failure (the job is gone) stops.
+//!   Polls past the bound stop `stop_total_attempts`; a poll that cannot
+//!   start before the deadline stops `stop_deadline`.
+//!
+//! Documents hold only the SHA-256 of the provider's job id (hex of the
+//! UTF-8 bytes), never the id: the host keeps the id it polls with and
+//! reports it, so a poll of another job is `job_id_drift`. The receipt's
+//! `job` summary says whether the run ended with the job still running
+//! (`left_running`): the host then cancels it at the provider. Polls are
+//! attempts (they take global ordinals and the submit's route and route
+//! ordinal) but count neither against the route's nor the total attempt
+//! bound, and reserve no cost.
+
+use crate::attempt::{Attempt, Reconciled};
+use crate::canonical::sha256_hex;
+use crate::decode::{names, object};
+use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate::{Decision, Dispatch, Terminal};
+use crate::ids::Sha256Hex;
+use crate::outcome::{Outcome, RetryableKind};
+use crate::policy::{Backoff, CompiledPolicy};
+
+/// Most polls a policy may allow.
+pub const MAX_POLLS: u64 = 10_000;
+
+/// The policy's `async_job` section. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AsyncJob {
+    /// Most polls after the acceptance, in `1..=`[`MAX_POLLS`].
+    pub max_polls: u64,
+    /// Delay before the first poll, ms; doubled per poll up to `poll_max_ms`.
+    pub poll_base_ms: u64,
+    /// Largest delay between two polls, ms.
+    pub poll_max_ms: u64,
+}
+
+object!(AsyncJob {
+    max_polls: u64,
+    poll_base_ms: u64,
+    poll_max_ms: u64,
+});
+
+impl AsyncJob {
+    /// Check the section against the run's deadline.
+    /// An async job neither streams nor is admitted by a fleet section.
+    pub(crate) fn check(&self, deadline_ms: u64, stream: bool, fleet: bool) -> Result<()> {
+        let bad = |field: &str, msg: String| {
+            Err(Error::at(
+                ErrorCode::InvalidAsyncJob,
+                format!("/async_job/{field}"),
+                msg,
+            ))
+        };
+        if stream || fleet {
+            return Err(Error::at(
+                ErrorCode::InvalidAsyncJob,
+                "/async_job",
+                "an async job is neither streamed nor admitted by a fleet section".to_owned(),
+            ));
+        }
+        if self.max_polls == 0 || self.max_polls > MAX_POLLS {
+            return bad("max_polls", format!("max_polls must be in 1..={MAX_POLLS}"));
+        }
+        if self.poll_base_ms == 0 || self.poll_base_ms >= deadline_ms {
+            return bad(
+                "poll_base_ms",
+                format!("poll_base_ms must be in 1..deadline_ms ({deadline_ms})"),
+            );
+        }
+        if self.poll_max_ms < self.poll_base_ms || self.poll_max_ms >= deadline_ms {
+            return bad(
+                "poll_max_ms",
+                format!("poll_max_ms must be in poll_base_ms..deadline_ms ({deadline_ms})"),
+            );
+        }
+        Ok(())
+    }
+
+    /// The delay before poll `n` (from 1): `min(base * 2^(n-1), max)`, saturating.
+    pub fn poll_delay_ms(&self, n: u64) -> u64 {
+        let shift = u32::try_from(n.saturating_sub(1)).ok();
+        shift
+            .and_then(|s| 1u64.checked_shl(s))
+            .and_then(|f| self.poll_base_ms.checked_mul(f))
+            .map_or(self.poll_max_ms, |v| v.min(self.poll_max_ms))
+    }
+}
+
+/// What a dispatch of an async job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// Submit the request; the provider answers with a job id.
+    Submit,
+    /// Retrieve the accepted job by its id.
+    Poll,
+}
+
+names!(JobKind {
+    Submit => "submit",
+    Poll => "poll",
+});
+
+/// A job's status as the provider reports it (hosts map the provider's
+/// words onto these: an Anthropic batch that `ended` is `completed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobStatus {
+    /// Accepted, not started.
+    Queued,
+    /// Running.
+    InProgress,
+    /// Finished with a result.
+    Completed,
+    /// Finished without one.
+    Failed,
+    /// Cancelled at the provider.
+    Cancelled,
+    /// Finished with a partial result.
+    Incomplete,
+    /// Expired before it finished.
+    Expired,
+}
+
+names!(JobStatus {
+    Queued => "queued",
+    InProgress => "in_progress",
+    Completed => "completed",
+    Failed => "failed",
+    Cancelled => "cancelled",
+    Incomplete => "incomplete",
+    Expired => "expired",
+});
+
+impl JobStatus {
+    /// The status a host reports by name; another name is `invalid_value`.
+    pub fn parse(name: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .zip(Self::NAMES)
+            .find(|(_, n)| **n == name)
+            .map(|(s, _)| *s)
+            .ok_or_else(|| {
+                Error::at(
+                    ErrorCode::InvalidValue,
+                    "/status",
+                    format!("a job status is one of {}", Self::NAMES.join(", ")),
+                )
+            })
+    }
+
+    /// Whether the job is still running (another poll may see it finish).
+    pub fn is_running(self) -> bool {
+        matches!(self, Self::Queued | Self::InProgress)
+    }
+}
+
+/// What the planned dispatch of an async job is. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobStep {
+    /// The accepted job's id digest, for a poll.
+    pub job_sha256: Option<Sha256Hex>,
+    /// Submit or poll.
+    pub kind: JobKind,
+    /// The poll's number, from 1, for a poll.
+    pub poll: Option<u64>,
+}
+
+object!(JobStep {
+    job_sha256: opt_doc,
+    kind: doc,
+    poll: opt_u64,
+});
+
+/// What an attempt of an async job was and saw. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    /// SHA-256 of the provider's job id: the id a submit was answered with,
+    /// or the id a poll asked about.
+    pub job_sha256: Option<Sha256Hex>,
+    /// Submit or poll.
+    pub kind: JobKind,
+    /// The poll's number, from 1, for a poll.
+    pub poll: Option<u64>,
+    /// The job's status in the provider's answer, when the attempt succeeded.
+    pub status: Option<JobStatus>,
+}
+
+object!(JobRecord {
+    job_sha256: opt_doc,
+    kind: doc,
+    poll: opt_u64,
+    status: opt_doc,
+});
+
+/// The receipt's summary of an async job. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSummary {
+    /// The accepted job's id digest; absent when no submit was accepted.
+    pub job_sha256: Option<Sha256Hex>,
+    /// `true` when the run ended with the accepted job still running: the
+    /// host cancels it at the provider.
+    pub left_running: bool,
+    /// Polls made.
+    pub polls: u64,
+    /// The job's last reported status.
+    pub status: Option<JobStatus>,
+    /// Submits made.
+    pub submits: u64,
+}
+
+object!(JobSummary {
+    job_sha256: opt_doc,
+    left_running: bool,
+    polls: u64,
+    status: opt_doc,
+    submits: u64,
+});
+
+/// The SHA-256 of a provider's job id, as documents hold it.
+pub fn job_id_digest(id: &str) -> Sha256Hex {
+    Sha256Hex::computed(sha256_hex(id.as_bytes()))
+}
+
+/// A run's job state, replayed from its attempts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct JobState {
+    accepted: Option<Sha256Hex>,
+    polls: u64,
+    submits: u64,
+    status: Option<JobStatus>,
+    /// The poll bound ended the run.
+    bound: bool,
+}
+
+impl JobState {
+    /// The step the next dispatch takes (a submit until the acceptance).
+    pub(crate) fn step(&self) -> JobStep {
+        match &self.accepted {
+            None => JobStep {
+                job_sha256: None,
+                kind: JobKind::Submit,
+                poll: None,
+            },
+            Some(job) => JobStep {
+                job_sha256: Some(job.clone()),
+                kind: JobKind::Poll,
+                poll: Some(self.polls.saturating_add(1)),
+            },
+        }
+    }
+
+    /// The drift error for an attempt observed after the terminal, when the
+    /// job explains it: a poll past the bound, or a submit after acceptance.
+    pub(crate) fn after_terminal(&self, a: &Attempt, i: usize) -> Option<Error> {
+        let kind = a.job.as_ref()?.kind;
+        if kind == JobKind::Poll && self.bound {
+            return Some(Error::attempt(
+                ErrorCode::JobPollBound,
+                i,
+                "job/poll",
+                "a poll past the policy's max_polls",
+            ));
+        }
+        if kind == JobKind::Submit && self.accepted.is_some() {
+            return Some(resubmit(i));
+        }
+        None
+    }
+
+    /// Account an observed attempt. Returns the next decision when the job
+    /// decides it (an acceptance or a poll), `None` when the usual outcome
+    /// rules do (a submit not accepted).
+    pub(crate) fn observe(
+        &mut self,
+        cp: &CompiledPolicy,
+        a: &Attempt,
+        plan_poll: impl FnOnce(&JobState, u64, Option<u64>) -> Decision,
+    ) -> Option<Decision> {
+        let rec = a.job.as_ref()?;
+        let stop = |terminal| Decision::Terminal { terminal };
+        match rec.kind {
+            JobKind::Submit => {
+                self.submits = self.submits.saturating_add(1);
+                // A timeout may have reached the provider: the answer was
+                // lost, and only a reconciliation that found no effect
+                // permits another submit.
+                if let Outcome::Retryable {
+                    kind: RetryableKind::TimeoutBeforeResponse,
+                    ..
+                } = a.outcome
+                {
+                    if a.reconciled != Some(Reconciled::FailedNoEffect) {
+                        return Some(stop(Terminal::StopIndeterminate));
+                    }
+                }
+                if a.outcome != Outcome::Success {
+                    return None;
+                }
+                self.accepted = rec.job_sha256.clone();
+                self.status = rec.status;
+            }
+            JobKind::Poll => {
+                self.polls = self.polls.saturating_add(1);
+                match &a.outcome {
+                    Outcome::Success => self.status = rec.status,
+                    Outcome::NonRetryable { .. } => return Some(stop(Terminal::StopNonRetryable)),
+                    Outcome::Retryable { retry_after_ms, .. } => {
+                        return Some(self.next_poll(cp, *retry_after_ms, plan_poll))
+                    }
+                    Outcome::Indeterminate { .. } => {
+                        return Some(self.next_poll(cp, None, plan_poll))
+                    }
+                }
+            }
+        }
+        Some(match self.status {
+            None => self.next_poll(cp, None, plan_poll),
+            Some(s) if s.is_running() => self.next_poll(cp, None, plan_poll),
+            Some(JobStatus::Completed) => stop(Terminal::Completed),
+            Some(_) => stop(Terminal::StopNonRetryable),
+        })
+    }
+
+    /// The next poll, or the bound's terminal.
+    fn next_poll(
+        &mut self,
+        cp: &CompiledPolicy,
+        hint: Option<u64>,
+        plan_poll: impl FnOnce(&JobState, u64, Option<u64>) -> Decision,
+    ) -> Decision {
+        let Some(job) = &cp.policy.async_job else {
+            return Decision::Terminal {
+                terminal: Terminal::StopNonRetryable,
+            };
+        };
+        if self.polls >= job.max_polls {
+            self.bound = true;
+            return Decision::Terminal {
+                terminal: Terminal::StopTotalAttempts,
+            };
+        }
+        let delay = job.poll_delay_ms(self.polls.saturating_add(1));
+        plan_poll(self, delay, hint)
+    }
+
+    /// The receipt's summary once the run ended with `terminal`.
+    pub(crate) fn summary(&self, terminal: Terminal) -> JobSummary {
+        JobSummary {
+            job_sha256: self.accepted.clone(),
+            left_running: self.accepted.is_some()
+                && terminal != Terminal::Completed
+                && self.status.is_none_or(JobStatus::is_running),
+            polls: self.polls,
+            status: self.status,
+            submits: self.submits,
+        }
+    }
+}
+
+/// Check an attempt's job record against the planned step.
+pub(crate) fn check(d: &Dispatch, a: &Attempt, i: usize) -> Result<()> {
+    let drift = |code, field: &str, msg: &str| Err(Error::attempt(code, i, field, msg.to_owned()));
+    let (Some(step), Some(rec)) = (&d.job, &a.job) else {
+        return match (&d.job, &a.job) {
+            (Some(_), None) => drift(
+                ErrorCode::JobRecordMissing,
+                "job",
+                "the policy has an async_job section but the attempt records no job step",
+            ),
+            (None, Some(_)) => drift(
+                ErrorCode::JobRecordUnexpected,
+                "job",
+                "the attempt records a job step the policy has no async_job section for",
+            ),
+            _ => Ok(()),
+        };
+    };
+    match (step.kind, rec.kind) {
+        (JobKind::Poll, JobKind::Submit) => return Err(resubmit(i)),
+        (JobKind::Submit, JobKind::Poll) => {
+            return drift(
+                ErrorCode::JobKindDrift,
+                "job/kind",
+                "a poll before the provider accepted a submit",
+            )
+        }
+        _ => {}
+    }
+    if rec.poll != step.poll {
+        return drift(
+            ErrorCode::JobKindDrift,
+            "job/poll",
+            "the poll's number is not the planned one",
+        );
+    }
+    let success = a.outcome == Outcome::Success;
+    match rec.kind {
+        JobKind::Poll => {
+            if rec.job_sha256 != step.job_sha256 {
+                return drift(
+                    ErrorCode::JobIdDrift,
+                    "job/job_sha256",
+                    "the poll asked about another job than the accepted one",
+                );
+            }
+        }
+        JobKind::Submit => {
+            if success && rec.job_sha256.is_none() {
+                return drift(
+                    ErrorCode::JobIdMissing,
+                    "job/job_sha256",
+                    "an accepted submit records no job id",
+                );
+            }
+            if !success && rec.job_sha256.is_some() {
+                return drift(
+                    ErrorCode::JobStatusDrift,
+                    "job/job_sha256",
+                    "a submit the provider did not accept records a job id",
+                );
+            }
+        }
+    }
+    if success && rec.kind == JobKind::Poll && rec.status.is_none() {
+        return drift(
+            ErrorCode::JobStatusDrift,
+            "job/status",
+            "a successful poll records no job status",
+        );
+    }
+    if !success && rec.status.is_some() {
+        return drift(
+            ErrorCode::JobStatusDrift,
+            "job/status",
+            "a failed attempt records a job status",
+        );
+    }
+    Ok(())
+}
+
+/// The bounded Retry-After floor of a poll's hint.
+pub(crate) fn poll_floor(backoff: &Backoff, hint: Option<u64>) -> u64 {
+    crate::schedule::retry_after_floor_ms(backoff, hint)
+}
+
+fn resubmit(i: usize) -> Error {
+    Error::attempt(
+        ErrorCode::JobResubmit,
+        i,
+        "job/kind",
+        "a second submit after the provider accepted the job: only polls follow an acceptance",
+    )
+}
+
+/// A reconciliation answer a host reports by name (`succeeded`,
+/// `failed_no_effect`, `unknown`); another name is `invalid_value`.
+pub fn reconciled_named(name: &str) -> Result<Reconciled> {
+    Reconciled::ALL
+        .iter()
+        .zip(Reconciled::NAMES)
+        .find(|(_, n)| **n == name)
+        .map(|(r, _)| *r)
+        .ok_or_else(|| {
+            Error::at(
+                ErrorCode::InvalidValue,
+                "/reconciled",
+                format!(
+                    "a reconciliation answer is one of {}",
+                    Reconciled::NAMES.join(", ")
+                ),
+            )
+        })
+}
+
+/// The record of a planned step from what the host reported (an id digest
+/// and a status); a poll that reports no id polled the planned job.
+pub(crate) fn record_of(
+    step: &JobStep,
+    noted: Option<(Option<Sha256Hex>, Option<JobStatus>)>,
+) -> JobRecord {
+    let (id, status) = noted.unwrap_or((None, None));
+    let job_sha256 = match step.kind {
+        JobKind::Poll => id.or_else(|| step.job_sha256.clone()),
+        JobKind::Submit => id,
+    };
+    JobRecord {
+        job_sha256,
+        kind: step.kind,
+        poll: step.poll,
+        status,
+    }
+}

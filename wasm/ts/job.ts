@@ -1,0 +1,297 @@
+/**
+ * Provider asynchronous jobs (docs/JOBS.md): the documents of the policy's
+ * `async_job` section, what a dispatch of a job is, what an attempt
+ * records, and the receipt's summary. The core decides every step; a host
+ * reports the job id and status it saw with `Session.setJob`.
+ */
+import { CompiledPolicy, compilePolicy, type Input } from "./core.js";
+import { runWithPolicy, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { PolicyError, RunStoppedError } from "./errors.js";
+import { AttemptError } from "./facts.js";
+import type { Policy, Sha256Hex } from "./types.js";
+
+/** A job's status as the provider reports it (an Anthropic batch that `ended` is `completed`). */
+export type JobStatus = "queued" | "in_progress" | "completed" | "failed" | "cancelled" | "incomplete" | "expired";
+
+/** Submit the request, or poll the accepted job. */
+export type JobKind = "submit" | "poll";
+
+/** The policy's `async_job` section. */
+export interface AsyncJob {
+  max_polls: number;
+  poll_base_ms: number;
+  poll_max_ms: number;
+}
+
+/** What a planned dispatch of a job is. */
+export interface JobStep {
+  /** The accepted job's id digest, for a poll. */
+  job_sha256?: Sha256Hex;
+  kind: JobKind;
+  /** The poll's number, from 1, for a poll. */
+  poll?: number;
+}
+
+/** What an attempt of a job was and saw. */
+export interface JobRecord {
+  job_sha256?: Sha256Hex;
+  kind: JobKind;
+  poll?: number;
+  status?: JobStatus;
+}
+
+/** The receipt's summary of a job. */
+export interface JobSummary {
+  job_sha256?: Sha256Hex;
+  /** The run ended with the accepted job still running: the host cancels it. */
+  left_running: boolean;
+  polls: number;
+  status?: JobStatus;
+  submits: number;
+}
+
+
+/** What a submit or a poll answered: the job's status, and for a submit its id. */
+export interface JobAnswer<R> {
+  /** The provider's job id (required on a submit's answer). */
+  id?: string | undefined;
+  /** The job's status in the answer. */
+  status: JobStatus;
+  /** The provider's answer itself (the run's result when the job completed). */
+  value: R;
+}
+
+/** The provider calls of an async job. */
+export interface JobCalls<R> {
+  /** Submit the request once; answer the job's id and status. */
+  submit(step: Step, signal: AbortSignal): Promise<JobAnswer<R>> | JobAnswer<R>;
+  /** Retrieve the job by its id. */
+  poll(id: string, step: Step, signal: AbortSignal): Promise<JobAnswer<R>> | JobAnswer<R>;
+  /** Cancel the job at the provider; called when the run ends with the job left running. */
+  cancel?(id: string): Promise<unknown> | unknown;
+  /**
+   * Ask the provider, by the run's idempotency key, what became of a submit
+   * whose answer was lost (it raised): `succeeded` with the job's id and
+   * status (the job was accepted: polls follow), `failed_no_effect` (nothing
+   * was accepted: another submit may follow) or `unknown` (the run stops
+   * `stop_indeterminate`). Without it a lost submit answer stops the run.
+   */
+  reconcile?(step: Step, error: unknown): Promise<JobReconciliation<R>> | JobReconciliation<R>;
+}
+
+/** What a reconciliation of a lost submit answer found. */
+export type JobReconciliation<R> =
+  | { answer: "succeeded"; id: string; status: JobStatus; value: R }
+  | { answer: "failed_no_effect" | "unknown" };
+
+/**
+ * Run one logical request as a provider's asynchronous job under a policy
+ * with an `async_job` section: submit once, then poll by the job's id when
+ * and as often as the core plans (docs/JOBS.md). Resolves with the answer
+ * that completed the job; rejects like `runWithPolicy` otherwise. When the
+ * run ends with the accepted job still running (the receipt's
+ * `job.left_running`), `calls.cancel` cancels it before the rejection.
+ */
+export async function runJob<R>(
+  policy: Input<Policy> | CompiledPolicy,
+  calls: JobCalls<R>,
+  options: RunOptions,
+): Promise<RunResult<JobAnswer<R>>> {
+  const compiled = policy instanceof CompiledPolicy ? policy : compilePolicy(policy);
+  if (compiled.policy.async_job === undefined) {
+    throw new PolicyError("invalid_async_job", "invalid_async_job at /async_job: a job runs under a policy with an async_job section", { path: "/async_job" });
+  }
+  let jobId: string | undefined;
+  const dispatch = async (step: Step, signal: AbortSignal): Promise<JobAnswer<R>> => {
+    const planned = step.decision.job;
+    if (planned === undefined) {
+      throw new TypeError("runJob needs a policy with an async_job section");
+    }
+    if (planned.kind === "submit") {
+      let answer: JobAnswer<R>;
+      try {
+        answer = await calls.submit(step, signal);
+      } catch (e) {
+        if (calls.reconcile === undefined || step.reconciled === undefined) throw e;
+        const found = await calls.reconcile(step, e);
+        step.reconciled(found.answer);
+        if (found.answer !== "succeeded") throw e;
+        answer = { id: found.id, status: found.status, value: found.value };
+      }
+      reportJob(step, answer.id, answer.status);
+      if (answer.id !== undefined) jobId = answer.id;
+      return answer;
+    }
+    // The core plans polls only after an acceptance, which set the id.
+    const id = jobId as string;
+    const answer = await calls.poll(id, step, signal);
+    reportJob(step, id, answer.status);
+    return answer;
+  };
+  try {
+    return await runWithPolicy(compiled, dispatch, options);
+  } catch (e) {
+    if (e instanceof RunStoppedError && e.receipt.job?.left_running === true && jobId !== undefined && calls.cancel !== undefined) {
+      await calls.cancel(jobId);
+    }
+    throw e;
+  }
+}
+
+function reportJob(step: Step, id: string | undefined, status: JobStatus): void {
+  if (step.job === undefined) throw new TypeError("runJob: this step cannot report a job");
+  step.job(id, status);
+}
+
+/** The OpenAI client's Responses calls an async job uses. */
+export interface OpenAIResponsesLike {
+  maxRetries: number;
+  responses: {
+    create(params: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+    retrieve(id: string, query?: Record<string, unknown>, options?: Record<string, unknown>): PromiseLike<unknown>;
+    cancel(id: string, options?: Record<string, unknown>): PromiseLike<unknown>;
+  };
+}
+
+const OPENAI_STATUS: Record<string, JobStatus> = {
+  queued: "queued",
+  in_progress: "in_progress",
+  completed: "completed",
+  failed: "failed",
+  cancelled: "cancelled",
+  incomplete: "incomplete",
+};
+
+/** A provider answer outside its documented shape: a protocol violation, never retried. */
+function outsideTheSet(message: string): AttemptError {
+  return AttemptError.nonRetryable("protocol_violation", { cause: new TypeError(`retryledger: ${message}`) });
+}
+
+function responseStatus(r: unknown): { id: string | undefined; status: JobStatus } {
+  const o = (r ?? {}) as { id?: unknown; status?: unknown };
+  const status = typeof o.status === "string" ? OPENAI_STATUS[o.status] : undefined;
+  if (status === undefined) {
+    throw outsideTheSet(`a response status outside the documented set: ${String(o.status)}`);
+  }
+  return { id: typeof o.id === "string" ? o.id : undefined, status };
+}
+
+/**
+ * The calls of an OpenAI Responses request run in the background
+ * (`background: true`): create, retrieve by id, cancel. The client must be
+ * built with `maxRetries: 0` (`PolicyError` `retry_owner_not_harness`
+ * otherwise, before any request), and every call passes `maxRetries: 0` and
+ * the run's idempotency key.
+ */
+export function openaiResponsesJob<R = unknown>(client: OpenAIResponsesLike, params: Record<string, unknown>): JobCalls<R> {
+  assertNoRetries(client);
+  return {
+    async submit(step, signal) {
+      const r = await client.responses.create({ ...params, background: true }, {
+        maxRetries: 0,
+        signal,
+        timeout: Math.max(1, step.remainingMs),
+        idempotencyKey: step.idempotencyKey,
+        headers: { "Idempotency-Key": step.idempotencyKey },
+      });
+      const { id, status } = responseStatus(r);
+      return { id, status, value: r as R };
+    },
+    async poll(id, step, signal) {
+      const r = await client.responses.retrieve(id, {}, { maxRetries: 0, signal, timeout: Math.max(1, step.remainingMs) });
+      return { status: responseStatus(r).status, value: r as R };
+    },
+    async cancel(id) {
+      return client.responses.cancel(id, { maxRetries: 0 });
+    },
+  };
+}
+
+function assertNoRetries(client: { maxRetries: number }): void {
+  if (client?.maxRetries !== 0) {
+    throw new PolicyError(
+      "retry_owner_not_harness",
+      `retry_owner_not_harness: the client has maxRetries ${String(client?.maxRetries)}; build it with maxRetries: 0 so that the harness is the only retry owner`,
+      { path: "/maxRetries" },
+    );
+  }
+}
+
+/** The Anthropic client's Message Batches calls an async job uses. */
+export interface AnthropicBatchesLike {
+  maxRetries: number;
+  messages: {
+    batches: {
+      create(params: object, options?: object): PromiseLike<unknown>;
+      retrieve(id: string, params?: object, options?: object): PromiseLike<unknown>;
+      results(id: string, params?: object, options?: object): PromiseLike<AsyncIterable<unknown>>;
+      cancel(id: string, params?: object, options?: object): PromiseLike<unknown>;
+    };
+  };
+}
+
+/** A batch's `processing_status` as a job status (`ended`: its request's result decides). */
+function batchStatus(b: unknown): { id: string | undefined; status: JobStatus | "ended" } {
+  const o = (b ?? {}) as { id?: unknown; processing_status?: unknown };
+  const id = typeof o.id === "string" ? o.id : undefined;
+  switch (o.processing_status) {
+    case "in_progress":
+    case "canceling":
+      return { id, status: "in_progress" };
+    case "ended":
+      return { id, status: "ended" };
+    default:
+      throw outsideTheSet(`a batch processing_status outside the documented set: ${String(o.processing_status)}`);
+  }
+}
+
+/** An ended batch request's result type as a job status. */
+const RESULT_STATUS: Record<string, JobStatus> = {
+  succeeded: "completed",
+  errored: "failed",
+  canceled: "cancelled",
+  expired: "expired",
+};
+
+/**
+ * The calls of one Anthropic Messages request run as a Message Batch of
+ * one request (`custom_id`, default `"request"`): create, retrieve by id
+ * (and, once the batch `ended`, its request's result: `succeeded` is
+ * `completed`, `errored` `failed`, `canceled` `cancelled`, `expired`
+ * `expired`), cancel. The client must be built with `maxRetries: 0`
+ * (`PolicyError` `retry_owner_not_harness` otherwise, before any request).
+ * A completed job's value is the request's result (`{type: "succeeded",
+ * message}`).
+ */
+export function anthropicBatchJob<R = unknown>(client: AnthropicBatchesLike, params: Record<string, unknown>, customId = "request"): JobCalls<R> {
+  assertNoRetries(client);
+  const batches = client.messages.batches;
+  return {
+    async submit(step, signal) {
+      const b = await batches.create(
+        { requests: [{ custom_id: customId, params }] },
+        { maxRetries: 0, signal, timeout: Math.max(1, step.remainingMs), headers: { "Idempotency-Key": step.idempotencyKey } },
+      );
+      const { id, status } = batchStatus(b);
+      // A batch that ended at once is polled for its result.
+      return { id, status: status === "ended" ? "in_progress" : status, value: b as R };
+    },
+    async poll(id, step, signal) {
+      const options = { maxRetries: 0, signal, timeout: Math.max(1, step.remainingMs) };
+      const b = await batches.retrieve(id, {}, options);
+      const { status } = batchStatus(b);
+      if (status !== "ended") return { status, value: b as R };
+      for await (const line of await batches.results(id, {}, options)) {
+        const entry = line as { custom_id?: unknown; result?: { type?: unknown } };
+        if (entry.custom_id !== customId) continue;
+        const mapped = typeof entry.result?.type === "string" ? RESULT_STATUS[entry.result.type] : undefined;
+        if (mapped === undefined) throw outsideTheSet(`a batch result type outside the documented set: ${String(entry.result?.type)}`);
+        return { status: mapped, value: entry.result as R };
+      }
+      throw outsideTheSet(`the ended batch has no result for ${customId}`);
+    },
+    async cancel(id) {
+      return batches.cancel(id, {}, { maxRetries: 0 });
+    },
+  };
+}
