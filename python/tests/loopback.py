@@ -37,7 +37,7 @@ class ScriptedServer:
     def __init__(self, scripts: Dict[str, List[Reply]], body: Callable[[int], Any]) -> None:
         self.scripts = scripts
         self.requests: List[Request] = []
-        self.replied: List[float] = []  # when each reply was sent, in request order
+        self.replied: List[float] = []  # when each reply began to be written, in request order
         self.lock = threading.Lock()
         server = self
 
@@ -55,6 +55,9 @@ class ScriptedServer:
                     script = server.scripts[route]
                     status, headers = script[min(index, len(script) - 1)]
                 payload = json.dumps(body(status)).encode()
+                # Taken before the reply is written: the client cannot have
+                # completed the attempt earlier, however late this thread runs.
+                replying = time.monotonic()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -64,7 +67,7 @@ class ScriptedServer:
                 self.wfile.write(payload)
                 self.wfile.flush()
                 with server.lock:
-                    server.replied.append(time.monotonic())
+                    server.replied.append(replying)
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 self._answer()
