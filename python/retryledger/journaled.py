@@ -31,15 +31,13 @@ same way, with the core's classification of the refused event
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
-import time
 from typing import Any, Awaitable, Callable, Dict, Generator, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import _core
-from ._api import Document, Policy, digest
-from ._driver import AttemptError, Classifier, Step, _checked, _schedule_for, facts_of
+from ._api import Document, Policy
+from ._driver import AttemptError, Classifier, Step, _async_sleep_ms, _checked, _schedule_for, _sleep_ms, _wall_ms, facts_of
 from ._errors import DecodeError, RetryledgerError
 from .journal import journal_append, journal_classify, journal_recover
 from .stores import LEASE_LOST, Log, Store
@@ -151,38 +149,44 @@ JournalStep = Step
 
 
 class _Outcome:
-    """The sealed end of a journaled run, shared by the result and the error."""
+    """The sealed end of a journaled run, shared by the result and the error:
+    the core's sealed run, whose receipt digest and canonical bundle it
+    computed once."""
 
-    bundle: Dict[str, Any]
+    _sealed: _core.Sealed
     run_id: str
     lease_generation: int
     events: List[Dict[str, Any]]
 
     @property
+    def bundle(self) -> Dict[str, Any]:
+        """The bundle as a plain dict: policy, attempts and receipt."""
+        return self._sealed.bundle
+
+    @property
     def terminal(self) -> str:
         """How the run ended (``completed``, ``stop_route_exhausted``, ...)."""
-        return str(self.bundle["receipt"]["terminal"])
+        return str(self._sealed.terminal)
 
     @property
     def receipt(self) -> Dict[str, Any]:
         """The receipt as a plain dict."""
-        receipt: Dict[str, Any] = self.bundle["receipt"]
-        return receipt
+        return self._sealed.receipt
 
     @property
     def receipt_sha256(self) -> str:
         """The receipt's digest (the ``terminal`` event's ``receipt_sha256``)."""
-        return digest(self.bundle["receipt"])
+        return self._sealed.receipt_sha256
 
     @property
     def bundle_json(self) -> str:
         """The bundle as canonical JSON (what ``python -m retryledger verify`` reads)."""
-        return _text(self.bundle)
+        return self._sealed.bundle_json
 
     @property
     def reconciled(self) -> List[int]:
         """The ordinals of the attempts whose outcome came from the receiver."""
-        return [a["ordinal"] for a in self.bundle["attempts"]["attempts"] if "reconciled" in a]
+        return [a["ordinal"] for a in self._sealed.attempts["attempts"] if "reconciled" in a]
 
 
 class JournaledResult(_Outcome, Generic[T]):
@@ -192,10 +196,10 @@ class JournaledResult(_Outcome, Generic[T]):
     journal's ``events``."""
 
     def __init__(
-        self, value: Optional[T], bundle: Dict[str, Any], run_id: str, lease_generation: int, events: List[Dict[str, Any]]
+        self, value: Optional[T], sealed: _core.Sealed, run_id: str, lease_generation: int, events: List[Dict[str, Any]]
     ) -> None:
         self.value = value
-        self.bundle = bundle
+        self._sealed = sealed
         self.run_id = run_id
         self.lease_generation = lease_generation
         self.events = events
@@ -207,27 +211,15 @@ class JournaledResult(_Outcome, Generic[T]):
 class JournaledStopError(_Outcome, RetryledgerError):
     """A journaled run ended without success; ``code`` is its terminal."""
 
-    def __init__(self, bundle: Dict[str, Any], run_id: str, lease_generation: int, events: List[Dict[str, Any]]) -> None:
-        self.bundle = bundle
+    def __init__(self, sealed: _core.Sealed, run_id: str, lease_generation: int, events: List[Dict[str, Any]]) -> None:
+        self._sealed = sealed
         self.run_id = run_id
         self.lease_generation = lease_generation
         self.events = events
-        count = len(bundle["attempts"]["attempts"])
+        count = len(sealed.attempts["attempts"])
         RetryledgerError.__init__(
             self, self.terminal, f"run {run_id} ended with {self.terminal} after {count} attempt{'s' if count != 1 else ''}"
         )
-
-
-def _wall_ms() -> float:
-    return time.time() * 1000.0
-
-
-def _sleep_ms(ms: float) -> None:
-    time.sleep(ms / 1000.0)
-
-
-async def _async_sleep_ms(ms: float) -> None:
-    await asyncio.sleep(ms / 1000.0)
 
 
 class _Owner:
@@ -445,10 +437,9 @@ def _loop(
         if ok and session.terminal == "completed":
             value = returned
     sealed = owner.session().seal()
-    bundle = sealed.bundle
     if sealed.terminal != "completed":
-        raise JournaledStopError(bundle, owner.run_id, owner.generation, list(owner.events))
-    return JournaledResult(value, bundle, owner.run_id, owner.generation, list(owner.events))
+        raise JournaledStopError(sealed, owner.run_id, owner.generation, list(owner.events))
+    return JournaledResult(value, sealed, owner.run_id, owner.generation, list(owner.events))
 
 
 def _drive(
