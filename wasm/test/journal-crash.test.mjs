@@ -137,6 +137,8 @@ for (const backend of ["sqlite", "postgres"]) {
         );
         assert.equal(tally.crashes, total + attempts);
         assert.equal(tally.resubmissions, 0);
+        // Every lost answer, at least, is settled by asking the receiver.
+        assert.ok(tally.reconciled >= attempts, `${tally.reconciled} reconciled`);
         assert.ok(tally.sameReceipt >= total - attempts);
       } finally {
         await receiver.stop();
