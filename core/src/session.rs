@@ -1091,16 +1091,35 @@ mod tests {
 
 /// Whether a snapshot changed beyond its clock (only then is it written back).
 fn changed(next: &crate::breaker::BreakerSnapshot, read: &crate::breaker::BreakerSnapshot) -> bool {
-    // Every field but the clock, without copying the snapshot.
-    next.state != read.state
-        || next.generation != read.generation
-        || next.consecutive_failures != read.consecutive_failures
-        || next.opened_at_epoch_ms != read.opened_at_epoch_ms
-        || next.probe_started_at_epoch_ms != read.probe_started_at_epoch_ms
-        || next.probe_successes != read.probe_successes
-        || next.probes_in_flight != read.probes_in_flight
-        || next.window_failures != read.window_failures
-        || next.window_start_epoch_ms != read.window_start_epoch_ms
-        || next.window_total != read.window_total
-        || next.route_release_sha256 != read.route_release_sha256
+    // Every field but the schema and the clock, without copying the
+    // snapshot. The destructuring names every field, so a new one cannot be
+    // left out of the comparison.
+    let crate::breaker::BreakerSnapshot {
+        consecutive_failures,
+        generation,
+        opened_at_epoch_ms,
+        parked_until_epoch_ms,
+        probe_started_at_epoch_ms,
+        probe_successes,
+        probes_in_flight,
+        route_release_sha256,
+        schema: _,
+        state,
+        updated_at_epoch_ms: _,
+        window_failures,
+        window_start_epoch_ms,
+        window_total,
+    } = next;
+    *state != read.state
+        || *generation != read.generation
+        || *consecutive_failures != read.consecutive_failures
+        || *opened_at_epoch_ms != read.opened_at_epoch_ms
+        || *parked_until_epoch_ms != read.parked_until_epoch_ms
+        || *probe_started_at_epoch_ms != read.probe_started_at_epoch_ms
+        || *probe_successes != read.probe_successes
+        || *probes_in_flight != read.probes_in_flight
+        || *window_failures != read.window_failures
+        || *window_start_epoch_ms != read.window_start_epoch_ms
+        || *window_total != read.window_total
+        || *route_release_sha256 != read.route_release_sha256
 }
