@@ -33,6 +33,9 @@ setup-deny:
 ADVISORY_DBS := $(or $(CARGO_HOME),$(HOME)/.cargo)/advisory-dbs
 
 deny: setup-deny ## cargo deny check over the workspace (fuzz/ is its own workspace).
+	@# The check runs offline: every crate of the lock file is fetched first
+	@# (on a fresh machine nothing may have downloaded the wasm crates yet).
+	$(CARGO) fetch --locked
 	@$(CARGO) deny fetch db 2>/dev/null || \
 	  echo "deny: the advisory database could not be fetched; checking against the local copy"
 	@if ls -d $(ADVISORY_DBS)/*/ >/dev/null 2>&1; then \
