@@ -433,7 +433,7 @@ export class Session {
   /** The sealed run (`RunError` `run_not_terminal` while it can still dispatch). */
   seal(): Sealed {
     const r = this.#raw;
-    const [receipt, receiptJson, attempts] = sealed(r);
+    const { receipt, receiptJson, attempts } = sealed(r);
     const events = this.#streams ? streaming(r).stream_events_json() : undefined;
     const snapshots = this.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
     return new SealedRun(this.compiled, receipt, receiptJson, attempts ?? r.attempts_json(), events, snapshots, this.#schedule);
@@ -442,7 +442,7 @@ export class Session {
   static {
     sealAndRelease = (session) => {
       const r = session.#raw;
-      const [receipt, receiptJson, attempts] = sealed(r);
+      const { receipt, receiptJson, attempts } = sealed(r);
       // The fleet snapshots are read now (the session may be freed below).
       const snapshots = session.#fleet ? fleetOf(r).fleet_snapshots_json() : undefined;
       // A streamed run's event log is read with the bundle, from the session kept until then.
@@ -464,7 +464,10 @@ const utf8 = new TextDecoder();
 
 /** A document's tape, kept: its numbers (a copy) and its text, for `tapeJson`. */
 interface KeptTape {
-  readonly ops: Float64Array;
+  /** The chunk the numbers were copied into ([`keepTape`]), and where they are in it. */
+  readonly chunk: Float64Array;
+  readonly start: number;
+  readonly count: number;
   readonly text: string;
 }
 
@@ -477,9 +480,38 @@ interface KeptTape {
  * no JSON text is written or parsed; the receipt's canonical JSON is written
  * by the core from a copy of the tape when first asked for.
  */
-function sealed(r: RawSession): [Receipt | undefined, string | KeptTape, string | undefined] {
+/** Numbers per chunk of kept tapes (a receipt's tape holds a few hundred). */
+const TAPE_CHUNK = 16_384;
+let tapeChunk = new Float64Array(0);
+let tapeUsed = 0;
+
+/**
+ * Copy a tape's numbers out of the module's memory (the session's memory
+ * serves its next run) into a chunk shared by many sealed runs: one typed
+ * array per chunk rather than one per run, whose backing store would cost
+ * more than the copy. A chunk is collected once no sealed run keeps a tape in it.
+ */
+function keepTape(f: Float64Array, at: number, count: number, text: string): KeptTape {
+  if (tapeUsed + count > tapeChunk.length) {
+    tapeChunk = new Float64Array(Math.max(TAPE_CHUNK, count));
+    tapeUsed = 0;
+  }
+  const start = tapeUsed;
+  tapeChunk.set(f.subarray(at, at + count), start);
+  tapeUsed += count;
+  return { chunk: tapeChunk, start, count, text };
+}
+
+/** What sealing gives: the receipt object, its canonical JSON or kept tape, and the attempts' JSON when read. */
+interface SealedParts {
+  readonly receipt: Receipt | undefined;
+  readonly receiptJson: string | KeptTape;
+  readonly attempts: string | undefined;
+}
+
+function sealed(r: RawSession): SealedParts {
   const hash = hostSha256;
-  if (hash === undefined) return [undefined, call(() => r.receipt_json()), undefined];
+  if (hash === undefined) return { receipt: undefined, receiptJson: call(() => r.receipt_json()), attempts: undefined };
   const n = r.attempts_bytes();
   const at = r.bytes_ptr();
   const hex = hash(moduleBytes().subarray(at, at + n));
@@ -495,16 +527,13 @@ function sealed(r: RawSession): [Receipt | undefined, string | KeptTape, string 
   const attempts = utf8.decode(mem.subarray(bytesAt, bytesAt + n));
   const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
   const receipt = fromTape(f, tapeAt, count, text) as Receipt;
-  // A copy of the tape's numbers (the session's memory serves its next run).
-  const ops = new Float64Array(count);
-  ops.set(f.subarray(tapeAt, tapeAt + count));
-  return [receipt, { ops, text }, attempts];
+  return { receipt, receiptJson: keepTape(f, tapeAt, count, text), attempts };
 }
 
 /** The canonical JSON of a receipt given as its text or its kept tape. */
 function receiptText(receipt: string | KeptTape): string {
   if (typeof receipt === "string") return receipt;
-  return call((b) => b.tape_json(receipt.ops, receipt.text));
+  return call((b) => b.tape_json(receipt.chunk.subarray(receipt.start, receipt.start + receipt.count), receipt.text));
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
