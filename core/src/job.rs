@@ -724,6 +724,12 @@ pub(crate) fn record_of(
 }
 
 #[cfg(all(test, feature = "lab"))]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "tests fail loudly on any unexpected value"
+)]
 mod tests {
     //! `cancel_left_running` over every short script of answers: the flag
     //! changes no terminal, plans at most one cancel (the last attempt),
