@@ -200,6 +200,8 @@ def check_async_job(p):
         raise Fail("invalid_async_job", "/async_job/poll_base_ms")
     if not job["poll_base_ms"] <= job["poll_max_ms"] < deadline:
         raise Fail("invalid_async_job", "/async_job/poll_max_ms")
+    if job.get("cancel_left_running", True) is not True:
+        raise Fail("invalid_async_job", "/async_job/cancel_left_running")
 
 
 def poll_delay(job, n):
@@ -278,7 +280,8 @@ class Run:
         # An async job (section 8): the accepted job's digest, counts, last status.
         self.job = None
         if "async_job" in self.p:
-            self.job = {"accepted": None, "polls": 0, "submits": 0, "status": None, "bound": False}
+            self.job = {"accepted": None, "route": None, "polls": 0, "submits": 0, "status": None, "bound": False,
+                        "cancel_for": None, "cancel": None}
         first = {"delay_ms": 0, "retry_after_floor_ms": 0, "jitter": None}
         self.next = self.admit(0, 1, 0, first)
 
@@ -338,6 +341,42 @@ class Run:
             "route_release_sha256": a["route_release_sha256"],
         }
 
+    def left_running(self, term):
+        job = self.job
+        return (
+            job["accepted"] is not None
+            and term != "completed"
+            and (job["status"] is None or job["status"] in RUNNING)
+        )
+
+    def plan_cancel(self, at):
+        """Section 8, cancel_left_running: a terminal that would leave the
+        accepted job running becomes one planned cancel of it, at `at`; the
+        one dispatch that may start at or after the deadline."""
+        job, p = self.job, self.p
+        if job is None or self.next["kind"] != "terminal" or not p["async_job"].get("cancel_left_running"):
+            return
+        term = self.next["terminal"]
+        if job["cancel_for"] is not None or not self.left_running(term):
+            return
+        job["cancel_for"] = term
+        route_id, route_ordinal, release = job["route"]
+        self.next = {
+            "kind": "dispatch",
+            "deadline_ms": p["deadline_ms"],
+            "delay_ms": 0,
+            "idempotency_key_sha256": p["idempotency_key_sha256"],
+            "job": {"job_sha256": job["accepted"], "kind": "cancel"},
+            "logical_request_sha256": p["logical_request_sha256"],
+            "not_before_ms": at,
+            "ordinal": self.count + 1,
+            "reserve_cost": 0,
+            "retry_after_floor_ms": 0,
+            "route_id": route_id,
+            "route_ordinal": route_ordinal,
+            "route_release_sha256": release,
+        }
+
     def check_job(self, d, a, drift):
         """Section 12: the attempt's job record against the planned step."""
         step, rec = d.get("job"), a.get("job")
@@ -347,19 +386,21 @@ class Run:
             raise drift("job_record_unexpected", "job")
         if step is None:
             return
-        if step["kind"] == "poll" and rec["kind"] == "submit":
+        if step["kind"] != "submit" and rec["kind"] == "submit":
             raise drift("job_resubmit", "job/kind")
-        if step["kind"] == "submit" and rec["kind"] == "poll":
+        if step["kind"] != rec["kind"]:
             raise drift("job_kind_drift", "job/kind")
         if rec.get("poll") != step.get("poll"):
             raise drift("job_kind_drift", "job/poll")
         success = a["outcome"]["class"] == "success"
-        if rec["kind"] == "poll" and rec.get("job_sha256") != step.get("job_sha256"):
+        if rec["kind"] != "submit" and rec.get("job_sha256") != step.get("job_sha256"):
             raise drift("job_id_drift", "job/job_sha256")
         if rec["kind"] == "submit" and success and "job_sha256" not in rec:
             raise drift("job_id_missing", "job/job_sha256")
         if rec["kind"] == "submit" and not success and "job_sha256" in rec:
             raise drift("job_status_drift", "job/job_sha256")
+        if rec["kind"] == "cancel" and "status" in rec:
+            raise drift("job_status_drift", "job/status")
         if success and rec["kind"] == "poll" and "status" not in rec:
             raise drift("job_status_drift", "job/status")
         if not success and "status" in rec:
@@ -379,7 +420,11 @@ class Run:
             if outcome["class"] != "success":
                 return None
             job["accepted"] = rec.get("job_sha256")
+            job["route"] = (a["route_id"], a["route_ordinal"], a["route_release_sha256"])
             job["status"] = rec.get("status")
+        elif rec["kind"] == "cancel":  # never retried: the terminal that planned it
+            job["cancel"] = "accepted" if outcome["class"] == "success" else "failed"
+            return terminal(job["cancel_for"])
         else:
             job["polls"] += 1
             cls = outcome["class"]
@@ -424,6 +469,10 @@ class Run:
 
         if d["kind"] == "terminal":
             kind = (a.get("job") or {}).get("kind")
+            if self.job is not None and kind == "cancel":
+                raise drift("job_kind_drift", "job/kind")  # not planned, or a second one
+            if self.job is not None and kind == "poll" and self.job["cancel"] is not None:
+                raise drift("job_kind_drift", "job/kind")
             if self.job is not None and kind == "poll" and self.job["bound"]:
                 raise drift("job_poll_bound", "job/poll")
             if self.job is not None and kind == "submit" and self.job["accepted"] is not None:
@@ -451,7 +500,7 @@ class Run:
                 raise drift("jitter_sample_drift", "jitter_sample_ms")
         self.check_job(d, a, drift)
         continues = (a.get("stream") or {}).get("continues_ordinal") is not None
-        poll = (a.get("job") or {}).get("kind") == "poll"
+        poll = (a.get("job") or {}).get("kind") in ("poll", "cancel")
         if not continues and not poll and "reconciled" not in a:
             priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
             first = self.bodies.get(priority, "unset")
@@ -474,13 +523,13 @@ class Run:
         priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
         if a.get("injected_fault") is True:
             self.injected += 1
-        poll = (a.get("job") or {}).get("kind") == "poll"
+        poll = (a.get("job") or {}).get("kind") in ("poll", "cancel")
         if (a.get("stream") or {}).get("continues_ordinal") is None and "reconciled" not in a and not poll:
             self.bodies.setdefault(priority, a.get("request_body_sha256"))
         self.spent += a["cost"]
         if self.spent > U64_MAX:
             raise Fail("arithmetic_overflow", "/attempts/%d/cost" % i, i)
-        if not poll:  # polls count against max_polls only
+        if not poll:  # polls count against max_polls only, the cancel against nothing
             self.per_route[priority] += 1
         self.count += 1
         if "jitter_sample_ms" in d:
@@ -509,7 +558,9 @@ class Run:
         self.schedule.append(entry)
         cls = a["outcome"]["class"]
         judged = self.judge_job(a)  # the job accounts every attempt
-        if a["completed_at_ms"] >= p["deadline_ms"]:
+        if (a.get("job") or {}).get("kind") == "cancel":
+            self.next = judged  # whenever it completes
+        elif a["completed_at_ms"] >= p["deadline_ms"]:
             self.next = terminal("stop_deadline")
         elif self.spent > p["max_total_cost"]:
             self.next = terminal("stop_cost_budget")
@@ -524,14 +575,18 @@ class Run:
         else:
             hint = a["outcome"].get("retry_after_ms")
             self.next = self.plan_after(priority, d["route_ordinal"], a["completed_at_ms"], hint)
+        self.plan_cancel(a["completed_at_ms"])
 
     def cancel(self, at):
         if self.next["kind"] == "terminal":
             raise Fail("cancel_drift", "/cancelled_at_ms")
+        if self.job is not None and self.job["cancel_for"] is not None:
+            raise Fail("cancel_drift", "/cancelled_at_ms")  # the planned cancel comes next
         if at < self.finished_at_ms:
             raise Fail("cancel_drift", "/cancelled_at_ms")
         self.finished_at_ms = at
         self.next = terminal("stop_cancelled")
+        self.plan_cancel(at)
 
     def receipt(self, attempts_sha256):
         if self.next["kind"] != "terminal":
@@ -567,12 +622,12 @@ class Run:
         if self.job is not None:
             job = self.job
             r["job"] = {
-                "left_running": job["accepted"] is not None
-                and term != "completed"
-                and (job["status"] is None or job["status"] in RUNNING),
+                "left_running": self.left_running(term) and job["cancel"] != "accepted",
                 "polls": job["polls"],
                 "submits": job["submits"],
             }
+            if job["cancel"] is not None:
+                r["job"]["cancel"] = job["cancel"]
             if job["accepted"] is not None:
                 r["job"]["job_sha256"] = job["accepted"]
             if job["status"] is not None:
@@ -582,11 +637,19 @@ class Run:
 
 def replay(cp, attempts):
     run = Run(cp)
-    for i, a in enumerate(attempts["attempts"]):
+    listed = attempts["attempts"]
+    # Section 8: a job's cancel planned by the caller's cancellation comes after it.
+    split = len(listed)
+    if "cancelled_at_ms" in attempts and listed and (listed[-1].get("job") or {}).get("kind") == "cancel":
+        split -= 1
+    for i, a in enumerate(listed[:split]):
         d = run.check(a, i)
         run.observe(a, d, i)
     if "cancelled_at_ms" in attempts:
         run.cancel(attempts["cancelled_at_ms"])
+    for i, a in enumerate(listed[split:], start=split):
+        d = run.check(a, i)
+        run.observe(a, d, i)
     return run
 
 

@@ -5,7 +5,10 @@
 //! drift error); `completed_at_ms >= deadline_ms` ends the run with
 //! `stop_deadline` even on success; spent cost above the maximum ends it with
 //! `stop_cost_budget`; then the outcome decides. Before each dispatch, in
-//! order: total attempts, route exhaustion, cost reservation, deadline.
+//! order: total attempts, route exhaustion, cost reservation, deadline. The
+//! one exception: the planned cancel of an async job the run would leave
+//! running ([`crate::job`]) may start at or after the deadline, and its
+//! decision is the terminal that planned it.
 
 use crate::attempt::{Attempt, Attempts};
 use serde_json::Value;
@@ -369,7 +372,7 @@ impl Run {
                 .as_ref()
                 .map(|_| crate::hedge::HedgeSummary::default()),
             hedge_reserved: 0,
-            job: cp.policy.async_job.as_ref().map(|_| JobState::default()),
+            job: cp.policy.async_job.as_ref().map(|_| JobState::new(cp)),
         };
         let first = Delay {
             delay_ms: 0,
@@ -973,8 +976,9 @@ impl Run {
                 "total cost overflows",
             )
         })?;
-        let poll = a.job.as_ref().is_some_and(|j| j.kind == JobKind::Poll);
-        if let Some(slot) = self.per_route.get_mut(priority).filter(|_| !poll) {
+        // Polls and the cancel of a job count against no route's bound.
+        let job_step = a.job.as_ref().is_some_and(|j| j.kind != JobKind::Submit);
+        if let Some(slot) = self.per_route.get_mut(priority).filter(|_| !job_step) {
             *slot = slot.saturating_add(1);
         }
         if a.injected_fault == Some(true) {
@@ -1053,14 +1057,15 @@ impl Run {
             })
         });
         self.job = job;
-        self.next = if a.completed_at_ms >= p.deadline_ms {
-            stop(Terminal::StopDeadline)
-        } else if self.spent > p.max_total_cost {
-            stop(Terminal::StopCostBudget)
-        } else if let Some(next) = judged_job {
-            next
-        } else {
-            match a.outcome {
+        // The cancel of a job left running ends the run with the terminal
+        // that planned it, whenever it completes.
+        let cancel = a.job.as_ref().is_some_and(|j| j.kind == JobKind::Cancel);
+        self.next = match judged_job {
+            Some(next) if cancel => next,
+            _ if a.completed_at_ms >= p.deadline_ms => stop(Terminal::StopDeadline),
+            _ if self.spent > p.max_total_cost => stop(Terminal::StopCostBudget),
+            Some(next) => next,
+            None => match a.outcome {
                 Outcome::Success => stop(Terminal::Completed),
                 Outcome::NonRetryable { .. } => stop(Terminal::StopNonRetryable),
                 Outcome::Indeterminate { .. } => stop(Terminal::StopIndeterminate),
@@ -1071,14 +1076,31 @@ impl Run {
                     a.completed_at_ms,
                     retry_after_ms,
                 ),
-            }
+            },
         };
+        self.cancel_left_running(a.completed_at_ms);
         if self.terminal() == Some(Terminal::Completed) {
             if let Some(h) = self.hedge.as_mut() {
                 h.winner_ordinal = Some(a.ordinal);
             }
         }
         self.settle_stream(a);
+    }
+
+    /// Under `cancel_left_running`: a terminal that would leave the accepted
+    /// job running becomes the planned cancel at `at` ([`crate::job`]).
+    fn cancel_left_running(&mut self, at: u64) {
+        let Decision::Terminal { terminal } = self.next else {
+            return;
+        };
+        let ordinal = self.count.saturating_add(1);
+        if let Some(d) = self
+            .job
+            .as_mut()
+            .and_then(|j| j.plan_cancel(terminal, at, ordinal))
+        {
+            self.next = Decision::Dispatch(d);
+        }
     }
 
     /// Attempts so far.
@@ -1185,12 +1207,25 @@ impl Run {
     }
 
     /// Mark the run cancelled between attempts at `at` (run clock, ms).
+    /// Under `cancel_left_running`, with the accepted job still running, the
+    /// next dispatch is then the job's cancel.
     pub(crate) fn cancel(&mut self, at: u64) -> Result<()> {
         if let Some(t) = self.terminal() {
             return Err(Error::at(
                 ErrorCode::CancelDrift,
                 "/cancelled_at_ms",
                 format!("the run had already ended with {}", t.as_str()),
+            ));
+        }
+        if self
+            .job
+            .as_ref()
+            .is_some_and(crate::job::JobState::cancel_planned)
+        {
+            return Err(Error::at(
+                ErrorCode::CancelDrift,
+                "/cancelled_at_ms",
+                "the run has ended: the cancel of the job it left running is planned and comes next",
             ));
         }
         if at < self.finished_at_ms {
@@ -1211,6 +1246,7 @@ impl Run {
             let action = st.settle(Some(Terminal::StopCancelled), false);
             self.actions.push(action);
         }
+        self.cancel_left_running(at);
         Ok(())
     }
 
@@ -1265,12 +1301,24 @@ pub(crate) fn replay(policy: &CompiledPolicy, attempts: &Attempts) -> Result<Run
         return crate::hedge::replay(policy, attempts);
     }
     let mut run = Run::new(policy);
-    for (i, a) in attempts.attempts.iter().enumerate() {
+    let list = &attempts.attempts;
+    // A job's cancel planned by the caller's cancellation comes after it.
+    let before_cancel = match (attempts.cancelled_at_ms, list.last()) {
+        (Some(_), Some(last)) if last.job.as_ref().is_some_and(|j| j.kind == JobKind::Cancel) => {
+            list.len().saturating_sub(1)
+        }
+        _ => list.len(),
+    };
+    for (i, a) in list.iter().enumerate().take(before_cancel) {
         let d = run.check(policy, a, i)?;
         run.observe(policy, a, d, i)?;
     }
     if let Some(at) = attempts.cancelled_at_ms {
         run.cancel(at)?;
+    }
+    for (i, a) in list.iter().enumerate().skip(before_cancel) {
+        let d = run.check(policy, a, i)?;
+        run.observe(policy, a, d, i)?;
     }
     if let Some(stop) = &attempts.fleet_stop {
         run.fleet_stop(policy, stop)?;

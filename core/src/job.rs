@@ -28,22 +28,30 @@
 //!   the next poll; a non-retryable poll failure (the job is gone) stops.
 //!   Polls past the bound stop `stop_total_attempts`; a poll that cannot
 //!   start before the deadline stops `stop_deadline`.
+//! - Under `cancel_left_running`, a run that would end with the accepted job
+//!   still running (the deadline, the poll bound, a caller's cancellation,
+//!   any terminal but `completed`) first plans one `cancel` of the job: the
+//!   host sends it and records the attempt with its outcome, never retried,
+//!   and the run then ends with the terminal that triggered it. The cancel is
+//!   the one dispatch that may start at or after the deadline; it reserves no
+//!   cost and counts against no attempt bound.
 //!
 //! Documents hold only the SHA-256 of the provider's job id (hex of the
 //! UTF-8 bytes), never the id: the host keeps the id it polls with and
 //! reports it, so a poll of another job is `job_id_drift`. The receipt's
-//! `job` summary says whether the run ended with the job still running
-//! (`left_running`): the host then cancels it at the provider. Polls are
-//! attempts (they take global ordinals and the submit's route and route
-//! ordinal) but count neither against the route's nor the total attempt
-//! bound, and reserve no cost.
+//! `job` summary says whether the run ended with the job still running and
+//! no confirmed cancel (`left_running`) and, when a cancel was planned, what
+//! became of it (`cancel`). Polls and the cancel are attempts (they take
+//! global ordinals and the submit's route and route ordinal) but count
+//! neither against the route's nor the total attempt bound, and reserve no
+//! cost.
 
 use crate::attempt::{Attempt, Reconciled};
 use crate::canonical::sha256_hex;
 use crate::decode::{names, object};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Terminal};
-use crate::ids::Sha256Hex;
+use crate::ids::{Identifier, Sha256Hex};
 use crate::outcome::{Outcome, RetryableKind};
 use crate::policy::{Backoff, CompiledPolicy};
 
@@ -53,6 +61,11 @@ pub const MAX_POLLS: u64 = 10_000;
 /// The policy's `async_job` section. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AsyncJob {
+    /// `Some(true)`: a run that would end with the accepted job still
+    /// running first plans one `cancel` of it, recorded like any attempt.
+    /// Absent otherwise (`false` is refused: one spelling per behaviour,
+    /// so a policy without it keeps its digest).
+    pub cancel_left_running: Option<bool>,
     /// Most polls after the acceptance, in `1..=`[`MAX_POLLS`].
     pub max_polls: u64,
     /// Delay before the first poll, ms; doubled per poll up to `poll_max_ms`.
@@ -62,6 +75,7 @@ pub struct AsyncJob {
 }
 
 object!(AsyncJob {
+    cancel_left_running: opt_doc,
     max_polls: u64,
     poll_base_ms: u64,
     poll_max_ms: u64,
@@ -85,6 +99,13 @@ impl AsyncJob {
                 "an async job is neither streamed nor admitted by a fleet section".to_owned(),
             ));
         }
+        if self.cancel_left_running == Some(false) {
+            return bad(
+                "cancel_left_running",
+                "cancel_left_running is true or absent (absent: the job is not cancelled)"
+                    .to_owned(),
+            );
+        }
         if self.max_polls == 0 || self.max_polls > MAX_POLLS {
             return bad("max_polls", format!("max_polls must be in 1..={MAX_POLLS}"));
         }
@@ -101,6 +122,11 @@ impl AsyncJob {
             );
         }
         Ok(())
+    }
+
+    /// Whether a job the run would leave running is cancelled first.
+    pub fn cancels_left_running(&self) -> bool {
+        self.cancel_left_running == Some(true)
     }
 
     /// The delay before poll `n` (from 1): `min(base * 2^(n-1), max)`, saturating.
@@ -120,11 +146,29 @@ pub enum JobKind {
     Submit,
     /// Retrieve the accepted job by its id.
     Poll,
+    /// Cancel the accepted job at the provider (`cancel_left_running`).
+    Cancel,
 }
 
 names!(JobKind {
     Submit => "submit",
     Poll => "poll",
+    Cancel => "cancel",
+});
+
+/// What became of the planned cancel of a job left running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelResult {
+    /// The provider accepted the cancel (the attempt succeeded).
+    Accepted,
+    /// It did not confirm it (an error, or an answer lost): the attempt's
+    /// outcome says which. Never retried.
+    Failed,
+}
+
+names!(CancelResult {
+    Accepted => "accepted",
+    Failed => "failed",
 });
 
 /// A job's status as the provider reports it (hosts map the provider's
@@ -183,9 +227,9 @@ impl JobStatus {
 /// What the planned dispatch of an async job is. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobStep {
-    /// The accepted job's id digest, for a poll.
+    /// The accepted job's id digest, for a poll or a cancel.
     pub job_sha256: Option<Sha256Hex>,
-    /// Submit or poll.
+    /// Submit, poll or cancel.
     pub kind: JobKind,
     /// The poll's number, from 1, for a poll.
     pub poll: Option<u64>,
@@ -201,13 +245,14 @@ object!(JobStep {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRecord {
     /// SHA-256 of the provider's job id: the id a submit was answered with,
-    /// or the id a poll asked about.
+    /// or the id a poll (or the cancel) asked about.
     pub job_sha256: Option<Sha256Hex>,
-    /// Submit or poll.
+    /// Submit, poll or cancel.
     pub kind: JobKind,
     /// The poll's number, from 1, for a poll.
     pub poll: Option<u64>,
-    /// The job's status in the provider's answer, when the attempt succeeded.
+    /// The job's status in the provider's answer, when a submit or a poll
+    /// succeeded (a cancel records none).
     pub status: Option<JobStatus>,
 }
 
@@ -221,10 +266,14 @@ object!(JobRecord {
 /// The receipt's summary of an async job. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobSummary {
+    /// What became of the planned cancel (`cancel_left_running`); absent
+    /// when none was planned.
+    pub cancel: Option<CancelResult>,
     /// The accepted job's id digest; absent when no submit was accepted.
     pub job_sha256: Option<Sha256Hex>,
-    /// `true` when the run ended with the accepted job still running: the
-    /// host cancels it at the provider.
+    /// `true` when the run ended with the accepted job still running and no
+    /// cancel the provider accepted: without `cancel_left_running` the
+    /// host cancels it at the provider after sealing (unrecorded).
     pub left_running: bool,
     /// Polls made.
     pub polls: u64,
@@ -235,6 +284,7 @@ pub struct JobSummary {
 }
 
 object!(JobSummary {
+    cancel: opt_doc,
     job_sha256: opt_doc,
     left_running: bool,
     polls: u64,
@@ -248,19 +298,69 @@ pub fn job_id_digest(id: &str) -> Sha256Hex {
 }
 
 /// A run's job state, replayed from its attempts.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct JobState {
+    /// What a planned cancel carries, under `cancel_left_running`.
+    cancels: Option<CancelPlan>,
     accepted: Option<Sha256Hex>,
+    /// The accepted submit's route, route ordinal and release: polls and
+    /// the cancel go there.
+    route: Option<(Identifier, u64, Sha256Hex)>,
     polls: u64,
     submits: u64,
     status: Option<JobStatus>,
     /// The poll bound ended the run.
     bound: bool,
+    /// The terminal a planned cancel stands for (the run ends with it once
+    /// the cancel is recorded).
+    cancel_for: Option<Terminal>,
+    /// What became of the cancel, once recorded.
+    cancel: Option<CancelResult>,
+}
+
+/// The policy's part of a planned cancel.
+#[derive(Debug, Clone)]
+struct CancelPlan {
+    deadline_ms: u64,
+    idempotency_key_sha256: Sha256Hex,
+    logical_request_sha256: Sha256Hex,
 }
 
 impl JobState {
+    /// The state before the first submit.
+    pub(crate) fn new(cp: &CompiledPolicy) -> Self {
+        let p = &cp.policy;
+        let cancels = p
+            .async_job
+            .as_ref()
+            .filter(|j| j.cancels_left_running())
+            .map(|_| CancelPlan {
+                deadline_ms: p.deadline_ms,
+                idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+                logical_request_sha256: p.logical_request_sha256.clone(),
+            });
+        Self {
+            cancels,
+            accepted: None,
+            route: None,
+            polls: 0,
+            submits: 0,
+            status: None,
+            bound: false,
+            cancel_for: None,
+            cancel: None,
+        }
+    }
+
     /// The step the next dispatch takes (a submit until the acceptance).
     pub(crate) fn step(&self) -> JobStep {
+        if self.cancel_for.is_some() {
+            return JobStep {
+                job_sha256: self.accepted.clone(),
+                kind: JobKind::Cancel,
+                poll: None,
+            };
+        }
         match &self.accepted {
             None => JobStep {
                 job_sha256: None,
@@ -279,6 +379,22 @@ impl JobState {
     /// job explains it: a poll past the bound, or a submit after acceptance.
     pub(crate) fn after_terminal(&self, a: &Attempt, i: usize) -> Option<Error> {
         let kind = a.job.as_ref()?.kind;
+        if kind == JobKind::Cancel {
+            let msg = if self.cancel.is_some() {
+                "a second cancel: the job is cancelled once"
+            } else {
+                "a cancel the core did not plan (the policy has no cancel_left_running, or the job was not left running)"
+            };
+            return Some(Error::attempt(ErrorCode::JobKindDrift, i, "job/kind", msg));
+        }
+        if kind == JobKind::Poll && self.cancel.is_some() {
+            return Some(Error::attempt(
+                ErrorCode::JobKindDrift,
+                i,
+                "job/kind",
+                "a poll after the job's cancel",
+            ));
+        }
         if kind == JobKind::Poll && self.bound {
             return Some(Error::attempt(
                 ErrorCode::JobPollBound,
@@ -294,8 +410,8 @@ impl JobState {
     }
 
     /// Account an observed attempt. Returns the next decision when the job
-    /// decides it (an acceptance or a poll), `None` when the usual outcome
-    /// rules do (a submit not accepted).
+    /// decides it (an acceptance, a poll, the cancel), `None` when the usual
+    /// outcome rules do (a submit not accepted).
     pub(crate) fn observe(
         &mut self,
         cp: &CompiledPolicy,
@@ -323,7 +439,22 @@ impl JobState {
                     return None;
                 }
                 self.accepted = rec.job_sha256.clone();
+                self.route = Some((
+                    a.route_id.clone(),
+                    a.route_ordinal,
+                    a.route_release_sha256.clone(),
+                ));
                 self.status = rec.status;
+            }
+            JobKind::Cancel => {
+                // Judged as usual, never retried: the run ends with the
+                // terminal that planned it.
+                self.cancel = Some(if a.outcome == Outcome::Success {
+                    CancelResult::Accepted
+                } else {
+                    CancelResult::Failed
+                });
+                return Some(stop(self.cancel_for.unwrap_or(Terminal::StopCancelled)));
             }
             JobKind::Poll => {
                 self.polls = self.polls.saturating_add(1);
@@ -369,13 +500,62 @@ impl JobState {
         plan_poll(self, delay, hint)
     }
 
+    /// Whether the run, ending with `terminal`, leaves the accepted job
+    /// running (as far as its last reported status says).
+    fn leaves_running(&self, terminal: Terminal) -> bool {
+        self.accepted.is_some()
+            && terminal != Terminal::Completed
+            && self.status.is_none_or(JobStatus::is_running)
+    }
+
+    /// Under `cancel_left_running`: the cancel the run plans instead of
+    /// `terminal` when that terminal would leave the job running (once per
+    /// run), at `at` (run clock); `None` otherwise. The one dispatch exempt
+    /// from the deadline: it may start at or after it.
+    pub(crate) fn plan_cancel(
+        &mut self,
+        terminal: Terminal,
+        at: u64,
+        ordinal: u64,
+    ) -> Option<Dispatch> {
+        let p = self.cancels.clone()?;
+        if self.cancel_for.is_some() || self.cancel.is_some() || !self.leaves_running(terminal) {
+            return None;
+        }
+        let (route_id, route_ordinal, route_release_sha256) = self.route.clone()?;
+        self.cancel_for = Some(terminal);
+        Some(Dispatch {
+            continuation: None,
+            deadline_ms: p.deadline_ms,
+            delay_ms: 0,
+            idempotency_key_sha256: p.idempotency_key_sha256.clone(),
+            jitter_max_ms: None,
+            jitter_min_ms: None,
+            jitter_sample_ms: None,
+            job: Some(self.step()),
+            logical_request_sha256: p.logical_request_sha256.clone(),
+            not_before_ms: at,
+            ordinal,
+            reserve_cost: 0,
+            retry_after_floor_ms: 0,
+            route_id,
+            route_ordinal,
+            route_release_sha256,
+        })
+    }
+
+    /// Whether the next dispatch is the planned cancel (not yet recorded).
+    pub(crate) fn cancel_planned(&self) -> bool {
+        self.cancel_for.is_some() && self.cancel.is_none()
+    }
+
     /// The receipt's summary once the run ended with `terminal`.
     pub(crate) fn summary(&self, terminal: Terminal) -> JobSummary {
         JobSummary {
+            cancel: self.cancel,
             job_sha256: self.accepted.clone(),
-            left_running: self.accepted.is_some()
-                && terminal != Terminal::Completed
-                && self.status.is_none_or(JobStatus::is_running),
+            left_running: self.leaves_running(terminal)
+                && self.cancel != Some(CancelResult::Accepted),
             polls: self.polls,
             status: self.status,
             submits: self.submits,
@@ -402,12 +582,26 @@ pub(crate) fn check(d: &Dispatch, a: &Attempt, i: usize) -> Result<()> {
         };
     };
     match (step.kind, rec.kind) {
-        (JobKind::Poll, JobKind::Submit) => return Err(resubmit(i)),
+        (JobKind::Poll | JobKind::Cancel, JobKind::Submit) => return Err(resubmit(i)),
         (JobKind::Submit, JobKind::Poll) => {
             return drift(
                 ErrorCode::JobKindDrift,
                 "job/kind",
                 "a poll before the provider accepted a submit",
+            )
+        }
+        (JobKind::Cancel, JobKind::Poll) => {
+            return drift(
+                ErrorCode::JobKindDrift,
+                "job/kind",
+                "a poll where the cancel of the job left running is planned",
+            )
+        }
+        (JobKind::Submit | JobKind::Poll, JobKind::Cancel) => {
+            return drift(
+                ErrorCode::JobKindDrift,
+                "job/kind",
+                "a cancel the core did not plan: the run had not ended with the job running",
             )
         }
         _ => {}
@@ -421,12 +615,16 @@ pub(crate) fn check(d: &Dispatch, a: &Attempt, i: usize) -> Result<()> {
     }
     let success = a.outcome == Outcome::Success;
     match rec.kind {
-        JobKind::Poll => {
+        JobKind::Poll | JobKind::Cancel => {
             if rec.job_sha256 != step.job_sha256 {
                 return drift(
                     ErrorCode::JobIdDrift,
                     "job/job_sha256",
-                    "the poll asked about another job than the accepted one",
+                    if rec.kind == JobKind::Cancel {
+                        "the cancel asked about another job than the accepted one"
+                    } else {
+                        "the poll asked about another job than the accepted one"
+                    },
                 );
             }
         }
@@ -446,6 +644,13 @@ pub(crate) fn check(d: &Dispatch, a: &Attempt, i: usize) -> Result<()> {
                 );
             }
         }
+    }
+    if rec.kind == JobKind::Cancel && rec.status.is_some() {
+        return drift(
+            ErrorCode::JobStatusDrift,
+            "job/status",
+            "a cancel records no job status",
+        );
     }
     if success && rec.kind == JobKind::Poll && rec.status.is_none() {
         return drift(
@@ -499,14 +704,15 @@ pub fn reconciled_named(name: &str) -> Result<Reconciled> {
 }
 
 /// The record of a planned step from what the host reported (an id digest
-/// and a status); a poll that reports no id polled the planned job.
+/// and a status); a poll or cancel that reports no id asked about the
+/// planned job.
 pub(crate) fn record_of(
     step: &JobStep,
     noted: Option<(Option<Sha256Hex>, Option<JobStatus>)>,
 ) -> JobRecord {
     let (id, status) = noted.unwrap_or((None, None));
     let job_sha256 = match step.kind {
-        JobKind::Poll => id.or_else(|| step.job_sha256.clone()),
+        JobKind::Poll | JobKind::Cancel => id.or_else(|| step.job_sha256.clone()),
         JobKind::Submit => id,
     };
     JobRecord {
@@ -514,5 +720,176 @@ pub(crate) fn record_of(
         kind: step.kind,
         poll: step.poll,
         status,
+    }
+}
+
+#[cfg(all(test, feature = "lab"))]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "tests fail loudly on any unexpected value"
+)]
+mod tests {
+    //! `cancel_left_running` over every short script of answers: the flag
+    //! changes no terminal, plans at most one cancel (the last attempt),
+    //! exactly when the run would leave the job running, and only that
+    //! cancel may start at or after the deadline.
+    use std::sync::Arc;
+
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::evaluate::{plan_next, Decision};
+    use crate::session::Session;
+    use crate::{compile, verify_bundle};
+
+    const DEADLINE: u64 = 2_000;
+
+    fn policy(cancel: bool) -> Arc<CompiledPolicy> {
+        let mut p = crate::lab::reference_policy();
+        p["async_job"] = json!({"max_polls": 3, "poll_base_ms": 200, "poll_max_ms": 600});
+        if cancel {
+            p["async_job"]["cancel_left_running"] = json!(true);
+        }
+        p["deadline_ms"] = json!(DEADLINE);
+        Arc::new(compile(crate::decode::from_value(p).unwrap()).unwrap())
+    }
+
+    /// An answer by index: (duration, facts, status); `None` is the caller's
+    /// cancellation between attempts.
+    fn answer(k: usize) -> Option<(u64, &'static str, Option<JobStatus>)> {
+        let ok = r#"{"result":"returned"}"#;
+        let unavailable = r#"{"error_types":["APIStatusError"],"result":"raised","status":503}"#;
+        match k {
+            0 => Some((50, ok, Some(JobStatus::Queued))),
+            1 => Some((700, ok, Some(JobStatus::InProgress))),
+            2 => Some((50, ok, Some(JobStatus::Completed))),
+            3 => Some((50, unavailable, None)),
+            4 => Some((1_500, ok, Some(JobStatus::InProgress))),
+            _ => None,
+        }
+    }
+
+    /// Run `script` (answer indexes; the cancel step answers `cancel_ok`),
+    /// padded with completions, to its sealed bundle and its decisions.
+    fn run(cancel: bool, script: &[usize], cancel_ok: bool) -> (crate::Bundle, Vec<Decision>) {
+        let cp = policy(cancel);
+        let mut s = Session::start(cp.clone());
+        let mut decisions = vec![s.next().clone()];
+        let mut now = 0u64;
+        let mut next = script.iter().copied().chain(std::iter::repeat(2));
+        while let Decision::Dispatch(d) = s.next().clone() {
+            let start = d.not_before_ms.max(now);
+            let (duration, facts, status) = if d.job.as_ref().unwrap().kind == JobKind::Cancel {
+                let facts = if cancel_ok {
+                    r#"{"result":"returned"}"#
+                } else {
+                    r#"{"error_types":["APIStatusError"],"result":"raised","status":409}"#
+                };
+                (20, facts, None)
+            } else {
+                match answer(next.next().unwrap()) {
+                    Some(a) => a,
+                    None => {
+                        s.cancel(now).unwrap();
+                        decisions.push(s.next().clone());
+                        continue;
+                    }
+                }
+            };
+            now = start + duration;
+            // A submit reports the id only when the provider accepted it.
+            let submit = d.job.as_ref().unwrap().kind == JobKind::Submit;
+            let id = (!submit || status.is_some()).then_some("resp_exhaustive");
+            s.set_job(id, status);
+            let facts = crate::decode::from_str(facts).unwrap();
+            s.observe(start, now, None, &facts).unwrap();
+            assert_eq!(s.next(), &plan_next(&cp, s.attempts()).unwrap());
+            decisions.push(s.next().clone());
+        }
+        (s.seal().unwrap(), decisions)
+    }
+
+    fn scripts(len: usize) -> Vec<Vec<usize>> {
+        (0..len).fold(vec![vec![]], |acc, _| {
+            acc.iter()
+                .flat_map(|s| {
+                    (0..6).map(move |k| {
+                        let mut s = s.clone();
+                        s.push(k);
+                        s
+                    })
+                })
+                .chain(acc.iter().cloned())
+                .collect()
+        })
+    }
+
+    #[test]
+    fn the_cancel_of_a_job_left_running_is_planned_once_and_recorded() {
+        let mut cancels = 0;
+        for script in scripts(4) {
+            for cancel_ok in [true, false] {
+                let (plain, _) = run(false, &script, cancel_ok);
+                let (b, decisions) = run(true, &script, cancel_ok);
+                let plain_job = plain.receipt.job.clone().unwrap();
+                let job = b.receipt.job.clone().unwrap();
+                assert_eq!(b.receipt.terminal, plain.receipt.terminal, "{script:?}");
+                assert_eq!(plain_job.cancel, None);
+                let recorded: Vec<_> = b
+                    .attempts
+                    .attempts
+                    .iter()
+                    .filter(|a| a.job.as_ref().unwrap().kind == JobKind::Cancel)
+                    .collect();
+                // A cancel exactly when the plain run left the job running.
+                assert_eq!(
+                    recorded.len(),
+                    usize::from(plain_job.left_running),
+                    "{script:?}"
+                );
+                assert_eq!(job.cancel.is_some(), plain_job.left_running);
+                if let Some(c) = recorded.first() {
+                    cancels += 1;
+                    assert_eq!(Some(*c), b.attempts.attempts.last());
+                    let want = if cancel_ok {
+                        CancelResult::Accepted
+                    } else {
+                        CancelResult::Failed
+                    };
+                    assert_eq!(job.cancel, Some(want));
+                    assert_eq!(job.left_running, !cancel_ok);
+                    assert_eq!(c.job.as_ref().unwrap().job_sha256, job.job_sha256);
+                }
+                // Only the cancel may start at or after the deadline.
+                for d in &decisions {
+                    if let Decision::Dispatch(d) = d {
+                        let is_cancel = d.job.as_ref().unwrap().kind == JobKind::Cancel;
+                        assert!(is_cancel || d.not_before_ms < DEADLINE, "{script:?}");
+                        if is_cancel {
+                            assert_eq!(d.reserve_cost, 0);
+                        }
+                    }
+                }
+                assert!(verify_bundle(&b).is_ok(), "{script:?}");
+            }
+        }
+        assert!(cancels > 100, "the scripts reach the cancel: {cancels}");
+    }
+
+    #[test]
+    fn a_cancel_past_the_deadline_is_planned_at_the_last_completion() {
+        // A poll that completes past the deadline, the job still running.
+        let (b, decisions) = run(true, &[4, 1], true);
+        let last = b.attempts.attempts.last().unwrap();
+        assert_eq!(last.job.as_ref().unwrap().kind, JobKind::Cancel);
+        let before = &b.attempts.attempts[b.attempts.attempts.len() - 2];
+        assert!(before.completed_at_ms >= DEADLINE);
+        assert_eq!(last.started_at_ms, before.completed_at_ms);
+        assert_eq!(b.receipt.terminal, Terminal::StopDeadline);
+        let doc: Value = crate::canonical::to_value(&b.receipt);
+        assert_eq!(doc["job"]["cancel"], "accepted");
+        assert!(matches!(decisions.last(), Some(Decision::Terminal { .. })));
     }
 }

@@ -4,9 +4,12 @@ A policy with an ``async_job`` section runs one logical request as a job the
 provider holds (OpenAI Responses with ``background=True``, Anthropic Message
 Batches). :func:`run_job` hosts the core's plan: every dispatch is a submit
 or a poll of the accepted job, when and as often as the core says; a submit
-whose answer was lost stops ``stop_indeterminate`` and is never sent again;
-when the run ends with the job still running (the receipt's
-``job.left_running``), the job is cancelled at the provider.
+whose answer was lost stops ``stop_indeterminate`` and is never sent again.
+Under the section's ``cancel_left_running`` the core plans the cancel of a
+job the run would leave running, and ``calls.cancel`` is that step (recorded
+as the run's last attempt); without it, when the run ends with the job still
+running (the receipt's ``job.left_running``), the job is cancelled at the
+provider after sealing, unrecorded.
 
     client = openai.OpenAI(max_retries=0)
     result = run_job(policy, openai_responses_job(client, {"model": ..., "input": ...}), key)
@@ -54,7 +57,8 @@ class JobAnswer(Generic[R]):
 class JobCalls(Generic[R]):
     """The provider calls of an async job: ``submit(step)`` answers the job's
     id and status, ``poll(job_id, step)`` retrieves it, ``cancel(job_id)``
-    (optional) cancels it at the provider."""
+    (optional; required under ``cancel_left_running``, where it is the
+    planned ``cancel`` step) cancels it at the provider."""
 
     submit: Callable[[Step], JobAnswer[R]]
     poll: Callable[[str, Step], JobAnswer[R]]
@@ -76,12 +80,22 @@ class Reconciliation(Generic[R]):
     job: Optional[JobAnswer[R]] = None
 
 
-def _job_policy(policy: Union[Policy, Document]) -> Policy:
-    """The compiled policy, refused (``invalid_async_job``) without an ``async_job`` section."""
+def _job_policy(policy: Union[Policy, Document], cancel: Optional[Callable[..., Any]]) -> Tuple[Policy, bool]:
+    """The compiled policy, refused (``invalid_async_job``) without an
+    ``async_job`` section, or with ``cancel_left_running`` and no
+    ``calls.cancel``; and whether the core plans the cancel."""
     compiled = policy if isinstance(policy, Policy) else Policy(policy)
-    if "async_job" not in compiled.document:
+    section = compiled.document.get("async_job")
+    if section is None:
         raise PolicyError("invalid_async_job", "a job runs under a policy with an async_job section", "/async_job")
-    return compiled
+    planned = section.get("cancel_left_running") is True
+    if planned and cancel is None:
+        raise PolicyError(
+            "invalid_async_job",
+            "the run plans the cancel of a job left running: calls.cancel is required",
+            "/async_job/cancel_left_running",
+        )
+    return compiled, planned
 
 
 def run_job(
@@ -93,16 +107,27 @@ def run_job(
     """Run one logical request as a provider's asynchronous job under a policy
     with an ``async_job`` section; the keyword options are
     :func:`retryledger.run`'s. Returns the answer that completed the job;
-    raises :class:`RunStoppedError` otherwise, after cancelling a job the run
-    left running (when ``calls.cancel`` is given)."""
-    compiled = _job_policy(policy)
+    raises :class:`RunStoppedError` otherwise. Under ``cancel_left_running``
+    the planned cancel of a job the run would leave running is sent through
+    ``calls.cancel`` and recorded; without it a job the run left running is
+    cancelled after sealing (when ``calls.cancel`` is given), unrecorded."""
+    compiled, planned_cancel = _job_policy(policy, calls.cancel)
     job_id: Optional[str] = None
+    last: Optional[JobAnswer[R]] = None
 
     def dispatch(step: Step) -> JobAnswer[R]:
-        nonlocal job_id
+        nonlocal job_id, last
         planned = step.plan.job
         if planned is None:
             raise TypeError("run_job needs a policy with an async_job section")
+        if planned["kind"] == "cancel":
+            # The planned cancel of the job the run leaves running: sent
+            # once, its outcome recorded; the run then ends with the
+            # terminal that planned it. The job's last answer stays the run's.
+            assert job_id is not None and calls.cancel is not None and last is not None
+            calls.cancel(job_id)
+            step.job(job_id, None)
+            return last
         if planned["kind"] == "submit":
             try:
                 answer = calls.submit(step)
@@ -117,18 +142,20 @@ def run_job(
             step.job(answer.id, answer.status)
             if answer.id is not None:
                 job_id = answer.id
+            last = answer
             return answer
         # The core plans polls only after an acceptance, which set the id.
         assert job_id is not None
         answer = calls.poll(job_id, step)
         step.job(job_id, answer.status)
+        last = answer
         return answer
 
     try:
         return _run(compiled, dispatch, idempotency_key, **options)
     except RunStoppedError as e:
         job = e.receipt.get("job") or {}
-        if job.get("left_running") and job_id is not None and calls.cancel is not None:
+        if not planned_cancel and job.get("left_running") and job_id is not None and calls.cancel is not None:
             calls.cancel(job_id)
         raise
 
@@ -150,15 +177,24 @@ async def run_job_async(
     **options: Any,
 ) -> RunResult[JobAnswer[R]]:
     """:func:`run_job` for coroutines; the keyword options are
-    :func:`retryledger.run_async`'s (``sleep`` awaited)."""
-    compiled = _job_policy(policy)
+    :func:`retryledger.run_async`'s (``sleep`` awaited). Under
+    ``cancel_left_running`` the task must not be cancelled while a job is
+    accepted: the driver sends nothing after a cancellation, so the cancel
+    the core then plans could not be sent (docs/JOBS.md, "Not yet")."""
+    compiled, planned_cancel = _job_policy(policy, calls.cancel)
     job_id: Optional[str] = None
+    last: Optional[JobAnswer[R]] = None
 
     async def dispatch(step: Step) -> JobAnswer[R]:
-        nonlocal job_id
+        nonlocal job_id, last
         planned = step.plan.job
         if planned is None:
             raise TypeError("run_job_async needs a policy with an async_job section")
+        if planned["kind"] == "cancel":
+            assert job_id is not None and calls.cancel is not None and last is not None
+            await calls.cancel(job_id)
+            step.job(job_id, None)
+            return last
         if planned["kind"] == "submit":
             try:
                 answer = await calls.submit(step)
@@ -173,17 +209,19 @@ async def run_job_async(
             step.job(answer.id, answer.status)
             if answer.id is not None:
                 job_id = answer.id
+            last = answer
             return answer
         assert job_id is not None
         answer = await calls.poll(job_id, step)
         step.job(job_id, answer.status)
+        last = answer
         return answer
 
     try:
         return await _run_async(compiled, dispatch, idempotency_key, **options)
     except RunStoppedError as e:
         job = e.receipt.get("job") or {}
-        if job.get("left_running") and job_id is not None and calls.cancel is not None:
+        if not planned_cancel and job.get("left_running") and job_id is not None and calls.cancel is not None:
             await calls.cancel(job_id)
         raise
 

@@ -20,6 +20,7 @@ import pytest
 
 import retryledger
 from retryledger.job import (
+    AsyncJobCalls,
     JobAnswer,
     JobCalls,
     Reconciliation,
@@ -65,12 +66,13 @@ class ResponsesServer:
     """POST /v1/responses answers ``submit`` in order (``"drop"`` drops the
     connection after reading the request); GET /v1/responses/{id} answers
     the statuses of ``polls`` in order (the last repeats); POST .../cancel
-    answers ``cancelled``."""
+    answers ``cancelled`` (or the error status ``cancel``)."""
 
-    def __init__(self, submit: List[Reply], polls: List[str]) -> None:
+    def __init__(self, submit: List[Reply], polls: List[str], cancel: Optional[int] = None) -> None:
         self.creates = 0
         self.retrieves = 0
         self.cancels = 0
+        self.cancelled: List[str] = []
         self.lookups = 0
         self.ids: List[str] = []
         self.keys: List[Optional[str]] = []
@@ -101,9 +103,14 @@ class ResponsesServer:
                     assert isinstance(reply, dict)
                     self._send(reply["status"], reply.get("body", _response("queued")))
                     return
-                if re.fullmatch(r"/v1/responses/[^/]+/cancel", self.path):
+                c = re.fullmatch(r"/v1/responses/([^/]+)/cancel", self.path)
+                if c is not None:
                     server.cancels += 1
-                    self._send(200, _response("cancelled"))
+                    server.cancelled.append(c.group(1))
+                    if cancel is not None:
+                        self._send(cancel, {"error": {"message": "cannot cancel", "type": "invalid_request_error"}})
+                    else:
+                        self._send(200, _response("cancelled"))
                     return
                 self._send(404, {"error": {"message": "no such route"}})
 
@@ -143,8 +150,8 @@ class ResponsesServer:
 def server_factory() -> Iterator[Any]:
     made: List[ResponsesServer] = []
 
-    def make(submit: List[Reply], polls: List[str]) -> ResponsesServer:
-        s = ResponsesServer(submit, polls)
+    def make(submit: List[Reply], polls: List[str], cancel: Optional[int] = None) -> ResponsesServer:
+        s = ResponsesServer(submit, polls, cancel)
         made.append(s)
         return s
 
@@ -319,3 +326,100 @@ def test_poll_past_the_deadline_stops_and_cancels(server_factory: Any) -> None:
     assert clock.sleeps == [200, 400, 800]
     assert server.retrieves == 3
     assert server.cancels == 1
+
+
+def cancelling_policy(max_polls: int, deadline_ms: int) -> Dict[str, Any]:
+    """A job policy whose run cancels the job it would leave running."""
+    return make_policy(
+        async_job={"cancel_left_running": True, "max_polls": max_polls, "poll_base_ms": 200, "poll_max_ms": 1_000},
+        deadline_ms=deadline_ms,
+    )
+
+
+def _check_cancelled_at_deadline(server: ResponsesServer, error: retryledger.RunStoppedError) -> None:
+    assert error.terminal == "stop_deadline"
+    assert server.creates == 1
+    assert server.retrieves == 3
+    assert server.cancels == 1, "exactly one cancel reached the provider"
+    assert server.cancelled == [JOB]
+    attempts = error.bundle["attempts"]["attempts"]
+    assert [a["job"]["kind"] for a in attempts] == ["submit", "poll", "poll", "poll", "cancel"]
+    cancel = attempts[-1]
+    assert cancel["outcome"] == {"class": "success"}
+    assert cancel["job"]["job_sha256"] == hashlib.sha256(JOB.encode()).hexdigest()
+    # The one dispatch that may start at or after the deadline.
+    assert cancel["started_at_ms"] == 1_900
+    assert cancel["started_at_ms"] >= error.bundle["policy"]["deadline_ms"]
+    job = error.receipt["job"]
+    assert job["cancel"] == "accepted"
+    assert job["left_running"] is False
+    assert retryledger.verify_bundle(error.bundle_json)["kind"] == "verified"
+
+
+def test_cancel_left_running_at_the_deadline_is_sent_once_and_recorded(server_factory: Any) -> None:
+    server = server_factory([{"status": 200}], ["in_progress"])
+    clock = FakeClock()
+    base = openai_responses_job(client_for(server), PARAMS)
+
+    def poll(job_id: str, step: retryledger.Step) -> JobAnswer[Any]:
+        answer = base.poll(job_id, step)
+        if (step.plan.job or {}).get("poll") == 3:
+            clock.advance(500)  # the third poll completes at 1900, past the deadline
+        return answer
+
+    calls = JobCalls(submit=base.submit, poll=poll, cancel=base.cancel)
+    with pytest.raises(retryledger.RunStoppedError) as info:
+        run_job(cancelling_policy(10, 1_500), calls, KEY, clock=clock, sleep=clock.sleep)
+    _check_cancelled_at_deadline(server, info.value)
+
+
+def test_async_cancel_left_running_at_the_deadline_is_sent_once_and_recorded(server_factory: Any) -> None:
+    server = server_factory([{"status": 200}], ["in_progress"])
+    clock = FakeClock()
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(api_key="test-key", base_url=server.base, max_retries=0)
+        base = openai_responses_job_async(client, PARAMS)
+
+        async def poll(job_id: str, step: retryledger.Step) -> JobAnswer[Any]:
+            answer = await base.poll(job_id, step)
+            if (step.plan.job or {}).get("poll") == 3:
+                clock.advance(500)
+            return answer
+
+        calls = AsyncJobCalls(submit=base.submit, poll=poll, cancel=base.cancel)
+        with pytest.raises(retryledger.RunStoppedError) as info:
+            await run_job_async(cancelling_policy(10, 1_500), calls, KEY, clock=clock, sleep=clock.async_sleep)
+        _check_cancelled_at_deadline(server, info.value)
+
+    asyncio.run(main())
+
+
+def test_cancel_left_running_refused_cancel_is_recorded_failed_never_retried(server_factory: Any) -> None:
+    server = server_factory([{"status": 200}], ["in_progress"], cancel=400)
+    clock = FakeClock()
+    with pytest.raises(retryledger.RunStoppedError) as info:
+        run_job(
+            cancelling_policy(3, 20_000),
+            openai_responses_job(client_for(server), PARAMS),
+            KEY,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+    assert info.value.terminal == "stop_total_attempts"
+    last = info.value.bundle["attempts"]["attempts"][-1]
+    assert last["job"]["kind"] == "cancel"
+    assert last["outcome"]["class"] == "non_retryable"
+    assert info.value.receipt["job"]["cancel"] == "failed"
+    assert info.value.receipt["job"]["left_running"] is True
+    assert server.cancels == 1, "the refused cancel is neither retried nor sent again after sealing"
+
+
+def test_cancel_left_running_needs_calls_cancel(server_factory: Any) -> None:
+    server = server_factory([{"status": 200}], ["completed"])
+    base = openai_responses_job(client_for(server), PARAMS)
+    with pytest.raises(retryledger.PolicyError) as info:
+        run_job(cancelling_policy(3, 20_000), JobCalls(submit=base.submit, poll=base.poll), KEY)
+    assert info.value.code == "invalid_async_job"
+    assert info.value.path == "/async_job/cancel_left_running"
+    assert server.creates == 0

@@ -215,3 +215,24 @@ def test_async_batch_one_create_then_result(server_factory: Any) -> None:
         assert clock.sleeps == [200, 400]
 
     asyncio.run(main())
+
+
+def test_cancel_left_running_cancels_the_batch_once_and_records_it(server_factory: Any) -> None:
+    server = server_factory([200], ["in_progress"], "succeeded")
+    clock = FakeClock()
+    policy = make_policy(
+        async_job={"cancel_left_running": True, "max_polls": 2, "poll_base_ms": 200, "poll_max_ms": 1_000},
+        deadline_ms=20_000,
+    )
+    with pytest.raises(retryledger.RunStoppedError) as info:
+        run_job(policy, anthropic_batch_job(client_for(server), PARAMS), KEY, clock=clock, sleep=clock.sleep)
+    assert info.value.terminal == "stop_total_attempts"
+    attempts = info.value.bundle["attempts"]["attempts"]
+    assert [a["job"]["kind"] for a in attempts] == ["submit", "poll", "poll", "cancel"]
+    assert attempts[-1]["outcome"] == {"class": "success"}
+    assert info.value.receipt["job"]["cancel"] == "accepted"
+    assert info.value.receipt["job"]["left_running"] is False
+    assert retryledger.verify_bundle(info.value.bundle_json)["kind"] == "verified"
+    assert server.creates == 1
+    assert server.retrieves == 2
+    assert server.cancels == 1, "exactly one cancel reached the provider"

@@ -174,3 +174,30 @@ test("an Anthropic client with its own retries is refused before any request", (
   const client = new Anthropic({ apiKey: "test-key", baseURL: "http://127.0.0.1:9" });
   assert.throws(() => rl.anthropicBatchJob(client, PARAMS), (/** @type {any} */ e) => e.code === "retry_owner_not_harness");
 });
+
+test("cancel_left_running: a batch still in progress at the poll bound is cancelled once, recorded as the last attempt", async () => {
+  const server = await batchesServer({ submit: [200], polls: ["in_progress"], result: "succeeded" });
+  try {
+    const client = new Anthropic({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    const policy = policyWith((p) => {
+      p.async_job = { cancel_left_running: true, max_polls: 2, poll_base_ms: 200, poll_max_ms: 1_000 };
+      p.deadline_ms = 20_000;
+    });
+    await assert.rejects(rl.runJob(policy, rl.anthropicBatchJob(client, PARAMS), { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep }), (/** @type {any} */ e) => {
+      assert.equal(e.terminal, "stop_total_attempts");
+      const attempts = e.sealed.bundle.attempts.attempts;
+      assert.deepEqual(attempts.map((/** @type {any} */ a) => a.job.kind), ["submit", "poll", "poll", "cancel"]);
+      assert.equal(attempts.at(-1).outcome.class, "success");
+      assert.equal(e.receipt.job.cancel, "accepted");
+      assert.equal(e.receipt.job.left_running, false);
+      assert.equal(rl.verifyBundle(e.sealed.bundle_json).kind, "verified");
+      return true;
+    });
+    assert.equal(server.seen.creates, 1);
+    assert.equal(server.seen.retrieves, 2);
+    assert.equal(server.seen.cancels, 1, "exactly one cancel reached the provider");
+  } finally {
+    await server.close();
+  }
+});

@@ -17,11 +17,19 @@ const JOB = "resp_68af3c2e9b1a8190";
  * A Responses server: POST /v1/responses answers `submit` in order (or
  * drops the connection for `"drop"`), GET /v1/responses/{id} answers the
  * statuses of `polls` in order (the last repeats), POST .../cancel answers
- * `cancelled`.
- * @param {{submit: Array<"drop" | {status: number, body?: unknown}>, polls: string[]}} script
+ * `cancelled` (or the error status `cancel`).
+ * @param {{submit: Array<"drop" | {status: number, body?: unknown}>, polls: string[], cancel?: number}} script
  */
 async function responsesServer(script) {
-  const seen = { creates: 0, retrieves: 0, cancels: 0, lookups: 0, ids: /** @type {string[]} */ ([]), keys: /** @type {Array<string | undefined>} */ ([]) };
+  const seen = {
+    creates: 0,
+    retrieves: 0,
+    cancels: 0,
+    lookups: 0,
+    ids: /** @type {string[]} */ ([]),
+    cancelled: /** @type {string[]} */ ([]),
+    keys: /** @type {Array<string | undefined>} */ ([]),
+  };
   const response = (/** @type {string} */ status) => ({
     id: JOB,
     object: "response",
@@ -60,7 +68,9 @@ async function responsesServer(script) {
       const cancel = url.match(/^\/v1\/responses\/([^/]+)\/cancel$/);
       if (req.method === "POST" && cancel !== null) {
         seen.cancels += 1;
-        send(200, response("cancelled"));
+        seen.cancelled.push(String(cancel[1]));
+        if (script.cancel !== undefined) send(script.cancel, { error: { message: "cannot cancel", type: "invalid_request_error" } });
+        else send(200, response("cancelled"));
         return;
       }
       // The test's own lookup by idempotency key (what a reconcile hook asks).
@@ -279,6 +289,107 @@ test("a poll that cannot start before the deadline stops the run; the job left r
     assert.deepEqual(time.state.sleeps, [200, 400, 800]);
     assert.equal(server.seen.retrieves, 3);
     assert.equal(server.seen.cancels, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+/** A job policy whose run cancels the job it would leave running. @param {number} maxPolls @param {number} deadline */
+function cancellingPolicy(maxPolls, deadline) {
+  return policyWith((p) => {
+    p.async_job = { cancel_left_running: true, max_polls: maxPolls, poll_base_ms: 200, poll_max_ms: 1_000 };
+    p.deadline_ms = deadline;
+  });
+}
+
+test("cancel_left_running: the deadline passes during a poll; the planned cancel is sent once and recorded", async () => {
+  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["in_progress"] });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    const openai = rl.openaiResponsesJob(client, PARAMS);
+    // The third poll takes 500 ms on the run clock: it completes at 1900, past the deadline.
+    const calls = {
+      ...openai,
+      poll: async (/** @type {string} */ id, /** @type {rl.Step} */ step, /** @type {AbortSignal} */ signal) => {
+        const answer = await openai.poll(id, step, signal);
+        if (step.decision.job?.poll === 3) time.advance(500);
+        return answer;
+      },
+    };
+    /** @type {any} */
+    let error;
+    await assert.rejects(rl.runJob(cancellingPolicy(10, 1_500), calls, { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep }), (e) => {
+      error = e;
+      return true;
+    });
+    assert.ok(error instanceof rl.RunStoppedError);
+    assert.equal(error.terminal, "stop_deadline");
+    assert.equal(server.seen.creates, 1);
+    assert.equal(server.seen.retrieves, 3);
+    assert.equal(server.seen.cancels, 1, "exactly one cancel reached the provider");
+    assert.deepEqual(server.seen.cancelled, [JOB]);
+    const attempts = error.sealed.bundle.attempts.attempts;
+    assert.deepEqual(attempts.map((/** @type {any} */ a) => a.job?.kind), ["submit", "poll", "poll", "poll", "cancel"]);
+    const cancel = attempts.at(-1);
+    assert.ok(cancel !== undefined && cancel.job !== undefined);
+    assert.deepEqual(cancel.outcome, { class: "success" });
+    assert.equal(cancel.job.job_sha256, createHash("sha256").update(JOB, "utf8").digest("hex"));
+    // The one dispatch that may start at or after the deadline.
+    assert.equal(cancel.started_at_ms, 1_900);
+    assert.ok(cancel.started_at_ms >= error.sealed.bundle.policy.deadline_ms);
+    const job = error.receipt.job;
+    assert.ok(job !== undefined);
+    assert.equal(job.cancel, "accepted");
+    assert.equal(job.left_running, false);
+    assert.equal(error.receipt.terminal, "stop_deadline");
+    // The rejection's result is still the job's last answer, not the cancel's.
+    assert.equal(error.result.status, "in_progress");
+    assert.equal(rl.verifyBundle(error.sealed.bundle_json).kind, "verified");
+  } finally {
+    await server.close();
+  }
+});
+
+test("cancel_left_running: a refused cancel after the poll bound is recorded failed and never retried", async () => {
+  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["in_progress"], cancel: 400 });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    await assert.rejects(
+      rl.runJob(cancellingPolicy(3, 20_000), rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep }),
+      (/** @type {any} */ e) => {
+        assert.equal(e.terminal, "stop_total_attempts");
+        const attempts = e.sealed.bundle.attempts.attempts;
+        assert.equal(attempts.at(-1).job.kind, "cancel");
+        assert.equal(attempts.at(-1).outcome.class, "non_retryable");
+        assert.equal(e.receipt.job.cancel, "failed");
+        assert.equal(e.receipt.job.left_running, true);
+        return true;
+      },
+    );
+    assert.equal(server.seen.cancels, 1, "the refused cancel is neither retried nor sent again after sealing");
+    assert.equal(server.seen.retrieves, 3);
+  } finally {
+    await server.close();
+  }
+});
+
+test("cancel_left_running: refused before any request without calls.cancel or with a caller signal", async () => {
+  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["completed"] });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const { cancel: _cancel, ...withoutCancel } = rl.openaiResponsesJob(client, PARAMS);
+    for (const [calls, options] of [
+      [withoutCancel, { idempotencyKey: KEY }],
+      [rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY, signal: new AbortController().signal }],
+    ]) {
+      await assert.rejects(
+        rl.runJob(cancellingPolicy(3, 20_000), /** @type {any} */ (calls), /** @type {any} */ (options)),
+        (/** @type {any} */ e) => e.code === "invalid_async_job" && e.path === "/async_job/cancel_left_running",
+      );
+    }
+    assert.equal(server.seen.creates, 0);
   } finally {
     await server.close();
   }

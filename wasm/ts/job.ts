@@ -13,11 +13,19 @@ import type { Policy, Sha256Hex } from "./types.js";
 /** A job's status as the provider reports it (an Anthropic batch that `ended` is `completed`). */
 export type JobStatus = "queued" | "in_progress" | "completed" | "failed" | "cancelled" | "incomplete" | "expired";
 
-/** Submit the request, or poll the accepted job. */
-export type JobKind = "submit" | "poll";
+/** Submit the request, poll the accepted job, or cancel the job the run would leave running. */
+export type JobKind = "submit" | "poll" | "cancel";
+
+/** What became of the planned cancel of a job left running. */
+export type CancelResult = "accepted" | "failed";
 
 /** The policy's `async_job` section. */
 export interface AsyncJob {
+  /**
+   * A run that would end with the accepted job still running first cancels
+   * it, recorded as an attempt (`true`, or absent: not cancelled by the run).
+   */
+  cancel_left_running?: true;
   max_polls: number;
   poll_base_ms: number;
   poll_max_ms: number;
@@ -25,7 +33,7 @@ export interface AsyncJob {
 
 /** What a planned dispatch of a job is. */
 export interface JobStep {
-  /** The accepted job's id digest, for a poll. */
+  /** The accepted job's id digest, for a poll or the cancel. */
   job_sha256?: Sha256Hex;
   kind: JobKind;
   /** The poll's number, from 1, for a poll. */
@@ -42,8 +50,14 @@ export interface JobRecord {
 
 /** The receipt's summary of a job. */
 export interface JobSummary {
+  /** What became of the planned cancel (`cancel_left_running`); absent when none was planned. */
+  cancel?: CancelResult;
   job_sha256?: Sha256Hex;
-  /** The run ended with the accepted job still running: the host cancels it. */
+  /**
+   * The run ended with the accepted job still running and no cancel the
+   * provider accepted (without `cancel_left_running`, `runJob` then cancels
+   * it after sealing, unrecorded).
+   */
   left_running: boolean;
   polls: number;
   status?: JobStatus;
@@ -67,7 +81,11 @@ export interface JobCalls<R> {
   submit(step: Step, signal: AbortSignal): Promise<JobAnswer<R>> | JobAnswer<R>;
   /** Retrieve the job by its id. */
   poll(id: string, step: Step, signal: AbortSignal): Promise<JobAnswer<R>> | JobAnswer<R>;
-  /** Cancel the job at the provider; called when the run ends with the job left running. */
+  /**
+   * Cancel the job at the provider. Under `cancel_left_running` it is the
+   * planned `cancel` step (required then; recorded with its outcome, never
+   * retried); without it, called after the run ended with `left_running`.
+   */
   cancel?(id: string): Promise<unknown> | unknown;
   /**
    * Ask the provider, by the run's idempotency key, what became of a submit
@@ -88,9 +106,12 @@ export type JobReconciliation<R> =
  * Run one logical request as a provider's asynchronous job under a policy
  * with an `async_job` section: submit once, then poll by the job's id when
  * and as often as the core plans (docs/JOBS.md). Resolves with the answer
- * that completed the job; rejects like `runWithPolicy` otherwise. When the
- * run ends with the accepted job still running (the receipt's
- * `job.left_running`), `calls.cancel` cancels it before the rejection.
+ * that completed the job; rejects like `runWithPolicy` otherwise. Under
+ * the section's `cancel_left_running` the core plans the cancel of a job
+ * the run would leave running and `calls.cancel` is that step (its attempt
+ * is the run's last); without it, when the run ends with the accepted job
+ * still running (the receipt's `job.left_running`), `calls.cancel` cancels
+ * it before the rejection, unrecorded.
  */
 export async function runJob<R>(
   policy: Input<Policy> | CompiledPolicy,
@@ -98,16 +119,30 @@ export async function runJob<R>(
   options: RunOptions,
 ): Promise<RunResult<JobAnswer<R>>> {
   const compiled = policy instanceof CompiledPolicy ? policy : compilePolicy(policy);
-  if (compiled.policy.async_job === undefined) {
+  const section = compiled.policy.async_job;
+  if (section === undefined) {
     throw new PolicyError("invalid_async_job", "invalid_async_job at /async_job: a job runs under a policy with an async_job section", { path: "/async_job" });
   }
+  const planned = section.cancel_left_running === true;
+  if (planned) checkCancelling(calls, options);
   let jobId: string | undefined;
+  let last: JobAnswer<R> | undefined;
   const dispatch = async (step: Step, signal: AbortSignal): Promise<JobAnswer<R>> => {
-    const planned = step.decision.job;
-    if (planned === undefined) {
+    const job = step.decision.job;
+    if (job === undefined) {
       throw new TypeError("runJob needs a policy with an async_job section");
     }
-    if (planned.kind === "submit") {
+    if (job.kind === "cancel") {
+      // The planned cancel of the job the run leaves running: sent once, its
+      // outcome recorded; the run then ends with the terminal that planned it.
+      // It may start at or after the deadline, so it takes no run signal.
+      const id = jobId as string;
+      await (calls.cancel as (id: string) => unknown)(id);
+      reportJob(step, id, undefined);
+      // The run's last answer stays the job's (the rejection's `result`).
+      return last as JobAnswer<R>;
+    }
+    if (job.kind === "submit") {
       let answer: JobAnswer<R>;
       try {
         answer = await calls.submit(step, signal);
@@ -120,25 +155,42 @@ export async function runJob<R>(
       }
       reportJob(step, answer.id, answer.status);
       if (answer.id !== undefined) jobId = answer.id;
+      last = answer;
       return answer;
     }
     // The core plans polls only after an acceptance, which set the id.
     const id = jobId as string;
     const answer = await calls.poll(id, step, signal);
     reportJob(step, id, answer.status);
+    last = answer;
     return answer;
   };
   try {
     return await runWithPolicy(compiled, dispatch, options);
   } catch (e) {
-    if (e instanceof RunStoppedError && e.receipt.job?.left_running === true && jobId !== undefined && calls.cancel !== undefined) {
+    if (!planned && e instanceof RunStoppedError && e.receipt.job?.left_running === true && jobId !== undefined && calls.cancel !== undefined) {
       await calls.cancel(jobId);
     }
     throw e;
   }
 }
 
-function reportJob(step: Step, id: string | undefined, status: JobStatus): void {
+/**
+ * What `cancel_left_running` needs of a run, checked before any request:
+ * `calls.cancel`, and no caller signal (the driver dispatches nothing after
+ * the caller's cancellation, so the planned cancel could not be sent).
+ */
+function checkCancelling<R>(calls: JobCalls<R>, options: RunOptions): void {
+  const refuse = (why: string): never => {
+    throw new PolicyError("invalid_async_job", `invalid_async_job at /async_job/cancel_left_running: ${why}`, { path: "/async_job/cancel_left_running" });
+  };
+  if (typeof calls.cancel !== "function") refuse("the run plans the cancel of a job left running: calls.cancel is required");
+  if (options.signal !== undefined) {
+    refuse("a caller's signal is not yet taken with cancel_left_running (the driver sends nothing after a cancellation, so the planned cancel could not be sent)");
+  }
+}
+
+function reportJob(step: Step, id: string | undefined, status: JobStatus | undefined): void {
   if (step.job === undefined) throw new TypeError("runJob: this step cannot report a job");
   step.job(id, status);
 }

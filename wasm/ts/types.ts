@@ -198,7 +198,7 @@ export interface DispatchDecision {
   jitter_max_ms?: number;
   jitter_min_ms?: number;
   jitter_sample_ms?: number;
-  /** For an async job: a submit, or a poll of the accepted job (docs/JOBS.md). */
+  /** For an async job: a submit, a poll of the accepted job, or its planned cancel (docs/JOBS.md). */
   job?: import("./job.js").JobStep;
   logical_request_sha256: Sha256Hex;
   not_before_ms: number;

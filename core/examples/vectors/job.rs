@@ -30,6 +30,19 @@ fn job_policy(max_polls: u64, base: u64, max: u64, deadline: u64) -> String {
     t(&job_policy_value(max_polls, base, max, deadline))
 }
 
+/// [`job_policy`] with `cancel_left_running`: a job the run would leave
+/// running is cancelled first, and the cancel recorded.
+fn cancelling_policy(max_polls: u64, base: u64, max: u64, deadline: u64) -> String {
+    let mut v = job_policy_value(max_polls, base, max, deadline);
+    v["async_job"]["cancel_left_running"] = json!(true);
+    t(&v)
+}
+
+/// The cancel of the job, accepted by the provider.
+fn cancel_accepted() -> Value {
+    json!({"duration_ms": 40, "facts": {"result": "returned"}, "job": {"id": JOB_ID}})
+}
+
 /// A submit the provider accepted, answering `status`.
 fn accepted(status: Option<&str>) -> Value {
     let mut job = json!({"id": JOB_ID});
@@ -69,7 +82,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "job",
         "job_session: a provider asynchronous job step by step (submit, acceptance, polls by the job id; judgement, decision, attempts, receipt with its job summary, sealed bundle and its verdict); verify_bundle of forged job runs; validate_policy of the async_job section.",
-        "acceptance with and without an initial status, a submit answered completed or failed at once, polls through queued and in_progress to every final status (completed, failed, cancelled, incomplete, expired), the poll schedule (base doubling to the maximum) and a poll's Retry-After floor, submits retried before the acceptance (429, 503 onto the fallback route), a lost submit answer (dropped connection, timeout) stopping indeterminate, a non-retryable submit, polls that fail retryably, lose their answer or find the job gone, the poll bound and the deadline (job left running), a completion after the deadline, cancellation between polls; errors: another job's id, an acceptance without an id, a poll without a status, a failure with a status, an unknown status; forged bundles (second submit after acceptance, early poll, poll past the bound, record missing or unexpected, poll number, job id, receipt summary); section bounds",
+        "acceptance with and without an initial status, a submit answered completed or failed at once, polls through queued and in_progress to every final status (completed, failed, cancelled, incomplete, expired), the poll schedule (base doubling to the maximum) and a poll's Retry-After floor, submits retried before the acceptance (429, 503 onto the fallback route), a lost submit answer (dropped connection, timeout) stopping indeterminate, a non-retryable submit, polls that fail retryably, lose their answer or find the job gone, the poll bound and the deadline (job left running), a completion after the deadline, cancellation between polls; under cancel_left_running the planned cancel of a job left running (at the deadline, after a completion past it, after the poll bound, after the caller's cancellation, after a poll finding the job gone; accepted, refused, answer lost; none when the job completed or was never accepted); errors: another job's id, an acceptance without an id, a poll without a status, a failure with a status, an unknown status; forged bundles (second submit after acceptance, early poll, poll past the bound, record missing or unexpected, poll number, job id, receipt summary; a cancel not planned, a second cancel, a cancel of another job, a poll or submit after the cancel, a cancel with a status, a planned cancel missing, a cancel before the caller's cancellation); section bounds",
     );
     let session = |f: &mut Family, name: &str, policy: &str, script: Vec<Value>, want: &str| {
         f.add(
@@ -329,6 +342,158 @@ pub fn family() -> Family {
         "stop_cancelled",
     );
 
+    // cancel_left_running: the run that would leave the job running
+    // plans one cancel of it, recorded with its outcome, then ends with the
+    // terminal that planned it.
+    let short_cancel = cancelling_policy(10, 1_000, 4_000, 5_000);
+    let p_cancel = cancelling_policy(6, 200, 1_000, 20_000);
+    let bounded_cancel = cancelling_policy(3, 200, 1_000, 20_000);
+    let at_deadline = || {
+        vec![
+            accepted(Some("queued")),
+            polled("in_progress"),
+            polled("in_progress"),
+        ]
+    };
+    let with = |mut v: Vec<Value>, last: Value| {
+        v.push(last);
+        v
+    };
+    session(
+        &mut f,
+        "job_cancel_planned_not_recorded",
+        &short_cancel,
+        at_deadline(),
+        "run_not_terminal",
+    );
+    session(
+        &mut f,
+        "job_cancel_at_deadline_accepted",
+        &short_cancel,
+        with(at_deadline(), cancel_accepted()),
+        "cancel\":\"accepted",
+    );
+    session(
+        &mut f,
+        "job_cancel_at_deadline_refused",
+        &short_cancel,
+        with(at_deadline(), poll_raised(raised(503, json!([])))),
+        "cancel\":\"failed",
+    );
+    session(
+        &mut f,
+        "job_cancel_answer_lost",
+        &short_cancel,
+        with(at_deadline(), poll_raised(dropped())),
+        "stop_deadline",
+    );
+    session(
+        &mut f,
+        "job_cancel_after_completion_past_deadline",
+        &short_cancel,
+        vec![
+            accepted(Some("queued")),
+            json!({"duration_ms": 4_500, "facts": {"result": "returned"}, "job": {"id": JOB_ID, "status": "in_progress"}}),
+            cancel_accepted(),
+        ],
+        "stop_deadline",
+    );
+    session(
+        &mut f,
+        "job_cancel_after_poll_bound",
+        &bounded_cancel,
+        vec![
+            accepted(Some("queued")),
+            polled("in_progress"),
+            polled("in_progress"),
+            polled("in_progress"),
+            cancel_accepted(),
+        ],
+        "stop_total_attempts",
+    );
+    session(
+        &mut f,
+        "job_cancel_after_caller_cancellation",
+        &p_cancel,
+        vec![
+            accepted(Some("queued")),
+            polled("in_progress"),
+            json!({"cancel": true}),
+            cancel_accepted(),
+        ],
+        "stop_cancelled",
+    );
+    session(
+        &mut f,
+        "job_cancel_after_poll_not_found",
+        &p_cancel,
+        vec![
+            accepted(Some("queued")),
+            poll_raised(raised(404, json!([]))),
+            poll_raised(raised(404, json!([]))),
+        ],
+        "stop_non_retryable",
+    );
+    session(
+        &mut f,
+        "job_cancel_not_planned_when_completed",
+        &p_cancel,
+        vec![accepted(Some("queued")), polled("completed")],
+        "completed",
+    );
+    session(
+        &mut f,
+        "job_cancel_not_planned_when_failed",
+        &p_cancel,
+        vec![accepted(Some("queued")), polled("failed")],
+        "left_running\":false",
+    );
+    session(
+        &mut f,
+        "job_cancel_not_planned_before_acceptance",
+        &p_cancel,
+        vec![dropped()],
+        "stop_indeterminate",
+    );
+    session(
+        &mut f,
+        "job_cancel_other_job",
+        &short_cancel,
+        with(
+            at_deadline(),
+            json!({"duration_ms": 40, "facts": {"result": "returned"}, "job": {"id": "resp_other"}}),
+        ),
+        "job_id_drift",
+    );
+    session(
+        &mut f,
+        "job_cancel_with_status",
+        &short_cancel,
+        with(
+            at_deadline(),
+            json!({"duration_ms": 40, "facts": {"result": "returned"}, "job": {"id": JOB_ID, "status": "cancelled"}}),
+        ),
+        "job_status_drift",
+    );
+    session(
+        &mut f,
+        "job_cancel_twice",
+        &short_cancel,
+        with(with(at_deadline(), cancel_accepted()), cancel_accepted()),
+        "attempt_after_terminal",
+    );
+    session(
+        &mut f,
+        "job_cancelled_again_while_cancel_planned",
+        &p_cancel,
+        vec![
+            accepted(Some("queued")),
+            json!({"cancel": true}),
+            json!({"cancel": true}),
+        ],
+        "cancel_drift",
+    );
+
     // Facts that do not fit.
     session(
         &mut f,
@@ -380,6 +545,7 @@ pub fn family() -> Family {
     );
 
     forged(&mut f, &p, &bounded);
+    forged_cancel(&mut f, &short_cancel, &p_cancel);
 
     // The section's bounds.
     f.policy("job_policy_valid", &p, "ok");
@@ -396,6 +562,10 @@ pub fn family() -> Family {
     bad(&mut f, "job_policy_zero_base", section(5, 0, 1_000));
     bad(&mut f, "job_policy_max_below_base", section(5, 500, 400));
     bad(&mut f, "job_policy_max_at_deadline", section(5, 200, 5_000));
+    f.policy("job_policy_cancel_left_running", &p_cancel, "ok");
+    let mut off = section(5, 200, 1_000);
+    off["cancel_left_running"] = json!(false);
+    bad(&mut f, "job_policy_cancel_left_running_false", off);
     let mut streamed = job_policy_value(5, 200, 1_000, 20_000);
     streamed["stream"] = json!({"max_response_bytes": 65_536, "mode": "buffer"});
     f.policy("job_policy_with_stream", &t(&streamed), "invalid_async_job");
@@ -489,4 +659,123 @@ fn forged(f: &mut Family, p: &str, bounded: &str) {
     extra["completed_at_ms"] = json!(at + 30);
     attempts.push(extra);
     f.verify("job_verify_poll_past_bound", &t(&b), "job_poll_bound");
+}
+
+/// Forged bundles of runs that cancel the job they left running.
+fn forged_cancel(f: &mut Family, short: &str, p: &str) {
+    let base = sealed(
+        short,
+        vec![
+            accepted(Some("queued")),
+            polled("in_progress"),
+            polled("in_progress"),
+            cancel_accepted(),
+        ],
+    );
+    f.verify("job_verify_cancel_sealed", &t(&base), "verified");
+    let cancel = base["attempts"]["attempts"][3].clone();
+    let push = |b: &mut Value, mut extra: Value, kind: Value| {
+        let attempts = b["attempts"]["attempts"].as_array_mut().expect("attempts");
+        let at = extra["completed_at_ms"].as_u64().expect("completed");
+        extra["ordinal"] = json!(attempts.len() + 1);
+        extra["started_at_ms"] = json!(at);
+        extra["completed_at_ms"] = json!(at + 40);
+        extra["job"] = kind;
+        attempts.push(extra);
+    };
+
+    // The same run under a policy without cancel_left_running: the core
+    // planned no cancel.
+    let mut b = base.clone();
+    b["policy"]["async_job"]
+        .as_object_mut()
+        .expect("section")
+        .remove("cancel_left_running");
+    f.verify("job_verify_cancel_not_planned", &t(&b), "job_kind_drift");
+
+    // A second cancel.
+    let mut b = base.clone();
+    push(&mut b, cancel.clone(), cancel["job"].clone());
+    f.verify("job_verify_second_cancel", &t(&b), "job_kind_drift");
+
+    // A poll after the cancel.
+    let mut b = base.clone();
+    let mut poll = cancel["job"].clone();
+    poll["kind"] = json!("poll");
+    poll["poll"] = json!(3);
+    poll["status"] = json!("in_progress");
+    push(&mut b, cancel.clone(), poll);
+    f.verify("job_verify_poll_after_cancel", &t(&b), "job_kind_drift");
+
+    // A submit after the cancel.
+    let mut b = base.clone();
+    let mut submit = cancel["job"].clone();
+    submit["kind"] = json!("submit");
+    submit["status"] = json!("queued");
+    push(&mut b, cancel.clone(), submit);
+    f.verify("job_verify_submit_after_cancel", &t(&b), "job_resubmit");
+
+    // The cancel of another job.
+    let mut b = base.clone();
+    b["attempts"]["attempts"][3]["job"]["job_sha256"] = json!(crate::common::id("resp_other"));
+    f.verify("job_verify_cancel_other_job", &t(&b), "job_id_drift");
+
+    // A cancel recorded where the second poll was planned.
+    let mut b = base.clone();
+    let rec = b["attempts"]["attempts"][2]["job"]
+        .as_object_mut()
+        .expect("job");
+    rec.remove("poll");
+    rec.remove("status");
+    rec.insert("kind".into(), json!("cancel"));
+    f.verify(
+        "job_verify_cancel_instead_of_poll",
+        &t(&b),
+        "job_kind_drift",
+    );
+
+    // A cancel that records a status.
+    let mut b = base.clone();
+    b["attempts"]["attempts"][3]["job"]["status"] = json!("cancelled");
+    f.verify("job_verify_cancel_with_status", &t(&b), "job_status_drift");
+
+    // The planned cancel left out.
+    let mut b = base.clone();
+    b["attempts"]["attempts"]
+        .as_array_mut()
+        .expect("attempts")
+        .pop();
+    f.verify("job_verify_cancel_missing", &t(&b), "run_not_terminal");
+
+    // The receipt says the cancel failed.
+    let mut b = base.clone();
+    b["receipt"]["job"]["cancel"] = json!("failed");
+    f.verify(
+        "job_verify_cancel_summary_changed",
+        &t(&b),
+        "receipt_mismatch",
+    );
+
+    // After the caller's cancellation: the cancel comes after it.
+    let run = sealed(
+        p,
+        vec![
+            accepted(Some("queued")),
+            polled("in_progress"),
+            json!({"cancel": true}),
+            cancel_accepted(),
+        ],
+    );
+    f.verify("job_verify_caller_cancel_sealed", &t(&run), "verified");
+    // The cancellation moved after the cancel's start.
+    let mut b = run.clone();
+    let started = run["attempts"]["attempts"][2]["started_at_ms"]
+        .as_u64()
+        .expect("started");
+    b["attempts"]["cancelled_at_ms"] = json!(started + 1);
+    f.verify(
+        "job_verify_cancel_before_cancellation",
+        &t(&b),
+        "early_start",
+    );
 }
