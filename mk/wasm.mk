@@ -6,7 +6,7 @@
 #   make test-wasm   clippy for wasm32, wasm/ts/tables.ts current with tests/vectors/tables.json,
 #                    tsc --strict over sources, declarations and tests, node --test (with Redis,
 #                    PostgreSQL and a Temporal dev server of its own)
-#   make bench-wasm  driver CPU and wall per call against p-retry, cockatiel and a bare loop; wasm size (opt-level 3 and z);
+#   make bench-wasm  driver CPU and wall per call against p-retry, cockatiel and a bare loop; wasm size (opt-level 2 and z);
 #                    store writes on SQLite and PostgreSQL next to a bare INSERT + COMMIT -> docs/BENCHMARKS.md
 #
 # Installs what it needs, skipping what is there: the wasm32 target, wasm-pack,
@@ -27,14 +27,14 @@ WASM_BASE64 := wasm/pkg-web/retryledger_wasm_base64.js
 WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
 WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
 WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts wasm/ts/stores/*.ts) wasm/tsconfig.json wasm/tsconfig.temporal.json
-# The module ships at opt-level z, the build that meets the 150 KB size target
-# (SHA-256 stays at opt-level 3 through WASM_CARGO_ARGS). opt-level 3 is about
-# a quarter larger and seals receipts somewhat faster; `make bench` builds the
-# other flavour too and reports both side by side, and WASM_OPT_LEVEL=3 makes
-# the shipped module the fast one. The native profile stays as the workspace
-# sets it.
-WASM_OPT_LEVEL ?= z
-WASM_ALT_OPT_LEVEL := $(if $(filter z,$(WASM_OPT_LEVEL)),3,z)
+# The module ships at opt-level 2 (SHA-256 at 3 through WASM_CARGO_ARGS): a
+# run's cost is mostly the core's, and the speed target of docs/BENCHMARKS.md
+# (the driver against p-retry) holds only there; opt-level z is about a third
+# smaller and about 1.3 times slower. `make bench` builds the other flavour
+# too and reports both side by side, and WASM_OPT_LEVEL=z makes the shipped
+# module the small one. The native profile stays as the workspace sets it.
+WASM_OPT_LEVEL ?= 2
+WASM_ALT_OPT_LEVEL := $(if $(filter z,$(WASM_OPT_LEVEL)),2,z)
 WASM_PACK_AT = CARGO_PROFILE_RELEASE_OPT_LEVEL=$(1) wasm-pack build --release --mode no-install --out-name retryledger_wasm
 WASM_PACK = $(call WASM_PACK_AT,$(WASM_OPT_LEVEL))
 WASM_CARGO_ARGS := -- --config profile.release.package.sha2.opt-level=3

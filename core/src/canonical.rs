@@ -30,6 +30,12 @@ pub trait Sink {
     fn begin_object(&mut self);
     /// An object key; the next event is its value.
     fn key(&mut self, key: &str);
+    /// An object key that is a field name of a document type: static text
+    /// that needs no JSON escape (an identifier), so a sink may write it as
+    /// it is and key a cache by its address. The next event is its value.
+    fn field(&mut self, name: &'static str) {
+        self.key(name);
+    }
     /// `}`
     fn end_object(&mut self);
     /// `[`
@@ -55,14 +61,14 @@ impl<'a> ObjectWriter<'a> {
     }
 
     /// An integer field.
-    pub fn u64(&mut self, key: &str, v: u64) -> &mut Self {
-        self.0.key(key);
+    pub fn u64(&mut self, key: &'static str, v: u64) -> &mut Self {
+        self.0.field(key);
         self.0.u64(v);
         self
     }
 
     /// An optional integer field, omitted when absent.
-    pub fn opt_u64(&mut self, key: &str, v: Option<u64>) -> &mut Self {
+    pub fn opt_u64(&mut self, key: &'static str, v: Option<u64>) -> &mut Self {
         if let Some(v) = v {
             self.u64(key, v);
         }
@@ -70,28 +76,28 @@ impl<'a> ObjectWriter<'a> {
     }
 
     /// A boolean field.
-    pub fn bool(&mut self, key: &str, v: bool) -> &mut Self {
-        self.0.key(key);
+    pub fn bool(&mut self, key: &'static str, v: bool) -> &mut Self {
+        self.0.field(key);
         self.0.bool(v);
         self
     }
 
     /// A string field.
-    pub fn str(&mut self, key: &str, v: &str) -> &mut Self {
-        self.0.key(key);
+    pub fn str(&mut self, key: &'static str, v: &str) -> &mut Self {
+        self.0.field(key);
         self.0.str(v);
         self
     }
 
     /// A field holding a document.
-    pub fn doc(&mut self, key: &str, v: &dyn Encode) -> &mut Self {
-        self.0.key(key);
+    pub fn doc(&mut self, key: &'static str, v: &dyn Encode) -> &mut Self {
+        self.0.field(key);
         v.encode(self.0);
         self
     }
 
     /// An optional document field, omitted when absent.
-    pub fn opt_doc<T: Encode>(&mut self, key: &str, v: Option<&T>) -> &mut Self {
+    pub fn opt_doc<T: Encode>(&mut self, key: &'static str, v: Option<&T>) -> &mut Self {
         if let Some(v) = v {
             self.doc(key, v);
         }
@@ -99,8 +105,8 @@ impl<'a> ObjectWriter<'a> {
     }
 
     /// A field holding an array of documents.
-    pub fn list<T: Encode>(&mut self, key: &str, items: &[T]) -> &mut Self {
-        self.0.key(key);
+    pub fn list<T: Encode>(&mut self, key: &'static str, items: &[T]) -> &mut Self {
+        self.0.field(key);
         encode_list(items.iter(), self.0);
         self
     }
@@ -230,6 +236,17 @@ impl Sink for Text {
         self.sep();
         write_string(key, &mut self.out);
         self.out.byte(b':');
+        self.comma = false;
+    }
+    fn field(&mut self, name: &'static str) {
+        debug_assert!(
+            !name.bytes().any(needs_escape),
+            "field names need no escape"
+        );
+        self.sep();
+        self.out.byte(b'"');
+        self.out.put(name.as_bytes());
+        self.out.put(b"\":");
         self.comma = false;
     }
     fn end_object(&mut self) {

@@ -189,7 +189,7 @@ enum Val<'a> {
     Doc(&'a dyn Encode),
 }
 
-fn write_sorted(sink: &mut dyn Sink, mut fields: Vec<(&str, Val<'_>)>) {
+fn write_sorted(sink: &mut dyn Sink, mut fields: Vec<(&'static str, Val<'_>)>) {
     fields.sort_by(|a, b| a.0.cmp(b.0));
     let mut o = ObjectWriter::new(sink);
     for (k, v) in fields {
@@ -204,7 +204,7 @@ fn write_sorted(sink: &mut dyn Sink, mut fields: Vec<(&str, Val<'_>)>) {
 impl Encode for JournalEvent {
     fn encode(&self, sink: &mut dyn Sink) {
         let kind = self.payload.kind();
-        let mut f: Vec<(&str, Val<'_>)> = vec![
+        let mut f: Vec<(&'static str, Val<'_>)> = vec![
             ("kind", Val::Doc(&kind)),
             ("lease_generation", Val::U64(self.lease_generation)),
             ("prev_sha256", Val::Doc(&self.prev_sha256)),

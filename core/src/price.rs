@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use crate::attempt::Attempts;
-use crate::canonical::{Encode, ObjectWriter, Sink};
+use crate::canonical::{Encode, Sink};
 use crate::decode::{object, At, Decode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
@@ -62,11 +62,13 @@ impl Decode for Units {
 
 impl Encode for Units {
     fn encode(&self, sink: &mut dyn Sink) {
-        let mut o = ObjectWriter::new(sink);
+        // Usage kinds are the caller's names, not field names: keys, escaped.
+        sink.begin_object();
         for (k, v) in &self.0 {
-            o.u64(k.as_str(), *v);
+            sink.key(k.as_str());
+            sink.u64(*v);
         }
-        o.end();
+        sink.end_object();
     }
 }
 

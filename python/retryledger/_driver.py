@@ -199,6 +199,10 @@ class AttemptError(Exception):
     the constructor's arguments.
     """
 
+    # Slots for the two fields every instance has: no instance dict is made
+    # for them (one per raise otherwise); other attributes still go to one.
+    __slots__ = ("_outcome", "_facts")
+
     _outcome: _core.Outcome
     _facts: _core.Facts
 
@@ -840,8 +844,10 @@ class _Host:
         wall_clock: Optional[Callable[[], float]],
         on_attempt: Optional[AttemptCallback],
         fleet: Optional[Fleet] = None,
+        session: Optional[_core.Session] = None,
     ) -> None:
-        self.session = compiled._compiled.session()
+        #: The run's session (a new one unless the run already has one).
+        self.session = compiled._compiled.session() if session is None else session
         self.classify = classify
         self.wall_clock = wall_clock
         self.on_attempt = on_attempt
@@ -1135,38 +1141,49 @@ def run(
         clock = _monotonic_ms
     if sleep is None:
         sleep = _sleep_ms
-    host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
-    host.reserve_tokens = _reserve(reserve_tokens)
-    hooked = host.hooks(on_decision, on_sleep, on_terminal)
-    if checks:
-        host.checks = tuple(checks)
-    returned = host.returned
-    session = host.session
+    hooked = on_decision is not None or on_sleep is not None or on_terminal is not None
+    # A run with no fleet, hook or check needs no host until something
+    # unusual happens (an error other than AttemptError, or the run stops).
+    host: Optional[_Host] = None
+    if fleet is not None or on_attempt is not None or hooked or checks:
+        host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
+        host.reserve_tokens = _reserve(reserve_tokens)
+        host.hooks(on_decision, on_sleep, on_terminal)
+        if checks:
+            host.checks = tuple(checks)
+        session = host.session
+        admits = host.fleet is not None
+    else:
+        _fleet_for(compiled, None)
+        _reserve(reserve_tokens)
+        session = compiled._compiled.session()
+        admits = False
     if schedule is not None:
         session.set_price_schedule(schedule)
     # The loop of ``_Host.next_attempt`` and ``_Host.record``, written out:
     # the same steps, without a call per step (the driver's own cost).
     plan_next = session.next
     observe = session.observe
-    admits = host.fleet is not None
     after = admits or on_attempt is not None
+    last_error: Optional[BaseException] = None
+    judgement: Optional[_core.Judgement] = None
     t0 = clock()
     while True:
         plan = plan_next()
         if hooked and not (admits and isinstance(plan, _core.Dispatch)):
-            host.decided(plan)  # (an admitted plan: in next_attempt)
+            host.decided(plan)  # type: ignore[union-attr]  # (an admitted plan: in next_attempt)
         if isinstance(plan, _Terminal):
             break
         if admits:
             # Admitted through the fleet (waiting while its limits ask to).
-            plan, now = host.next_attempt(clock, t0, sleep)
+            plan, now = host.next_attempt(clock, t0, sleep)  # type: ignore[union-attr]
             if isinstance(plan, _Terminal):
                 break
         else:
             now = clock() - t0
             not_before = plan.not_before_ms
             if hooked and now < not_before:
-                host.sleeping(plan, now)
+                host.sleeping(plan, now)  # type: ignore[union-attr]
             while now < not_before:
                 sleep(not_before - now)
                 now = clock() - t0
@@ -1175,28 +1192,40 @@ def run(
         try:
             value = dispatch(step)
         except Exception as exc:
-            host.last_error = exc
-            facts = exc._facts if type(exc) is AttemptError else host.facts(step, exc)
+            last_error = exc
+            if type(exc) is AttemptError:
+                facts = exc._facts
+            else:
+                if host is None:
+                    host = _Host(compiled, classify, wall_clock, None, None, session)
+                facts = host.facts(step, exc)
             completed = int(clock() - t0)
-            host.judgement = judgement = observe(started, completed if completed > started else started, step._cost, facts)
+            judgement = observe(started, completed if completed > started else started, step._cost, facts)
             if after:
-                host.after(step, judgement)
+                host.after(step, judgement)  # type: ignore[union-attr]
         else:
+            if checks:
+                facts = host.returned(value)  # type: ignore[union-attr]
+                last_error = host.last_error  # type: ignore[union-attr]  # a check that broke, or None
+            else:
+                facts = _RETURNED
+                last_error = None
             completed = int(clock() - t0)
-            host.judgement = judgement = observe(
-                started, completed if completed > started else started, step._cost, returned(value) if checks else _RETURNED
-            )
+            judgement = observe(started, completed if completed > started else started, step._cost, facts)
             if after:
-                host.after(step, judgement)
+                host.after(step, judgement)  # type: ignore[union-attr]
             if session.terminal == "completed":
-                # The last error's traceback holds this frame, which holds the
-                # host: dropped here, no cycle is left for the collector.
-                host.last_error = None
+                # The last error's traceback holds this frame: dropped here,
+                # no cycle is left for the collector.
+                last_error = None
                 if hooked:
-                    host.decided(plan_next())  # the terminal decision, as the loop would see it
-                    return RunResult(value, host.sealed())
+                    host.decided(plan_next())  # type: ignore[union-attr]  # the terminal decision, as the loop would see it
+                    return RunResult(value, host.sealed())  # type: ignore[union-attr]
                 return RunResult(value, session.seal())
-    raise host.failure() from host.last_error
+    if host is None:
+        host = _Host(compiled, classify, wall_clock, None, None, session)
+    host.last_error, host.judgement = last_error, judgement
+    raise host.failure() from last_error
 
 
 async def run_async(

@@ -159,13 +159,19 @@ struct StrCache {
         std::hash::BuildHasherDefault<ShortHasher>,
     >,
     front: Vec<Option<FrontSlot>>,
+    /// Field names ([`Sink::field`]: static text) by address and length,
+    /// which alone tell them apart: no text is compared.
+    fields: Vec<Option<(usize, usize, Py<PyString>)>>,
 }
+
+/// Slots of the table of field names (a power of two).
+const FIELD_SLOTS: usize = 1024;
 
 /// A string of the table by address: the address it was met at, its text, the string.
 type FrontSlot = (usize, Box<str>, Py<PyString>);
 
 /// Slots of the table by address (a power of two).
-const FRONT_SLOTS: usize = 256;
+const FRONT_SLOTS: usize = 1024;
 
 /// Whether two texts are equal, eight bytes at a time and inline (short
 /// texts: no call into the library's byte comparison).
@@ -205,6 +211,32 @@ impl StrCache {
                 Some(v.bind(py).clone())
             }
             _ => None,
+        }
+    }
+
+    #[inline]
+    fn field_slot(name: &'static str) -> usize {
+        let at = name.as_ptr() as usize;
+        ((at >> 2) ^ (at >> 12) ^ name.len()) & (FIELD_SLOTS - 1)
+    }
+
+    /// A field name's string, if met before.
+    #[inline]
+    fn field<'py>(&self, py: Python<'py>, name: &'static str) -> Option<Bound<'py, PyString>> {
+        match self.fields.get(Self::field_slot(name)) {
+            Some(Some((at, n, v))) if *at == name.as_ptr() as usize && *n == name.len() => {
+                Some(v.bind(py).clone())
+            }
+            _ => None,
+        }
+    }
+
+    fn remember_field(&mut self, name: &'static str, v: &Bound<'_, PyString>) {
+        if self.fields.is_empty() {
+            self.fields.resize_with(FIELD_SLOTS, || None);
+        }
+        if let Some(slot) = self.fields.get_mut(Self::field_slot(name)) {
+            *slot = Some((name.as_ptr() as usize, name.len(), v.clone().unbind()));
         }
     }
 
@@ -401,6 +433,17 @@ impl Sink for PySink<'_, '_> {
     }
     fn key(&mut self, key: &str) {
         self.key = Some(short_str(self.py, self.strs, key));
+    }
+    fn field(&mut self, name: &'static str) {
+        if let Some(v) = self.strs.field(self.py, name) {
+            self.key = Some((v, true));
+            return;
+        }
+        let (v, cached) = short_str(self.py, self.strs, name);
+        if cached {
+            self.strs.remember_field(name, &v);
+        }
+        self.key = Some((v, cached));
     }
     fn end_object(&mut self) {
         self.close();

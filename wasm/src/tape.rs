@@ -74,7 +74,13 @@ struct Keys {
     ids: HashMap<Box<str>, u32, BuildHasherDefault<KeyHasher>>,
     texts: Vec<Box<str>>,
     front: Vec<(usize, u32)>,
+    /// Field names ([`Sink::field`]: static text) by address and length,
+    /// which alone tell them apart: no text is compared.
+    fields: Vec<(usize, usize, u32)>,
 }
+
+/// Slots of the table of field names (a power of two).
+const FIELD_SLOTS: usize = 1024;
 
 /// Slots of the table by address (a power of two).
 const FRONT_SLOTS: usize = 256;
@@ -109,6 +115,29 @@ impl Keys {
         let (at, id) = *self.front.get(Self::slot(key))?;
         let text = self.texts.get(usize::try_from(id).ok()?)?;
         (at == key.as_ptr() as usize && same_text(text, key)).then_some(id)
+    }
+
+    /// The number of a field name met before.
+    #[inline]
+    fn field(&self, name: &'static str) -> Option<u32> {
+        let at = name.as_ptr() as usize;
+        let (a, n, id) = *self.fields.get(Self::field_slot(name))?;
+        (a == at && n == name.len()).then_some(id)
+    }
+
+    #[inline]
+    fn field_slot(name: &'static str) -> usize {
+        let at = name.as_ptr() as usize;
+        ((at >> 2) ^ (at >> 12) ^ name.len()) & (FIELD_SLOTS - 1)
+    }
+
+    fn remember_field(&mut self, name: &'static str, id: u32) {
+        if self.fields.is_empty() {
+            self.fields = vec![(0, 0, 0); FIELD_SLOTS];
+        }
+        if let Some(slot) = self.fields.get_mut(Self::field_slot(name)) {
+            *slot = (name.as_ptr() as usize, name.len(), id);
+        }
     }
 
     fn remember(&mut self, key: &str, id: u32) {
@@ -251,6 +280,18 @@ impl Sink for Writer<'_, '_> {
         }
         let (from, to) = self.span(key);
         self.tape.put(&[LONE_KEY, from, to]);
+    }
+    fn field(&mut self, name: &'static str) {
+        if let Some(id) = self.keys.as_deref().and_then(|k| k.field(name)) {
+            self.tape.put(&[KEY, f64::from(id)]);
+            return;
+        }
+        self.key(name);
+        if let Some(keys) = self.keys.as_deref_mut() {
+            if let Some(id) = keys.ids.get(name).copied() {
+                keys.remember_field(name, id);
+            }
+        }
     }
     fn end_object(&mut self) {
         self.tape.put(&[END_OBJECT]);
