@@ -160,15 +160,13 @@ struct Buf {
 }
 
 impl Buf {
-    /// A buffer that goes on after `start`'s bytes (zeroed memory is
-    /// allocated at once, never filled byte by byte).
-    fn new(start: Vec<u8>) -> Self {
+    /// A buffer that goes on after `start`'s bytes, in `start`'s memory
+    /// (its spare capacity zeroed at once, never filled byte by byte): a
+    /// buffer handed back and forth is written again without allocating.
+    fn new(mut start: Vec<u8>) -> Self {
         let len = start.len();
-        let mut bytes = vec![0u8; start.capacity().max(len.saturating_add(1024))];
-        if let Some(head) = bytes.get_mut(..len) {
-            head.copy_from_slice(&start);
-        }
-        Self { bytes, len }
+        start.resize(start.capacity().max(len.saturating_add(1024)), 0);
+        Self { bytes: start, len }
     }
 
     #[inline(always)]
@@ -524,11 +522,23 @@ pub fn canonical_json<T: Encode + ?Sized>(doc: &T) -> String {
     into_text(out)
 }
 
+thread_local! {
+    /// The text [`digest_of`] hashes, written into the same memory each time.
+    static DIGEST_TEXT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Digest of a document: lowercase hex SHA-256 of its canonical JSON.
 pub fn digest_of<T: Encode + ?Sized>(doc: &T) -> String {
-    let mut out = Vec::with_capacity(1024);
+    // Taken out while in use: a digest computed while writing (none is) would start afresh.
+    let mut out = DIGEST_TEXT.with(std::cell::Cell::take);
+    out.clear();
     write_canonical(doc, &mut out);
-    sha256_hex(&out)
+    let hex = sha256_hex(&out);
+    // A buffer grown for a huge document is not kept.
+    if out.capacity() <= 1 << 16 {
+        DIGEST_TEXT.with(|t| t.set(out));
+    }
+    hex
 }
 
 /// Digest of any JSON value in normal form (keys sorted by JCS).

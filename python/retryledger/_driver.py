@@ -287,22 +287,25 @@ def _charge_with_usage() -> PolicyError:
 class Step:
     """One planned attempt, as ``dispatch`` receives it."""
 
-    __slots__ = (
-        "plan", "idempotency_key", "started_at_ms", "_cost", "_delivered", "_schedule", "_session", "_usage", "_tokens",
-        "_rate_limits",
-        "request", "repair_ordinal",
-    )
+    # The fields every attempt sets are slots; the ones an attempt rarely
+    # reports keep their defaults on the class until set (in the instance's
+    # dict, made only then), so making a step costs five stores.
+    __slots__ = ("plan", "idempotency_key", "started_at_ms", "_schedule", "_session", "__dict__")
 
     plan: _core.Dispatch
     idempotency_key: str
     started_at_ms: int
-    _cost: Optional[int]
-    _delivered: bool
     _schedule: Optional[str]
     _session: Optional[_core.Session]
-    _usage: bool
-    _tokens: Optional[int]
-    _rate_limits: Optional[List[Tuple[str, str]]]
+    _cost: Optional[int] = None
+    _delivered: bool = False
+    _usage: bool = False
+    _tokens: Optional[int] = None
+    _rate_limits: Optional[List[Tuple[str, str]]] = None
+    #: Under repair: the logical request this run sends (``None`` on the
+    #: root run unless ``request=`` was given), and its repair ordinal (0 on the root).
+    request: Any = None
+    repair_ordinal: int = 0
 
     def __init__(
         self,
@@ -318,19 +321,10 @@ class Step:
         self.idempotency_key = idempotency_key
         #: When the attempt started on the run clock, ms.
         self.started_at_ms = started_at_ms
-        self._cost = None
-        self._delivered = False
         #: The run's price schedule as JSON text, checked against the policy.
         self._schedule = price_schedule
         #: The run's session, which records usage and request bodies.
         self._session = session
-        self._usage = False
-        self._tokens = None
-        self._rate_limits = None
-        #: Under repair: the logical request this run sends (``None`` on the
-        #: root run unless ``request=`` was given), and its repair ordinal (0 on the root).
-        self.request: Any = None
-        self.repair_ordinal = 0
 
     @property
     def ordinal(self) -> int:

@@ -1651,28 +1651,31 @@ impl PySession {
     }
 
     /// Seal the finished run (an error while it can still dispatch).
-    fn seal(&self, py: Python<'_>) -> PyResult<Sealed> {
-        let stream_events = self
+    fn seal(slf: &Bound<'_, Self>) -> PyResult<Sealed> {
+        let py = slf.py();
+        let this = slf.borrow();
+        let stream_events = this
             .session
             .policy()
             .policy
             .stream
             .as_ref()
-            .map(|_| retryledger_core::stream::StreamEvents(self.session.stream_events()));
-        let fleet_snapshots = self
+            .map(|_| retryledger_core::stream::StreamEvents(this.session.stream_events()));
+        let fleet_snapshots = this
             .session
             .policy()
             .policy
             .fleet
             .as_ref()
-            .map(|_| self.session.fleet_snapshots().clone());
+            .map(|_| this.session.fleet_snapshots().clone());
         Ok(Sealed {
-            receipt: lift(self.session.receipt())?,
-            attempts: self.session.attempts().clone(),
+            receipt: lift(this.session.receipt())?,
+            // A finished session's attempts no longer change: read from it, not copied.
+            attempts: slf.clone().unbind(),
             fleet_snapshots,
-            price_schedule: self.session.price_schedule().cloned(),
+            price_schedule: this.session.price_schedule().cloned(),
             stream_events,
-            policy: self.policy.clone_ref(py),
+            policy: this.policy.clone_ref(py),
             receipt_dict: PyOnceLock::new(),
             receipt_sha256: OnceLock::new(),
             bundle_json: OnceLock::new(),
@@ -1684,7 +1687,8 @@ impl PySession {
 #[pyclass(frozen, module = "retryledger._core")]
 struct Sealed {
     policy: Py<Compiled>,
-    attempts: Attempts,
+    /// The finished session, which holds the attempts.
+    attempts: Py<PySession>,
     fleet_snapshots: Option<retryledger_core::fleet::FleetSnapshots>,
     price_schedule: Option<retryledger_core::price::PriceSchedule>,
     stream_events: Option<retryledger_core::stream::StreamEvents>,
@@ -1716,6 +1720,14 @@ fn bundle_text(
         "{{\"attempts\":{attempts_json}{fleet},\"policy\":{policy_json}{prices},\"receipt\":{receipt_json},\"schema\":\"{}\"{events}}}",
         BundleSchema::NAME
     )
+}
+
+impl Sealed {
+    /// `f` of the run's attempts (held by the finished session).
+    fn with_attempts<R>(&self, py: Python<'_>, f: impl FnOnce(&Attempts) -> R) -> PyResult<R> {
+        let session = self.attempts.bind(py).try_borrow()?;
+        Ok(f(session.session.attempts()))
+    }
 }
 
 #[pymethods]
@@ -1750,29 +1762,33 @@ impl Sealed {
     /// The attempts document as a dict.
     #[getter]
     fn attempts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.attempts)
+        self.with_attempts(py, |a| to_py(py, a))?
     }
 
     /// The bundle (attempts, policy, receipt) as canonical JSON.
     #[getter]
-    fn bundle_json(&self) -> &str {
-        self.bundle_json.get_or_init(|| {
+    fn bundle_json(&self, py: Python<'_>) -> PyResult<&str> {
+        if let Some(text) = self.bundle_json.get() {
+            return Ok(text);
+        }
+        let attempts = self.with_attempts(py, canonical_json)?;
+        Ok(self.bundle_json.get_or_init(|| {
             bundle_text(
-                &canonical_json(&self.attempts),
+                &attempts,
                 self.fleet_snapshots.as_ref().map(canonical_json).as_deref(),
                 &self.policy.get().policy_json,
                 self.price_schedule.as_ref().map(canonical_json).as_deref(),
                 &canonical_json(&self.receipt),
                 self.stream_events.as_ref().map(canonical_json).as_deref(),
             )
-        })
+        }))
     }
 
     /// The bundle as a dict (a new one on each access).
     #[getter]
     fn bundle<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        d.set_item("attempts", to_py(py, &self.attempts)?)?;
+        d.set_item("attempts", self.with_attempts(py, |a| to_py(py, a))??)?;
         if let Some(f) = &self.fleet_snapshots {
             d.set_item("fleet_snapshots", to_py(py, f)?)?;
         }
