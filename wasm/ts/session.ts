@@ -471,15 +471,6 @@ interface KeptTape {
   readonly text: string;
 }
 
-/**
- * The receipt (or `undefined`: parse its JSON), the receipt's canonical
- * JSON or the tape the core writes it from, and the attempts' canonical JSON
- * when it was read for hashing. With a native SHA-256 the core writes the
- * attempts' canonical bytes into its memory, they are hashed there, and the
- * core writes the receipt built around that digest as a tape (`fromTape`):
- * no JSON text is written or parsed; the receipt's canonical JSON is written
- * by the core from a copy of the tape when first asked for.
- */
 /** Numbers per chunk of kept tapes (a receipt's tape holds a few hundred). */
 const TAPE_CHUNK = 16_384;
 let tapeChunk = new Float64Array(0);
@@ -502,11 +493,43 @@ function keepTape(f: Float64Array, at: number, count: number, text: string): Kep
   return { chunk: tapeChunk, start, count, text };
 }
 
+/** Bytes per chunk of kept attempts texts. */
+const BYTE_CHUNK = 65_536;
+let byteChunk = new Uint8Array(0);
+let bytesUsed = 0;
+
+/**
+ * Copy the attempts' canonical bytes out of the module's memory into a
+ * shared chunk, as `keepTape` does; they are decoded when the bundle first
+ * needs their text (a run whose bundle is never read decodes nothing).
+ */
+function keepBytes(mem: Uint8Array, at: number, n: number): Uint8Array {
+  if (bytesUsed + n > byteChunk.length) {
+    byteChunk = new Uint8Array(Math.max(BYTE_CHUNK, n));
+    bytesUsed = 0;
+  }
+  const kept = byteChunk.subarray(bytesUsed, bytesUsed + n);
+  kept.set(mem.subarray(at, at + n));
+  bytesUsed += n;
+  return kept;
+}
+
+
+/**
+ * The receipt (or `undefined`: parse its JSON), the receipt's canonical
+ * JSON or the tape the core writes it from, and the attempts' canonical JSON
+ * when it was read for hashing. With a native SHA-256 the core writes the
+ * attempts' canonical bytes into its memory, they are hashed there, and the
+ * core writes the receipt built around that digest as a tape (`fromTape`):
+ * no JSON text is written or parsed; the receipt's canonical JSON is written
+ * by the core from a copy of the tape when first asked for.
+ */
 /** What sealing gives: the receipt object, its canonical JSON or kept tape, and the attempts' JSON when read. */
 interface SealedParts {
   readonly receipt: Receipt | undefined;
   readonly receiptJson: string | KeptTape;
-  readonly attempts: string | undefined;
+  /** The attempts' canonical JSON, or its UTF-8 bytes (kept when they were hashed). */
+  readonly attempts: string | Uint8Array | undefined;
 }
 
 function sealed(r: RawSession): SealedParts {
@@ -524,7 +547,7 @@ function sealed(r: RawSession): SealedParts {
   const count = f[p + 3] as number;
   const textAt = f[p + 4] as number;
   const mem = moduleBytes();
-  const attempts = utf8.decode(mem.subarray(bytesAt, bytesAt + n));
+  const attempts = keepBytes(mem, bytesAt, n);
   const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
   const receipt = fromTape(f, tapeAt, count, text) as Receipt;
   return { receipt, receiptJson: keepTape(f, tapeAt, count, text), attempts };
@@ -547,7 +570,7 @@ class SealedRun implements Sealed {
   readonly receipt: Receipt;
   readonly #compiled: CompiledPolicy;
   #receipt: string | KeptTape;
-  #attempts: string | RawSession;
+  #attempts: string | Uint8Array | RawSession;
   #events: string | RawSession | undefined;
   readonly #snapshots: string | undefined;
   readonly #schedule: string | undefined;
@@ -565,7 +588,7 @@ class SealedRun implements Sealed {
     compiled: CompiledPolicy,
     receipt: Receipt | undefined,
     receiptJson: string | KeptTape,
-    attempts: string | RawSession,
+    attempts: string | Uint8Array | RawSession,
     events: string | RawSession | undefined,
     snapshots: string | undefined,
     schedule: string | undefined,
@@ -591,6 +614,11 @@ class SealedRun implements Sealed {
   #attemptsText(): string {
     const a = this.#attempts;
     if (typeof a === "string") return a;
+    if (a instanceof Uint8Array) {
+      const decoded = utf8.decode(a);
+      this.#attempts = decoded;
+      return decoded;
+    }
     const text = a.attempts_json();
     this.#attempts = text;
     this.#release(a);
