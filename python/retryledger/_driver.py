@@ -1129,8 +1129,11 @@ def run(
             on_attempt=on_attempt, price_schedule=price_schedule, fleet=fleet,
             on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
         )
-    compiled = _checked(policy, idempotency_key, key_scope)
-    schedule = _schedule_for(compiled, price_schedule)
+    if type(policy) is Policy and key_scope is None and policy._verified_key == idempotency_key:
+        compiled = policy  # its key was checked against the policy's digest before
+    else:
+        compiled = _checked(policy, idempotency_key, key_scope)
+    schedule = None if price_schedule is None else _schedule_for(compiled, price_schedule)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:
@@ -1148,8 +1151,11 @@ def run(
         session = host.session
         admits = host.fleet is not None
     else:
-        _fleet_for(compiled, None)
-        _reserve(reserve_tokens)
+        document = compiled._document
+        if document is None or "fleet" in document:
+            _fleet_for(compiled, None)  # a policy with a fleet section needs a fleet
+        if reserve_tokens is not None:
+            _reserve(reserve_tokens)
         session = compiled._compiled.session()
         admits = False
     if schedule is not None:
