@@ -862,6 +862,27 @@ class _Host:
         #: The verdicts of the last returned answer.
         self.verdicts: Optional[List[Any]] = None
 
+    @classmethod
+    def for_run(
+        cls,
+        compiled: Policy,
+        classify: Optional[Classifier],
+        wall_clock: Optional[Callable[[], float]],
+        on_attempt: Optional[AttemptCallback],
+        fleet: Optional[Fleet],
+        reserve_tokens: Optional[int],
+        hooks: Tuple[Optional[DecisionCallback], Optional[SleepCallback], Optional[TerminalCallback]],
+        checks: Optional[Sequence[Callable[[Any], Any]]],
+    ) -> "_Host":
+        """The host of a run with these options (its token reservation
+        checked, its hooks and output checks set)."""
+        host = cls(compiled, classify, wall_clock, on_attempt, fleet)
+        host.reserve_tokens = _reserve(reserve_tokens)
+        host.hooks(*hooks)
+        if checks:
+            host.checks = tuple(checks)
+        return host
+
     def returned(self, value: Any) -> _core.Facts:
         """The facts of a returned answer: its output checks' verdicts,
         decoded by the core; a check that raises or a verdict the core refuses
@@ -1143,11 +1164,9 @@ def run(
     # unusual happens (an error other than AttemptError, or the run stops).
     host: Optional[_Host] = None
     if fleet is not None or on_attempt is not None or hooked or checks:
-        host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
-        host.reserve_tokens = _reserve(reserve_tokens)
-        host.hooks(on_decision, on_sleep, on_terminal)
-        if checks:
-            host.checks = tuple(checks)
+        host = _Host.for_run(
+            compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, (on_decision, on_sleep, on_terminal), checks
+        )
         session = host.session
         admits = host.fleet is not None
     else:
@@ -1275,11 +1294,9 @@ async def run_async(
         clock = _monotonic_ms
     if sleep is None:
         sleep = _async_sleep_ms
-    host = _Host(compiled, classify, wall_clock, on_attempt, fleet)
-    host.reserve_tokens = _reserve(reserve_tokens)
-    host.hooks(on_decision, on_sleep, on_terminal)
-    if checks:
-        host.checks = tuple(checks)
+    host = _Host.for_run(
+        compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, (on_decision, on_sleep, on_terminal), checks
+    )
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
