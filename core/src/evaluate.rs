@@ -112,6 +112,40 @@ pub struct Dispatch {
 }
 
 impl Dispatch {
+    /// The attempt that carries out this dispatch: its identity (ordinal,
+    /// route, release, request, key, jitter sample) from the plan, its
+    /// timing, cost and outcome as observed, every optional record absent.
+    pub fn attempt(
+        &self,
+        started_at_ms: u64,
+        completed_at_ms: u64,
+        cost: u64,
+        outcome: Outcome,
+    ) -> Attempt {
+        Attempt {
+            admission: None,
+            completed_at_ms,
+            cost,
+            hedge: None,
+            idempotency_key_sha256: self.idempotency_key_sha256.clone(),
+            injected_fault: None,
+            jitter_sample_ms: self.jitter_sample_ms,
+            job: None,
+            logical_request_sha256: self.logical_request_sha256.clone(),
+            ordinal: self.ordinal,
+            outcome,
+            output_check: None,
+            reconciled: None,
+            request_body_sha256: None,
+            route_id: self.route_id.clone(),
+            route_ordinal: self.route_ordinal,
+            route_release_sha256: self.route_release_sha256.clone(),
+            started_at_ms,
+            stream: None,
+            usage: None,
+        }
+    }
+
     fn jitter(&self) -> Option<JitterDraw> {
         match (
             self.jitter_min_ms,

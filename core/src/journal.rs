@@ -1275,26 +1275,14 @@ pub fn recover(
     let (answer, completed_at_ms, cost) = settled;
     let attempt = Attempt {
         admission: sent.admission.clone(),
-        completed_at_ms,
-        cost: cost.unwrap_or(planned.reserve_cost),
-        hedge: None,
-        idempotency_key_sha256: planned.idempotency_key_sha256.clone(),
-        job: None,
-        injected_fault: None,
-        output_check: None,
-        jitter_sample_ms: planned.jitter_sample_ms,
-        logical_request_sha256: planned.logical_request_sha256.clone(),
-        ordinal: planned.ordinal,
-        outcome: answer.outcome(),
-        reconciled: Some(answer),
         // The owner that sent it did not live to say what it sent.
-        request_body_sha256: None,
-        route_id: planned.route_id.clone(),
-        route_ordinal: planned.route_ordinal,
-        route_release_sha256: planned.route_release_sha256.clone(),
-        started_at_ms: sent.started_at_ms,
-        stream: None,
-        usage: None,
+        reconciled: Some(answer),
+        ..planned.attempt(
+            sent.started_at_ms,
+            completed_at_ms,
+            cost.unwrap_or(planned.reserve_cost),
+            answer.outcome(),
+        )
     };
     let mut run = r.run.clone();
     let index = r.attempts.attempts.len();

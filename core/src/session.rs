@@ -321,28 +321,17 @@ impl Session {
         let outcome = self.notes.reconciled.map_or(outcome, |r| r.outcome());
         let attempt = Attempt {
             admission,
-            completed_at_ms,
-            cost,
-            hedge: None,
-            idempotency_key_sha256: d.idempotency_key_sha256.clone(),
             injected_fault: injected.then_some(true),
-            jitter_sample_ms: d.jitter_sample_ms,
             job: d
                 .job
                 .as_ref()
                 .map(|step| crate::job::record_of(step, self.notes.job.clone())),
-            logical_request_sha256: d.logical_request_sha256.clone(),
-            ordinal: d.ordinal,
-            outcome,
             output_check: self.notes.output_check.clone(),
             reconciled: self.notes.reconciled,
             request_body_sha256: self.notes.request_body_sha256.clone(),
-            route_id: d.route_id.clone(),
-            route_ordinal: d.route_ordinal,
-            route_release_sha256: d.route_release_sha256.clone(),
-            started_at_ms,
             stream: record,
             usage: self.notes.usage.clone(),
+            ..d.attempt(started_at_ms, completed_at_ms, cost, outcome)
         };
         let planned = self.run.check(&self.policy, &attempt, index)?;
         // `observe` fails only before it changes anything (a cost overflow).

@@ -358,28 +358,11 @@ impl HedgeSession {
             hedges_ordinal,
             loss,
         });
-        let d = &m.plan;
         Attempt {
             admission: m.admission.clone(),
-            completed_at_ms,
-            cost,
             hedge: mark,
-            idempotency_key_sha256: d.idempotency_key_sha256.clone(),
-            injected_fault: None,
-            jitter_sample_ms: d.jitter_sample_ms,
-            job: None,
-            logical_request_sha256: d.logical_request_sha256.clone(),
-            ordinal: d.ordinal,
-            outcome,
-            output_check: None,
-            reconciled: None,
-            request_body_sha256: None,
-            route_id: d.route_id.clone(),
-            route_ordinal: d.route_ordinal,
-            route_release_sha256: d.route_release_sha256.clone(),
-            started_at_ms: m.started_at_ms,
-            stream: None,
-            usage: None,
+            ..m.plan
+                .attempt(m.started_at_ms, completed_at_ms, cost, outcome)
         }
     }
 
