@@ -434,21 +434,31 @@ export function observeRaised(session: Session, startedAt: number, completedAt: 
   }
 }
 
-async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, options: RunOptions): Promise<RunResult<T>> {
-  if (typeof dispatch !== "function") throw new TypeError("dispatch must be a function");
-  const key: unknown = options?.idempotencyKey;
+/**
+ * The run's raw idempotency key, checked before any dispatch: a string
+ * (`DecodeError` `missing_field`) whose digest, with its scope, is the
+ * policy's (`DriftError` `idempotency_key_drift`).
+ * @internal Shared by the drivers.
+ */
+export function checkedKey(compiled: CompiledPolicy, key: unknown, scope: { tenant: string; operation: string } | undefined): string {
   if (typeof key !== "string") {
     throw new DecodeError("missing_field", "missing_field at /idempotencyKey: the run needs the raw idempotency key", {
       path: "/idempotencyKey",
     });
   }
-  if (!compiled.acceptsKey(key, options.keyScope)) {
+  if (!compiled.acceptsKey(key, scope)) {
     throw new DriftError(
       "idempotency_key_drift",
       "idempotency_key_drift at /idempotency_key_sha256: the digest of the idempotency key (and its scope) is not the policy's idempotency_key_sha256",
       { path: "/idempotency_key_sha256" },
     );
   }
+  return key;
+}
+
+async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, options: RunOptions): Promise<RunResult<T>> {
+  if (typeof dispatch !== "function") throw new TypeError("dispatch must be a function");
+  const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
   let schedule: string | undefined;
   if (options.priceSchedule !== undefined) {
     schedule = toText(options.priceSchedule);

@@ -13,7 +13,7 @@
  */
 
 import { call, CompiledPolicy, toText, type Input } from "./core.js";
-import { DecodeError, DriftError } from "./errors.js";
+import { checkedKey } from "./driver.js";
 import { factsOf, type Classifier } from "./facts.js";
 import type { Attempt, Attempts, Bundle, DispatchDecision, Facts, FleetView, FleetWrites, Judgement, Policy, Receipt, Terminal } from "./types.js";
 
@@ -221,19 +221,7 @@ export async function runHedged<T>(
   const t0 = performance.now();
   const now = options.now ?? (() => Math.floor(performance.now() - t0));
   const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-  const key: unknown = options?.idempotencyKey;
-  if (typeof key !== "string") {
-    throw new DecodeError("missing_field", "missing_field at /idempotencyKey: the run needs the raw idempotency key", {
-      path: "/idempotencyKey",
-    });
-  }
-  if (!compiled.acceptsKey(key, options.keyScope)) {
-    throw new DriftError(
-      "idempotency_key_drift",
-      "idempotency_key_drift at /idempotency_key_sha256: the digest of the idempotency key (and its scope) is not the policy's idempotency_key_sha256",
-      { path: "/idempotency_key_sha256" },
-    );
-  }
+  const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
   const session = new HedgeSession(compiled);
   const deadline = compiled.policy.deadline_ms;
   const controllers = new Map<number, AbortController>();

@@ -24,11 +24,10 @@
 
 import { CompiledPolicy, checkPriceSchedule, toText, utf8Length, type Input } from "./core.js";
 import { factsOf, type Classifier } from "./facts.js";
-import { AttemptStep, checkFleet, type Step } from "./driver.js";
+import { AttemptStep, checkedKey, checkFleet, type Step } from "./driver.js";
 import type { Fleet } from "./fleet.js";
 import {
   DecodeError,
-  DriftError,
   HttpError,
   PolicyError,
   RunCancelledError,
@@ -328,24 +327,12 @@ export function runStream<E = string>(
   const owned = !(policy instanceof CompiledPolicy);
   const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
   try {
-    const key: unknown = options?.idempotencyKey;
-    if (typeof key !== "string") {
-      throw new DecodeError("missing_field", "missing_field at /idempotencyKey: the run needs the raw idempotency key", {
-        path: "/idempotencyKey",
-      });
-    }
     if (compiled.policy.stream === undefined) {
       throw new PolicyError("invalid_stream_contract", "invalid_stream_contract at /stream: runStream needs a policy with a stream section", {
         path: "/stream",
       });
     }
-    if (!compiled.acceptsKey(key, options.keyScope)) {
-      throw new DriftError(
-        "idempotency_key_drift",
-        "idempotency_key_drift at /idempotency_key_sha256: the digest of the idempotency key (and its scope) is not the policy's idempotency_key_sha256",
-        { path: "/idempotency_key_sha256" },
-      );
-    }
+    const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
     checkFleet(compiled.policy, options.fleet);
     let schedule: string | undefined;
     if (options.priceSchedule !== undefined) {
