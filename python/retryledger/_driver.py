@@ -1324,12 +1324,44 @@ async def run_async(
                     return RunResult(value, host.sealed())
     except asyncio.CancelledError as cancelled:
         now = clock() - t0
+        at = int(now) if now > 0 else 0
         if step is not None:
             host.record(step, now, host.facts(step, cancelled, cancelled=True), None)
         else:
             host.abandon()
-            at = int(now)
-            session.cancel(at if at > 0 else 0)
+            session.cancel(at)
+        plan = session.next()
+        job = None if isinstance(plan, _Terminal) else plan.job
+        if session.terminal is None and (job is None or job.get("kind") != "cancel"):
+            # The attempt in flight was cancelled and the run goes on (a
+            # cancelled poll of an async job plans the next poll): the run is
+            # cancelled here, unless the planned cancel of a job left running
+            # comes next.
+            session.cancel(at)
+            plan = session.next()
+            job = None if isinstance(plan, _Terminal) else plan.job
+        # Under cancel_left_running the cancellation of a run whose accepted
+        # job is still running plans the job's cancel (docs/JOBS.md): sent
+        # and recorded like any attempt (what it raises is a fact), then the
+        # run is sealed.
+        while not isinstance(plan, _Terminal) and job is not None and job.get("kind") == "cancel":
+            host.decided(plan)
+            now = clock() - t0
+            while now < plan.not_before_ms:
+                await sleep(plan.not_before_ms - now)
+                now = clock() - t0
+            done = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule, session)
+            try:
+                value = await dispatch(done)
+            except asyncio.CancelledError as again:
+                # Cancelled again while the cancel was in flight: recorded so.
+                host.record(done, clock() - t0, host.facts(done, again, cancelled=True), None)
+            except Exception as exc:
+                host.record(done, clock() - t0, host.facts(done, exc), exc)
+            else:
+                host.record(done, clock() - t0, host.returned(value), None)
+            plan = session.next()
+            job = None if isinstance(plan, _Terminal) else plan.job
         error = RunCancelledError(host.sealed())
         if on_cancel is not None:
             on_cancel(error)

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Mapping, Optional, Tuple, TypeVar, Union
 
 from ._api import Document, Policy
-from ._driver import AttemptError, RunResult, RunStoppedError, Step, run as _run, run_async as _run_async
+from ._driver import (
+    AttemptError,
+    RunCancelledError,
+    RunResult,
+    RunStoppedError,
+    Step,
+    run as _run,
+    run_async as _run_async,
+)
 from ._errors import PolicyError
 from ._integration import require_max_retries_zero
 
@@ -177,10 +185,12 @@ async def run_job_async(
     **options: Any,
 ) -> RunResult[JobAnswer[R]]:
     """:func:`run_job` for coroutines; the keyword options are
-    :func:`retryledger.run_async`'s (``sleep`` awaited). Under
-    ``cancel_left_running`` the task must not be cancelled while a job is
-    accepted: the driver sends nothing after a cancellation, so the cancel
-    the core then plans could not be sent (docs/JOBS.md, "Not yet")."""
+    :func:`retryledger.run_async`'s (``sleep`` awaited). A task cancelled
+    while the accepted job is still running raises
+    :class:`retryledger.RunCancelledError`: under ``cancel_left_running``
+    after the planned cancel was sent through ``calls.cancel`` and recorded
+    as the run's last attempt; without it the job is cancelled after sealing
+    (when ``calls.cancel`` is given), unrecorded."""
     compiled, planned_cancel = _job_policy(policy, calls.cancel)
     job_id: Optional[str] = None
     last: Optional[JobAnswer[R]] = None
@@ -219,7 +229,7 @@ async def run_job_async(
 
     try:
         return await _run_async(compiled, dispatch, idempotency_key, **options)
-    except RunStoppedError as e:
+    except (RunStoppedError, RunCancelledError) as e:
         job = e.receipt.get("job") or {}
         if not planned_cancel and job.get("left_running") and job_id is not None and calls.cancel is not None:
             await calls.cancel(job_id)

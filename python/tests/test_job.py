@@ -65,10 +65,13 @@ def _response(status: str) -> Dict[str, Any]:
 class ResponsesServer:
     """POST /v1/responses answers ``submit`` in order (``"drop"`` drops the
     connection after reading the request); GET /v1/responses/{id} answers
-    the statuses of ``polls`` in order (the last repeats); POST .../cancel
-    answers ``cancelled`` (or the error status ``cancel``)."""
+    the statuses of ``polls`` in order (the last repeats), holding the
+    answer of retrieve number ``hold_poll`` until ``release`` is set; POST
+    .../cancel answers ``cancelled`` (or the error status ``cancel``)."""
 
-    def __init__(self, submit: List[Reply], polls: List[str], cancel: Optional[int] = None) -> None:
+    def __init__(
+        self, submit: List[Reply], polls: List[str], cancel: Optional[int] = None, hold_poll: Optional[int] = None
+    ) -> None:
         self.creates = 0
         self.retrieves = 0
         self.cancels = 0
@@ -76,6 +79,9 @@ class ResponsesServer:
         self.lookups = 0
         self.ids: List[str] = []
         self.keys: List[Optional[str]] = []
+        #: Set when the held retrieve arrived; its answer waits for ``release``.
+        self.holding = threading.Event()
+        self.release = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -131,6 +137,12 @@ class ResponsesServer:
                 n = server.retrieves
                 server.retrieves += 1
                 server.ids.append(m.group(1))
+                if hold_poll is not None and n + 1 == hold_poll:
+                    # Held until the client went away: the answer is never sent.
+                    server.holding.set()
+                    server.release.wait(10)
+                    self.close_connection = True
+                    return
                 self._send(200, _response(polls[min(n, len(polls) - 1)]))
 
             def log_message(self, *args: Any) -> None:
@@ -142,6 +154,7 @@ class ResponsesServer:
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def close(self) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -150,8 +163,10 @@ class ResponsesServer:
 def server_factory() -> Iterator[Any]:
     made: List[ResponsesServer] = []
 
-    def make(submit: List[Reply], polls: List[str], cancel: Optional[int] = None) -> ResponsesServer:
-        s = ResponsesServer(submit, polls, cancel)
+    def make(
+        submit: List[Reply], polls: List[str], cancel: Optional[int] = None, hold_poll: Optional[int] = None
+    ) -> ResponsesServer:
+        s = ResponsesServer(submit, polls, cancel, hold_poll)
         made.append(s)
         return s
 
@@ -423,3 +438,80 @@ def test_cancel_left_running_needs_calls_cancel(server_factory: Any) -> None:
     assert info.value.code == "invalid_async_job"
     assert info.value.path == "/async_job/cancel_left_running"
     assert server.creates == 0
+
+
+def _cancel_during_poll(server: ResponsesServer, policy: Dict[str, Any]) -> retryledger.RunCancelledError:
+    """Run the job as a task and cancel it while its second poll is in
+    flight (the server holds its answer); the sealed error."""
+    clock = FakeClock()
+    seen: List[retryledger.RunCancelledError] = []
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(api_key="test-key", base_url=server.base, max_retries=0)
+        task = asyncio.ensure_future(
+            run_job_async(
+                policy,
+                openai_responses_job_async(client, PARAMS),
+                KEY,
+                clock=clock,
+                sleep=clock.async_sleep,
+                on_cancel=seen.append,
+            )
+        )
+        assert await asyncio.to_thread(server.holding.wait, 10), "the second poll reached the server"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError) as info:
+            await task
+        if isinstance(info.value, retryledger.RunCancelledError):  # Python 3.11 and later
+            assert info.value is seen[0]
+
+    asyncio.run(main())
+    server.release.set()
+    assert len(seen) == 1
+    error = seen[0]
+    assert isinstance(error, retryledger.RunCancelledError)
+    assert server.creates == 1
+    assert server.retrieves == 2
+    attempts = error.bundle["attempts"]["attempts"]
+    cancelled_poll = attempts[2]
+    assert cancelled_poll["job"]["kind"] == "poll"
+    assert cancelled_poll["job"]["poll"] == 2
+    assert cancelled_poll["outcome"]["class"] == "indeterminate"
+    assert "cancelled_at_ms" in error.bundle["attempts"]
+    assert retryledger.verify_bundle(error.bundle_json)["kind"] == "verified"
+    return error
+
+
+def test_async_cancel_left_running_a_task_cancelled_during_a_poll_sends_the_cancel_once(
+    server_factory: Any,
+) -> None:
+    server = server_factory([{"status": 200}], ["in_progress"], hold_poll=2)
+    error = _cancel_during_poll(server, cancelling_policy(10, 20_000))
+    assert error.code == "stop_cancelled"
+    assert server.cancels == 1, "exactly one cancel reached the provider"
+    assert server.cancelled == [JOB]
+    attempts = error.bundle["attempts"]["attempts"]
+    assert [a["job"]["kind"] for a in attempts] == ["submit", "poll", "poll", "cancel"]
+    cancel = attempts[-1]
+    assert cancel["outcome"] == {"class": "success"}
+    assert cancel["job"]["job_sha256"] == hashlib.sha256(JOB.encode()).hexdigest()
+    assert cancel["started_at_ms"] >= error.bundle["attempts"]["cancelled_at_ms"]
+    job = error.receipt["job"]
+    assert job["cancel"] == "accepted"
+    assert job["left_running"] is False
+    assert job["polls"] == 2
+
+
+def test_async_task_cancelled_during_a_poll_without_cancel_left_running(server_factory: Any) -> None:
+    # Not a RunError run_not_terminal: the cancelled poll planned the next
+    # poll, and the run is cancelled there.
+    server = server_factory([{"status": 200}], ["in_progress"], hold_poll=2)
+    error = _cancel_during_poll(server, job_policy(6))
+    assert error.code == "stop_cancelled"
+    attempts = error.bundle["attempts"]["attempts"]
+    assert [a["job"]["kind"] for a in attempts] == ["submit", "poll", "poll"]
+    job = error.receipt["job"]
+    assert job["left_running"] is True
+    assert "cancel" not in job
+    # Cancelled at the provider after sealing, unrecorded.
+    assert server.cancels == 1

@@ -16,11 +16,17 @@ const JOB = "resp_68af3c2e9b1a8190";
 /**
  * A Responses server: POST /v1/responses answers `submit` in order (or
  * drops the connection for `"drop"`), GET /v1/responses/{id} answers the
- * statuses of `polls` in order (the last repeats), POST .../cancel answers
- * `cancelled` (or the error status `cancel`).
- * @param {{submit: Array<"drop" | {status: number, body?: unknown}>, polls: string[], cancel?: number}} script
+ * statuses of `polls` in order (the last repeats; retrieve number `holdPoll`
+ * is never answered: `holding` resolves when it arrived), POST .../cancel
+ * answers `cancelled` (or the error status `cancel`).
+ * @param {{submit: Array<"drop" | {status: number, body?: unknown}>, polls: string[], cancel?: number, holdPoll?: number}} script
  */
 async function responsesServer(script) {
+  /** @type {() => void} */
+  let held = () => undefined;
+  const holding = new Promise((resolve) => {
+    held = () => resolve(undefined);
+  });
   const seen = {
     creates: 0,
     retrieves: 0,
@@ -86,6 +92,11 @@ async function responsesServer(script) {
         const n = seen.retrieves;
         seen.retrieves += 1;
         seen.ids.push(String(get[1]));
+        if (script.holdPoll === n + 1) {
+          // Held until the client goes away: the answer is never sent.
+          held();
+          return;
+        }
         send(200, response(/** @type {string} */ (script.polls[Math.min(n, script.polls.length - 1)])));
         return;
       }
@@ -97,8 +108,13 @@ async function responsesServer(script) {
   if (address === null || typeof address === "string") throw new Error("no address");
   return {
     seen,
+    holding,
     base: `http://127.0.0.1:${address.port}/v1`,
-    close: () => new Promise((resolve) => server.close(() => resolve(undefined))),
+    close: () =>
+      new Promise((resolve) => {
+        server.close(() => resolve(undefined));
+        server.closeAllConnections();
+      }),
   };
 }
 
@@ -375,22 +391,140 @@ test("cancel_left_running: a refused cancel after the poll bound is recorded fai
   }
 });
 
-test("cancel_left_running: refused before any request without calls.cancel or with a caller signal", async () => {
+test("cancel_left_running: refused before any request without calls.cancel", async () => {
   const server = await responsesServer({ submit: [{ status: 200 }], polls: ["completed"] });
   try {
     const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
     const { cancel: _cancel, ...withoutCancel } = rl.openaiResponsesJob(client, PARAMS);
-    for (const [calls, options] of [
-      [withoutCancel, { idempotencyKey: KEY }],
-      [rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY, signal: new AbortController().signal }],
-    ]) {
-      await assert.rejects(
-        rl.runJob(cancellingPolicy(3, 20_000), /** @type {any} */ (calls), /** @type {any} */ (options)),
-        (/** @type {any} */ e) => e.code === "invalid_async_job" && e.path === "/async_job/cancel_left_running",
-      );
-    }
+    await assert.rejects(
+      rl.runJob(cancellingPolicy(3, 20_000), /** @type {any} */ (withoutCancel), { idempotencyKey: KEY }),
+      (/** @type {any} */ e) => e.code === "invalid_async_job" && e.path === "/async_job/cancel_left_running",
+    );
     assert.equal(server.seen.creates, 0);
   } finally {
     await server.close();
   }
+});
+
+/**
+ * What a caller's cancellation under cancel_left_running leaves: exactly one
+ * cancel request, the planned cancel recorded as the last attempt after the
+ * cancellation, `cancel: "accepted"`, a verified bundle.
+ * @param {Awaited<ReturnType<typeof responsesServer>>} server
+ * @param {any} error
+ * @param {string[]} kinds the attempts' job kinds
+ */
+function checkCallerCancelled(server, error, kinds) {
+  assert.ok(error instanceof rl.RunCancelledError);
+  assert.equal(error.terminal, "stop_cancelled");
+  assert.equal(server.seen.creates, 1);
+  assert.equal(server.seen.cancels, 1, "exactly one cancel reached the provider");
+  assert.deepEqual(server.seen.cancelled, [JOB]);
+  const attempts = error.sealed.bundle.attempts;
+  assert.deepEqual(attempts.attempts.map((/** @type {any} */ a) => a.job?.kind), kinds);
+  const cancel = attempts.attempts.at(-1);
+  assert.ok(cancel !== undefined && cancel.job !== undefined);
+  assert.deepEqual(cancel.outcome, { class: "success" });
+  assert.equal(cancel.job.job_sha256, createHash("sha256").update(JOB, "utf8").digest("hex"));
+  assert.ok(typeof attempts.cancelled_at_ms === "number");
+  assert.ok(cancel.started_at_ms >= attempts.cancelled_at_ms);
+  const job = error.receipt.job;
+  assert.ok(job !== undefined);
+  assert.equal(job.cancel, "accepted");
+  assert.equal(job.left_running, false);
+  assert.equal(rl.verifyBundle(error.sealed.bundle_json).kind, "verified");
+}
+
+test("cancel_left_running: the caller aborts while a poll waits; the planned cancel is sent once and recorded", async () => {
+  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["in_progress"] });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    const controller = new AbortController();
+    // The caller aborts during the wait before the second poll.
+    const sleep = async (/** @type {number} */ ms) => {
+      if (time.state.sleeps.length === 1) controller.abort(new Error("the caller gave up"));
+      await time.sleep(ms);
+    };
+    /** @type {any} */
+    let error;
+    await assert.rejects(
+      rl.runJob(cancellingPolicy(10, 20_000), rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY, clock: time.clock, sleep, signal: controller.signal }),
+      (e) => {
+        error = e;
+        return true;
+      },
+    );
+    assert.equal(server.seen.retrieves, 1, "no poll after the abort");
+    checkCallerCancelled(server, error, ["submit", "poll", "cancel"]);
+    assert.equal(error.receipt.job.polls, 1);
+  } finally {
+    await server.close();
+  }
+});
+
+test("cancel_left_running: the caller aborts while a poll is in flight; the planned cancel is sent once and recorded", async () => {
+  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["in_progress"], holdPoll: 2 });
+  try {
+    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
+    const time = fakeTime();
+    const controller = new AbortController();
+    void server.holding.then(() => controller.abort(new Error("the caller gave up")));
+    /** @type {any} */
+    let error;
+    await assert.rejects(
+      rl.runJob(cancellingPolicy(10, 20_000), rl.openaiResponsesJob(client, PARAMS), {
+        idempotencyKey: KEY,
+        clock: time.clock,
+        sleep: time.sleep,
+        signal: controller.signal,
+      }),
+      (e) => {
+        error = e;
+        return true;
+      },
+    );
+    assert.equal(server.seen.retrieves, 2);
+    checkCallerCancelled(server, error, ["submit", "poll", "poll", "cancel"]);
+    // The aborted poll is recorded cancelled (indeterminate), the cancel after it succeeded.
+    const aborted = error.sealed.bundle.attempts.attempts[2];
+    assert.equal(aborted.job.poll, 2);
+    assert.equal(aborted.outcome.class, "indeterminate");
+  } finally {
+    await server.close();
+  }
+});
+
+test("cancel_left_running: after the caller's abort the planned cancel step gets a signal that has not fired", async () => {
+  const time = fakeTime();
+  const controller = new AbortController();
+  /** @type {Array<[string | undefined, boolean]>} */
+  const seen = [];
+  await assert.rejects(
+    rl.runWithPolicy(
+      cancellingPolicy(10, 20_000),
+      (step, signal) => {
+        const kind = step.decision.job?.kind;
+        seen.push([kind, signal.aborted]);
+        if (kind === "submit") {
+          step.job?.(JOB, "queued");
+          // The caller aborts once the job was accepted.
+          controller.abort();
+        } else {
+          step.job?.(JOB, undefined);
+        }
+        return "answer";
+      },
+      { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep, signal: controller.signal },
+    ),
+    (/** @type {any} */ e) => {
+      assert.ok(e instanceof rl.RunCancelledError);
+      assert.equal(e.receipt.job?.cancel, "accepted");
+      return true;
+    },
+  );
+  assert.deepEqual(seen, [
+    ["submit", false],
+    ["cancel", false],
+  ]);
 });

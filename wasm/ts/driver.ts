@@ -549,7 +549,11 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
           t = now();
         }
       }
-      if (signal?.aborted) {
+      // The planned cancel of a job left running (docs/JOBS.md): sent even
+      // after the caller's cancellation (which may have planned it), with a
+      // signal that never fires, and never judged cancelled.
+      const jobCancel = decision.job?.kind === "cancel";
+      if (signal?.aborted && !jobCancel) {
         cancelled = true;
         cancelReason = signal.reason;
         // Admitted and never dispatched: its admission slot is released.
@@ -574,7 +578,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
       let error: unknown;
       let raised = false;
       try {
-        value = await dispatch(step, dispatchSignal);
+        value = await dispatch(step, jobCancel ? (quiet ??= new AbortController().signal) : dispatchSignal);
       } catch (e) {
         raised = true;
         error = e;
@@ -604,7 +608,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
         succeeded = false;
         lastResult = undefined;
         lastError = error;
-        const aborted = signal?.aborted === true;
+        const aborted = !jobCancel && signal?.aborted === true;
         if (aborted) {
           cancelled = true;
           cancelReason = signal?.reason;

@@ -111,7 +111,9 @@ export type JobReconciliation<R> =
  * the run would leave running and `calls.cancel` is that step (its attempt
  * is the run's last); without it, when the run ends with the accepted job
  * still running (the receipt's `job.left_running`), `calls.cancel` cancels
- * it before the rejection, unrecorded.
+ * it before the rejection, unrecorded. A caller's cancellation (`signal`)
+ * of a run whose job is still running is followed by that planned cancel
+ * too, sent once; the run then rejects with `RunCancelledError`.
  */
 export async function runJob<R>(
   policy: Input<Policy> | CompiledPolicy,
@@ -124,7 +126,7 @@ export async function runJob<R>(
     throw new PolicyError("invalid_async_job", "invalid_async_job at /async_job: a job runs under a policy with an async_job section", { path: "/async_job" });
   }
   const planned = section.cancel_left_running === true;
-  if (planned) checkCancelling(calls, options);
+  if (planned) checkCancelling(calls);
   let jobId: string | undefined;
   let last: JobAnswer<R> | undefined;
   const dispatch = async (step: Step, signal: AbortSignal): Promise<JobAnswer<R>> => {
@@ -177,16 +179,15 @@ export async function runJob<R>(
 
 /**
  * What `cancel_left_running` needs of a run, checked before any request:
- * `calls.cancel`, and no caller signal (the driver dispatches nothing after
- * the caller's cancellation, so the planned cancel could not be sent).
+ * `calls.cancel`.
  */
-function checkCancelling<R>(calls: JobCalls<R>, options: RunOptions): void {
-  const refuse = (why: string): never => {
-    throw new PolicyError("invalid_async_job", `invalid_async_job at /async_job/cancel_left_running: ${why}`, { path: "/async_job/cancel_left_running" });
-  };
-  if (typeof calls.cancel !== "function") refuse("the run plans the cancel of a job left running: calls.cancel is required");
-  if (options.signal !== undefined) {
-    refuse("a caller's signal is not yet taken with cancel_left_running (the driver sends nothing after a cancellation, so the planned cancel could not be sent)");
+function checkCancelling<R>(calls: JobCalls<R>): void {
+  if (typeof calls.cancel !== "function") {
+    throw new PolicyError(
+      "invalid_async_job",
+      "invalid_async_job at /async_job/cancel_left_running: the run plans the cancel of a job left running: calls.cancel is required",
+      { path: "/async_job/cancel_left_running" },
+    );
   }
 }
 
