@@ -25,7 +25,7 @@ import { ApplicationFailure } from "@temporalio/common";
 import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } from "@temporalio/worker";
 
 import * as rl from "../dist/index.js";
-import { bundlerOptions, checkRetryPolicy } from "../dist/temporal-worker.js";
+import { ActivityStep, bundlerOptions, checkRetryPolicy } from "../dist/temporal-worker.js";
 import { KEY, policyWith } from "./helpers.mjs";
 import { scriptedServer } from "./loopback.mjs";
 import { activities, callLoopback } from "./temporal-activities.mjs";
@@ -261,6 +261,22 @@ test("Temporal: a worker killed with SIGKILL during a Retry-After timer is repla
   assert.equal(await replayedDigest(client, id), out.receiptSha256);
   console.log(`temporal (ts): worker SIGKILLed during a 4 s Retry-After timer, new worker finished: ${srv.seen.length} requests (plain run ${plain.count})`);
   await client.connection.close();
+});
+
+test("Temporal: the activity's step checks charges and token reports as the drivers' step does", () => {
+  const decision = { deadline_ms: 1000, ordinal: 1, route_id: "r", route_ordinal: 1, route_release_sha256: "a".repeat(64), reserve_cost: 5 };
+  const step = new ActivityStep({ decision, idempotencyKey: KEY, startedAtMs: 0, args: [], priced: false });
+  for (const bad of [-1, 1.5, Number.NaN, 2 ** 53]) {
+    assert.throws(() => step.tokensUsed(bad), RangeError);
+    assert.throws(() => step.charge(bad), RangeError);
+  }
+  step.tokensUsed(7);
+  step.tokensUsed(3);
+  step.charge(4);
+  assert.equal(step.tokens, 10);
+  assert.equal(step.charged, 4);
+  assert.throws(() => step.tokensUsed(Number.MAX_SAFE_INTEGER), RangeError);
+  assert.equal(step.tokens, 10, "a refused report leaves the total as it was");
 });
 
 test("Temporal: an activity retry policy of more than one attempt is refused before any request", { skip: gate.skip }, async () => {

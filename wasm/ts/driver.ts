@@ -280,19 +280,11 @@ export class AttemptStep implements Step {
   charge(cost: number): void {
     if (!this.open) throw new Error("charge() after the attempt completed");
     if (this.#usage) throw chargeWithUsage();
-    const total = (this.charged ?? 0) + cost;
-    if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
-      throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
-    }
-    this.charged = total;
+    this.charged = addedCount("charge", "a cost is", this.charged, cost);
   }
 
   tokensUsed(tokens: number): void {
-    const total = (this.tokens ?? 0) + tokens;
-    if (!Number.isSafeInteger(tokens) || tokens < 0 || !Number.isSafeInteger(total)) {
-      throw new RangeError(`tokensUsed(${String(tokens)}): tokens are an integer and the attempt's total stays in 0..=2^53-1`);
-    }
-    this.tokens = total;
+    this.tokens = addedCount("tokensUsed", "tokens are", this.tokens, tokens);
   }
 
   rateLimitHeaders(holder: unknown): void {
@@ -337,7 +329,22 @@ export class AttemptStep implements Step {
   }
 }
 
-function chargeWithUsage(): PolicyError {
+/**
+ * An attempt's running total after adding `n` (`charge`, `tokensUsed`;
+ * `what` is "a cost is", "tokens are"):
+ * `n` an integer >= 0 and the total at most 2^53-1, a `RangeError` otherwise.
+ * @internal Shared by the steps of the drivers and of the Temporal activity.
+ */
+export function addedCount(method: string, what: string, total: number | undefined, n: number): number {
+  const sum = (total ?? 0) + n;
+  if (!Number.isSafeInteger(n) || n < 0 || !Number.isSafeInteger(sum)) {
+    throw new RangeError(`${method}(${String(n)}): ${what} an integer and the attempt's total stays in 0..=2^53-1`);
+  }
+  return sum;
+}
+
+/** @internal Shared by the steps of the drivers and of the Temporal activity. */
+export function chargeWithUsage(): PolicyError {
   return new PolicyError(
     "charge_with_usage",
     "charge_with_usage: an attempt's cost is either charged by hand or priced from its usage, not both",

@@ -15,7 +15,7 @@ import "./index.js";
 import { bodySha256 } from "./core.js";
 import { PolicyError } from "./errors.js";
 import { factsText, type Classifier } from "./facts.js";
-import type { Step } from "./driver.js";
+import { addedCount, chargeWithUsage, type Step } from "./driver.js";
 import type { AttemptInput, AttemptReport } from "./temporal-common.js";
 import type { DispatchDecision, Usage } from "./types.js";
 
@@ -81,11 +81,7 @@ export class ActivityStep implements Step {
 
   charge(cost: number): void {
     if (this.units !== undefined) throw chargeWithUsage();
-    const total = (this.charged ?? 0) + cost;
-    if (!Number.isSafeInteger(cost) || cost < 0 || !Number.isSafeInteger(total)) {
-      throw new RangeError(`charge(${String(cost)}): a cost is an integer and the attempt's total stays in 0..=2^53-1`);
-    }
-    this.charged = total;
+    this.charged = addedCount("charge", "a cost is", this.charged, cost);
   }
 
   usage(units: Usage): void {
@@ -103,7 +99,7 @@ export class ActivityStep implements Step {
   }
 
   tokensUsed(tokens: number): void {
-    this.tokens = (this.tokens ?? 0) + tokens;
+    this.tokens = addedCount("tokensUsed", "tokens are", this.tokens, tokens);
   }
 
   requestBody(body: string | Uint8Array): void {
@@ -123,14 +119,6 @@ export class ActivityStep implements Step {
     if (this.bodySha256 !== undefined) r.requestBodySha256 = this.bodySha256;
     return r;
   }
-}
-
-function chargeWithUsage(): PolicyError {
-  return new PolicyError(
-    "charge_with_usage",
-    "charge_with_usage: an attempt's cost is either charged by hand or priced from its usage, not both",
-    { path: "/cost" },
-  );
 }
 
 const RETURNED_TEXT = JSON.stringify({ result: "returned" });
