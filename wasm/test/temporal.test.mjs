@@ -264,7 +264,9 @@ test("Temporal: a worker killed with SIGKILL during a Retry-After timer is repla
 });
 
 test("Temporal: the activity's step checks charges and token reports as the drivers' step does", () => {
-  const decision = { deadline_ms: 1000, ordinal: 1, route_id: "r", route_ordinal: 1, route_release_sha256: "a".repeat(64), reserve_cost: 5 };
+  const session = new rl.CompiledPolicy(policyWith(() => undefined)).session();
+  const decision = /** @type {import("../dist/index.js").DispatchDecision} */ (session.next());
+  session.free();
   const step = new ActivityStep({ decision, idempotencyKey: KEY, startedAtMs: 0, args: [], priced: false });
   for (const bad of [-1, 1.5, Number.NaN, 2 ** 53]) {
     assert.throws(() => step.tokensUsed(bad), RangeError);
