@@ -303,12 +303,12 @@ thread_local! {
 fn dict_of<'py>(
     py: Python<'py>,
     shapes: &mut Shapes,
-    pairs: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+    pairs: &[(Bound<'py, PyString>, Bound<'py, PyAny>)],
     shared_keys: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     if shared_keys && pairs.len() > 4 {
         let mut hasher = ShortHasher::default();
-        for (k, _) in &pairs {
+        for (k, _) in pairs {
             hasher.mix(k.as_ptr() as u64);
         }
         let shape = std::hash::Hasher::finish(&hasher);
@@ -316,7 +316,7 @@ fn dict_of<'py>(
             keys.len() == pairs.len()
                 && keys
                     .iter()
-                    .zip(&pairs)
+                    .zip(pairs)
                     .all(|(a, (k, _))| *a == k.as_ptr() as usize)
         };
         let template = (|| -> PyResult<Option<Py<PyDict>>> {
@@ -327,7 +327,7 @@ fn dict_of<'py>(
                 return Ok(None);
             }
             let t = PyDict::new(py);
-            for (k, _) in &pairs {
+            for (k, _) in pairs {
                 t.set_item(k, py.None())?;
             }
             let keys = pairs.iter().map(|(k, _)| k.as_ptr() as usize).collect();
@@ -349,15 +349,16 @@ fn dict_of<'py>(
     Ok(d)
 }
 
-/// An object or array being built, and the key it goes under in its parent.
+/// An object or array being built: where its pairs or items start in the
+/// sink's shared buffers, and the key it goes under in its parent.
 enum Frame<'py> {
     Object {
-        pairs: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+        start: usize,
         shared_keys: bool,
         key: Option<Bound<'py, PyString>>,
     },
     Array {
-        items: Vec<Bound<'py, PyAny>>,
+        start: usize,
         key: Option<Bound<'py, PyString>>,
     },
 }
@@ -369,6 +370,11 @@ struct PySink<'py, 'c> {
     strs: &'c mut StrCache,
     shapes: &'c mut Shapes,
     stack: Vec<Frame<'py>>,
+    /// The pairs of every object being built, innermost last (one buffer,
+    /// not one per object).
+    pairs: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+    /// The items of every array being built, innermost last.
+    items: Vec<Bound<'py, PyAny>>,
     key: Option<(Bound<'py, PyString>, bool)>,
     done: Option<Bound<'py, PyAny>>,
     failed: Option<PyErr>,
@@ -379,16 +385,11 @@ impl<'py> PySink<'py, '_> {
         let key = self.key.take();
         match (self.stack.last_mut(), key) {
             (None, _) => self.done = Some(value),
-            (
-                Some(Frame::Object {
-                    pairs, shared_keys, ..
-                }),
-                Some((k, cached)),
-            ) => {
+            (Some(Frame::Object { shared_keys, .. }), Some((k, cached))) => {
                 *shared_keys &= cached;
-                pairs.push((k, value));
+                self.pairs.push((k, value));
             }
-            (Some(Frame::Array { items, .. }), _) => items.push(value),
+            (Some(Frame::Array { .. }), _) => self.items.push(value),
             (Some(Frame::Object { .. }), None) => {}
         }
     }
@@ -399,14 +400,21 @@ impl<'py> PySink<'py, '_> {
         };
         let (value, key) = match frame {
             Frame::Object {
-                pairs,
+                start,
                 shared_keys,
                 key,
-            } => (
-                dict_of(self.py, self.shapes, pairs, shared_keys).map(Bound::into_any),
-                key,
-            ),
-            Frame::Array { items, key } => (PyList::new(self.py, items).map(Bound::into_any), key),
+            } => {
+                let pairs = self.pairs.get(start..).unwrap_or_default();
+                let value = dict_of(self.py, self.shapes, pairs, shared_keys).map(Bound::into_any);
+                self.pairs.truncate(start);
+                (value, key)
+            }
+            Frame::Array { start, key } => {
+                let items = self.items.get(start..).unwrap_or_default();
+                let value = PyList::new(self.py, items).map(Bound::into_any);
+                self.items.truncate(start);
+                (value, key)
+            }
         };
         self.key = key.map(|k| (k, true));
         match value {
@@ -426,7 +434,7 @@ impl Sink for PySink<'_, '_> {
     fn begin_object(&mut self) {
         let key = self.parent_key();
         self.stack.push(Frame::Object {
-            pairs: Vec::with_capacity(16),
+            start: self.pairs.len(),
             shared_keys: true,
             key,
         });
@@ -451,7 +459,7 @@ impl Sink for PySink<'_, '_> {
     fn begin_array(&mut self) {
         let key = self.parent_key();
         self.stack.push(Frame::Array {
-            items: Vec::new(),
+            start: self.items.len(),
             key,
         });
     }
@@ -496,6 +504,8 @@ fn build<'py, T: Encode + ?Sized>(
         strs,
         shapes,
         stack: Vec::new(),
+        pairs: Vec::with_capacity(32),
+        items: Vec::new(),
         key: None,
         done: None,
         failed: None,
