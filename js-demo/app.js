@@ -176,6 +176,7 @@ function renderTimeline(bundle, verdict) {
       "data-ordinal": bar.ordinal,
       ...(bar.loss ? { "data-loss": bar.loss } : {}),
       ...(bar.hedges !== undefined ? { "data-hedges": bar.hedges } : {}),
+      ...(bar.job !== undefined ? { "data-job": bar.job } : {}),
     });
     r.append(svg("title", {}, bar.label));
     root.append(r);
@@ -230,7 +231,8 @@ function renderTimeline(bundle, verdict) {
 
   const table = el("table");
   const head = el("tr");
-  for (const h of ["#", "route", "route #", "outcome", "not before", "start", "end", "delay", "cost"]) head.append(el("th", { scope: "col", text: h }));
+  const columns = ["#", "route", "route #", "outcome", "not before", "start", "end", "delay", "cost", ...(layout.jobs ? ["job"] : [])];
+  for (const h of columns) head.append(el("th", { scope: "col", text: h }));
   table.append(el("thead", {}, head));
   const body = el("tbody");
   for (const row of layout.rows) {

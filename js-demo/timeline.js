@@ -8,7 +8,9 @@
 // budget balance, routes skipped) and the fleet's stop; for a hedged run,
 // overlapping attempts (an attempt that overlaps another on its lane moves to
 // a second row), a link from each lead to its hedge at the hedge's
-// threshold, the losers (cancelled or late) and the winner marked.
+// threshold, the losers (cancelled or late) and the winner marked; for an
+// async job, what each attempt was of the job (the submit, poll n, the
+// cancel) and the status it saw, and the receipt's job summary.
 
 const LANE_HEIGHT = 56;
 const TOP = 24;
@@ -24,6 +26,21 @@ function niceStep(span, target) {
 }
 
 const fmt = (n) => Number(n).toLocaleString("en-US");
+
+/** What an attempt was of an async job: `submit`, `poll 3`, `cancel`, with the status its answer reported. */
+export function jobStepText(job) {
+  if (!job) return "";
+  const step = job.kind === "poll" ? `poll ${job.poll ?? "?"}` : job.kind;
+  return job.status === undefined ? step : `${step}: ${job.status.replace("_", " ")}`;
+}
+
+/** The receipt's job summary in words. */
+function jobSummaryText(job) {
+  const cancel = job.cancel === undefined ? "" : `, cancel ${job.cancel}`;
+  const left = job.left_running ? ", left running" : "";
+  const status = job.status === undefined ? "" : `, last status ${job.status.replace("_", " ")}`;
+  return ` Job: ${job.submits} submit(s), ${job.polls} poll(s)${status}${cancel}${left}.`;
+}
 
 /**
  * @param {object} bundle a decoded retryledger.bundle.v1 document
@@ -54,6 +71,8 @@ export function layoutTimeline(bundle, opts = {}) {
   const laneOf = (routeId) => lanes.find((l) => l.routeId === routeId) ?? null;
   const axisY = TOP + lanes.length * LANE_HEIGHT + 4;
 
+  // An async job's runs get a column saying what each attempt was of the job.
+  const jobs = policy.async_job !== undefined;
   const bars = [];
   const hedgeLinks = [];
   const gaps = [];
@@ -86,7 +105,8 @@ export function layoutTimeline(bundle, opts = {}) {
       y,
       width: Math.max(3, x(a.completed_at_ms) - x1),
       height: 16,
-      label: `attempt ${a.ordinal} on ${a.route_id} (route attempt ${a.route_ordinal}): ${kind}, ${fmt(a.started_at_ms)}–${fmt(a.completed_at_ms)} ms, cost ${fmt(a.cost)}${role}`,
+      job: a.job?.kind,
+      label: `attempt ${a.ordinal} on ${a.route_id} (route attempt ${a.route_ordinal})${a.job ? `, job ${jobStepText(a.job)}` : ""}: ${kind}, ${fmt(a.started_at_ms)}–${fmt(a.completed_at_ms)} ms, cost ${fmt(a.cost)}${role}`,
     };
     bars.push(bar);
     if (hedges !== undefined) {
@@ -123,7 +143,9 @@ export function layoutTimeline(bundle, opts = {}) {
         jitter.push({ x: j1, y: lane ? lane.y + 2 : y, width: Math.max(2, x(prev.completed_at_ms + entry.jitter_max_ms) - j1), height: LANE_HEIGHT - 4 });
       }
     }
-    rows.push([a.ordinal, a.route_id, a.route_ordinal, kind, entry ? fmt(entry.not_before_ms) : "?", fmt(a.started_at_ms), fmt(a.completed_at_ms), entry ? fmt(entry.delay_ms) : "?", fmt(a.cost)]);
+    const row = [a.ordinal, a.route_id, a.route_ordinal, kind, entry ? fmt(entry.not_before_ms) : "?", fmt(a.started_at_ms), fmt(a.completed_at_ms), entry ? fmt(entry.delay_ms) : "?", fmt(a.cost)];
+    if (jobs) row.push(jobStepText(a.job) || "–");
+    rows.push(row);
   });
 
   const streamMarks = streamMarksOf(bundle, bars);
@@ -142,7 +164,8 @@ export function layoutTimeline(bundle, opts = {}) {
   const hedged = hedging
     ? ` Hedged: ${hedging.hedges} hedge(s)${winner ? `, winner attempt ${winner.ordinal}` : ""}, ${hedging.losers.length} loser(s) costing ${fmt(hedging.loser_cost)}.`
     : "";
-  const summary = `${attempts.length} attempt(s) on ${lanes.length} route(s), ending ${terminal}; deadline ${fmt(deadlineMs)} ms.${hedged}`;
+  const job = bundle.receipt?.job;
+  const summary = `${attempts.length} attempt(s) on ${lanes.length} route(s), ending ${terminal}; deadline ${fmt(deadlineMs)} ms.${hedged}${job ? jobSummaryText(job) : ""}`;
   return {
     width,
     height: axisY + AXIS,
@@ -159,6 +182,7 @@ export function layoutTimeline(bundle, opts = {}) {
     fleetStop: bundle.attempts?.fleet_stop ?? null,
     ticks,
     rows,
+    jobs,
     summary,
     deadline: { x: onScale ? x(deadlineMs) : width - RIGHT, ms: deadlineMs, offScale: !onScale },
   };

@@ -145,3 +145,24 @@ test("an unhedged run has no hedge links and no winner mark", () => {
   assert.equal(t.hedgeLinks.length, 0);
   assert.equal(t.winner, null);
 });
+
+test("async job: each bar says what it was of the job, the table has a job column, the summary the receipt's job", async () => {
+  const vectors = JSON.parse(await readFile(path.resolve(here, "..", "..", "tests", "vectors", "job.json"), "utf8"));
+  const c = vectors.cases.find((x) => x.name === "job_cancel_at_deadline_accepted");
+  const ok = c.expect.ok;
+  const t = layoutTimeline({ policy: JSON.parse(c.input.policy), attempts: ok.attempts, receipt: ok.receipt }, { width: 1000 });
+  const jobs = ok.attempts.attempts.map((a) => a.job.kind);
+  assert.deepEqual(t.bars.map((b) => b.job), jobs);
+  assert.equal(jobs[0], "submit");
+  assert.equal(jobs[jobs.length - 1], "cancel");
+  assert.match(t.bars[0].label, /job submit: queued/);
+  assert.match(t.bars[1].label, /job poll 1: in progress/);
+  assert.equal(t.jobs, true);
+  assert.ok(t.rows.every((r) => r.length === 10));
+  assert.equal(t.rows[t.rows.length - 1][9], "cancel");
+  assert.match(t.summary, /Job: 1 submit\(s\), 2 poll\(s\), last status in progress, cancel accepted\./);
+  assert.doesNotMatch(t.summary, /left running/);
+  // A run without an async job has no job column.
+  assert.equal(layoutTimeline(bundle("valid_success"), { width: 1000 }).jobs, false);
+  assert.ok(layoutTimeline(bundle("valid_success"), { width: 1000 }).rows.every((r) => r.length === 9));
+});
