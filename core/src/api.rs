@@ -547,9 +547,19 @@ pub fn session_resume_journal(session: &mut crate::Session, events_json: &str) -
 /// (`attempts`, `head_sha256`, `last_kind`, `lease_generation`, `next_seq`,
 /// `run_id`, `terminal`) out, or the first event the core refuses.
 pub fn journal_verify(policy_json: &str, events_json: &str) -> Result<String> {
-    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    journal_verify_compiled(&policy_of(policy_json)?, events_json)
+}
+
+/// [`journal_verify`] against a compiled policy (a host that keeps one
+/// does not have the policy decoded and validated again for every call).
+pub fn journal_verify_compiled(cp: &CompiledPolicy, events_json: &str) -> Result<String> {
     let events = journal_events(events_json)?;
-    Ok(out(&crate::journal::verify(&cp, &events.0)?.summary()))
+    Ok(out(&crate::journal::verify(cp, &events.0)?.summary()))
+}
+
+/// The policy a journal call names, compiled; its errors under `/policy`.
+fn policy_of(policy_json: &str) -> Result<CompiledPolicy> {
+    compile_policy(policy_json).map_err(|e| e.under("/policy"))
 }
 
 /// `journal_recover`: what a new owner does with a journal (and, while an
@@ -560,14 +570,22 @@ pub fn journal_recover(
     events_json: &str,
     reconciliation_json: Option<&str>,
 ) -> Result<String> {
-    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    journal_recover_compiled(&policy_of(policy_json)?, events_json, reconciliation_json)
+}
+
+/// [`journal_recover`] against a compiled policy.
+pub fn journal_recover_compiled(
+    cp: &CompiledPolicy,
+    events_json: &str,
+    reconciliation_json: Option<&str>,
+) -> Result<String> {
     let events = journal_events(events_json)?;
     let rec = reconciliation_json
         .map(|t| {
             from_str::<crate::journal::Reconciliation>(t).map_err(|e| e.under("/reconciliation"))
         })
         .transpose()?;
-    Ok(out(&crate::journal::recover(&cp, &events.0, rec.as_ref())?))
+    Ok(out(&crate::journal::recover(cp, &events.0, rec.as_ref())?))
 }
 
 /// `journal_append`: the next event of a journal, built by the core from an
@@ -579,11 +597,25 @@ pub fn journal_append(
     lease_generation: u64,
     entry_json: &str,
 ) -> Result<String> {
-    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    journal_append_compiled(
+        &policy_of(policy_json)?,
+        events_json,
+        lease_generation,
+        entry_json,
+    )
+}
+
+/// [`journal_append`] against a compiled policy.
+pub fn journal_append_compiled(
+    cp: &CompiledPolicy,
+    events_json: &str,
+    lease_generation: u64,
+    entry_json: &str,
+) -> Result<String> {
     let events = journal_events(events_json)?;
     let entry = from_str::<crate::journal::Entry>(entry_json).map_err(|e| e.under("/entry"))?;
     Ok(out(&crate::journal::append(
-        &cp,
+        cp,
         &events.0,
         lease_generation,
         &entry,
@@ -594,12 +626,20 @@ pub fn journal_append(
 /// old owner, a retried write): `append`, `duplicate` or `evidence`
 /// (`stale_lease`, `seq_taken`; kept, never a decision).
 pub fn journal_classify(policy_json: &str, events_json: &str, event_json: &str) -> Result<String> {
-    let cp = compile_policy(policy_json).map_err(|e| e.under("/policy"))?;
+    journal_classify_compiled(&policy_of(policy_json)?, events_json, event_json)
+}
+
+/// [`journal_classify`] against a compiled policy.
+pub fn journal_classify_compiled(
+    cp: &CompiledPolicy,
+    events_json: &str,
+    event_json: &str,
+) -> Result<String> {
     let events = journal_events(events_json)?;
     let event =
         from_str::<crate::journal::JournalEvent>(event_json).map_err(|e| e.under("/event"))?;
     Ok(out(&crate::journal::classify_append(
-        &cp, &events.0, &event,
+        cp, &events.0, &event,
     )?))
 }
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence, Union
 
 from . import _core
-from ._api import Document, Policy, _loads, _policy_text, call, check_integer, to_text
+from ._api import Document, Policy, _loads, call, check_integer, to_text
 
 __all__ = [
     "Events",
@@ -48,13 +48,19 @@ def _events(events: Events) -> str:
     return to_text(list(events))
 
 
+def _policy(policy: Union[Policy, Document]) -> Union[_core.Compiled, str]:
+    """The policy as the core's journal calls take it: a compiled policy as it
+    is (not decoded and validated again for every event), else its text."""
+    return policy._compiled if isinstance(policy, Policy) else to_text(policy)
+
+
 def journal_verify(policy: Union[Policy, Document], events: Events) -> dict[str, Any]:
     """What the replay of a journal against the policy found: ``attempts``,
     ``head_sha256`` (the next event's ``prev_sha256``), ``last_kind``,
     ``lease_generation``, ``next_seq``, ``run_id`` and ``terminal``; or the
     first event the core refuses (``journal_chain_broken``, ``journal_seq_gap``,
     ``journal_stale_lease``, ``journal_plan_drift``, ...)."""
-    return _loads(call(_core.journal_verify, _policy_text(policy), _events(events)))
+    return _loads(call(_core.journal_verify, _policy(policy), _events(events)))
 
 
 def journal_recover(
@@ -66,7 +72,7 @@ def journal_recover(
     ``done``. While an attempt waits for reconciliation, pass the receiver's
     answers so far (``retryledger.reconciliation.v1``)."""
     rec = None if reconciliation is None else to_text(reconciliation)
-    return _loads(call(_core.journal_recover, _policy_text(policy), _events(events), rec))
+    return _loads(call(_core.journal_recover, _policy(policy), _events(events), rec))
 
 
 def journal_append(
@@ -77,7 +83,7 @@ def journal_append(
     at its ``seq``."""
     generation = check_integer("lease_generation", lease_generation)
     return _loads(
-        call(_core.journal_append, _policy_text(policy), _events(events), generation, to_text(entry))
+        call(_core.journal_append, _policy(policy), _events(events), generation, to_text(entry))
     )
 
 
@@ -85,7 +91,7 @@ def journal_classify(policy: Union[Policy, Document], events: Events, event: Doc
     """Whether an event offered to a journal appends, repeats one
     (``duplicate``), or is only ``evidence`` (``stale_lease``: a fenced
     owner's; ``seq_taken``). Evidence never changes a decision."""
-    return _loads(call(_core.journal_classify, _policy_text(policy), _events(events), to_text(event)))
+    return _loads(call(_core.journal_classify, _policy(policy), _events(events), to_text(event)))
 
 
 def idempotency_claim(

@@ -793,10 +793,40 @@ fn opt_text<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<Cow<'a, st
     obj.filter(|o| !o.is_none()).map(text).transpose()
 }
 
+/// The policy a journal call names: a `Compiled` (used as it is) or its
+/// JSON text (decoded and validated for the call).
+enum PolicyArg<'a> {
+    Compiled(Arc<CompiledPolicy>),
+    Text(Cow<'a, str>),
+}
+
+impl PolicyArg<'_> {
+    fn of<'a>(policy: &'a Bound<'_, PyAny>) -> PyResult<PolicyArg<'a>> {
+        match policy.cast::<Compiled>() {
+            Ok(c) => Ok(PolicyArg::Compiled(Arc::clone(&c.get().inner))),
+            Err(_) => Ok(PolicyArg::Text(text(policy)?)),
+        }
+    }
+
+    /// `f` on the compiled policy (compiled here from text; its errors under `/policy`).
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&CompiledPolicy) -> retryledger_core::Result<R>,
+    ) -> PyResult<R> {
+        lift(match self {
+            PolicyArg::Compiled(cp) => f(cp),
+            PolicyArg::Text(t) => api::compile_policy(t)
+                .map_err(|e| e.under("/policy"))
+                .and_then(|cp| f(&cp)),
+        })
+    }
+}
+
 /// `journal_verify`: what the replay of a journal (JSON array of events) found, as JSON.
 #[pyfunction]
 fn journal_verify(policy: &Bound<'_, PyAny>, events: &Bound<'_, PyAny>) -> PyResult<String> {
-    lift(api::journal_verify(&text(policy)?, &text(events)?))
+    let events = text(events)?;
+    PolicyArg::of(policy)?.with(|cp| api::journal_verify_compiled(cp, &events))
 }
 
 /// `journal_recover`: `resume`, `reconcile`, `adopt` or `done` (JSON) for a
@@ -809,11 +839,8 @@ fn journal_recover(
     reconciliation: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
     let rec = opt_text(reconciliation)?;
-    lift(api::journal_recover(
-        &text(policy)?,
-        &text(events)?,
-        rec.as_deref(),
-    ))
+    let events = text(events)?;
+    PolicyArg::of(policy)?.with(|cp| api::journal_recover_compiled(cp, &events, rec.as_deref()))
 }
 
 /// `journal_append`: the next event (JSON) of a journal, built from an entry under a lease generation.
@@ -825,12 +852,9 @@ fn journal_append(
     entry: &Bound<'_, PyAny>,
 ) -> PyResult<String> {
     let generation = integer(lease_generation, "lease_generation")?;
-    lift(api::journal_append(
-        &text(policy)?,
-        &text(events)?,
-        generation,
-        &text(entry)?,
-    ))
+    let events = text(events)?;
+    let entry = text(entry)?;
+    PolicyArg::of(policy)?.with(|cp| api::journal_append_compiled(cp, &events, generation, &entry))
 }
 
 /// `journal_classify`: `append`, `duplicate` or `evidence` (JSON) for an event offered to a journal.
@@ -840,11 +864,9 @@ fn journal_classify(
     events: &Bound<'_, PyAny>,
     event: &Bound<'_, PyAny>,
 ) -> PyResult<String> {
-    lift(api::journal_classify(
-        &text(policy)?,
-        &text(events)?,
-        &text(event)?,
-    ))
+    let events = text(events)?;
+    let event = text(event)?;
+    PolicyArg::of(policy)?.with(|cp| api::journal_classify_compiled(cp, &events, &event))
 }
 
 /// `idempotency_claim`: `proceed`, `replay`, `poll` or `rejected` (JSON) for a request under its key.

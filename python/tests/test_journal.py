@@ -108,3 +108,27 @@ def test_idempotency_records_claim_complete_replay() -> None:
     assert info.value.code == "idempotency_not_in_progress"
     with pytest.raises(retryledger.DecodeError):
         idempotency_claim(retention, None, request, -1)
+
+
+def test_a_compiled_policy_gives_the_journal_calls_the_same_answers_as_its_text() -> None:
+    document = make_policy()
+    compiled = retryledger.Policy(document)
+    events = _crashed_after_dispatch(document, 1)
+    late = dict(events[3], lease_generation=0)
+    for policy in (document, compiled):
+        assert journal_verify(policy, events) == journal_verify(document, events)
+        assert journal_recover(policy, events) == journal_recover(document, events)
+        assert journal_classify(policy, events, late) == journal_classify(document, events, late)
+        assert journal_append(policy, events[:1], 1, {"kind": "decided"}) == events[1]
+    # Refusals are the same through either: an entry out of order, a tampered chain.
+    refused = []
+    tampered = [dict(e) for e in events]
+    tampered[2]["prev_sha256"] = "0" * 64
+    for policy in (document, compiled):
+        with pytest.raises(retryledger.JournalError) as out_of_order:
+            journal_append(policy, events, 1, {"kind": "decided"})
+        with pytest.raises(retryledger.JournalError) as broken:
+            journal_verify(policy, tampered)
+        refused.append([(e.value.code, e.value.path) for e in (out_of_order, broken)])
+    assert refused[0] == refused[1]
+    assert refused[0][0][0] == "journal_out_of_order"

@@ -194,6 +194,36 @@ impl Compiled {
         lift(api::seal_compiled(&self.inner, attempts))
     }
 
+    /// `journal_verify` against this policy.
+    pub fn journal_verify(&self, events: &str) -> Out<String> {
+        lift(api::journal_verify_compiled(&self.inner, events))
+    }
+
+    /// `journal_recover` against this policy.
+    pub fn journal_recover(&self, events: &str, reconciliation: Option<String>) -> Out<String> {
+        lift(api::journal_recover_compiled(
+            &self.inner,
+            events,
+            reconciliation.as_deref(),
+        ))
+    }
+
+    /// `journal_append` against this policy.
+    pub fn journal_append(&self, events: &str, lease_generation: f64, entry: &str) -> Out<String> {
+        let generation = lift(safe_integer(lease_generation, "lease_generation"))?;
+        lift(api::journal_append_compiled(
+            &self.inner,
+            events,
+            generation,
+            entry,
+        ))
+    }
+
+    /// `journal_classify` against this policy.
+    pub fn journal_classify(&self, events: &str, event: &str) -> Out<String> {
+        lift(api::journal_classify_compiled(&self.inner, events, event))
+    }
+
     /// A run of this policy with no attempt yet: the core's Session.
     pub fn session(&self) -> WasmSession {
         WasmSession {

@@ -101,3 +101,35 @@ test("idempotency records: claim, complete, replay, and IdempotencyError", () =>
   );
   assert.throws(() => rl.idempotencyClaim(retention, null, request, -1), (e) => e instanceof rl.DecodeError && e.code === "integer_out_of_range");
 });
+
+test("a compiled policy gives the journal calls the same answers as its text", () => {
+  const document = referencePolicy();
+  const compiled = new rl.CompiledPolicy(document);
+  const events = crashedAfterDispatch(document, 1);
+  const late = { ...at(events, 3), lease_generation: 0 };
+  for (const policy of [document, compiled]) {
+    assert.deepEqual(rl.journalVerify(policy, events), rl.journalVerify(document, events));
+    assert.deepEqual(rl.journalRecover(policy, events), rl.journalRecover(document, events));
+    assert.deepEqual(rl.journalClassify(policy, events, late), rl.journalClassify(document, events, late));
+    assert.deepEqual(rl.journalAppend(policy, events.slice(0, 1), 1, { kind: "decided" }), at(events, 1));
+  }
+  // Refusals are the same through either: an entry out of order, a tampered chain.
+  const tampered = events.map((e) => ({ ...e }));
+  at(tampered, 2).prev_sha256 = "0".repeat(64);
+  /** @param {() => unknown} f */
+  const refusal = (f) => {
+    try {
+      f();
+    } catch (e) {
+      assert.ok(e instanceof rl.JournalError);
+      return [e.code, e.path];
+    }
+    assert.fail("refused");
+  };
+  const refused = [document, compiled].map((policy) => [
+    refusal(() => rl.journalAppend(policy, events, 1, { kind: "decided" })),
+    refusal(() => rl.journalVerify(policy, tampered)),
+  ]);
+  assert.deepEqual(refused[0], refused[1]);
+  assert.equal(refused[0]?.[0]?.[0], "journal_out_of_order");
+});

@@ -40,6 +40,10 @@ export interface RawCompiled {
   evaluate(attempts: string): string;
   seal(attempts: string): string;
   session(): RawSession;
+  journal_verify(events: string): string;
+  journal_recover(events: string, reconciliation: string | undefined): string;
+  journal_append(events: string, leaseGeneration: number, entry: string): string;
+  journal_classify(events: string, event: string): string;
   free(): void;
 }
 
@@ -390,6 +394,15 @@ export class CompiledPolicy {
   seal(attempts: Input<Attempts>): Bundle {
     const text = toText(attempts);
     return JSON.parse(call(() => this.#raw.seal(text))) as Bundle;
+  }
+
+  /**
+   * @internal A core call against the module's compiled policy (the journal
+   * transitions: the policy is not decoded and validated again per call).
+   */
+  callRaw<T>(f: (raw: RawCompiled) => T): T {
+    const raw = this.#raw;
+    return call(() => f(raw));
   }
 
   /** The raw JSON text of `planNext` (canonical key order). */

@@ -16,7 +16,7 @@
  *   scoped key.
  */
 
-import { call, CompiledPolicy, toText, type Input, type RawBindings } from "./core.js";
+import { call, CompiledPolicy, toText, type Input, type RawBindings, type RawCompiled } from "./core.js";
 import { DecodeError } from "./errors.js";
 import type { Admission, Attempt, Decision, DispatchDecision, FleetStop, Identifier, Policy, Sha256Hex, Terminal } from "./types.js";
 
@@ -182,9 +182,18 @@ function integer(name: string, x: unknown): number {
   return x;
 }
 
-/** A policy as text (a compiled one gives its canonical JSON). */
-function policyText(policy: Input<Policy> | CompiledPolicy): string {
-  return policy instanceof CompiledPolicy ? policy.policyJson : toText(policy);
+/**
+ * A journal call against a policy: a compiled one's own module object (the
+ * policy is not decoded and validated again), else the policy's text.
+ */
+function withPolicy<T>(
+  policy: Input<Policy> | CompiledPolicy,
+  compiled: (raw: RawCompiled) => T,
+  text: (b: JournalBindings, policy: string) => T,
+): T {
+  if (policy instanceof CompiledPolicy) return policy.callRaw(compiled);
+  const p = toText(policy);
+  return journalCall((b) => text(b, p));
 }
 
 /** A journal as text: a JSON array of events, or its text. */
@@ -194,9 +203,8 @@ function eventsText(events: Input<readonly JournalEvent[]>): string {
 
 /** What the replay of a journal against the policy found (or the first event it refuses, thrown). */
 export function journalVerify(policy: Input<Policy> | CompiledPolicy, events: Input<readonly JournalEvent[]>): JournalVerified {
-  const p = policyText(policy);
   const e = eventsText(events);
-  return JSON.parse(journalCall((b) => b.journal_verify(p, e))) as JournalVerified;
+  return JSON.parse(withPolicy(policy, (c) => c.journal_verify(e), (b, p) => b.journal_verify(p, e))) as JournalVerified;
 }
 
 /**
@@ -210,10 +218,9 @@ export function journalRecover(
   events: Input<readonly JournalEvent[]>,
   reconciliation?: Input<Reconciliation>,
 ): Recovery {
-  const p = policyText(policy);
   const e = eventsText(events);
   const r = reconciliation === undefined ? undefined : toText(reconciliation);
-  return JSON.parse(journalCall((b) => b.journal_recover(p, e, r))) as Recovery;
+  return JSON.parse(withPolicy(policy, (c) => c.journal_recover(e, r), (b, p) => b.journal_recover(p, e, r))) as Recovery;
 }
 
 /** The next event of a journal under the writer's lease generation; append it at its `seq`. */
@@ -223,19 +230,17 @@ export function journalAppend(
   leaseGeneration: number,
   entry: Input<JournalEntry>,
 ): JournalEvent {
-  const p = policyText(policy);
   const e = eventsText(events);
   const g = integer("lease_generation", leaseGeneration);
   const x = toText(entry);
-  return JSON.parse(journalCall((b) => b.journal_append(p, e, g, x))) as JournalEvent;
+  return JSON.parse(withPolicy(policy, (c) => c.journal_append(e, g, x), (b, p) => b.journal_append(p, e, g, x))) as JournalEvent;
 }
 
 /** Whether an event offered to a journal appends, repeats one, or is only evidence (a fenced owner's, or a seq taken). */
 export function journalClassify(policy: Input<Policy> | CompiledPolicy, events: Input<readonly JournalEvent[]>, event: Input<JournalEvent>): Classified {
-  const p = policyText(policy);
   const e = eventsText(events);
   const x = toText(event);
-  return JSON.parse(journalCall((b) => b.journal_classify(p, e, x))) as Classified;
+  return JSON.parse(withPolicy(policy, (c) => c.journal_classify(e, x), (b, p) => b.journal_classify(p, e, x))) as Classified;
 }
 
 /**
