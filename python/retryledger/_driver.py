@@ -825,11 +825,22 @@ class _Host:
     """What the sync and async drivers share: the session, the hooks, and the
     per-attempt bookkeeping (fleet admission, facts extraction and recording)."""
 
-    __slots__ = (
-        "session", "classify", "wall_clock", "on_attempt", "last_error", "judgement", "fleet", "policy", "held",
-        "reserve_tokens",
-        "on_decision", "on_sleep", "on_terminal", "checks", "verdicts",
-    )
+    # What every run sets is a slot; what a run rarely sets keeps its default
+    # on the class until set (in the instance's dict, made only then), so a
+    # plain run's host costs a few stores.
+    __slots__ = ("session", "classify", "wall_clock", "on_attempt", "fleet", "policy", "last_error", "judgement", "__dict__")
+
+    #: The route release of an admission not yet dispatched (its slot held).
+    held: Optional[str] = None
+    #: The tokens each attempt reserves under a token bucket (None: the fleet's).
+    reserve_tokens: Optional[int] = None
+    on_decision: Optional[DecisionCallback] = None
+    on_sleep: Optional[SleepCallback] = None
+    on_terminal: Optional[TerminalCallback] = None
+    #: The output checks run on what dispatch returned (docs/REPAIR.md).
+    checks: Optional[Tuple[Callable[[Any], Any], ...]] = None
+    #: The verdicts of the last returned answer.
+    verdicts: Optional[List[Any]] = None
 
     def __init__(
         self,
@@ -838,50 +849,38 @@ class _Host:
         wall_clock: Optional[Callable[[], float]],
         on_attempt: Optional[AttemptCallback],
         fleet: Optional[Fleet] = None,
-        session: Optional[_core.Session] = None,
+        reserve_tokens: Optional[int] = None,
+        hooks: Tuple[Optional[DecisionCallback], Optional[SleepCallback], Optional[TerminalCallback]] = (None, None, None),
+        checks: Optional[Sequence[Callable[[Any], Any]]] = None,
     ) -> None:
-        #: The run's session (a new one unless the run already has one).
-        self.session = compiled._compiled.session() if session is None else session
+        """The host of a run with these options: its session, its fleet
+        (checked against the policy), its token reservation (checked), its
+        hooks and output checks (only those given are stored)."""
+        self.session = compiled._compiled.session()
         self.classify = classify
         self.wall_clock = wall_clock
         self.on_attempt = on_attempt
-        self.last_error: Optional[BaseException] = None
-        self.judgement: Optional[_core.Judgement] = None
         #: The fleet admitting each attempt (None: the policy has no fleet section).
         self.fleet = _fleet_for(compiled, fleet)
         self.policy = compiled
-        #: The route release of an admission not yet dispatched (its slot held).
-        self.held: Optional[str] = None
-        #: The tokens each attempt reserves under a token bucket (None: the fleet's).
-        self.reserve_tokens: Optional[int] = None
-        self.on_decision: Optional[DecisionCallback] = None
-        self.on_sleep: Optional[SleepCallback] = None
-        self.on_terminal: Optional[TerminalCallback] = None
-        #: The output checks run on what dispatch returned (docs/REPAIR.md).
-        self.checks: Optional[Tuple[Callable[[Any], Any], ...]] = None
-        #: The verdicts of the last returned answer.
-        self.verdicts: Optional[List[Any]] = None
-
-    @classmethod
-    def for_run(
-        cls,
-        compiled: Policy,
-        classify: Optional[Classifier],
-        wall_clock: Optional[Callable[[], float]],
-        on_attempt: Optional[AttemptCallback],
-        fleet: Optional[Fleet],
-        reserve_tokens: Optional[int],
-        hooks: Tuple[Optional[DecisionCallback], Optional[SleepCallback], Optional[TerminalCallback]],
-        checks: Optional[Sequence[Callable[[Any], Any]]],
-    ) -> "_Host":
-        """The host of a run with these options (its token reservation
-        checked, its hooks and output checks set)."""
-        host = cls(compiled, classify, wall_clock, on_attempt, fleet)
-        host.reserve_tokens = _reserve(reserve_tokens)
-        host.hooks(*hooks)
+        self.last_error: Optional[BaseException] = None
+        self.judgement: Optional[_core.Judgement] = None
+        if reserve_tokens is not None:
+            self.reserve_tokens = _reserve(reserve_tokens)
+        on_decision, on_sleep, on_terminal = hooks
+        if on_decision is not None:
+            self.on_decision = on_decision
+        if on_sleep is not None:
+            self.on_sleep = on_sleep
+        if on_terminal is not None:
+            self.on_terminal = on_terminal
         if checks:
-            host.checks = tuple(checks)
-        return host
+            self.checks = tuple(checks)
+
+    @property
+    def hooked(self) -> bool:
+        """Whether any hook is set."""
+        return self.on_decision is not None or self.on_sleep is not None or self.on_terminal is not None
 
     def returned(self, value: Any) -> _core.Facts:
         """The facts of a returned answer: its output checks' verdicts,
@@ -899,18 +898,6 @@ class _Host:
         self.verdicts = verdicts
         self.last_error = None
         return facts
-
-    def hooks(
-        self,
-        on_decision: Optional[DecisionCallback],
-        on_sleep: Optional[SleepCallback],
-        on_terminal: Optional[TerminalCallback],
-    ) -> bool:
-        """Set the run's hooks; whether any is set."""
-        self.on_decision = on_decision
-        self.on_sleep = on_sleep
-        self.on_terminal = on_terminal
-        return on_decision is not None or on_sleep is not None or on_terminal is not None
 
     def decided(self, plan: Union[_core.Dispatch, _core.Terminal]) -> None:
         """``on_decision`` with the core's decision."""
@@ -1150,59 +1137,41 @@ def run(
             on_attempt=on_attempt, price_schedule=price_schedule, fleet=fleet,
             on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
         )
-    if type(policy) is Policy and key_scope is None and policy._verified_key == idempotency_key:
-        compiled = policy  # its key was checked against the policy's digest before
-    else:
-        compiled = _checked(policy, idempotency_key, key_scope)
-    schedule = None if price_schedule is None else _schedule_for(compiled, price_schedule)
+    compiled = _checked(policy, idempotency_key, key_scope)
+    schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
         clock = _monotonic_ms
     if sleep is None:
         sleep = _sleep_ms
-    hooked = on_decision is not None or on_sleep is not None or on_terminal is not None
-    # A run with no fleet, hook or check needs no host until something
-    # unusual happens (an error other than AttemptError, or the run stops).
-    host: Optional[_Host] = None
-    if fleet is not None or on_attempt is not None or hooked or checks:
-        host = _Host.for_run(
-            compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, (on_decision, on_sleep, on_terminal), checks
-        )
-        session = host.session
-        admits = host.fleet is not None
-    else:
-        document = compiled._document
-        if document is None or "fleet" in document:
-            _fleet_for(compiled, None)  # a policy with a fleet section needs a fleet
-        if reserve_tokens is not None:
-            _reserve(reserve_tokens)
-        session = compiled._compiled.session()
-        admits = False
+    host = _Host(compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, (on_decision, on_sleep, on_terminal), checks)
+    hooked = host.hooked
+    returned = host.returned
+    session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
     # The loop of ``_Host.next_attempt`` and ``_Host.record``, written out:
     # the same steps, without a call per step (the driver's own cost).
     plan_next = session.next
     observe = session.observe
+    admits = host.fleet is not None
     after = admits or on_attempt is not None
-    last_error: Optional[BaseException] = None
-    judgement: Optional[_core.Judgement] = None
     t0 = clock()
     while True:
         plan = plan_next()
         if hooked and not (admits and isinstance(plan, _core.Dispatch)):
-            host.decided(plan)  # type: ignore[union-attr]  # (an admitted plan: in next_attempt)
+            host.decided(plan)  # (an admitted plan: in next_attempt)
         if isinstance(plan, _Terminal):
             break
         if admits:
             # Admitted through the fleet (waiting while its limits ask to).
-            plan, now = host.next_attempt(clock, t0, sleep)  # type: ignore[union-attr]
+            plan, now = host.next_attempt(clock, t0, sleep)
             if isinstance(plan, _Terminal):
                 break
         else:
             now = clock() - t0
             not_before = plan.not_before_ms
             if hooked and now < not_before:
-                host.sleeping(plan, now)  # type: ignore[union-attr]
+                host.sleeping(plan, now)
             while now < not_before:
                 sleep(not_before - now)
                 now = clock() - t0
@@ -1211,40 +1180,28 @@ def run(
         try:
             value = dispatch(step)
         except Exception as exc:
-            last_error = exc
-            if type(exc) is AttemptError:
-                facts = exc._facts
-            else:
-                if host is None:
-                    host = _Host(compiled, classify, wall_clock, None, None, session)
-                facts = host.facts(step, exc)
+            host.last_error = exc
+            facts = exc._facts if type(exc) is AttemptError else host.facts(step, exc)
             completed = int(clock() - t0)
-            judgement = observe(started, completed if completed > started else started, step._cost, facts)
+            host.judgement = judgement = observe(started, completed if completed > started else started, step._cost, facts)
             if after:
-                host.after(step, judgement)  # type: ignore[union-attr]
+                host.after(step, judgement)
         else:
-            if checks:
-                facts = host.returned(value)  # type: ignore[union-attr]
-                last_error = host.last_error  # type: ignore[union-attr]  # a check that broke, or None
-            else:
-                facts = _RETURNED
-                last_error = None
             completed = int(clock() - t0)
-            judgement = observe(started, completed if completed > started else started, step._cost, facts)
+            host.judgement = judgement = observe(
+                started, completed if completed > started else started, step._cost, returned(value) if checks else _RETURNED
+            )
             if after:
-                host.after(step, judgement)  # type: ignore[union-attr]
+                host.after(step, judgement)
             if session.terminal == "completed":
-                # The last error's traceback holds this frame: dropped here,
-                # no cycle is left for the collector.
-                last_error = None
+                # The last error's traceback holds this frame, which holds the
+                # host: dropped here, no cycle is left for the collector.
+                host.last_error = None
                 if hooked:
-                    host.decided(plan_next())  # type: ignore[union-attr]  # the terminal decision, as the loop would see it
-                    return RunResult(value, host.sealed())  # type: ignore[union-attr]
+                    host.decided(plan_next())  # the terminal decision, as the loop would see it
+                    return RunResult(value, host.sealed())
                 return RunResult(value, session.seal())
-    if host is None:
-        host = _Host(compiled, classify, wall_clock, None, None, session)
-    host.last_error, host.judgement = last_error, judgement
-    raise host.failure() from last_error
+    raise host.failure() from host.last_error
 
 
 async def run_async(
@@ -1294,9 +1251,7 @@ async def run_async(
         clock = _monotonic_ms
     if sleep is None:
         sleep = _async_sleep_ms
-    host = _Host.for_run(
-        compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, (on_decision, on_sleep, on_terminal), checks
-    )
+    host = _Host(compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, (on_decision, on_sleep, on_terminal), checks)
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)

@@ -97,7 +97,6 @@ from ._driver import (
     _async_sleep_ms,
     _checked,
     _monotonic_ms,
-    _reserve,
     _schedule_for,
     _sleep_ms,
 )
@@ -1133,9 +1132,7 @@ def _prepare(
     compiled = _checked(policy, idempotency_key, key_scope)
     p = _Plan(compiled)
     schedule = _schedule_for(compiled, price_schedule)
-    host = _StreamHost(compiled, classify, wall_clock, on_attempt, fleet)
-    host.reserve_tokens = _reserve(reserve_tokens)
-    host.hooks(*hooks)
+    host = _StreamHost(compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, hooks)
     if schedule is not None:
         host.session.set_price_schedule(schedule)
     return _Core(host, p, _TEXT_READER if reader is None else reader, schedule, idempotency_key)
