@@ -464,66 +464,46 @@ const utf8 = new TextDecoder();
 
 /** A document's tape, kept: its numbers (a copy) and its text, for `tapeJson`. */
 interface KeptTape {
-  /** The chunk the numbers were copied into ([`keepTape`]), and where they are in it. */
-  readonly chunk: Float64Array;
-  readonly start: number;
-  readonly count: number;
+  readonly ops: Float64Array;
   readonly text: string;
 }
 
-/** Numbers per chunk of kept tapes (a receipt's tape holds a few hundred). */
-const TAPE_CHUNK = 16_384;
-let tapeChunk = new Float64Array(0);
-let tapeUsed = 0;
-
 /**
- * Copy a tape's numbers out of the module's memory (the session's memory
- * serves its next run) into a chunk shared by many sealed runs: one typed
- * array per chunk rather than one per run, whose backing store would cost
- * more than the copy. A chunk is collected once no sealed run keeps a tape in it.
+ * Copies out of the module's memory (a session's memory serves its next
+ * run), kept by sealed runs: each copy is a view into a chunk shared by many
+ * runs, since a typed array of its own per run (its backing store) costs
+ * more than the copy. A chunk is collected once no sealed run keeps a view of it.
  */
-function keepTape(f: Float64Array, at: number, count: number, text: string): KeptTape {
-  if (tapeUsed + count > tapeChunk.length) {
-    tapeChunk = new Float64Array(Math.max(TAPE_CHUNK, count));
-    tapeUsed = 0;
+class Chunks<A extends Float64Array | Uint8Array> {
+  #chunk: A;
+  #used = 0;
+
+  constructor(
+    readonly make: (length: number) => A,
+    readonly size: number,
+  ) {
+    this.#chunk = make(0);
   }
-  const start = tapeUsed;
-  tapeChunk.set(f.subarray(at, at + count), start);
-  tapeUsed += count;
-  return { chunk: tapeChunk, start, count, text };
+
+  /** A copy of `source`. */
+  keep(source: ArrayLike<number>): A {
+    const n = source.length;
+    if (this.#used + n > this.#chunk.length) {
+      this.#chunk = this.make(Math.max(this.size, n));
+      this.#used = 0;
+    }
+    const kept = this.#chunk.subarray(this.#used, this.#used + n) as A;
+    kept.set(source);
+    this.#used += n;
+    return kept;
+  }
 }
 
-/** Bytes per chunk of kept attempts texts. */
-const BYTE_CHUNK = 65_536;
-let byteChunk = new Uint8Array(0);
-let bytesUsed = 0;
+/** Receipt tapes (a few hundred numbers each). */
+const tapes = new Chunks((n) => new Float64Array(n), 16_384);
+/** Attempts' canonical bytes, decoded when the bundle first needs their text. */
+const attemptBytes = new Chunks((n) => new Uint8Array(n), 65_536);
 
-/**
- * Copy the attempts' canonical bytes out of the module's memory into a
- * shared chunk, as `keepTape` does; they are decoded when the bundle first
- * needs their text (a run whose bundle is never read decodes nothing).
- */
-function keepBytes(mem: Uint8Array, at: number, n: number): Uint8Array {
-  if (bytesUsed + n > byteChunk.length) {
-    byteChunk = new Uint8Array(Math.max(BYTE_CHUNK, n));
-    bytesUsed = 0;
-  }
-  const kept = byteChunk.subarray(bytesUsed, bytesUsed + n);
-  kept.set(mem.subarray(at, at + n));
-  bytesUsed += n;
-  return kept;
-}
-
-
-/**
- * The receipt (or `undefined`: parse its JSON), the receipt's canonical
- * JSON or the tape the core writes it from, and the attempts' canonical JSON
- * when it was read for hashing. With a native SHA-256 the core writes the
- * attempts' canonical bytes into its memory, they are hashed there, and the
- * core writes the receipt built around that digest as a tape (`fromTape`):
- * no JSON text is written or parsed; the receipt's canonical JSON is written
- * by the core from a copy of the tape when first asked for.
- */
 /** What sealing gives: the receipt object, its canonical JSON or kept tape, and the attempts' JSON when read. */
 interface SealedParts {
   readonly receipt: Receipt | undefined;
@@ -532,6 +512,15 @@ interface SealedParts {
   readonly attempts: string | Uint8Array | undefined;
 }
 
+/**
+ * The receipt (or `undefined`: parse its JSON), the receipt's canonical
+ * JSON or the tape the core writes it from, and the attempts' canonical
+ * JSON (or bytes) when it was read for hashing. With a native SHA-256 the
+ * core writes the attempts' canonical bytes into its memory, they are hashed
+ * there, and the core writes the receipt built around that digest as a tape
+ * (`fromTape`): no JSON text is written or parsed; the receipt's canonical
+ * JSON is written by the core from a copy of the tape when first asked for.
+ */
 function sealed(r: RawSession): SealedParts {
   const hash = hostSha256;
   if (hash === undefined) return { receipt: undefined, receiptJson: call(() => r.receipt_json()), attempts: undefined };
@@ -547,16 +536,16 @@ function sealed(r: RawSession): SealedParts {
   const count = f[p + 3] as number;
   const textAt = f[p + 4] as number;
   const mem = moduleBytes();
-  const attempts = keepBytes(mem, bytesAt, n);
+  const attempts = attemptBytes.keep(mem.subarray(bytesAt, bytesAt + n));
   const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
   const receipt = fromTape(f, tapeAt, count, text) as Receipt;
-  return { receipt, receiptJson: keepTape(f, tapeAt, count, text), attempts };
+  return { receipt, receiptJson: { ops: tapes.keep(f.subarray(tapeAt, tapeAt + count)), text }, attempts };
 }
 
 /** The canonical JSON of a receipt given as its text or its kept tape. */
 function receiptText(receipt: string | KeptTape): string {
   if (typeof receipt === "string") return receipt;
-  return call((b) => b.tape_json(receipt.chunk.subarray(receipt.start, receipt.start + receipt.count), receipt.text));
+  return call((b) => b.tape_json(receipt.ops, receipt.text));
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
