@@ -1,7 +1,7 @@
 """The compiled extension: the core's functions (JSON text in, JSON text out; see
 retryledger._api) and the Session a host drives (docs/HOSTS.md)."""
 
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
 from ._tables import Note as _Note, ProviderFamily as _ProviderFamily, Rule as _Rule, Signal as _Signal, Terminal as _TerminalName
 
@@ -9,6 +9,7 @@ __all__ = [
     "CoreError",
     "Compiled",
     "Session",
+    "SyncLoop",
     "HedgeSession",
     "Dispatch",
     "Terminal",
@@ -78,6 +79,26 @@ class HedgeSession:
     def attempts_json(self) -> str: ...
     def receipt_json(self) -> str: ...
     def bundle_json(self) -> str: ...
+
+@final
+class SyncLoop:
+    """The sync driver's loop (``retryledger.run``), run in the extension."""
+
+    def __new__(cls, step: type, attempt_error: type, returned: Facts) -> SyncLoop: ...
+    def run(
+        self,
+        host: object,
+        session: Session,
+        dispatch: Callable[[Any], Any],
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        idempotency_key: str,
+        schedule: Optional[str],
+        hooked: bool,
+        admits: bool,
+        after: bool,
+        checks: bool,
+    ) -> Optional[Tuple[Any]]: ...
 
 @final
 class Session:

@@ -1079,6 +1079,10 @@ class _Host:
         return RunStoppedError(sealed, message)
 
 
+#: The sync driver's loop (python/src/drive.rs), made once.
+_SYNC_LOOP = _core.SyncLoop(Step, AttemptError, _RETURNED)
+
+
 # ---- the drivers --------------------------------------------------------------
 
 
@@ -1144,63 +1148,21 @@ def run(
     if sleep is None:
         sleep = _sleep_ms
     host = _Host(compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, (on_decision, on_sleep, on_terminal), checks)
-    hooked = host.hooked
-    returned = host.returned
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
-    # The loop of ``_Host.next_attempt`` and ``_Host.record``, written out:
-    # the same steps, without a call per step (the driver's own cost).
-    plan_next = session.next
-    observe = session.observe
-    admits = host.fleet is not None
-    after = admits or on_attempt is not None
-    t0 = clock()
-    while True:
-        plan = plan_next()
-        if hooked and not (admits and isinstance(plan, _core.Dispatch)):
-            host.decided(plan)  # (an admitted plan: in next_attempt)
-        if isinstance(plan, _Terminal):
-            break
-        if admits:
-            # Admitted through the fleet (waiting while its limits ask to).
-            plan, now = host.next_attempt(clock, t0, sleep)
-            if isinstance(plan, _Terminal):
-                break
-        else:
-            now = clock() - t0
-            not_before = plan.not_before_ms
-            if hooked and now < not_before:
-                host.sleeping(plan, now)
-            while now < not_before:
-                sleep(not_before - now)
-                now = clock() - t0
-        started = int(now) if now > 0 else 0
-        step = Step(plan, idempotency_key, started, schedule, session)
-        try:
-            value = dispatch(step)
-        except Exception as exc:
-            host.last_error = exc
-            facts = exc._facts if type(exc) is AttemptError else host.facts(step, exc)
-            completed = int(clock() - t0)
-            host.judgement = judgement = observe(started, completed if completed > started else started, step._cost, facts)
-            if after:
-                host.after(step, judgement)
-        else:
-            completed = int(clock() - t0)
-            host.judgement = judgement = observe(
-                started, completed if completed > started else started, step._cost, returned(value) if checks else _RETURNED
-            )
-            if after:
-                host.after(step, judgement)
-            if session.terminal == "completed":
-                # The last error's traceback holds this frame, which holds the
-                # host: dropped here, no cycle is left for the collector.
-                host.last_error = None
-                if hooked:
-                    host.decided(plan_next())  # the terminal decision, as the loop would see it
-                    return RunResult(value, host.sealed())
-                return RunResult(value, session.seal())
+    hooked = host.hooked
+    # The loop of ``run_async`` (plan, wait, dispatch, observe), run in the
+    # extension with this host's hooks: ``(value,)`` once an attempt completes the run.
+    done = _SYNC_LOOP.run(
+        host, session, dispatch, clock, sleep, idempotency_key, schedule,
+        hooked, host.fleet is not None, host.fleet is not None or on_attempt is not None, host.checks is not None,
+    )
+    if done is not None:
+        if hooked:
+            host.decided(session.next())  # the terminal decision, as the loop would see it
+            return RunResult(done[0], host.sealed())
+        return RunResult(done[0], session.seal())
     raise host.failure() from host.last_error
 
 

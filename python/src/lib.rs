@@ -14,6 +14,7 @@
 //! receipt is a dict built here, and whose digest and bundle are computed
 //! only when asked for. No JSON crosses per attempt.
 
+mod drive;
 mod hedge;
 
 use std::borrow::Cow;
@@ -1438,6 +1439,42 @@ struct PySession {
     next: Option<Py<PyAny>>,
 }
 
+impl PySession {
+    /// `observe` with its arguments checked: the core judges `facts` and
+    /// records the attempt; the judgement object (the facts' own when the same).
+    fn observed(
+        &mut self,
+        py: Python<'_>,
+        started: u64,
+        completed: u64,
+        cost: Option<u64>,
+        facts: &Bound<'_, PyFacts>,
+        deltas: &[String],
+    ) -> PyResult<Py<PyJudgement>> {
+        let judgement = lift(self.session.observe_stream(
+            started,
+            completed,
+            cost,
+            &facts.get().inner,
+            deltas,
+        ))?;
+        self.next = None;
+        // The facts' judgement object when this one is the same, else a new one.
+        let facts = facts.get();
+        if let Some(j) = facts.judged.get(py) {
+            if j.get().inner == judgement {
+                return Ok(j.clone_ref(py));
+            }
+            return Py::new(py, PyJudgement { inner: judgement });
+        }
+        let j = Py::new(py, PyJudgement { inner: judgement })?;
+        Ok(facts
+            .judged
+            .get_or_init(py, || j.clone_ref(py))
+            .clone_ref(py))
+    }
+}
+
 #[pymethods]
 impl PySession {
     /// The decision: a `Dispatch` (what to dispatch next and not before when)
@@ -1481,28 +1518,14 @@ impl PySession {
             Some(c) => Some(integer(c, "cost")?),
             None => None,
         };
-        let deltas = deltas.unwrap_or_default();
-        let judgement = lift(self.session.observe_stream(
+        self.observed(
+            py,
             started,
             completed,
             cost,
-            &facts.get().inner,
-            &deltas,
-        ))?;
-        self.next = None;
-        // The facts' judgement object when this one is the same, else a new one.
-        let facts = facts.get();
-        if let Some(j) = facts.judged.get(py) {
-            if j.get().inner == judgement {
-                return Ok(j.clone_ref(py));
-            }
-            return Py::new(py, PyJudgement { inner: judgement });
-        }
-        let j = Py::new(py, PyJudgement { inner: judgement })?;
-        Ok(facts
-            .judged
-            .get_or_init(py, || j.clone_ref(py))
-            .clone_ref(py))
+            facts,
+            &deltas.unwrap_or_default(),
+        )
     }
 
     /// Admit the planned attempt under the fleet view read from the store
@@ -1870,6 +1893,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyOutcome>()?;
     m.add_class::<Sealed>()?;
     m.add_class::<hedge::PyHedgeSession>()?;
+    m.add_class::<drive::SyncLoop>()?;
     m.add_function(wrap_pyfunction!(validate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(plan_next, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import TracebackType
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -341,3 +342,85 @@ def test_async_unrecognized_exception() -> None:
         asyncio.run(retryledger.run_async(make_policy(), dispatch, KEY))
     assert info.value.__cause__ is original
     assert info.value.receipt["attempt_count"] == 1
+
+
+# ---- the sync loop's edges: what the clock gives, what dispatch raises ------
+
+
+def test_an_integer_clock_gives_integer_waits() -> None:
+    """``clock() - t0`` and ``not_before - now`` are computed as Python does:
+    a clock of ints sleeps ints, a clock of floats floats."""
+    for start, kind in ((1_000, int), (1_000.5, float)):
+        now = [start]
+        sleeps: List[Any] = []
+
+        def sleep(ms: Any) -> None:
+            sleeps.append(ms)
+            now[0] += ms
+
+        def dispatch(step: Step) -> str:
+            if step.ordinal == 1:
+                raise AttemptError.retryable("rate_limited", retry_after_ms=250)
+            return "ok"
+
+        result = retryledger.run(make_policy(), dispatch, KEY, clock=lambda: now[0], sleep=sleep)
+        assert result.value == "ok"
+        assert sleeps == [250] and type(sleeps[0]) is kind
+        assert [s["started_at_ms"] for s in result.receipt["schedule"]] == [0, 250]
+
+
+def test_an_exception_that_is_not_an_exception_is_never_recorded() -> None:
+    """``KeyboardInterrupt`` and ``SystemExit`` raised by dispatch leave the
+    run as they are: propagated, nothing recorded, no receipt."""
+    for error in (KeyboardInterrupt(), SystemExit(3)):
+        calls: List[int] = []
+
+        def dispatch(step: Step) -> str:
+            calls.append(step.ordinal)
+            raise error
+
+        clock = FakeClock()
+        with pytest.raises(type(error)) as caught:
+            retryledger.run(make_policy(), dispatch, KEY, clock=clock, sleep=clock.sleep)
+        assert caught.value is error
+        assert calls == [1]
+
+
+def test_a_broken_clock_is_an_error_of_the_caller() -> None:
+    """A clock that gives no number raises ``TypeError`` before any dispatch; one
+    that gives NaN after the dispatch raises ``ValueError`` (``int(nan)``)."""
+    calls: List[int] = []
+
+    def dispatch(step: Step) -> str:
+        calls.append(step.ordinal)
+        return "ok"
+
+    with pytest.raises(TypeError):
+        not_a_clock: Any = lambda: "soon"
+        retryledger.run(make_policy(), dispatch, KEY, clock=not_a_clock, sleep=lambda _ms: None)
+    assert calls == []
+    readings = iter([0.0, 0.0, float("nan")])
+    with pytest.raises(ValueError, match="NaN"):
+        retryledger.run(make_policy(), dispatch, KEY, clock=lambda: next(readings), sleep=lambda _ms: None)
+    assert calls == [1]
+
+
+def test_the_cause_of_a_stopped_run_keeps_its_traceback() -> None:
+    """The error dispatch raised is the stopped run's ``__cause__``, with the
+    dispatch's frame in its traceback."""
+
+    def dispatch(step: Step) -> str:
+        raise ValueError(f"unknown failure on attempt {step.ordinal}")
+
+    clock = FakeClock()
+    with pytest.raises(retryledger.RunStoppedError) as caught:
+        retryledger.run(make_policy(), dispatch, KEY, clock=clock, sleep=clock.sleep)
+    cause = caught.value.__cause__
+    assert isinstance(cause, ValueError) and str(cause) == "unknown failure on attempt 1"
+    assert cause.__traceback__ is not None
+    frames: List[str] = []
+    tb: Optional[TracebackType] = cause.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert "dispatch" in frames

@@ -1,0 +1,257 @@
+//! The sync driver's loop (`retryledger.run`) in the extension: the order of
+//! the host contract (plan, wait until `not_before_ms`, dispatch, observe,
+//! until a terminal) with the clock, the sleep, the dispatch and the host's
+//! hooks called as the Python driver gives them. Every decision is still the
+//! core's; what this loop saves is the crossing into the module and the
+//! interpreted loop around it on every attempt.
+//!
+//! It is the same sequence as the async driver's (`run_async`, in Python,
+//! which awaits its dispatch and sleep); the driver vectors
+//! (`python/tests/test_drivers_vectors.py`) replay both.
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt, PyTuple, PyType};
+use retryledger_core::limits::MAX_SAFE_INTEGER;
+use retryledger_core::{Decision, Terminal};
+
+use retryledger_core::error::ErrorCode;
+
+use crate::{coded, integer, PyFacts, PySession, PyTerminal};
+
+/// The sync loop with what every run of it uses: the `Step` class a
+/// dispatch receives, the `AttemptError` class whose facts a raise carries,
+/// and the facts of a returned answer with no output check.
+#[pyclass(frozen, module = "retryledger._core")]
+pub(crate) struct SyncLoop {
+    step: Py<PyType>,
+    attempt_error: Py<PyType>,
+    returned: Py<PyFacts>,
+}
+
+/// A run-clock reading as the core's integer ms: Python's `int()` of it,
+/// checked like any integer the core takes (`integer`'s codes).
+fn whole(x: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    if let Ok(f) = x.cast::<PyFloat>() {
+        let v = f.value();
+        // In range: the truncation `int()` makes.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        if (0.0..=MAX_SAFE_INTEGER as f64).contains(&v) {
+            return Ok(v as u64);
+        }
+    }
+    let int = x.py().get_type::<PyInt>().call1((x,))?;
+    integer(&int, name)
+}
+
+/// The flags of a run's host that change the loop, given once per run.
+#[derive(Clone, Copy)]
+struct Uses {
+    /// `on_decision` or `on_sleep` or `on_terminal` is set.
+    hooked: bool,
+    /// A fleet admits each attempt (`_Host.next_attempt`).
+    admits: bool,
+    /// `_Host.after` runs after each observation (fleet record, `on_attempt`).
+    after: bool,
+    /// Output checks judge what dispatch returns (`_Host.returned`).
+    checks: bool,
+}
+
+#[pymethods]
+impl SyncLoop {
+    #[new]
+    fn new(
+        step: Bound<'_, PyType>,
+        attempt_error: Bound<'_, PyType>,
+        returned: Bound<'_, PyFacts>,
+    ) -> Self {
+        Self {
+            step: step.unbind(),
+            attempt_error: attempt_error.unbind(),
+            returned: returned.unbind(),
+        }
+    }
+
+    /// Drive `session` (the host's) to its terminal: `(value,)` when an
+    /// attempt completed the run, `None` when it stopped (the host's
+    /// `judgement` and `last_error` say why). `host` is the driver's
+    /// `_Host`; `hooked`, `admits`, `after` and `checks` say which of its
+    /// methods the loop calls. An exception that is not an `Exception`
+    /// (`KeyboardInterrupt`, ...) propagates as it is.
+    #[pyo3(signature = (host, session, dispatch, clock, sleep, idempotency_key, schedule, hooked, admits, after, checks))]
+    #[allow(clippy::too_many_arguments)]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        host: &Bound<'py, PyAny>,
+        session: &Bound<'py, PySession>,
+        dispatch: &Bound<'py, PyAny>,
+        clock: &Bound<'py, PyAny>,
+        sleep: &Bound<'py, PyAny>,
+        idempotency_key: &Bound<'py, PyAny>,
+        schedule: &Bound<'py, PyAny>,
+        hooked: bool,
+        admits: bool,
+        after: bool,
+        checks: bool,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let uses = Uses {
+            hooked,
+            admits,
+            after,
+            checks,
+        };
+        let t0 = clock.call0()?;
+        let mut judgement = None;
+        let done = self.attempts(
+            py,
+            host,
+            session,
+            dispatch,
+            clock,
+            sleep,
+            &t0,
+            idempotency_key,
+            schedule,
+            uses,
+            &mut judgement,
+        );
+        if let Some(j) = judgement {
+            host.setattr("judgement", j)?;
+        }
+        done
+    }
+}
+
+impl SyncLoop {
+    /// The attempts of the run, each planned, waited for, dispatched and
+    /// observed; the last judgement left in `judgement`.
+    #[allow(clippy::too_many_arguments)]
+    fn attempts<'py>(
+        &self,
+        py: Python<'py>,
+        host: &Bound<'py, PyAny>,
+        session: &Bound<'py, PySession>,
+        dispatch: &Bound<'py, PyAny>,
+        clock: &Bound<'py, PyAny>,
+        sleep: &Bound<'py, PyAny>,
+        t0: &Bound<'py, PyAny>,
+        idempotency_key: &Bound<'py, PyAny>,
+        schedule: &Bound<'py, PyAny>,
+        uses: Uses,
+        judgement: &mut Option<Py<PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        loop {
+            let (plan, not_before) = {
+                let mut this = session.try_borrow_mut()?;
+                let plan = this.next(py)?.into_bound(py);
+                let not_before = match this.session.next() {
+                    Decision::Dispatch(d) => Some(d.not_before_ms),
+                    Decision::Terminal { .. } => None,
+                };
+                (plan, not_before)
+            };
+            if uses.hooked && !(uses.admits && not_before.is_some()) {
+                // (an admitted plan is announced in `next_attempt`)
+                host.call_method1("decided", (&plan,))?;
+            }
+            let Some(not_before) = not_before else {
+                return Ok(None);
+            };
+            let (plan, now) = if uses.admits {
+                // Admitted through the fleet (waiting while its limits ask to).
+                let admitted = host.call_method1("next_attempt", (clock, t0, sleep))?;
+                let (plan, now): (Bound<'py, PyAny>, Bound<'py, PyAny>) = admitted.extract()?;
+                if plan.is_instance_of::<PyTerminal>() {
+                    return Ok(None);
+                }
+                (plan, now)
+            } else {
+                let mut now = clock.call0()?.sub(t0)?;
+                #[allow(clippy::cast_precision_loss)]
+                let until = not_before as f64;
+                let mut at: f64 = now.extract()?;
+                if uses.hooked && at < until {
+                    host.call_method1("sleeping", (&plan, &now))?;
+                }
+                while at < until {
+                    sleep.call1((not_before.into_pyobject(py)?.sub(&now)?,))?;
+                    now = clock.call0()?.sub(t0)?;
+                    at = now.extract()?;
+                }
+                (plan, now)
+            };
+            let at: f64 = now.extract()?;
+            let started = if at > 0.0 {
+                whole(&now, "started_at_ms")?
+            } else {
+                0
+            };
+            let step =
+                self.step
+                    .bind(py)
+                    .call1((&plan, idempotency_key, started, schedule, session))?;
+            // As the Python drivers read them: a raise's facts before its
+            // completion time, a returned answer's checks after it.
+            let elapsed =
+                || -> PyResult<u64> { whole(&clock.call0()?.sub(t0)?, "completed_at_ms") };
+            let (facts, completed, value) = match dispatch.call1((&step,)) {
+                Ok(value) => {
+                    let completed = elapsed()?;
+                    let facts = if uses.checks {
+                        host.call_method1("returned", (&value,))?
+                    } else {
+                        self.returned.bind(py).clone().into_any()
+                    };
+                    (facts, completed, Some(value))
+                }
+                Err(e) if e.is_instance_of::<PyException>(py) => {
+                    let exc = e.into_value(py).into_bound(py).into_any();
+                    host.setattr("last_error", &exc)?;
+                    let facts = if exc.get_type().is(self.attempt_error.bind(py)) {
+                        exc.getattr("_facts")?
+                    } else {
+                        host.call_method1("facts", (&step, &exc))?
+                    };
+                    (facts, elapsed()?, None)
+                }
+                Err(e) => return Err(e),
+            };
+            let cost = step.getattr("_cost")?;
+            let cost = if cost.is_none() {
+                None
+            } else {
+                Some(integer(&cost, "cost")?)
+            };
+            let Ok(facts) = facts.cast_into::<PyFacts>() else {
+                return Err(coded(
+                    ErrorCode::MissingField,
+                    "/facts",
+                    "observe needs the attempt's facts (a Facts)",
+                ));
+            };
+            let (judged, completed_run) = {
+                let mut this = session.try_borrow_mut()?;
+                let judged =
+                    this.observed(py, started, completed.max(started), cost, &facts, &[])?;
+                let completed_run = matches!(
+                    this.session.next(),
+                    Decision::Terminal {
+                        terminal: Terminal::Completed
+                    }
+                );
+                (judged.into_bound(py).into_any(), completed_run)
+            };
+            if uses.after {
+                host.call_method1("after", (&step, &judged))?;
+            }
+            *judgement = Some(judged.unbind());
+            if let (Some(value), true) = (value, completed_run) {
+                // The last error's traceback holds no frame of this loop, but
+                // the host keeps no error past a completed run.
+                host.setattr("last_error", py.None())?;
+                return Ok(Some(PyTuple::new(py, [value])?));
+            }
+        }
+    }
+}
