@@ -1166,6 +1166,21 @@ def run(
     raise host.failure() from host.last_error
 
 
+async def _dispatched(
+    host: _Host, step: Step, dispatch: Callable[[Step], Awaitable[T]], clock: Callable[[], float], t0: float
+) -> Optional[Tuple[T]]:
+    """Dispatch ``step`` and record what it gave at the completion time:
+    ``(value,)`` when it returned, ``None`` when it raised. A cancellation
+    propagates unrecorded (the caller records the attempt as cancelled)."""
+    try:
+        value = await dispatch(step)
+    except Exception as exc:
+        host.record(step, clock() - t0, host.facts(step, exc), exc)
+        return None
+    host.record(step, clock() - t0, host.returned(value), None)
+    return (value,)
+
+
 async def run_async(
     policy: Union[Policy, Document],
     dispatch: Callable[[Step], Awaitable[T]],
@@ -1225,20 +1240,12 @@ async def run_async(
             if isinstance(plan, _Terminal):
                 break
             step = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule, session)
-            try:
-                value = await dispatch(step)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                done, step = step, None
-                host.record(done, clock() - t0, host.facts(done, exc), exc)
-            else:
-                done, step = step, None
-                host.record(done, clock() - t0, host.returned(value), None)
-                if session.terminal == "completed":
-                    host.last_error = None  # no cycle through the last error's traceback
-                    host.decided(session.next())  # the terminal decision
-                    return RunResult(value, host.sealed())
+            returned = await _dispatched(host, step, dispatch, clock, t0)
+            step = None  # recorded: no longer in flight
+            if returned is not None and session.terminal == "completed":
+                host.last_error = None  # no cycle through the last error's traceback
+                host.decided(session.next())  # the terminal decision
+                return RunResult(returned[0], host.sealed())
     except asyncio.CancelledError as cancelled:
         now = clock() - t0
         at = int(now) if now > 0 else 0
@@ -1262,21 +1269,15 @@ async def run_async(
         # and recorded like any attempt (what it raises is a fact), then the
         # run is sealed.
         while not isinstance(plan, _Terminal) and job is not None and job.get("kind") == "cancel":
-            host.decided(plan)
-            now = clock() - t0
-            while now < plan.not_before_ms:
-                await sleep(plan.not_before_ms - now)
-                now = clock() - t0
+            plan, now = await host.next_attempt_async(clock, t0, sleep)
+            if isinstance(plan, _Terminal):
+                break
             done = Step(plan, idempotency_key, int(now) if now > 0 else 0, schedule, session)
             try:
-                value = await dispatch(done)
+                await _dispatched(host, done, dispatch, clock, t0)
             except asyncio.CancelledError as again:
                 # Cancelled again while the cancel was in flight: recorded so.
                 host.record(done, clock() - t0, host.facts(done, again, cancelled=True), None)
-            except Exception as exc:
-                host.record(done, clock() - t0, host.facts(done, exc), exc)
-            else:
-                host.record(done, clock() - t0, host.returned(value), None)
             plan = session.next()
             job = None if isinstance(plan, _Terminal) else plan.job
         error = RunCancelledError(host.sealed())
