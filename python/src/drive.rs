@@ -10,6 +10,7 @@
 //! (`python/tests/test_drivers_vectors.py`) replay both.
 
 use pyo3::exceptions::PyException;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyTuple, PyType};
 use retryledger_core::limits::MAX_SAFE_INTEGER;
@@ -117,7 +118,7 @@ impl SyncLoop {
             &mut judgement,
         );
         if let Some(j) = judgement {
-            host.setattr("judgement", j)?;
+            host.setattr(intern!(py, "judgement"), j)?;
         }
         done
     }
@@ -153,14 +154,15 @@ impl SyncLoop {
             };
             if uses.hooked && !(uses.admits && not_before.is_some()) {
                 // (an admitted plan is announced in `next_attempt`)
-                host.call_method1("decided", (&plan,))?;
+                host.call_method1(intern!(py, "decided"), (&plan,))?;
             }
             let Some(not_before) = not_before else {
                 return Ok(None);
             };
             let (plan, now) = if uses.admits {
                 // Admitted through the fleet (waiting while its limits ask to).
-                let admitted = host.call_method1("next_attempt", (clock, t0, sleep))?;
+                let admitted =
+                    host.call_method1(intern!(py, "next_attempt"), (clock, t0, sleep))?;
                 let (plan, now): (Bound<'py, PyAny>, Bound<'py, PyAny>) = admitted.extract()?;
                 if plan.is_instance_of::<PyTerminal>() {
                     return Ok(None);
@@ -172,7 +174,7 @@ impl SyncLoop {
                 let until = not_before as f64;
                 let mut at: f64 = now.extract()?;
                 if uses.hooked && at < until {
-                    host.call_method1("sleeping", (&plan, &now))?;
+                    host.call_method1(intern!(py, "sleeping"), (&plan, &now))?;
                 }
                 while at < until {
                     sleep.call1((not_before.into_pyobject(py)?.sub(&now)?,))?;
@@ -199,7 +201,7 @@ impl SyncLoop {
                 Ok(value) => {
                     let completed = elapsed()?;
                     let facts = if uses.checks {
-                        host.call_method1("returned", (&value,))?
+                        host.call_method1(intern!(py, "returned"), (&value,))?
                     } else {
                         self.returned.bind(py).clone().into_any()
                     };
@@ -207,17 +209,17 @@ impl SyncLoop {
                 }
                 Err(e) if e.is_instance_of::<PyException>(py) => {
                     let exc = e.into_value(py).into_bound(py).into_any();
-                    host.setattr("last_error", &exc)?;
+                    host.setattr(intern!(py, "last_error"), &exc)?;
                     let facts = if exc.get_type().is(self.attempt_error.bind(py)) {
-                        exc.getattr("_facts")?
+                        exc.getattr(intern!(py, "_facts"))?
                     } else {
-                        host.call_method1("facts", (&step, &exc))?
+                        host.call_method1(intern!(py, "facts"), (&step, &exc))?
                     };
                     (facts, elapsed()?, None)
                 }
                 Err(e) => return Err(e),
             };
-            let cost = step.getattr("_cost")?;
+            let cost = step.getattr(intern!(py, "_cost"))?;
             let cost = if cost.is_none() {
                 None
             } else {
@@ -243,13 +245,13 @@ impl SyncLoop {
                 (judged.into_bound(py).into_any(), completed_run)
             };
             if uses.after {
-                host.call_method1("after", (&step, &judged))?;
+                host.call_method1(intern!(py, "after"), (&step, &judged))?;
             }
             *judgement = Some(judged.unbind());
             if let (Some(value), true) = (value, completed_run) {
                 // The last error's traceback holds no frame of this loop, but
                 // the host keeps no error past a completed run.
-                host.setattr("last_error", py.None())?;
+                host.setattr(intern!(py, "last_error"), py.None())?;
                 return Ok(Some(PyTuple::new(py, [value])?));
             }
         }
