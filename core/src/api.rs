@@ -580,12 +580,48 @@ pub fn journal_recover_compiled(
     reconciliation_json: Option<&str>,
 ) -> Result<String> {
     let events = journal_events(events_json)?;
-    let rec = reconciliation_json
+    let rec = reconciliation_of(reconciliation_json)?;
+    Ok(out(&crate::journal::recover(cp, &events.0, rec.as_ref())?))
+}
+
+fn reconciliation_of(
+    reconciliation_json: Option<&str>,
+) -> Result<Option<crate::journal::Reconciliation>> {
+    reconciliation_json
         .map(|t| {
             from_str::<crate::journal::Reconciliation>(t).map_err(|e| e.under("/reconciliation"))
         })
-        .transpose()?;
-    Ok(out(&crate::journal::recover(cp, &events.0, rec.as_ref())?))
+        .transpose()
+}
+
+/// `JournalWriter`: the writer of a journal (JSON text of its events) of
+/// `cp`, verified, appending under `lease_generation`.
+pub fn journal_writer(
+    cp: std::sync::Arc<CompiledPolicy>,
+    events_json: &str,
+    lease_generation: u64,
+) -> Result<crate::journal::Writer> {
+    crate::journal::Writer::new(cp, &journal_events(events_json)?.0, lease_generation)
+}
+
+/// `JournalWriter.append`: the next event (JSON) built from an entry, the
+/// writer advanced by it.
+pub fn journal_writer_append(
+    writer: &mut crate::journal::Writer,
+    entry_json: &str,
+) -> Result<String> {
+    let entry = from_str::<crate::journal::Entry>(entry_json).map_err(|e| e.under("/entry"))?;
+    Ok(out(&writer.append(&entry)?))
+}
+
+/// `JournalWriter.recover`: `journal_recover` of the journal written so far.
+pub fn journal_writer_recover(
+    writer: &crate::journal::Writer,
+    reconciliation_json: Option<&str>,
+) -> Result<String> {
+    Ok(out(&writer.recover(
+        reconciliation_of(reconciliation_json)?.as_ref(),
+    )?))
 }
 
 /// `journal_append`: the next event of a journal, built by the core from an

@@ -31,6 +31,8 @@
 //!
 //! Everything here is pure: a store only holds the events.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::attempt::{Attempt, Attempts, Reconciled};
@@ -42,6 +44,7 @@ use crate::fleet::{Admission, FleetStop};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 use crate::limits::MAX_ATTEMPTS;
 use crate::policy::CompiledPolicy;
+use crate::session::Session;
 
 schema_marker!(
     /// `retryledger.journal_event.v1`
@@ -1137,7 +1140,15 @@ pub fn recover(
     events: &[JournalEvent],
     reconciliation: Option<&Reconciliation>,
 ) -> Result<Recovery> {
-    let r = verify(cp, events)?;
+    recovered(cp, &verify(cp, events)?, reconciliation)
+}
+
+/// [`recover`] from the replay of a verified journal.
+fn recovered(
+    cp: &CompiledPolicy,
+    r: &Replayed,
+    reconciliation: Option<&Reconciliation>,
+) -> Result<Recovery> {
     let (planned, sent) = match &r.expect {
         Expect::Dispatched(planned, sent) => (planned, sent),
         _ => {
@@ -1382,8 +1393,20 @@ pub fn append(
     entry: &Entry,
 ) -> Result<JournalEvent> {
     let r = verify(cp, events)?;
-    let prefix = format!("/events/{}", events.len());
-    build(cp, r, events.len(), lease_generation, entry).map_err(|mut e| {
+    Ok(built(cp, r, lease_generation, entry)?.0)
+}
+
+/// The next event of the journal `r` replays, and the replay advanced by
+/// it; an error about the event is reported under `/entry`.
+fn built(
+    cp: &CompiledPolicy,
+    r: Replayed,
+    lease_generation: u64,
+    entry: &Entry,
+) -> Result<(JournalEvent, Replayed)> {
+    let i = usize::try_from(r.len).unwrap_or(usize::MAX);
+    let prefix = format!("/events/{i}");
+    build(cp, r, i, lease_generation, entry).map_err(|mut e| {
         if let Some(p) = e.path.take() {
             e.path = Some(match p.strip_prefix(&prefix) {
                 Some(rest) => format!("/entry{rest}"),
@@ -1400,7 +1423,7 @@ fn build(
     i: usize,
     lease_generation: u64,
     entry: &Entry,
-) -> Result<JournalEvent> {
+) -> Result<(JournalEvent, Replayed)> {
     let no_plan = || plan_drift(i, "kind", "the run has no planned dispatch here");
     let payload = match entry {
         Entry::Created {
@@ -1498,7 +1521,82 @@ fn build(
     };
     let mut check = r;
     check.step(cp, &event, i)?;
-    Ok(event)
+    Ok((event, check))
+}
+
+/// The journal of a run as its owner writes it: the replay of what it holds,
+/// kept between appends and advanced by each event built, so that an append
+/// checks the one new event (not the whole journal again, as [`append`]
+/// does), and a recovery or a session continuing the run starts from the
+/// replay rather than from the journal's events.
+///
+/// An event is built and the replay advanced before the host writes it; an
+/// owner whose store refuses a write has lost its run (its lease or the
+/// `seq`) and does not append through this writer again.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    cp: Arc<CompiledPolicy>,
+    replayed: Replayed,
+    lease_generation: u64,
+}
+
+impl Writer {
+    /// The writer of a journal of `cp` verified (the first event the replay
+    /// refuses is the error), appending under `lease_generation`.
+    pub fn new(
+        cp: Arc<CompiledPolicy>,
+        events: &[JournalEvent],
+        lease_generation: u64,
+    ) -> Result<Self> {
+        let replayed = verify(&cp, events)?;
+        Ok(Self {
+            cp,
+            replayed,
+            lease_generation,
+        })
+    }
+
+    /// Build the next event from `entry`, checked like any other event
+    /// ([`append`]), and advance the replay by it.
+    pub fn append(&mut self, entry: &Entry) -> Result<JournalEvent> {
+        let (event, next) = built(
+            &self.cp,
+            self.replayed.clone(),
+            self.lease_generation,
+            entry,
+        )?;
+        self.replayed = next;
+        Ok(event)
+    }
+
+    /// What the owner does next ([`recover`] of the journal written so far).
+    pub fn recover(&self, reconciliation: Option<&Reconciliation>) -> Result<Recovery> {
+        recovered(&self.cp, &self.replayed, reconciliation)
+    }
+
+    /// Continue `session` (fresh, of the writer's policy; its price schedule
+    /// set first when the run has one) from the journal written so far:
+    /// [`Session::resume_journal`] without reading the events again.
+    pub fn resume(&self, session: &mut Session) -> Result<()> {
+        if session.policy().policy_sha256 != self.cp.policy_sha256 {
+            return Err(Error::at(
+                ErrorCode::JournalPolicyMismatch,
+                "/policy_sha256",
+                "the session's policy is not the journal's",
+            ));
+        }
+        session.resume_replayed(self.replayed.clone())
+    }
+
+    /// The replay of the journal written so far.
+    pub fn replayed(&self) -> &Replayed {
+        &self.replayed
+    }
+
+    /// The lease generation it appends under.
+    pub fn lease_generation(&self) -> u64 {
+        self.lease_generation
+    }
 }
 
 /// What an event offered for a journal is.

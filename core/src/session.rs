@@ -906,6 +906,22 @@ impl Session {
     /// journal: `admission_unexpected`) and without a stream contract (its
     /// event log is not: `invalid_stream_contract`).
     pub fn resume_journal(&mut self, events: &[crate::journal::JournalEvent]) -> Result<()> {
+        self.check_resumable()?;
+        let replayed = crate::journal::verify(&self.policy, events)?;
+        self.continue_replay(replayed);
+        Ok(())
+    }
+
+    /// [`Session::resume_journal`] from the replay a journal's writer keeps
+    /// (made under this session's policy: [`crate::journal::Writer::session`]).
+    pub(crate) fn resume_replayed(&mut self, replayed: crate::journal::Replayed) -> Result<()> {
+        self.check_resumable()?;
+        self.continue_replay(replayed);
+        Ok(())
+    }
+
+    /// Only a fresh session of a policy a journal can hold resumes one.
+    fn check_resumable(&self) -> Result<()> {
         if !self.attempts.attempts.is_empty()
             || self.attempts.cancelled_at_ms.is_some()
             || self.pending.is_some()
@@ -937,11 +953,14 @@ impl Session {
                 "a journal does not hold a job's id: a journaled run has no async_job section",
             ));
         }
-        let (run, attempts) = crate::journal::verify(&self.policy, events)?.into_run();
+        Ok(())
+    }
+
+    fn continue_replay(&mut self, replayed: crate::journal::Replayed) {
+        let (run, attempts) = replayed.into_run();
         self.run = run;
         self.attempts = attempts;
         self.notes = Notes::default();
-        Ok(())
     }
 
     /// Mark the run cancelled between attempts at `at_ms` (run clock).

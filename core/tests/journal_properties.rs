@@ -20,11 +20,11 @@ use retryledger_core::canonical::digest_of;
 use retryledger_core::decode::from_value;
 use retryledger_core::journal::{
     append, recover, verify, Answer, AnswerKind, Entry, EventKind, JournalEvent, Payload,
-    Reconciliation, ReconciliationSchema, Recovery, GENESIS_SHA256,
+    Reconciliation, ReconciliationSchema, Recovery, Writer, GENESIS_SHA256,
 };
 use retryledger_core::lab::{self, Step};
 use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, RetryableKind};
-use retryledger_core::{compile, evaluate, CompiledPolicy, Decision, Outcome, Policy};
+use retryledger_core::{compile, evaluate, CompiledPolicy, Decision, Outcome, Policy, Session};
 
 fn cases() -> u32 {
     std::env::var("RETRYLEDGER_PROPERTY_CASES")
@@ -132,6 +132,56 @@ proptest! {
             prop_assert_eq!(end.receipt_sha256.as_str(), digest_of(&receipt));
             prop_assert_eq!(end.terminal, receipt.terminal);
         }
+    }
+
+    #[test]
+    fn a_writer_builds_what_append_builds_and_recovers_the_same(steps in steps(), cut in 0usize..40) {
+        // The journal a host writes with `append` (the whole journal replayed
+        // per event), written again by a writer taking over after `cut`
+        // events: every event byte for byte, and after each one the same
+        // recovery and the same continuing session as from the events.
+        let cp = policy();
+        let events = journal(&cp, &steps);
+        let cut = cut.min(events.len());
+        let mut writer = Writer::new(Arc::clone(&cp), &events[..cut], 1).unwrap();
+        for (k, e) in events.iter().enumerate().skip(cut) {
+            let entry = match &e.payload {
+                Payload::Created { created_at_epoch_ms, .. } => Entry::Created {
+                    created_at_epoch_ms: *created_at_epoch_ms,
+                    run_id: e.run_id.clone(),
+                },
+                Payload::Decided { .. } => Entry::Decided,
+                Payload::Reserved { .. } => Entry::Reserved { dispatch: None },
+                Payload::Dispatched(sent) => Entry::Dispatched {
+                    admission: None,
+                    started_at_ms: sent.started_at_ms,
+                },
+                Payload::Observed { attempt } => Entry::Observed { attempt: attempt.clone() },
+                Payload::Terminal(_) => Entry::Terminal { cancelled_at_ms: None, fleet_stop: None },
+            };
+            let built = writer.append(&entry).unwrap();
+            prop_assert_eq!(digest_of(&built), digest_of(e));
+            let held = &events[..=k];
+            prop_assert_eq!(
+                format!("{:?}", writer.recover(None)),
+                format!("{:?}", recover(&cp, held, None))
+            );
+            let mut resumed = Session::start(Arc::clone(&cp));
+            let from_events = resumed.resume_journal(held).map(|()| resumed);
+            let mut continued = Session::start(Arc::clone(&cp));
+            let from_writer = writer.resume(&mut continued).map(|()| continued);
+            prop_assert_eq!(from_writer.is_ok(), from_events.is_ok());
+            if let (Ok(w), Ok(s)) = (from_writer, from_events) {
+                prop_assert_eq!(digest_of(w.attempts()), digest_of(s.attempts()));
+                prop_assert_eq!(format!("{:?}", w.next()), format!("{:?}", s.next()));
+            }
+        }
+        // A writer refuses what append refuses: an event after the terminal
+        // (or out of order), with the same coded error.
+        let offered = Entry::Decided;
+        let stateless = append(&cp, &events, 1, &offered);
+        let kept = writer.append(&offered);
+        prop_assert_eq!(format!("{:?}", kept.map(|e| digest_of(&e))), format!("{:?}", stateless.map(|e| digest_of(&e))));
     }
 
     #[test]

@@ -90,6 +90,7 @@ from .fleet import Fleet, request_token_bound
 from .hedge import HedgeSession, run_hedged_async
 from . import journal
 from .journal import (
+    JournalWriter,
     idempotency_claim,
     idempotency_complete,
     journal_append,
@@ -165,6 +166,7 @@ __all__ = [
     "next_repair",
     "verify_repair_chain",
     "journal",
+    "JournalWriter",
     "journal_append",
     "journal_classify",
     "journal_recover",

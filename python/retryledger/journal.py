@@ -12,6 +12,9 @@ seq is taken), a record written by compare-and-set.
   answer as the attempt's observation) or ``done``;
 - :func:`journal_classify` tells a fenced owner's late append (evidence) from a
   valid one;
+- :class:`JournalWriter` is the owner's writer of one run's journal: it keeps
+  the replay between appends, so each event is checked alone (``journal_append``
+  replays the whole journal every time);
 - :func:`idempotency_claim` / :func:`idempotency_complete`: the receiver's record
   per scoped key (``retryledger.idempotency_record.v1``).
 
@@ -23,7 +26,7 @@ canonical key order; malformed input raises the core's coded errors
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _core
 from ._api import Document, Policy, _loads, call, check_integer, to_text
@@ -34,6 +37,7 @@ __all__ = [
     "journal_recover",
     "journal_append",
     "journal_classify",
+    "JournalWriter",
     "idempotency_claim",
     "idempotency_complete",
 ]
@@ -92,6 +96,47 @@ def journal_classify(policy: Union[Policy, Document], events: Events, event: Doc
     (``duplicate``), or is only ``evidence`` (``stale_lease``: a fenced
     owner's; ``seq_taken``). Evidence never changes a decision."""
     return _loads(call(_core.journal_classify, _policy(policy), _events(events), to_text(event)))
+
+
+class JournalWriter:
+    """The writer of one run's journal, for the owner that holds its lease
+    (``lease_generation``): the journal as read (``events``) is verified once
+    and its replay kept, each :meth:`append` checks the new event alone and
+    advances the replay, and :meth:`recover` and :meth:`resume` start from the
+    replay rather than from the events. An owner whose store refuses a write
+    has lost the run and stops appending through this writer."""
+
+    __slots__ = ("_writer",)
+
+    def __init__(self, policy: Union[Policy, Document], events: Events, lease_generation: int) -> None:
+        compiled = policy if isinstance(policy, Policy) else Policy(policy)
+        generation = check_integer("lease_generation", lease_generation)
+        self._writer = call(_core.JournalWriter, compiled._compiled, _events(events), generation)
+
+    def append_json(self, entry: Document) -> str:
+        """The next event built from ``entry`` (``{"kind": ...}`` and what only
+        the host knows), as the canonical JSON a store appends at its ``seq``."""
+        return call(self._writer.append, to_text(entry))
+
+    def append(self, entry: Document) -> Dict[str, Any]:
+        """:meth:`append_json` as a dict."""
+        return _loads(self.append_json(entry))
+
+    def recover(self, reconciliation: Optional[Document] = None) -> Dict[str, Any]:
+        """:func:`journal_recover` of the journal written so far."""
+        rec = None if reconciliation is None else to_text(reconciliation)
+        return _loads(call(self._writer.recover, rec))
+
+    def resume(self, session: _core.Session) -> None:
+        """Continue ``session`` (fresh, of the same policy; a price schedule is
+        set on it first) from the journal written so far: what
+        ``session.resume_journal(events)`` does, without reading the events again."""
+        call(self._writer.resume, session)
+
+    @property
+    def next_seq(self) -> int:
+        """The ``seq`` of the next event."""
+        return self._writer.next_seq
 
 
 def idempotency_claim(

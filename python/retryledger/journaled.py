@@ -39,7 +39,7 @@ from . import _core
 from ._api import Document, Policy
 from ._driver import AttemptError, Classifier, Step, _async_sleep_ms, _checked, _schedule_for, _sleep_ms, _wall_ms, facts_of
 from ._errors import DecodeError, RetryledgerError
-from .journal import journal_append, journal_classify, journal_recover
+from .journal import JournalWriter, journal_classify
 from .stores import LEASE_LOST, Log, Store
 
 __all__ = [
@@ -134,12 +134,6 @@ class RunNotFoundError(JournaledRunError):
 
     def __init__(self, message: str) -> None:
         super().__init__("run_not_found", message, "/run_id")
-
-
-def _text(event: Mapping[str, Any]) -> str:
-    """An event's JSON text as appended: its canonical form (the core answers
-    objects in canonical key order; numbers are integers)."""
-    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
 
 
 #: What ``dispatch`` receives in a journaled run: the same :class:`Step` as
@@ -247,27 +241,27 @@ class _Owner:
         self.lease = lease
         self.generation = generation
         self.events = events
-        #: The events' JSON texts, so the journal goes to the core without
-        #: being encoded again for every call.
-        self.texts = [_text(e) for e in events]
+        #: The journal's writer: verified once, its replay kept between
+        #: appends (each event is checked alone, not the journal again).
+        self.writer = JournalWriter(policy, events, generation)
         self.on_append = on_append
 
-    def journal(self) -> str:
-        """The journal as JSON text, for the core."""
-        return "[" + ",".join(self.texts) + "]"
+    def recover(self, reconciliation: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """What the owner does next (``journal_recover`` of the journal so far)."""
+        return self.writer.recover(reconciliation)
 
     def session(self) -> _core.Session:
         """The core's session continuing the run the journal holds."""
         session = self.policy.session()
         if self.schedule is not None:
             session.set_price_schedule(self.schedule)
-        session.resume_journal(self.journal())
+        self.writer.resume(session)
         return session
 
     def append(self, entry: Dict[str, Any]) -> Dict[str, Any]:
-        event = journal_append(self.policy, self.journal(), self.generation, entry)
+        text = self.writer.append_json(entry)
+        event: Dict[str, Any] = json.loads(text)
         seq = int(event["seq"])
-        text = _text(event)
         fenced = getattr(self.store, "append_fenced", None)
         if fenced is not None:
             # The lease is checked in the append's own transaction.
@@ -295,7 +289,6 @@ class _Owner:
                 event=event,
             )
         self.events.append(event)
-        self.texts.append(text)
         if self.on_append is not None:
             self.on_append(event)
         return event
@@ -357,7 +350,6 @@ def _loop(
     """The loop every entry point shares, sync or async: ask the core what the
     journal needs next and do exactly that, until the terminal is written.
     Waiting, asking the receiver and dispatching are yielded to the driver."""
-    policy = owner.policy
     created = owner.events[0]["created_at_epoch_ms"]
 
     def now() -> int:
@@ -375,7 +367,7 @@ def _loop(
     while True:
         step = _next(owner.events)
         if step is None:
-            step = journal_recover(policy, owner.journal(), reconciliation)
+            step = owner.recover(reconciliation)
         kind = step["kind"]
         if kind == "done":
             break
@@ -581,8 +573,7 @@ def _take_over(
     events = _read(store, log)
     if not events:
         raise RunNotFoundError(f"the journal {log} holds no event")
-    # Verify before anything is written: recover refuses an unverified journal.
-    journal_recover(compiled, events)
+    # The owner's writer verifies the journal before anything is written.
     return _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
 
 

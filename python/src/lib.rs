@@ -16,6 +16,7 @@
 
 mod drive;
 mod hedge;
+mod journal;
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -1894,6 +1895,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sealed>()?;
     m.add_class::<hedge::PyHedgeSession>()?;
     m.add_class::<drive::SyncLoop>()?;
+    m.add_class::<journal::PyJournalWriter>()?;
     m.add_function(wrap_pyfunction!(validate_policy, m)?)?;
     m.add_function(wrap_pyfunction!(plan_next, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
