@@ -6,6 +6,7 @@ classes of the journal and idempotency families."""
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any, Dict, List
 
 import pytest
@@ -132,3 +133,54 @@ def test_a_compiled_policy_gives_the_journal_calls_the_same_answers_as_its_text(
         refused.append([(e.value.code, e.value.path) for e in (out_of_order, broken)])
     assert refused[0] == refused[1]
     assert refused[0][0][0] == "journal_out_of_order"
+
+
+def test_a_writer_builds_the_events_journal_append_builds() -> None:
+    """A writer taken over at every prefix of a journal builds the rest
+    event for event, recovers and resumes a session as the stateless calls
+    do, and refuses what journal_append refuses, with the same code and path."""
+    document = make_policy()
+    policy = retryledger.Policy(document)
+    events = _crashed_after_dispatch(document, 1)
+    entries: List[Dict[str, Any]] = [
+        {"kind": "created", "run_id": RUN, "created_at_epoch_ms": 1_780_000_000_000},
+        {"kind": "decided"},
+        {"kind": "reserved"},
+        {"kind": "dispatched", "started_at_ms": 0},
+    ]
+    for cut in range(len(events) + 1):
+        writer = retryledger.JournalWriter(policy, events[:cut], 1)
+        assert writer.next_seq == cut
+        for k in range(cut, len(events)):
+            assert writer.append(entries[k]) == events[k]
+            assert writer.recover() == journal_recover(policy, events[: k + 1])
+        assert writer.next_seq == len(events)
+    # The session it resumes is the one resume_journal gives.
+    resumed = policy.session()
+    resumed.resume_journal(json.dumps(events))
+    continued = policy.session()
+    writer.resume(continued)
+    assert continued.attempts == resumed.attempts
+    assert continued.next().to_dict() == resumed.next().to_dict()
+    # Refusals: an entry out of order, a lower lease generation, a session of
+    # another policy, a broken journal given to the constructor.
+    with pytest.raises(retryledger.JournalError) as out_of_order:
+        writer.append({"kind": "decided"})
+    with pytest.raises(retryledger.JournalError) as stateless:
+        journal_append(policy, events, 1, {"kind": "decided"})
+    assert (out_of_order.value.code, out_of_order.value.path) == (stateless.value.code, stateless.value.path)
+    assert writer.next_seq == len(events)  # a refused entry leaves the writer as it was
+    with pytest.raises(retryledger.JournalError) as stale:
+        retryledger.JournalWriter(policy, events[:2], 0).append({"kind": "reserved"})
+    assert (stale.value.code, stale.value.path) == ("journal_stale_lease", "/entry/lease_generation")
+    other = retryledger.Policy(make_policy(deadline_ms=9_000))
+    with pytest.raises(retryledger.JournalError) as mismatch:
+        writer.resume(other.session())
+    assert mismatch.value.code == "journal_policy_mismatch"
+    tampered = [dict(e) for e in events]
+    tampered[2]["prev_sha256"] = "ab" * 32
+    with pytest.raises(retryledger.JournalError) as broken:
+        retryledger.JournalWriter(policy, tampered, 1)
+    assert (broken.value.code, broken.value.path) == ("journal_chain_broken", "/events/2/prev_sha256")
+    with pytest.raises(retryledger.DecodeError):
+        retryledger.JournalWriter(policy, events, -1)

@@ -27,6 +27,7 @@ use retryledger_core::{CompiledPolicy, Session};
 use wasm_bindgen::prelude::*;
 
 mod hedge;
+mod journal;
 mod tape;
 
 /// Every fallible export returns text or throws the error's JSON as a string.
@@ -222,6 +223,21 @@ impl Compiled {
     /// `journal_classify` against this policy.
     pub fn journal_classify(&self, events: &str, event: &str) -> Out<String> {
         lift(api::journal_classify_compiled(&self.inner, events, event))
+    }
+
+    /// The writer of a journal (JSON text of its events) of this policy,
+    /// verified, appending under `lease_generation`.
+    pub fn journal_writer(
+        &self,
+        events: &str,
+        lease_generation: f64,
+    ) -> Out<journal::JournalWriter> {
+        let generation = lift(safe_integer(lease_generation, "lease_generation"))?;
+        Ok(journal::JournalWriter::new(lift(api::journal_writer(
+            Arc::clone(&self.inner),
+            events,
+            generation,
+        ))?))
     }
 
     /// A run of this policy with no attempt yet: the core's Session.

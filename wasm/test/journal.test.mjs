@@ -133,3 +133,64 @@ test("a compiled policy gives the journal calls the same answers as its text", (
   assert.deepEqual(refused[0], refused[1]);
   assert.equal(refused[0]?.[0]?.[0], "journal_out_of_order");
 });
+
+test("a writer builds the events journalAppend builds, recovers and resumes as the stateless calls do", () => {
+  const document = referencePolicy();
+  const compiled = new rl.CompiledPolicy(document);
+  const events = crashedAfterDispatch(document, 1);
+  /** @type {import("../dist/index.js").JournalEntry[]} */
+  const entries = [
+    { kind: "created", run_id: RUN, created_at_epoch_ms: 1_780_000_000_000 },
+    { kind: "decided" },
+    { kind: "reserved" },
+    { kind: "dispatched", started_at_ms: 0 },
+  ];
+  /** @type {import("../dist/index.js").JournalWriter | undefined} */
+  let writer;
+  for (let cut = 0; cut <= events.length; cut++) {
+    writer?.free();
+    writer = new rl.JournalWriter(compiled, events.slice(0, cut), 1);
+    assert.equal(writer.nextSeq, cut);
+    for (let k = cut; k < events.length; k++) {
+      assert.deepEqual(writer.append(/** @type {import("../dist/index.js").JournalEntry} */ (entries[k])), at(events, k));
+      assert.deepEqual(writer.recover(), rl.journalRecover(compiled, events.slice(0, k + 1)));
+    }
+  }
+  assert.ok(writer !== undefined);
+  assert.equal(writer.nextSeq, events.length);
+  // The session it resumes is the one resumeJournal gives.
+  const resumed = compiled.session();
+  resumed.resumeJournal(events);
+  const continued = compiled.session();
+  writer.resume(continued);
+  assert.deepEqual(continued.attempts, resumed.attempts);
+  assert.deepEqual(continued.next(), resumed.next());
+  /** @param {() => unknown} f */
+  const refusal = (f) => {
+    try {
+      f();
+    } catch (e) {
+      assert.ok(e instanceof rl.JournalError || e instanceof rl.DecodeError, String(e));
+      return [e.code, e.path];
+    }
+    assert.fail("refused");
+  };
+  // An entry out of order: what journalAppend refuses, and the writer is unchanged.
+  assert.deepEqual(
+    refusal(() => writer?.append({ kind: "decided" })),
+    refusal(() => rl.journalAppend(compiled, events, 1, { kind: "decided" })),
+  );
+  assert.equal(writer.nextSeq, events.length);
+  // A lower lease generation, a session of another policy, a broken journal.
+  assert.deepEqual(
+    refusal(() => new rl.JournalWriter(compiled, events.slice(0, 2), 0).append({ kind: "reserved" })),
+    ["journal_stale_lease", "/entry/lease_generation"],
+  );
+  const other = new rl.CompiledPolicy({ ...document, deadline_ms: 9_000 });
+  assert.deepEqual(refusal(() => writer?.resume(other.session())), ["journal_policy_mismatch", "/policy_sha256"]);
+  const tampered = events.map((e) => ({ ...e }));
+  at(tampered, 2).prev_sha256 = "ab".repeat(32);
+  assert.deepEqual(refusal(() => new rl.JournalWriter(compiled, tampered, 1)), ["journal_chain_broken", "/events/2/prev_sha256"]);
+  assert.deepEqual(refusal(() => new rl.JournalWriter(compiled, events, -1))?.[0], "integer_out_of_range");
+  writer.free();
+});

@@ -82,6 +82,7 @@ export {
   journalRecover,
   journalAppend,
   journalClassify,
+  JournalWriter,
   idempotencyClaim,
   idempotencyComplete,
   type Dispatch,

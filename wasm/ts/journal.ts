@@ -12,12 +12,16 @@
  *   answer as the attempt's observation) or `done`;
  * - `journalClassify` tells a fenced owner's late append (evidence) from a
  *   valid one;
+ * - `JournalWriter` is the owner's writer of one run's journal: it keeps the
+ *   replay between appends, so each event is checked alone (`journalAppend`
+ *   replays the whole journal every time);
  * - `idempotencyClaim` / `idempotencyComplete`: the receiver's record per
  *   scoped key.
  */
 
-import { call, CompiledPolicy, toText, type Input, type RawBindings, type RawCompiled } from "./core.js";
+import { call, CompiledPolicy, toText, type Input, type RawBindings, type RawCompiled, type RawSession } from "./core.js";
 import { DecodeError } from "./errors.js";
+import type { Session } from "./session.js";
 import type { Admission, Attempt, Decision, DispatchDecision, FleetStop, Identifier, Policy, Sha256Hex, Terminal } from "./types.js";
 
 /** A planned dispatch, as a `reserved` event holds it (a dispatch decision without its `kind`). */
@@ -241,6 +245,73 @@ export function journalClassify(policy: Input<Policy> | CompiledPolicy, events: 
   const e = eventsText(events);
   const x = toText(event);
   return JSON.parse(withPolicy(policy, (c) => c.journal_classify(e, x), (b, p) => b.journal_classify(p, e, x))) as Classified;
+}
+
+/** The module's writer of a journal (JSON text in and out). */
+interface RawJournalWriter {
+  append(entry: string): string;
+  recover(reconciliation: string | undefined): string;
+  resume(session: RawSession): void;
+  next_seq(): number;
+  free(): void;
+}
+
+/**
+ * The writer of one run's journal, for the owner that holds its lease
+ * (`leaseGeneration`): the journal as read (`events`) is verified once and
+ * its replay kept, each `append` checks the new event alone and advances the
+ * replay, and `recover` and `resume` start from the replay rather than from
+ * the events. An owner whose store refuses a write has lost the run and
+ * stops appending through this writer. `free()` releases its module memory.
+ */
+export class JournalWriter {
+  readonly #raw: RawJournalWriter;
+
+  constructor(policy: Input<Policy> | CompiledPolicy, events: Input<readonly JournalEvent[]>, leaseGeneration: number) {
+    const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+    const e = eventsText(events);
+    const g = integer("lease_generation", leaseGeneration);
+    this.#raw = compiled.callRaw((c) => (c as unknown as { journal_writer(events: string, g: number): RawJournalWriter }).journal_writer(e, g));
+  }
+
+  /** The next event built from `entry`, as the canonical JSON a store appends at its `seq`. */
+  appendJson(entry: Input<JournalEntry>): string {
+    const x = toText(entry);
+    const raw = this.#raw;
+    return call(() => raw.append(x));
+  }
+
+  /** `appendJson` as an object. */
+  append(entry: Input<JournalEntry>): JournalEvent {
+    return JSON.parse(this.appendJson(entry)) as JournalEvent;
+  }
+
+  /** `journalRecover` of the journal written so far. */
+  recover(reconciliation?: Input<Reconciliation>): Recovery {
+    const r = reconciliation === undefined ? undefined : toText(reconciliation);
+    const raw = this.#raw;
+    return JSON.parse(call(() => raw.recover(r))) as Recovery;
+  }
+
+  /**
+   * Continue `session` (fresh, of the same policy; a price schedule is set on
+   * it first) from the journal written so far: what
+   * `session.resumeJournal(events)` does, without reading the events again.
+   */
+  resume(session: Session): void {
+    const raw = this.#raw;
+    session.callRaw((s) => raw.resume(s));
+  }
+
+  /** The `seq` of the next event. */
+  get nextSeq(): number {
+    return this.#raw.next_seq();
+  }
+
+  /** Release the module memory now rather than at garbage collection. */
+  free(): void {
+    this.#raw.free();
+  }
 }
 
 /**

@@ -31,7 +31,7 @@ import { CompiledPolicy, checkPriceSchedule, toText, type Input } from "./core.j
 import { AttemptStep, observeRaised, type Step } from "./driver.js";
 import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
 import type { Classifier } from "./facts.js";
-import { journalAppend, journalClassify, journalRecover, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation, type Recovery } from "./journal.js";
+import { journalClassify, JournalWriter, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation, type Recovery } from "./journal.js";
 import { LEASE_LOST, type AppendLog, type FencedAppendAnswer, type FleetStore } from "./stores/store.js";
 import { RETURNED, type Session } from "./session.js";
 import type { Attempt, Bundle, Policy, PriceSchedule, Receipt, Sealed, Terminal } from "./types.js";
@@ -182,15 +182,15 @@ class Owner {
     /** The run's price schedule as JSON text, checked against the policy. */
     readonly schedule: string | undefined,
   ) {
-    for (const e of events) this.#texts.push(JSON.stringify(e));
+    this.writer = new JournalWriter(policy, events, generation);
   }
 
-  /** The events' JSON texts, so the journal goes to the core without being encoded again for every call. */
-  readonly #texts: string[] = [];
+  /** The journal's writer: verified once, its replay kept between appends (each event is checked alone, not the journal again). */
+  readonly writer: JournalWriter;
 
-  /** The journal as JSON text, for the core. */
-  journal(): string {
-    return `[${this.#texts.join(",")}]`;
+  /** What the owner does next (`journalRecover` of the journal so far). */
+  recover(reconciliation: Reconciliation | undefined): Recovery {
+    return this.writer.recover(reconciliation);
   }
 
   /** The core's session continuing the run the journal holds (free it after use). */
@@ -198,7 +198,7 @@ class Owner {
     const session = this.policy.session();
     try {
       if (this.schedule !== undefined) session.setPriceSchedule(this.schedule);
-      session.resumeJournal(this.journal());
+      this.writer.resume(session);
     } catch (e) {
       session.free();
       throw e;
@@ -207,9 +207,9 @@ class Owner {
   }
 
   async append(entry: JournalEntry): Promise<JournalEvent> {
-    const event = journalAppend(this.policy, this.journal(), this.generation, entry);
+    const text = this.writer.appendJson(entry);
+    const event = JSON.parse(text) as JournalEvent;
     const seq = event.seq;
-    const text = JSON.stringify(event);
     let answer: FencedAppendAnswer;
     if (this.store.appendFenced !== undefined) {
       // The lease is checked in the append's own transaction.
@@ -229,7 +229,6 @@ class Owner {
       throw new JournaledRunError("lease_lost", `seq ${seq} of ${this.runId} is taken by another owner's event`, { seq, event, evidence });
     }
     this.events.push(event);
-    this.#texts.push(text);
     if (this.onAppend !== undefined) await this.onAppend(event);
     return event;
   }
@@ -286,6 +285,14 @@ interface Loop<T> {
 
 /** The loop both entry points share: ask the core what the journal needs next and do exactly that. */
 async function drive<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>> {
+  try {
+    return await driven(owner, loop);
+  } finally {
+    owner.writer.free();
+  }
+}
+
+async function driven<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>> {
   const first = owner.events[0];
   if (first === undefined || first.kind !== "created") throw new JournaledRunError("run_not_found", `the journal of ${owner.runId} has no created event`);
   const origin = first.created_at_epoch_ms;
@@ -301,7 +308,7 @@ async function drive<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>
   let value: T | undefined;
   let reconciliation: Reconciliation | undefined;
   for (;;) {
-    const step = nextOf(owner.events) ?? journalRecover(owner.policy, owner.journal(), reconciliation);
+    const step = nextOf(owner.events) ?? owner.recover(reconciliation);
     if (step.kind === "done") break;
     if (step.kind === "reconcile") {
       if (loop.reconcile === undefined) {
@@ -438,7 +445,12 @@ export async function runJournaled<T>(
   if (!claimed.ok) throw new JournaledRunError("run_exists", `the lease of ${runId} is taken: resumeJournaled takes a run over`);
   if ((await store.read(log, 0)).length > 0) throw new JournaledRunError("run_exists", `the journal ${log} already holds events: resumeJournaled takes a run over`);
   const owner = new Owner(compiled, store, runId, log, lease, 1, [], options.onAppend, scheduleOf(compiled, options));
-  await owner.append({ kind: "created", run_id: runId, created_at_epoch_ms: Math.max(0, Math.floor(loop.clock())) });
+  try {
+    await owner.append({ kind: "created", run_id: runId, created_at_epoch_ms: Math.max(0, Math.floor(loop.clock())) });
+  } catch (e) {
+    owner.writer.free();
+    throw e;
+  }
   return drive(owner, loop);
 }
 
@@ -466,6 +478,6 @@ export async function resumeJournaled<T>(
   if (!taken.ok) throw new JournaledRunError("lease_lost", `another owner took ${runId} over first (lease generation ${taken.generation})`, { seq: 0 });
   const events = await readEvents(store, log);
   if (events.length === 0) throw new JournaledRunError("run_not_found", `the journal ${log} holds no event`);
-  journalRecover(compiled, events); // verified before anything is written
+  // The owner's writer verifies the journal before anything is written.
   return drive(new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend, scheduleOf(compiled, options)), loop);
 }

@@ -394,6 +394,12 @@ export class Session {
     call(() => reportsOf(r).resume_journal(text));
   }
 
+  /** @internal A call on the module's session (a journal writer resuming it). */
+  callRaw<T>(f: (raw: RawSession) => T): T {
+    const r = this.#raw;
+    return call(() => f(r));
+  }
+
   /** Mark the run cancelled between attempts at `at_ms` (run clock). */
   cancel(at_ms: number): void {
     const r = this.#raw;
