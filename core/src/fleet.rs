@@ -587,6 +587,69 @@ pub(crate) fn limits_step(
     }
 }
 
+/// The generation of every snapshot a run read, by key (a route release, a
+/// budget scope): a snapshot read again may not be older than one this run
+/// already read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Generations(Vec<(String, u64)>);
+
+impl Generations {
+    /// An error (`generation_regressed` at `{at}/generation`) when
+    /// `generation` is below one read for `key` before.
+    pub(crate) fn check(&self, key: &str, generation: u64, at: &str) -> Result<()> {
+        match self.0.iter().find(|(k, _)| k == key) {
+            Some((_, g)) if *g > generation => Err(Error::at(
+                ErrorCode::GenerationRegressed,
+                format!("{at}/generation"),
+                format!("generation {generation} after {g} was seen"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Generations::check`], then `generation` is the one read for `key`.
+    pub(crate) fn saw(&mut self, key: &str, generation: u64, at: &str) -> Result<()> {
+        self.check(key, generation, at)?;
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some((_, g)) => *g = generation,
+            None => self.0.push((key.to_owned(), generation)),
+        }
+        Ok(())
+    }
+}
+
+/// The retry budget's part of admitting attempt `ordinal` under the view's
+/// budget snapshot `s` (its generation checked against those the run read,
+/// the snapshot kept for the bundle): the first attempt deposits, every
+/// later one withdraws. `Ok((write, used))`, or `Err(used)` for a
+/// withdrawal the budget does not cover.
+pub(crate) fn budget_admission(
+    cfg: &RetryBudgetConfig,
+    s: &RetryBudgetSnapshot,
+    seen: &mut Generations,
+    snapshots: &mut FleetSnapshots,
+    ordinal: u64,
+    now_epoch_ms: u64,
+) -> Result<std::result::Result<(RetryBudgetSnapshot, BudgetRef), BudgetRef>> {
+    seen.saw(s.scope.as_str(), s.generation, "/budget")?;
+    let snapshot_sha256 = snapshots.keep_budget(s);
+    if ordinal == 1 {
+        return Ok(Ok((
+            budget::deposit(cfg, s, now_epoch_ms),
+            BudgetRef {
+                kind: BudgetUse::Deposit,
+                snapshot_sha256,
+            },
+        )));
+    }
+    let (granted, next) = budget::withdraw(cfg, s, now_epoch_ms);
+    let used = BudgetRef {
+        kind: BudgetUse::Withdraw,
+        snapshot_sha256,
+    };
+    Ok(if granted { Ok((next, used)) } else { Err(used) })
+}
+
 /// The budget snapshot of a view, or a fresh one; checked.
 pub(crate) fn budget_in(
     cfg: &RetryBudgetConfig,

@@ -13,14 +13,13 @@ use std::sync::Arc;
 use crate::admission::{self, AdmissionSnapshot};
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
 use crate::breaker::{self, BreakerAdmission};
-use crate::budget;
 use crate::canonical::digest_of;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run};
 use crate::fleet::{
-    admission_in, breaker_in, budget_in, limits_step, reserved_tokens, Admission, BreakerRef,
-    BudgetRef, BudgetUse, FleetSnapshots, FleetStop, FleetView, FleetWrites, LimitsClock,
-    LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
+    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, Admission,
+    BreakerRef, BudgetRef, FleetSnapshots, FleetStop, FleetView, FleetWrites, Generations,
+    LimitsClock, LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 use crate::ids::Sha256Hex;
 use crate::observe::{judge_at, Facts, Judgement};
@@ -40,8 +39,8 @@ pub struct Session {
     log: EventLog,
     pending: Option<Pending>,
     snapshots: FleetSnapshots,
-    /// The highest generation seen per snapshot key (release or scope).
-    seen: Vec<(String, u64)>,
+    /// The generation of every snapshot read, per key (release or scope).
+    seen: Generations,
     /// The price schedule usage is charged under, with its digest.
     schedule: Option<(Arc<PriceSchedule>, Sha256Hex)>,
     /// What the host reported of the attempt in flight besides its facts.
@@ -122,7 +121,7 @@ impl Session {
             log: EventLog::default(),
             pending: None,
             snapshots: FleetSnapshots::default(),
-            seen: Vec::new(),
+            seen: Generations::default(),
             schedule: None,
             notes: Notes::default(),
             queued_since: None,
@@ -551,7 +550,8 @@ impl Session {
         if let Some(cfg) = &fleet.breaker {
             loop {
                 let s = breaker_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
-                self.saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
+                self.seen
+                    .saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
                 let digest = self.snapshots.keep_breaker(&s);
                 let (answer, next) = breaker::admit(cfg, &s, now_epoch_ms);
                 match answer {
@@ -593,7 +593,7 @@ impl Session {
         let mut limits_write = None;
         if let Some(cfg) = &fleet.admission {
             let s = admission_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
-            self.saw(
+            self.seen.saw(
                 &format!("admission/{}", s.key()),
                 s.generation,
                 "/admission",
@@ -637,21 +637,19 @@ impl Session {
         }
         if let Some(cfg) = &fleet.retry_budget {
             let s = budget_in(cfg, view, now_epoch_ms)?;
-            self.saw(s.scope.as_str(), s.generation, "/budget")?;
-            let digest = self.snapshots.keep_budget(&s);
-            if plan.ordinal == 1 {
-                writes.budget = Some(budget::deposit(cfg, &s, now_epoch_ms));
-                admission.budget = Some(BudgetRef {
-                    kind: BudgetUse::Deposit,
-                    snapshot_sha256: digest,
-                });
-            } else {
-                let (granted, next) = budget::withdraw(cfg, &s, now_epoch_ms);
-                let used = BudgetRef {
-                    kind: BudgetUse::Withdraw,
-                    snapshot_sha256: digest,
-                };
-                if !granted {
+            match budget_admission(
+                cfg,
+                &s,
+                &mut self.seen,
+                &mut self.snapshots,
+                plan.ordinal,
+                now_epoch_ms,
+            )? {
+                Ok((next, used)) => {
+                    writes.budget = Some(next);
+                    admission.budget = Some(used);
+                }
+                Err(used) => {
                     return self.stop(
                         at_ms,
                         now_epoch_ms,
@@ -660,8 +658,6 @@ impl Session {
                         (Some(used), None),
                     );
                 }
-                writes.budget = Some(next);
-                admission.budget = Some(used);
             }
         }
         if !skips.is_empty() {
@@ -669,25 +665,6 @@ impl Session {
         }
         writes.admission.extend(limits_write);
         Ok(self.hold(admission, plan, writes))
-    }
-
-    /// A snapshot's generation may not go back below one this run read.
-    fn saw(&mut self, key: &str, generation: u64, at: &str) -> Result<()> {
-        match self.seen.iter_mut().find(|(k, _)| k == key) {
-            Some((_, g)) if *g > generation => Err(Error::at(
-                ErrorCode::GenerationRegressed,
-                format!("{at}/generation"),
-                format!("generation {generation} after {g} was seen"),
-            )),
-            Some((_, g)) => {
-                *g = generation;
-                Ok(())
-            }
-            None => {
-                self.seen.push((key.to_owned(), generation));
-                Ok(())
-            }
-        }
     }
 
     /// What [`Session::admit`] would answer under `view`, without changing
@@ -775,19 +752,8 @@ impl Session {
             ));
         };
         snapshot.check(cfg, &a.route_release_sha256, "")?;
-        if let Some((_, g)) = self
-            .seen
-            .iter()
-            .find(|(k, _)| k == a.route_release_sha256.as_str())
-        {
-            if *g > snapshot.generation {
-                return Err(Error::at(
-                    ErrorCode::GenerationRegressed,
-                    "/generation",
-                    format!("generation {} after {g} was seen", snapshot.generation),
-                ));
-            }
-        }
+        self.seen
+            .check(a.route_release_sha256.as_str(), snapshot.generation, "")?;
         let probe = a
             .admission
             .as_ref()

@@ -8,8 +8,8 @@ use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run, Terminal};
 use crate::fleet::{
-    budget_in, Admission, BudgetRef, BudgetUse, FleetSnapshots, FleetStop, FleetView, FleetWrites,
-    OnStoreUnavailable, StopReason, StoreStatus,
+    budget_admission, budget_in, Admission, BudgetRef, FleetSnapshots, FleetStop, FleetView,
+    FleetWrites, Generations, OnStoreUnavailable, StopReason, StoreStatus,
 };
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::{IndeterminateKind, Outcome};
@@ -123,6 +123,8 @@ pub struct HedgeSession {
     /// An admission of the next dispatch (lead or hedge), until it starts.
     admitted: Option<(u64, Admission)>,
     snapshots: FleetSnapshots,
+    /// The generation of every budget snapshot read.
+    seen: Generations,
 }
 
 /// The answer of [`HedgeSession::admit`].
@@ -162,6 +164,7 @@ impl HedgeSession {
             round: None,
             admitted: None,
             snapshots: FleetSnapshots::default(),
+            seen: Generations::default(),
         })
     }
 
@@ -578,24 +581,19 @@ impl HedgeSession {
             }
         } else if let Some(cfg) = &fleet.retry_budget {
             let s = budget_in(cfg, view, now_epoch_ms)?;
-            let digest = self.snapshots.keep_budget(&s);
-            if plan.ordinal == 1 {
-                writes.budget = Some(crate::budget::deposit(cfg, &s, now_epoch_ms));
-                admission.budget = Some(BudgetRef {
-                    kind: BudgetUse::Deposit,
-                    snapshot_sha256: digest,
-                });
-            } else {
-                let (granted, next) = crate::budget::withdraw(cfg, &s, now_epoch_ms);
-                let used = BudgetRef {
-                    kind: BudgetUse::Withdraw,
-                    snapshot_sha256: digest,
-                };
-                if !granted {
-                    return refused(self, StopReason::RetryBudget, Some(used));
+            match budget_admission(
+                cfg,
+                &s,
+                &mut self.seen,
+                &mut self.snapshots,
+                plan.ordinal,
+                now_epoch_ms,
+            )? {
+                Ok((next, used)) => {
+                    writes.budget = Some(next);
+                    admission.budget = Some(used);
                 }
-                writes.budget = Some(next);
-                admission.budget = Some(used);
+                Err(used) => return refused(self, StopReason::RetryBudget, Some(used)),
             }
         }
         self.admitted = Some((plan.ordinal, admission));
@@ -886,6 +884,29 @@ mod tests {
             matches!(v, crate::Verdict::Drift { ref code, .. } if code == "admission_missing"),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn a_budget_snapshot_older_than_one_the_run_read_is_refused() {
+        // As for a plain session: a store answering an older generation of
+        // the budget than the run already read is not believed.
+        let cp = with_budget();
+        let mut h = HedgeSession::start(Arc::clone(&cp)).unwrap();
+        let at = |generation: u64, balance_milli: u64| -> FleetView {
+            let snap = json!({"balance_milli": balance_milli, "deposits": 0, "generation": generation,
+                "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries",
+                "updated_at_epoch_ms": 1_000, "withdrawals": 0});
+            crate::decode::from_str(&json!({"breakers": {}, "budget": snap}).to_string()).unwrap()
+        };
+        h.admit(0, 1_000, &at(5, 3_000)).unwrap();
+        h.start_attempt(1, 0).unwrap();
+        let e = h.admit(200, 1_200, &at(4, 3_000)).unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_deref()),
+            ("generation_regressed", Some("/budget/generation"))
+        );
+        // The same generation again (an unchanged register) is fine.
+        assert!(h.admit(200, 1_200, &at(5, 3_000)).is_ok());
     }
 
     #[test]
