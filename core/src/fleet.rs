@@ -621,8 +621,9 @@ impl Generations {
 /// The retry budget's part of admitting attempt `ordinal` under the view's
 /// budget snapshot `s` (its generation checked against those the run read,
 /// the snapshot kept for the bundle): the first attempt deposits, every
-/// later one withdraws. `Ok((write, used))`, or `Err(used)` for a
-/// withdrawal the budget does not cover.
+/// later one withdraws, into `writes` and `admission`. `Some(used)` for a
+/// withdrawal the budget does not cover (nothing written then).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn budget_admission(
     cfg: &RetryBudgetConfig,
     s: &RetryBudgetSnapshot,
@@ -630,24 +631,29 @@ pub(crate) fn budget_admission(
     snapshots: &mut FleetSnapshots,
     ordinal: u64,
     now_epoch_ms: u64,
-) -> Result<std::result::Result<(RetryBudgetSnapshot, BudgetRef), BudgetRef>> {
+    writes: &mut FleetWrites,
+    admission: &mut Admission,
+) -> Result<Option<BudgetRef>> {
     seen.saw(s.scope.as_str(), s.generation, "/budget")?;
     let snapshot_sha256 = snapshots.keep_budget(s);
-    if ordinal == 1 {
-        return Ok(Ok((
-            budget::deposit(cfg, s, now_epoch_ms),
-            BudgetRef {
-                kind: BudgetUse::Deposit,
+    let (next, kind) = if ordinal == 1 {
+        (budget::deposit(cfg, s, now_epoch_ms), BudgetUse::Deposit)
+    } else {
+        let (granted, next) = budget::withdraw(cfg, s, now_epoch_ms);
+        if !granted {
+            return Ok(Some(BudgetRef {
+                kind: BudgetUse::Withdraw,
                 snapshot_sha256,
-            },
-        )));
-    }
-    let (granted, next) = budget::withdraw(cfg, s, now_epoch_ms);
-    let used = BudgetRef {
-        kind: BudgetUse::Withdraw,
-        snapshot_sha256,
+            }));
+        }
+        (next, BudgetUse::Withdraw)
     };
-    Ok(if granted { Ok((next, used)) } else { Err(used) })
+    writes.budget = Some(next);
+    admission.budget = Some(BudgetRef {
+        kind,
+        snapshot_sha256,
+    });
+    Ok(None)
 }
 
 /// The budget snapshot of a view, or a fresh one; checked.

@@ -637,27 +637,24 @@ impl Session {
         }
         if let Some(cfg) = &fleet.retry_budget {
             let s = budget_in(cfg, view, now_epoch_ms)?;
-            match budget_admission(
+            let refused = budget_admission(
                 cfg,
                 &s,
                 &mut self.seen,
                 &mut self.snapshots,
                 plan.ordinal,
                 now_epoch_ms,
-            )? {
-                Ok((next, used)) => {
-                    writes.budget = Some(next);
-                    admission.budget = Some(used);
-                }
-                Err(used) => {
-                    return self.stop(
-                        at_ms,
-                        now_epoch_ms,
-                        StopReason::RetryBudget,
-                        skips,
-                        (Some(used), None),
-                    );
-                }
+                &mut writes,
+                &mut admission,
+            )?;
+            if let Some(used) = refused {
+                return self.stop(
+                    at_ms,
+                    now_epoch_ms,
+                    StopReason::RetryBudget,
+                    skips,
+                    (Some(used), None),
+                );
             }
         }
         if !skips.is_empty() {

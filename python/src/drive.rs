@@ -45,6 +45,21 @@ fn whole(x: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
     integer(&int, name)
 }
 
+/// One run of the loop: what the driver gave it, read by every attempt.
+struct Drive<'a, 'py> {
+    py: Python<'py>,
+    host: &'a Bound<'py, PyAny>,
+    session: &'a Bound<'py, PySession>,
+    dispatch: &'a Bound<'py, PyAny>,
+    clock: &'a Bound<'py, PyAny>,
+    sleep: &'a Bound<'py, PyAny>,
+    /// The clock's reading at the start: the run clock's origin.
+    t0: Bound<'py, PyAny>,
+    idempotency_key: &'a Bound<'py, PyAny>,
+    schedule: &'a Bound<'py, PyAny>,
+    uses: Uses,
+}
+
 /// The flags of a run's host that change the loop, given once per run.
 #[derive(Clone, Copy)]
 struct Uses {
@@ -96,27 +111,25 @@ impl SyncLoop {
         after: bool,
         checks: bool,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let uses = Uses {
-            hooked,
-            admits,
-            after,
-            checks,
-        };
-        let t0 = clock.call0()?;
-        let mut judgement = None;
-        let done = self.attempts(
+        let drive = Drive {
             py,
             host,
             session,
             dispatch,
             clock,
             sleep,
-            &t0,
+            t0: clock.call0()?,
             idempotency_key,
             schedule,
-            uses,
-            &mut judgement,
-        );
+            uses: Uses {
+                hooked,
+                admits,
+                after,
+                checks,
+            },
+        };
+        let mut judgement = None;
+        let done = self.attempts(&drive, &mut judgement);
         if let Some(j) = judgement {
             host.setattr(intern!(py, "judgement"), j)?;
         }
@@ -127,21 +140,23 @@ impl SyncLoop {
 impl SyncLoop {
     /// The attempts of the run, each planned, waited for, dispatched and
     /// observed; the last judgement left in `judgement`.
-    #[allow(clippy::too_many_arguments)]
     fn attempts<'py>(
         &self,
-        py: Python<'py>,
-        host: &Bound<'py, PyAny>,
-        session: &Bound<'py, PySession>,
-        dispatch: &Bound<'py, PyAny>,
-        clock: &Bound<'py, PyAny>,
-        sleep: &Bound<'py, PyAny>,
-        t0: &Bound<'py, PyAny>,
-        idempotency_key: &Bound<'py, PyAny>,
-        schedule: &Bound<'py, PyAny>,
-        uses: Uses,
+        drive: &Drive<'_, 'py>,
         judgement: &mut Option<Py<PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Drive {
+            py,
+            host,
+            session,
+            dispatch,
+            clock,
+            sleep,
+            ref t0,
+            idempotency_key,
+            schedule,
+            uses,
+        } = *drive;
         loop {
             let (plan, not_before) = {
                 let mut this = session.try_borrow_mut()?;

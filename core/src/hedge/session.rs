@@ -581,19 +581,18 @@ impl HedgeSession {
             }
         } else if let Some(cfg) = &fleet.retry_budget {
             let s = budget_in(cfg, view, now_epoch_ms)?;
-            match budget_admission(
+            let short = budget_admission(
                 cfg,
                 &s,
                 &mut self.seen,
                 &mut self.snapshots,
                 plan.ordinal,
                 now_epoch_ms,
-            )? {
-                Ok((next, used)) => {
-                    writes.budget = Some(next);
-                    admission.budget = Some(used);
-                }
-                Err(used) => return refused(self, StopReason::RetryBudget, Some(used)),
+                &mut writes,
+                &mut admission,
+            )?;
+            if let Some(used) = short {
+                return refused(self, StopReason::RetryBudget, Some(used));
             }
         }
         self.admitted = Some((plan.ordinal, admission));
