@@ -215,9 +215,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             "A journaled attempt writes four events (`reserved`, `dispatched`, `observed`, `decided`), each one "
             "transaction that also checks the lease register (a fenced append); a run adds the lease claim, `created`, the first "
             "`decided` and `terminal`: 16 commits for three attempts, about 5.3 per attempt. The rest is the core's "
-            "share, the in-memory column: each event is checked against a replay of the journal before it is "
-            "written, so that share grows with the journal. Which of the two dominates depends on how long a "
-            "commit waits for the disk.",
+            "share, the in-memory column: the owner's `JournalWriter` checks each event against the replay it "
+            "keeps (not against the journal replayed again), and the session of each attempt continues from that "
+            "replay. Which of the two dominates depends on how long a commit waits for the disk.",
         ]
     )
     print(text)
