@@ -648,8 +648,12 @@ impl WasmSession {
     /// bytes. `run_not_terminal` before the run ends, `invalid_digest` for a
     /// malformed digest.
     pub fn seal_hashed(&mut self, attempts_sha256: &str) -> Out<()> {
-        let receipt = lift(self.session.receipt_with_attempts_sha256(attempts_sha256))?;
-        self.tape.write(&receipt);
+        // Encoded straight from the session (no owned receipt built); on an
+        // error nothing was encoded.
+        let session = &self.session;
+        lift(self.tape.write_with(|sink| {
+            session.encode_receipt_with_attempts_sha256(attempts_sha256, sink)
+        }))?;
         #[allow(clippy::cast_precision_loss)]
         let at = |n: usize| n as f64;
         self.plan = [

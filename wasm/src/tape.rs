@@ -178,25 +178,26 @@ pub struct Tape {
 }
 
 impl Tape {
-    /// Replace the tape with `doc`'s.
-    pub fn write<T: Encode + ?Sized>(&mut self, doc: &T) {
+    /// Replace the tape with the document `encode` writes into the sink it
+    /// is given (one document), returning what `encode` returns.
+    pub fn write_with<R>(&mut self, encode: impl FnOnce(&mut dyn Sink) -> R) -> R {
         self.len = 0;
         self.text.clear();
         if self.ops.len() < 256 {
             self.ops.resize(256, 0.0);
         }
         KEYS.with(|keys| match keys.try_borrow_mut() {
-            Ok(mut keys) => doc.encode(&mut Writer {
+            Ok(mut keys) => encode(&mut Writer {
                 tape: self,
                 utf16: 0,
                 keys: Some(&mut keys),
             }),
-            Err(_) => doc.encode(&mut Writer {
+            Err(_) => encode(&mut Writer {
                 tape: self,
                 utf16: 0,
                 keys: None,
             }),
-        });
+        })
     }
 
     /// How many numbers the tape holds.
@@ -381,7 +382,7 @@ impl<'t> Cursor<'t> {
     }
 }
 
-/// A document's events from its tape (`ops`, as [`Tape::write`] wrote
+/// A document's events from its tape (`ops`, as [`Tape::write_with`] wrote
 /// them, and the text the host decoded), checked: known operations with
 /// their operands, keys the module numbered, strings in order within the
 /// text, objects and arrays balanced, one document. `None` otherwise.
