@@ -125,6 +125,12 @@ pub fn tape_key(id: u32) -> Option<String> {
     tape::key_text(id)
 }
 
+/// The text of a string value a tape numbered (`undefined` for a number never given).
+#[wasm_bindgen]
+pub fn tape_str(id: u32) -> Option<String> {
+    tape::str_text(id)
+}
+
 /// The canonical JSON of the document a tape holds (`ops` and the text as
 /// the host decoded it, as [`WasmSession::seal_hashed`] wrote them): the
 /// core's canonical writer encodes the tape's events, which make the same

@@ -7,7 +7,8 @@
 //! parsed there. Nothing about any document's shape is known on either side:
 //! the core's encoding is the only source of keys, order and values. Object
 //! keys cross once per module: a key is sent with its text the first time and
-//! as its number afterwards.
+//! as its number afterwards; so does a string value met again where it was
+//! met before (a policy's digests and identifiers, run after run).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -37,9 +38,21 @@ pub const TRUE: f64 = 8.0;
 pub const FALSE: f64 = 9.0;
 /// A string: its start and end follow.
 pub const STR: f64 = 10.0;
+/// A string sent before: its number follows.
+pub const SEEN_STR: f64 = 11.0;
+/// A string sent for the first time with a number: its number, then its text's start and end.
+pub const NEW_STR: f64 = 12.0;
 
 /// Keys numbered at most (documents have a few dozen; map keys may be many).
 const MAX_KEYS: usize = 4096;
+
+/// Strings numbered at most, and the longest one numbered (a receipt's
+/// repeated strings are digests, identifiers and names).
+const MAX_STRS: usize = 4096;
+const MAX_STR_BYTES: usize = 256;
+
+/// Slots of the table of strings by address (a power of two).
+const STR_SLOTS: usize = 256;
 
 /// A small multiplicative hasher for short keys.
 #[derive(Default)]
@@ -77,6 +90,28 @@ struct Keys {
     /// Field names ([`Sink::field`]: static text) by address and length,
     /// which alone tell them apart: no text is compared.
     fields: Vec<(usize, usize, u32)>,
+    /// String values numbered so far, by number.
+    strs: Vec<Box<str>>,
+    /// String values by address and length: the hash of the text last met
+    /// there, and its number once it has one ([`Keys::string`]).
+    str_slots: Vec<(usize, usize, u64, Option<u32>)>,
+}
+
+/// What the table of strings says of a string value.
+enum Seen {
+    /// Numbered before: its number.
+    Before(u32),
+    /// Numbered now: its number (the host learns its text with it).
+    Now(u32),
+    /// Not numbered.
+    No,
+}
+
+/// A hash of a text (which strings met again are numbered).
+fn text_hash(s: &str) -> u64 {
+    let mut h = KeyHasher::default();
+    h.write(s.as_bytes());
+    h.finish()
 }
 
 /// Slots of the table of field names (a power of two).
@@ -148,6 +183,53 @@ impl Keys {
             *slot = (key.as_ptr() as usize, id);
         }
     }
+
+    /// A string value: its number when it is met again at the same address
+    /// with the same text (a policy's digests and identifiers, which a
+    /// sealed receipt is encoded from, stay where they are run after run),
+    /// numbered the second time it is met there; a string met once, or
+    /// whose text changes at its address (a run's own digest), is not. A
+    /// number always stands for the text numbered: a hit compares the text.
+    fn string(&mut self, s: &str) -> Seen {
+        if s.len() > MAX_STR_BYTES {
+            return Seen::No;
+        }
+        if self.str_slots.is_empty() {
+            self.str_slots = vec![(0, 0, 0, None); STR_SLOTS];
+        }
+        let at = s.as_ptr() as usize;
+        let Some(slot) = self.str_slots.get_mut(Self::str_slot(s)) else {
+            return Seen::No;
+        };
+        if slot.0 == at && slot.1 == s.len() {
+            if let Some(id) = slot.3 {
+                let same = usize::try_from(id)
+                    .ok()
+                    .and_then(|i| self.strs.get(i))
+                    .is_some_and(|t| same_text(t, s));
+                if same {
+                    return Seen::Before(id);
+                }
+            } else {
+                let h = text_hash(s);
+                if slot.2 == h && self.strs.len() < MAX_STRS {
+                    let id = u32::try_from(self.strs.len()).unwrap_or(u32::MAX);
+                    self.strs.push(s.into());
+                    slot.3 = Some(id);
+                    return Seen::Now(id);
+                }
+                slot.2 = h;
+                return Seen::No;
+            }
+        }
+        *slot = (at, s.len(), text_hash(s), None);
+        Seen::No
+    }
+
+    fn str_slot(s: &str) -> usize {
+        let at = s.as_ptr() as usize;
+        ((at >> 3) ^ (at >> 11) ^ s.len()) & (STR_SLOTS - 1)
+    }
 }
 
 thread_local! {
@@ -160,6 +242,15 @@ pub fn key_text(id: u32) -> Option<String> {
     KEYS.with(|keys| {
         let keys = keys.try_borrow().ok()?;
         let text = keys.texts.get(usize::try_from(id).ok()?)?;
+        Some(text.to_string())
+    })
+}
+
+/// A numbered string's text (for a host that missed its first sending).
+pub fn str_text(id: u32) -> Option<String> {
+    KEYS.with(|keys| {
+        let keys = keys.try_borrow().ok()?;
+        let text = keys.strs.get(usize::try_from(id).ok()?)?;
         Some(text.to_string())
     })
 }
@@ -312,8 +403,17 @@ impl Sink for Writer<'_, '_> {
         self.tape.put(&[if v { TRUE } else { FALSE }]);
     }
     fn str(&mut self, v: &str) {
-        let (from, to) = self.span(v);
-        self.tape.put(&[STR, from, to]);
+        match self.keys.as_deref_mut().map_or(Seen::No, |k| k.string(v)) {
+            Seen::Before(id) => self.tape.put(&[SEEN_STR, f64::from(id)]),
+            Seen::Now(id) => {
+                let (from, to) = self.span(v);
+                self.tape.put(&[NEW_STR, f64::from(id), from, to]);
+            }
+            Seen::No => {
+                let (from, to) = self.span(v);
+                self.tape.put(&[STR, from, to]);
+            }
+        }
     }
 }
 
@@ -446,6 +546,15 @@ pub fn replay(ops: &[f64], text: &str) -> Option<Replay> {
             Event::Bool(op == TRUE)
         } else if op == STR {
             Event::Str(cursor.take(it.next()?, it.next()?)?.to_owned())
+        } else if op == SEEN_STR {
+            Event::Str(str_text(whole(it.next()?)?)?)
+        } else if op == NEW_STR {
+            let id = whole(it.next()?)?;
+            let s = cursor.take(it.next()?, it.next()?)?;
+            if str_text(id).as_deref() != Some(s) {
+                return None;
+            }
+            Event::Str(s.to_owned())
         } else {
             return None;
         };

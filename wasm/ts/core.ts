@@ -121,6 +121,7 @@ export interface RawBindings {
   sha256_bytes_hex(bytes: Uint8Array): string;
   module_memory(): WebAssembly.Memory;
   tape_key(id: number): string | undefined;
+  tape_str(id: number): string | undefined;
   tape_json(ops: Float64Array, text: string): string;
   Compiled: { compile(policy: string): RawCompiled };
   Facts: { decode(facts: string): RawFacts; returned(): RawFacts };
@@ -152,6 +153,7 @@ export function setBindings(bindings: RawBindings): void {
   u8 = new Uint8Array(0);
   f64 = new Float64Array(0);
   tapeKeys.length = 0;
+  tapeStrs.length = 0;
   rootShape = new Shape([], true);
   shapes = 0;
   returned = undefined;
@@ -167,6 +169,8 @@ export function returnedFacts(): RawFacts {
 
 /** Object keys the module has sent (by number), for `fromTape`. */
 const tapeKeys: string[] = [];
+/** String values the module has numbered (by number), for `fromTape`. */
+const tapeStrs: string[] = [];
 
 /** Makes an object of one shape from its values, at `at` of a value stack. */
 type Make = (values: readonly unknown[], at: number) => Record<string, unknown>;
@@ -331,6 +335,20 @@ export function fromTape(ops: Float64Array, start: number, count: number, text: 
           value = text.slice((ops[i] as number) | 0, (ops[i + 1] as number) | 0);
           i += 2;
           break;
+        case 11: {
+          // a string sent before (asked for by its number if this side missed it)
+          const id = (ops[i++] as number) | 0;
+          value = tapeStrs[id] ??= bindings().tape_str(id) as string;
+          break;
+        }
+        case 12: {
+          // a string numbered now
+          const s = text.slice((ops[i + 1] as number) | 0, (ops[i + 2] as number) | 0);
+          tapeStrs[(ops[i] as number) | 0] = s;
+          value = s;
+          i += 3;
+          break;
+        }
         default:
           throw new Error(`retryledger: tape operation ${String(op)} unknown`);
       }
