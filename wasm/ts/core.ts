@@ -358,7 +358,7 @@ export function fromTape(ops: Float64Array, start: number, count: number, text: 
   } finally {
     // The stacks keep nothing of this document.
     if (sp > high) high = sp;
-    for (let j = 0; j < high; j++) values[j] = undefined;
+    values.fill(undefined, 0, high);
     for (let j = 0; j < depth; j++) tapeShapes[j] = undefined;
   }
   return done;
