@@ -385,12 +385,12 @@ export function runWithPolicy<T>(
   options: RunOptions,
 ): Promise<RunResult<T>> {
   // Not an async function: the run's own promise is the one returned (no
-  // second promise resolved with it); a bad policy still rejects it.
-  if (options?.repair !== undefined) {
-    return import("./repair.js").then(({ runRepaired }) => runRepaired(policy, dispatch, options));
-  }
+  // second promise resolved with it); what throws before it still rejects.
   let compiled: CompiledPolicy;
   try {
+    if (options?.repair !== undefined) {
+      return import("./repair.js").then(({ runRepaired }) => runRepaired(policy, dispatch, options));
+    }
     compiled = policy instanceof CompiledPolicy ? policy : compiledFor(policy);
   } catch (e) {
     return Promise.reject(e as Error);
