@@ -52,7 +52,7 @@ const MAX_STRS: usize = 4096;
 const MAX_STR_BYTES: usize = 256;
 
 /// Slots of the table of strings by address (a power of two).
-const STR_SLOTS: usize = 256;
+const STR_SLOTS: usize = 1024;
 
 /// A small multiplicative hasher for short keys.
 #[derive(Default)]
@@ -90,7 +90,8 @@ struct Keys {
     /// Field names ([`Sink::field`]: static text) by address and length,
     /// which alone tell them apart: no text is compared.
     fields: Vec<(usize, usize, u32)>,
-    /// String values numbered so far, by number.
+    /// String values numbered so far: by text, and their texts by number.
+    str_ids: HashMap<Box<str>, u32, BuildHasherDefault<KeyHasher>>,
     strs: Vec<Box<str>>,
     /// String values by address and length: the hash of the text last met
     /// there, and its number once it has one ([`Keys::string`]).
@@ -187,9 +188,10 @@ impl Keys {
     /// A string value: its number when it is met again at the same address
     /// with the same text (a policy's digests and identifiers, which a
     /// sealed receipt is encoded from, stay where they are run after run),
-    /// numbered the second time it is met there; a string met once, or
-    /// whose text changes at its address (a run's own digest), is not. A
-    /// number always stands for the text numbered: a hit compares the text.
+    /// numbered the second time it is met there (a text numbered before,
+    /// at another address, keeps its number); a string met once, or whose
+    /// text changes at its address (a run's own digest), is not. A number
+    /// always stands for one text: a hit compares the text.
     fn string(&mut self, s: &str) -> Seen {
         if s.len() > MAX_STR_BYTES {
             return Seen::No;
@@ -212,11 +214,19 @@ impl Keys {
                 }
             } else {
                 let h = text_hash(s);
-                if slot.2 == h && self.strs.len() < MAX_STRS {
-                    let id = u32::try_from(self.strs.len()).unwrap_or(u32::MAX);
-                    self.strs.push(s.into());
-                    slot.3 = Some(id);
-                    return Seen::Now(id);
+                if slot.2 == h {
+                    // A text numbered before (met again at another address) keeps its number.
+                    if let Some(id) = self.str_ids.get(s).copied() {
+                        slot.3 = Some(id);
+                        return Seen::Before(id);
+                    }
+                    if self.strs.len() < MAX_STRS {
+                        let id = u32::try_from(self.strs.len()).unwrap_or(u32::MAX);
+                        self.str_ids.insert(s.into(), id);
+                        self.strs.push(s.into());
+                        slot.3 = Some(id);
+                        return Seen::Now(id);
+                    }
                 }
                 slot.2 = h;
                 return Seen::No;
@@ -227,8 +237,11 @@ impl Keys {
     }
 
     fn str_slot(s: &str) -> usize {
-        let at = s.as_ptr() as usize;
-        ((at >> 3) ^ (at >> 11) ^ s.len()) & (STR_SLOTS - 1)
+        // Multiplicative: strings near one another (a data section, one
+        // allocation after another) spread over the table.
+        let at = (s.as_ptr() as u64) ^ ((s.len() as u64) << 32);
+        let mixed = at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54;
+        usize::try_from(mixed).unwrap_or(0) & (STR_SLOTS - 1)
     }
 }
 
