@@ -961,6 +961,21 @@ impl Session {
         self.bind(self.run.receipt(&self.policy, hex.as_str().to_owned()))
     }
 
+    /// [`Session::receipt_with_attempts_sha256`] encoded into `sink` (the
+    /// same encoding events, so the same canonical bytes), straight from the
+    /// session: no owned receipt is built. Errors as that method's, and then
+    /// nothing is encoded.
+    pub fn encode_receipt_with_attempts_sha256(
+        &self,
+        attempts_sha256: &str,
+        sink: &mut dyn crate::canonical::Sink,
+    ) -> Result<()> {
+        let hex = crate::ids::Sha256Hex::parse(attempts_sha256)
+            .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/attempts_sha256", m))?;
+        self.run
+            .encode_receipt(&self.policy, &hex, self.price_schedule_sha256(), sink)
+    }
+
     /// The bundle of the finished run: policy, attempts and receipt.
     pub fn seal(&self) -> Result<Bundle> {
         let receipt = self.receipt()?;
@@ -1019,6 +1034,153 @@ mod tests {
         );
         let e = session.receipt_with_attempts_sha256("ABC").unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidDigest);
+    }
+
+    /// A document encoded by a function (for the encoders that write from a session or run).
+    struct Encoded<F: Fn(&mut dyn crate::canonical::Sink)>(F);
+
+    impl<F: Fn(&mut dyn crate::canonical::Sink)> crate::canonical::Encode for Encoded<F> {
+        fn encode(&self, sink: &mut dyn crate::canonical::Sink) {
+            (self.0)(sink);
+        }
+    }
+
+    /// A sink that records whether anything was written to it.
+    #[derive(Default)]
+    struct Untouched(bool);
+
+    impl crate::canonical::Sink for Untouched {
+        fn begin_object(&mut self) {
+            self.0 = true;
+        }
+        fn key(&mut self, _: &str) {
+            self.0 = true;
+        }
+        fn end_object(&mut self) {
+            self.0 = true;
+        }
+        fn begin_array(&mut self) {
+            self.0 = true;
+        }
+        fn end_array(&mut self) {
+            self.0 = true;
+        }
+        fn u64(&mut self, _: u64) {
+            self.0 = true;
+        }
+        fn bool(&mut self, _: bool) {
+            self.0 = true;
+        }
+        fn str(&mut self, _: &str) {
+            self.0 = true;
+        }
+    }
+
+    #[test]
+    fn the_receipt_encoded_from_the_session_is_the_receipt() {
+        let bundle = lab::reference_bundle().unwrap();
+        let policy = Arc::new(compile(bundle.policy.clone()).unwrap());
+        let mut session = Session::start(policy);
+        let hex = "ab".repeat(32);
+        let mut sink = Untouched::default();
+        let e = session
+            .encode_receipt_with_attempts_sha256(&hex, &mut sink)
+            .unwrap_err();
+        assert_eq!((e.code, sink.0), (ErrorCode::RunNotTerminal, false));
+        for a in &bundle.attempts.attempts {
+            session
+                .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
+                .unwrap();
+        }
+        let e = session
+            .encode_receipt_with_attempts_sha256("ABC", &mut sink)
+            .unwrap_err();
+        assert_eq!((e.code, sink.0), (ErrorCode::InvalidDigest, false));
+        let encoded = crate::canonical::canonical_json(&Encoded(|s| {
+            session
+                .encode_receipt_with_attempts_sha256(&hex, s)
+                .unwrap();
+        }));
+        let owned = session.receipt_with_attempts_sha256(&hex).unwrap();
+        assert_eq!(encoded, crate::canonical::canonical_json(&owned));
+    }
+
+    /// Every run the conformance vectors hold (a policy and its attempts,
+    /// replayed to a terminal: fleets, jobs, streams, hedges, injected
+    /// faults): the receipt encoded from the run has the owned receipt's
+    /// canonical bytes, with and without a price schedule's digest.
+    #[test]
+    fn the_receipt_encoded_from_a_run_is_the_receipt_for_every_vector() {
+        fn walk(v: &serde_json::Value, found: &mut Vec<(String, String)>) {
+            let text = |x: &serde_json::Value| match x {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let (Some(p), Some(a)) = (m.get("policy"), m.get("attempts")) {
+                        found.push((text(p), text(a)));
+                    }
+                    m.values().for_each(|x| walk(x, found));
+                }
+                serde_json::Value::Array(xs) => xs.iter().for_each(|x| walk(x, found)),
+                // A document given as its text (a bundle to verify).
+                serde_json::Value::String(s) if s.starts_with('{') => {
+                    if let Ok(doc) = serde_json::from_str::<serde_json::Value>(s) {
+                        walk(&doc, found);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let doc: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                walk(&doc, &mut found);
+            }
+        }
+        let digest = Sha256Hex::computed("cd".repeat(32));
+        let mut compared = 0;
+        let parts = ["fleet", "hedge", "job", "stream", "injected_faults"];
+        let mut covered = [false; 5];
+        for (policy, attempts) in &found {
+            let Ok(cp) = crate::api::compile_policy(policy) else {
+                continue;
+            };
+            let Ok(attempts) = crate::api::decode_attempts(attempts) else {
+                continue;
+            };
+            let Ok(run) = crate::evaluate::replay(&cp, &attempts) else {
+                continue;
+            };
+            let Ok(mut owned) = run.receipt(&cp, digest.as_str().to_owned()) else {
+                continue;
+            };
+            for price in [None, Some(Sha256Hex::computed("ef".repeat(32)))] {
+                owned.price_schedule_sha256 = price.clone();
+                let encoded = crate::canonical::canonical_json(&Encoded(|s| {
+                    run.encode_receipt(&cp, &digest, price.as_ref(), s).unwrap();
+                }));
+                assert_eq!(encoded, crate::canonical::canonical_json(&owned));
+            }
+            compared += 1;
+            let has = [
+                owned.fleet.is_some(),
+                owned.hedge.is_some(),
+                owned.job.is_some(),
+                owned.stream.is_some(),
+                owned.injected_faults.is_some(),
+            ];
+            for (seen, h) in covered.iter_mut().zip(has) {
+                *seen |= h;
+            }
+        }
+        assert!(compared >= 50, "only {compared} runs compared");
+        assert_eq!(covered, [true; 5], "{parts:?}: not every part met");
     }
 
     #[test]

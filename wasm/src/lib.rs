@@ -126,6 +126,12 @@ pub fn tape_key(id: u32) -> Option<String> {
     tape::key_text(id)
 }
 
+/// The text of a string value a tape numbered (`undefined` for a number never given).
+#[wasm_bindgen]
+pub fn tape_str(id: u32) -> Option<String> {
+    tape::str_text(id)
+}
+
 /// The canonical JSON of the document a tape holds (`ops` and the text as
 /// the host decoded it, as [`WasmSession::seal_hashed`] wrote them): the
 /// core's canonical writer encodes the tape's events, which make the same
@@ -664,8 +670,12 @@ impl WasmSession {
     /// bytes. `run_not_terminal` before the run ends, `invalid_digest` for a
     /// malformed digest.
     pub fn seal_hashed(&mut self, attempts_sha256: &str) -> Out<()> {
-        let receipt = lift(self.session.receipt_with_attempts_sha256(attempts_sha256))?;
-        self.tape.write(&receipt);
+        // Encoded straight from the session (no owned receipt built); on an
+        // error nothing was encoded.
+        let session = &self.session;
+        lift(self.tape.write_with(|sink| {
+            session.encode_receipt_with_attempts_sha256(attempts_sha256, sink)
+        }))?;
         #[allow(clippy::cast_precision_loss)]
         let at = |n: usize| n as f64;
         self.plan = [

@@ -7,7 +7,8 @@
 //! parsed there. Nothing about any document's shape is known on either side:
 //! the core's encoding is the only source of keys, order and values. Object
 //! keys cross once per module: a key is sent with its text the first time and
-//! as its number afterwards.
+//! as its number afterwards; so does a string value met again where it was
+//! met before (a policy's digests and identifiers, run after run).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -37,9 +38,21 @@ pub const TRUE: f64 = 8.0;
 pub const FALSE: f64 = 9.0;
 /// A string: its start and end follow.
 pub const STR: f64 = 10.0;
+/// A string sent before: its number follows.
+pub const SEEN_STR: f64 = 11.0;
+/// A string sent for the first time with a number: its number, then its text's start and end.
+pub const NEW_STR: f64 = 12.0;
 
 /// Keys numbered at most (documents have a few dozen; map keys may be many).
 const MAX_KEYS: usize = 4096;
+
+/// Strings numbered at most, and the longest one numbered (a receipt's
+/// repeated strings are digests, identifiers and names).
+const MAX_STRS: usize = 4096;
+const MAX_STR_BYTES: usize = 256;
+
+/// Slots of the table of strings by address (a power of two).
+const STR_SLOTS: usize = 1024;
 
 /// A small multiplicative hasher for short keys.
 #[derive(Default)]
@@ -77,6 +90,29 @@ struct Keys {
     /// Field names ([`Sink::field`]: static text) by address and length,
     /// which alone tell them apart: no text is compared.
     fields: Vec<(usize, usize, u32)>,
+    /// String values numbered so far: by text, and their texts by number.
+    str_ids: HashMap<Box<str>, u32, BuildHasherDefault<KeyHasher>>,
+    strs: Vec<Box<str>>,
+    /// String values by address and length: the hash of the text last met
+    /// there, and its number once it has one ([`Keys::string`]).
+    str_slots: Vec<(usize, usize, u64, Option<u32>)>,
+}
+
+/// What the table of strings says of a string value.
+enum Seen {
+    /// Numbered before: its number.
+    Before(u32),
+    /// Numbered now: its number (the host learns its text with it).
+    Now(u32),
+    /// Not numbered.
+    No,
+}
+
+/// A hash of a text (which strings met again are numbered).
+fn text_hash(s: &str) -> u64 {
+    let mut h = KeyHasher::default();
+    h.write(s.as_bytes());
+    h.finish()
 }
 
 /// Slots of the table of field names (a power of two).
@@ -148,6 +184,65 @@ impl Keys {
             *slot = (key.as_ptr() as usize, id);
         }
     }
+
+    /// A string value: its number when it is met again at the same address
+    /// with the same text (a policy's digests and identifiers, which a
+    /// sealed receipt is encoded from, stay where they are run after run),
+    /// numbered the second time it is met there (a text numbered before,
+    /// at another address, keeps its number); a string met once, or whose
+    /// text changes at its address (a run's own digest), is not. A number
+    /// always stands for one text: a hit compares the text.
+    fn string(&mut self, s: &str) -> Seen {
+        if s.len() > MAX_STR_BYTES {
+            return Seen::No;
+        }
+        if self.str_slots.is_empty() {
+            self.str_slots = vec![(0, 0, 0, None); STR_SLOTS];
+        }
+        let at = s.as_ptr() as usize;
+        let Some(slot) = self.str_slots.get_mut(Self::str_slot(s)) else {
+            return Seen::No;
+        };
+        if slot.0 == at && slot.1 == s.len() {
+            if let Some(id) = slot.3 {
+                let same = usize::try_from(id)
+                    .ok()
+                    .and_then(|i| self.strs.get(i))
+                    .is_some_and(|t| same_text(t, s));
+                if same {
+                    return Seen::Before(id);
+                }
+            } else {
+                let h = text_hash(s);
+                if slot.2 == h {
+                    // A text numbered before (met again at another address) keeps its number.
+                    if let Some(id) = self.str_ids.get(s).copied() {
+                        slot.3 = Some(id);
+                        return Seen::Before(id);
+                    }
+                    if self.strs.len() < MAX_STRS {
+                        let id = u32::try_from(self.strs.len()).unwrap_or(u32::MAX);
+                        self.str_ids.insert(s.into(), id);
+                        self.strs.push(s.into());
+                        slot.3 = Some(id);
+                        return Seen::Now(id);
+                    }
+                }
+                slot.2 = h;
+                return Seen::No;
+            }
+        }
+        *slot = (at, s.len(), text_hash(s), None);
+        Seen::No
+    }
+
+    fn str_slot(s: &str) -> usize {
+        // Multiplicative: strings near one another (a data section, one
+        // allocation after another) spread over the table.
+        let at = (s.as_ptr() as u64) ^ ((s.len() as u64) << 32);
+        let mixed = at.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54;
+        usize::try_from(mixed).unwrap_or(0) & (STR_SLOTS - 1)
+    }
 }
 
 thread_local! {
@@ -160,6 +255,15 @@ pub fn key_text(id: u32) -> Option<String> {
     KEYS.with(|keys| {
         let keys = keys.try_borrow().ok()?;
         let text = keys.texts.get(usize::try_from(id).ok()?)?;
+        Some(text.to_string())
+    })
+}
+
+/// A numbered string's text (for a host that missed its first sending).
+pub fn str_text(id: u32) -> Option<String> {
+    KEYS.with(|keys| {
+        let keys = keys.try_borrow().ok()?;
+        let text = keys.strs.get(usize::try_from(id).ok()?)?;
         Some(text.to_string())
     })
 }
@@ -178,25 +282,26 @@ pub struct Tape {
 }
 
 impl Tape {
-    /// Replace the tape with `doc`'s.
-    pub fn write<T: Encode + ?Sized>(&mut self, doc: &T) {
+    /// Replace the tape with the document `encode` writes into the sink it
+    /// is given (one document), returning what `encode` returns.
+    pub fn write_with<R>(&mut self, encode: impl FnOnce(&mut dyn Sink) -> R) -> R {
         self.len = 0;
         self.text.clear();
         if self.ops.len() < 256 {
             self.ops.resize(256, 0.0);
         }
         KEYS.with(|keys| match keys.try_borrow_mut() {
-            Ok(mut keys) => doc.encode(&mut Writer {
+            Ok(mut keys) => encode(&mut Writer {
                 tape: self,
                 utf16: 0,
                 keys: Some(&mut keys),
             }),
-            Err(_) => doc.encode(&mut Writer {
+            Err(_) => encode(&mut Writer {
                 tape: self,
                 utf16: 0,
                 keys: None,
             }),
-        });
+        })
     }
 
     /// How many numbers the tape holds.
@@ -311,8 +416,17 @@ impl Sink for Writer<'_, '_> {
         self.tape.put(&[if v { TRUE } else { FALSE }]);
     }
     fn str(&mut self, v: &str) {
-        let (from, to) = self.span(v);
-        self.tape.put(&[STR, from, to]);
+        match self.keys.as_deref_mut().map_or(Seen::No, |k| k.string(v)) {
+            Seen::Before(id) => self.tape.put(&[SEEN_STR, f64::from(id)]),
+            Seen::Now(id) => {
+                let (from, to) = self.span(v);
+                self.tape.put(&[NEW_STR, f64::from(id), from, to]);
+            }
+            Seen::No => {
+                let (from, to) = self.span(v);
+                self.tape.put(&[STR, from, to]);
+            }
+        }
     }
 }
 
@@ -381,7 +495,7 @@ impl<'t> Cursor<'t> {
     }
 }
 
-/// A document's events from its tape (`ops`, as [`Tape::write`] wrote
+/// A document's events from its tape (`ops`, as [`Tape::write_with`] wrote
 /// them, and the text the host decoded), checked: known operations with
 /// their operands, keys the module numbered, strings in order within the
 /// text, objects and arrays balanced, one document. `None` otherwise.
@@ -445,6 +559,15 @@ pub fn replay(ops: &[f64], text: &str) -> Option<Replay> {
             Event::Bool(op == TRUE)
         } else if op == STR {
             Event::Str(cursor.take(it.next()?, it.next()?)?.to_owned())
+        } else if op == SEEN_STR {
+            Event::Str(str_text(whole(it.next()?)?)?)
+        } else if op == NEW_STR {
+            let id = whole(it.next()?)?;
+            let s = cursor.take(it.next()?, it.next()?)?;
+            if str_text(id).as_deref() != Some(s) {
+                return None;
+            }
+            Event::Str(s.to_owned())
         } else {
             return None;
         };

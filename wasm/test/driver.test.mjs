@@ -71,6 +71,44 @@ test("the idempotency key must hash to the policy's digest, checked before any d
   assert.equal(calls, 0);
 });
 
+test("runWithPolicy always answers with a promise: what fails before the run rejects it, never throws", () => {
+  let calls = 0;
+  /** @type {unknown[]} */
+  const got = [];
+  // A policy the core refuses, options whose reading throws, a dispatch that is not a function.
+  const runs = [
+    () => runWithPolicy({ ...referencePolicy(), retry_owner: "transport_sdk" }, () => ++calls, { idempotencyKey: KEY }),
+    () =>
+      runWithPolicy(
+        referencePolicy(),
+        () => ++calls,
+        /** @type {import("../dist/index.js").RunOptions} */ (
+          new Proxy(
+            {},
+            {
+              get() {
+                throw new Error("options unreadable");
+              },
+            },
+          )
+        ),
+      ),
+    // @ts-expect-error dispatch must be a function
+    () => runWithPolicy(referencePolicy(), 42, { idempotencyKey: KEY }),
+  ];
+  for (const run of runs) {
+    const p = run();
+    assert.ok(p instanceof Promise);
+    got.push(p.then(() => "resolved", (/** @type {Error} */ e) => e.message));
+  }
+  return Promise.all(got).then((messages) => {
+    assert.equal(calls, 0);
+    assert.match(String(messages[0]), /retry_owner_not_harness/);
+    assert.equal(messages[1], "options unreadable");
+    assert.equal(messages[2], "dispatch must be a function");
+  });
+});
+
 test("a bad policy is refused before any dispatch with its code", async () => {
   const p = policyWith((x) => {
     x.retry_owner = "transport_sdk";

@@ -9,7 +9,7 @@ import { createRequire } from "node:module";
 import * as rl from "../dist/index.js";
 import { fromTape, setBindings } from "../dist/core.js";
 
-const O = 0, END_O = 1, A = 2, END_A = 3, KEY = 4, NEW_KEY = 5, LONE_KEY = 6, INT = 7, T = 8, F = 9, STR = 10;
+const O = 0, END_O = 1, A = 2, END_A = 3, KEY = 4, NEW_KEY = 5, LONE_KEY = 6, INT = 7, T = 8, F = 9, STR = 10, SEEN_STR = 11, NEW_STR = 12;
 
 test("fromTape: objects, arrays, integers, booleans and non-ASCII strings", () => {
   // {"é":["ü𝄞x",9007199254740991,true,false],"z":{}} with the text "éü𝄞xz" (UTF-16 offsets).
@@ -23,6 +23,39 @@ test("fromTape: objects, arrays, integers, booleans and non-ASCII strings", () =
   // The key numbered 9001 is known from now on.
   const again = new Float64Array([O, KEY, 9001, INT, 1, END_O]);
   assert.deepStrictEqual(fromTape(again, 0, again.length, ""), { é: 1 });
+});
+
+test("fromTape: a string numbered with its text is known by its number from then on", () => {
+  const text = "ab";
+  const ops = new Float64Array([A, NEW_STR, 7001, 0, 2, SEEN_STR, 7001, END_A]);
+  assert.deepStrictEqual(fromTape(ops, 0, ops.length, text), ["ab", "ab"]);
+  const again = new Float64Array([A, SEEN_STR, 7001, STR, 0, 1, END_A]);
+  assert.deepStrictEqual(fromTape(again, 0, again.length, "x"), ["ab", "x"]);
+});
+
+test("a receipt sealed run after run: the policy's strings cross by number, the run's own digest as text", async () => {
+  const raw = createRequire(import.meta.url)("../pkg-node/retryledger_wasm.js");
+  const [policy, , options] = await oneRun();
+  const compiled = new rl.CompiledPolicy(policy);
+  /** @type {string[]} */
+  const digests = [];
+  for (let i = 0; i < 3; i += 1) {
+    const [, dispatch, opts] = await oneRun();
+    const run = await rl.runWithPolicy(compiled, dispatch, { ...opts, idempotencyKey: options.idempotencyKey });
+    // The receipt is the core's, whatever crossed by number.
+    assert.equal(rl.digest(run.receipt), run.sealed.receipt_sha256);
+    assert.deepStrictEqual(run.receipt, JSON.parse(run.sealed.bundle_json).receipt);
+    digests.push(run.receipt.policy_sha256);
+  }
+  // The policy digest was numbered by the module: its text is there by number.
+  const texts = [];
+  for (let id = 0; id < 4096; id += 1) {
+    const t = raw.tape_str(id);
+    if (t === undefined) break;
+    texts.push(t);
+  }
+  assert.ok(texts.includes(/** @type {string} */ (digests[0])), "the policy digest is numbered");
+  compiled.free();
 });
 
 test("fromTape: a key number this side never saw is asked of the module", async () => {
@@ -91,6 +124,8 @@ test("tape_json: the core's canonical JSON of a tape's events; a malformed tape 
     [[STR, 0, 1], "𝄞"], // inside a surrogate pair
     [[KEY, 4_000_000], ""], // a key never numbered
     [[O, NEW_KEY, 0, 0, 1, INT, 1, END_O], "\u0001"], // a key whose text is not its number's
+    [[SEEN_STR, 4_000_000], ""], // a string never numbered
+    [[NEW_STR, 4_000_000, 0, 1], "a"], // a string numbered by this side only
     [[42], ""], // an unknown operation
     [[], ""], // nothing
   ];

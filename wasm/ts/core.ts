@@ -121,6 +121,7 @@ export interface RawBindings {
   sha256_bytes_hex(bytes: Uint8Array): string;
   module_memory(): WebAssembly.Memory;
   tape_key(id: number): string | undefined;
+  tape_str(id: number): string | undefined;
   tape_json(ops: Float64Array, text: string): string;
   Compiled: { compile(policy: string): RawCompiled };
   Facts: { decode(facts: string): RawFacts; returned(): RawFacts };
@@ -152,6 +153,9 @@ export function setBindings(bindings: RawBindings): void {
   u8 = new Uint8Array(0);
   f64 = new Float64Array(0);
   tapeKeys.length = 0;
+  tapeStrs.length = 0;
+  rootShape = new Shape([], true);
+  shapes = 0;
   returned = undefined;
 }
 
@@ -165,70 +169,197 @@ export function returnedFacts(): RawFacts {
 
 /** Object keys the module has sent (by number), for `fromTape`. */
 const tapeKeys: string[] = [];
+/** String values the module has numbered (by number), for `fromTape`. */
+const tapeStrs: string[] = [];
+
+/** Makes an object of one shape from its values, at `at` of a value stack. */
+type Make = (values: readonly unknown[], at: number) => Record<string, unknown>;
+
+/** Shapes kept at most (a document has a few; past them, objects are made key by key). */
+const MAX_SHAPES = 1024;
+/** Shapes kept so far. */
+let shapes = 0;
+
+/**
+ * An object's keys so far, in tape order: a node of the tree of the key
+ * sequences the tapes' objects have had, walked key by key (numbered keys
+ * only). The objects of a shape met before (a receipt's schedule entries,
+ * the receipt itself on the next run) are made by one object literal with
+ * the shape's keys in that order, a function made once per shape, rather
+ * than property by property: every object still gets its keys in the tape's
+ * order, as plain data properties.
+ */
+class Shape {
+  readonly keys: readonly string[];
+  /** Whether the shape is in the tree (every key numbered, and room left). */
+  readonly #kept: boolean;
+  #lastId = -1;
+  #last: Shape | undefined;
+  #next: Map<number, Shape> | undefined;
+  #make: Make | undefined;
+  #seen = 0;
+
+  constructor(keys: readonly string[], kept: boolean) {
+    this.keys = keys;
+    this.#kept = kept;
+  }
+
+  /** The shape with `key` (numbered `id`, or -1 for a key not numbered) added. */
+  child(id: number, key: string): Shape {
+    if (id === this.#lastId && this.#last !== undefined) return this.#last;
+    let next = this.#next?.get(id);
+    if (next === undefined) {
+      const kept = this.#kept && id >= 0 && shapes < MAX_SHAPES;
+      next = new Shape([...this.keys, key], kept);
+      if (!kept) return next;
+      shapes += 1;
+      (this.#next ??= new Map()).set(id, next);
+    }
+    this.#lastId = id;
+    this.#last = next;
+    return next;
+  }
+
+  /** An object of this shape from the values at `at`. */
+  make(values: readonly unknown[], at: number): Record<string, unknown> {
+    const make = this.#make;
+    if (make !== undefined) return make(values, at);
+    // Key by key until the shape is met again (a shape met once needs no function).
+    if (this.#kept && ++this.#seen >= 2) this.#make = literalOf(this.keys);
+    return byKeys(this.keys, values, at);
+  }
+}
+
+function byKeys(keys: readonly string[], values: readonly unknown[], at: number): Record<string, unknown> {
+  const o: Record<string, unknown> = {};
+  for (let j = 0; j < keys.length; j++) o[keys[j] as string] = values[at + j];
+  return o;
+}
+
+/**
+ * A function returning `{k0: values[at], k1: values[at + 1], …}`: an object
+ * literal whose keys are the shape's, each written as its JSON string
+ * literal. Key by key where code cannot be made from text (a host that
+ * forbids it) or where a literal would not make a plain data property
+ * (`__proto__`).
+ */
+function literalOf(keys: readonly string[]): Make {
+  const slow: Make = (values, at) => byKeys(keys, values, at);
+  if (keys.includes("__proto__")) return slow;
+  const fields = keys.map((k, j) => `${JSON.stringify(k)}:v[a+${String(j)}]`).join(",");
+  try {
+    return new Function("v", "a", `"use strict";return{${fields}};`) as Make;
+  } catch {
+    return slow;
+  }
+}
+
+/** The root of the shape tree (the empty object); a new one with the key numbers (`setBindings`). */
+let rootShape = new Shape([], true);
+
+/** `fromTape`'s value stack: the values of the objects and arrays open. */
+const tapeValues: unknown[] = [];
+/** The enclosing containers' shapes (`undefined`: an array) and where their values start. */
+const tapeShapes: (Shape | undefined)[] = [];
+const tapeStarts: number[] = [];
 
 /**
  * A document from the tape the module wrote (`wasm/src/tape.rs`): plain
  * objects, arrays, numbers, booleans and strings, in the core's encoding
  * order. `ops` is the module's memory as 64-bit floats, the tape at
  * `[start, start + count)`; `text` is the tape's string bytes decoded, which
- * its offsets index (UTF-16 units).
+ * its offsets index (UTF-16 units). An open container's values wait on a
+ * stack; the container is made when it closes (an object by its shape).
  */
 export function fromTape(ops: Float64Array, start: number, count: number, text: string): unknown {
-  const stack: unknown[] = [];
-  let current: Record<string, unknown> | unknown[] | undefined;
-  let key: string | undefined;
+  const values = tapeValues;
+  let sp = 0;
+  let high = 0;
+  let depth = 0;
+  let shape: Shape | undefined;
+  let at = 0;
   let done: unknown;
   const end = start + count;
-  for (let i = start; i < end; ) {
-    const op = (ops[i++] as number) | 0;
-    let value: unknown;
-    switch (op) {
-      case 0: // {
-      case 2: // [
-        stack.push(current, key);
-        current = op === 0 ? {} : [];
-        key = undefined;
-        continue;
-      case 1: // }
-      case 3: // ]
-        value = current;
-        key = stack.pop() as string | undefined;
-        current = stack.pop() as Record<string, unknown> | unknown[] | undefined;
-        break;
-      case 4: {
-        // a key sent before (asked for by its number if this side missed it)
-        const id = ops[i++] as number;
-        key = tapeKeys[id] ??= bindings().tape_key(id) as string;
-        continue;
+  try {
+    for (let i = start; i < end; ) {
+      const op = (ops[i++] as number) | 0;
+      let value: unknown;
+      switch (op) {
+        case 0: // {
+        case 2: // [
+          tapeShapes[depth] = shape;
+          tapeStarts[depth] = at;
+          depth += 1;
+          shape = op === 0 ? rootShape : undefined;
+          at = sp;
+          continue;
+        case 1: // }
+        case 3: // ]
+          if (sp > high) high = sp;
+          value = shape === undefined ? values.slice(at, sp) : shape.make(values, at);
+          sp = at;
+          depth -= 1;
+          shape = tapeShapes[depth];
+          at = tapeStarts[depth] as number;
+          break;
+        case 4: {
+          // a key sent before (asked for by its number if this side missed it)
+          const id = (ops[i++] as number) | 0;
+          const key = (tapeKeys[id] ??= bindings().tape_key(id) as string);
+          shape = (shape as Shape).child(id, key);
+          continue;
+        }
+        case 5: {
+          // a key sent for the first time
+          const id = (ops[i] as number) | 0;
+          const key = text.slice((ops[i + 1] as number) | 0, (ops[i + 2] as number) | 0);
+          tapeKeys[id] = key;
+          shape = (shape as Shape).child(id, key);
+          i += 3;
+          continue;
+        }
+        case 6: // a key not numbered
+          shape = (shape as Shape).child(-1, text.slice((ops[i] as number) | 0, (ops[i + 1] as number) | 0));
+          i += 2;
+          continue;
+        case 7:
+          value = ops[i++];
+          break;
+        case 8:
+          value = true;
+          break;
+        case 9:
+          value = false;
+          break;
+        case 10:
+          value = text.slice((ops[i] as number) | 0, (ops[i + 1] as number) | 0);
+          i += 2;
+          break;
+        case 11: {
+          // a string sent before (asked for by its number if this side missed it)
+          const id = (ops[i++] as number) | 0;
+          value = tapeStrs[id] ??= bindings().tape_str(id) as string;
+          break;
+        }
+        case 12: {
+          // a string numbered now
+          const s = text.slice((ops[i + 1] as number) | 0, (ops[i + 2] as number) | 0);
+          tapeStrs[(ops[i] as number) | 0] = s;
+          value = s;
+          i += 3;
+          break;
+        }
+        default:
+          throw new Error(`retryledger: tape operation ${String(op)} unknown`);
       }
-      case 5: // a key sent for the first time
-        key = text.slice(ops[i + 1], ops[i + 2]);
-        tapeKeys[ops[i] as number] = key;
-        i += 3;
-        continue;
-      case 6: // a key not numbered
-        key = text.slice(ops[i], ops[i + 1]);
-        i += 2;
-        continue;
-      case 7:
-        value = ops[i++];
-        break;
-      case 8:
-        value = true;
-        break;
-      case 9:
-        value = false;
-        break;
-      case 10:
-        value = text.slice(ops[i], ops[i + 1]);
-        i += 2;
-        break;
-      default:
-        throw new Error(`retryledger: tape operation ${String(op)} unknown`);
+      if (depth === 0) done = value;
+      else values[sp++] = value;
     }
-    if (current === undefined) done = value;
-    else if (key === undefined) (current as unknown[]).push(value);
-    else (current as Record<string, unknown>)[key] = value;
+  } finally {
+    // The stacks keep nothing of this document.
+    if (sp > high) high = sp;
+    values.fill(undefined, 0, high);
+    for (let j = 0; j < depth; j++) tapeShapes[j] = undefined;
   }
   return done;
 }

@@ -379,16 +379,23 @@ class Completed<T> implements RunResult<T> {
  * `PolicyError` (`price_schedule_missing_release`, `cost_unit_mismatch`, …)
  * before any dispatch too.
  */
-export async function runWithPolicy<T>(
+export function runWithPolicy<T>(
   policy: Input<Policy> | CompiledPolicy,
   dispatch: DispatchFn<T>,
   options: RunOptions,
 ): Promise<RunResult<T>> {
-  if (options?.repair !== undefined) {
-    const { runRepaired } = await import("./repair.js");
-    return runRepaired(policy, dispatch, options);
+  // Not an async function: the run's own promise is the one returned (no
+  // second promise resolved with it); what throws before it still rejects.
+  let compiled: CompiledPolicy;
+  try {
+    if (options?.repair !== undefined) {
+      return import("./repair.js").then(({ runRepaired }) => runRepaired(policy, dispatch, options));
+    }
+    compiled = policy instanceof CompiledPolicy ? policy : compiledFor(policy);
+  } catch (e) {
+    return Promise.reject(e as Error);
   }
-  return drive(policy instanceof CompiledPolicy ? policy : compiledFor(policy), dispatch, options);
+  return drive(compiled, dispatch, options);
 }
 
 /** The facts of an answer whose output checks broke (a check threw, or its verdict is not one): unrecognized, never retried. */

@@ -468,18 +468,33 @@ export class Session {
 
 const utf8 = new TextDecoder();
 
+/**
+ * A copy out of the module's memory (a session's memory serves its next
+ * run), kept by a sealed run: where it is in a chunk shared by many runs,
+ * since a typed array of its own per run (its backing store), or even a view
+ * of its own, costs more than the copy. A chunk is collected once no sealed
+ * run keeps a copy in it.
+ */
+class Kept<A extends Float64Array | Uint8Array> {
+  constructor(
+    readonly chunk: A,
+    readonly start: number,
+    readonly length: number,
+  ) {}
+
+  /** The copy as a typed array of its own (a view into the chunk). */
+  view(): A {
+    return this.chunk.subarray(this.start, this.start + this.length) as A;
+  }
+}
+
 /** A document's tape, kept: its numbers (a copy) and its text, for `tapeJson`. */
 interface KeptTape {
-  readonly ops: Float64Array;
+  readonly ops: Kept<Float64Array>;
   readonly text: string;
 }
 
-/**
- * Copies out of the module's memory (a session's memory serves its next
- * run), kept by sealed runs: each copy is a view into a chunk shared by many
- * runs, since a typed array of its own per run (its backing store) costs
- * more than the copy. A chunk is collected once no sealed run keeps a view of it.
- */
+/** Chunks that copies out of the module's memory are kept in. */
 class Chunks<A extends Float64Array | Uint8Array> {
   #chunk: A;
   #used = 0;
@@ -492,16 +507,16 @@ class Chunks<A extends Float64Array | Uint8Array> {
   }
 
   /** A copy of `source`. */
-  keep(source: ArrayLike<number>): A {
+  keep(source: ArrayLike<number>): Kept<A> {
     const n = source.length;
     if (this.#used + n > this.#chunk.length) {
       this.#chunk = this.make(Math.max(this.size, n));
       this.#used = 0;
     }
-    const kept = this.#chunk.subarray(this.#used, this.#used + n) as A;
-    kept.set(source);
+    const start = this.#used;
+    this.#chunk.set(source, start);
     this.#used += n;
-    return kept;
+    return new Kept(this.#chunk, start, n);
   }
 }
 
@@ -515,7 +530,7 @@ interface SealedParts {
   readonly receipt: Receipt | undefined;
   readonly receiptJson: string | KeptTape;
   /** The attempts' canonical JSON, or its UTF-8 bytes (kept when they were hashed). */
-  readonly attempts: string | Uint8Array | undefined;
+  readonly attempts: string | Kept<Uint8Array> | undefined;
 }
 
 /**
@@ -523,35 +538,37 @@ interface SealedParts {
  * JSON or the tape the core writes it from, and the attempts' canonical
  * JSON (or bytes) when it was read for hashing. With a native SHA-256 the
  * core writes the attempts' canonical bytes into its memory, they are hashed
- * there, and the core writes the receipt built around that digest as a tape
- * (`fromTape`): no JSON text is written or parsed; the receipt's canonical
- * JSON is written by the core from a copy of the tape when first asked for.
+ * there (and copied out), and the core writes the receipt built around that
+ * digest as a tape (`fromTape`): no JSON text is written or parsed; the
+ * receipt's canonical JSON is written by the core from a copy of the tape
+ * when first asked for.
  */
 function sealed(r: RawSession): SealedParts {
   const hash = hostSha256;
   if (hash === undefined) return { receipt: undefined, receiptJson: call(() => r.receipt_json()), attempts: undefined };
   const n = r.attempts_bytes();
   const at = r.bytes_ptr();
-  const hex = hash(moduleBytes().subarray(at, at + n));
+  const bytes = moduleBytes().subarray(at, at + n);
+  const hex = hash(bytes);
+  const attempts = attemptBytes.keep(bytes);
   call(() => r.seal_hashed(hex));
   // Where the module wrote (`seal_hashed`), from the plan buffer.
   const f = moduleFloats();
   const p = r.plan_ptr() / 8;
-  const bytesAt = f[p] as number;
   const tapeAt = (f[p + 2] as number) / 8;
   const count = f[p + 3] as number;
   const textAt = f[p + 4] as number;
-  const mem = moduleBytes();
-  const attempts = attemptBytes.keep(mem.subarray(bytesAt, bytesAt + n));
-  const text = utf8.decode(mem.subarray(textAt, textAt + (f[p + 5] as number)));
-  const receipt = fromTape(f, tapeAt, count, text) as Receipt;
-  return { receipt, receiptJson: { ops: tapes.keep(f.subarray(tapeAt, tapeAt + count)), text }, attempts };
+  const text = utf8.decode(moduleBytes().subarray(textAt, textAt + (f[p + 5] as number)));
+  // The tape is read from its kept copy (made anyway), where it is in the chunk.
+  const ops = tapes.keep(f.subarray(tapeAt, tapeAt + count));
+  const receipt = fromTape(ops.chunk, ops.start, count, text) as Receipt;
+  return { receipt, receiptJson: { ops, text }, attempts };
 }
 
 /** The canonical JSON of a receipt given as its text or its kept tape. */
 function receiptText(receipt: string | KeptTape): string {
   if (typeof receipt === "string") return receipt;
-  return call((b) => b.tape_json(receipt.ops, receipt.text));
+  return call((b) => b.tape_json(receipt.ops.view(), receipt.text));
 }
 
 const BUNDLE_SCHEMA = "retryledger.bundle.v1";
@@ -565,7 +582,7 @@ class SealedRun implements Sealed {
   readonly receipt: Receipt;
   readonly #compiled: CompiledPolicy;
   #receipt: string | KeptTape;
-  #attempts: string | Uint8Array | RawSession;
+  #attempts: string | Kept<Uint8Array> | RawSession;
   #events: string | RawSession | undefined;
   readonly #snapshots: string | undefined;
   readonly #schedule: string | undefined;
@@ -583,7 +600,7 @@ class SealedRun implements Sealed {
     compiled: CompiledPolicy,
     receipt: Receipt | undefined,
     receiptJson: string | KeptTape,
-    attempts: string | Uint8Array | RawSession,
+    attempts: string | Kept<Uint8Array> | RawSession,
     events: string | RawSession | undefined,
     snapshots: string | undefined,
     schedule: string | undefined,
@@ -609,8 +626,8 @@ class SealedRun implements Sealed {
   #attemptsText(): string {
     const a = this.#attempts;
     if (typeof a === "string") return a;
-    if (a instanceof Uint8Array) {
-      const decoded = utf8.decode(a);
+    if (a instanceof Kept) {
+      const decoded = utf8.decode(a.view());
       this.#attempts = decoded;
       return decoded;
     }
