@@ -1284,15 +1284,20 @@ impl Run {
         Ok(())
     }
 
+    /// The terminal a receipt records; an error while the run could still dispatch.
+    fn receipt_terminal(&self) -> Result<Terminal> {
+        self.terminal().ok_or_else(|| {
+            Error::new(
+                ErrorCode::RunNotTerminal,
+                "the run has not reached a terminal; plan_next gives the next dispatch",
+            )
+        })
+    }
+
     /// The receipt of the run so far; an error while it could still dispatch.
     /// `attempts_sha256` is the digest of the attempts document replayed.
     pub(crate) fn receipt(&self, cp: &CompiledPolicy, attempts_sha256: String) -> Result<Receipt> {
-        let Some(terminal) = self.terminal() else {
-            return Err(Error::new(
-                ErrorCode::RunNotTerminal,
-                "the run has not reached a terminal; plan_next gives the next dispatch",
-            ));
-        };
+        let terminal = self.receipt_terminal()?;
         let p = &cp.policy;
         let final_route = self.final_priority.and_then(|i| cp.route_at(i));
         Ok(Receipt {
@@ -1341,12 +1346,7 @@ impl Run {
         price_schedule_sha256: Option<&Sha256Hex>,
         sink: &mut dyn Sink,
     ) -> Result<()> {
-        let Some(terminal) = self.terminal() else {
-            return Err(Error::new(
-                ErrorCode::RunNotTerminal,
-                "the run has not reached a terminal; plan_next gives the next dispatch",
-            ));
-        };
+        let terminal = self.receipt_terminal()?;
         let p = &cp.policy;
         let final_route = self.final_priority.and_then(|i| cp.route_at(i));
         let degraded =
