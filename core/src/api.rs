@@ -594,6 +594,11 @@ fn reconciliation_of(
         .transpose()
 }
 
+/// A journal entry's JSON text, decoded; its errors under `/entry`.
+fn entry_of(entry_json: &str) -> Result<crate::journal::Entry> {
+    from_str::<crate::journal::Entry>(entry_json).map_err(|e| e.under("/entry"))
+}
+
 /// `JournalWriter`: the writer of a journal (JSON text of its events) of
 /// `cp`, verified, appending under `lease_generation`.
 pub fn journal_writer(
@@ -610,8 +615,7 @@ pub fn journal_writer_append(
     writer: &mut crate::journal::Writer,
     entry_json: &str,
 ) -> Result<String> {
-    let entry = from_str::<crate::journal::Entry>(entry_json).map_err(|e| e.under("/entry"))?;
-    Ok(out(&writer.append(&entry)?))
+    Ok(out(&writer.append(&entry_of(entry_json)?)?))
 }
 
 /// `JournalWriter.recover`: `journal_recover` of the journal written so far.
@@ -649,7 +653,7 @@ pub fn journal_append_compiled(
     entry_json: &str,
 ) -> Result<String> {
     let events = journal_events(events_json)?;
-    let entry = from_str::<crate::journal::Entry>(entry_json).map_err(|e| e.under("/entry"))?;
+    let entry = entry_of(entry_json)?;
     Ok(out(&crate::journal::append(
         cp,
         &events.0,

@@ -876,7 +876,7 @@ impl Session {
     }
 
     /// [`Session::resume_journal`] from the replay a journal's writer keeps
-    /// (made under this session's policy: [`crate::journal::Writer::session`]).
+    /// (made under this session's policy: [`crate::journal::Writer::resume`]).
     pub(crate) fn resume_replayed(&mut self, replayed: crate::journal::Replayed) -> Result<()> {
         self.check_resumable()?;
         self.continue_replay(replayed);

@@ -98,16 +98,11 @@ class SyncLoop:
     def run(
         self,
         host: object,
-        session: Session,
         dispatch: Callable[[Any], Any],
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         idempotency_key: str,
         schedule: Optional[str],
-        hooked: bool,
-        admits: bool,
-        after: bool,
-        checks: bool,
     ) -> Optional[Tuple[Any]]: ...
 
 @final

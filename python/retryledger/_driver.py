@@ -1151,15 +1151,11 @@ def run(
     session = host.session
     if schedule is not None:
         session.set_price_schedule(schedule)
-    hooked = host.hooked
     # The loop of ``run_async`` (plan, wait, dispatch, observe), run in the
     # extension with this host's hooks: ``(value,)`` once an attempt completes the run.
-    done = _SYNC_LOOP.run(
-        host, session, dispatch, clock, sleep, idempotency_key, schedule,
-        hooked, host.fleet is not None, host.fleet is not None or on_attempt is not None, host.checks is not None,
-    )
+    done = _SYNC_LOOP.run(host, dispatch, clock, sleep, idempotency_key, schedule)
     if done is not None:
-        if hooked:
+        if host.hooked:
             host.decided(session.next())  # the terminal decision, as the loop would see it
             return RunResult(done[0], host.sealed())
         return RunResult(done[0], session.seal())

@@ -16,9 +16,7 @@ use pyo3::types::{PyFloat, PyInt, PyTuple, PyType};
 use retryledger_core::limits::MAX_SAFE_INTEGER;
 use retryledger_core::{Decision, Terminal};
 
-use retryledger_core::error::ErrorCode;
-
-use crate::{coded, integer, PyFacts, PySession, PyTerminal};
+use crate::{facts_arg, integer, PyFacts, PySession, PyTerminal};
 
 /// The sync loop with what every run of it uses: the `Step` class a
 /// dispatch receives, the `AttemptError` class whose facts a raise carries,
@@ -88,45 +86,47 @@ impl SyncLoop {
         }
     }
 
-    /// Drive `session` (the host's) to its terminal: `(value,)` when an
-    /// attempt completed the run, `None` when it stopped (the host's
-    /// `judgement` and `last_error` say why). `host` is the driver's
-    /// `_Host`; `hooked`, `admits`, `after` and `checks` say which of its
+    /// Drive the host's session to its terminal: `(value,)` when an attempt
+    /// completed the run, `None` when it stopped (the host's `judgement` and
+    /// `last_error` say why). `host` is the driver's `_Host`; what it holds
+    /// (hooks, a fleet, `on_attempt`, output checks) says which of its
     /// methods the loop calls. An exception that is not an `Exception`
     /// (`KeyboardInterrupt`, ...) propagates as it is.
-    #[pyo3(signature = (host, session, dispatch, clock, sleep, idempotency_key, schedule, hooked, admits, after, checks))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
         py: Python<'py>,
         host: &Bound<'py, PyAny>,
-        session: &Bound<'py, PySession>,
         dispatch: &Bound<'py, PyAny>,
         clock: &Bound<'py, PyAny>,
         sleep: &Bound<'py, PyAny>,
         idempotency_key: &Bound<'py, PyAny>,
         schedule: &Bound<'py, PyAny>,
-        hooked: bool,
-        admits: bool,
-        after: bool,
-        checks: bool,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let session = host
+            .getattr(intern!(py, "session"))?
+            .cast_into::<PySession>()?;
+        let set = |name: &Bound<'py, pyo3::types::PyString>| -> PyResult<bool> {
+            Ok(!host.getattr(name)?.is_none())
+        };
+        let admits = set(intern!(py, "fleet"))?;
+        let uses = Uses {
+            hooked: host.getattr(intern!(py, "hooked"))?.is_truthy()?,
+            admits,
+            after: admits || set(intern!(py, "on_attempt"))?,
+            checks: set(intern!(py, "checks"))?,
+        };
         let drive = Drive {
             py,
             host,
-            session,
+            session: &session,
             dispatch,
             clock,
             sleep,
             t0: clock.call0()?,
             idempotency_key,
             schedule,
-            uses: Uses {
-                hooked,
-                admits,
-                after,
-                checks,
-            },
+            uses,
         };
         let mut judgement = None;
         let done = self.attempts(&drive, &mut judgement);
@@ -174,7 +174,7 @@ impl SyncLoop {
             let Some(not_before) = not_before else {
                 return Ok(None);
             };
-            let (plan, now) = if uses.admits {
+            let (plan, now, at) = if uses.admits {
                 // Admitted through the fleet (waiting while its limits ask to).
                 let admitted =
                     host.call_method1(intern!(py, "next_attempt"), (clock, t0, sleep))?;
@@ -182,7 +182,8 @@ impl SyncLoop {
                 if plan.is_instance_of::<PyTerminal>() {
                     return Ok(None);
                 }
-                (plan, now)
+                let at: f64 = now.extract()?;
+                (plan, now, at)
             } else {
                 let mut now = clock.call0()?.sub(t0)?;
                 #[allow(clippy::cast_precision_loss)]
@@ -196,9 +197,8 @@ impl SyncLoop {
                     now = clock.call0()?.sub(t0)?;
                     at = now.extract()?;
                 }
-                (plan, now)
+                (plan, now, at)
             };
-            let at: f64 = now.extract()?;
             let started = if at > 0.0 {
                 whole(&now, "started_at_ms")?
             } else {
@@ -240,17 +240,11 @@ impl SyncLoop {
             } else {
                 Some(integer(&cost, "cost")?)
             };
-            let Ok(facts) = facts.cast_into::<PyFacts>() else {
-                return Err(coded(
-                    ErrorCode::MissingField,
-                    "/facts",
-                    "observe needs the attempt's facts (a Facts)",
-                ));
-            };
+            let facts = facts_arg(Some(&facts))?;
             let (judged, completed_run) = {
                 let mut this = session.try_borrow_mut()?;
                 let judged =
-                    this.observed(py, started, completed.max(started), cost, &facts, &[])?;
+                    this.observed(py, started, completed.max(started), cost, facts, &[])?;
                 let completed_run = matches!(
                     this.session.next(),
                     Decision::Terminal {

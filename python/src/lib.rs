@@ -1431,6 +1431,17 @@ impl Compiled {
     }
 }
 
+/// The facts `observe` judges: a `Facts`, or a coded error.
+fn facts_arg<'a, 'py>(facts: Option<&'a Bound<'py, PyAny>>) -> PyResult<&'a Bound<'py, PyFacts>> {
+    facts.and_then(|f| f.cast::<PyFacts>().ok()).ok_or_else(|| {
+        coded(
+            ErrorCode::MissingField,
+            "/facts",
+            "observe needs the attempt's facts (a Facts)",
+        )
+    })
+}
+
 /// One run in progress: the core's [`Session`], advanced one observed attempt at a time.
 #[pyclass(name = "Session", module = "retryledger._core")]
 struct PySession {
@@ -1506,13 +1517,7 @@ impl PySession {
         facts: Option<&Bound<'_, PyAny>>,
         deltas: Option<Vec<String>>,
     ) -> PyResult<Py<PyJudgement>> {
-        let Some(facts) = facts.and_then(|f| f.cast::<PyFacts>().ok()) else {
-            return Err(coded(
-                ErrorCode::MissingField,
-                "/facts",
-                "observe needs the attempt's facts (a Facts)",
-            ));
-        };
+        let facts = facts_arg(facts)?;
         let started = integer(started_at_ms, "started_at_ms")?;
         let completed = integer(completed_at_ms, "completed_at_ms")?;
         let cost = match cost.filter(|c| !c.is_none()) {

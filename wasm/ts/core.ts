@@ -44,6 +44,16 @@ export interface RawCompiled {
   journal_recover(events: string, reconciliation: string | undefined): string;
   journal_append(events: string, leaseGeneration: number, entry: string): string;
   journal_classify(events: string, event: string): string;
+  journal_writer(events: string, leaseGeneration: number): RawJournalWriter;
+  free(): void;
+}
+
+/** The module's writer of a journal (JSON text in and out; `wasm/src/journal.rs`). */
+export interface RawJournalWriter {
+  append(entry: string): string;
+  recover(reconciliation: string | undefined): string;
+  resume(session: RawSession): void;
+  next_seq(): number;
   free(): void;
 }
 

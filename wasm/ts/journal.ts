@@ -19,7 +19,7 @@
  *   scoped key.
  */
 
-import { call, CompiledPolicy, toText, type Input, type RawBindings, type RawCompiled, type RawSession } from "./core.js";
+import { call, CompiledPolicy, toText, type Input, type RawBindings, type RawCompiled, type RawJournalWriter } from "./core.js";
 import { DecodeError } from "./errors.js";
 import type { Session } from "./session.js";
 import type { Admission, Attempt, Decision, DispatchDecision, FleetStop, Identifier, Policy, Sha256Hex, Terminal } from "./types.js";
@@ -247,15 +247,6 @@ export function journalClassify(policy: Input<Policy> | CompiledPolicy, events: 
   return JSON.parse(withPolicy(policy, (c) => c.journal_classify(e, x), (b, p) => b.journal_classify(p, e, x))) as Classified;
 }
 
-/** The module's writer of a journal (JSON text in and out). */
-interface RawJournalWriter {
-  append(entry: string): string;
-  recover(reconciliation: string | undefined): string;
-  resume(session: RawSession): void;
-  next_seq(): number;
-  free(): void;
-}
-
 /**
  * The writer of one run's journal, for the owner that holds its lease
  * (`leaseGeneration`): the journal as read (`events`) is verified once and
@@ -271,7 +262,7 @@ export class JournalWriter {
     const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
     const e = eventsText(events);
     const g = integer("lease_generation", leaseGeneration);
-    this.#raw = compiled.callRaw((c) => (c as unknown as { journal_writer(events: string, g: number): RawJournalWriter }).journal_writer(e, g));
+    this.#raw = compiled.callRaw((c) => c.journal_writer(e, g));
   }
 
   /** The next event built from `entry`, as the canonical JSON a store appends at its `seq`. */
