@@ -16,7 +16,7 @@ WASM_WEB_DIR ?= $(ROOT)/wasm/pkg-web
 # binaryen's wasm-opt as wasm/ (mk/wasm.mk).
 SIM_WASM_DIR := $(ROOT)/target/sim-wasm
 SIM_WASM_STAMP := $(SIM_WASM_DIR)/.built
-SIM_WASM_SOURCES := $(wildcard core/src/*.rs sim/src/*.rs sim/scenarios/*.json sim-wasm/src/*.rs) \
+SIM_WASM_SOURCES := $(wildcard core/src/*.rs core/src/*/*.rs sim/src/*.rs sim/scenarios/*.json sim-wasm/src/*.rs) \
   core/Cargo.toml sim/Cargo.toml sim-wasm/Cargo.toml Cargo.lock
 INSPECTOR_FILES := index.html style.css app.js core.js timeline.js dom.js fleet.js fleet-worker.js journal.js chain.js
 

@@ -13,7 +13,7 @@ VENV := $(ROOT)/.venv
 VENV_PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.retryledger-requirements
 PY_EXTENSION := python/retryledger/_core.abi3.so
-PY_EXTENSION_SOURCES := $(wildcard python/src/*.rs core/src/*.rs) python/Cargo.toml core/Cargo.toml pyproject.toml Cargo.lock
+PY_EXTENSION_SOURCES := $(wildcard python/src/*.rs core/src/*.rs core/src/*/*.rs) python/Cargo.toml core/Cargo.toml pyproject.toml Cargo.lock
 
 TEST_TARGETS += test-python
 BENCH_TARGETS += bench-python

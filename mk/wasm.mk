@@ -25,7 +25,7 @@ WASM_STAMP_TS := wasm/dist/.built
 # The browser build's module as base64 text, for the Temporal workflow isolate (retryledger/temporal).
 WASM_BASE64 := wasm/pkg-web/retryledger_wasm_base64.js
 WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
-WASM_RUST_SOURCES := $(wildcard core/src/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
+WASM_RUST_SOURCES := $(wildcard core/src/*.rs core/src/*/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
 WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts wasm/ts/stores/*.ts) wasm/tsconfig.json wasm/tsconfig.temporal.json
 # The module ships at opt-level 2 (SHA-256 at 3 through WASM_CARGO_ARGS): a
 # run's cost is mostly the core's, and the speed target of docs/BENCHMARKS.md
