@@ -104,6 +104,9 @@ class SyncLoop:
         idempotency_key: str,
         schedule: Optional[str],
     ) -> Optional[Tuple[Any]]: ...
+    def next_attempt(
+        self, host: object, clock: Callable[[], float], t0: float, sleep: Callable[[float], None]
+    ) -> Tuple[Union[Dispatch, Terminal], float]: ...
 
 @final
 class Session:

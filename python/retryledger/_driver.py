@@ -952,41 +952,15 @@ class _Host:
             self.held = plan.route_release_sha256
         return plan, wait
 
-    def next_attempt(
-        self, clock: Callable[[], float], t0: float, sleep: Callable[[float], None]
+    async def next_attempt_async(
+        self, clock: Callable[[], float], t0: float, sleep: Callable[[float], Awaitable[None]]
     ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
         """The next attempt and the run clock (ms) when it starts: the
         session's plan, slept until its ``not_before_ms``, admitted through
         the fleet (waiting while the admission limits ask to) and slept
-        until the admitted start; a terminal when the run (or the fleet) ends."""
-        plan = self.session.next()
-        self.decided(plan)
-        if isinstance(plan, _Terminal):
-            return plan, 0.0
-        now = clock() - t0
-        admitted = self.fleet is None
-        while True:
-            not_before = plan.not_before_ms
-            if now < not_before:
-                self.sleeping(plan, now)
-            while now < not_before:
-                sleep(not_before - now)
-                now = clock() - t0
-            if admitted:
-                return plan, now
-            plan, wait = self.admit(now)
-            if isinstance(plan, _Terminal):
-                return plan, now
-            if wait > 0:
-                sleep(wait)
-                now = clock() - t0
-            else:
-                admitted = True
-
-    async def next_attempt_async(
-        self, clock: Callable[[], float], t0: float, sleep: Callable[[float], Awaitable[None]]
-    ) -> Tuple[Union[_core.Dispatch, _core.Terminal], float]:
-        """:meth:`next_attempt` with ``sleep`` awaited."""
+        until the admitted start; a terminal when the run (or the fleet)
+        ends. The sync drivers' is ``_SYNC_LOOP.next_attempt`` (in the
+        extension), in the same order."""
         plan = self.session.next()
         self.decided(plan)
         if isinstance(plan, _Terminal):

@@ -91,6 +91,7 @@ from ._driver import (
     SleepCallback,
     Step,
     TerminalCallback,
+    _SYNC_LOOP,
     _Host,
     _call_hook,
     _Sealed,
@@ -842,7 +843,7 @@ class StreamRun(_Run):
         reading: Optional[_Reading] = None
         try:
             while True:
-                plan, now = host.next_attempt(clock, t0, sleep)
+                plan, now = _SYNC_LOOP.next_attempt(host, clock, t0, sleep)
                 if isinstance(plan, _Terminal):
                     break
                 step = _step(plan, core.key, now, core.schedule, core.p, core.host.session)

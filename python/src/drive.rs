@@ -16,7 +16,7 @@ use pyo3::types::{PyFloat, PyInt, PyTuple, PyType};
 use retryledger_core::limits::MAX_SAFE_INTEGER;
 use retryledger_core::{Decision, Terminal};
 
-use crate::{facts_arg, integer, PyFacts, PySession, PyTerminal};
+use crate::{facts_arg, integer, PyFacts, PySession};
 
 /// The sync loop with what every run of it uses: the `Step` class a
 /// dispatch receives, the `AttemptError` class whose facts a raise carries,
@@ -63,12 +63,103 @@ struct Drive<'a, 'py> {
 struct Uses {
     /// `on_decision` or `on_sleep` or `on_terminal` is set.
     hooked: bool,
-    /// A fleet admits each attempt (`_Host.next_attempt`).
+    /// A fleet admits each attempt (`_Host.admit`).
     admits: bool,
     /// `_Host.after` runs after each observation (fleet record, `on_attempt`).
     after: bool,
     /// Output checks judge what dispatch returns (`_Host.returned`).
     checks: bool,
+}
+
+impl Uses {
+    /// The host's session and what the host holds that changes the loop.
+    fn of<'py>(host: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PySession>, Self)> {
+        let py = host.py();
+        let session = host
+            .getattr(intern!(py, "session"))?
+            .cast_into::<PySession>()?;
+        let set = |name: &Bound<'py, pyo3::types::PyString>| -> PyResult<bool> {
+            Ok(!host.getattr(name)?.is_none())
+        };
+        let admits = set(intern!(py, "fleet"))?;
+        let uses = Self {
+            hooked: host.getattr(intern!(py, "hooked"))?.is_truthy()?,
+            admits,
+            after: admits || set(intern!(py, "on_attempt"))?,
+            checks: set(intern!(py, "checks"))?,
+        };
+        Ok((session, uses))
+    }
+}
+
+/// When the next attempt starts: its plan, the run clock's reading (as the
+/// clock gave it, less `t0`) and that reading as a float; `None` at the
+/// terminal (the session's, or the fleet's).
+type Start<'py> = Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, f64)>;
+
+/// The session's plan, announced to the hooks, slept until its
+/// `not_before_ms`, admitted through the fleet when one admits (waiting
+/// while the admission limits ask to) and slept until the admitted start.
+fn next_start<'py>(
+    host: &Bound<'py, PyAny>,
+    session: &Bound<'py, PySession>,
+    uses: Uses,
+    clock: &Bound<'py, PyAny>,
+    t0: &Bound<'py, PyAny>,
+    sleep: &Bound<'py, PyAny>,
+) -> PyResult<Start<'py>> {
+    let py = host.py();
+    let planned = |session: &Bound<'py, PySession>| -> PyResult<(Bound<'py, PyAny>, Option<u64>)> {
+        let mut this = session.try_borrow_mut()?;
+        let plan = this.next(py)?.into_bound(py);
+        let not_before = match this.session.next() {
+            Decision::Dispatch(d) => Some(d.not_before_ms),
+            Decision::Terminal { .. } => None,
+        };
+        Ok((plan, not_before))
+    };
+    let (mut plan, mut not_before) = planned(session)?;
+    if uses.hooked {
+        host.call_method1(intern!(py, "decided"), (&plan,))?;
+    }
+    let Some(mut until) = not_before else {
+        return Ok(None);
+    };
+    let mut now = clock.call0()?.sub(t0)?;
+    let mut at: f64 = now.extract()?;
+    let mut admitted = !uses.admits;
+    loop {
+        #[allow(clippy::cast_precision_loss)]
+        let until_f = until as f64;
+        if uses.hooked && at < until_f {
+            host.call_method1(intern!(py, "sleeping"), (&plan, &now))?;
+        }
+        while at < until_f {
+            sleep.call1((until.into_pyobject(py)?.sub(&now)?,))?;
+            now = clock.call0()?.sub(t0)?;
+            at = now.extract()?;
+        }
+        if admitted {
+            return Ok(Some((plan, now, at)));
+        }
+        // Admitted through the fleet: perhaps on a later route, or the fleet's terminal.
+        let wait: f64 = host
+            .call_method1(intern!(py, "admit"), (&now,))?
+            .get_item(1)?
+            .extract()?;
+        (plan, not_before) = planned(session)?;
+        let Some(next) = not_before else {
+            return Ok(None);
+        };
+        until = next;
+        if wait > 0.0 {
+            sleep.call1((wait,))?;
+            now = clock.call0()?.sub(t0)?;
+            at = now.extract()?;
+        } else {
+            admitted = true;
+        }
+    }
 }
 
 #[pymethods]
@@ -103,19 +194,7 @@ impl SyncLoop {
         idempotency_key: &Bound<'py, PyAny>,
         schedule: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let session = host
-            .getattr(intern!(py, "session"))?
-            .cast_into::<PySession>()?;
-        let set = |name: &Bound<'py, pyo3::types::PyString>| -> PyResult<bool> {
-            Ok(!host.getattr(name)?.is_none())
-        };
-        let admits = set(intern!(py, "fleet"))?;
-        let uses = Uses {
-            hooked: host.getattr(intern!(py, "hooked"))?.is_truthy()?,
-            admits,
-            after: admits || set(intern!(py, "on_attempt"))?,
-            checks: set(intern!(py, "checks"))?,
-        };
+        let (session, uses) = Uses::of(host)?;
         let drive = Drive {
             py,
             host,
@@ -134,6 +213,27 @@ impl SyncLoop {
             host.setattr(intern!(py, "judgement"), j)?;
         }
         done
+    }
+
+    /// The next attempt of the host's session as the loop starts it (the
+    /// sync stream driver's): `(plan, now)` with the run clock's reading
+    /// when it starts, or `(terminal, now)` when the run or the fleet ends.
+    fn next_attempt<'py>(
+        &self,
+        py: Python<'py>,
+        host: &Bound<'py, PyAny>,
+        clock: &Bound<'py, PyAny>,
+        t0: &Bound<'py, PyAny>,
+        sleep: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let (session, uses) = Uses::of(host)?;
+        match next_start(host, &session, uses, clock, t0, sleep)? {
+            Some((plan, now, _)) => Ok((plan, now)),
+            None => {
+                let plan = session.try_borrow_mut()?.next(py)?.into_bound(py);
+                Ok((plan, 0.0f64.into_pyobject(py)?.into_any()))
+            }
+        }
     }
 }
 
@@ -158,46 +258,8 @@ impl SyncLoop {
             uses,
         } = *drive;
         loop {
-            let (plan, not_before) = {
-                let mut this = session.try_borrow_mut()?;
-                let plan = this.next(py)?.into_bound(py);
-                let not_before = match this.session.next() {
-                    Decision::Dispatch(d) => Some(d.not_before_ms),
-                    Decision::Terminal { .. } => None,
-                };
-                (plan, not_before)
-            };
-            if uses.hooked && !(uses.admits && not_before.is_some()) {
-                // (an admitted plan is announced in `next_attempt`)
-                host.call_method1(intern!(py, "decided"), (&plan,))?;
-            }
-            let Some(not_before) = not_before else {
+            let Some((plan, now, at)) = next_start(host, session, uses, clock, t0, sleep)? else {
                 return Ok(None);
-            };
-            let (plan, now, at) = if uses.admits {
-                // Admitted through the fleet (waiting while its limits ask to).
-                let admitted =
-                    host.call_method1(intern!(py, "next_attempt"), (clock, t0, sleep))?;
-                let (plan, now): (Bound<'py, PyAny>, Bound<'py, PyAny>) = admitted.extract()?;
-                if plan.is_instance_of::<PyTerminal>() {
-                    return Ok(None);
-                }
-                let at: f64 = now.extract()?;
-                (plan, now, at)
-            } else {
-                let mut now = clock.call0()?.sub(t0)?;
-                #[allow(clippy::cast_precision_loss)]
-                let until = not_before as f64;
-                let mut at: f64 = now.extract()?;
-                if uses.hooked && at < until {
-                    host.call_method1(intern!(py, "sleeping"), (&plan, &now))?;
-                }
-                while at < until {
-                    sleep.call1((not_before.into_pyobject(py)?.sub(&now)?,))?;
-                    now = clock.call0()?.sub(t0)?;
-                    at = now.extract()?;
-                }
-                (plan, now, at)
             };
             let started = if at > 0.0 {
                 whole(&now, "started_at_ms")?
