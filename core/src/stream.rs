@@ -408,7 +408,7 @@ fn digest_raw_list(digests: &[Digest]) -> Sha256Hex {
     Sha256Hex::computed(crate::canonical::hex(&h.finalize()))
 }
 
-/// [`digest_raw_list`] of digests written as hex: SHA-256 of their raw bytes
+/// `digest_raw_list` of digests written as hex: SHA-256 of their raw bytes
 /// concatenated in order.
 pub fn digest_list<'a>(digests: impl IntoIterator<Item = &'a Sha256Hex>) -> Sha256Hex {
     let raw: Vec<Digest> = digests.into_iter().map(raw_of).collect();

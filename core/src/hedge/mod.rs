@@ -23,7 +23,7 @@
 //! adopted). A round of retryable failures only is decided by the plan after
 //! its last failure, as a single failure would be.
 //!
-//! Replay ([`replay`]) checks each round with the same rules: a second
+//! Replay (`replay`) checks each round with the same rules: a second
 //! commit, a hedge before its threshold, after a result or beyond a bound,
 //! a loss mark that does not fit, a cancelled loser charged otherwise, each
 //! has its own code. [`HedgeSession`] is the live state machine a host
