@@ -8,14 +8,16 @@
 #   make msrv                 the libraries checked with the workspace's
 #                             rust-version (Cargo.toml), the toolchain
 #                             installed only when missing
-TEST_TARGETS += test-preserve-order deny msrv
+#   make doc                  the core's API docs, every warning (a broken or
+#                             private intra-doc link, ...) an error
+TEST_TARGETS += test-preserve-order deny msrv doc
 
 DENY_VERSION := 0.20.2
 
 MSRV := $(shell sed -n 's/^rust-version = "\([0-9.]*\)"$$/\1/p' Cargo.toml)
 MSRV_CARGO = CARGO_TARGET_DIR=$(ROOT)/target/msrv cargo +$(MSRV)
 
-.PHONY: test-preserve-order setup-deny deny setup-msrv msrv
+.PHONY: test-preserve-order setup-deny deny setup-msrv msrv doc
 
 # --all-features: the core's optional parts too (serde_json's feature is not
 # one of the core's own, so it is named).
@@ -58,3 +60,8 @@ msrv: setup-msrv ## The libraries, every feature on, checked with the MSRV toolc
 	$(MSRV_CARGO) check --workspace --lib --all-features --locked
 	$(MSRV_CARGO) check -p retryledger-wasm --lib --all-features --target wasm32-unknown-unknown --locked
 	$(MSRV_CARGO) check -p retryledger-sim-wasm --lib --all-features --target wasm32-unknown-unknown --locked
+
+# Its own target directory, so the warnings-as-errors flags cause no rebuild
+# churn elsewhere.
+doc: ## The core's rustdoc (every feature), warnings denied, into target/doc-check.
+	RUSTDOCFLAGS='-D warnings' CARGO_TARGET_DIR=$(ROOT)/target/doc-check $(CARGO) doc -q -p retryledger-core --all-features --no-deps --locked
