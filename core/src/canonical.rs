@@ -50,6 +50,50 @@ pub trait Sink {
     fn str(&mut self, v: &str);
 }
 
+/// What a sink keeps per field name ([`Sink::field`]), found by the name's
+/// address and length alone: no text is hashed or compared. A fixed number
+/// of slots; a name whose slot another name took since is not found, and the
+/// sink makes its value again.
+pub struct FieldTable<V> {
+    slots: Vec<Option<(usize, usize, V)>>,
+}
+
+impl<V> Default for FieldTable<V> {
+    fn default() -> Self {
+        Self { slots: Vec::new() }
+    }
+}
+
+impl<V> FieldTable<V> {
+    /// Slots (a power of two).
+    const SLOTS: usize = 1024;
+
+    #[inline]
+    fn slot(name: &'static str) -> usize {
+        let at = name.as_ptr() as usize;
+        ((at >> 2) ^ (at >> 12) ^ name.len()) & (Self::SLOTS - 1)
+    }
+
+    /// What was kept for `name`, if it is still there.
+    #[inline]
+    pub fn get(&self, name: &'static str) -> Option<&V> {
+        match self.slots.get(Self::slot(name)) {
+            Some(Some((at, n, v))) if *at == name.as_ptr() as usize && *n == name.len() => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Keep `value` for `name` (in its slot, replacing what another name kept there).
+    pub fn insert(&mut self, name: &'static str, value: V) {
+        if self.slots.is_empty() {
+            self.slots.resize_with(Self::SLOTS, || None);
+        }
+        if let Some(slot) = self.slots.get_mut(Self::slot(name)) {
+            *slot = Some((name.as_ptr() as usize, name.len(), value));
+        }
+    }
+}
+
 /// Writes the fields of one object; keys must come in RFC 8785 order.
 pub struct ObjectWriter<'a>(&'a mut dyn Sink);
 
@@ -549,6 +593,24 @@ pub fn digest_value(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_table_finds_names_by_address_only() {
+        static A: &str = "attempts";
+        static B: &str = "attempts_sha256";
+        let mut t = FieldTable::default();
+        assert_eq!(t.get(A), None);
+        t.insert(A, 1u32);
+        t.insert(B, 2u32);
+        assert_eq!((t.get(A), t.get(B)), (Some(&1), Some(&2)));
+        // The same text at another address is another name.
+        let leaked: &'static str = Box::leak(String::from(A).into_boxed_str());
+        assert_eq!(t.get(leaked), None);
+        // A prefix at the same address differs by its length.
+        assert_eq!(t.get(&B[..8]), None);
+        t.insert(A, 3);
+        assert_eq!(t.get(A), Some(&3));
+    }
 
     #[test]
     fn jcs_sorts_keys_and_escapes() {

@@ -27,7 +27,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use retryledger_core::api;
-use retryledger_core::canonical::{canonical_json, digest_of, Encode, Sink};
+use retryledger_core::canonical::{canonical_json, digest_of, Encode, FieldTable, Sink};
 use retryledger_core::decode::{from_str, from_value, parse_strict, At};
 use retryledger_core::error::{Error, ErrorCode};
 use retryledger_core::limits::{MAX_DEPTH, MAX_SAFE_INTEGER};
@@ -161,13 +161,9 @@ struct StrCache {
         std::hash::BuildHasherDefault<ShortHasher>,
     >,
     front: Vec<Option<FrontSlot>>,
-    /// Field names ([`Sink::field`]: static text) by address and length,
-    /// which alone tell them apart: no text is compared.
-    fields: Vec<Option<(usize, usize, Py<PyString>)>>,
+    /// The strings of field names met before ([`Sink::field`]).
+    fields: FieldTable<Py<PyString>>,
 }
-
-/// Slots of the table of field names (a power of two).
-const FIELD_SLOTS: usize = 1024;
 
 /// A string of the table by address: the address it was met at, its text, the string.
 type FrontSlot = (usize, Box<str>, Py<PyString>);
@@ -216,30 +212,14 @@ impl StrCache {
         }
     }
 
-    #[inline]
-    fn field_slot(name: &'static str) -> usize {
-        let at = name.as_ptr() as usize;
-        ((at >> 2) ^ (at >> 12) ^ name.len()) & (FIELD_SLOTS - 1)
-    }
-
     /// A field name's string, if met before.
     #[inline]
     fn field<'py>(&self, py: Python<'py>, name: &'static str) -> Option<Bound<'py, PyString>> {
-        match self.fields.get(Self::field_slot(name)) {
-            Some(Some((at, n, v))) if *at == name.as_ptr() as usize && *n == name.len() => {
-                Some(v.bind(py).clone())
-            }
-            _ => None,
-        }
+        self.fields.get(name).map(|v| v.bind(py).clone())
     }
 
     fn remember_field(&mut self, name: &'static str, v: &Bound<'_, PyString>) {
-        if self.fields.is_empty() {
-            self.fields.resize_with(FIELD_SLOTS, || None);
-        }
-        if let Some(slot) = self.fields.get_mut(Self::field_slot(name)) {
-            *slot = Some((name.as_ptr() as usize, name.len(), v.clone().unbind()));
-        }
+        self.fields.insert(name, v.clone().unbind());
     }
 
     fn remember(&mut self, s: &str, v: &Bound<'_, PyString>) {

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use retryledger_core::canonical::{Encode, Sink};
+use retryledger_core::canonical::{Encode, FieldTable, Sink};
 
 /// `{`
 pub const OBJECT: f64 = 0.0;
@@ -87,9 +87,8 @@ struct Keys {
     ids: HashMap<Box<str>, u32, BuildHasherDefault<KeyHasher>>,
     texts: Vec<Box<str>>,
     front: Vec<(usize, u32)>,
-    /// Field names ([`Sink::field`]: static text) by address and length,
-    /// which alone tell them apart: no text is compared.
-    fields: Vec<(usize, usize, u32)>,
+    /// The numbers of field names met before ([`Sink::field`]).
+    fields: FieldTable<u32>,
     /// String values numbered so far: by text, and their texts by number.
     str_ids: HashMap<Box<str>, u32, BuildHasherDefault<KeyHasher>>,
     strs: Vec<Box<str>>,
@@ -114,9 +113,6 @@ fn text_hash(s: &str) -> u64 {
     h.write(s.as_bytes());
     h.finish()
 }
-
-/// Slots of the table of field names (a power of two).
-const FIELD_SLOTS: usize = 1024;
 
 /// Slots of the table by address (a power of two).
 const FRONT_SLOTS: usize = 256;
@@ -156,24 +152,11 @@ impl Keys {
     /// The number of a field name met before.
     #[inline]
     fn field(&self, name: &'static str) -> Option<u32> {
-        let at = name.as_ptr() as usize;
-        let (a, n, id) = *self.fields.get(Self::field_slot(name))?;
-        (a == at && n == name.len()).then_some(id)
-    }
-
-    #[inline]
-    fn field_slot(name: &'static str) -> usize {
-        let at = name.as_ptr() as usize;
-        ((at >> 2) ^ (at >> 12) ^ name.len()) & (FIELD_SLOTS - 1)
+        self.fields.get(name).copied()
     }
 
     fn remember_field(&mut self, name: &'static str, id: u32) {
-        if self.fields.is_empty() {
-            self.fields = vec![(0, 0, 0); FIELD_SLOTS];
-        }
-        if let Some(slot) = self.fields.get_mut(Self::field_slot(name)) {
-            *slot = (name.as_ptr() as usize, name.len(), id);
-        }
+        self.fields.insert(name, id);
     }
 
     fn remember(&mut self, key: &str, id: u32) {
