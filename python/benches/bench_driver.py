@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 import backoff
 import stamina
@@ -62,7 +62,7 @@ class Transient(Exception):
     pass
 
 
-def retryledger_call(policy: retryledger.Policy) -> Callable[[], object]:
+def retryledger_call(policy: Union[retryledger.Policy, Dict[str, Any]]) -> Callable[[], object]:
     """The sync driver on a clock its sleep advances; the receipt is read."""
 
     def call() -> object:
@@ -171,6 +171,11 @@ def contenders() -> List[Contender]:
             "retryledger",
             "retryledger `run`, `Policy` compiled once, `receipt[\"attempts_sha256\"]` read",
             retryledger_call(bench_policy()),
+        ),
+        Contender(
+            "retryledger_dict",
+            "retryledger `run`, policy given as a dict (its JSON text looked up, compiled once), receipt read",
+            retryledger_call(bench_policy().document),
         ),
         Contender(
             "tenacity",
