@@ -10,6 +10,7 @@ core emits canonical key order and dicts keep it.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, TypeVar, Union
 
 from . import _core
@@ -152,6 +153,40 @@ class Policy:
 
     def __repr__(self) -> str:
         return f"Policy(sha256={self.sha256!r})"
+
+
+#: Policies given as documents or text, compiled once by their JSON text
+#: (the most recently used kept), as the npm driver does.
+_COMPILED_BY_TEXT: OrderedDict[str, Policy] = OrderedDict()
+_MAX_COMPILED_POLICIES = 16
+
+
+def _policy_of(policy: Union[Policy, Document]) -> Policy:
+    """``policy`` if compiled; else the compiled policy of a policy given as a mapping or text: the same
+    text is decoded and validated once (a mapping changed between runs is
+    another text, compiled again). A policy dropped from the cache is left to
+    the garbage collector, since a run may still use it. Safe across threads
+    without a lock: two threads may compile the same text at once, and either
+    result is the same policy."""
+    if isinstance(policy, Policy):
+        return policy
+    text = to_text(policy)
+    cache = _COMPILED_BY_TEXT
+    compiled = cache.get(text)
+    if compiled is not None:
+        try:
+            cache.move_to_end(text)
+        except KeyError:  # dropped by another thread meanwhile
+            pass
+        return compiled
+    compiled = Policy(text)
+    cache[text] = compiled
+    while len(cache) > _MAX_COMPILED_POLICIES:
+        try:
+            cache.popitem(last=False)
+        except KeyError:
+            break
+    return compiled
 
 
 def _policy_text(policy: Union[Policy, Document]) -> str:

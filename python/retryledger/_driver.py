@@ -56,7 +56,6 @@ from __future__ import annotations
 import asyncio
 import errno as _errno
 import hashlib
-from collections import OrderedDict
 import json
 import math
 import time
@@ -80,6 +79,7 @@ from . import _core
 from ._api import (
     Document,
     Policy,
+    _policy_of,
     call,
     check_integer,
     check_price_schedule,
@@ -757,44 +757,12 @@ async def _async_sleep_ms(ms: float) -> None:
     await asyncio.sleep(ms / 1000.0)
 
 
-#: Policies given as documents or text, compiled once by their JSON text
-#: (the most recently used kept), as the npm driver does.
-_COMPILED_BY_TEXT: OrderedDict[str, Policy] = OrderedDict()
-_MAX_COMPILED_POLICIES = 16
-
-
-def _compiled_for(policy: Document) -> Policy:
-    """The compiled policy of a policy given as a mapping or text: the same
-    text is decoded and validated once (a mapping changed between runs is
-    another text, compiled again). A policy dropped from the cache is left to
-    the garbage collector, since a run may still use it. Safe across threads
-    without a lock: two threads may compile the same text at once, and either
-    result is the same policy."""
-    text = to_text(policy)
-    cache = _COMPILED_BY_TEXT
-    compiled = cache.get(text)
-    if compiled is not None:
-        try:
-            cache.move_to_end(text)
-        except KeyError:  # dropped by another thread meanwhile
-            pass
-        return compiled
-    compiled = Policy(text)
-    cache[text] = compiled
-    while len(cache) > _MAX_COMPILED_POLICIES:
-        try:
-            cache.popitem(last=False)
-        except KeyError:
-            break
-    return compiled
-
-
 def _checked(
     policy: Union[Policy, Document], idempotency_key: str, key_scope: Optional[Tuple[str, str]] = None
 ) -> Policy:
     """The compiled policy, after checking that the key's digest (bare, or
     scoped by ``(tenant, operation)``) is the policy's key digest."""
-    compiled = policy if isinstance(policy, Policy) else _compiled_for(policy)
+    compiled = _policy_of(policy)
     if key_scope is not None:
         tenant, operation = key_scope
         if idempotency_key_sha256(idempotency_key, tenant=tenant, operation=operation) != compiled.idempotency_key_sha256:

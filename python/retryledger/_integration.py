@@ -13,7 +13,7 @@ import inspect
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
 
-from ._api import Document, Policy
+from ._api import Document, Policy, _policy_of
 from ._driver import RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._stream import StreamReader, StreamStep
@@ -112,7 +112,7 @@ class _Sdk:
 
     def prepare(self, policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:
         """The compiled policy, after every client is checked and every route has one."""
-        compiled = policy if isinstance(policy, Policy) else Policy(policy)
+        compiled = _policy_of(policy)
         for client in clients.values():
             require_max_retries_zero(client, self.name)
         for client in clients.values():

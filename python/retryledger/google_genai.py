@@ -35,7 +35,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Typ
 
 from google.genai import types as _types
 
-from ._api import Document, Policy
+from ._api import Document, Policy, _policy_of
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, report_tokens
@@ -98,7 +98,7 @@ def usage_tokens(response: Any) -> Optional[Dict[str, Any]]:
 
 
 def _prepare(policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:
-    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    compiled = _policy_of(policy)
     for client in clients.values():
         require_no_retries(client)
     missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]

@@ -42,7 +42,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, 
 
 import httpx
 
-from ._api import Document, Policy
+from ._api import Document, Policy, _policy_of
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook, sending
@@ -78,7 +78,7 @@ def require_no_retries(client: Union[httpx.Client, httpx.AsyncClient]) -> None:
 
 
 def _prepare(policy: Union[Policy, Document], clients: Union[C, Mapping[str, C]]) -> Tuple[Policy, Mapping[str, C]]:
-    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    compiled = _policy_of(policy)
     routes = [r["route_id"] for r in compiled.document["routes"]]
     by_route: Mapping[str, C]
     if isinstance(clients, (httpx.Client, httpx.AsyncClient)):

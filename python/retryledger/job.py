@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Mapping, Optional, Tuple, TypeVar, Union
 
-from ._api import Document, Policy
+from ._api import Document, Policy, _policy_of
 from ._driver import (
     AttemptError,
     RunCancelledError,
@@ -92,7 +92,7 @@ def _job_policy(policy: Union[Policy, Document], cancel: Optional[Callable[..., 
     """The compiled policy, refused (``invalid_async_job``) without an
     ``async_job`` section, or with ``cancel_left_running`` and no
     ``calls.cancel``; and whether the core plans the cancel."""
-    compiled = policy if isinstance(policy, Policy) else Policy(policy)
+    compiled = _policy_of(policy)
     section = compiled.document.get("async_job")
     if section is None:
         raise PolicyError("invalid_async_job", "a job runs under a policy with an async_job section", "/async_job")

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _core
-from ._api import Document, Policy, _loads, call, check_integer, to_text
+from ._api import Document, Policy, _loads, _policy_of, call, check_integer, to_text
 
 __all__ = [
     "Events",
@@ -109,7 +109,7 @@ class JournalWriter:
     __slots__ = ("_writer",)
 
     def __init__(self, policy: Union[Policy, Document], events: Events, lease_generation: int) -> None:
-        compiled = policy if isinstance(policy, Policy) else Policy(policy)
+        compiled = _policy_of(policy)
         generation = check_integer("lease_generation", lease_generation)
         self._writer = call(_core.JournalWriter, compiled._compiled, _events(events), generation)
 

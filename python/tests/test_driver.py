@@ -71,7 +71,7 @@ def test_reference_run_reproduces_the_lab_bundle_byte_for_byte() -> None:
 def test_a_policy_given_as_a_document_is_compiled_once_per_text() -> None:
     """As the npm driver's: the same text is compiled once (the most recently
     used 16 kept); a document changed between runs is another text, honored."""
-    from retryledger import _driver
+    from retryledger import _api
 
     def once(policy: Any) -> retryledger.RunResult[str]:
         clock = FakeClock()
@@ -79,7 +79,7 @@ def test_a_policy_given_as_a_document_is_compiled_once_per_text() -> None:
 
     policy = make_policy()
     first = once(policy)
-    cached = _driver._COMPILED_BY_TEXT.get(json.dumps(policy, separators=(",", ":"), ensure_ascii=False))
+    cached = _api._COMPILED_BY_TEXT.get(json.dumps(policy, separators=(",", ":"), ensure_ascii=False))
     assert cached is not None and cached.sha256 == first.receipt["policy_sha256"]
     assert once(policy).receipt == first.receipt
     assert once(json.dumps(policy)).receipt["policy_sha256"] == first.receipt["policy_sha256"]
@@ -96,7 +96,7 @@ def test_a_policy_given_as_a_document_is_compiled_once_per_text() -> None:
     # Bounded: many policies keep the 16 most recently used.
     for n in range(40):
         once(make_policy(deadline_ms=10_000 + n))
-    assert len(_driver._COMPILED_BY_TEXT) == 16
+    assert len(_api._COMPILED_BY_TEXT) == 16
 
 
 def test_async_reference_run_matches_the_sync_one() -> None:
