@@ -482,6 +482,8 @@ test("a policy given as an object is compiled once per text: a change between ru
   const first = await run(policy);
   const again = await run(policy);
   assert.equal(again.receipt.policy_sha256, first.receipt.policy_sha256);
+  // One compiled policy served both runs: its decoded policy is shared by their bundles.
+  assert.equal(again.bundle.policy, first.bundle.policy);
   // The same object changed: another text, another policy.
   policy.deadline_ms += 1;
   const changed = await run(policy);

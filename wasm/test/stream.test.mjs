@@ -217,6 +217,25 @@ test("deltas that split a surrogate pair between them, and non-ASCII text, are r
   assert.equal(run.bundle.attempts.attempts[0].stream.bytes, words.reduce((n, w) => n + Buffer.byteLength(w), 0));
 });
 
+test("a policy given as an object is compiled once per text, as runWithPolicy's: a change between runs is honored", async () => {
+  const once = async (/** @type {any} */ policy) => {
+    const time = fakeTime();
+    const { dispatch } = scripted(time, [{ events: WORDS }]);
+    const run = started(policy, dispatch, { idempotencyKey: KEY, clock: time.clock, sleep: time.sleep });
+    assert.equal((await collect(run)).error, undefined);
+    return run.bundle;
+  };
+  const policy = streamPolicy("buffer");
+  const first = await once(policy);
+  // One compiled policy serves both runs (its decoded policy is shared by their bundles).
+  assert.equal((await once(policy)).policy, first.policy);
+  assert.equal((await once(JSON.stringify(policy))).policy, first.policy);
+  policy.deadline_ms += 1;
+  const changed = await once(policy);
+  assert.notEqual(changed.receipt.policy_sha256, first.receipt.policy_sha256);
+  assert.equal(changed.policy.deadline_ms, policy.deadline_ms);
+});
+
 test("buffer: a cut after output is retried and nothing of the failed attempt reaches the consumer", async () => {
   const time = fakeTime();
   const { dispatch } = scripted(time, [{ events: WORDS.slice(0, 2), error: cut() }, { events: WORDS }]);

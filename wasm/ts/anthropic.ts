@@ -44,7 +44,7 @@ import { AttemptError } from "./facts.js";
 import { reportTokens, sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
-import { CompiledPolicy, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import { runStream, type StreamDispatchFn, type StreamReader, type StreamRun, type StreamRunOptions, type StreamStep } from "./stream.js";
 import type { Policy, Usage } from "./types.js";
 
@@ -156,16 +156,12 @@ export async function runWithAnthropic<C extends AnthropicClientLike, T>(
   options: RunOptions,
 ): Promise<RunResult<T>> {
   const dispatch = anthropicDispatch(clients, call);
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-  try {
-    if (!isSingle(clients)) {
-      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-      if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
-    }
-    return await runWithPolicy(compiled, dispatch, options);
-  } finally {
-    if (compiled !== policy) compiled.free();
+  const compiled = compiledOf(policy);
+  if (!isSingle(clients)) {
+    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+    if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
   }
+  return runWithPolicy(compiled, dispatch, options);
 }
 
 // ---------------------------------------------------------------- streaming
@@ -277,13 +273,9 @@ export function runStreamWithAnthropic<C extends AnthropicClientLike, E = unknow
 ): StreamRun<E> {
   const dispatch = anthropicStreamDispatch(clients, call);
   if (!isSingle(clients)) {
-    const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-    try {
-      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-      if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
-    } finally {
-      if (compiled !== policy) compiled.free();
-    }
+    const compiled = compiledOf(policy);
+    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+    if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
   }
   return runStream(policy, dispatch, { ...options, reader: options.reader ?? (anthropicStreamReader as StreamReader<E>) });
 }

@@ -559,6 +559,34 @@ export class CompiledPolicy {
   }
 }
 
+/** Policies given as objects or text, compiled once by their JSON text (the most recently used kept). */
+const compiledByText = new Map<string, CompiledPolicy>();
+const MAX_COMPILED_POLICIES = 16;
+
+/**
+ * @internal `policy` when compiled; else the compiled policy of a policy
+ * given as an object or text: the same text is decoded and validated once (a
+ * policy object changed between runs is another text, compiled again). A
+ * policy dropped from the cache is left to the garbage collector, since a
+ * run may still use it. Every entry point that takes a policy compiles it here.
+ */
+export function compiledOf(policy: Input<Policy> | CompiledPolicy): CompiledPolicy {
+  if (policy instanceof CompiledPolicy) return policy;
+  const text = toText(policy);
+  let compiled = compiledByText.get(text);
+  if (compiled !== undefined) {
+    compiledByText.delete(text);
+  } else {
+    compiled = new CompiledPolicy(text);
+    if (compiledByText.size >= MAX_COMPILED_POLICIES) {
+      const oldest = compiledByText.keys().next();
+      if (oldest.done !== true) compiledByText.delete(oldest.value);
+    }
+  }
+  compiledByText.set(text, compiled);
+  return compiled;
+}
+
 /** Decode and validate a policy once, for reuse across a run. */
 export function compilePolicy(policy: Input<Policy>): CompiledPolicy {
   return new CompiledPolicy(policy);

@@ -12,7 +12,7 @@
  * injectable clock.
  */
 
-import { CompiledPolicy, bodySha256, checkPriceSchedule, toText, type Input } from "./core.js";
+import { CompiledPolicy, bodySha256, checkPriceSchedule, compiledOf, toText, type Input } from "./core.js";
 import { AttemptError, factsText, minimalFacts, preparedFacts, rateLimitHeadersOf, type Classifier, type FactsOptions } from "./facts.js";
 import {
   DecodeError,
@@ -391,7 +391,7 @@ export function runWithPolicy<T>(
     if (options?.repair !== undefined) {
       return import("./repair.js").then(({ runRepaired }) => runRepaired(policy, dispatch, options));
     }
-    compiled = policy instanceof CompiledPolicy ? policy : compiledFor(policy);
+    compiled = compiledOf(policy);
   } catch (e) {
     return Promise.reject(e as Error);
   }
@@ -400,32 +400,6 @@ export function runWithPolicy<T>(
 
 /** The facts of an answer whose output checks broke (a check threw, or its verdict is not one): unrecognized, never retried. */
 const CHECK_BROKE = Object.freeze({ result: "raised", error_types: ["OutputCheckError"] }) as Facts;
-
-/** Policies given as objects or text, compiled once by their JSON text (the most recently used kept). */
-const compiledByText = new Map<string, CompiledPolicy>();
-const MAX_COMPILED_POLICIES = 16;
-
-/**
- * The compiled policy of a policy given as an object or text: the same text
- * is decoded and validated once (a policy object changed between runs is
- * another text, compiled again). A policy dropped from the cache is left to
- * the garbage collector, since a run may still use it.
- */
-function compiledFor(policy: Input<Policy>): CompiledPolicy {
-  const text = toText(policy);
-  let compiled = compiledByText.get(text);
-  if (compiled !== undefined) {
-    compiledByText.delete(text);
-  } else {
-    compiled = new CompiledPolicy(text);
-    if (compiledByText.size >= MAX_COMPILED_POLICIES) {
-      const oldest = compiledByText.keys().next();
-      if (oldest.done !== true) compiledByText.delete(oldest.value);
-    }
-  }
-  compiledByText.set(text, compiled);
-  return compiled;
-}
 
 /**
  * Record a raised attempt: the facts go to the core as JSON. Facts the core

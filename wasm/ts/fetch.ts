@@ -21,7 +21,7 @@ import { AttemptError } from "./facts.js";
 import { recordBody } from "./sending.js";
 import { MAX_ERROR_BODY_BYTES } from "./tables.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
-import { CompiledPolicy, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import type { Policy } from "./types.js";
 
 /**
@@ -191,14 +191,10 @@ export async function runWithFetch<T>(
   fetchOptions: FetchOptions<T> = {},
 ): Promise<RunResult<T>> {
   const dispatch = fetchDispatch(targets, fetchOptions as FetchOptions<T> & { read: (response: Response, step: Step) => T });
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-  try {
-    if (!isSingle(targets)) {
-      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(targets, id));
-      if (missing.length > 0) throw new Error(`no fetch target for route(s) ${missing.join(", ")}`);
-    }
-    return await runWithPolicy(compiled, dispatch, options);
-  } finally {
-    if (compiled !== policy) compiled.free();
+  const compiled = compiledOf(policy);
+  if (!isSingle(targets)) {
+    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(targets, id));
+    if (missing.length > 0) throw new Error(`no fetch target for route(s) ${missing.join(", ")}`);
   }
+  return runWithPolicy(compiled, dispatch, options);
 }

@@ -29,7 +29,7 @@ import { AttemptError } from "./facts.js";
 import { reportTokens } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
-import { CompiledPolicy, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import type { Policy } from "./types.js";
 
 /** The part of a `GoogleGenAI` client this module looks at. */
@@ -145,14 +145,10 @@ export async function runWithGoogleGenAI<C extends GoogleGenAIClientLike, T>(
   options: RunOptions,
 ): Promise<RunResult<T>> {
   const dispatch = googleGenAIDispatch(clients, call);
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-  try {
-    if (!isSingle(clients)) {
-      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-      if (missing.length > 0) throw new Error(`no google-genai client for route(s) ${missing.join(", ")}`);
-    }
-    return await runWithPolicy(compiled, dispatch, options);
-  } finally {
-    if (compiled !== policy) compiled.free();
+  const compiled = compiledOf(policy);
+  if (!isSingle(clients)) {
+    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+    if (missing.length > 0) throw new Error(`no google-genai client for route(s) ${missing.join(", ")}`);
   }
+  return runWithPolicy(compiled, dispatch, options);
 }

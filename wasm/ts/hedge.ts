@@ -12,7 +12,7 @@
  * attempt, the losers aborted; every decision is the core's.
  */
 
-import { call, CompiledPolicy, toText, type Input } from "./core.js";
+import { call, CompiledPolicy, compiledOf, toText, type Input } from "./core.js";
 import { checkedKey } from "./driver.js";
 import { factsOf, type Classifier } from "./facts.js";
 import type { Attempt, Attempts, Bundle, DispatchDecision, Facts, FleetView, FleetWrites, Judgement, Policy, Receipt, Terminal } from "./types.js";
@@ -220,7 +220,7 @@ export async function runHedged<T>(
 ): Promise<HedgeRun<T>> {
   const t0 = performance.now();
   const now = options.now ?? (() => Math.floor(performance.now() - t0));
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  const compiled = compiledOf(policy);
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
   const session = new HedgeSession(compiled);
   const deadline = compiled.policy.deadline_ms;

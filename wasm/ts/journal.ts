@@ -19,7 +19,7 @@
  *   scoped key.
  */
 
-import { call, CompiledPolicy, toText, type Input, type RawBindings, type RawCompiled, type RawJournalWriter } from "./core.js";
+import { call, CompiledPolicy, compiledOf, toText, type Input, type RawBindings, type RawCompiled, type RawJournalWriter } from "./core.js";
 import { DecodeError } from "./errors.js";
 import type { Session } from "./session.js";
 import type { Admission, Attempt, Decision, DispatchDecision, FleetStop, Identifier, Policy, Sha256Hex, Terminal } from "./types.js";
@@ -259,7 +259,7 @@ export class JournalWriter {
   readonly #raw: RawJournalWriter;
 
   constructor(policy: Input<Policy> | CompiledPolicy, events: Input<readonly JournalEvent[]>, leaseGeneration: number) {
-    const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+    const compiled = compiledOf(policy);
     const e = eventsText(events);
     const g = integer("lease_generation", leaseGeneration);
     this.#raw = compiled.callRaw((c) => c.journal_writer(e, g));

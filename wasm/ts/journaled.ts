@@ -27,7 +27,7 @@
  * nothing in the journal is ever overwritten.
  */
 
-import { CompiledPolicy, checkPriceSchedule, toText, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, checkPriceSchedule, toText, type Input } from "./core.js";
 import { AttemptStep, observeRaised, type Step } from "./driver.js";
 import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
 import type { Classifier } from "./facts.js";
@@ -384,7 +384,7 @@ async function driven<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T
 }
 
 function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptions): CompiledPolicy {
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  const compiled = compiledOf(policy);
   if (!compiled.acceptsKey(options.idempotencyKey, options.keyScope)) {
     throw new DriftError("idempotency_key_drift", "the idempotency key's digest differs from the policy's idempotency_key_sha256", { path: "/idempotency_key_sha256" });
   }

@@ -44,7 +44,7 @@ import { AttemptError } from "./facts.js";
 import { reportTokens, sendingClient } from "./sending.js";
 import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
-import { CompiledPolicy, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import { runHedged, type HedgeAttempt, type HedgeRun, type HedgeRunOptions } from "./hedge.js";
 import { runStream, type StreamDispatchFn, type StreamReader, type StreamRun, type StreamRunOptions, type StreamStep } from "./stream.js";
 import type { Policy, Usage } from "./types.js";
@@ -173,16 +173,12 @@ export async function runWithOpenAI<C extends OpenAIClientLike, T>(
   options: RunOptions,
 ): Promise<RunResult<T>> {
   const dispatch = openaiDispatch(clients, call);
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-  try {
-    if (typeof (clients as { maxRetries?: unknown }).maxRetries !== "number") {
-      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-      if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
-    }
-    return await runWithPolicy(compiled, dispatch, options);
-  } finally {
-    if (compiled !== policy) compiled.free();
+  const compiled = compiledOf(policy);
+  if (typeof (clients as { maxRetries?: unknown }).maxRetries !== "number") {
+    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+    if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
   }
+  return runWithPolicy(compiled, dispatch, options);
 }
 
 /**
@@ -201,33 +197,29 @@ export async function runHedgedWithOpenAI<C extends OpenAIClientLike, T>(
 ): Promise<HedgeRun<T>> {
   const single = typeof (clients as { maxRetries?: unknown }).maxRetries === "number";
   const byRoute = single ? undefined : (clients as Readonly<Record<string, C>>);
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-  try {
-    if (byRoute === undefined) {
-      assertNoSdkRetries(clients as C);
-    } else {
-      for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
-      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(byRoute, id));
-      if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
-    }
-    return await runHedged(
-      compiled,
-      (a) => {
-        const client = byRoute === undefined ? (clients as C) : (byRoute[a.routeId] as C);
-        const requestOptions: OpenAIRequestOptions = {
-          maxRetries: 0,
-          signal: a.signal,
-          timeout: Math.max(1, a.remainingMs),
-          idempotencyKey: a.idempotencyKey,
-          headers: { "Idempotency-Key": a.idempotencyKey },
-        };
-        return call(client, requestOptions, a);
-      },
-      options,
-    );
-  } finally {
-    if (compiled !== policy) compiled.free();
+  const compiled = compiledOf(policy);
+  if (byRoute === undefined) {
+    assertNoSdkRetries(clients as C);
+  } else {
+    for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
+    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(byRoute, id));
+    if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
   }
+  return runHedged(
+    compiled,
+    (a) => {
+      const client = byRoute === undefined ? (clients as C) : (byRoute[a.routeId] as C);
+      const requestOptions: OpenAIRequestOptions = {
+        maxRetries: 0,
+        signal: a.signal,
+        timeout: Math.max(1, a.remainingMs),
+        idempotencyKey: a.idempotencyKey,
+        headers: { "Idempotency-Key": a.idempotencyKey },
+      };
+      return call(client, requestOptions, a);
+    },
+    options,
+  );
 }
 
 // ---------------------------------------------------------------- streaming
@@ -404,13 +396,9 @@ export function runStreamWithOpenAI<C extends OpenAIClientLike, E = unknown>(
 ): StreamRun<E> {
   const dispatch = openaiStreamDispatch(clients, call);
   if (typeof (clients as { maxRetries?: unknown }).maxRetries !== "number") {
-    const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-    try {
-      const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-      if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
-    } finally {
-      if (compiled !== policy) compiled.free();
-    }
+    const compiled = compiledOf(policy);
+    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+    if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
   }
   return runStream(policy, dispatch, { ...options, reader: options.reader ?? (openaiStreamReader as StreamReader<E>) });
 }

@@ -22,7 +22,7 @@
  * the signal cannot hang the run.
  */
 
-import { CompiledPolicy, checkPriceSchedule, toText, utf8Length, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, checkPriceSchedule, toText, utf8Length, type Input } from "./core.js";
 import { factsOf, type Classifier } from "./facts.js";
 import { AttemptStep, checkedKey, checkFleet, type Step } from "./driver.js";
 import type { Fleet } from "./fleet.js";
@@ -324,32 +324,25 @@ export function runStream<E = string>(
   options: StreamRunOptions<E>,
 ): StreamRun<E> {
   if (typeof dispatch !== "function") throw new TypeError("dispatch must be a function");
-  const owned = !(policy instanceof CompiledPolicy);
-  const compiled = policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
-  try {
-    if (compiled.policy.stream === undefined) {
-      throw new PolicyError("invalid_stream_contract", "invalid_stream_contract at /stream: runStream needs a policy with a stream section", {
-        path: "/stream",
-      });
-    }
-    const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
-    checkFleet(compiled.policy, options.fleet);
-    let schedule: string | undefined;
-    if (options.priceSchedule !== undefined) {
-      schedule = toText(options.priceSchedule);
-      checkPriceSchedule(compiled.policy, schedule);
-    }
-    const run: Run<E> = new Run<E>(drive(compiled, owned, dispatch, options, key, schedule, (s) => (run.sealed = s)));
-    return run;
-  } catch (e) {
-    if (owned) compiled.free();
-    throw e;
+  const compiled = compiledOf(policy);
+  if (compiled.policy.stream === undefined) {
+    throw new PolicyError("invalid_stream_contract", "invalid_stream_contract at /stream: runStream needs a policy with a stream section", {
+      path: "/stream",
+    });
   }
+  const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
+  checkFleet(compiled.policy, options.fleet);
+  let schedule: string | undefined;
+  if (options.priceSchedule !== undefined) {
+    schedule = toText(options.priceSchedule);
+    checkPriceSchedule(compiled.policy, schedule);
+  }
+  const run: Run<E> = new Run<E>(drive(compiled, dispatch, options, key, schedule, (s) => (run.sealed = s)));
+  return run;
 }
 
 async function* drive<E>(
   compiled: CompiledPolicy,
-  owned: boolean,
   dispatch: StreamDispatchFn<E>,
   options: StreamRunOptions<E>,
   key: string,
@@ -742,7 +735,6 @@ async function* drive<E>(
       }
       if (sealed === undefined) session.free();
     }
-    if (owned) compiled.free();
   }
 
   const done = sealed as Sealed;

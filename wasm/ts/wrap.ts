@@ -14,7 +14,7 @@
  * binds one logical request. Every guarantee of `runWithPolicy` holds.
  */
 
-import { CompiledPolicy, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import { runWithPolicy, type RunOptions, type RunResult, type Step } from "./driver.js";
 import type { Policy } from "./types.js";
 
@@ -36,7 +36,7 @@ export function withPolicy<A extends unknown[], T>(
 ): Retrying<A, T> {
   if (typeof fn !== "function") throw new TypeError("withPolicy needs a function to wrap");
   // A fixed policy is validated once, here, before any call.
-  const fixed = typeof policy === "function" ? undefined : policy instanceof CompiledPolicy ? policy : new CompiledPolicy(policy);
+  const fixed = typeof policy === "function" ? undefined : compiledOf(policy);
   const { idempotencyKey, ...rest } = options;
   const run = async (...args: A): Promise<RunResult<T>> => {
     const key = typeof idempotencyKey === "function" ? idempotencyKey(...args) : idempotencyKey;
