@@ -162,12 +162,12 @@ _MAX_COMPILED_POLICIES = 16
 
 
 def _policy_of(policy: Union[Policy, Document]) -> Policy:
-    """``policy`` if compiled; else the compiled policy of a policy given as a mapping or text: the same
-    text is decoded and validated once (a mapping changed between runs is
-    another text, compiled again). A policy dropped from the cache is left to
-    the garbage collector, since a run may still use it. Safe across threads
-    without a lock: two threads may compile the same text at once, and either
-    result is the same policy."""
+    """``policy`` if compiled; else the compiled policy of a policy given as
+    a mapping or text: the same text is decoded and validated once (a mapping
+    changed between runs is another text, compiled again). A policy dropped
+    from the cache is left to the garbage collector, since a run may still
+    use it. Safe across threads without a lock: two threads may compile the
+    same text at once, and either result is the same policy."""
     if isinstance(policy, Policy):
         return policy
     text = to_text(policy)
