@@ -92,10 +92,14 @@ impl Uses {
     }
 }
 
-/// When the next attempt starts: its plan, the run clock's reading (as the
-/// clock gave it, less `t0`) and that reading as a float; `None` at the
-/// terminal (the session's, or the fleet's).
-type Start<'py> = Option<(Bound<'py, PyAny>, Bound<'py, PyAny>, f64)>;
+/// How the next attempt starts.
+enum Start<'py> {
+    /// Its plan, the run clock's reading when it starts (as the clock gave
+    /// it, less `t0`) and that reading as a float.
+    Dispatch(Bound<'py, PyAny>, Bound<'py, PyAny>, f64),
+    /// The terminal (the session's, or the fleet's).
+    Terminal(Bound<'py, PyAny>),
+}
 
 /// The session's plan, announced to the hooks, slept until its
 /// `not_before_ms`, admitted through the fleet when one admits (waiting
@@ -123,7 +127,7 @@ fn next_start<'py>(
         host.call_method1(intern!(py, "decided"), (&plan,))?;
     }
     let Some(mut until) = not_before else {
-        return Ok(None);
+        return Ok(Start::Terminal(plan));
     };
     let mut now = clock.call0()?.sub(t0)?;
     let mut at: f64 = now.extract()?;
@@ -140,7 +144,7 @@ fn next_start<'py>(
             at = now.extract()?;
         }
         if admitted {
-            return Ok(Some((plan, now, at)));
+            return Ok(Start::Dispatch(plan, now, at));
         }
         // Admitted through the fleet: perhaps on a later route, or the fleet's terminal.
         let wait: f64 = host
@@ -149,7 +153,7 @@ fn next_start<'py>(
             .extract()?;
         (plan, not_before) = planned(session)?;
         let Some(next) = not_before else {
-            return Ok(None);
+            return Ok(Start::Terminal(plan));
         };
         until = next;
         if wait > 0.0 {
@@ -228,11 +232,8 @@ impl SyncLoop {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         let (session, uses) = Uses::of(host)?;
         match next_start(host, &session, uses, clock, t0, sleep)? {
-            Some((plan, now, _)) => Ok((plan, now)),
-            None => {
-                let plan = session.try_borrow_mut()?.next(py)?.into_bound(py);
-                Ok((plan, 0.0f64.into_pyobject(py)?.into_any()))
-            }
+            Start::Dispatch(plan, now, _) => Ok((plan, now)),
+            Start::Terminal(plan) => Ok((plan, 0.0f64.into_pyobject(py)?.into_any())),
         }
     }
 }
@@ -258,7 +259,8 @@ impl SyncLoop {
             uses,
         } = *drive;
         loop {
-            let Some((plan, now, at)) = next_start(host, session, uses, clock, t0, sleep)? else {
+            let Start::Dispatch(plan, now, at) = next_start(host, session, uses, clock, t0, sleep)?
+            else {
                 return Ok(None);
             };
             let started = if at > 0.0 {

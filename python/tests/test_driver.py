@@ -79,7 +79,7 @@ def test_a_policy_given_as_a_document_is_compiled_once_per_text() -> None:
 
     policy = make_policy()
     first = once(policy)
-    cached = _api._COMPILED_BY_TEXT.get(json.dumps(policy, separators=(",", ":"), ensure_ascii=False))
+    cached = _api._COMPILED_BY_TEXT.get(_api.to_text(policy))
     assert cached is not None and cached.sha256 == first.receipt["policy_sha256"]
     assert once(policy).receipt == first.receipt
     assert once(json.dumps(policy)).receipt["policy_sha256"] == first.receipt["policy_sha256"]

@@ -42,7 +42,7 @@
 import { answerChecks, anthropicAnswerParts, type AnswerCheckOptions, type OutputCheck } from "./checks.js";
 import { AttemptError } from "./facts.js";
 import { reportTokens, sendingClient } from "./sending.js";
-import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { checkRouteClients, runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import { runStream, type StreamDispatchFn, type StreamReader, type StreamRun, type StreamRunOptions, type StreamStep } from "./stream.js";
@@ -158,8 +158,7 @@ export async function runWithAnthropic<C extends AnthropicClientLike, T>(
   const dispatch = anthropicDispatch(clients, call);
   const compiled = compiledOf(policy);
   if (!isSingle(clients)) {
-    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-    if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
+    checkRouteClients(compiled, clients, "anthropic client");
   }
   return runWithPolicy(compiled, dispatch, options);
 }
@@ -272,12 +271,11 @@ export function runStreamWithAnthropic<C extends AnthropicClientLike, E = unknow
   options: StreamRunOptions<E>,
 ): StreamRun<E> {
   const dispatch = anthropicStreamDispatch(clients, call);
+  const compiled = compiledOf(policy);
   if (!isSingle(clients)) {
-    const compiled = compiledOf(policy);
-    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-    if (missing.length > 0) throw new Error(`no anthropic client for route(s) ${missing.join(", ")}`);
+    checkRouteClients(compiled, clients, "anthropic client");
   }
-  return runStream(policy, dispatch, { ...options, reader: options.reader ?? (anthropicStreamReader as StreamReader<E>) });
+  return runStream(compiled, dispatch, { ...options, reader: options.reader ?? (anthropicStreamReader as StreamReader<E>) });
 }
 
 // ---------------------------------------------------------------- output checks

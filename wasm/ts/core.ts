@@ -568,7 +568,8 @@ const MAX_COMPILED_POLICIES = 16;
  * given as an object or text: the same text is decoded and validated once (a
  * policy object changed between runs is another text, compiled again). A
  * policy dropped from the cache is left to the garbage collector, since a
- * run may still use it. Every entry point that takes a policy compiles it here.
+ * run may still use it. Every driver and client integration compiles here
+ * (the one-shot functions, `planNext`, `evaluate`, ..., compile and free their own).
  */
 export function compiledOf(policy: Input<Policy> | CompiledPolicy): CompiledPolicy {
   if (policy instanceof CompiledPolicy) return policy;

@@ -402,6 +402,16 @@ export function runWithPolicy<T>(
 const CHECK_BROKE = Object.freeze({ result: "raised", error_types: ["OutputCheckError"] }) as Facts;
 
 /**
+ * Refuse, before any request, a policy with a route that `clients` (by route
+ * id) has no entry for; `what` names an entry ("openai client", "fetch target").
+ * @internal Shared by the client integrations.
+ */
+export function checkRouteClients(compiled: CompiledPolicy, clients: object, what: string): void {
+  const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
+  if (missing.length > 0) throw new Error(`no ${what} for route(s) ${missing.join(", ")}`);
+}
+
+/**
  * Record a raised attempt: the facts go to the core as JSON. Facts the core
  * refuses (a header value it cannot decode, a hint too long to parse) are
  * replaced by the ones that are certain, so an odd error never breaks the run.

@@ -20,7 +20,7 @@
 import { AttemptError } from "./facts.js";
 import { recordBody } from "./sending.js";
 import { MAX_ERROR_BODY_BYTES } from "./tables.js";
-import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { checkRouteClients, runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import type { Policy } from "./types.js";
 
@@ -193,8 +193,7 @@ export async function runWithFetch<T>(
   const dispatch = fetchDispatch(targets, fetchOptions as FetchOptions<T> & { read: (response: Response, step: Step) => T });
   const compiled = compiledOf(policy);
   if (!isSingle(targets)) {
-    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(targets, id));
-    if (missing.length > 0) throw new Error(`no fetch target for route(s) ${missing.join(", ")}`);
+    checkRouteClients(compiled, targets, "fetch target");
   }
   return runWithPolicy(compiled, dispatch, options);
 }

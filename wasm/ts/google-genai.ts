@@ -27,7 +27,7 @@
 
 import { AttemptError } from "./facts.js";
 import { reportTokens } from "./sending.js";
-import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { checkRouteClients, runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import type { Policy } from "./types.js";
@@ -147,8 +147,7 @@ export async function runWithGoogleGenAI<C extends GoogleGenAIClientLike, T>(
   const dispatch = googleGenAIDispatch(clients, call);
   const compiled = compiledOf(policy);
   if (!isSingle(clients)) {
-    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-    if (missing.length > 0) throw new Error(`no google-genai client for route(s) ${missing.join(", ")}`);
+    checkRouteClients(compiled, clients, "google-genai client");
   }
   return runWithPolicy(compiled, dispatch, options);
 }

@@ -42,7 +42,7 @@
 import { answerChecks, openaiAnswerParts, type AnswerCheckOptions, type OutputCheck } from "./checks.js";
 import { AttemptError } from "./facts.js";
 import { reportTokens, sendingClient } from "./sending.js";
-import { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { checkRouteClients, runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import { runHedged, type HedgeAttempt, type HedgeRun, type HedgeRunOptions } from "./hedge.js";
@@ -175,8 +175,7 @@ export async function runWithOpenAI<C extends OpenAIClientLike, T>(
   const dispatch = openaiDispatch(clients, call);
   const compiled = compiledOf(policy);
   if (typeof (clients as { maxRetries?: unknown }).maxRetries !== "number") {
-    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-    if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
+    checkRouteClients(compiled, clients, "openai client");
   }
   return runWithPolicy(compiled, dispatch, options);
 }
@@ -202,8 +201,7 @@ export async function runHedgedWithOpenAI<C extends OpenAIClientLike, T>(
     assertNoSdkRetries(clients as C);
   } else {
     for (const [routeId, client] of Object.entries(byRoute)) assertNoSdkRetries(client, `the client of route ${routeId}`);
-    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(byRoute, id));
-    if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
+    checkRouteClients(compiled, byRoute, "openai client");
   }
   return runHedged(
     compiled,
@@ -395,12 +393,11 @@ export function runStreamWithOpenAI<C extends OpenAIClientLike, E = unknown>(
   options: StreamRunOptions<E>,
 ): StreamRun<E> {
   const dispatch = openaiStreamDispatch(clients, call);
+  const compiled = compiledOf(policy);
   if (typeof (clients as { maxRetries?: unknown }).maxRetries !== "number") {
-    const compiled = compiledOf(policy);
-    const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-    if (missing.length > 0) throw new Error(`no openai client for route(s) ${missing.join(", ")}`);
+    checkRouteClients(compiled, clients, "openai client");
   }
-  return runStream(policy, dispatch, { ...options, reader: options.reader ?? (openaiStreamReader as StreamReader<E>) });
+  return runStream(compiled, dispatch, { ...options, reader: options.reader ?? (openaiStreamReader as StreamReader<E>) });
 }
 
 // ---------------------------------------------------------------- output checks
