@@ -10,14 +10,17 @@
 #                             installed only when missing
 #   make doc                  the core's API docs, every warning (a broken or
 #                             private intra-doc link, ...) an error
-TEST_TARGETS += test-preserve-order deny msrv doc
+#   make hosts-thin           no outcome decoding and no attempts or receipt
+#                             document built in wasm/ts or python/retryledger
+#                             (tests/hosts_thin.sh, after its self-test)
+TEST_TARGETS += test-preserve-order deny msrv doc hosts-thin
 
 DENY_VERSION := 0.20.2
 
 MSRV := $(shell sed -n 's/^rust-version = "\([0-9.]*\)"$$/\1/p' Cargo.toml)
 MSRV_CARGO = CARGO_TARGET_DIR=$(ROOT)/target/msrv cargo +$(MSRV)
 
-.PHONY: test-preserve-order setup-deny deny setup-msrv msrv doc
+.PHONY: test-preserve-order setup-deny deny setup-msrv msrv doc hosts-thin
 
 # --all-features: the core's optional parts too (serde_json's feature is not
 # one of the core's own, so it is named).
@@ -65,3 +68,7 @@ msrv: setup-msrv ## The libraries, every feature on, checked with the MSRV toolc
 # churn elsewhere.
 doc: ## The core's rustdoc (every feature), warnings denied, into target/doc-check.
 	RUSTDOCFLAGS='-D warnings' CARGO_TARGET_DIR=$(ROOT)/target/doc-check $(CARGO) doc -q -p retryledger-core --all-features --no-deps --locked
+
+hosts-thin: ## No outcome decoding or attempts/receipt document construction in the TypeScript and Python hosts.
+	tests/hosts_thin.sh --self-test
+	tests/hosts_thin.sh
