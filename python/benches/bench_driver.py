@@ -88,6 +88,31 @@ def retryledger_call(policy: Union[retryledger.Policy, Dict[str, Any]]) -> Calla
     return call
 
 
+def session_call(seal: bool) -> Callable[[], object]:
+    """Where the driver's time goes: its session calls alone for the same three
+    attempts (each decision, each outcome recorded with the facts the driver
+    hands the core), then the session dropped (``seal=False``) or sealed as
+    the driver seals it with the receipt read. The difference is what sealing
+    and the receipt cost."""
+    policy = bench_policy()
+    raised = retryledger.AttemptError.retryable("unavailable")._facts
+    returned = retryledger.Facts(result="returned")
+
+    def call() -> object:
+        s = policy.session()
+        for i in range(3):
+            d = s.next()
+            if not isinstance(d, retryledger.Dispatch):
+                raise AssertionError("the session stopped early")
+            t = d.not_before_ms
+            s.observe(t, t, None, raised if i < 2 else returned)
+        if not seal:
+            return 0
+        return s.seal().receipt["attempts_sha256"]
+
+    return call
+
+
 def attempt(state: List[int]) -> str:
     """The other contenders' dispatch: fails twice, then succeeds."""
     state[0] += 1
@@ -202,6 +227,16 @@ def contenders() -> List[Contender]:
         ),
         Contender("stamina_sleep", "stamina as above, `time.sleep(0)` twice", stamina_call()),
         Contender("backoff_sleep", "backoff as above, `time.sleep(0)` twice", backoff_call()),
+        Contender(
+            "session_open",
+            "where the time goes: the driver's session calls alone (`next`, the 3 outcomes recorded), not sealed",
+            session_call(seal=False),
+        ),
+        Contender(
+            "session_sealed",
+            "where the time goes: the same, sealed as the driver seals, `receipt[\"attempts_sha256\"]` read",
+            session_call(seal=True),
+        ),
     ]
 
 
@@ -265,6 +300,14 @@ def report(cs: List[Contender], calls: int, rounds: int) -> str:
             f"- retryledger / {other} = **{ratio:.2f}** (target {op} {bound:.2f}): "
             f"{'holds' if holds else 'does not hold'}; wall {wall['retryledger'] / wall[other]:.2f}."
         )
+    seal = cpu["session_sealed"] - cpu["session_open"]
+    lines += [
+        "",
+        f"Where the time goes (the last two rows): sealing the run and reading its receipt cost {seal:.2f} µs CPU of "
+        f"the driver's {led:.2f} µs (the attempts' canonical JSON, its SHA-256, the receipt made into a dict). The rest "
+        f"of the driver, the retry loop with each attempt planned and recorded by the core, costs {led - seal:.2f} µs: "
+        f"{(led - seal) / cpu['tenacity']:.2f} × tenacity's CPU.",
+    ]
     lines += [
         "",
         "The driver's figure includes what the others do not do: each attempt planned and recorded by the core, "

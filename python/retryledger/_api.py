@@ -189,6 +189,16 @@ def _policy_of(policy: Union[Policy, Document]) -> Policy:
     return compiled
 
 
+def _check_route_clients(compiled: Policy, clients: Mapping[str, Any], what: str) -> None:
+    """Refuse, before any request, a policy with a route that ``clients`` (by
+    route id) has no entry for: ``KeyError`` naming ``what`` ("openai client",
+    "httpx client") and every route without one. Shared by the client
+    integrations."""
+    missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
+    if missing:
+        raise KeyError(f"no {what} for route(s) {', '.join(missing)}")
+
+
 def _policy_text(policy: Union[Policy, Document]) -> str:
     return policy.json if isinstance(policy, Policy) else to_text(policy)
 

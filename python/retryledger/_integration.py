@@ -13,7 +13,7 @@ import inspect
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, TypeVar, Union
 
-from ._api import Document, Policy, _policy_of
+from ._api import Document, Policy, _check_route_clients, _policy_of
 from ._driver import RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._stream import StreamReader, StreamStep
@@ -117,9 +117,7 @@ class _Sdk:
             require_max_retries_zero(client, self.name)
         for client in clients.values():
             hook_sdk(client)
-        missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
-        if missing:
-            raise KeyError(f"no {self.name} client for route(s) {', '.join(missing)}")
+        _check_route_clients(compiled, clients, f"{self.name} client")
         return compiled
 
     def client(self, clients: Mapping[str, Any], step: Step, timeout: float) -> Any:

@@ -35,7 +35,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, Typ
 
 from google.genai import types as _types
 
-from ._api import Document, Policy, _policy_of
+from ._api import Document, Policy, _check_route_clients, _policy_of
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, report_tokens
@@ -101,9 +101,7 @@ def _prepare(policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Pol
     compiled = _policy_of(policy)
     for client in clients.values():
         require_no_retries(client)
-    missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
-    if missing:
-        raise KeyError(f"no google-genai client for route(s) {', '.join(missing)}")
+    _check_route_clients(compiled, clients, "google-genai client")
     return compiled
 
 

@@ -42,7 +42,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, 
 
 import httpx
 
-from ._api import Document, Policy, _policy_of
+from ._api import Document, Policy, _check_route_clients, _policy_of
 from ._driver import AttemptCallback, RunCancelledError, RunResult, Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
 from ._sending import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, hook, sending
@@ -87,9 +87,7 @@ def _prepare(policy: Union[Policy, Document], clients: Union[C, Mapping[str, C]]
         by_route = clients
     for client in by_route.values():
         require_no_retries(client)
-    missing = [route for route in routes if route not in by_route]
-    if missing:
-        raise KeyError(f"no httpx client for route(s) {', '.join(missing)}")
+    _check_route_clients(compiled, by_route, "httpx client")
     for client in by_route.values():
         hook(client)
     return compiled, by_route

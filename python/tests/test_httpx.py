@@ -124,6 +124,15 @@ def test_unavailable_then_the_fallback_route_with_a_client_per_route(serve: Any)
     assert result.receipt["fallback_used"] is True
 
 
+def test_a_route_without_a_client_is_refused_before_any_request(serve: Any) -> None:
+    server = serve({"primary": [(200, {})], "fallback": [(200, {})]})
+    urls = routes(server.url("primary"), server.url("fallback"))
+    with httpx.Client() as primary:
+        with pytest.raises(KeyError, match=r"no httpx client for route\(s\) external-fallback"):
+            rl_httpx.run(policy(), {"private-primary": primary}, poster(urls), KEY)
+    assert server.requests == []
+
+
 def routes_of(primary: httpx.Client, fallback: httpx.Client) -> Dict[str, httpx.Client]:
     return {"private-primary": primary, "external-fallback": fallback}
 

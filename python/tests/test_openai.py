@@ -138,6 +138,13 @@ def test_naive_harness_over_the_default_client_sends_nine_requests(provider: Fak
     assert provider.count() == 9 == 3 * 3
 
 
+def test_a_route_without_a_client_is_refused_before_any_request(provider: FakeProvider) -> None:
+    only_primary = {"private-primary": openai.OpenAI(api_key="test", base_url=provider.url("primary"), max_retries=0)}
+    with pytest.raises(KeyError, match=r"no openai client for route\(s\) external-fallback"):
+        rl_openai.run(openai_policy(), only_primary, ask, KEY)
+    assert provider.count() == 0
+
+
 def test_integration_stays_within_the_bound_with_one_key_and_no_early_request(provider: FakeProvider) -> None:
     policy = retryledger.Policy(openai_policy())
     clients = {

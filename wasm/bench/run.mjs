@@ -15,8 +15,10 @@
 // prints a table and, with --write, replaces the text between
 // <!-- wasm:begin --> and <!-- wasm:end --> in that file.
 //
-// Only the package's public entry is used (runWithPolicy, CompiledPolicy,
-// AttemptError), so a rewrite of the driver's internals needs no change here.
+// The contenders use only the package's public entry (runWithPolicy,
+// CompiledPolicy, AttemptError). The two rows that show where the driver's
+// time goes make the driver's own session calls (`observePrepared`,
+// `sealAndRelease` from dist/), so they follow a rewrite of those.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -27,7 +29,9 @@ import { fileURLToPath } from "node:url";
 import { ConstantBackoff, handleAll, retry } from "cockatiel";
 import pRetry from "p-retry";
 
-import { AttemptError, CompiledPolicy, Fleet, MemoryStore, runStream, runWithPolicy } from "../dist/index.js";
+import { AttemptError, CompiledPolicy, Fleet, MemoryStore, RETURNED, runStream, runWithPolicy } from "../dist/index.js";
+import { preparedFacts } from "../dist/facts.js";
+import { sealAndRelease } from "../dist/session.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -122,6 +126,38 @@ async function pRetryCall() {
   return pRetry(() => dispatch(), P_RETRY_OPTIONS);
 }
 
+/** The failure's facts as the driver hands them to the core. */
+const prepared = (() => {
+  const f = preparedFacts(failure);
+  if (f === undefined) throw new Error("bench: the failure has no prepared facts");
+  return f;
+})();
+
+/**
+ * The driver's session calls alone, for the same three attempts: each
+ * decision, each outcome recorded as the driver records it; then the
+ * session freed (`seal = false`), or sealed as the driver seals it with the
+ * receipt read. The difference is what sealing and the receipt cost.
+ * @param {boolean} seal
+ */
+function sessionCall(seal) {
+  return async () => {
+    const s = compiled.session();
+    for (let i = 0; i < 3; i += 1) {
+      const d = s.next();
+      if (d.kind !== "dispatch") throw new Error("bench: the session stopped early");
+      const t = d.not_before_ms;
+      if (i < 2) s.observePrepared(t, t, undefined, prepared, failure.outcome);
+      else s.observe({ started_at_ms: t, completed_at_ms: t, facts: RETURNED });
+    }
+    if (!seal) {
+      s.free();
+      return 0;
+    }
+    return sealAndRelease(s).receipt.attempts_sha256;
+  };
+}
+
 const cockatiel = retry(handleAll, { maxAttempts: 2, backoff: new ConstantBackoff(0) });
 async function cockatielCall() {
   const dispatch = makeDispatch();
@@ -159,6 +195,18 @@ const contenders = [
     call: cockatielCall,
   },
   { id: "bare", label: "bare try/catch loop, 3 attempts", calls: CALLS, call: bareCall },
+  {
+    id: "sessionOpen",
+    label: "where the time goes: the driver's session calls alone (`next`, the 3 outcomes recorded), not sealed",
+    calls: CALLS,
+    call: sessionCall(false),
+  },
+  {
+    id: "sessionSealed",
+    label: "where the time goes: the same, sealed as the driver seals, `receipt.attempts_sha256` read",
+    calls: CALLS,
+    call: sessionCall(true),
+  },
 ];
 
 // ---- measurement -----------------------------------------------------------
@@ -207,6 +255,8 @@ const led = get("retryledger");
 const pr = get("pRetry");
 const ratio = led.cpu / pr.cpu;
 const TARGET = 1.0;
+/** What sealing the run and reading its receipt cost: the two session rows' difference. */
+const seal = get("sessionSealed").cpu - get("sessionOpen").cpu;
 
 // ---- streaming: per-event overhead ------------------------------------------
 
@@ -437,6 +487,11 @@ const lines = [
   "",
   `**retryledger CPU / p-retry CPU = ${ratio.toFixed(2)} (target <= ${TARGET.toFixed(2)}): ${ratio <= TARGET ? "holds" : "does not hold"}.** ` +
     `Wall: ${(led.wall / pr.wall).toFixed(2)}. Over the bare loop the driver costs +${us(led.cpu - get("bare").cpu)} CPU per call.`,
+  "",
+  `Where the time goes (the last two rows): sealing the run and reading its receipt cost ${us(seal)} CPU of the driver's ${us(led.cpu)} ` +
+    "(the attempts' canonical JSON written by the module, its SHA-256, the receipt written as a tape and made into the object). " +
+    `The rest of the driver, the retry loop with each attempt planned and recorded by the core, costs ${us(led.cpu - seal)}: ` +
+    `${((led.cpu - seal) / pr.cpu).toFixed(2)} × p-retry's CPU.`,
   "",
   "p-retry makes no timer call when the delay is 0, so its wall time is its CPU time. cockatiel awaits a timer between attempts even at 0 ms, which Node clamps to 1 ms: its wall time is dominated by that timer, and CPU time is the fair figure for it. The driver waits here on an injected clock (the core's smallest backoff is 1 ms), on which it arms no timer; it records each attempt in the module and seals the receipt (the module writes the attempts' canonical JSON, hashed with Node's SHA-256 where the module wrote it, and the receipt around that digest, encoded straight from the run as a tape in which the policy's strings cross by number, from which the plain object is made; the receipt's canonical JSON, for `receipt_sha256` and `bundle_json`, is written by the module from a copy of that tape when first read, which this loop does not do), which none of the others do.",
   "",
