@@ -137,7 +137,9 @@ const prepared = (() => {
  * The driver's session calls alone, for the same three attempts: each
  * decision, each outcome recorded as the driver records it; then the
  * session freed (`seal = false`), or sealed as the driver seals it with the
- * receipt read. The difference is what sealing and the receipt cost.
+ * receipt read. The difference is what sealing and the receipt cost, if
+ * anything a little less: a sealed session's memory serves the next one,
+ * while a freed one's next session is allocated afresh.
  * @param {boolean} seal
  */
 function sessionCall(seal) {
