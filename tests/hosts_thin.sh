@@ -7,7 +7,8 @@
 #   tests/hosts_thin.sh --self-test
 #                                  show that the check fails on a host file
 #                                  that names a document schema or decodes an
-#                                  outcome class, and passes on a clean one
+#                                  outcome class, and on a tree without the
+#                                  host code, and passes on a clean one
 #
 # What is looked for, in wasm/ts/*.ts and python/retryledger/*.py:
 #   - the attempts or receipt schema name (`retryledger.attempts.v1`,
@@ -23,8 +24,12 @@ PATTERN='retryledger\.attempts\.v1|retryledger\.receipt\.v1|outcome_class'
 ALLOWED='^(wasm/ts/tables\.ts|wasm/ts/types\.ts|python/retryledger/_tables\.py):'
 
 check() {
-  local root=$1 hits
-  hits=$(cd "$root" && grep -rnE "$PATTERN" wasm/ts python/retryledger --include='*.ts' --include='*.py' 2>/dev/null |
+  local root=$1 hits dir
+  # A tree without the host code would pass by finding nothing: refused.
+  for dir in wasm/ts python/retryledger; do
+    [ -d "$root/$dir" ] || { echo "hosts-thin: no $dir under $root" >&2; return 2; }
+  done
+  hits=$(cd "$root" && grep -rnE "$PATTERN" wasm/ts python/retryledger --include='*.ts' --include='*.py' |
     grep -vE "$ALLOWED" || true)
   if [ -n "$hits" ]; then
     echo "hosts-thin: outcome decoding or document construction outside the core and its bindings:" >&2
@@ -40,20 +45,25 @@ if [ "${1:-}" = "--self-test" ]; then
   printf 'export const kind = "dispatch";\n' >"$tmp/wasm/ts/driver.ts"
   printf '"retryledger.attempts.v1",\n' >"$tmp/wasm/ts/tables.ts"
   check "$tmp" || { echo "hosts-thin self-test: a clean tree was refused" >&2; exit 1; }
+  # Each violation in a file of its own, removed again after its check.
   for bad in \
     'wasm/ts/session.ts:const doc = { schema: "retryledger.attempts.v1", attempts };' \
-    'wasm/ts/driver.ts:if (attempt.outcome_class === "retryable") retry();' \
+    'wasm/ts/fleet.ts:if (attempt.outcome_class === "retryable") retry();' \
     'python/retryledger/_driver.py:receipt = {"schema": "retryledger.receipt.v1"}'; do
     file=${bad%%:*}
-    printf '%s\n' "${bad#*:}" >>"$tmp/$file"
+    printf '%s\n' "${bad#*:}" >"$tmp/$file"
     if check "$tmp" 2>/dev/null; then
       echo "hosts-thin self-test: not caught: $bad" >&2
       exit 1
     fi
     rm "$tmp/$file"
-    [ "$file" != wasm/ts/driver.ts ] || printf 'export const kind = "dispatch";\n' >"$tmp/$file"
   done
-  echo "hosts-thin self-test: ok (a clean tree passes, 3 violations caught)"
+  rm -r "$tmp/python/retryledger"
+  if check "$tmp" 2>/dev/null; then
+    echo "hosts-thin self-test: a tree without python/retryledger passed" >&2
+    exit 1
+  fi
+  echo "hosts-thin self-test: ok (a clean tree passes; 3 violations and a missing host directory are caught)"
   exit 0
 fi
 
