@@ -738,6 +738,30 @@ pub fn idempotency_complete(
     )?))
 }
 
+/// The run machine ([`crate::machine`]) started under `options_json` (or,
+/// with `journal_json`, resumed from it) and fed the events of
+/// `events_json`: the effects it asked for and where it ended
+/// ([`crate::machine::replay::transcript`]). Only malformed input is an
+/// error; a refused event is part of the answer.
+pub fn machine_transcript(
+    policy_json: &str,
+    options_json: &str,
+    journal_json: Option<&str>,
+    events_json: &str,
+) -> Result<String> {
+    let cp = std::sync::Arc::new(compile_policy(policy_json)?);
+    let options: crate::machine::Options = crate::decode::from_str(options_json)?;
+    let journal = journal_json.map(journal_events).transpose()?;
+    let events: crate::machine::replay::Events = crate::decode::from_str(events_json)?;
+    let t = crate::machine::replay::transcript(
+        &cp,
+        options,
+        journal.as_ref().map(|j| j.0.as_slice()),
+        &events.0,
+    );
+    Ok(crate::canonical::to_jcs(&t))
+}
+
 /// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.
 pub fn error_json(e: &Error) -> String {
     canonical_json(&ErrorDoc(e))

@@ -296,6 +296,12 @@ codes! {
     RunNotTerminal => "run_not_terminal", Run;
     /// A store write kept conflicting after its bounded retries.
     StoreConflict => "store_conflict", Run;
+    /// An event that does not answer the run machine's outstanding effect.
+    UnexpectedEvent => "unexpected_event", Run;
+    /// A clock reading earlier than one the run machine was already given.
+    ClockBackwards => "clock_backwards", Run;
+    /// A policy section that is not yet a layer of the run machine.
+    MachineLayerMissing => "machine_layer_missing", Run;
 
     /// An event's `prev_sha256` is not the digest of the event before it (or the genesis value).
     JournalChainBroken => "journal_chain_broken", Journal;

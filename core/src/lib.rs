@@ -41,7 +41,9 @@
 //! instead of resubmitting it; lease fencing), and [`idempotency`] is the
 //! receiver's record per scoped key. [`hedge`] sends a bounded duplicate
 //! after a latency threshold: one winner, the losers cancelled or kept late
-//! and never adopted, every attempt accounted. [`api`] is the JSON-text
+//! and never adopted, every attempt accounted. [`machine`] is the one
+//! sans-I/O loop of a run (effects out, events in) on which the fleet, the
+//! journal, streams and output checks are layers. [`api`] is the JSON-text
 //! boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
@@ -68,6 +70,7 @@ pub mod journal;
 pub mod lab;
 pub mod lift;
 pub mod limits;
+pub mod machine;
 pub mod observe;
 pub mod outcome;
 pub mod output;

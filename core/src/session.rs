@@ -212,6 +212,18 @@ impl Session {
         self.notes.request_body_sha256 = Some(digest);
     }
 
+    /// The admission held for the planned attempt (a fleet admitted it and
+    /// it is not yet observed).
+    pub fn admission(&self) -> Option<&Admission> {
+        self.pending.as_ref().map(|p| &p.admission)
+    }
+
+    /// Drop what the host reported of the attempt in flight (usage, body,
+    /// job, reconciliation) when its observation was refused.
+    pub(crate) fn clear_notes(&mut self) {
+        self.notes = Notes::default();
+    }
+
     /// The compiled policy.
     pub fn policy(&self) -> &CompiledPolicy {
         &self.policy
@@ -864,10 +876,11 @@ impl Session {
     /// ones included), its cancellation and its decisions, replayed by
     /// [`crate::journal::verify`], so the host observes the next attempt
     /// through this session like any other and seals from it. Only a fresh
-    /// session resumes (a price schedule may be set first). A journal is
-    /// kept for runs without a fleet section (its snapshots are not in the
-    /// journal: `admission_unexpected`) and without a stream contract (its
-    /// event log is not: `invalid_stream_contract`).
+    /// session resumes (a price schedule may be set first). Under a fleet
+    /// section the resumed run admits its next attempt again (the journal
+    /// holds each attempt's admission, not the store's snapshots). A journal
+    /// is kept for runs without a stream contract (its event log is not in
+    /// the journal: `invalid_stream_contract`).
     pub fn resume_journal(&mut self, events: &[crate::journal::JournalEvent]) -> Result<()> {
         self.check_resumable()?;
         let replayed = crate::journal::verify(&self.policy, events)?;
@@ -893,13 +906,6 @@ impl Session {
                 ErrorCode::InvalidValue,
                 "/events",
                 "only a session with no attempt yet resumes a journal",
-            ));
-        }
-        if self.policy.policy.fleet.is_some() {
-            return Err(Error::at(
-                ErrorCode::AdmissionUnexpected,
-                "/fleet",
-                "a journal does not hold the fleet's snapshots: a journaled run has no fleet section",
             ));
         }
         if self.policy.policy.stream.is_some() {

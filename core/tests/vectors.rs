@@ -115,6 +115,8 @@ fn actual(op: &str, input: &Value) -> Value {
         "priced_session" => &["policy", "schedule", "script"],
         "hedge_session" => &["policy", "script"],
         "fleet_session" => &["policy", "script", "store"],
+        "machine" if input.get("journal").is_some() => &["events", "journal", "options", "policy"],
+        "machine" => &["events", "options", "policy"],
         "breaker_admit" | "budget_deposit" | "budget_withdraw" => {
             &["config", "now_epoch_ms", "snapshot"]
         }
@@ -200,6 +202,13 @@ fn actual(op: &str, input: &Value) -> Value {
         "fleet_session" => {
             lab::fleet_session(s(input, "policy"), s(input, "store"), s(input, "script"))
         }
+        "machine" => api::machine_transcript(
+            s(input, "policy"),
+            s(input, "options"),
+            input.get("journal").and_then(Value::as_str),
+            s(input, "events"),
+        )
+        .map(json_of),
         "breaker_admit" => api::breaker_admit(
             s(input, "config"),
             s(input, "snapshot"),
@@ -368,6 +377,10 @@ fn every_error_code_has_a_vector() {
                 continue; // a driver's error code is a terminal or a driver error
             }
             if let Some(code) = expect.pointer("/error/code").and_then(Value::as_str) {
+                seen.insert(code.to_owned());
+            }
+            // A machine's refused event is part of its transcript.
+            if let Some(code) = expect.pointer("/ok/error/code").and_then(Value::as_str) {
                 seen.insert(code.to_owned());
             }
             if expect.pointer("/ok/kind") == Some(&json!("drift")) {

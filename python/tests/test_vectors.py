@@ -249,6 +249,11 @@ def _cases() -> List[Tuple[str, Dict[str, Any]]]:
         for case in doc["cases"]:
             if case["op"] == "drive":
                 continue
+            # Run machine transcripts (composition.json) are replayed by the
+            # core (core/tests/vectors.rs); the package binds the machine with
+            # its one loop (docs/COMPOSITION.md, "Where it stands").
+            if case["op"] == "machine":
+                continue
             cases.append((f"{path.stem}:{case['name']}", case))
     return cases
 

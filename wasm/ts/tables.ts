@@ -154,6 +154,9 @@ export type HttpCode = (typeof HTTP_CODES)[number];
 export const RUN_CODES = [
   "run_not_terminal",
   "store_conflict",
+  "unexpected_event",
+  "clock_backwards",
+  "machine_layer_missing",
 ] as const;
 /** One of the core's error codes of the `run` family. */
 export type RunCode = (typeof RUN_CODES)[number];
@@ -303,6 +306,9 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   invalid_status: "http",
   run_not_terminal: "run",
   store_conflict: "run",
+  unexpected_event: "run",
+  clock_backwards: "run",
+  machine_layer_missing: "run",
   journal_chain_broken: "journal",
   journal_seq_gap: "journal",
   journal_seq_repeat: "journal",

@@ -256,6 +256,13 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         "stream_session" => {
             retryledger_core::lab::stream_session(text(input, "policy"), text(input, "script"))
         }
+        "machine" => api::machine_transcript(
+            text(input, "policy"),
+            text(input, "options"),
+            opt_text(input, "journal"),
+            text(input, "events"),
+        )
+        .map(parsed),
         "hedge_session" => {
             retryledger_core::hedge::script(text(input, "policy"), text(input, "script"))
         }

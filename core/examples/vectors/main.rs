@@ -30,6 +30,7 @@ mod family;
 mod admission;
 mod builder;
 mod classify_http;
+mod composition;
 mod decode;
 mod digest;
 mod drivers;
@@ -87,6 +88,7 @@ const FAMILIES: &[fn() -> Family] = &[
     idempotency::family,
     hedge::family,
     repair::family,
+    composition::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -133,6 +135,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `drive` | `policy`, `idempotency_key`, `now_unix_ms`, `cancellable`, `script`, optional `classify`: a script both drivers replay with a fake clock (docs/HOSTS.md); `expect` holds `sleeps`, `attempts`, `receipt_sha256`, `terminal`, `rules`, and `result` or `error` (`class`, `code`) |\n\
          | `stream_session` | `policy`, `script`: a streamed session step by step (docs/STREAMING.md) |\n\
          | `job_session` | `policy`, `script`: an async-job session step by step, each step optionally with `job` (`id`, `status`) (docs/JOBS.md) |\n\
+         | `machine` | `policy`, `options` (a start's or resume's options), optional `journal` (events to resume from), `events` (what the host answered, in order): the effects drawn, the terminal, the receipt and bundle digests, or the refused event's error (docs/COMPOSITION.md) |\n\
          | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\
          | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\

@@ -1,0 +1,185 @@
+//! The machine's protocol: the effects it asks of a host, the events a
+//! host answers with, and the options of a start or a resume.
+
+use std::sync::Arc;
+
+use crate::evaluate::{Dispatch, Terminal};
+use crate::ids::{Identifier, Sha256Hex};
+use crate::journal::{AnswerKind, JournalEvent, Pending};
+use crate::observe::Facts;
+use crate::price::{PriceSchedule, Units};
+
+use super::fleet::{Cas, Row};
+
+/// Compare-and-set conflicts met in a row before a store write is given up
+/// (`store_conflict`), when the options do not say.
+pub const DEFAULT_MAX_CONFLICTS: u64 = 4;
+/// Times the receiver is asked about an attempt in doubt, when the options
+/// do not say.
+pub const DEFAULT_MAX_POLLS: u64 = 5;
+
+/// What the host does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Make these events durable in one write, then answer
+    /// [`Event::Appended`] (or [`Event::AppendRefused`] when the store
+    /// refused it: the lease moved on or the `seq` is taken).
+    Append {
+        /// The events, in `seq` order.
+        events: Vec<JournalEvent>,
+    },
+    /// Read these registers and answer [`Event::Read`] with one row per key
+    /// in order (or [`Event::StoreUnavailable`]).
+    Read {
+        /// The keys.
+        keys: Vec<String>,
+    },
+    /// Compare-and-set these documents in order, stopping at the first
+    /// refused, and answer [`Event::Written`] with how many were written.
+    Write {
+        /// The writes.
+        writes: Vec<Cas>,
+    },
+    /// Wait until the run clock reaches `until_ms`, then answer
+    /// [`Event::Clock`] (or [`Event::Cancelled`]).
+    Sleep {
+        /// The run clock to wait for, ms.
+        until_ms: u64,
+    },
+    /// Send the attempt now and answer [`Event::Observed`].
+    Dispatch {
+        /// The attempt to send.
+        dispatch: Dispatch,
+        /// Its start on the run clock.
+        started_at_ms: u64,
+    },
+    /// Ask the receiver what became of this attempt and answer
+    /// [`Event::Reconciled`].
+    Reconcile {
+        /// The attempt, as the receiver knows it.
+        attempt: Pending,
+        /// Which ask this is, from 1.
+        poll: u64,
+    },
+    /// The run is over.
+    Done {
+        /// How it ended.
+        terminal: Terminal,
+    },
+}
+
+/// What a host observed of one dispatched attempt.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    /// When it completed (run clock, ms).
+    pub completed_at_ms: u64,
+    /// What it was charged by hand; absent: the reservation, or what its
+    /// usage costs under the run's price schedule.
+    pub cost: Option<u64>,
+    /// A streamed attempt: the text of each event it delivered, in order.
+    pub deltas: Vec<String>,
+    /// The plain facts the host extracted.
+    pub facts: Option<Facts>,
+    /// The SHA-256 of the request body sent (after lowering to its route).
+    pub request_body_sha256: Option<Sha256Hex>,
+    /// The usage the response reported, priced by the run's schedule.
+    pub usage: Option<Units>,
+    /// The tokens the attempt used, settled against its admission's
+    /// reservation (admission limits with a token bucket).
+    pub used_tokens: Option<u64>,
+}
+
+/// What the host answers an effect with.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// The append is durable.
+    Appended,
+    /// The store refused the append: the owner has lost the run.
+    AppendRefused,
+    /// What the store holds for each key read, in order.
+    Read {
+        /// The run clock when read, ms.
+        now_ms: u64,
+        /// One row per key.
+        rows: Vec<Row>,
+    },
+    /// The store could not be read.
+    StoreUnavailable {
+        /// The run clock, ms.
+        now_ms: u64,
+    },
+    /// How many of the writes, in order, were written.
+    Written {
+        /// The count; fewer than asked: the next one conflicted.
+        written: u64,
+    },
+    /// A clock reading after a sleep.
+    Clock {
+        /// The run clock, ms.
+        now_ms: u64,
+    },
+    /// What the dispatched attempt did.
+    Observed(Box<Observation>),
+    /// What the receiver answered about the attempt in doubt.
+    Reconciled {
+        /// Its answer.
+        answer: AnswerKind,
+        /// When it answered (run clock, ms).
+        at_ms: u64,
+        /// The cost to charge (a settled answer).
+        cost: Option<u64>,
+    },
+    /// The caller cancelled the run (between attempts).
+    Cancelled {
+        /// When (run clock, ms).
+        at_ms: u64,
+    },
+}
+
+impl Event {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Appended => "appended",
+            Self::AppendRefused => "append_refused",
+            Self::Read { .. } => "read",
+            Self::StoreUnavailable { .. } => "store_unavailable",
+            Self::Written { .. } => "written",
+            Self::Clock { .. } => "clock",
+            Self::Observed(_) => "observed",
+            Self::Reconciled { .. } => "reconciled",
+            Self::Cancelled { .. } => "cancelled",
+        }
+    }
+}
+
+/// A journal the machine appends to: the run's id and the lease generation
+/// its owner holds.
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    /// The run's identifier.
+    pub run_id: Identifier,
+    /// The lease generation the owner appends under.
+    pub lease_generation: u64,
+}
+
+/// How a run is started or resumed.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Unix ms at run clock 0 (a journal's `created_at_epoch_ms`): the fleet
+    /// documents' wall clock is this plus the run clock.
+    pub origin_epoch_ms: u64,
+    /// The run clock now, ms (0 at a start; the reading at a resume).
+    pub now_ms: u64,
+    /// Journal the run (a start) or the journal's owner (a resume).
+    pub journal: Option<JournalOptions>,
+    /// The price schedule usage is charged under.
+    pub price_schedule: Option<Arc<PriceSchedule>>,
+    /// The tokens an attempt reserves (admission limits with a token bucket).
+    pub reserve_tokens: Option<u64>,
+    /// Asks of the receiver about an attempt in doubt (default
+    /// [`DEFAULT_MAX_POLLS`]).
+    pub max_polls: Option<u64>,
+    /// Compare-and-set conflicts in a row before `store_conflict` (default
+    /// [`DEFAULT_MAX_CONFLICTS`]).
+    pub max_conflicts: Option<u64>,
+}

@@ -1,0 +1,125 @@
+//! The fleet store's side of a run: what the machine does with a read
+//! (admit, settle an attempt, free a held slot) and a cancellation that
+//! holds an admission slot.
+
+use super::fleet::{self, Cas, Row};
+use super::{Effect, Machine, ReadFor, Stage, Then};
+use crate::error::{Error, ErrorCode, Result};
+use crate::fleet::{FleetView, FleetWrites};
+
+impl Machine {
+    pub(super) fn on_read(
+        &mut self,
+        mut reads: fleet::Reads,
+        why: ReadFor,
+        conflicts: u64,
+        rows: &[Row],
+        unavailable: bool,
+    ) -> Result<()> {
+        let Some(fleet) = self.session.policy().policy.fleet.clone() else {
+            return Err(Error::new(
+                ErrorCode::AdmissionUnexpected,
+                "a read under a policy without a fleet section",
+            ));
+        };
+        let view = if unavailable {
+            FleetView {
+                store_unavailable: true,
+                ..FleetView::default()
+            }
+        } else {
+            reads.view(rows, self.reserve_tokens)?
+        };
+        let now_epoch = self.epoch(self.now_ms);
+        match why {
+            ReadFor::Admission => {
+                let admitted = self.session.admit(self.now_ms, now_epoch, &view)?;
+                if let Some(until) = admitted.wait_until_epoch_ms {
+                    self.effect = Effect::Sleep {
+                        until_ms: until.saturating_sub(self.origin_epoch_ms),
+                    };
+                    self.stage = Stage::Sleeping(Then::Plan);
+                    return Ok(());
+                }
+                let writes = reads.writes(&fleet, admitted.writes);
+                self.write(reads, why, conflicts, writes, Then::Plan)
+            }
+            ReadFor::Settlement | ReadFor::Release(_) if unavailable => {
+                // Nothing to settle against: the snapshots stay as they are.
+                let then = match why {
+                    ReadFor::Release(at) => Then::Cancel(at),
+                    _ => Then::Log,
+                };
+                self.then(then)
+            }
+            ReadFor::Settlement => {
+                let writes = self.settlement(&reads, &fleet, &view, now_epoch, false)?;
+                self.write(reads, why, conflicts, writes, Then::Log)
+            }
+            ReadFor::Release(at) => {
+                let writes = self.settlement(&reads, &fleet, &view, now_epoch, true)?;
+                self.write(reads, why, conflicts, writes, Then::Cancel(at))
+            }
+        }
+    }
+
+    /// The writes that settle the last attempt (its breaker's record, its
+    /// admission slot freed), or free the slot of the admission held.
+    fn settlement(
+        &self,
+        reads: &fleet::Reads,
+        fleet: &crate::fleet::FleetConfig,
+        view: &FleetView,
+        now_epoch: u64,
+        release_only: bool,
+    ) -> Result<Vec<Cas>> {
+        let release = if release_only {
+            self.planned()?.route_release_sha256
+        } else {
+            match self.session.attempts().attempts.last() {
+                Some(a) => a.route_release_sha256.clone(),
+                None => return Ok(Vec::new()),
+            }
+        };
+        let mut writes = FleetWrites::default();
+        if let (Some(cfg), false) = (&fleet.breaker, release_only) {
+            let s = crate::fleet::breaker_in(cfg, view, &release, now_epoch)?;
+            writes
+                .breakers
+                .push(self.session.breaker_after(&s, now_epoch)?);
+        }
+        if let Some(cfg) = &fleet.admission {
+            let held = if release_only {
+                self.session.admission()
+            } else {
+                self.session
+                    .attempts()
+                    .attempts
+                    .last()
+                    .and_then(|a| a.admission.as_ref())
+            };
+            if held.is_some_and(|a| a.limits.is_some()) {
+                let s = crate::fleet::admission_in(cfg, view, &release, now_epoch)?;
+                writes.admission.push(self.session.admission_release_seen(
+                    &s,
+                    now_epoch,
+                    self.settle.used_tokens,
+                    &self.settle.headers,
+                )?);
+            }
+        }
+        Ok(reads.writes(fleet, writes))
+    }
+
+    pub(super) fn cancel(&mut self, at_ms: u64) -> Result<()> {
+        let holds_slot = self.session.admission().is_some_and(|a| a.limits.is_some());
+        if let (true, Some(f)) = (holds_slot, &self.session.policy().policy.fleet) {
+            let release = self.planned()?.route_release_sha256;
+            let mut reads = fleet::Reads::settlement(f, &release);
+            reads.admission_only();
+            self.read(reads, ReadFor::Release(at_ms), 0);
+            return Ok(());
+        }
+        self.then(Then::Cancel(at_ms))
+    }
+}

@@ -1,0 +1,266 @@
+//! The run machine: the reference run through it reaches the session's
+//! receipt; its layers (fleet, journal) compose; a journaled run crashed at
+//! every journal prefix and resumed never sends an attempt twice without a
+//! reconciliation that said `failed_no_effect`, and every journal and bundle
+//! verifies; bad answers are coded errors that change nothing.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    reason = "tests fail loudly"
+)]
+
+use std::sync::Arc;
+
+use retryledger_core::canonical::{digest_of, to_value};
+use retryledger_core::error::ErrorCode;
+use retryledger_core::machine::script::{play, play_resume, play_start, Script};
+use retryledger_core::machine::{Effect, Event, JournalOptions, Machine, Options};
+use retryledger_core::{compile, journal, lab, verify_bundle, CompiledPolicy};
+use serde_json::{json, Value};
+
+const ORIGIN: u64 = 1_780_000_000_000;
+
+fn policy(edit: impl FnOnce(&mut Value)) -> Arc<CompiledPolicy> {
+    let mut p = lab::reference_policy();
+    edit(&mut p);
+    Arc::new(compile(retryledger_core::decode::from_value(p).unwrap()).unwrap())
+}
+
+fn fleet() -> Value {
+    json!({
+        "breaker": {"consecutive_failures": 2, "half_open_probes": 1, "open_ms": 1_000},
+        "on_store_unavailable": "fail_closed",
+        "retry_budget": {"floor_per_second": 5, "max_tokens": 5, "ratio_permille": 500, "scope": "s"}
+    })
+}
+
+/// The reference run's outcomes as a script: 429 with a 250 ms hint, 503,
+/// then a success on the fallback (times as the lab's).
+fn reference_script() -> Script {
+    let bundle = lab::reference_bundle().unwrap();
+    let mut attempts = Vec::new();
+    let mut at = 0;
+    for a in &bundle.attempts.attempts {
+        assert!(a.started_at_ms >= at);
+        let facts = if a.outcome == retryledger_core::Outcome::Success {
+            json!({"result": "returned"})
+        } else {
+            json!({"result": "raised", "outcome": to_value(&a.outcome)})
+        };
+        attempts.push(json!({
+            "after_ms": a.completed_at_ms - a.started_at_ms,
+            "cost": a.cost,
+            "facts": facts,
+        }));
+        at = a.completed_at_ms;
+    }
+    Script {
+        attempts,
+        ..Script::default()
+    }
+}
+
+/// The receipt digest the journal's `terminal` event holds.
+fn sealed_receipt(events: &[journal::JournalEvent]) -> Option<String> {
+    match &events.last()?.payload {
+        journal::Payload::Terminal(end) => Some(end.receipt_sha256.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+fn options(journal: bool) -> Options {
+    Options {
+        origin_epoch_ms: ORIGIN,
+        journal: journal.then(|| JournalOptions {
+            run_id: retryledger_core::ids::Identifier::parse("run-1").unwrap(),
+            lease_generation: 1,
+        }),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn the_reference_run_through_the_machine_is_the_sessions_receipt() {
+    let cp = policy(|_| {});
+    let played = play_start(&cp, options(false), &reference_script()).unwrap();
+    assert!(played.error.is_none(), "{:?}", played.error);
+    let mut m = Machine::start(Arc::clone(&cp), options(false)).unwrap();
+    for e in &played.events {
+        m.answer(e.clone()).unwrap();
+    }
+    assert!(matches!(m.next(), Effect::Done { .. }));
+    let bundle = m.seal().unwrap();
+    // The machine starts each attempt at its earliest start, as the lab does.
+    let reference = lab::reference_bundle().unwrap();
+    assert_eq!(digest_of(&bundle.receipt), digest_of(&reference.receipt));
+    verify_bundle(&bundle).unwrap();
+}
+
+#[test]
+fn a_journaled_run_writes_two_appends_per_attempt_and_verifies() {
+    let cp = policy(|_| {});
+    let played = play_start(&cp, options(true), &reference_script()).unwrap();
+    assert!(played.error.is_none(), "{:?}", played.error);
+    let appends = played
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Appended))
+        .count();
+    // created+decided, then per attempt reserved+dispatched and observed+decided, then terminal.
+    assert_eq!(appends, 1 + 2 * 3 + 1);
+    journal::verify(&cp, &played.journal).unwrap();
+    let reference = lab::reference_bundle().unwrap();
+    assert_eq!(
+        sealed_receipt(&played.journal),
+        Some(digest_of(&reference.receipt))
+    );
+}
+
+#[test]
+fn fleet_and_journal_compose_and_a_resumed_run_admits_again() {
+    let cp = policy(|p| p["fleet"] = fleet());
+    let full = play_start(&cp, options(true), &reference_script()).unwrap();
+    assert!(full.error.is_none(), "{:?}", full.error);
+    journal::verify(&cp, &full.journal).unwrap();
+    // Every dispatched event records its admission.
+    let admitted = full
+        .journal
+        .iter()
+        .filter(|e| e.payload.kind() == journal::EventKind::Dispatched)
+        .count();
+    assert_eq!(admitted, 3);
+    // The breaker of the primary was written back (two failures open it).
+    let breaker_key = full
+        .store
+        .keys()
+        .find(|k| k.starts_with("breaker/"))
+        .cloned()
+        .unwrap();
+    assert!(full.store[&breaker_key].1 >= 1);
+}
+
+/// Crash a journaled run after every number of appends and resume it
+/// (reconciling an attempt in doubt as `failed_no_effect`): the run always
+/// finishes, its journal verifies, and an attempt is sent again only after
+/// such a reconciliation.
+fn crash_everywhere(cp: &Arc<CompiledPolicy>, script: &Script) {
+    let full = play_start(cp, options(true), script).unwrap();
+    assert!(full.error.is_none(), "{:?}", full.error);
+    let total = full
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Appended))
+        .count() as u64;
+    for k in 0..=total {
+        let crashed = play_start(
+            cp,
+            options(true),
+            &Script {
+                crash_after_appends: Some(k),
+                ..script.clone()
+            },
+        )
+        .unwrap();
+        assert!(crashed.error.is_none(), "crash at {k}: {:?}", crashed.error);
+        if k == total {
+            assert!(!crashed.crashed);
+            continue;
+        }
+        assert!(crashed.crashed, "crash at {k}");
+        journal::verify(cp, &crashed.journal).unwrap();
+        // The new owner: a higher lease; the dispatches left to do, and a
+        // receiver that says the attempt in doubt had no effect.
+        let sent = crashed
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Observed(_)))
+            .count();
+        let in_doubt = crashed
+            .journal
+            .last()
+            .is_some_and(|e| e.payload.kind() == journal::EventKind::Dispatched);
+        let skip = sent + usize::from(in_doubt);
+        let rest = Script {
+            attempts: script.attempts[skip.min(script.attempts.len())..].to_vec(),
+            reconcile: vec![json!({"answer": "failed_no_effect"})],
+            store: crashed
+                .store
+                .iter()
+                .map(|(k, (d, _))| (k.clone(), d.clone()))
+                .collect(),
+            ..Script::default()
+        };
+        let mut opts = options(true);
+        opts.journal.as_mut().unwrap().lease_generation = 2;
+        opts.now_ms = crashed.now_ms;
+        let resumed = play_resume(cp, opts, crashed.journal.clone(), &rest).unwrap();
+        assert!(
+            resumed.error.is_none(),
+            "resume at {k}: {:?}",
+            resumed.error
+        );
+        assert!(!resumed.crashed);
+        journal::verify(cp, &resumed.journal).unwrap();
+        assert!(sealed_receipt(&resumed.journal).is_some(), "resume at {k}");
+        // Every attempt sent again follows a `failed_no_effect` answer.
+        let reconciled = resumed
+            .journal
+            .iter()
+            .filter_map(|e| match &e.payload {
+                journal::Payload::Observed { attempt } => attempt.reconciled,
+                _ => None,
+            })
+            .count();
+        assert_eq!(reconciled, usize::from(in_doubt), "resume at {k}");
+    }
+}
+
+#[test]
+fn a_journaled_run_crashed_at_every_prefix_resumes_to_a_verified_end() {
+    crash_everywhere(&policy(|_| {}), &reference_script());
+}
+
+#[test]
+fn a_journaled_fleet_run_crashed_at_every_prefix_resumes_to_a_verified_end() {
+    crash_everywhere(&policy(|p| p["fleet"] = fleet()), &reference_script());
+}
+
+#[test]
+fn an_answer_to_an_effect_not_asked_is_unexpected_and_changes_nothing() {
+    let cp = policy(|_| {});
+    let mut m = Machine::start(cp, options(true)).unwrap();
+    let before = m.next().clone();
+    assert!(matches!(before, Effect::Append { .. }));
+    for bad in [
+        Event::Clock { now_ms: 5 },
+        Event::Written { written: 1 },
+        Event::Cancelled { at_ms: 0 },
+    ] {
+        let e = m.answer(bad).unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnexpectedEvent);
+        assert_eq!(m.next(), &before);
+    }
+    m.answer(Event::Appended).unwrap();
+    // A clock that goes back is refused.
+    let mut m2 = Machine::start(policy(|_| {}), options(false)).unwrap();
+    let Effect::Dispatch { .. } = m2.next() else {
+        panic!("the first attempt is dispatched at once")
+    };
+    let played = play(&mut m2, &reference_script(), Vec::new());
+    assert!(played.error.is_none());
+}
+
+#[test]
+fn a_refused_append_loses_the_run() {
+    let cp = policy(|_| {});
+    let mut m = Machine::start(cp, options(true)).unwrap();
+    let e = m.answer(Event::AppendRefused).unwrap_err();
+    assert_eq!(e.code, ErrorCode::JournalStaleLease);
+    assert_eq!(
+        m.answer(Event::Appended).unwrap_err().code,
+        ErrorCode::UnexpectedEvent
+    );
+}
