@@ -11,7 +11,8 @@ BENCH_TARGETS += bench-core
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := decode_policy decode_attempts decode_bundle decode_observation \
 	retry_after plan_next evaluate verify_bundle digest \
-	judge request build_policy price_cost provider_body journal idempotency admission_observe repair_chain
+	judge request build_policy price_cost provider_body journal idempotency admission_observe repair_chain \
+	machine
 PROPERTY_CASES ?= 10000
 
 .PHONY: vectors vectors-check properties fuzz fuzz-setup bench-core
@@ -25,7 +26,7 @@ vectors-check: ## The committed vectors are exactly what the core generates.
 	diff -r tests/vectors "$$tmp/vectors" && echo "vectors: no difference"
 
 properties: ## Property tests, PROPERTY_CASES cases per property, in release.
-	RETRYLEDGER_PROPERTY_CASES=$(PROPERTY_CASES) $(CARGO) test -q --release -p retryledger-core --features lab --test properties --test over_cap --test provider --test journal_properties --test ratelimit
+	RETRYLEDGER_PROPERTY_CASES=$(PROPERTY_CASES) $(CARGO) test -q --release -p retryledger-core --features lab --test properties --test over_cap --test provider --test journal_properties --test ratelimit --test machine
 
 fuzz-setup:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal

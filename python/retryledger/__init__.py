@@ -89,6 +89,7 @@ from ._stream import (
 from .fleet import Fleet, request_token_bound
 from .hedge import HedgeSession, run_hedged_async
 from . import journal
+from .machine import machine_transcript
 from .journal import (
     JournalWriter,
     idempotency_claim,
@@ -166,6 +167,7 @@ __all__ = [
     "next_repair",
     "verify_repair_chain",
     "journal",
+    "machine_transcript",
     "JournalWriter",
     "journal_append",
     "journal_classify",

@@ -804,6 +804,25 @@ impl PolicyArg<'_> {
     }
 }
 
+/// `machine_transcript`: the run machine started under `options` (or, with
+/// `journal`, resumed from it) and fed `events`, as JSON (docs/COMPOSITION.md).
+#[pyfunction]
+#[pyo3(signature = (policy, options, journal, events))]
+fn machine_transcript(
+    policy: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyAny>,
+    journal: Option<&Bound<'_, PyAny>>,
+    events: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let journal = journal.map(text).transpose()?;
+    lift(api::machine_transcript(
+        &text(policy)?,
+        &text(options)?,
+        journal.as_deref(),
+        &text(events)?,
+    ))
+}
+
 /// `journal_verify`: what the replay of a journal (JSON array of events) found, as JSON.
 #[pyfunction]
 fn journal_verify(policy: &Bound<'_, PyAny>, events: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1898,6 +1917,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(admission_admit, m)?)?;
     m.add_function(wrap_pyfunction!(admission_release, m)?)?;
     m.add_function(wrap_pyfunction!(admission_observe, m)?)?;
+    m.add_function(wrap_pyfunction!(machine_transcript, m)?)?;
     m.add_function(wrap_pyfunction!(journal_verify, m)?)?;
     m.add_function(wrap_pyfunction!(journal_recover, m)?)?;
     m.add_function(wrap_pyfunction!(journal_append, m)?)?;

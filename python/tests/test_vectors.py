@@ -20,6 +20,7 @@ VECTORS = ROOT / "tests" / "vectors"
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "tables.json")
 
 OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
+    "machine": lambda i: retryledger.machine_transcript(i["policy"], i["options"], i.get("journal"), i["events"]),
     "validate_policy": lambda i: retryledger.validate_policy(i["policy"]),
     "plan_next": lambda i: retryledger.plan_next(i["policy"], i["attempts"]),
     "evaluate": lambda i: retryledger.evaluate(i["policy"], i["attempts"]),
@@ -248,11 +249,6 @@ def _cases() -> List[Tuple[str, Dict[str, Any]]]:
         assert doc["schema"] == "retryledger.vectors.v1", path
         for case in doc["cases"]:
             if case["op"] == "drive":
-                continue
-            # Run machine transcripts (composition.json) are replayed by the
-            # core (core/tests/vectors.rs); the package binds the machine with
-            # its one loop (docs/COMPOSITION.md, "Where it stands").
-            if case["op"] == "machine":
                 continue
             cases.append((f"{path.stem}:{case['name']}", case))
     return cases

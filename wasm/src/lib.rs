@@ -349,6 +349,23 @@ pub fn idempotency_key_sha256(
     ))
 }
 
+/// `machineTranscript`: the run machine started under `options` (or, with
+/// `journal`, resumed from it) and fed `events` (docs/COMPOSITION.md).
+#[wasm_bindgen]
+pub fn machine_transcript(
+    policy: &str,
+    options: &str,
+    journal: Option<String>,
+    events: &str,
+) -> Out<String> {
+    lift(api::machine_transcript(
+        policy,
+        options,
+        journal.as_deref(),
+        events,
+    ))
+}
+
 /// `journalVerify`: what the replay of a journal (a JSON array of events) found.
 #[wasm_bindgen]
 pub fn journal_verify(policy: &str, events: &str) -> Out<String> {

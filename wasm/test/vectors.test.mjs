@@ -93,6 +93,8 @@ function run(op, input) {
       return hedgeSession(input.policy, input.script);
     case "job_session":
       return streamSession(input.policy, input.script, undefined, true);
+    case "machine":
+      return rl.machineTranscript(input.policy, input.options, input.journal, input.events);
     case "journal_verify":
       return rl.journalVerify(input.policy, input.events);
     case "journal_recover":
@@ -321,10 +323,6 @@ for (const file of files) {
     for (const c of doc.cases) {
       // Driver scripts (op `drive`) replay in drivers.test.mjs.
       if (c.op === "drive") continue;
-      // Run machine transcripts (op `machine`, composition.json) are replayed
-      // by the core (core/tests/vectors.rs); the package binds the machine
-      // with its one loop (docs/COMPOSITION.md, "Where it stands").
-      if (c.op === "machine") continue;
       await t.test(c.name, async () => {
         if ("ok" in c.expect) {
           const got = await run(c.op, c.input);

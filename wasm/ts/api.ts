@@ -101,6 +101,7 @@ export {
   type Completion,
   type Claim,
 } from "./journal.js";
+export { machineTranscript, type MachineEffect, type MachineEvent, type MachineTranscript } from "./machine.js";
 export {
   runJournaled,
   resumeJournaled,

@@ -33,6 +33,8 @@
 //! the owner has lost its run (`journal_stale_lease`) and the machine stays
 //! failed.
 
+#[cfg(feature = "lab")]
+pub mod arbitrary;
 mod codec;
 pub mod fleet;
 mod protocol;

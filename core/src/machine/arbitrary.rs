@@ -1,0 +1,336 @@
+//! The run machine driven by arbitrary bytes (the `lab` feature): what the
+//! fuzz target `machine` and a property test run. The bytes choose a policy
+//! (plain, a fleet with breaker, budget and limits, a tentative stream, both;
+//! journaled or not) and then, one byte at a time, the host's answer: most
+//! often a plausible one (a store that keeps its registers, a clock that
+//! moves on, an observation with a status), sometimes any event at all, and
+//! sometimes a crash after which a new owner resumes from any prefix of the
+//! journal written so far.
+//!
+//! What must hold for any input: every refused answer is a coded error; a
+//! machine that is done seals a bundle that verifies; the journal written
+//! verifies; a resume of any journal prefix starts or fails with a code. A
+//! violation is returned as a finding.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::{Effect, Event, JournalOptions, Machine, Observation, Options, Row};
+use crate::canonical::to_value;
+use crate::error::{Error, ErrorCode};
+use crate::ids::Identifier;
+use crate::journal::{self, AnswerKind, JournalEvent};
+use crate::observe::{Facts, Returned};
+use crate::policy::CompiledPolicy;
+use crate::receipt::verify_bundle;
+
+/// The policies the bytes choose from.
+fn policies() -> Vec<Arc<CompiledPolicy>> {
+    let fleet = json!({"admission": {"max_in_flight": 2, "max_queue_ms": 1_000, "request_burst": 2,
+            "requests_per_second": 10},
+        "breaker": {"consecutive_failures": 2, "half_open_probes": 1, "open_ms": 1_000},
+        "on_store_unavailable": "fail_open",
+        "retry_budget": {"floor_per_second": 5, "max_tokens": 5, "ratio_permille": 500, "scope": "s"}});
+    let stream = json!({"first_byte_timeout_ms": 1_000, "idle_timeout_ms": 500,
+        "max_response_bytes": 65_536, "mode": "tentative"});
+    let mut out = Vec::new();
+    for (f, s) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut p = crate::lab::reference_policy();
+        if let Value::Object(m) = &mut p {
+            if f {
+                m.insert("fleet".into(), fleet.clone());
+            }
+            if s {
+                m.insert("stream".into(), stream.clone());
+            }
+        }
+        if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
+            out.push(Arc::new(cp));
+        }
+    }
+    out
+}
+
+/// Reads bytes one at a time (0 once they run out).
+struct Bytes<'a>(std::slice::Iter<'a, u8>);
+
+impl Bytes<'_> {
+    fn next(&mut self) -> Option<u8> {
+        self.0.next().copied()
+    }
+    fn byte(&mut self) -> u8 {
+        self.next().unwrap_or(0)
+    }
+}
+
+fn options(journal: bool, lease: u64, now_ms: u64) -> Options {
+    Options {
+        origin_epoch_ms: 1_780_000_000_000,
+        now_ms,
+        journal: journal
+            .then(|| Identifier::parse("run-arbitrary").ok())
+            .flatten()
+            .map(|run_id| JournalOptions {
+                run_id,
+                lease_generation: lease,
+            }),
+        ..Options::default()
+    }
+}
+
+const TEXT: [&str; 3] = ["The incident", " began", " at 09:14."];
+
+/// An observation chosen by a byte: returned, a status, a timeout or a cut
+/// stream; its stream facts agree with its deltas when `stream`.
+fn observed(b: u8, after: u8, now: u64, stream: bool) -> Observation {
+    let mut facts = Facts::raised();
+    let statuses = [429, 503, 400, 408, 500, 409, 422];
+    let pick = usize::from(b % 10);
+    let mut delivered = 0usize;
+    match pick {
+        0..=2 => {
+            facts = Facts::returned();
+            delivered = TEXT.len();
+        }
+        3 => facts.transport_error = Some(crate::observe::Signal::Timeout),
+        4 => delivered = 1,
+        _ => facts.status = statuses.get(pick.saturating_sub(5)).copied(),
+    }
+    if b & 0x80 != 0 {
+        facts.headers = vec![("retry-after".into(), "1".into())];
+    }
+    let deltas: Vec<String> = if stream {
+        TEXT.iter()
+            .take(delivered)
+            .map(|s| (*s).to_owned())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if stream && (facts.result == Returned::Returned || delivered > 0 || b & 0x40 != 0) {
+        let bytes: usize = deltas.iter().map(String::len).sum();
+        facts.stream = crate::decode::from_value(json!({
+            "bytes": bytes, "events": deltas.len(),
+            "terminal_event": facts.result == Returned::Returned,
+            "usage_event": facts.result == Returned::Returned,
+        }))
+        .ok();
+    }
+    if b & 0x20 != 0 && facts.result == Returned::Returned {
+        let check: Option<crate::output::OutputCheck> = crate::decode::from_value(json!({
+            "defects": [{"message": "empty"}], "kind": "empty",
+            "validator": "builtin.empty", "verdict": "defects"}))
+        .ok();
+        facts.output_checks = check.into_iter().collect();
+    }
+    Observation {
+        completed_at_ms: now.saturating_add(u64::from(after)),
+        deltas,
+        facts: Some(facts),
+        ..Observation::default()
+    }
+}
+
+/// Any event at all, chosen by the bytes.
+fn any_event(b: u8, bytes: &mut Bytes<'_>, now: u64) -> Event {
+    let x = u64::from(bytes.byte());
+    match b % 9 {
+        0 => Event::Appended,
+        1 => Event::AppendRefused,
+        2 => Event::Read {
+            now_ms: now.saturating_add(x),
+            rows: (0..x % 4)
+                .map(|g| Row {
+                    document: (g % 2 == 0).then(|| json!({"schema": "retryledger.breaker.v1"})),
+                    generation: g,
+                })
+                .collect(),
+        },
+        3 => Event::StoreUnavailable {
+            now_ms: now.saturating_sub(x),
+        },
+        4 => Event::Written { written: x % 4 },
+        5 => Event::Clock {
+            now_ms: now.saturating_add(x).saturating_sub(128),
+        },
+        6 => Event::Observed(Box::new(observed(
+            bytes.byte(),
+            bytes.byte(),
+            now,
+            x % 2 == 0,
+        ))),
+        7 => Event::Reconciled {
+            answer: [
+                AnswerKind::Succeeded,
+                AnswerKind::FailedNoEffect,
+                AnswerKind::InProgress,
+                AnswerKind::Unknown,
+            ]
+            .get(usize::try_from(x % 4).unwrap_or(0))
+            .copied()
+            .unwrap_or(AnswerKind::Unknown),
+            at_ms: now.saturating_add(x),
+            cost: None,
+        },
+        _ => Event::Cancelled { at_ms: now },
+    }
+}
+
+/// A refused answer must carry a known code and a JSON Pointer.
+fn coded(e: &Error) -> Result<(), String> {
+    if !ErrorCode::ALL.contains(&e.code) {
+        return Err(format!("an unknown code {:?}", e.code));
+    }
+    if e.path
+        .as_ref()
+        .is_some_and(|p| !p.is_empty() && !p.starts_with('/'))
+    {
+        return Err(format!("a path that is not a JSON Pointer: {:?}", e.path));
+    }
+    Ok(())
+}
+
+/// What a drive reached, so a test can show the checks are not vacuous.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reached {
+    /// The machine was done: its bundle sealed and verified.
+    pub done: bool,
+    /// Resumes from a journal prefix.
+    pub resumed: u32,
+    /// Answers refused with a code.
+    pub refused: u32,
+}
+
+/// Drive a machine with `data`; a finding (a property violated) is the error.
+pub fn drive(data: &[u8]) -> Result<Reached, String> {
+    let mut reached = Reached::default();
+    let mut bytes = Bytes(data.iter());
+    let first = bytes.byte();
+    let all = policies();
+    let Some(cp) = all.get(usize::from(first % 4)).cloned() else {
+        return Err("a policy of the set does not compile".into());
+    };
+    let journaled = first & 0x10 != 0;
+    let stream = cp.policy.stream.is_some();
+    let mut lease = 1;
+    let mut m = match Machine::start(Arc::clone(&cp), options(journaled, lease, 0)) {
+        Ok(m) => m,
+        Err(e) => return coded(&e).map(|()| reached),
+    };
+    let mut log: Vec<JournalEvent> = Vec::new();
+    let mut store: BTreeMap<String, (Value, u64)> = BTreeMap::new();
+    let mut now = 0u64;
+    let mut steps = 0u32;
+    while let Some(b) = bytes.next() {
+        steps = steps.saturating_add(1);
+        if steps > 4_096 || m.next().is_done() {
+            break;
+        }
+        // A crash: a new owner resumes from a prefix of the journal.
+        if b == 0xFF && journaled {
+            let cut = usize::from(bytes.byte())
+                .checked_rem(log.len().saturating_add(1))
+                .unwrap_or(0);
+            log.truncate(cut);
+            lease = lease.saturating_add(1);
+            match Machine::resume(Arc::clone(&cp), &log, options(true, lease, now)) {
+                Ok(r) => m = r,
+                Err(e) => return coded(&e).map(|()| reached),
+            }
+            reached.resumed = reached.resumed.saturating_add(1);
+            continue;
+        }
+        let effect = m.next().clone();
+        let event = if b % 8 == 7 {
+            any_event(bytes.byte(), &mut bytes, now)
+        } else {
+            match effect.clone() {
+                Effect::Done { .. } => break,
+                Effect::Append { .. } => {
+                    if b % 32 == 1 {
+                        Event::AppendRefused
+                    } else {
+                        Event::Appended
+                    }
+                }
+                Effect::Read { keys } => {
+                    if b % 16 == 3 {
+                        Event::StoreUnavailable { now_ms: now }
+                    } else {
+                        let rows = keys
+                            .iter()
+                            .map(|k| match store.get(k) {
+                                Some((d, g)) => Row {
+                                    document: Some(d.clone()),
+                                    generation: *g,
+                                },
+                                None => Row {
+                                    document: None,
+                                    generation: 0,
+                                },
+                            })
+                            .collect();
+                        Event::Read { now_ms: now, rows }
+                    }
+                }
+                Effect::Write { writes } => {
+                    let mut written = 0u64;
+                    for w in &writes {
+                        let g = store.get(&w.key).map_or(0, |(_, g)| *g);
+                        if g != w.expected_generation || b % 16 == 5 {
+                            break;
+                        }
+                        store.insert(w.key.clone(), (to_value(&w.document), g.saturating_add(1)));
+                        written = written.saturating_add(1);
+                    }
+                    Event::Written { written }
+                }
+                Effect::Sleep { until_ms } => {
+                    if b % 16 == 9 {
+                        Event::Cancelled { at_ms: now }
+                    } else {
+                        now = now.max(until_ms);
+                        Event::Clock { now_ms: now }
+                    }
+                }
+                Effect::Dispatch { .. } => {
+                    let obs = observed(bytes.byte(), bytes.byte(), now, stream);
+                    now = obs.completed_at_ms;
+                    Event::Observed(Box::new(obs))
+                }
+                Effect::Reconcile { .. } => any_event(7, &mut bytes, now),
+            }
+        };
+        let appended = matches!(event, Event::Appended);
+        match m.answer(event) {
+            Ok(_) => {
+                now = now.max(m.now_ms());
+                // The events of an append answered `appended` are durable.
+                if let (true, Effect::Append { events }) = (appended, effect) {
+                    log.extend(events);
+                }
+            }
+            Err(e) => {
+                coded(&e)?;
+                reached.refused = reached.refused.saturating_add(1);
+                if e.code == ErrorCode::JournalStaleLease {
+                    return Ok(reached);
+                }
+            }
+        }
+    }
+    if m.next().is_done() {
+        let bundle = m
+            .seal()
+            .map_err(|e| format!("a done machine does not seal: {e:?}"))?;
+        verify_bundle(&bundle).map_err(|e| format!("a sealed bundle does not verify: {e:?}"))?;
+        reached.done = true;
+    }
+    if journaled {
+        journal::verify(&cp, &log)
+            .map_err(|e| format!("the journal written does not verify: {e:?}"))?;
+    }
+    Ok(reached)
+}

@@ -1,0 +1,57 @@
+/**
+ * The run machine of the core (docs/COMPOSITION.md): one sans-I/O loop for a
+ * whole run, effects out and events in. A host asks for the next effect
+ * (`append`, `read`, `write`, `sleep`, `dispatch`, `reconcile`, `done`) and
+ * answers it with one event; the fleet, the journal, streams and output
+ * checks are layers of it.
+ *
+ * `machineTranscript` replays a recorded sequence of events: the effects the
+ * machine asked for, where it ended, and the first event it refused.
+ */
+
+import { call, toText, type Input, type RawBindings } from "./core.js";
+
+/** An effect the machine asks of its host, tagged by `kind`. */
+export type MachineEffect = { kind: "append" | "read" | "write" | "sleep" | "dispatch" | "reconcile" | "done" } & Record<string, unknown>;
+
+/** An event a host answers an effect with, tagged by `kind`. */
+export type MachineEvent = {
+  kind: "appended" | "append_refused" | "read" | "store_unavailable" | "written" | "clock" | "observed" | "reconciled" | "cancelled";
+} & Record<string, unknown>;
+
+/** What a replay of events found. */
+export interface MachineTranscript {
+  /** The effect outstanding before each event, then after the last. */
+  effects: MachineEffect[];
+  /** How the run ended, once the machine is done. */
+  terminal?: string;
+  /** The sealed receipt's digest, once done. */
+  receipt_sha256?: string;
+  /** The sealed bundle's digest, once done. */
+  bundle_sha256?: string;
+  /** The first event refused (`event`: its index; `null` at the start). */
+  error?: { code: string; event: number | null; path?: string };
+}
+
+/** The module's machine calls (JSON text in and out). */
+interface MachineBindings {
+  machine_transcript(policy: string, options: string, journal: string | undefined, events: string): string;
+}
+
+/**
+ * The machine started under `options` (or, with `journal`, resumed from its
+ * events) and fed `events`. Malformed input throws a coded error; a refused
+ * event is part of the answer.
+ */
+export function machineTranscript(
+  policy: Input<object>,
+  options: Input<object>,
+  journal: Input<readonly object[]> | undefined,
+  events: Input<readonly MachineEvent[]>,
+): MachineTranscript {
+  const p = toText(policy);
+  const o = toText(options);
+  const j = journal === undefined ? undefined : toText(journal);
+  const e = toText(events);
+  return JSON.parse(call((b: RawBindings) => (b as unknown as MachineBindings).machine_transcript(p, o, j, e))) as MachineTranscript;
+}
