@@ -44,3 +44,4 @@ fuzz: fuzz-setup ## Each fuzz target for FUZZ_SECONDS seconds (default 60), seed
 
 bench-core: ## Criterion benchmarks of the core.
 	$(CARGO) bench -p retryledger-core --features lab --bench core
+	$(CARGO) bench -p retryledger-core --features lab --bench machine
