@@ -471,11 +471,10 @@ fn a_resumed_session_refuses_a_used_session_a_broken_journal_and_a_fleet() {
     assert_eq!(e.code, ErrorCode::JournalSeqGap);
     assert!(fresh.attempts().attempts.is_empty());
 
-    // A stream policy, as the vectors hold it, is refused; a fleet policy
-    // resumes (its next attempt is admitted again).
+    // A fleet policy and a stream policy, as the vectors hold them.
     for (file, code) in [
-        ("fleet.json", None),
-        ("stream.json", Some(ErrorCode::InvalidStreamContract)),
+        ("fleet.json", ErrorCode::AdmissionUnexpected),
+        ("stream.json", ErrorCode::InvalidStreamContract),
     ] {
         let path = format!("{}/../tests/vectors/{file}", env!("CARGO_MANIFEST_DIR"));
         let vectors: serde_json::Value =
@@ -489,6 +488,6 @@ fn a_resumed_session_refuses_a_used_session_a_broken_journal_and_a_fleet() {
             .to_owned();
         let cp = Arc::new(retryledger_core::api::compile_policy(&text).unwrap());
         let mut s = Session::start(cp);
-        assert_eq!(s.resume_journal(&[]).err().map(|e| e.code), code, "{file}");
+        assert_eq!(s.resume_journal(&[]).unwrap_err().code, code, "{file}");
     }
 }

@@ -236,7 +236,7 @@ impl Machine {
         if let Some(s) = &options.price_schedule {
             session.set_price_schedule(Arc::clone(s))?;
         }
-        writer.resume(&mut session)?;
+        session.resume_admitting(writer.replayed().clone())?;
         let max_polls = options.max_polls.unwrap_or(DEFAULT_MAX_POLLS);
         let mut reserved = false;
         let stage = match writer.recover(None)? {
@@ -517,7 +517,7 @@ impl Machine {
                 if let Some(s) = &self.schedule {
                     session.set_price_schedule(Arc::clone(s))?;
                 }
-                writer.resume(&mut session)?;
+                session.resume_admitting(writer.replayed().clone())?;
                 self.session = session;
                 Stage::Plan
             }
