@@ -33,6 +33,7 @@ U64_MAX = (1 << 64) - 1
 MAX_ATTEMPTS = 10_000
 MAX_POLLS = 10_000
 RUNNING = ("queued", "in_progress")
+MAX_IN_PROGRESS = 5  # in_progress answers in a row (docs/REPLAY.md section 5)
 
 # --------------------------------------------------------------- digests ---
 
@@ -277,6 +278,8 @@ class Run:
         self.finished_at_ms = 0
         self.bodies = {}  # route priority -> the first request body digest (or None)
         self.injected = 0  # attempts marked injected_fault
+        self.in_progress = 0  # in_progress answers in a row
+        self.pinned = None  # the priority of the route that answered in_progress
         # An async job (section 8): the accepted job's digest, counts, last status.
         self.job = None
         if "async_job" in self.p:
@@ -453,6 +456,8 @@ class Run:
             nxt, nxt_ord = priority, route_ordinal + 1
         else:
             nxt, nxt_ord = priority + 1, 1
+        if self.pinned is not None and nxt != priority:
+            return terminal("stop_route_exhausted")  # never leave a route that answered in_progress
         if nxt >= len(self.cp["routes"]):
             return terminal("stop_retry_after" if leave else "stop_route_exhausted")
         if leave:
@@ -557,6 +562,10 @@ class Run:
             entry["reconciled"] = a["reconciled"]
         self.schedule.append(entry)
         cls = a["outcome"]["class"]
+        asked = cls == "retryable" and a["outcome"]["kind"] == "in_progress"
+        self.in_progress = self.in_progress + 1 if asked else 0
+        if asked and self.pinned is None:
+            self.pinned = priority
         judged = self.judge_job(a)  # the job accounts every attempt
         if (a.get("job") or {}).get("kind") == "cancel":
             self.next = judged  # whenever it completes
@@ -572,10 +581,27 @@ class Run:
             self.next = terminal("stop_non_retryable")
         elif cls == "indeterminate":
             self.next = terminal("stop_indeterminate")
+        elif asked:
+            self.next = self.plan_in_progress(priority, d["route_ordinal"], a["completed_at_ms"],
+                                              a["outcome"].get("retry_after_ms"))
         else:
             hint = a["outcome"].get("retry_after_ms")
             self.next = self.plan_after(priority, d["route_ordinal"], a["completed_at_ms"], hint)
+            if self.pinned is not None and self.next["kind"] == "terminal":
+                self.next = terminal("stop_indeterminate")
         self.plan_cancel(a["completed_at_ms"])
+
+    def plan_in_progress(self, priority, route_ordinal, completed, hint):
+        # Ask again on the same route whatever its bound; the hint is always
+        # clamped to the cap; whatever bound refuses, the terminal is
+        # stop_indeterminate.
+        p = self.p
+        if self.in_progress >= MAX_IN_PROGRESS or self.count >= p["max_total_attempts"]:
+            return terminal("stop_indeterminate")
+        latest = max(p["deadline_ms"] - 1 - completed, 0)
+        d = next_delay(p, route_ordinal, hint, self.last_sample, self.count + 1, latest)
+        out = self.admit(priority, route_ordinal + 1, min(completed + d["delay_ms"], U64_MAX), d)
+        return terminal("stop_indeterminate") if out["kind"] == "terminal" else out
 
     def cancel(self, at):
         if self.next["kind"] == "terminal":

@@ -196,7 +196,7 @@ pub enum Health {
     /// The route is unhealthy (timeout before response, unavailable, rate limited).
     Unhealthy,
     /// Says nothing about the route (the caller's invalid request, an
-    /// indeterminate outcome, a refusal by policy).
+    /// indeterminate outcome, a refusal by policy, a request in progress).
     Neutral,
 }
 
@@ -218,7 +218,13 @@ impl Health {
                     | RetryableKind::RateLimited,
                 ..
             } => Self::Unhealthy,
-            Outcome::NonRetryable { .. } | Outcome::Indeterminate { .. } => Self::Neutral,
+            // A receiver still running the first request is working.
+            Outcome::Retryable {
+                kind: RetryableKind::InProgress,
+                ..
+            }
+            | Outcome::NonRetryable { .. }
+            | Outcome::Indeterminate { .. } => Self::Neutral,
         }
     }
 }

@@ -9,6 +9,15 @@
 //! one exception: the planned cancel of an async job the run would leave
 //! running ([`crate::job`]) may start at or after the deadline, and its
 //! decision is the terminal that planned it.
+//!
+//! A retryable `in_progress` answer (a 409 with a hint to a keyed request:
+//! the receiver still runs the first request) is asked again on the same
+//! route, whatever its per-route bound, never on another route; at most
+//! [`MAX_IN_PROGRESS`] such answers in a row, and when no ask fits (that
+//! bound, total attempts, cost, deadline) the run stops `stop_indeterminate`.
+//! The run never leaves that route afterwards: a later retryable failure
+//! that cannot be retried on it (its bound, total attempts, cost, deadline)
+//! stops `stop_indeterminate` as well.
 
 use crate::attempt::{Attempt, Attempts};
 use serde_json::Value;
@@ -19,11 +28,19 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::{BudgetUse, FleetStop, FleetSummary, OnStoreUnavailable, StopReason};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::job::{JobKind, JobState, JobStep};
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, RetryableKind};
 use crate::policy::{CompiledPolicy, OverCap};
 use crate::receipt::{Receipt, ReceiptSchema, RouteCount, ScheduleEntry};
 use crate::schedule::{next_delay, Delay, JitterDraw};
 use crate::stream::{Continuation, StreamAction, Streaming};
+
+/// Most `in_progress` answers in a row in one run. After this many, the
+/// run stops `stop_indeterminate`: the first request's effect is unknown, as
+/// after a reconciliation whose polls ran out (the journaled drivers ask 5
+/// times by default). The run's total attempts, cost reservation and deadline
+/// bound the asks as well; whichever ends them, the terminal is
+/// `stop_indeterminate`.
+pub const MAX_IN_PROGRESS: u64 = 5;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -364,6 +381,11 @@ pub(crate) struct Run {
     hedge_reserved: u64,
     /// The async job's state, when the policy has an `async_job` section.
     job: Option<JobState>,
+    /// The `in_progress` answers in a row of the last attempts.
+    in_progress: u64,
+    /// The route (by priority) that answered `in_progress`: the run never
+    /// leaves it, since its receiver holds the first request's effect.
+    pinned: Option<usize>,
 }
 
 /// Whether an attempt's request body is compared with its route's first: it
@@ -407,6 +429,8 @@ impl Run {
                 .map(|_| crate::hedge::HedgeSummary::default()),
             hedge_reserved: 0,
             job: cp.policy.async_job.as_ref().map(|_| JobState::new(cp)),
+            in_progress: 0,
+            pinned: None,
         };
         let first = Delay {
             delay_ms: 0,
@@ -507,6 +531,13 @@ impl Run {
         } else {
             (priority.saturating_add(1), 1)
         };
+        // A route that answered `in_progress` holds the effect: never leave
+        // it (`decide` makes the terminal `stop_indeterminate`).
+        if self.pinned.is_some_and(|p| p != next_priority) {
+            return Decision::Terminal {
+                terminal: Terminal::StopRouteExhausted,
+            };
+        }
         if cp.route_at(next_priority).is_none() {
             return Decision::Terminal {
                 terminal: if leave {
@@ -530,6 +561,46 @@ impl Run {
         );
         let not_before = completed.saturating_add(d.delay_ms);
         self.admit(cp, next_priority, next_ordinal, not_before, d)
+    }
+
+    /// Plan after an `in_progress` answer to `route_ordinal` on `priority`,
+    /// completed at `completed`: ask again on the same route with the same
+    /// key and body (another route's receiver would run the effect a second
+    /// time), its per-route bound notwithstanding, after the backoff raised
+    /// to the hint (clamped to the cap under every over-cap mode). When the
+    /// ask does not fit ([`MAX_IN_PROGRESS`] answers in a row, total
+    /// attempts, cost reservation, deadline) the effect's fate is unknown:
+    /// `stop_indeterminate`.
+    fn plan_in_progress(
+        &self,
+        cp: &CompiledPolicy,
+        priority: usize,
+        route_ordinal: u64,
+        completed: u64,
+        hint: Option<u64>,
+    ) -> Decision {
+        let p = &cp.policy;
+        let unknown = Decision::Terminal {
+            terminal: Terminal::StopIndeterminate,
+        };
+        if self.in_progress >= MAX_IN_PROGRESS || self.count >= p.max_total_attempts {
+            return unknown;
+        }
+        let latest_delay = p.deadline_ms.saturating_sub(1).saturating_sub(completed);
+        let d = next_delay(
+            &p.backoff,
+            &p.jitter,
+            route_ordinal,
+            hint,
+            self.last_sample,
+            self.count.saturating_add(1),
+            latest_delay,
+        );
+        let not_before = completed.saturating_add(d.delay_ms);
+        match self.admit(cp, priority, route_ordinal.saturating_add(1), not_before, d) {
+            Decision::Terminal { .. } => unknown,
+            ask => ask,
+        }
     }
 
     /// The next poll of an accepted job, after attempt `a` (the acceptance
@@ -574,7 +645,11 @@ impl Run {
 
     /// The planned dispatch on the next route by priority that still has
     /// attempts, when the planned route is skipped (its breaker refused).
+    /// Never after an `in_progress` answer: the run stays on its route.
     pub(crate) fn skip_route(&self, cp: &CompiledPolicy, d: &Dispatch) -> Option<Dispatch> {
+        if self.pinned.is_some() {
+            return None;
+        }
         let from = cp.routes().position(|r| r.route_id == d.route_id)?;
         let (priority, used) = cp
             .routes()
@@ -1094,6 +1169,21 @@ impl Run {
         // The cancel of a job left running ends the run with the terminal
         // that planned it, whenever it completes.
         let cancel = a.job.as_ref().is_some_and(|j| j.kind == JobKind::Cancel);
+        let in_progress = matches!(
+            a.outcome,
+            Outcome::Retryable {
+                kind: RetryableKind::InProgress,
+                ..
+            }
+        );
+        self.in_progress = if in_progress {
+            self.in_progress.saturating_add(1)
+        } else {
+            0
+        };
+        if in_progress && self.pinned.is_none() {
+            self.pinned = Some(priority);
+        }
         self.next = match judged_job {
             Some(next) if cancel => next,
             _ if a.completed_at_ms >= p.deadline_ms => stop(Terminal::StopDeadline),
@@ -1103,13 +1193,33 @@ impl Run {
                 Outcome::Success => stop(Terminal::Completed),
                 Outcome::NonRetryable { .. } => stop(Terminal::StopNonRetryable),
                 Outcome::Indeterminate { .. } => stop(Terminal::StopIndeterminate),
-                Outcome::Retryable { retry_after_ms, .. } => self.plan_after(
+                Outcome::Retryable {
+                    kind: RetryableKind::InProgress,
+                    retry_after_ms,
+                    ..
+                } => self.plan_in_progress(
                     cp,
                     priority,
                     route_ordinal,
                     a.completed_at_ms,
                     retry_after_ms,
                 ),
+                Outcome::Retryable { retry_after_ms, .. } => {
+                    match self.plan_after(
+                        cp,
+                        priority,
+                        route_ordinal,
+                        a.completed_at_ms,
+                        retry_after_ms,
+                    ) {
+                        // The route that answered `in_progress` holds an
+                        // effect whose fate the run does not know.
+                        Decision::Terminal { .. } if self.pinned.is_some() => {
+                            stop(Terminal::StopIndeterminate)
+                        }
+                        next => next,
+                    }
+                }
             },
         };
         self.cancel_left_running(a.completed_at_ms);
@@ -1170,7 +1280,8 @@ impl Run {
         };
         let used = self.used_on(priority);
         let bound = cp.route_at(priority).map_or(0, |r| r.max_attempts);
-        if used < bound {
+        // A run that saw `in_progress` stays on its route.
+        if used < bound || self.pinned.is_some() {
             if let Decision::Dispatch(d) = &mut self.next {
                 d.route_ordinal = used.saturating_add(1);
             }

@@ -260,12 +260,20 @@ impl HttpObservation {
 /// indeterminate (never retried). A 2xx head without its body is unknown
 /// acceptance. Otherwise the status decides: 408 timeout, 429 rate limited,
 /// 500/502/503/504 and other 5xx unavailable (retryable, with the hint);
-/// 501 and 505 invalid requests; 401 and 409 and other 4xx rejected; 403
-/// policy denied; 400/404/405/406/410/411/413/414/415/422 invalid requests;
-/// 1xx and 3xx protocol violations. Without a status: connect failures are
-/// unavailable, timeouts are timeouts before response, resets are unknown
-/// acceptance. With a provider family, an error status is read by
-/// [`crate::provider`]: its error table and every hint source.
+/// 501 and 505 invalid requests; 401 and other 4xx rejected; 403
+/// policy denied; 400/404/405/406/410/411/413/414/415/422 invalid requests
+/// (a 422 to a keyed request is the key reused with another body);
+/// 1xx and 3xx protocol violations. A 409 with a valid `Retry-After` or
+/// `retry-after-ms` hint is `in_progress` (retryable): the receiver still
+/// runs the first request under the same idempotency key and says when to
+/// ask again, as the IETF idempotency-key draft and this project's receiver
+/// guard answer; a 409 without a valid hint (a conflict that says nothing
+/// of when it clears, the guard's `idempotency_indeterminate` and
+/// `idempotency_response_not_kept`) stays rejected. Without a status:
+/// connect failures are unavailable, timeouts are timeouts before response,
+/// resets are unknown acceptance. With a provider family, an error status
+/// is read by [`crate::provider`]: its error table and every hint source
+/// (a family's table has no 409 row: the rule above applies).
 pub fn classify_http(obs: &HttpObservation) -> Result<Outcome> {
     Ok(classify_reading(obs)?.outcome)
 }
@@ -320,8 +328,18 @@ pub fn classify_reading(obs: &HttpObservation) -> Result<Reading> {
     if (200..=299).contains(&status) {
         return Ok(plain(Outcome::Success));
     }
+    // A 409 that says when to ask again: the first request under the key
+    // still runs. Without a valid hint it stays a rejected conflict.
+    let in_progress = status == 409 && obs.hint().is_some();
+    let rule = |s: u64| {
+        if in_progress {
+            Kind::Retryable(R::InProgress)
+        } else {
+            by_status(s)
+        }
+    };
     let Some(family) = obs.provider_family else {
-        return Ok(plain(match by_status(status) {
+        return Ok(plain(match rule(status) {
             Kind::Retryable(kind) => retry(kind),
             Kind::NonRetryable(kind) => Outcome::NonRetryable { kind },
         }));
@@ -333,7 +351,7 @@ pub fn classify_reading(obs: &HttpObservation) -> Result<Reading> {
         obs.error_body.as_deref(),
         obs.now_unix_ms,
         obs.retry_after_cap_ms,
-        by_status,
+        rule,
     ))
 }
 
@@ -457,6 +475,51 @@ mod tests {
         assert_eq!(
             classify_http(&obs(Some(600), &[])).unwrap_err().code,
             ErrorCode::InvalidStatus
+        );
+        let in_progress = |ms| {
+            Ok(Outcome::Retryable {
+                kind: RetryableKind::InProgress,
+                retry_after_ms: Some(ms),
+                retry_after_source: None,
+            })
+        };
+        assert_eq!(
+            classify_http(&obs(Some(409), &[("Retry-After", "1")])),
+            in_progress(1_000)
+        );
+        assert_eq!(
+            classify_http(&obs(Some(409), &[("retry-after-ms", "250")])),
+            in_progress(250)
+        );
+        assert_eq!(
+            classify_http(&obs(Some(409), &[("Retry-After", "99")])),
+            in_progress(5_000),
+            "bounded by the cap"
+        );
+        for headers in [&[][..], &[("Retry-After", "soon")][..]] {
+            assert_eq!(
+                classify_http(&obs(Some(409), headers)),
+                Ok(Outcome::NonRetryable {
+                    kind: NonRetryableKind::Rejected
+                })
+            );
+        }
+        assert_eq!(
+            classify_http(&obs(Some(422), &[("Retry-After", "1")])),
+            Ok(Outcome::NonRetryable {
+                kind: NonRetryableKind::InvalidRequest
+            })
+        );
+        let mut keyed = obs(Some(409), &[("Retry-After", "2")]);
+        keyed.provider_family = Some(ProviderFamily::Openai);
+        keyed.error_body = Some(r#"{"code":"idempotency_in_progress"}"#.to_owned());
+        assert_eq!(
+            classify_http(&keyed),
+            Ok(Outcome::Retryable {
+                kind: RetryableKind::InProgress,
+                retry_after_ms: Some(2_000),
+                retry_after_source: Some(crate::outcome::HintSource::RetryAfter),
+            })
         );
         let mut o = obs(Some(200), &[]);
         o.transport_error = Some(TransportError::ConnectionReset);

@@ -20,6 +20,11 @@ pub enum RetryableKind {
     RateLimited,
     /// The receiver is unavailable (HTTP 5xx, connection refused).
     Unavailable,
+    /// The receiver still runs the first request under this idempotency key
+    /// (HTTP 409 with a `Retry-After` or `retry-after-ms` hint): ask again on
+    /// the same route with the same key and body, never on another route
+    /// ([`crate::evaluate::MAX_IN_PROGRESS`] bounds the asks).
+    InProgress,
 }
 
 /// Failures no other attempt repairs.
@@ -102,6 +107,7 @@ names!(RetryableKind {
     TimeoutBeforeResponse => "timeout_before_response",
     RateLimited => "rate_limited",
     Unavailable => "unavailable",
+    InProgress => "in_progress",
 });
 
 names!(NonRetryableKind {

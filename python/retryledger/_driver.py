@@ -242,7 +242,7 @@ class AttemptError(Exception):
     def retryable(
         cls, kind: RetryableKind, retry_after_ms: Optional[int] = None, message: Optional[str] = None
     ) -> "AttemptError":
-        """A retryable failure: ``timeout_before_response``, ``rate_limited`` or ``unavailable``."""
+        """A retryable failure: ``timeout_before_response``, ``rate_limited``, ``unavailable`` or ``in_progress``."""
         if retry_after_ms is None:
             if message is None and cls is AttemptError:
                 known = _RETRYABLE_ERRORS.get(kind)

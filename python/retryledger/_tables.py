@@ -351,6 +351,7 @@ RetryableKind = Literal[
     "timeout_before_response",
     "rate_limited",
     "unavailable",
+    "in_progress",
 ]
 
 #: Kinds of a retryable outcome.
@@ -358,6 +359,7 @@ RETRYABLE_KINDS: Tuple[RetryableKind, ...] = (
     "timeout_before_response",
     "rate_limited",
     "unavailable",
+    "in_progress",
 )
 
 #: A non_retryable outcome's kind.

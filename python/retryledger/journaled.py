@@ -130,7 +130,7 @@ class RunExistsError(JournaledRunError):
 
 
 class RunNotFoundError(JournaledRunError):
-    """``resume`` of a run whose journal holds no event (code ``run_not_found``)."""
+    """``resume`` of a run with neither a lease nor a journal event (code ``run_not_found``)."""
 
     def __init__(self, message: str) -> None:
         super().__init__("run_not_found", message, "/run_id")
@@ -534,14 +534,39 @@ def _open(
     log = journal_log(run_id) if log is None else log
     lease = lease_key(run_id) if lease is None else lease
     _check_polls(max_polls)
-    ok, _ = store.compare_and_set(lease, 0, {"run_id": run_id, "lease_generation": 1})
+    generation = 1
+    ok, current = store.compare_and_set(lease, 0, {"run_id": run_id, "lease_generation": generation})
     if not ok:
-        raise RunExistsError(f"the lease of {run_id} is taken: resume() takes a run over")
+        # Claimed before. An owner that died after its claim and before
+        # `created` sent nothing: its run is taken over and started here.
+        if store.read(log, 0):
+            raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
+        generation = _raise_lease(store, run_id, lease, current)
     if store.read(log, 0):
         raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
-    owner = _Owner(compiled, store, run_id, log, lease, 1, [], on_append, schedule)
-    owner.append({"kind": "created", "run_id": run_id, "created_at_epoch_ms": max(0, int(clock()))})
+    owner = _Owner(compiled, store, run_id, log, lease, generation, [], on_append, schedule)
+    _start(owner, clock)
     return owner
+
+
+def _raise_lease(store: Any, run_id: str, lease: str, current: int) -> int:
+    """The lease taken over by compare-and-set from generation ``current``: the new generation."""
+    generation = current + 1
+    ok, now_at = store.compare_and_set(lease, current, {"run_id": run_id, "lease_generation": generation})
+    if not ok:
+        raise LeaseLostError(
+            f"another owner took {run_id} over first (lease generation {now_at})", seq=0, lease_generation=generation
+        )
+    return generation
+
+
+def _start(owner: _Owner, clock: Callable[[], float]) -> None:
+    """Start the run of an empty journal as the core says (``journal_recover``
+    of no event: resume with ``created`` at seq 0): nothing was sent."""
+    start = owner.recover(None)
+    if start["kind"] != "resume" or start["next"] != "created":
+        raise RunNotFoundError(f"the journal {owner.log} holds no event and the core does not start it")
+    owner.append({"kind": "created", "run_id": owner.run_id, "created_at_epoch_ms": max(0, int(clock()))})
 
 
 def _take_over(
@@ -549,6 +574,7 @@ def _take_over(
     idempotency_key: str,
     store: Any,
     run_id: str,
+    clock: Callable[[], float],
     on_append: Optional[AppendCallback],
     key_scope: Optional[Tuple[str, str]],
     max_polls: int,
@@ -556,7 +582,9 @@ def _take_over(
     lease: Optional[str],
     price_schedule: Optional[Document],
 ) -> _Owner:
-    """Take a run over: the lease raised by compare-and-set, the journal read and verified."""
+    """Take a run over: the lease raised by compare-and-set, the journal read
+    and verified. A run claimed but never created (its owner died between the
+    claim and ``created``: nothing was sent) is started from the beginning."""
     compiled = _compiled(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     store = _store_of(store)
@@ -564,17 +592,16 @@ def _take_over(
     lease = lease_key(run_id) if lease is None else lease
     _check_polls(max_polls)
     _, current = store.get(lease)
-    generation = current + 1
-    ok, now_at = store.compare_and_set(lease, current, {"run_id": run_id, "lease_generation": generation})
-    if not ok:
-        raise LeaseLostError(
-            f"another owner took {run_id} over first (lease generation {now_at})", seq=0, lease_generation=generation
-        )
+    if current == 0 and not store.read(log, 0):
+        # Neither claimed nor journaled: nothing to take over (and no lease written).
+        raise RunNotFoundError(f"the run {run_id} has neither a lease nor a journal")
+    generation = _raise_lease(store, run_id, lease, current)
     events = _read(store, log)
-    if not events:
-        raise RunNotFoundError(f"the journal {log} holds no event")
     # The owner's writer verifies the journal before anything is written.
-    return _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
+    owner = _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
+    if not events:
+        _start(owner, clock)
+    return owner
 
 
 def run_journaled(
@@ -603,7 +630,10 @@ def run_journaled(
     new owner reads the same run clock. ``sleep`` takes ms. ``on_append`` is
     called after every durable append. The lease register (``lease``, default
     ``lease/<run_id>``) must be absent and the log (``log``, default
-    ``journal/<run_id>``) empty: :class:`RunExistsError` otherwise.
+    ``journal/<run_id>``) empty: :class:`RunExistsError` otherwise, except a
+    lease whose journal is empty (its owner died between the claim and
+    ``created``; nothing was sent): that run is taken over (the lease
+    generation raised) and started here.
     ``price_schedule`` prices the usage a step reports (``step.usage``), as
     in :func:`retryledger.run`; a resumed run must be given the same one."""
     clock = _wall_ms if clock is None else clock
@@ -635,9 +665,14 @@ def resume(
     unverified one with its coded :class:`~retryledger.JournalError`), then
     continue as the core says. An attempt dispatched without an observation
     is reconciled through ``reconcile`` (required then), never resent blind.
-    A finished run is sealed again from its journal, nothing appended."""
+    A finished run is sealed again from its journal, nothing appended. A run
+    whose lease exists but whose journal is empty (its owner died between
+    the claim and ``created``: nothing was sent) is started from the
+    beginning, as the core's recovery of an empty journal says. A run with
+    neither a lease nor a journal is :class:`RunNotFoundError`, nothing
+    written."""
     clock = _wall_ms if clock is None else clock
-    owner = _take_over(policy, idempotency_key, store, run_id, on_append, key_scope, max_polls, log, lease, price_schedule)
+    owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
     loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
     return _drive(loop, dispatch, reconcile, _sleep_ms if sleep is None else sleep)
 
@@ -692,6 +727,6 @@ async def resume_async(
 ) -> JournaledResult[T]:
     """:func:`resume` for coroutines (see :func:`run_journaled_async`)."""
     clock = _wall_ms if clock is None else clock
-    owner = _take_over(policy, idempotency_key, store, run_id, on_append, key_scope, max_polls, log, lease, price_schedule)
+    owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
     loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
     return await _drive_async(loop, dispatch, reconcile, _async_sleep_ms if sleep is None else sleep)

@@ -14,6 +14,8 @@ Crash points, from the environment:
 
 * ``JOURNAL_KILL_AFTER_SEQ=k``: SIGKILL itself right after the event at seq k
   is durably appended;
+* ``JOURNAL_KILL_AFTER_CLAIM=1``: SIGKILL itself right after the run's lease
+  is claimed (its compare-and-set committed), before ``created`` is appended;
 * ``JOURNAL_KILL_AFTER_CALL=n``: SIGKILL itself after attempt n's request was
   answered, before its observation is appended;
 * ``JOURNAL_PAUSE_AFTER_CALL=n`` with ``JOURNAL_PAUSE_DIR``: after attempt n's
@@ -88,6 +90,23 @@ def last_time(events: Any) -> int:
     return t
 
 
+class KillAfterClaim:
+    """The store, but the process kills itself once a compare-and-set (the
+    lease claim) has committed."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def compare_and_set(self, key: str, expected: int, document: Dict[str, Any]) -> Any:
+        answer = self.inner.compare_and_set(key, expected, document)
+        if answer[0]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return answer
+
+
 def env_int(name: str) -> Optional[int]:
     v = os.environ.get(name)
     return None if v is None or v == "" else int(v)
@@ -96,6 +115,8 @@ def env_int(name: str) -> Optional[int]:
 def main() -> None:
     mode, backend, target, run_id, url, out = sys.argv[1:7]
     store = open_store(backend, target)
+    if env_int("JOURNAL_KILL_AFTER_CLAIM") == 1:
+        store = KillAfterClaim(store)
     policy = retryledger.Policy(make_policy())
     kill_seq = env_int("JOURNAL_KILL_AFTER_SEQ")
     kill_call = env_int("JOURNAL_KILL_AFTER_CALL")

@@ -159,6 +159,41 @@ def test_every_prefix_is_recovered_without_resubmission(backend: str, script: st
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_run_killed_between_its_claim_and_created_is_finished(backend: str, tmp_path: Path) -> None:
+    """A worker is killed with SIGKILL right after it claimed the run's lease
+    and before ``created`` was durable: nothing was sent. Another process
+    finishes the run: ``resume`` starts it from the beginning (the lease taken
+    over), and so does ``run_journaled`` under the same run id; each ends with
+    the uncrashed run's receipt, every attempt sent once."""
+    target = target_of(backend, tmp_path)
+    store = open_store(backend, target)
+    out = tmp_path / "out.json"
+    tag = uuid.uuid4().hex[:8]
+    with Receiver() as receiver:
+        base_id = f"claimed-{tag}-base"
+        receiver.scripts[base_id] = "reference"
+        code, base = child("run", backend, target, base_id, receiver.url, out)
+        assert code == 0 and base is not None and base["terminal"] == "completed"
+        for mode in ("resume", "run"):
+            run_id = f"claimed-{tag}-{mode}"
+            receiver.scripts[run_id] = "reference"
+            code, _ = child("run", backend, target, run_id, receiver.url, out, {"JOURNAL_KILL_AFTER_CLAIM": "1"})
+            assert code == -signal.SIGKILL
+            assert store.read(journal_log(run_id), 0) == []
+            assert store.get(f"lease/{run_id}")[1] == 1  # claimed, never created
+            assert receiver.received(run_id) == {}
+            code, finished = child(mode, backend, target, run_id, receiver.url, out)
+            assert code == 0 and finished is not None, run_id
+            assert finished["terminal"] == "completed" and finished["lease_generation"] == 2
+            assert finished["receipt_sha256"] == base["receipt_sha256"]
+            events = [json.loads(e.text) for e in store.read(journal_log(run_id), 0)]
+            assert events[0]["kind"] == "created" and events[0]["lease_generation"] == 2
+            tally = Tally()
+            check_resumed(tally, receiver, run_id, base, finished, events)
+            assert tally.resubmissions == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_fenced_owner_is_refused(backend: str, tmp_path: Path) -> None:
     """The old owner pauses after its last attempt's answer, a new process takes
     the run over and finishes it, then the old owner wakes up: its append is

@@ -187,6 +187,7 @@ def test_resume_of_nothing_and_a_tampered_journal_are_coded() -> None:
     with pytest.raises(RunNotFoundError) as info:
         resume(policy, lambda s: "ok", KEY, store=store, run_id="absent")
     assert info.value.code == "run_not_found"
+    assert store.get(lease_key("absent")) == (None, 0), "nothing written"
     store.append(journal_log("bad"), 0, '{"kind":"created"}')
     with pytest.raises(retryledger.RetryledgerError) as bad:
         resume(policy, lambda s: "ok", KEY, store=store, run_id="bad")
@@ -328,3 +329,76 @@ def test_the_async_entry_points_seal_the_same_bundle_and_a_cancelled_attempt_sta
         assert asked == [1] and sent == [2] and done.reconciled == [1] and done.terminal == "completed"
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("entry", ["resume", "run_journaled", "resume_async", "run_journaled_async"])
+def test_a_run_claimed_but_never_created_is_started_by_either_entry_point(entry: str) -> None:
+    """Its owner died between the lease claim and ``created``: nothing was sent.
+    Each entry point takes the lease over and starts the run from the
+    beginning; the run ends with the uncrashed run's receipt."""
+    policy = retryledger.Policy(make_policy())
+    statuses = {1: 429, 2: 503, 3: 200}
+    clock = FakeClock()
+    clock.now = T0
+    base = run_journaled(policy, scripted(clock, statuses, []), KEY, store=MemoryStore(), run_id="base", clock=clock, sleep=clock.sleep)
+    store = MemoryStore()
+    assert store.compare_and_set(lease_key("r-claimed"), 0, {"run_id": "r-claimed", "lease_generation": 1})[0]
+    clock = FakeClock()
+    clock.now = T0
+    sent: List[int] = []
+    kwargs: Dict[str, Any] = dict(store=store, run_id="r-claimed", clock=clock)
+    if entry == "resume":
+        result = resume(policy, scripted(clock, statuses, sent), KEY, sleep=clock.sleep, **kwargs)
+    elif entry == "run_journaled":
+        result = run_journaled(policy, scripted(clock, statuses, sent), KEY, sleep=clock.sleep, **kwargs)
+    else:
+        step = scripted(clock, statuses, sent)
+
+        async def dispatch(s: Any) -> str:
+            return str(step(s))
+
+        async def sleep(ms: float) -> None:
+            clock.sleep(ms)
+
+        chosen = resume_async if entry == "resume_async" else run_journaled_async
+        result = asyncio.run(chosen(policy, dispatch, KEY, sleep=sleep, **kwargs))
+    assert result.terminal == "completed" and sent == [1, 2, 3]
+    assert result.lease_generation == 2 and store.get(lease_key("r-claimed"))[1] == 2
+    assert result.events[0]["kind"] == "created" and result.events[0]["lease_generation"] == 2
+    assert result.receipt_sha256 == base.receipt_sha256
+    assert journal_verify(policy, result.events)["terminal"] == "completed"
+    # The run now exists: a second run_journaled is refused as before.
+    with pytest.raises(RunExistsError):
+        run_journaled(policy, scripted(clock, statuses, []), KEY, store=store, run_id="r-claimed", clock=clock)
+
+
+def test_a_slow_owner_whose_claimed_run_was_taken_over_is_fenced() -> None:
+    """The first owner claimed, then a second one took the empty run over and
+    started it: the first owner's ``created`` is refused (lease_lost)."""
+    policy = retryledger.Policy(make_policy())
+    store = MemoryStore()
+    clock = FakeClock()
+    clock.now = T0
+
+    class Slow:
+        """The store, but another owner takes the run over (and finishes it)
+        between the first owner's look at the empty journal and its ``created``."""
+
+        def __init__(self) -> None:
+            self.once = True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def read(self, log: str, start: int = 0) -> Any:
+            held = store.read(log, start)
+            if self.once:
+                self.once = False
+                run_journaled(policy, scripted(clock, {1: 200}, []), KEY, store=store, run_id="r-slow", clock=clock, sleep=clock.sleep)
+            return held
+
+    with pytest.raises(LeaseLostError) as info:
+        run_journaled(policy, scripted(clock, {1: 200}, []), KEY, store=Slow(), run_id="r-slow", clock=clock, sleep=clock.sleep)
+    assert info.value.code == "lease_lost" and info.value.seq == 0
+    held = [json.loads(e.text) for e in store.read(journal_log("r-slow"))]
+    assert held[0]["lease_generation"] == 2 and held[-1]["kind"] == "terminal"

@@ -6,7 +6,8 @@
 // prints the run's end as JSON. The run clock is virtual (sleep advances it,
 // every call takes 100 ms) and starts, on resume, where the journal left off.
 // Crash points from the environment: JOURNAL_KILL_AFTER_SEQ=k (SIGKILL right
-// after seq k is appended), JOURNAL_KILL_AFTER_CALL=n (after attempt n's
+// after seq k is appended), JOURNAL_KILL_AFTER_CLAIM=1 (right after the lease
+// claim, before `created`), JOURNAL_KILL_AFTER_CALL=n (after attempt n's
 // answer, before its observation), JOURNAL_PAUSE_AFTER_CALL=n with
 // JOURNAL_PAUSE_DIR (create `paused`, wait for `go`, then go on as the fenced
 // old owner and offer its event raw to the store).
@@ -36,6 +37,15 @@ if (args.backend === "sqlite") {
 } else {
   const { PostgresStore } = await import("../dist/stores/postgres.js");
   store = new PostgresStore({ connectionString: args.target, connectTimeoutMs: 10000, statementTimeoutMs: 10000, max: 1 });
+}
+if (env("JOURNAL_KILL_AFTER_CLAIM") === 1) {
+  // SIGKILL right after the lease claim commits, before `created` is appended.
+  const cas = store.compareAndSet.bind(store);
+  store.compareAndSet = async (/** @type {string} */ k, /** @type {number} */ g, /** @type {any} */ d) => {
+    const written = await cas(k, g, d);
+    if (written.ok) process.kill(process.pid, "SIGKILL");
+    return written;
+  };
 }
 const log = rl.journalLog(args.runId);
 const held = (await store.read(log, 0)).map((/** @type {{text: string}} */ e) => JSON.parse(e.text));

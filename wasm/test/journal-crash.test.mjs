@@ -147,6 +147,43 @@ for (const backend of ["sqlite", "postgres"]) {
     });
   }
 
+  test(`a run killed between its lease claim and created on ${backend} is finished`, { skip: backend === "postgres" ? postgres.skip : undefined }, async () => {
+    // Nothing was sent: resumeJournaled starts the run from the beginning
+    // (the lease taken over), and so does runJournaled under the same run id;
+    // each ends with the uncrashed run's receipt, every attempt sent once.
+    const t = target(backend);
+    const store = openStore(backend, t);
+    const receiver = await new Receiver().start();
+    const tag = randomUUID().slice(0, 8);
+    try {
+      const baseId = `claimed-${tag}-base`;
+      receiver.scripts.set(baseId, "reference");
+      const base = (await runChild({ mode: "run", backend, target: t, runId: baseId, url: receiver.url })).out;
+      assert.equal(base.terminal, "completed");
+      for (const mode of ["resume", "run"]) {
+        const runId = `claimed-${tag}-${mode}`;
+        receiver.scripts.set(runId, "reference");
+        const killed = await runChild({ mode: "run", backend, target: t, runId, url: receiver.url }, { JOURNAL_KILL_AFTER_CLAIM: "1" });
+        assert.equal(killed.signal, "SIGKILL");
+        assert.deepEqual(await events(store, runId), []);
+        assert.equal((await store.get(rl.leaseKey(runId))).generation, 1); // claimed, never created
+        assert.equal(receiver.received(runId).size, 0);
+        const finished = (await runChild({ mode, backend, target: t, runId, url: receiver.url })).out;
+        assert.equal(finished.terminal, "completed");
+        assert.equal(finished.lease_generation, 2);
+        assert.equal(finished.receipt_sha256, base.receipt_sha256);
+        const held = await events(store, runId);
+        assert.equal(held[0].kind, "created");
+        assert.equal(held[0].lease_generation, 2);
+        assert.equal(rl.journalVerify(policy, held).terminal, "completed");
+        assert.ok([...receiver.received(runId).values()].every((s) => s.length === 1));
+      }
+    } finally {
+      await receiver.stop();
+      await store.close?.();
+    }
+  });
+
   test(`a fenced owner on ${backend} is refused`, { skip: backend === "postgres" ? postgres.skip : undefined }, async () => {
     const t = target(backend);
     const store = openStore(backend, t);

@@ -175,6 +175,7 @@ test("resume of nothing, a tampered journal, bad options: coded errors", async (
     rl.resumeJournaled(referencePolicy(), () => "ok", { idempotencyKey: KEY, store, runId: "absent" }),
     (e) => e instanceof rl.JournaledRunError && e.code === "run_not_found",
   );
+  assert.equal(store.get(rl.leaseKey("absent")).generation, 0, "nothing written");
   store.append(rl.journalLog("bad"), 0, '{"kind":"created"}');
   await assert.rejects(rl.resumeJournaled(referencePolicy(), () => "ok", { idempotencyKey: KEY, store, runId: "bad" }), (e) => e instanceof rl.RetryledgerError && e.code === "missing_field");
   await assert.rejects(rl.runJournaled(referencePolicy(), () => "ok", { idempotencyKey: "another", store, runId: "k" }), (e) => e instanceof rl.DriftError && e.code === "idempotency_key_drift");
@@ -255,4 +256,69 @@ test("a policy a journal cannot carry is refused by the core before anything is 
     assert.deepEqual(await store.read("journal/p-1", 0), []);
     assert.equal((await store.get("lease/p-1")).generation, 0);
   }
+});
+
+for (const entry of ["resumeJournaled", "runJournaled"]) {
+  test(`${entry}: a run claimed but never created is taken over and started from the beginning`, async () => {
+    // Its owner died between the lease claim and `created`: nothing was sent.
+    const policy = rl.compilePolicy(referencePolicy());
+    const statuses = { 1: 429, 2: 503, 3: 200 };
+    let time = fakeTime();
+    time.state.now = T0;
+    const base = await rl.runJournaled(policy, scripted(time, statuses, []), { idempotencyKey: KEY, store: new rl.MemoryStore(), runId: "base", clock: time.clock, sleep: time.sleep });
+    const store = new rl.MemoryStore();
+    assert.ok(store.compareAndSet(rl.leaseKey("r-claimed"), 0, { run_id: "r-claimed", lease_generation: 1 }).ok);
+    time = fakeTime();
+    time.state.now = T0;
+    /** @type {number[]} */
+    const sent = [];
+    const options = { idempotencyKey: KEY, store, runId: "r-claimed", clock: time.clock, sleep: time.sleep };
+    const result = await (entry === "resumeJournaled" ? rl.resumeJournaled : rl.runJournaled)(policy, scripted(time, statuses, sent), options);
+    assert.equal(result.terminal, "completed");
+    assert.deepEqual(sent, [1, 2, 3]);
+    assert.equal(result.leaseGeneration, 2);
+    assert.equal(store.get(rl.leaseKey("r-claimed")).generation, 2);
+    assert.equal(result.events[0]?.kind, "created");
+    assert.equal(result.events[0]?.lease_generation, 2);
+    assert.equal(result.receiptSha256, base.receiptSha256);
+    assert.equal(rl.journalVerify(policy, result.events).terminal, "completed");
+    // The run now exists: a second runJournaled is refused as before.
+    await assert.rejects(
+      rl.runJournaled(policy, scripted(time, statuses, []), { idempotencyKey: KEY, store, runId: "r-claimed", clock: time.clock }),
+      (e) => e instanceof rl.JournaledRunError && e.code === "run_exists",
+    );
+  });
+}
+
+test("a slow owner whose claimed run was taken over is fenced at its created", async () => {
+  const policy = rl.compilePolicy(referencePolicy());
+  const store = new rl.MemoryStore();
+  const time = fakeTime();
+  time.state.now = T0;
+  let once = true;
+  // The store, but another owner takes the run over (and finishes it)
+  // between the first owner's look at the empty journal and its `created`.
+  const slow = new Proxy(store, {
+    get(target, name) {
+      if (name === "read") {
+        return async (/** @type {string} */ log, /** @type {number} */ from) => {
+          const held = target.read(log, from);
+          if (once) {
+            once = false;
+            await rl.runJournaled(policy, scripted(time, { 1: 200 }, []), { idempotencyKey: KEY, store, runId: "r-slow", clock: time.clock, sleep: time.sleep });
+          }
+          return held;
+        };
+      }
+      const v = Reflect.get(target, name, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+  await assert.rejects(
+    rl.runJournaled(policy, scripted(time, { 1: 200 }, []), { idempotencyKey: KEY, store: slow, runId: "r-slow", clock: time.clock, sleep: time.sleep }),
+    (e) => e instanceof rl.JournaledRunError && e.code === "lease_lost" && e.seq === 0,
+  );
+  const held = store.read(rl.journalLog("r-slow")).map((e) => JSON.parse(e.text));
+  assert.equal(held[0]?.lease_generation, 2);
+  assert.equal(held.at(-1)?.kind, "terminal");
 });

@@ -9,7 +9,9 @@
  * the body off it and the core's HTTP rules (and, for a route that names its
  * provider family, its provider tables: docs/PROVIDERS.md) judge them (429 rate limited with its hint, 5xx
  * unavailable except 501/505, 408 a timeout before response, 400/404/422
- * invalid requests, 403 policy denied, other 4xx rejected). A network failure
+ * invalid requests, 403 policy denied, 409 with Retry-After `in_progress` (the
+ * keyed request still runs at the receiver: asked again on the same route),
+ * other 4xx rejected). A network failure
  * is fetch's own error (undici: `TypeError: fetch failed` whose `cause` has a
  * `code` such as `ECONNREFUSED`); the driver reads the codes along the cause
  * chain and the core's code table judges them (a connection never made is

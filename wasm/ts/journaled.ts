@@ -62,8 +62,8 @@ export type JournaledRunCode = "lease_lost" | "run_exists" | "run_not_found" | "
 /**
  * A journaled run cannot go on as asked: `lease_lost` (another owner took the
  * run over; nothing was written), `run_exists` (`runJournaled` on a run whose
- * lease or journal exists), `run_not_found` (`resumeJournaled` of an empty
- * journal), `reconcile_missing` (an attempt waits for reconciliation and no
+ * journal holds events), `run_not_found` (`resumeJournaled` of a run with
+ * neither a lease nor a journal event), `reconcile_missing` (an attempt waits for reconciliation and no
  * `reconcile` was given).
  */
 export class JournaledRunError extends RetryledgerError {
@@ -426,10 +426,39 @@ function loopOf<T>(dispatch: (step: JournalStep) => Promise<T> | T, options: Jou
   };
 }
 
+/** The lease taken over by compare-and-set from generation `current`: the new generation. */
+async function raiseLease(store: JournaledOptions["store"], runId: string, lease: string, current: number): Promise<number> {
+  const generation = current + 1;
+  const taken = await store.compareAndSet(lease, current, { run_id: runId, lease_generation: generation });
+  if (!taken.ok) throw new JournaledRunError("lease_lost", `another owner took ${runId} over first (lease generation ${taken.generation})`, { seq: 0 });
+  return generation;
+}
+
+/**
+ * Start the run of an empty journal as the core says (`journalRecover` of no
+ * event: resume with `created` at seq 0): nothing was sent. The owner's
+ * writer is freed if it fails.
+ */
+async function start(owner: Owner, clock: () => number): Promise<void> {
+  try {
+    const first = owner.recover(undefined);
+    if (first.kind !== "resume" || first.next !== "created") {
+      throw new JournaledRunError("run_not_found", `the journal ${owner.log} holds no event and the core does not start it`);
+    }
+    await owner.append({ kind: "created", run_id: owner.runId, created_at_epoch_ms: Math.max(0, Math.floor(clock())) });
+  } catch (e) {
+    owner.writer.free();
+    throw e;
+  }
+}
+
 /**
  * Run one logical request with its journal in `options.store`: the result
  * and sealed run, or `JournaledStopError`. The lease register must be absent
- * and the log empty (`JournaledRunError` `run_exists` otherwise).
+ * and the log empty (`JournaledRunError` `run_exists` otherwise), except a
+ * lease whose journal is empty (its owner died between the claim and
+ * `created`; nothing was sent): that run is taken over (the lease generation
+ * raised) and started here.
  */
 export async function runJournaled<T>(
   policy: Input<Policy> | CompiledPolicy,
@@ -441,16 +470,18 @@ export async function runJournaled<T>(
   const log = options.log ?? journalLog(runId);
   const lease = options.lease ?? leaseKey(runId);
   const loop = loopOf(dispatch, options);
-  const claimed = await store.compareAndSet(lease, 0, { run_id: runId, lease_generation: 1 });
-  if (!claimed.ok) throw new JournaledRunError("run_exists", `the lease of ${runId} is taken: resumeJournaled takes a run over`);
-  if ((await store.read(log, 0)).length > 0) throw new JournaledRunError("run_exists", `the journal ${log} already holds events: resumeJournaled takes a run over`);
-  const owner = new Owner(compiled, store, runId, log, lease, 1, [], options.onAppend, scheduleOf(compiled, options));
-  try {
-    await owner.append({ kind: "created", run_id: runId, created_at_epoch_ms: Math.max(0, Math.floor(loop.clock())) });
-  } catch (e) {
-    owner.writer.free();
-    throw e;
+  const exists = (): JournaledRunError => new JournaledRunError("run_exists", `the journal ${log} already holds events: resumeJournaled takes a run over`);
+  let generation = 1;
+  const claimed = await store.compareAndSet(lease, 0, { run_id: runId, lease_generation: generation });
+  if (!claimed.ok) {
+    // Claimed before. An owner that died after its claim and before
+    // `created` sent nothing: its run is taken over and started here.
+    if ((await store.read(log, 0)).length > 0) throw exists();
+    generation = await raiseLease(store, runId, lease, claimed.generation);
   }
+  if ((await store.read(log, 0)).length > 0) throw exists();
+  const owner = new Owner(compiled, store, runId, log, lease, generation, [], options.onAppend, scheduleOf(compiled, options));
+  await start(owner, loop.clock);
   return drive(owner, loop);
 }
 
@@ -460,7 +491,11 @@ export async function runJournaled<T>(
  * core's coded `JournalError`), then go on as the core says. An attempt
  * dispatched without an observation is reconciled through
  * `options.reconcile`, never resent blind. A finished run is sealed again
- * from its journal, nothing appended.
+ * from its journal, nothing appended. A run whose lease exists but whose
+ * journal is empty (its owner died between the claim and `created`: nothing
+ * was sent) is started from the beginning, as the core's recovery of an
+ * empty journal says. A run with neither a lease nor a journal is
+ * `run_not_found`, nothing written.
  */
 export async function resumeJournaled<T>(
   policy: Input<Policy> | CompiledPolicy,
@@ -473,11 +508,14 @@ export async function resumeJournaled<T>(
   const lease = options.lease ?? leaseKey(runId);
   const loop = loopOf(dispatch, options);
   const { generation: current } = await store.get(lease);
-  const generation = current + 1;
-  const taken = await store.compareAndSet(lease, current, { run_id: runId, lease_generation: generation });
-  if (!taken.ok) throw new JournaledRunError("lease_lost", `another owner took ${runId} over first (lease generation ${taken.generation})`, { seq: 0 });
+  if (current === 0 && (await store.read(log, 0)).length === 0) {
+    // Neither claimed nor journaled: nothing to take over (and no lease written).
+    throw new JournaledRunError("run_not_found", `the run ${runId} has neither a lease nor a journal`);
+  }
+  const generation = await raiseLease(store, runId, lease, current);
   const events = await readEvents(store, log);
-  if (events.length === 0) throw new JournaledRunError("run_not_found", `the journal ${log} holds no event`);
   // The owner's writer verifies the journal before anything is written.
-  return drive(new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend, scheduleOf(compiled, options)), loop);
+  const owner = new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend, scheduleOf(compiled, options));
+  if (events.length === 0) await start(owner, loop.clock);
+  return drive(owner, loop);
 }

@@ -364,6 +364,7 @@ export const RETRYABLE_KINDS = [
   "timeout_before_response",
   "rate_limited",
   "unavailable",
+  "in_progress",
 ] as const;
 /** One of the kinds of a `retryable` outcome. */
 export type RetryableKind = (typeof RETRYABLE_KINDS)[number];

@@ -152,5 +152,53 @@ pub fn family() -> Family {
         &h(json!([["retry-after", "\u{ff12}"]]), 429, None),
         "rate_limited",
     );
+    // A 409 that says when to ask again: the keyed request is still in
+    // progress at the receiver (retryable, on the same route). Without a
+    // valid hint it stays a rejected conflict (status_409 above).
+    f.classify(
+        "in_progress_409_with_retry_after",
+        &h(json!([["Retry-After", "1"]]), 409, None),
+        "in_progress",
+    );
+    f.classify(
+        "in_progress_409_with_retry_after_ms",
+        &h(json!([["retry-after-ms", "250"]]), 409, None),
+        "in_progress",
+    );
+    f.classify(
+        "in_progress_409_hint_bounded_by_the_cap",
+        &h(json!([["retry-after", "30"]]), 409, Some(2_000)),
+        "retry_after_ms\":2000",
+    );
+    f.classify(
+        "in_progress_409_with_zero_retry_after",
+        &h(json!([["retry-after", "0"]]), 409, None),
+        "in_progress",
+    );
+    f.classify(
+        "in_progress_409_malformed_hint_is_rejected",
+        &h(json!([["retry-after", "soon"]]), 409, None),
+        "rejected",
+    );
+    f.classify(
+        "in_progress_409_without_hint_is_rejected",
+        &h(json!([["idempotent-replayed", "true"]]), 409, None),
+        "rejected",
+    );
+    f.classify(
+        "in_progress_422_key_reused_stays_invalid_request",
+        &h(json!([["retry-after", "1"]]), 422, None),
+        "invalid_request",
+    );
+    f.classify(
+        "in_progress_409_on_a_provider_route_records_the_source",
+        &t(&json!({"error_body": "{\"code\":\"idempotency_in_progress\",\"message\":\"in progress\"}", "headers": [["retry-after", "2"]], "now_unix_ms": NOW, "provider_family": "openai", "status": 409})),
+        "retry_after_source\":\"retry-after",
+    );
+    f.classify(
+        "in_progress_409_after_a_timeout_reading_the_body",
+        &t(&json!({"headers": [["retry-after", "1"]], "status": 409, "transport_error": "timeout"})),
+        "in_progress",
+    );
     f
 }

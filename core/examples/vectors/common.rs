@@ -102,6 +102,14 @@ pub fn timeout() -> Outcome {
         retry_after_source: None,
     }
 }
+/// A 409 with a hint to a keyed request: still in progress at the receiver.
+pub fn in_progress(ms: u64) -> Outcome {
+    Outcome::Retryable {
+        kind: RetryableKind::InProgress,
+        retry_after_ms: Some(ms),
+        retry_after_source: None,
+    }
+}
 pub fn s(outcome: Outcome, duration: u64, cost: u64) -> Step {
     Step::new(outcome, duration, cost)
 }

@@ -257,6 +257,49 @@ pub fn family() -> Family {
             want,
         );
     }
+    // A timeout retried under the same key while the first request still
+    // runs: 409 with Retry-After is in progress, asked again on the same
+    // route; the replayed answer completes the run.
+    let conflict = |hint: &str| json!({"types": ["ConflictError", "APIStatusError", "APIError"], "status": 409, "headers": [["retry-after", hint]]});
+    drive(
+        "driver_status_409_in_progress_then_replayed",
+        &p,
+        vec![
+            raise(1_000, types(&["TimeoutError"])),
+            raise(20, conflict("1")),
+            ok("replayed"),
+        ],
+        "completed",
+    );
+    drive(
+        "driver_status_409_in_progress_until_total_attempts",
+        &p,
+        vec![
+            raise(1_000, types(&["TimeoutError"])),
+            raise(20, conflict("1")),
+            raise(20, conflict("1")),
+            raise(20, conflict("1")),
+        ],
+        "stop_indeterminate",
+    );
+    drive(
+        "driver_status_409_in_progress_past_the_deadline",
+        &p,
+        vec![
+            raise(3_500, types(&["TimeoutError"])),
+            raise(20, conflict("2")),
+        ],
+        "stop_indeterminate",
+    );
+    drive(
+        "driver_status_422_after_timeout_key_reused",
+        &p,
+        vec![
+            raise(1_000, types(&["TimeoutError"])),
+            raise(20, status_h(422, json!([["retry-after", "1"]]))),
+        ],
+        "stop_non_retryable",
+    );
     drive(
         "driver_status_out_of_range_is_unrecognized",
         &p,

@@ -6,8 +6,8 @@ use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, Outcome};
 use serde_json::json;
 
 use crate::common::{
-    down, edited, empty_attempts, id, policy_with, reference, rl, run, s, set, success, t, timeout,
-    truncated,
+    down, edited, empty_attempts, id, in_progress, policy_with, reference, rl, run, s, set,
+    success, t, timeout, truncated,
 };
 use crate::family::Family;
 
@@ -205,6 +205,43 @@ pub fn family() -> Family {
         &pt,
         "{\"attempts\":[]}",
         "missing_field",
+    );
+    // A timeout retried under the same key while the first request runs:
+    // 409 in progress, then the replayed answer completes on the same route.
+    let replayed = run(
+        &r,
+        &[
+            s(timeout(), 1_000, 0),
+            s(in_progress(1_000), 20, 0),
+            s(success(), 30, 1_500),
+        ],
+    );
+    f.eval(
+        "receipt_in_progress_then_replayed_on_the_same_route",
+        &pt,
+        &t(&replayed),
+        "completed",
+    );
+    let unknown = run(
+        &r,
+        &[
+            s(timeout(), 1_000, 0),
+            s(in_progress(1_000), 20, 0),
+            s(in_progress(1_000), 20, 0),
+            s(in_progress(1_000), 20, 0),
+        ],
+    );
+    f.eval(
+        "receipt_in_progress_until_total_attempts_is_indeterminate",
+        &pt,
+        &t(&unknown),
+        "stop_indeterminate",
+    );
+    f.eval(
+        "receipt_in_progress_ask_not_yet_made_is_not_terminal",
+        &pt,
+        &t(&truncated(&replayed, 2)),
+        "run_not_terminal",
     );
     f
 }

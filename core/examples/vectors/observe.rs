@@ -78,6 +78,26 @@ pub fn family() -> Family {
         &j(json!({"result": "raised", "error_types": ["ValueError", "Exception", "BaseException"]})),
         "unrecognized",
     );
+    f.judge(
+        "judge_status_409_in_progress",
+        &j(json!({"result": "raised", "error_types": ["ConflictError", "APIStatusError"], "status": 409, "headers": [["retry-after", "1"]], "now_unix_ms": NOW})),
+        "in_progress",
+    );
+    f.judge(
+        "judge_status_409_in_progress_hint_as_observed",
+        &j(json!({"result": "raised", "status": 409, "headers": [["retry-after", "600"]], "now_unix_ms": NOW})),
+        "600000",
+    );
+    f.judge(
+        "judge_status_409_without_hint_rejected",
+        &j(json!({"result": "raised", "status": 409})),
+        "rejected",
+    );
+    f.judge(
+        "judge_status_422_key_reused",
+        &j(json!({"result": "raised", "status": 422, "headers": [["retry-after", "1"]]})),
+        "invalid_request",
+    );
     for (name, _) in retryledger_core::observe::ERROR_TYPES {
         f.judge(
             &format!("judge_type_{}", name.to_ascii_lowercase()),

@@ -5,8 +5,8 @@ use retryledger_core::outcome::{IndeterminateKind, NonRetryableKind, Outcome};
 use serde_json::{json, Value};
 
 use crate::common::{
-    down, edited, empty_attempts, id, lagged, policy_with, reference, rl, run, s, set, success, t,
-    timeout,
+    down, edited, empty_attempts, id, in_progress, lagged, policy_with, reference, rl, run, s, set,
+    single_route, success, t, timeout,
 };
 use crate::family::{DriftCase, Family};
 
@@ -509,5 +509,154 @@ pub fn family() -> Family {
         )])),
         "invalid_value",
     );
+    in_progress_cases(&mut f);
     f
+}
+
+/// `in_progress` (a 409 with a hint to a keyed request): asked again on the
+/// same route, never on another, bounded; `stop_indeterminate` when no ask fits.
+fn in_progress_cases(f: &mut Family) {
+    let r = reference();
+    let pt = t(&r);
+    let ip = |steps: &[retryledger_core::lab::Step]| t(&run(&r, steps));
+    f.plan(
+        "in_progress_first_attempt_asks_again_after_the_hint",
+        &pt,
+        &ip(&[s(in_progress(1_000), 300, 0)]),
+        "retry_after_floor_ms\":1000",
+    );
+    f.plan(
+        "in_progress_without_hint_waits_the_backoff",
+        &pt,
+        &t(&run(
+            &r,
+            &[s(
+                retryledger_core::outcome::Outcome::Retryable {
+                    kind: retryledger_core::outcome::RetryableKind::InProgress,
+                    retry_after_ms: None,
+                    retry_after_source: None,
+                },
+                300,
+                0,
+            )],
+        )),
+        "not_before_ms\":400",
+    );
+    f.plan(
+        "in_progress_after_timeout_stays_on_the_spent_route",
+        &pt,
+        &ip(&[s(timeout(), 1_000, 0), s(in_progress(1_000), 50, 0)]),
+        "route_ordinal\":3",
+    );
+    f.plan(
+        "in_progress_after_timeout_never_falls_back",
+        &pt,
+        &ip(&[s(timeout(), 1_000, 0), s(in_progress(1_000), 50, 0)]),
+        "private-primary",
+    );
+    f.plan(
+        "in_progress_then_replayed_answer_completes",
+        &pt,
+        &ip(&[
+            s(timeout(), 1_000, 0),
+            s(in_progress(1_000), 50, 0),
+            s(success(), 60, 1_000),
+        ]),
+        "completed",
+    );
+    f.plan(
+        "in_progress_hint_over_cap_is_clamped_under_skip_route",
+        &t(&policy_with(&[(
+            "/backoff/retry_after_over_cap",
+            json!("skip_route"),
+        )])),
+        &t(&run(
+            &policy_with(&[("/backoff/retry_after_over_cap", json!("skip_route"))]),
+            &[s(in_progress(9_000), 100, 0)],
+        )),
+        "retry_after_floor_ms\":2000",
+    );
+    f.plan(
+        "in_progress_hint_over_cap_is_clamped_under_stop",
+        &t(&policy_with(&[(
+            "/backoff/retry_after_over_cap",
+            json!("stop"),
+        )])),
+        &t(&run(
+            &policy_with(&[("/backoff/retry_after_over_cap", json!("stop"))]),
+            &[s(in_progress(9_000), 100, 0)],
+        )),
+        "private-primary",
+    );
+    f.plan(
+        "in_progress_at_total_attempts_stops_indeterminate",
+        &pt,
+        &ip(&[
+            s(timeout(), 200, 0),
+            s(in_progress(100), 50, 0),
+            s(in_progress(100), 50, 0),
+            s(in_progress(100), 50, 0),
+        ]),
+        "stop_indeterminate",
+    );
+    f.plan(
+        "in_progress_past_the_deadline_stops_indeterminate",
+        &pt,
+        &ip(&[s(in_progress(2_000), 3_500, 0)]),
+        "stop_indeterminate",
+    );
+    f.plan(
+        "in_progress_completed_at_the_deadline_stops_deadline",
+        &pt,
+        &ip(&[s(in_progress(100), 5_000, 0)]),
+        "stop_deadline",
+    );
+    f.plan(
+        "in_progress_then_unavailable_on_the_spent_route_stops_indeterminate",
+        &pt,
+        &ip(&[
+            s(timeout(), 200, 0),
+            s(in_progress(100), 50, 0),
+            s(down(), 50, 0),
+        ]),
+        "stop_indeterminate",
+    );
+    let three = policy_with(&[("/routes/0/max_attempts", json!(3))]);
+    f.plan(
+        "in_progress_then_unavailable_within_the_route_bound_asks_again",
+        &t(&three),
+        &t(&run(
+            &three,
+            &[s(in_progress(100), 50, 0), s(down(), 50, 0)],
+        )),
+        "route_ordinal\":3",
+    );
+    // The bound: MAX_IN_PROGRESS (5) answers in a row.
+    let many = single_route(10, 10, 100, 1_000, 60_000);
+    let mt = t(&many);
+    let asks = |n: usize| {
+        let steps: Vec<_> = (0..n).map(|_| s(in_progress(10), 5, 0)).collect();
+        t(&run(&many, &steps))
+    };
+    f.plan(
+        "in_progress_four_in_a_row_asks_again",
+        &mt,
+        &asks(4),
+        "ordinal\":5",
+    );
+    f.plan(
+        "in_progress_bound_in_a_row_stops_indeterminate",
+        &mt,
+        &asks(5),
+        "stop_indeterminate",
+    );
+    let mut reset = vec![s(in_progress(10), 5, 0); 4];
+    reset.push(s(down(), 5, 0));
+    reset.push(s(in_progress(10), 5, 0));
+    f.plan(
+        "in_progress_count_restarts_after_another_answer",
+        &mt,
+        &t(&run(&many, &reset)),
+        "ordinal\":7",
+    );
 }
