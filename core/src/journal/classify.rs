@@ -74,8 +74,8 @@ pub fn classify_append(
     events: &[JournalEvent],
     event: &JournalEvent,
 ) -> Result<Classified> {
-    let r = verify(cp, events)?;
-    if let Some(run) = &r.run_id {
+    let mut r = verify(cp, events)?;
+    if let Some(run) = &r.tip.run_id {
         if &event.run_id != run {
             return Err(Error::at(
                 ErrorCode::JournalWrongRun,
@@ -84,9 +84,10 @@ pub fn classify_append(
             ));
         }
     }
+    let lease_generation = r.tip.lease_generation;
     let out = |offer| Classified {
         offer,
-        lease_generation: r.lease_generation,
+        lease_generation,
         seq: event.seq,
     };
     let held = usize::try_from(event.seq).ok().and_then(|s| events.get(s));
@@ -94,34 +95,33 @@ pub fn classify_append(
         if existing == event {
             return Ok(out(Offer::Duplicate));
         }
-        let reason = if event.lease_generation < r.lease_generation {
+        let reason = if event.lease_generation < lease_generation {
             EvidenceReason::StaleLease
         } else {
             EvidenceReason::SeqTaken
         };
         return Ok(out(Offer::Evidence { reason }));
     }
-    if event.seq > r.len {
+    if event.seq > r.tip.len {
         return Err(Error::at(
             ErrorCode::JournalSeqGap,
             "/event/seq",
-            format!("seq {} skips ahead of {}", event.seq, r.len),
+            format!("seq {} skips ahead of {}", event.seq, r.tip.len),
         ));
     }
-    if event.lease_generation < r.lease_generation {
+    if event.lease_generation < lease_generation {
         return Ok(out(Offer::Evidence {
             reason: EvidenceReason::StaleLease,
         }));
     }
-    let mut check = r.clone();
-    check.step(cp, event, events.len()).map_err(|mut e| {
+    r.step(cp, event, events.len()).map_err(|mut e| {
         // The offered event is the input's `/event`.
         let i = events.len();
         if let Some(p) = e.path.take() {
             let prefix = format!("/events/{i}");
             e.path = Some(match p.strip_prefix(&prefix) {
                 Some(rest) => format!("/event{rest}"),
-                None => p.clone(),
+                None => p,
             });
         }
         e

@@ -218,7 +218,7 @@ pub(super) fn recovered(
     r: &Replayed,
     reconciliation: Option<&Reconciliation>,
 ) -> Result<Recovery> {
-    let (planned, sent) = match &r.expect {
+    let (planned, sent) = match &r.tip.expect {
         Expect::Dispatched(planned, sent) => (planned, sent),
         _ => {
             if reconciliation.is_some() {
@@ -228,9 +228,10 @@ pub(super) fn recovered(
                     "no dispatched attempt waits for an observation",
                 ));
             }
-            return Ok(match (&r.expect, r.next_kind()) {
+            return Ok(match (&r.tip.expect, r.next_kind()) {
                 (Expect::Done, _) | (_, None) => Recovery::Done {
                     receipt_sha256: r
+                        .tip
                         .receipt_sha256
                         .clone()
                         .unwrap_or_else(|| Sha256Hex::computed(GENESIS_SHA256.to_owned())),
@@ -239,7 +240,7 @@ pub(super) fn recovered(
                 (Expect::Reserved(d), Some(next)) => Recovery::Resume {
                     dispatch: Some(d.clone()),
                     next,
-                    next_seq: r.len,
+                    next_seq: r.tip.len,
                 },
                 (Expect::Planned, Some(next)) => Recovery::Resume {
                     dispatch: match r.run.next() {
@@ -247,12 +248,12 @@ pub(super) fn recovered(
                         Decision::Terminal { .. } => None,
                     },
                     next,
-                    next_seq: r.len,
+                    next_seq: r.tip.len,
                 },
                 (_, Some(next)) => Recovery::Resume {
                     dispatch: None,
                     next,
-                    next_seq: r.len,
+                    next_seq: r.tip.len,
                 },
             });
         }

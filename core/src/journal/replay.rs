@@ -41,10 +41,22 @@ pub(super) enum Expect {
 pub struct Replayed {
     pub(super) run: Run,
     pub(super) attempts: Attempts,
+    pub(super) tip: Tip,
+}
+
+/// Where a replayed journal ends: what may come next, and what the next
+/// event's `seq`, chain and lease are checked against. It holds nothing
+/// that grows with the journal, so a batch of appends can put it back
+/// ([`super::Writer::append_all`]).
+#[derive(Debug, Clone)]
+pub(super) struct Tip {
     pub(super) expect: Expect,
     pub(super) run_id: Option<Identifier>,
     pub(super) lease_generation: u64,
-    pub(super) head: Option<JournalEvent>,
+    /// The digest of the last event ([`GENESIS_SHA256`] when empty),
+    /// computed once when the event is replayed.
+    pub(super) head_sha256: String,
+    pub(super) last_kind: Option<EventKind>,
     pub(super) len: u64,
     pub(super) created_at_epoch_ms: Option<u64>,
     pub(super) receipt_sha256: Option<Sha256Hex>,
@@ -75,24 +87,27 @@ impl Replayed {
         Self {
             run: Run::new(cp),
             attempts: Attempts::default(),
-            expect: Expect::Start,
-            run_id: None,
-            lease_generation: 0,
-            head: None,
-            len: 0,
-            created_at_epoch_ms: None,
-            receipt_sha256: None,
+            tip: Tip {
+                expect: Expect::Start,
+                run_id: None,
+                lease_generation: 0,
+                head_sha256: GENESIS_SHA256.to_owned(),
+                last_kind: None,
+                len: 0,
+                created_at_epoch_ms: None,
+                receipt_sha256: None,
+            },
         }
     }
 
     /// The next free `seq`.
     pub fn next_seq(&self) -> u64 {
-        self.len
+        self.tip.len
     }
 
     /// The highest lease generation so far (0 when empty).
     pub fn lease_generation(&self) -> u64 {
-        self.lease_generation
+        self.tip.lease_generation
     }
 
     /// The attempts the journal holds.
@@ -107,15 +122,13 @@ impl Replayed {
 
     /// The `prev_sha256` of the next event.
     pub fn head_sha256(&self) -> String {
-        self.head
-            .as_ref()
-            .map_or_else(|| GENESIS_SHA256.to_owned(), digest_of)
+        self.tip.head_sha256.clone()
     }
 
     /// The kind of the next event to append when nothing outside the core
     /// is needed to write it, or the choices a host has.
     pub(super) fn next_kind(&self) -> Option<EventKind> {
-        match self.expect {
+        match self.tip.expect {
             Expect::Start => Some(EventKind::Created),
             Expect::FirstDecision | Expect::Observed => Some(EventKind::Decided),
             Expect::Planned => Some(EventKind::Reserved),
@@ -129,15 +142,18 @@ impl Replayed {
     /// Check one event at index `i` against the replay and advance it.
     /// On error the replay is unchanged.
     pub fn apply(&mut self, cp: &CompiledPolicy, e: &JournalEvent, i: usize) -> Result<()> {
-        let mut next = self.clone();
-        next.step(cp, e, i)?;
-        *self = next;
-        Ok(())
+        self.step(cp, e, i)
     }
 
+    /// Check one event at index `i` and advance the replay by it, in place:
+    /// everything that can refuse the event is checked before anything
+    /// changes, so on error the replay is unchanged. Its cost does not grow
+    /// with the journal, except at the `terminal` event (once per run),
+    /// which digests the attempts and the receipt.
     pub(super) fn step(&mut self, cp: &CompiledPolicy, e: &JournalEvent, i: usize) -> Result<()> {
-        if e.seq != self.len {
-            let (code, msg) = if e.seq < self.len {
+        let tip = &self.tip;
+        if e.seq != tip.len {
+            let (code, msg) = if e.seq < tip.len {
                 (ErrorCode::JournalSeqRepeat, "is already taken")
             } else {
                 (ErrorCode::JournalSeqGap, "skips ahead")
@@ -145,10 +161,10 @@ impl Replayed {
             return Err(Error::at(
                 code,
                 format!("/events/{i}/seq"),
-                format!("seq {} {msg}: the next free seq is {}", e.seq, self.len),
+                format!("seq {} {msg}: the next free seq is {}", e.seq, tip.len),
             ));
         }
-        if let Some(run) = &self.run_id {
+        if let Some(run) = &tip.run_id {
             if &e.run_id != run {
                 return Err(Error::at(
                     ErrorCode::JournalWrongRun,
@@ -157,34 +173,30 @@ impl Replayed {
                 ));
             }
         }
-        let prev = self.head_sha256();
-        if e.prev_sha256.as_str() != prev {
+        if e.prev_sha256.as_str() != tip.head_sha256 {
             return Err(Error::at(
                 ErrorCode::JournalChainBroken,
                 format!("/events/{i}/prev_sha256"),
-                format!("prev_sha256 is not the digest of the event before it ({prev})"),
+                format!(
+                    "prev_sha256 is not the digest of the event before it ({})",
+                    tip.head_sha256
+                ),
             ));
         }
-        if e.lease_generation < self.lease_generation {
+        if e.lease_generation < tip.lease_generation {
             return Err(Error::at(
                 ErrorCode::JournalStaleLease,
                 format!("/events/{i}/lease_generation"),
                 format!(
                     "lease generation {} after {}: the owner was fenced",
-                    e.lease_generation, self.lease_generation
+                    e.lease_generation, tip.lease_generation
                 ),
             ));
         }
         let kind = e.payload.kind();
-        let out_of_order = || {
-            Error::at(
-                ErrorCode::JournalOutOfOrder,
-                format!("/events/{i}/kind"),
-                format!("a `{}` event cannot come here", kind.as_str()),
-            )
-        };
-        let expect = std::mem::replace(&mut self.expect, Expect::Done);
-        self.expect = match (expect, &e.payload) {
+        let Self { run, attempts, tip } = self;
+        let mut receipt_sha256 = None;
+        let expect = match (&tip.expect, &e.payload) {
             (Expect::Done, _) => {
                 return Err(Error::at(
                     ErrorCode::JournalAfterTerminal,
@@ -192,13 +204,7 @@ impl Replayed {
                     "the run's terminal event was already written",
                 ))
             }
-            (
-                Expect::Start,
-                Payload::Created {
-                    created_at_epoch_ms,
-                    policy_sha256,
-                },
-            ) => {
+            (Expect::Start, Payload::Created { policy_sha256, .. }) => {
                 if policy_sha256.as_str() != cp.policy_sha256 {
                     return Err(Error::at(
                         ErrorCode::JournalPolicyMismatch,
@@ -206,12 +212,10 @@ impl Replayed {
                         "the journal's run is under another policy",
                     ));
                 }
-                self.created_at_epoch_ms = Some(*created_at_epoch_ms);
-                self.run_id = Some(e.run_id.clone());
                 Expect::FirstDecision
             }
             (Expect::FirstDecision | Expect::Observed, Payload::Decided { decision }) => {
-                if decision != self.run.next() {
+                if decision != run.next() {
                     return Err(plan_drift(
                         i,
                         "decision",
@@ -224,174 +228,209 @@ impl Replayed {
                 }
             }
             (Expect::Planned, Payload::Reserved { dispatch }) => {
-                self.check_reserved(cp, dispatch, i)?;
+                check_reserved(run, cp, dispatch, i)?;
                 Expect::Reserved(dispatch.clone())
             }
             (Expect::Reserved(planned), Payload::Dispatched(sent)) => {
-                check_sent(cp, &planned, sent, i)?;
-                Expect::Dispatched(planned, sent.clone())
+                check_sent(cp, planned, sent, i)?;
+                Expect::Dispatched(planned.clone(), sent.clone())
             }
             (Expect::Dispatched(planned, sent), Payload::Observed { attempt }) => {
-                self.check_observed(cp, &planned, &sent, attempt, i)?;
+                observe(run, attempts, cp, planned, sent, attempt, i)?;
                 Expect::Observed
             }
             (
                 ex @ (Expect::Planned | Expect::Reserved(_) | Expect::Ended),
                 Payload::Terminal(end),
             ) => {
-                self.check_terminal(cp, &ex, end, i)?;
+                receipt_sha256 = Some(end_run(run, attempts, cp, ex, end, i)?);
                 Expect::Done
             }
-            _ => return Err(out_of_order()),
-        };
-        self.lease_generation = e.lease_generation;
-        self.len = self.len.saturating_add(1);
-        self.head = Some(e.clone());
-        Ok(())
-    }
-
-    /// A reservation is the plan, or (a fleet's breaker skipped routes) the
-    /// plan moved on by skips.
-    fn check_reserved(&self, cp: &CompiledPolicy, dispatch: &Dispatch, i: usize) -> Result<()> {
-        let Decision::Dispatch(mut plan) = self.run.next().clone() else {
-            return Err(plan_drift(i, "dispatch", "the run has ended"));
-        };
-        let skips = cp
-            .policy
-            .fleet
-            .as_ref()
-            .is_some_and(|f| f.breaker.is_some());
-        loop {
-            if &plan == dispatch {
-                return Ok(());
-            }
-            match skips.then(|| self.run.skip_route(cp, &plan)).flatten() {
-                Some(p) => plan = p,
-                None => {
-                    return Err(plan_drift(
-                        i,
-                        "dispatch",
-                        "the reserved dispatch is not the core's plan",
-                    ))
-                }
-            }
-        }
-    }
-
-    fn check_observed(
-        &mut self,
-        cp: &CompiledPolicy,
-        planned: &Dispatch,
-        sent: &Sent,
-        a: &Attempt,
-        i: usize,
-    ) -> Result<()> {
-        let same = [
-            ("admission", a.admission == sent.admission),
-            (
-                "idempotency_key_sha256",
-                a.idempotency_key_sha256 == sent.idempotency_key_sha256,
-            ),
-            ("ordinal", a.ordinal == sent.ordinal),
-            ("route_id", a.route_id == sent.route_id),
-            (
-                "route_release_sha256",
-                a.route_release_sha256 == sent.route_release_sha256,
-            ),
-            ("started_at_ms", a.started_at_ms == sent.started_at_ms),
-        ];
-        if let Some((field, _)) = same.iter().find(|(_, ok)| !ok) {
-            return Err(plan_drift(
-                i,
-                &format!("attempt/{field}"),
-                "the observed attempt is not the one dispatched",
-            ));
-        }
-        let index = self.attempts.attempts.len();
-        let d = self
-            .run
-            .check(cp, a, index)
-            .map_err(|e| at_event(e, i, "/attempt"))?;
-        if &d != planned {
-            return Err(plan_drift(
-                i,
-                "attempt",
-                "the observed attempt's admission implies another plan than the one reserved",
-            ));
-        }
-        self.run
-            .observe(cp, a, d, index)
-            .map_err(|e| at_event(e, i, "/attempt"))?;
-        self.attempts.attempts.push(a.clone());
-        Ok(())
-    }
-
-    fn check_terminal(
-        &mut self,
-        cp: &CompiledPolicy,
-        expect: &Expect,
-        end: &Ending,
-        i: usize,
-    ) -> Result<()> {
-        match (expect, end.cancelled_at_ms, &end.fleet_stop) {
-            (_, Some(_), Some(_)) => {
-                return Err(plan_drift(
-                    i,
-                    "fleet_stop",
-                    "a run ends by cancellation or by a fleet stop, not both",
-                ))
-            }
-            (Expect::Planned | Expect::Reserved(_), Some(at), None) => {
-                self.run
-                    .cancel(at)
-                    .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
-                self.attempts.cancelled_at_ms = Some(at);
-            }
-            (Expect::Planned, None, Some(stop)) => {
-                self.run
-                    .fleet_stop(cp, stop)
-                    .map_err(|e| at_event(e, i, "/fleet_stop"))?;
-                self.attempts.fleet_stop = Some(stop.clone());
-            }
-            (Expect::Ended, None, None) => {}
             _ => {
                 return Err(Error::at(
                     ErrorCode::JournalOutOfOrder,
                     format!("/events/{i}/kind"),
-                    "a run that may still dispatch ends only by cancellation (before the dispatch) or a fleet stop (before the reservation)",
+                    format!("a `{}` event cannot come here", kind.as_str()),
+                ))
+            }
+        };
+        // Checked: nothing below can fail.
+        if let Payload::Created {
+            created_at_epoch_ms,
+            ..
+        } = &e.payload
+        {
+            tip.created_at_epoch_ms = Some(*created_at_epoch_ms);
+            tip.run_id = Some(e.run_id.clone());
+        }
+        if receipt_sha256.is_some() {
+            tip.receipt_sha256 = receipt_sha256;
+        }
+        tip.expect = expect;
+        tip.lease_generation = e.lease_generation;
+        tip.len = tip.len.saturating_add(1);
+        tip.head_sha256 = digest_of(e);
+        tip.last_kind = Some(kind);
+        Ok(())
+    }
+}
+
+/// A reservation is the plan, or (a fleet's breaker skipped routes) the
+/// plan moved on by skips.
+fn check_reserved(run: &Run, cp: &CompiledPolicy, dispatch: &Dispatch, i: usize) -> Result<()> {
+    let Decision::Dispatch(mut plan) = run.next().clone() else {
+        return Err(plan_drift(i, "dispatch", "the run has ended"));
+    };
+    let skips = cp
+        .policy
+        .fleet
+        .as_ref()
+        .is_some_and(|f| f.breaker.is_some());
+    loop {
+        if &plan == dispatch {
+            return Ok(());
+        }
+        match skips.then(|| run.skip_route(cp, &plan)).flatten() {
+            Some(p) => plan = p,
+            None => {
+                return Err(plan_drift(
+                    i,
+                    "dispatch",
+                    "the reserved dispatch is not the core's plan",
                 ))
             }
         }
-        let Some(terminal) = self.run.terminal() else {
-            return Err(plan_drift(i, "terminal", "the run has not ended"));
-        };
-        if terminal != end.terminal {
-            return Err(plan_drift(
-                i,
-                "terminal",
-                format!("the run ended with {}", terminal.as_str()),
-            ));
-        }
-        let attempts_sha256 = digest_of(&self.attempts);
-        if end.attempts_sha256.as_str() != attempts_sha256 {
-            return Err(plan_drift(
-                i,
-                "attempts_sha256",
-                "not the digest of the journal's attempts",
-            ));
-        }
-        let receipt = self.run.receipt(cp, attempts_sha256)?;
-        let receipt_sha256 = digest_of(&receipt);
-        if end.receipt_sha256.as_str() != receipt_sha256 {
-            return Err(plan_drift(
-                i,
-                "receipt_sha256",
-                "not the digest of the journal's receipt",
-            ));
-        }
-        self.receipt_sha256 = Some(Sha256Hex::computed(receipt_sha256));
-        Ok(())
     }
+}
+
+/// Check the observed attempt against the one dispatched and the run's
+/// plan, then advance the run by it. `Run::check` changes nothing and
+/// `Run::observe` refuses only before it changes anything, so on error the
+/// run and the attempts are unchanged.
+fn observe(
+    run: &mut Run,
+    attempts: &mut Attempts,
+    cp: &CompiledPolicy,
+    planned: &Dispatch,
+    sent: &Sent,
+    a: &Attempt,
+    i: usize,
+) -> Result<()> {
+    let same = [
+        ("admission", a.admission == sent.admission),
+        (
+            "idempotency_key_sha256",
+            a.idempotency_key_sha256 == sent.idempotency_key_sha256,
+        ),
+        ("ordinal", a.ordinal == sent.ordinal),
+        ("route_id", a.route_id == sent.route_id),
+        (
+            "route_release_sha256",
+            a.route_release_sha256 == sent.route_release_sha256,
+        ),
+        ("started_at_ms", a.started_at_ms == sent.started_at_ms),
+    ];
+    if let Some((field, _)) = same.iter().find(|(_, ok)| !ok) {
+        return Err(plan_drift(
+            i,
+            &format!("attempt/{field}"),
+            "the observed attempt is not the one dispatched",
+        ));
+    }
+    let index = attempts.attempts.len();
+    let d = run
+        .check(cp, a, index)
+        .map_err(|e| at_event(e, i, "/attempt"))?;
+    if &d != planned {
+        return Err(plan_drift(
+            i,
+            "attempt",
+            "the observed attempt's admission implies another plan than the one reserved",
+        ));
+    }
+    run.observe(cp, a, d, index)
+        .map_err(|e| at_event(e, i, "/attempt"))?;
+    attempts.attempts.push(a.clone());
+    Ok(())
+}
+
+/// Check the `terminal` event's end of the run and give its receipt
+/// digest; a cancellation or a fleet stop ends the run and its attempts
+/// (on copies, committed once everything is checked: once per run).
+fn end_run(
+    run: &mut Run,
+    attempts: &mut Attempts,
+    cp: &CompiledPolicy,
+    expect: &Expect,
+    end: &Ending,
+    i: usize,
+) -> Result<Sha256Hex> {
+    let ended: Option<(Run, Attempts)> = match (expect, end.cancelled_at_ms, &end.fleet_stop) {
+        (_, Some(_), Some(_)) => {
+            return Err(plan_drift(
+                i,
+                "fleet_stop",
+                "a run ends by cancellation or by a fleet stop, not both",
+            ))
+        }
+        (Expect::Planned | Expect::Reserved(_), Some(at), None) => {
+            let mut r = run.clone();
+            r.cancel(at)
+                .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
+            let mut a = attempts.clone();
+            a.cancelled_at_ms = Some(at);
+            Some((r, a))
+        }
+        (Expect::Planned, None, Some(stop)) => {
+            let mut r = run.clone();
+            r.fleet_stop(cp, stop)
+                .map_err(|e| at_event(e, i, "/fleet_stop"))?;
+            let mut a = attempts.clone();
+            a.fleet_stop = Some(stop.clone());
+            Some((r, a))
+        }
+        (Expect::Ended, None, None) => None,
+        _ => {
+            return Err(Error::at(
+                ErrorCode::JournalOutOfOrder,
+                format!("/events/{i}/kind"),
+                "a run that may still dispatch ends only by cancellation (before the dispatch) or a fleet stop (before the reservation)",
+            ))
+        }
+    };
+    let (r, a) = ended.as_ref().map_or((&*run, &*attempts), |(r, a)| (r, a));
+    let Some(terminal) = r.terminal() else {
+        return Err(plan_drift(i, "terminal", "the run has not ended"));
+    };
+    if terminal != end.terminal {
+        return Err(plan_drift(
+            i,
+            "terminal",
+            format!("the run ended with {}", terminal.as_str()),
+        ));
+    }
+    let attempts_sha256 = digest_of(a);
+    if end.attempts_sha256.as_str() != attempts_sha256 {
+        return Err(plan_drift(
+            i,
+            "attempts_sha256",
+            "not the digest of the journal's attempts",
+        ));
+    }
+    let receipt = r.receipt(cp, attempts_sha256)?;
+    let receipt_sha256 = digest_of(&receipt);
+    if end.receipt_sha256.as_str() != receipt_sha256 {
+        return Err(plan_drift(
+            i,
+            "receipt_sha256",
+            "not the digest of the journal's receipt",
+        ));
+    }
+    if let Some((r, a)) = ended {
+        *run = r;
+        *attempts = a;
+    }
+    Ok(Sha256Hex::computed(receipt_sha256))
 }
 
 /// The `dispatched` event must send the reserved attempt, not before its time,
@@ -477,13 +516,13 @@ impl Replayed {
     pub fn summary(&self) -> Verified {
         Verified {
             attempts: u64::try_from(self.attempts.attempts.len()).unwrap_or(u64::MAX),
-            created_at_epoch_ms: self.created_at_epoch_ms,
+            created_at_epoch_ms: self.tip.created_at_epoch_ms,
             head_sha256: self.head_sha256(),
-            last_kind: self.head.as_ref().map(|e| e.payload.kind()),
-            lease_generation: self.lease_generation,
-            next_seq: self.len,
-            run_id: self.run_id.clone(),
-            terminal: matches!(self.expect, Expect::Done)
+            last_kind: self.tip.last_kind,
+            lease_generation: self.tip.lease_generation,
+            next_seq: self.tip.len,
+            run_id: self.tip.run_id.clone(),
+            terminal: matches!(self.tip.expect, Expect::Done)
                 .then(|| self.run.terminal())
                 .flatten(),
         }

@@ -105,25 +105,28 @@ pub fn append(
     lease_generation: u64,
     entry: &Entry,
 ) -> Result<JournalEvent> {
-    let r = verify(cp, events)?;
-    Ok(built(cp, r, lease_generation, entry)?.0)
+    let mut r = verify(cp, events)?;
+    built(cp, &mut r, lease_generation, entry, None)
 }
 
-/// The next event of the journal `r` replays, and the replay advanced by
-/// it; an error about the event is reported under `/entry`.
+/// The next event of the journal `r` replays, with `r` advanced by it (on
+/// error `r` is unchanged); an error about the event is reported under
+/// `/entry`, or `/entries/<k>` for the entry at `k` of a batch.
 fn built(
     cp: &CompiledPolicy,
-    r: Replayed,
+    r: &mut Replayed,
     lease_generation: u64,
     entry: &Entry,
-) -> Result<(JournalEvent, Replayed)> {
-    let i = usize::try_from(r.len).unwrap_or(usize::MAX);
-    let prefix = format!("/events/{i}");
+    batch: Option<usize>,
+) -> Result<JournalEvent> {
+    let i = usize::try_from(r.tip.len).unwrap_or(usize::MAX);
     build(cp, r, i, lease_generation, entry).map_err(|mut e| {
         if let Some(p) = e.path.take() {
-            e.path = Some(match p.strip_prefix(&prefix) {
-                Some(rest) => format!("/entry{rest}"),
-                None => p,
+            let prefix = format!("/events/{i}");
+            e.path = Some(match (p.strip_prefix(&prefix), batch) {
+                (Some(rest), None) => format!("/entry{rest}"),
+                (Some(rest), Some(k)) => format!("/entries/{k}{rest}"),
+                (None, _) => p,
             });
         }
         e
@@ -132,11 +135,11 @@ fn built(
 
 fn build(
     cp: &CompiledPolicy,
-    r: Replayed,
+    r: &mut Replayed,
     i: usize,
     lease_generation: u64,
     entry: &Entry,
-) -> Result<(JournalEvent, Replayed)> {
+) -> Result<JournalEvent> {
     let no_plan = || plan_drift(i, "kind", "the run has no planned dispatch here");
     let payload = match entry {
         Entry::Created {
@@ -157,7 +160,7 @@ fn build(
             admission,
             started_at_ms,
         } => {
-            let Expect::Reserved(d) = &r.expect else {
+            let Expect::Reserved(d) = &r.tip.expect else {
                 return Err(Error::at(
                     ErrorCode::JournalOutOfOrder,
                     format!("/events/{i}/kind"),
@@ -214,7 +217,7 @@ fn build(
             })
         }
     };
-    let run_id = match (entry, &r.run_id) {
+    let run_id = match (entry, &r.tip.run_id) {
         (Entry::Created { run_id, .. }, _) => run_id.clone(),
         (_, Some(run_id)) => run_id.clone(),
         (_, None) => {
@@ -230,18 +233,18 @@ fn build(
         payload,
         prev_sha256: Sha256Hex::computed(r.head_sha256()),
         run_id,
-        seq: r.len,
+        seq: r.tip.len,
     };
-    let mut check = r;
-    check.step(cp, &event, i)?;
-    Ok((event, check))
+    r.step(cp, &event, i)?;
+    Ok(event)
 }
 
 /// The journal of a run as its owner writes it: the replay of what it holds,
-/// kept between appends and advanced by each event built, so that an append
-/// checks the one new event (not the whole journal again, as [`append`]
-/// does), and a recovery or a session continuing the run starts from the
-/// replay rather than from the journal's events.
+/// kept between appends and advanced in place by each event built, so that
+/// an append checks the one new event (not the whole journal again, as
+/// [`append`] does) at a cost that does not grow with the journal, and a
+/// recovery or a session continuing the run starts from the replay rather
+/// than from the journal's events.
 ///
 /// An event is built and the replay advanced before the host writes it; an
 /// owner whose store refuses a write has lost its run (its lease or the
@@ -270,16 +273,54 @@ impl Writer {
     }
 
     /// Build the next event from `entry`, checked like any other event
-    /// ([`append`]), and advance the replay by it.
+    /// ([`append`]), and advance the replay by it. On error the writer is
+    /// unchanged.
     pub fn append(&mut self, entry: &Entry) -> Result<JournalEvent> {
-        let (event, next) = built(
+        built(
             &self.cp,
-            self.replayed.clone(),
+            &mut self.replayed,
             self.lease_generation,
             entry,
-        )?;
-        self.replayed = next;
-        Ok(event)
+            None,
+        )
+    }
+
+    /// Build the events of `entries` in order, each checked like any other
+    /// event against the journal the ones before it leave, and advance the
+    /// replay by all of them or by none: on an error (reported under
+    /// `/entries/<k>`) the writer is as it was. The events are those
+    /// [`Writer::append`] would build one at a time.
+    ///
+    /// It is for a host that makes events written together durable in one
+    /// write: `reserved` with `dispatched`, `observed` with `decided`.
+    /// Such a batch costs what its appends cost; a batch that goes on past
+    /// an attempt's `decided`, or past a `terminal`, copies the replay once
+    /// to put it back on an error.
+    pub fn append_all(&mut self, entries: &[Entry]) -> Result<Vec<JournalEvent>> {
+        let tip = self.replayed.tip.clone();
+        let copied = (0..entries.len())
+            .any(|k| !undone_by_tip(entries.get(k..).unwrap_or_default()))
+            .then(|| self.replayed.clone());
+        let mut events = Vec::with_capacity(entries.len());
+        for (k, entry) in entries.iter().enumerate() {
+            match built(
+                &self.cp,
+                &mut self.replayed,
+                self.lease_generation,
+                entry,
+                Some(k),
+            ) {
+                Ok(event) => events.push(event),
+                Err(e) => {
+                    match copied {
+                        Some(r) => self.replayed = r,
+                        None => self.replayed.tip = tip,
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(events)
     }
 
     /// What the owner does next ([`recover`](super::recover) of the journal written so far).
@@ -310,4 +351,18 @@ impl Writer {
     pub fn lease_generation(&self) -> u64 {
         self.lease_generation
     }
+}
+
+/// Whether a batch's appends from the first of `rest` on can be put back by
+/// restoring the replay's tip alone. Only `observed` and `terminal` change
+/// the run and its attempts, and an event that is refused changes nothing;
+/// so it holds unless one of them is followed by an entry that may be
+/// refused. An `observed` followed by its `decided` alone is not: that
+/// event is built from the run the observation left (its decision, seq,
+/// chain and lease), which is what its check compares.
+fn undone_by_tip(rest: &[Entry]) -> bool {
+    !matches!(
+        rest,
+        [Entry::Observed { .. } | Entry::Terminal { .. }, _, ..]
+    ) || matches!(rest, [Entry::Observed { .. }, Entry::Decided])
 }
