@@ -1,6 +1,8 @@
 //! Core benchmarks: validate_policy, plan_next, evaluate with receipt and
-//! verify_bundle on the reference run, and verify_bundle on runs of 10, 100
-//! and 1,000 attempts. Run with `make bench-core` (or `make bench`).
+//! verify_bundle on the reference run, verify_bundle on runs of 10, 100
+//! and 1,000 attempts, and a journal writer's appends at 10, 100 and 1,000
+//! events (with the ratios of their medians printed after the groups). Run
+//! with `make bench-core` (or `make bench`).
 //!
 //! Each operation is measured at two layers: the typed API a Rust host uses
 //! with a policy compiled once per run, and the JSON-text boundary
@@ -17,16 +19,19 @@
 )]
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BatchSize, BenchmarkId, Criterion, Throughput};
 use retryledger_core::api;
 use retryledger_core::canonical::canonical_json;
 use retryledger_core::decode::from_value;
+use retryledger_core::journal::{Entry, JournalEvent, Writer};
 use retryledger_core::lab::{self, Step};
 use retryledger_core::outcome::RetryableKind;
 use retryledger_core::{
-    compile, evaluate, plan_next, seal, verify_bundle, Attempts, Bundle, Outcome, Policy,
+    compile, evaluate, plan_next, seal, verify_bundle, Attempts, Bundle, CompiledPolicy, Outcome,
+    Policy,
 };
 use serde_json::json;
 
@@ -161,7 +166,6 @@ fn streams_and_fleet(c: &mut Criterion) {
     use retryledger_core::observe::Facts;
     use retryledger_core::stream::StreamFacts;
     use retryledger_core::Session;
-    use std::sync::Arc;
 
     let mut p = lab::reference_policy();
     p["stream"] = json!({"max_response_bytes": 1_000_000, "mode": "tentative"});
@@ -348,11 +352,181 @@ fn streams_and_fleet(c: &mut Criterion) {
     g.finish();
 }
 
+/// The journal of a run of `attempts` attempts (all but the last
+/// unavailable, 1 ms apart) written through a writer, without its terminal:
+/// its events and the entries that wrote them.
+fn long_journal(attempts: usize) -> (Arc<CompiledPolicy>, Vec<JournalEvent>, Vec<Entry>) {
+    let bundle = long_run(attempts);
+    let cp = Arc::new(compile(bundle.policy.clone()).unwrap());
+    let mut entries = vec![
+        Entry::Created {
+            created_at_epoch_ms: 1_780_000_000_000,
+            run_id: retryledger_core::ids::Identifier::parse("run-1").unwrap(),
+        },
+        Entry::Decided,
+    ];
+    for a in &bundle.attempts.attempts {
+        entries.push(Entry::Reserved { dispatch: None });
+        entries.push(Entry::Dispatched {
+            admission: None,
+            started_at_ms: a.started_at_ms,
+        });
+        entries.push(Entry::Observed { attempt: a.clone() });
+        entries.push(Entry::Decided);
+    }
+    let mut w = Writer::new(Arc::clone(&cp), &[], 1).unwrap();
+    let events = w.append_all(&entries).unwrap();
+    (cp, events, entries)
+}
+
+/// Journal lengths the append is measured at.
+const JOURNAL_LENGTHS: [usize; 3] = [10, 100, 1_000];
+
+/// Events appended per measurement: four in a row, one of each kind
+/// (`reserved`, `dispatched`, `observed`, `decided`, in some rotation).
+const CYCLE: usize = 4;
+
+/// A journal's writer ready to append at one length.
+struct AtLength {
+    /// The journal's length.
+    n: usize,
+    /// The writer of its first `n - CYCLE` events.
+    before: Writer,
+    /// The entries of events `n - CYCLE .. n`.
+    warm: Vec<Entry>,
+    /// The entries of events `n .. n + CYCLE`, to measure.
+    next: Vec<Entry>,
+}
+
+impl AtLength {
+    /// A writer of the first `n` events whose lists have room for the next
+    /// events, as a writer that has been appending has (a clone's lists
+    /// are full: its first append would copy them to grow them).
+    fn writer(&self) -> Writer {
+        let mut w = self.before.clone();
+        for e in &self.warm {
+            w.append(e).unwrap();
+        }
+        w
+    }
+}
+
+fn journal_writers() -> Vec<AtLength> {
+    let (cp, events, entries) = long_journal(300);
+    JOURNAL_LENGTHS
+        .iter()
+        .map(|&n| AtLength {
+            n,
+            before: Writer::new(Arc::clone(&cp), &events[..n - CYCLE], 1).unwrap(),
+            warm: entries[n - CYCLE..n].to_vec(),
+            next: entries[n..n + CYCLE].to_vec(),
+        })
+        .collect()
+}
+
+/// A journal writer appending four events (one of each kind) to a journal
+/// of `n` events: the core's share of a durable run's append, which should
+/// not grow with `n`. Making the writer is setup, not measured.
+fn journal(c: &mut Criterion) {
+    let mut g = c.benchmark_group("journal_append");
+    g.throughput(Throughput::Elements(CYCLE as u64));
+    for at in journal_writers() {
+        g.bench_with_input(BenchmarkId::new("writer_4_events", at.n), &at, |b, at| {
+            b.iter_batched(
+                || at.writer(),
+                |mut w| {
+                    for e in &at.next {
+                        black_box(w.append(e).unwrap());
+                    }
+                    w
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        g.bench_with_input(BenchmarkId::new("append_all_2x2", at.n), &at, |b, at| {
+            b.iter_batched(
+                || at.writer(),
+                |mut w| {
+                    black_box(w.append_all(&at.next[..2]).unwrap());
+                    black_box(w.append_all(&at.next[2..]).unwrap());
+                    w
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+/// The medians of the writer's four appends at each journal length,
+/// measured over interleaved rounds (so drift in the machine's load falls
+/// on every length alike), printed as ratios to the shortest journal.
+fn journal_ratios() {
+    const ROUNDS: usize = 61;
+    const PER_ROUND: usize = 64;
+    let lengths = journal_writers();
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); lengths.len()];
+    for _ in 0..ROUNDS {
+        for (k, at) in lengths.iter().enumerate() {
+            let mut ws: Vec<Writer> = (0..PER_ROUND).map(|_| at.writer()).collect();
+            let start = Instant::now();
+            for w in &mut ws {
+                for e in &at.next {
+                    black_box(w.append(e).unwrap());
+                }
+            }
+            let ns = start.elapsed().as_nanos() as f64 / (PER_ROUND * CYCLE) as f64;
+            times[k].push(ns);
+            drop(ws);
+        }
+    }
+    let medians: Vec<f64> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect();
+    for (at, m) in lengths.iter().zip(&medians) {
+        println!(
+            "journal append: n={}: {m:.0} ns per event (median of {ROUNDS} rounds)",
+            at.n
+        );
+    }
+    for (at, m) in lengths.iter().zip(&medians).skip(1) {
+        println!(
+            "journal append: n={} / n={} = {:.2}",
+            at.n,
+            lengths[0].n,
+            m / medians[0]
+        );
+    }
+}
+
+/// Whether this is a `cargo bench` run whose filter (if any) selects the
+/// journal group.
+fn journal_selected() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    args.iter().any(|a| a == "--bench")
+        && (filters.is_empty()
+            || filters
+                .iter()
+                .any(|f| "journal_append".contains(f.as_str())))
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = reference, scaling, builder, streams_and_fleet
+    targets = reference, scaling, builder, streams_and_fleet, journal
 }
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    if journal_selected() {
+        journal_ratios();
+    }
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,0 +1,545 @@
+//! The replay of a journal prefix through the run state machine, and
+//! [`verify`].
+
+use super::event::{Ending, EventKind, JournalEvent, Payload, Sent};
+use super::GENESIS_SHA256;
+use crate::attempt::{Attempt, Attempts};
+use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
+use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate::{Decision, Dispatch, Run, Terminal};
+use crate::ids::{Identifier, Sha256Hex};
+use crate::policy::CompiledPolicy;
+
+/// What the replay expects next.
+#[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per replay, replaced in place at every event"
+)]
+pub(super) enum Expect {
+    /// Nothing yet: `created`.
+    Start,
+    /// After `created`: the first `decided`.
+    FirstDecision,
+    /// After `decided` with a dispatch: `reserved`, or a `terminal` that
+    /// cancels or records a fleet stop.
+    Planned,
+    /// After `decided` with a terminal: `terminal`.
+    Ended,
+    /// After `reserved`: `dispatched`, or a `terminal` that cancels.
+    Reserved(Dispatch),
+    /// After `dispatched`: `observed` (or reconciliation).
+    Dispatched(Dispatch, Sent),
+    /// After `observed`: `decided`.
+    Observed,
+    /// After `terminal`: nothing.
+    Done,
+}
+
+/// The replay of a verified journal prefix.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    pub(super) run: Run,
+    pub(super) attempts: Attempts,
+    pub(super) tip: Tip,
+}
+
+/// Where a replayed journal ends: what may come next, and what the next
+/// event's `seq`, chain and lease are checked against. It holds nothing
+/// that grows with the journal, so a batch of appends can put it back
+/// ([`super::Writer::append_all`]).
+#[derive(Debug, Clone)]
+pub(super) struct Tip {
+    pub(super) expect: Expect,
+    pub(super) run_id: Option<Identifier>,
+    pub(super) lease_generation: u64,
+    /// The digest of the last event ([`GENESIS_SHA256`] when empty),
+    /// computed once when the event is replayed.
+    pub(super) head_sha256: String,
+    pub(super) last_kind: Option<EventKind>,
+    pub(super) len: u64,
+    pub(super) created_at_epoch_ms: Option<u64>,
+    pub(super) receipt_sha256: Option<Sha256Hex>,
+}
+
+/// The error of an attempt check, moved from `/attempts/<k>` to the event's attempt.
+pub(super) fn at_event(mut e: Error, i: usize, inner: &str) -> Error {
+    let path = e.path.take().unwrap_or_default();
+    let rest = match path.strip_prefix("/attempts/") {
+        Some(r) => r.find('/').map_or("", |k| r.get(k..).unwrap_or("")),
+        None => path.as_str(),
+    };
+    e.path = Some(format!("/events/{i}{inner}{rest}"));
+    e
+}
+
+pub(super) fn plan_drift(i: usize, field: &str, msg: impl Into<String>) -> Error {
+    Error::at(
+        ErrorCode::JournalPlanDrift,
+        format!("/events/{i}/{field}"),
+        msg,
+    )
+}
+
+impl Replayed {
+    /// An empty journal.
+    pub fn new(cp: &CompiledPolicy) -> Self {
+        Self {
+            run: Run::new(cp),
+            attempts: Attempts::default(),
+            tip: Tip {
+                expect: Expect::Start,
+                run_id: None,
+                lease_generation: 0,
+                head_sha256: GENESIS_SHA256.to_owned(),
+                last_kind: None,
+                len: 0,
+                created_at_epoch_ms: None,
+                receipt_sha256: None,
+            },
+        }
+    }
+
+    /// The next free `seq`.
+    pub fn next_seq(&self) -> u64 {
+        self.tip.len
+    }
+
+    /// The highest lease generation so far (0 when empty).
+    pub fn lease_generation(&self) -> u64 {
+        self.tip.lease_generation
+    }
+
+    /// The attempts the journal holds.
+    pub fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+
+    /// The replayed run and its attempts, for a session that continues it.
+    pub(crate) fn into_run(self) -> (Run, Attempts) {
+        (self.run, self.attempts)
+    }
+
+    /// The `prev_sha256` of the next event.
+    pub fn head_sha256(&self) -> String {
+        self.tip.head_sha256.clone()
+    }
+
+    /// The kind of the next event to append when nothing outside the core
+    /// is needed to write it, or the choices a host has.
+    pub(super) fn next_kind(&self) -> Option<EventKind> {
+        match self.tip.expect {
+            Expect::Start => Some(EventKind::Created),
+            Expect::FirstDecision | Expect::Observed => Some(EventKind::Decided),
+            Expect::Planned => Some(EventKind::Reserved),
+            Expect::Ended => Some(EventKind::Terminal),
+            Expect::Reserved(_) => Some(EventKind::Dispatched),
+            Expect::Dispatched(..) => Some(EventKind::Observed),
+            Expect::Done => None,
+        }
+    }
+
+    /// Check one event at index `i` against the replay and advance it.
+    /// On error the replay is unchanged.
+    pub fn apply(&mut self, cp: &CompiledPolicy, e: &JournalEvent, i: usize) -> Result<()> {
+        self.step(cp, e, i)
+    }
+
+    /// Check one event at index `i` and advance the replay by it, in place:
+    /// everything that can refuse the event is checked before anything
+    /// changes, so on error the replay is unchanged. Its cost does not grow
+    /// with the journal, except at the `terminal` event (once per run),
+    /// which digests the attempts and the receipt.
+    pub(super) fn step(&mut self, cp: &CompiledPolicy, e: &JournalEvent, i: usize) -> Result<()> {
+        let tip = &self.tip;
+        if e.seq != tip.len {
+            let (code, msg) = if e.seq < tip.len {
+                (ErrorCode::JournalSeqRepeat, "is already taken")
+            } else {
+                (ErrorCode::JournalSeqGap, "skips ahead")
+            };
+            return Err(Error::at(
+                code,
+                format!("/events/{i}/seq"),
+                format!("seq {} {msg}: the next free seq is {}", e.seq, tip.len),
+            ));
+        }
+        if let Some(run) = &tip.run_id {
+            if &e.run_id != run {
+                return Err(Error::at(
+                    ErrorCode::JournalWrongRun,
+                    format!("/events/{i}/run_id"),
+                    format!("an event of run `{}` in the journal of `{run}`", e.run_id),
+                ));
+            }
+        }
+        if e.prev_sha256.as_str() != tip.head_sha256 {
+            return Err(Error::at(
+                ErrorCode::JournalChainBroken,
+                format!("/events/{i}/prev_sha256"),
+                format!(
+                    "prev_sha256 is not the digest of the event before it ({})",
+                    tip.head_sha256
+                ),
+            ));
+        }
+        if e.lease_generation < tip.lease_generation {
+            return Err(Error::at(
+                ErrorCode::JournalStaleLease,
+                format!("/events/{i}/lease_generation"),
+                format!(
+                    "lease generation {} after {}: the owner was fenced",
+                    e.lease_generation, tip.lease_generation
+                ),
+            ));
+        }
+        let kind = e.payload.kind();
+        let Self { run, attempts, tip } = self;
+        let mut receipt_sha256 = None;
+        let expect = match (&tip.expect, &e.payload) {
+            (Expect::Done, _) => {
+                return Err(Error::at(
+                    ErrorCode::JournalAfterTerminal,
+                    format!("/events/{i}/kind"),
+                    "the run's terminal event was already written",
+                ))
+            }
+            (Expect::Start, Payload::Created { policy_sha256, .. }) => {
+                if policy_sha256.as_str() != cp.policy_sha256 {
+                    return Err(Error::at(
+                        ErrorCode::JournalPolicyMismatch,
+                        format!("/events/{i}/policy_sha256"),
+                        "the journal's run is under another policy",
+                    ));
+                }
+                Expect::FirstDecision
+            }
+            (Expect::FirstDecision | Expect::Observed, Payload::Decided { decision }) => {
+                if decision != run.next() {
+                    return Err(plan_drift(
+                        i,
+                        "decision",
+                        "the decision is not the core's for the events before it",
+                    ));
+                }
+                match decision {
+                    Decision::Dispatch(_) => Expect::Planned,
+                    Decision::Terminal { .. } => Expect::Ended,
+                }
+            }
+            (Expect::Planned, Payload::Reserved { dispatch }) => {
+                check_reserved(run, cp, dispatch, i)?;
+                Expect::Reserved(dispatch.clone())
+            }
+            (Expect::Reserved(planned), Payload::Dispatched(sent)) => {
+                check_sent(cp, planned, sent, i)?;
+                Expect::Dispatched(planned.clone(), sent.clone())
+            }
+            (Expect::Dispatched(planned, sent), Payload::Observed { attempt }) => {
+                observe(run, attempts, cp, planned, sent, attempt, i)?;
+                Expect::Observed
+            }
+            (
+                ex @ (Expect::Planned | Expect::Reserved(_) | Expect::Ended),
+                Payload::Terminal(end),
+            ) => {
+                receipt_sha256 = Some(end_run(run, attempts, cp, ex, end, i)?);
+                Expect::Done
+            }
+            _ => {
+                return Err(Error::at(
+                    ErrorCode::JournalOutOfOrder,
+                    format!("/events/{i}/kind"),
+                    format!("a `{}` event cannot come here", kind.as_str()),
+                ))
+            }
+        };
+        // Checked: nothing below can fail.
+        if let Payload::Created {
+            created_at_epoch_ms,
+            ..
+        } = &e.payload
+        {
+            tip.created_at_epoch_ms = Some(*created_at_epoch_ms);
+            tip.run_id = Some(e.run_id.clone());
+        }
+        if receipt_sha256.is_some() {
+            tip.receipt_sha256 = receipt_sha256;
+        }
+        tip.expect = expect;
+        tip.lease_generation = e.lease_generation;
+        tip.len = tip.len.saturating_add(1);
+        tip.head_sha256 = digest_of(e);
+        tip.last_kind = Some(kind);
+        Ok(())
+    }
+}
+
+/// A reservation is the plan, or (a fleet's breaker skipped routes) the
+/// plan moved on by skips.
+fn check_reserved(run: &Run, cp: &CompiledPolicy, dispatch: &Dispatch, i: usize) -> Result<()> {
+    let Decision::Dispatch(mut plan) = run.next().clone() else {
+        return Err(plan_drift(i, "dispatch", "the run has ended"));
+    };
+    let skips = cp
+        .policy
+        .fleet
+        .as_ref()
+        .is_some_and(|f| f.breaker.is_some());
+    loop {
+        if &plan == dispatch {
+            return Ok(());
+        }
+        match skips.then(|| run.skip_route(cp, &plan)).flatten() {
+            Some(p) => plan = p,
+            None => {
+                return Err(plan_drift(
+                    i,
+                    "dispatch",
+                    "the reserved dispatch is not the core's plan",
+                ))
+            }
+        }
+    }
+}
+
+/// Check the observed attempt against the one dispatched and the run's
+/// plan, then advance the run by it. `Run::check` changes nothing and
+/// `Run::observe` refuses only before it changes anything, so on error the
+/// run and the attempts are unchanged.
+fn observe(
+    run: &mut Run,
+    attempts: &mut Attempts,
+    cp: &CompiledPolicy,
+    planned: &Dispatch,
+    sent: &Sent,
+    a: &Attempt,
+    i: usize,
+) -> Result<()> {
+    let same = [
+        ("admission", a.admission == sent.admission),
+        (
+            "idempotency_key_sha256",
+            a.idempotency_key_sha256 == sent.idempotency_key_sha256,
+        ),
+        ("ordinal", a.ordinal == sent.ordinal),
+        ("route_id", a.route_id == sent.route_id),
+        (
+            "route_release_sha256",
+            a.route_release_sha256 == sent.route_release_sha256,
+        ),
+        ("started_at_ms", a.started_at_ms == sent.started_at_ms),
+    ];
+    if let Some((field, _)) = same.iter().find(|(_, ok)| !ok) {
+        return Err(plan_drift(
+            i,
+            &format!("attempt/{field}"),
+            "the observed attempt is not the one dispatched",
+        ));
+    }
+    let index = attempts.attempts.len();
+    let d = run
+        .check(cp, a, index)
+        .map_err(|e| at_event(e, i, "/attempt"))?;
+    if &d != planned {
+        return Err(plan_drift(
+            i,
+            "attempt",
+            "the observed attempt's admission implies another plan than the one reserved",
+        ));
+    }
+    run.observe(cp, a, d, index)
+        .map_err(|e| at_event(e, i, "/attempt"))?;
+    attempts.attempts.push(a.clone());
+    Ok(())
+}
+
+/// Check the `terminal` event's end of the run and give its receipt
+/// digest; a cancellation or a fleet stop ends the run and its attempts
+/// (on copies, committed once everything is checked: once per run).
+fn end_run(
+    run: &mut Run,
+    attempts: &mut Attempts,
+    cp: &CompiledPolicy,
+    expect: &Expect,
+    end: &Ending,
+    i: usize,
+) -> Result<Sha256Hex> {
+    let ended: Option<(Run, Attempts)> = match (expect, end.cancelled_at_ms, &end.fleet_stop) {
+        (_, Some(_), Some(_)) => {
+            return Err(plan_drift(
+                i,
+                "fleet_stop",
+                "a run ends by cancellation or by a fleet stop, not both",
+            ))
+        }
+        (Expect::Planned | Expect::Reserved(_), Some(at), None) => {
+            let mut r = run.clone();
+            r.cancel(at)
+                .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
+            let mut a = attempts.clone();
+            a.cancelled_at_ms = Some(at);
+            Some((r, a))
+        }
+        (Expect::Planned, None, Some(stop)) => {
+            let mut r = run.clone();
+            r.fleet_stop(cp, stop)
+                .map_err(|e| at_event(e, i, "/fleet_stop"))?;
+            let mut a = attempts.clone();
+            a.fleet_stop = Some(stop.clone());
+            Some((r, a))
+        }
+        (Expect::Ended, None, None) => None,
+        _ => {
+            return Err(Error::at(
+                ErrorCode::JournalOutOfOrder,
+                format!("/events/{i}/kind"),
+                "a run that may still dispatch ends only by cancellation (before the dispatch) or a fleet stop (before the reservation)",
+            ))
+        }
+    };
+    let (r, a) = ended.as_ref().map_or((&*run, &*attempts), |(r, a)| (r, a));
+    let Some(terminal) = r.terminal() else {
+        return Err(plan_drift(i, "terminal", "the run has not ended"));
+    };
+    if terminal != end.terminal {
+        return Err(plan_drift(
+            i,
+            "terminal",
+            format!("the run ended with {}", terminal.as_str()),
+        ));
+    }
+    let attempts_sha256 = digest_of(a);
+    if end.attempts_sha256.as_str() != attempts_sha256 {
+        return Err(plan_drift(
+            i,
+            "attempts_sha256",
+            "not the digest of the journal's attempts",
+        ));
+    }
+    let receipt = r.receipt(cp, attempts_sha256)?;
+    let receipt_sha256 = digest_of(&receipt);
+    if end.receipt_sha256.as_str() != receipt_sha256 {
+        return Err(plan_drift(
+            i,
+            "receipt_sha256",
+            "not the digest of the journal's receipt",
+        ));
+    }
+    if let Some((r, a)) = ended {
+        *run = r;
+        *attempts = a;
+    }
+    Ok(Sha256Hex::computed(receipt_sha256))
+}
+
+/// The `dispatched` event must send the reserved attempt, not before its time,
+/// with an admission exactly when the policy has a fleet.
+fn check_sent(cp: &CompiledPolicy, planned: &Dispatch, s: &Sent, i: usize) -> Result<()> {
+    let same = [
+        (
+            "idempotency_key_sha256",
+            s.idempotency_key_sha256 == planned.idempotency_key_sha256,
+        ),
+        ("not_before_ms", s.not_before_ms == planned.not_before_ms),
+        ("ordinal", s.ordinal == planned.ordinal),
+        ("route_id", s.route_id == planned.route_id),
+        (
+            "route_release_sha256",
+            s.route_release_sha256 == planned.route_release_sha256,
+        ),
+    ];
+    if let Some((field, _)) = same.iter().find(|(_, ok)| !ok) {
+        return Err(plan_drift(
+            i,
+            field,
+            "the dispatched attempt is not the one reserved",
+        ));
+    }
+    if s.started_at_ms < s.not_before_ms {
+        return Err(Error::at(
+            ErrorCode::EarlyStart,
+            format!("/events/{i}/started_at_ms"),
+            format!(
+                "started at {} before not_before {}",
+                s.started_at_ms, s.not_before_ms
+            ),
+        ));
+    }
+    match (&cp.policy.fleet, &s.admission) {
+        (Some(_), None) => Err(Error::at(
+            ErrorCode::AdmissionMissing,
+            format!("/events/{i}/admission"),
+            "the policy has a fleet section: the dispatched event records its admission",
+        )),
+        (None, Some(_)) => Err(Error::at(
+            ErrorCode::AdmissionUnexpected,
+            format!("/events/{i}/admission"),
+            "an admission the policy has no fleet for",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Verify a journal against a compiled policy: the replay of every event.
+pub fn verify(cp: &CompiledPolicy, events: &[JournalEvent]) -> Result<Replayed> {
+    let mut r = Replayed::new(cp);
+    for (i, e) in events.iter().enumerate() {
+        r.step(cp, e, i)?;
+    }
+    Ok(r)
+}
+
+/// What [`verify`] found, as the `journal_verify` answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Attempts the journal holds.
+    pub attempts: u64,
+    /// Unix ms of the run clock's origin, once `created` is written.
+    pub created_at_epoch_ms: Option<u64>,
+    /// The `prev_sha256` of the next event.
+    pub head_sha256: String,
+    /// The kind of the last event, when there is one.
+    pub last_kind: Option<EventKind>,
+    /// The highest lease generation (0 when empty).
+    pub lease_generation: u64,
+    /// The next free seq.
+    pub next_seq: u64,
+    /// The run, once `created` is written.
+    pub run_id: Option<Identifier>,
+    /// How the run ended, once `terminal` is written.
+    pub terminal: Option<Terminal>,
+}
+
+impl Replayed {
+    /// The summary of the replay.
+    pub fn summary(&self) -> Verified {
+        Verified {
+            attempts: u64::try_from(self.attempts.attempts.len()).unwrap_or(u64::MAX),
+            created_at_epoch_ms: self.tip.created_at_epoch_ms,
+            head_sha256: self.head_sha256(),
+            last_kind: self.tip.last_kind,
+            lease_generation: self.tip.lease_generation,
+            next_seq: self.tip.len,
+            run_id: self.tip.run_id.clone(),
+            terminal: matches!(self.tip.expect, Expect::Done)
+                .then(|| self.run.terminal())
+                .flatten(),
+        }
+    }
+}
+
+impl Encode for Verified {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .u64("attempts", self.attempts)
+            .opt_u64("created_at_epoch_ms", self.created_at_epoch_ms)
+            .str("head_sha256", &self.head_sha256)
+            .opt_doc("last_kind", self.last_kind.as_ref())
+            .u64("lease_generation", self.lease_generation)
+            .u64("next_seq", self.next_seq)
+            .opt_doc("run_id", self.run_id.as_ref())
+            .opt_doc("terminal", self.terminal.as_ref())
+            .end();
+    }
+}
