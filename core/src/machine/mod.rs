@@ -568,13 +568,8 @@ impl Machine {
         let Some((writer, _)) = self.journal.as_mut() else {
             return self.then(then);
         };
-        // Built on a copy: either every event of the write or none.
-        let mut next = writer.clone();
-        let mut events = Vec::with_capacity(entries.len());
-        for entry in entries {
-            events.push(next.append(entry)?);
-        }
-        *writer = next;
+        // Every event of the write or none.
+        let events = writer.append_all(entries)?;
         self.effect = Effect::Append { events };
         self.stage = Stage::Appending(then);
         Ok(())
