@@ -10,6 +10,8 @@
 //! not hold); the machine writes each document expecting the generation it
 //! read.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::admission::{key_of, AdmissionSnapshot};
@@ -83,10 +85,21 @@ enum Kind {
     Admission,
 }
 
-/// The registers one read asks for, in order, and what each holds.
+/// One register a read asks for: its key, what it holds and (for a
+/// breaker or admission limits) the route release it belongs to.
+#[derive(Debug, Clone)]
+struct Key {
+    key: String,
+    kind: Kind,
+    release: Option<Sha256Hex>,
+}
+
+/// The registers one read asks for, in order, and what each holds. The
+/// key list is shared: a run builds each list once ([`Keys`]) and every
+/// read of it is a reference count.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Reads {
-    keys: Vec<(String, Kind, Option<Sha256Hex>)>,
+    keys: Arc<[Key]>,
     /// What the store answered: each key's generation, once read.
     generations: Vec<u64>,
 }
@@ -109,55 +122,85 @@ pub fn admission_key(cfg: &crate::admission::AdmissionConfig, release: &Sha256He
     )
 }
 
-impl Reads {
+/// Every read a run of one policy makes, built once when the run starts:
+/// the admission's and, per route release, the settlement's and the
+/// release of a held slot.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Keys {
+    admission: Arc<[Key]>,
+    /// Per route release: its settlement's keys, then its admission
+    /// limits' key alone.
+    routes: Vec<(Sha256Hex, Arc<[Key]>, Arc<[Key]>)>,
+}
+
+impl Keys {
+    /// The reads of a run of `cp` (none without a fleet section).
+    pub(crate) fn of(cp: &CompiledPolicy) -> Self {
+        let Some(fleet) = cp.policy.fleet.as_ref() else {
+            return Self::default();
+        };
+        let mut admission = Vec::new();
+        let mut routes = Vec::new();
+        for r in cp.routes() {
+            let release = &r.route_release_sha256;
+            let breaker = fleet.breaker.is_some().then(|| Key {
+                key: breaker_key(release),
+                kind: Kind::Breaker,
+                release: Some(release.clone()),
+            });
+            let limits = fleet.admission.as_ref().map(|a| Key {
+                key: admission_key(a, release),
+                kind: Kind::Admission,
+                release: Some(release.clone()),
+            });
+            let settle: Vec<Key> = breaker.iter().chain(limits.iter()).cloned().collect();
+            admission.extend(breaker);
+            let slot: Arc<[Key]> = limits.into_iter().collect();
+            routes.push((release.clone(), settle.into(), slot));
+        }
+        // Breakers first, then the budget, then the admission limits.
+        if let Some(b) = &fleet.retry_budget {
+            admission.push(Key {
+                key: budget_key(b.scope.as_str()),
+                kind: Kind::Budget,
+                release: None,
+            });
+        }
+        admission.extend(
+            routes
+                .iter()
+                .flat_map(|(_, _, limits)| limits.iter().cloned()),
+        );
+        Self {
+            admission: admission.into(),
+            routes,
+        }
+    }
+
     /// What an admission reads: every route's breaker, the budget, every
     /// route's admission limits (the plan may move to any route).
-    pub(crate) fn admission(cp: &CompiledPolicy, fleet: &FleetConfig) -> Self {
-        let mut keys = Vec::new();
-        if fleet.breaker.is_some() {
-            for r in cp.routes() {
-                let release = r.route_release_sha256.clone();
-                keys.push((breaker_key(&release), Kind::Breaker, Some(release)));
-            }
-        }
-        if let Some(b) = &fleet.retry_budget {
-            keys.push((budget_key(b.scope.as_str()), Kind::Budget, None));
-        }
-        if let Some(a) = &fleet.admission {
-            for r in cp.routes() {
-                let release = r.route_release_sha256.clone();
-                keys.push((admission_key(a, &release), Kind::Admission, Some(release)));
-            }
-        }
-        Self {
-            keys,
-            generations: Vec::new(),
-        }
+    pub(crate) fn admission(&self) -> Reads {
+        Reads::of(&self.admission)
     }
 
     /// What settling an attempt on `release` reads: its breaker and its
-    /// admission limits, as the policy has them.
-    pub(crate) fn settlement(fleet: &FleetConfig, release: &Sha256Hex) -> Self {
-        let mut keys = Vec::new();
-        if fleet.breaker.is_some() {
-            keys.push((breaker_key(release), Kind::Breaker, Some(release.clone())));
-        }
-        if let Some(a) = &fleet.admission {
-            keys.push((
-                admission_key(a, release),
-                Kind::Admission,
-                Some(release.clone()),
-            ));
-        }
+    /// admission limits, as the policy has them; with `slot_only`, only
+    /// the admission limits (freeing a slot reads nothing else).
+    pub(crate) fn settlement(&self, release: &Sha256Hex, slot_only: bool) -> Reads {
+        self.routes
+            .iter()
+            .find(|(r, _, _)| r == release)
+            .map(|(_, settle, slot)| Reads::of(if slot_only { slot } else { settle }))
+            .unwrap_or_default()
+    }
+}
+
+impl Reads {
+    fn of(keys: &Arc<[Key]>) -> Self {
         Self {
-            keys,
+            keys: Arc::clone(keys),
             generations: Vec::new(),
         }
-    }
-
-    /// Only the admission limits' keys (freeing a slot reads nothing else).
-    pub(crate) fn admission_only(&mut self) {
-        self.keys.retain(|(_, kind, _)| *kind == Kind::Admission);
     }
 
     /// Whether there is nothing to read.
@@ -167,7 +210,7 @@ impl Reads {
 
     /// The keys, in the order the answer's rows follow.
     pub(crate) fn keys(&self) -> Vec<String> {
-        self.keys.iter().map(|(k, _, _)| k.clone()).collect()
+        self.keys.iter().map(|k| k.key.clone()).collect()
     }
 
     /// The view of what the store answered, `rows` in the order of the
@@ -190,7 +233,7 @@ impl Reads {
             ..FleetView::default()
         };
         let mut generations = Vec::with_capacity(rows.len());
-        for (i, ((_, kind, release), row)) in self.keys.iter().zip(rows).enumerate() {
+        for (i, (Key { kind, release, .. }, row)) in self.keys.iter().zip(rows).enumerate() {
             generations.push(row.generation);
             let Some(doc) = &row.document else {
                 continue;
@@ -213,13 +256,40 @@ impl Reads {
         Ok(view)
     }
 
-    /// The generation read for `key` (0 when it was not read).
-    fn generation(&self, key: &str) -> u64 {
-        self.keys
+    /// The compare-and-set of `document`, expecting the generation read
+    /// for its register; a register that was not read is written under
+    /// its own key expecting 0.
+    fn cas(&self, fleet: &FleetConfig, document: Register) -> Cas {
+        let (kind, release) = match &document {
+            Register::Breaker(s) => (Kind::Breaker, Some(&s.route_release_sha256)),
+            Register::Budget(_) => (Kind::Budget, None),
+            Register::Admission(s) => (Kind::Admission, Some(&s.route_release_sha256)),
+        };
+        let read = self
+            .keys
             .iter()
-            .zip(&self.generations)
-            .find(|((k, _, _), _)| k == key)
-            .map_or(0, |(_, g)| *g)
+            .zip(self.generations.iter().chain(std::iter::repeat(&0)))
+            .find(|(k, _)| k.kind == kind && k.release.as_ref() == release);
+        let (key, expected_generation) = match read {
+            Some((k, generation)) => (k.key.clone(), *generation),
+            None => {
+                let key = match &document {
+                    Register::Breaker(s) => breaker_key(&s.route_release_sha256),
+                    Register::Budget(b) => budget_key(b.scope.as_str()),
+                    // Admission writes come only with admission limits.
+                    Register::Admission(s) => fleet.admission.as_ref().map_or_else(
+                        || format!("admission/{}", s.route_release_sha256.as_str()),
+                        |cfg| admission_key(cfg, &s.route_release_sha256),
+                    ),
+                };
+                (key, 0)
+            }
+        };
+        Cas {
+            key,
+            expected_generation,
+            document,
+        }
     }
 
     /// The compare-and-sets of an admission's writes, each expecting the
@@ -227,30 +297,23 @@ impl Reads {
     /// admission limits (a slot taken and then abandoned by a conflict
     /// before it would hold the slot until released).
     pub(crate) fn writes(&self, fleet: &FleetConfig, writes: FleetWrites) -> Vec<Cas> {
-        let mut out = Vec::new();
+        let admission = if fleet.admission.is_some() {
+            writes.admission
+        } else {
+            Vec::new()
+        };
+        let mut out = Vec::with_capacity(
+            usize::from(writes.budget.is_some()) + writes.breakers.len() + admission.len(),
+        );
         if let Some(b) = writes.budget {
-            let key = budget_key(b.scope.as_str());
-            out.push(self.cas(key, Register::Budget(b)));
+            out.push(self.cas(fleet, Register::Budget(b)));
         }
         for s in writes.breakers {
-            let key = breaker_key(&s.route_release_sha256);
-            out.push(self.cas(key, Register::Breaker(s)));
+            out.push(self.cas(fleet, Register::Breaker(s)));
         }
-        if let Some(cfg) = &fleet.admission {
-            for s in writes.admission {
-                let key = admission_key(cfg, &s.route_release_sha256);
-                out.push(self.cas(key, Register::Admission(s)));
-            }
+        for s in admission {
+            out.push(self.cas(fleet, Register::Admission(s)));
         }
         out
-    }
-
-    /// One compare-and-set of `key`, expecting the generation read.
-    pub(crate) fn cas(&self, key: String, document: Register) -> Cas {
-        Cas {
-            expected_generation: self.generation(&key),
-            key,
-            document,
-        }
     }
 }

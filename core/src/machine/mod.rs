@@ -164,9 +164,12 @@ pub struct Machine {
     /// The planned attempt's earliest start before its admission (the
     /// admission limits may start it later; the journal reserves the plan).
     planned_not_before_ms: Option<u64>,
+    /// The fleet store's registers this run reads, built once.
+    keys: fleet::Keys,
     stage: Stage,
     effect: Effect,
-    settle: Settle,
+    /// Shared so that keeping it for a refused answer costs no copy.
+    settle: Arc<Settle>,
     judgement: Option<Judgement>,
 }
 
@@ -296,6 +299,7 @@ impl Machine {
             ));
         }
         let mut m = Self {
+            keys: fleet::Keys::of(&policy),
             policy,
             schedule: options.price_schedule.clone(),
             session,
@@ -310,7 +314,7 @@ impl Machine {
             effect: Effect::Done {
                 terminal: Terminal::StopRouteExhausted,
             },
-            settle: Settle::default(),
+            settle: Arc::default(),
             judgement: None,
         };
         m.advance()?;
@@ -526,10 +530,7 @@ impl Machine {
     }
 
     fn admission_reads(&self) -> fleet::Reads {
-        match &self.session.policy().policy.fleet {
-            Some(f) => fleet::Reads::admission(self.session.policy(), f),
-            None => fleet::Reads::default(),
-        }
+        self.keys.admission()
     }
 
     fn read(&mut self, reads: fleet::Reads, why: ReadFor, conflicts: u64) {
@@ -764,18 +765,18 @@ impl Machine {
         let judgement = observed?;
         self.judgement = Some(judgement);
         self.now_ms = obs.completed_at_ms;
-        self.settle = Settle {
+        self.settle = Arc::new(Settle {
             headers: facts.headers,
             used_tokens: obs.used_tokens,
-        };
+        });
         let release = self
             .session
             .attempts()
             .attempts
             .last()
             .map(|a| a.route_release_sha256.clone());
-        if let (Some(f), Some(release)) = (&self.session.policy().policy.fleet, release) {
-            let reads = fleet::Reads::settlement(f, &release);
+        if let Some(release) = release {
+            let reads = self.keys.settlement(&release, false);
             if !reads.is_empty() {
                 self.read(reads, ReadFor::Settlement, 0);
                 return Ok(());

@@ -113,10 +113,9 @@ impl Machine {
 
     pub(super) fn cancel(&mut self, at_ms: u64) -> Result<()> {
         let holds_slot = self.session.admission().is_some_and(|a| a.limits.is_some());
-        if let (true, Some(f)) = (holds_slot, &self.session.policy().policy.fleet) {
+        if holds_slot && self.session.policy().policy.fleet.is_some() {
             let release = self.planned()?.route_release_sha256;
-            let mut reads = fleet::Reads::settlement(f, &release);
-            reads.admission_only();
+            let reads = self.keys.settlement(&release, true);
             self.read(reads, ReadFor::Release(at_ms), 0);
             return Ok(());
         }
