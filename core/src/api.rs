@@ -797,6 +797,109 @@ pub fn lab() -> Result<(String, String, String)> {
     ))
 }
 
+/// A key pool's configuration and its snapshot (a fresh one when the store
+/// holds none), both checked.
+fn key_pool_inputs(
+    config_json: &str,
+    snapshot_json: Option<&str>,
+) -> Result<(
+    crate::keypool::KeyPoolConfig,
+    crate::keypool::KeyPoolSnapshot,
+)> {
+    let cfg =
+        from_str::<crate::keypool::KeyPoolConfig>(config_json).map_err(|e| e.under("/config"))?;
+    cfg.check("/config")?;
+    let snap = match snapshot_json {
+        Some(s) => {
+            from_str::<crate::keypool::KeyPoolSnapshot>(s).map_err(|e| e.under("/snapshot"))?
+        }
+        None => crate::keypool::KeyPoolSnapshot::fresh(&cfg),
+    };
+    snap.check(&cfg, "/snapshot")?;
+    Ok((cfg, snap))
+}
+
+/// `{"selection": …, "snapshot": …}`: the key chosen and the next snapshot.
+struct KeyPoolStep(crate::keypool::Selection, crate::keypool::KeyPoolSnapshot);
+
+impl Encode for KeyPoolStep {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("selection", &self.0)
+            .doc("snapshot", &self.1)
+            .end();
+    }
+}
+
+/// `key_pool_select`: which key of the pool the next attempt uses
+/// ([`crate::keypool::select`]); `{"selection", "snapshot"}` out, the
+/// snapshot to write back with compare-and-set. `affinity` is the key the
+/// session used before.
+pub fn key_pool_select(
+    config_json: &str,
+    snapshot_json: Option<&str>,
+    now_epoch_ms: u64,
+    affinity: Option<&str>,
+) -> Result<String> {
+    let (cfg, snap) = key_pool_inputs(config_json, snapshot_json)?;
+    let affinity = affinity
+        .map(|a| {
+            crate::ids::Sha256Hex::parse(a)
+                .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/affinity", m))
+        })
+        .transpose()?;
+    let (selection, next) = crate::keypool::select(&cfg, &snap, now_epoch_ms, affinity.as_ref());
+    Ok(out(&KeyPoolStep(selection, next)))
+}
+
+/// `key_pool_record`: the pool's next snapshot after `key_sha256` answered
+/// with `outcome` (and the HTTP `status`, when there was one: 401 and 403
+/// disable the key) ([`crate::keypool::record`]).
+pub fn key_pool_record(
+    config_json: &str,
+    snapshot_json: Option<&str>,
+    key_sha256: &str,
+    outcome_json: &str,
+    status: Option<u64>,
+    now_epoch_ms: u64,
+) -> Result<String> {
+    let (cfg, snap) = key_pool_inputs(config_json, snapshot_json)?;
+    let key = crate::ids::Sha256Hex::parse(key_sha256)
+        .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/key_sha256", m))?;
+    let outcome =
+        from_str::<crate::outcome::Outcome>(outcome_json).map_err(|e| e.under("/outcome"))?;
+    let status = status
+        .map(|s| {
+            u16::try_from(s)
+                .ok()
+                .filter(|s| (100..=599).contains(s))
+                .ok_or_else(|| {
+                    Error::at(
+                        ErrorCode::IntegerOutOfRange,
+                        "/status",
+                        format!("status {s} is not an HTTP status (100..=599)"),
+                    )
+                })
+        })
+        .transpose()?;
+    let signal = crate::keypool::KeySignal::of(&outcome, status);
+    let next = crate::keypool::record(&cfg, &snap, &key, signal, now_epoch_ms)?;
+    Ok(out(&next))
+}
+
+/// `key_sha256`: a pool key's identity, the SHA-256 of its secret's UTF-8
+/// bytes (the secret itself is never in a document).
+pub fn key_sha256(secret: &str) -> Result<String> {
+    if secret.is_empty() {
+        return Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/secret",
+            "a key's secret is not empty",
+        ));
+    }
+    Ok(crate::canonical::sha256_hex(secret.as_bytes()))
+}
+
 #[cfg(all(test, feature = "lab"))]
 mod tests {
     use super::*;

@@ -342,6 +342,12 @@ codes! {
     IdempotencyNotInProgress => "idempotency_not_in_progress", Idempotency;
     /// A completion by a request other than the one that claimed the key.
     IdempotencyRequestMismatch => "idempotency_request_mismatch", Idempotency;
+
+    /// A key pool's configuration is invalid (no key, a key twice, a hold
+    /// out of range).
+    InvalidKeyPool => "invalid_key_pool", Policy;
+    /// A key pool was told about a key it does not hold.
+    KeyNotInPool => "key_not_in_pool", Policy;
 }
 
 /// An error with a stable code, a human message and, where known, a JSON Pointer

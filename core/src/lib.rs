@@ -66,6 +66,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod job;
 pub mod journal;
+pub mod keypool;
 #[cfg(feature = "lab")]
 pub mod lab;
 pub mod lift;

@@ -90,7 +90,17 @@ fn actual(op: &str, input: &Value) -> Value {
         .keys()
         .map(String::as_str)
         .collect();
+    // Inputs an op may leave out: checked by the api, not listed below.
+    let optional: &[&str] = match op {
+        "key_pool_select" => &["affinity", "snapshot"],
+        "key_pool_record" => &["snapshot", "status"],
+        _ => &[],
+    };
+    let keys: BTreeSet<&str> = keys.into_iter().filter(|k| !optional.contains(k)).collect();
     let want: &[&str] = match op {
+        "key_pool_select" => &["config", "now_epoch_ms"],
+        "key_pool_record" => &["config", "key_sha256", "now_epoch_ms", "outcome"],
+        "key_sha256" => &["secret"],
         "validate_policy" => &["policy"],
         "plan_next" | "evaluate" => &["attempts", "policy"],
         "verify_bundle" => &["bundle"],
@@ -209,6 +219,23 @@ fn actual(op: &str, input: &Value) -> Value {
             s(input, "events"),
         )
         .map(json_of),
+        "key_pool_select" => api::key_pool_select(
+            s(input, "config"),
+            input.get("snapshot").and_then(Value::as_str),
+            n(input, "now_epoch_ms"),
+            input.get("affinity").and_then(Value::as_str),
+        )
+        .map(json_of),
+        "key_pool_record" => api::key_pool_record(
+            s(input, "config"),
+            input.get("snapshot").and_then(Value::as_str),
+            s(input, "key_sha256"),
+            s(input, "outcome"),
+            input.get("status").and_then(Value::as_u64),
+            n(input, "now_epoch_ms"),
+        )
+        .map(json_of),
+        "key_sha256" => api::key_sha256(s(input, "secret")).map(Value::String),
         "breaker_admit" => api::breaker_admit(
             s(input, "config"),
             s(input, "snapshot"),

@@ -37,6 +37,9 @@ __all__ = [
     "admission_admit",
     "admission_release",
     "admission_observe",
+    "key_pool_select",
+    "key_pool_record",
+    "key_sha256",
     "lab",
 ]
 
@@ -341,6 +344,53 @@ def admission_observe(
     applies; ``notes``: what was ignored)."""
     now = check_integer("now_epoch_ms", now_epoch_ms)
     return _loads(call(_core.admission_observe, to_text(config), to_text(snapshot), header_text(headers), now))
+
+
+def key_pool_select(
+    config: Document, snapshot: Optional[Document], now_epoch_ms: int, affinity: Optional[str] = None
+) -> dict[str, Any]:
+    """Which key of a pool (``retryledger.key_pool.v1``; ``None``: the store
+    holds none yet) the next attempt uses at ``now_epoch_ms``:
+    ``{"selection": {"kind": "key", "key_sha256", "affinity"?} | {"kind":
+    "wait", "until_epoch_ms"} | {"kind": "no_usable_key"}, "snapshot": next}``.
+    ``affinity`` is the key digest the session used before (kept while it is
+    usable). Write the snapshot back with compare-and-set."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    snap = None if snapshot is None else to_text(snapshot)
+    if affinity is not None:
+        _check_text("affinity", affinity)
+    return _loads(call(_core.key_pool_select, to_text(config), snap, now, affinity))
+
+
+def key_pool_record(
+    config: Document,
+    snapshot: Optional[Document],
+    key_sha256: str,
+    outcome: Document,
+    now_epoch_ms: int,
+    status: Optional[int] = None,
+) -> dict[str, Any]:
+    """The pool's next snapshot after the key ``key_sha256`` answered with
+    ``outcome`` (an outcome document) and HTTP ``status`` (401 and 403
+    disable the key until the pool's configuration changes; a rate limit
+    cools it and its account's keys; an exhausted quota parks them)."""
+    now = check_integer("now_epoch_ms", now_epoch_ms)
+    snap = None if snapshot is None else to_text(snapshot)
+    code = None if status is None else check_integer("status", status)
+    _check_text("key_sha256", key_sha256)
+    return _loads(call(_core.key_pool_record, to_text(config), snap, key_sha256, to_text(outcome), now, code))
+
+
+def key_sha256(secret: str) -> str:
+    """A pool key's identity: the hex SHA-256 of its secret, the only form
+    of a key any document holds."""
+    _check_text("secret", secret)
+    return str(call(_core.key_sha256, secret))
+
+
+def _check_text(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise DecodeError("invalid_type", f"`{name}` must be a str", f"/{name}")
 
 
 def header_text(headers: Any) -> str:

@@ -16,6 +16,7 @@ ErrorFamily = Literal[
     "run",
     "journal",
     "idempotency",
+    "policy",
 ]
 
 #: Error families, in the core's order.
@@ -28,6 +29,7 @@ ERROR_FAMILIES: Tuple[ErrorFamily, ...] = (
     "run",
     "journal",
     "idempotency",
+    "policy",
 )
 
 #: A stable error code.
@@ -161,6 +163,8 @@ ErrorCode = Literal[
     "idempotency_retention_invalid",
     "idempotency_not_in_progress",
     "idempotency_request_mismatch",
+    "invalid_key_pool",
+    "key_not_in_pool",
 ]
 
 #: Every error code and its family, in the core's order.
@@ -294,6 +298,8 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "idempotency_retention_invalid": "idempotency",
     "idempotency_not_in_progress": "idempotency",
     "idempotency_request_mismatch": "idempotency",
+    "invalid_key_pool": "policy",
+    "key_not_in_pool": "policy",
 }
 
 #: A terminal's name.

@@ -681,6 +681,59 @@ fn breaker_record(
     ))
 }
 
+/// `key_pool_select`: `{"selection", "snapshot"}` (JSON): the key of a pool
+/// the next attempt uses and the snapshot to write back.
+#[pyfunction]
+#[pyo3(signature = (config, snapshot, now_epoch_ms, affinity=None))]
+fn key_pool_select(
+    config: &Bound<'_, PyAny>,
+    snapshot: Option<&Bound<'_, PyAny>>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+    affinity: Option<String>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    let snapshot = snapshot.filter(|s| !s.is_none()).map(text).transpose()?;
+    lift(api::key_pool_select(
+        &text(config)?,
+        snapshot.as_deref(),
+        now,
+        affinity.as_deref(),
+    ))
+}
+
+/// `key_pool_record`: the pool's next snapshot (JSON) after a key's answer.
+#[pyfunction]
+#[pyo3(signature = (config, snapshot, key_sha256, outcome, now_epoch_ms, status=None))]
+fn key_pool_record(
+    config: &Bound<'_, PyAny>,
+    snapshot: Option<&Bound<'_, PyAny>>,
+    key_sha256: &str,
+    outcome: &Bound<'_, PyAny>,
+    now_epoch_ms: &Bound<'_, PyAny>,
+    status: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let now = integer(now_epoch_ms, "now_epoch_ms")?;
+    let snapshot = snapshot.filter(|s| !s.is_none()).map(text).transpose()?;
+    let status = status
+        .filter(|s| !s.is_none())
+        .map(|s| integer(s, "status"))
+        .transpose()?;
+    lift(api::key_pool_record(
+        &text(config)?,
+        snapshot.as_deref(),
+        key_sha256,
+        &text(outcome)?,
+        status,
+        now,
+    ))
+}
+
+/// `key_sha256`: a pool key's identity (hex SHA-256 of its secret).
+#[pyfunction]
+fn key_sha256(secret: &str) -> PyResult<String> {
+    lift(api::key_sha256(secret))
+}
+
 /// `budget_deposit`: the next budget snapshot (JSON) after a first attempt's deposit.
 #[pyfunction]
 fn budget_deposit(
@@ -1917,6 +1970,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(admission_admit, m)?)?;
     m.add_function(wrap_pyfunction!(admission_release, m)?)?;
     m.add_function(wrap_pyfunction!(admission_observe, m)?)?;
+    m.add_function(wrap_pyfunction!(key_pool_select, m)?)?;
+    m.add_function(wrap_pyfunction!(key_pool_record, m)?)?;
+    m.add_function(wrap_pyfunction!(key_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(machine_transcript, m)?)?;
     m.add_function(wrap_pyfunction!(journal_verify, m)?)?;
     m.add_function(wrap_pyfunction!(journal_recover, m)?)?;

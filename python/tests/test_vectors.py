@@ -64,6 +64,13 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "admission_observe": lambda i: retryledger.admission_observe(
         i["config"], i["snapshot"], i["headers"], i["now_epoch_ms"]
     ),
+    "key_pool_select": lambda i: retryledger.key_pool_select(
+        i["config"], i.get("snapshot"), i["now_epoch_ms"], i.get("affinity")
+    ),
+    "key_pool_record": lambda i: retryledger.key_pool_record(
+        i["config"], i.get("snapshot"), i["key_sha256"], i["outcome"], i["now_epoch_ms"], i.get("status")
+    ),
+    "key_sha256": lambda i: retryledger.key_sha256(i["secret"]),
     "journal_verify": lambda i: retryledger.journal.journal_verify(i["policy"], i["events"]),
     "journal_recover": lambda i: retryledger.journal.journal_recover(
         i["policy"], i["events"], i.get("reconciliation")

@@ -512,6 +512,53 @@ pub fn admission_observe(
     lift(api::admission_observe(config, snapshot, headers, now))
 }
 
+/// `keyPoolSelect`: `{"selection", "snapshot"}`: the key of a pool the next
+/// attempt uses and the snapshot to write back (`snapshot` absent: a fresh
+/// pool).
+#[wasm_bindgen]
+pub fn key_pool_select(
+    config: &str,
+    snapshot: Option<String>,
+    now_epoch_ms: f64,
+    affinity: Option<String>,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    lift(api::key_pool_select(
+        config,
+        snapshot.as_deref(),
+        now,
+        affinity.as_deref(),
+    ))
+}
+
+/// `keyPoolRecord`: the pool's next snapshot after a key's answer.
+#[wasm_bindgen]
+pub fn key_pool_record(
+    config: &str,
+    snapshot: Option<String>,
+    key_sha256: &str,
+    outcome: &str,
+    now_epoch_ms: f64,
+    status: Option<f64>,
+) -> Out<String> {
+    let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
+    let status = lift(status.map(|s| safe_integer(s, "status")).transpose())?;
+    lift(api::key_pool_record(
+        config,
+        snapshot.as_deref(),
+        key_sha256,
+        outcome,
+        status,
+        now,
+    ))
+}
+
+/// `keySha256`: a pool key's identity (hex SHA-256 of its secret).
+#[wasm_bindgen]
+pub fn key_sha256(secret: &str) -> Out<String> {
+    lift(api::key_sha256(secret))
+}
+
 /// Facts decoded (strictly) once, for attempts that raise the same error.
 #[wasm_bindgen(js_name = Facts)]
 pub struct PreparedFacts {

@@ -95,6 +95,12 @@ function run(op, input) {
       return streamSession(input.policy, input.script, undefined, true);
     case "machine":
       return rl.machineTranscript(input.policy, input.options, input.journal, input.events);
+    case "key_pool_select":
+      return rl.keyPoolSelect(input.config, input.snapshot, input.now_epoch_ms, input.affinity);
+    case "key_pool_record":
+      return rl.keyPoolRecord(input.config, input.snapshot, input.key_sha256, input.outcome, input.now_epoch_ms, input.status);
+    case "key_sha256":
+      return rl.keySha256(input.secret);
     case "journal_verify":
       return rl.journalVerify(input.policy, input.events);
     case "journal_recover":

@@ -63,6 +63,16 @@ export {
 export { Fleet, requestTokenBound, freshBreaker, freshBudget, breakerKey, budgetKey, type FleetOptions, type FleetRunSummary } from "./fleet.js";
 export { MemoryStore } from "./stores/memory.js";
 export {
+  keyPoolSelect,
+  keyPoolRecord,
+  keySha256,
+  type KeyPoolConfig,
+  type KeyPoolSnapshot,
+  type KeyPoolSelectResult,
+  type KeyState,
+  type PoolKey,
+} from "./keypool.js";
+export {
   StoreUnavailableError,
   type AppendAnswer,
   type AppendLog,

@@ -152,6 +152,26 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
                 .and_then(|(_, v)| v.as_str()),
         )
         .map(Value::String),
+        "key_pool_select" => api::key_pool_select(
+            text(input, "config"),
+            opt_text(input, "snapshot"),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+            opt_text(input, "affinity"),
+        )
+        .map(parsed),
+        "key_pool_record" => api::key_pool_record(
+            text(input, "config"),
+            opt_text(input, "snapshot"),
+            text(input, "key_sha256"),
+            text(input, "outcome"),
+            input
+                .iter()
+                .find(|(k, _)| *k == "status")
+                .and_then(|(_, v)| v.as_u64()),
+            get(input, "now_epoch_ms").as_u64().expect("now"),
+        )
+        .map(parsed),
+        "key_sha256" => api::key_sha256(text(input, "secret")).map(Value::String),
         "breaker_admit" => api::breaker_admit(
             text(input, "config"),
             text(input, "snapshot"),

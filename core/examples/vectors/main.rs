@@ -42,6 +42,7 @@ mod idempotency;
 mod jitter;
 mod job;
 mod journal;
+mod key_pool;
 mod lift;
 mod observe;
 mod plan;
@@ -89,6 +90,7 @@ const FAMILIES: &[fn() -> Family] = &[
     hedge::family,
     repair::family,
     composition::family,
+    key_pool::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -137,6 +139,9 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `job_session` | `policy`, `script`: an async-job session step by step, each step optionally with `job` (`id`, `status`) (docs/JOBS.md) |\n\
          | `machine` | `policy`, `options` (a start's or resume's options), optional `journal` (events to resume from), `events` (what the host answered, in order): the effects drawn, the terminal, the receipt and bundle digests, or the refused event's error (docs/COMPOSITION.md) |\n\
          | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\
+         | `key_pool_select` | `config` (a key pool), optional `snapshot` (a `retryledger.key_pool.v1`; a fresh pool when absent), `now_epoch_ms`, optional `affinity` (the session's key digest): `{\"selection\", \"snapshot\"}` (docs/FLEET.md) |\n\
+         | `key_pool_record` | `config`, optional `snapshot`, `key_sha256`, `outcome`, optional `status` (HTTP), `now_epoch_ms`: the next snapshot (docs/FLEET.md) |\n\
+         | `key_sha256` | `secret`: a pool key's identity |\n\
          | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
          | `admission_observe` | `config`, `snapshot`, `headers` (JSON text of `[name, value]` pairs), `now_epoch_ms`: a response's rate-limit headers applied to the snapshot |\n\

@@ -1,0 +1,634 @@
+//! Key pools: one provider, several API keys, each with its own health.
+//!
+//! A pool is a policy's list of keys, each named by the SHA-256 of its
+//! secret (never the secret), with the account whose quota it draws on. Its
+//! state across runs is one register (`key_pool/<name>`) holding a
+//! `retryledger.key_pool.v1` snapshot, written back with compare-and-set
+//! like a breaker's. Two pure transitions:
+//!
+//! - [`select`]: which key the next attempt uses. A key that answered
+//!   401 or 403 is disabled until the pool's configuration changes; a
+//!   rate-limited key cools until its hint (or `cool_ms`); a key whose quota
+//!   cannot clear is parked for `park_ms`. Among the usable keys the least
+//!   recently limited is taken, then the least recently used, so keys are
+//!   shared in turn and never drained one after another. With an affinity
+//!   (the key a session used before, for prompt caching) the session keeps
+//!   its key while it is usable and moves when it is not.
+//! - [`record`]: what an attempt's outcome says about its key. A rate limit
+//!   or an exhausted quota applies to every key of the same account (they
+//!   share one quota); an invalid key only to itself.
+//!
+//! Every change raises the generation. Time never goes back for a pool: a
+//! clock behind `updated_at_epoch_ms` counts as that time.
+
+use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
+use crate::decode::{names, object};
+use crate::error::{Error, ErrorCode, Result};
+use crate::ids::{schema_marker, Identifier, Sha256Hex};
+use crate::outcome::{NonRetryableKind, Outcome, RetryableKind};
+
+schema_marker!(
+    /// `retryledger.key_pool.v1`
+    KeyPoolSchema = "retryledger.key_pool.v1"
+);
+
+/// Most keys in one pool.
+pub const MAX_KEYS: usize = 64;
+
+/// Longest `cool_ms` and `park_ms`: one week.
+pub const MAX_HOLD_MS: u64 = 7 * 24 * 3_600_000;
+
+/// One key of a pool. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolKey {
+    /// The account whose quota the key draws on: keys of one account cool
+    /// and park together. Absent: the key has a quota of its own.
+    pub account: Option<Identifier>,
+    /// SHA-256 of the key's secret (its UTF-8 bytes).
+    pub key_sha256: Sha256Hex,
+}
+
+object!(PoolKey {
+    account: opt_doc,
+    key_sha256: doc,
+});
+
+/// A pool's configuration. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPoolConfig {
+    /// How long a rate-limited key cools when the answer gave no hint, ms.
+    pub cool_ms: u64,
+    /// The keys, in the order ties are broken.
+    pub keys: Vec<PoolKey>,
+    /// The pool's name: its register is `key_pool/<name>`.
+    pub name: Identifier,
+    /// How long a key whose quota cannot clear is parked, ms.
+    pub park_ms: u64,
+}
+
+object!(KeyPoolConfig {
+    cool_ms: u64,
+    keys: list(MAX_KEYS),
+    name: doc,
+    park_ms: u64,
+});
+
+impl KeyPoolConfig {
+    /// Check the configuration; `at` is its JSON Pointer.
+    pub fn check(&self, at: &str) -> Result<()> {
+        let bad = |field: &str, msg: String| {
+            Err(Error::at(
+                ErrorCode::InvalidKeyPool,
+                format!("{at}/{field}"),
+                msg,
+            ))
+        };
+        if self.keys.is_empty() {
+            return bad("keys", "a key pool needs at least one key".to_owned());
+        }
+        for (i, k) in self.keys.iter().enumerate() {
+            if self.keys[..i].iter().any(|o| o.key_sha256 == k.key_sha256) {
+                return bad(
+                    &format!("keys/{i}/key_sha256"),
+                    format!(
+                        "key {} appears twice in the pool: each key once",
+                        k.key_sha256.as_str()
+                    ),
+                );
+            }
+        }
+        for (field, v) in [("cool_ms", self.cool_ms), ("park_ms", self.park_ms)] {
+            if v == 0 || v > MAX_HOLD_MS {
+                return bad(field, format!("{field} must be in 1..={MAX_HOLD_MS}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The digest the snapshot records: a change of the configuration
+    /// re-enables the keys an invalid-key answer disabled.
+    pub fn sha256(&self) -> Sha256Hex {
+        Sha256Hex::computed(digest_of(self))
+    }
+
+    fn account_of(&self, key: &Sha256Hex) -> Option<&Identifier> {
+        self.keys
+            .iter()
+            .find(|k| &k.key_sha256 == key)
+            .and_then(|k| k.account.as_ref())
+    }
+}
+
+/// A key's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHealth {
+    /// Usable.
+    Healthy,
+    /// Rate limited: usable again at `until_epoch_ms`.
+    Cooling,
+    /// Its quota cannot clear soon: usable again at `until_epoch_ms`.
+    Parked,
+    /// The provider refused the key itself (401 or 403): unusable until
+    /// the pool's configuration changes.
+    Disabled,
+}
+
+names!(KeyHealth {
+    Healthy => "healthy",
+    Cooling => "cooling",
+    Parked => "parked",
+    Disabled => "disabled",
+});
+
+/// One key's state. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    /// The key.
+    pub key_sha256: Sha256Hex,
+    /// When the key was last rate limited or parked (absent: never).
+    pub last_limited_at_epoch_ms: Option<u64>,
+    /// When the key was last selected (absent: never).
+    pub last_used_at_epoch_ms: Option<u64>,
+    /// Its health.
+    pub state: KeyHealth,
+    /// When a cooling or parked key is usable again.
+    pub until_epoch_ms: Option<u64>,
+}
+
+object!(KeyState {
+    key_sha256: doc,
+    last_limited_at_epoch_ms: opt_u64,
+    last_used_at_epoch_ms: opt_u64,
+    state: doc,
+    until_epoch_ms: opt_u64,
+});
+
+impl KeyState {
+    fn fresh(key: &Sha256Hex) -> Self {
+        Self {
+            key_sha256: key.clone(),
+            last_limited_at_epoch_ms: None,
+            last_used_at_epoch_ms: None,
+            state: KeyHealth::Healthy,
+            until_epoch_ms: None,
+        }
+    }
+
+    fn usable(&self) -> bool {
+        self.state == KeyHealth::Healthy
+    }
+}
+
+/// A pool's state. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPoolSnapshot {
+    /// The configuration the states were recorded under.
+    pub config_sha256: Sha256Hex,
+    /// Raised by every change.
+    pub generation: u64,
+    /// One state per key of the configuration, in its order.
+    pub keys: Vec<KeyState>,
+    /// The pool's name.
+    pub name: Identifier,
+    /// `retryledger.key_pool.v1`.
+    pub schema: KeyPoolSchema,
+    /// The wall clock of the latest change, Unix ms.
+    pub updated_at_epoch_ms: u64,
+}
+
+object!(KeyPoolSnapshot {
+    config_sha256: doc,
+    generation: u64,
+    keys: list(MAX_KEYS),
+    name: doc,
+    schema: doc,
+    updated_at_epoch_ms: u64,
+});
+
+impl KeyPoolSnapshot {
+    /// A pool the store holds nothing for: every key healthy, never used.
+    pub fn fresh(cfg: &KeyPoolConfig) -> Self {
+        Self {
+            config_sha256: cfg.sha256(),
+            generation: 0,
+            keys: cfg
+                .keys
+                .iter()
+                .map(|k| KeyState::fresh(&k.key_sha256))
+                .collect(),
+            name: cfg.name.clone(),
+            schema: KeyPoolSchema,
+            updated_at_epoch_ms: 0,
+        }
+    }
+
+    /// Check the snapshot against its pool's configuration; `at` is its
+    /// JSON Pointer.
+    pub fn check(&self, cfg: &KeyPoolConfig, at: &str) -> Result<()> {
+        if self.name != cfg.name {
+            return Err(Error::at(
+                ErrorCode::SnapshotKeyMismatch,
+                format!("{at}/name"),
+                format!(
+                    "the snapshot is of pool `{}`, not of `{}`",
+                    self.name.as_str(),
+                    cfg.name.as_str()
+                ),
+            ));
+        }
+        // Under the same configuration the states are its keys, in order
+        // (under another, they are lined up with it when read).
+        let same = self.config_sha256 == cfg.sha256();
+        if same
+            && (self.keys.len() != cfg.keys.len()
+                || self
+                    .keys
+                    .iter()
+                    .zip(&cfg.keys)
+                    .any(|(s, k)| s.key_sha256 != k.key_sha256))
+        {
+            return Err(Error::at(
+                ErrorCode::InvalidSnapshot,
+                format!("{at}/keys"),
+                "the snapshot's keys are not its configuration's keys in order",
+            ));
+        }
+        for (i, k) in self.keys.iter().enumerate() {
+            let here = |f: &str| format!("{at}/keys/{i}/{f}");
+            if self.keys[..i].iter().any(|o| o.key_sha256 == k.key_sha256) {
+                return Err(Error::at(
+                    ErrorCode::InvalidSnapshot,
+                    here("key_sha256"),
+                    "a key's state appears twice",
+                ));
+            }
+            let holds = matches!(k.state, KeyHealth::Cooling | KeyHealth::Parked);
+            if holds != k.until_epoch_ms.is_some() {
+                return Err(Error::at(
+                    ErrorCode::InvalidSnapshot,
+                    here("until_epoch_ms"),
+                    "until_epoch_ms is given for a cooling or parked key, and only for one",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which key an attempt uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Use this key.
+    Key {
+        /// The key.
+        key_sha256: Sha256Hex,
+        /// With an affinity: whether the session kept its key or moved.
+        affinity: Option<Affinity>,
+    },
+    /// No key is usable now; the first one that cools or unparks is usable
+    /// at this time.
+    Wait {
+        /// Unix ms.
+        until_epoch_ms: u64,
+    },
+    /// Every key is disabled: nothing clears by waiting.
+    NoUsableKey,
+}
+
+/// What became of a session's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Affinity {
+    /// The session's key was usable and is kept.
+    Kept,
+    /// The session's key was not usable: another was taken.
+    Moved,
+}
+
+names!(Affinity {
+    Kept => "kept",
+    Moved => "moved",
+});
+
+/// `{"affinity"?, "key_sha256", "kind": "key"}`, `{"kind": "wait",
+/// "until_epoch_ms"}` or `{"kind": "no_usable_key"}`.
+impl Encode for Selection {
+    fn encode(&self, sink: &mut dyn Sink) {
+        let mut w = ObjectWriter::new(sink);
+        match self {
+            Self::Key {
+                key_sha256,
+                affinity,
+            } => {
+                if let Some(a) = affinity {
+                    w.doc("affinity", a);
+                }
+                w.doc("key_sha256", key_sha256).str("kind", "key");
+            }
+            Self::Wait { until_epoch_ms } => {
+                w.str("kind", "wait").u64("until_epoch_ms", *until_epoch_ms);
+            }
+            Self::NoUsableKey => {
+                w.str("kind", "no_usable_key");
+            }
+        }
+        w.end();
+    }
+}
+
+/// The snapshot brought to `now` under `cfg`: a changed configuration
+/// re-enables disabled keys and lines the states up with its keys (a key
+/// kept keeps its state, a new key is fresh, a removed key is forgotten);
+/// holds that have run out are lifted.
+fn current(cfg: &KeyPoolConfig, snapshot: &KeyPoolSnapshot, now: u64) -> KeyPoolSnapshot {
+    let mut next = snapshot.clone();
+    let config = cfg.sha256();
+    if next.config_sha256 != config {
+        next.keys = cfg
+            .keys
+            .iter()
+            .map(|k| {
+                let mut s = snapshot
+                    .keys
+                    .iter()
+                    .find(|s| s.key_sha256 == k.key_sha256)
+                    .cloned()
+                    .unwrap_or_else(|| KeyState::fresh(&k.key_sha256));
+                if s.state == KeyHealth::Disabled {
+                    s.state = KeyHealth::Healthy;
+                }
+                s
+            })
+            .collect();
+        next.config_sha256 = config;
+    }
+    for k in &mut next.keys {
+        if k.until_epoch_ms.is_some_and(|u| u <= now) {
+            k.state = KeyHealth::Healthy;
+            k.until_epoch_ms = None;
+        }
+    }
+    next
+}
+
+/// Raise the generation when `next` differs from `before`.
+fn settled(before: &KeyPoolSnapshot, mut next: KeyPoolSnapshot, now: u64) -> KeyPoolSnapshot {
+    if next != *before {
+        next.generation = before.generation.saturating_add(1);
+        next.updated_at_epoch_ms = now;
+    }
+    next
+}
+
+/// Which key the next attempt uses, and the snapshot to write back (the
+/// key's use recorded). `affinity` is the key the session used before.
+pub fn select(
+    cfg: &KeyPoolConfig,
+    snapshot: &KeyPoolSnapshot,
+    now_epoch_ms: u64,
+    affinity: Option<&Sha256Hex>,
+) -> (Selection, KeyPoolSnapshot) {
+    let now = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
+    let mut next = current(cfg, snapshot, now);
+    let kept = affinity.and_then(|a| {
+        next.keys
+            .iter()
+            .position(|k| &k.key_sha256 == a && k.usable())
+    });
+    let chosen = kept.or_else(|| {
+        next.keys
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.usable())
+            .min_by_key(|(i, k)| {
+                (
+                    k.last_limited_at_epoch_ms.unwrap_or(0),
+                    k.last_used_at_epoch_ms.unwrap_or(0),
+                    *i,
+                )
+            })
+            .map(|(i, _)| i)
+    });
+    let selection = match chosen.and_then(|i| next.keys.get_mut(i)) {
+        Some(k) => {
+            k.last_used_at_epoch_ms = Some(now);
+            Selection::Key {
+                key_sha256: k.key_sha256.clone(),
+                affinity: affinity.map(|_| {
+                    if kept.is_some() {
+                        Affinity::Kept
+                    } else {
+                        Affinity::Moved
+                    }
+                }),
+            }
+        }
+        None => match next.keys.iter().filter_map(|k| k.until_epoch_ms).min() {
+            Some(until_epoch_ms) => Selection::Wait { until_epoch_ms },
+            None => Selection::NoUsableKey,
+        },
+    };
+    (selection, settled(snapshot, next, now))
+}
+
+/// What an attempt's answer says about the key it used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySignal {
+    /// Nothing about the key (a success, or a failure of something else).
+    None,
+    /// The provider refused the key itself (HTTP 401 or 403).
+    Refused,
+    /// Rate limited, with the answer's hint (ms) if it gave one.
+    Limited(Option<u64>),
+    /// A quota that cannot clear within a run.
+    QuotaExhausted,
+}
+
+impl KeySignal {
+    /// The signal of an attempt's outcome and HTTP status (when it had
+    /// one): 401 and 403 refuse the key, whatever the outcome's kind.
+    pub fn of(outcome: &Outcome, status: Option<u16>) -> Self {
+        if matches!(status, Some(401 | 403)) {
+            return Self::Refused;
+        }
+        match outcome {
+            Outcome::Retryable {
+                kind: RetryableKind::RateLimited,
+                retry_after_ms,
+                ..
+            } => Self::Limited(*retry_after_ms),
+            Outcome::NonRetryable {
+                kind: NonRetryableKind::QuotaExhausted,
+            } => Self::QuotaExhausted,
+            _ => Self::None,
+        }
+    }
+}
+
+/// The snapshot after `key` answered with `signal`; a key the pool does
+/// not hold is `key_not_in_pool`.
+pub fn record(
+    cfg: &KeyPoolConfig,
+    snapshot: &KeyPoolSnapshot,
+    key: &Sha256Hex,
+    signal: KeySignal,
+    now_epoch_ms: u64,
+) -> Result<KeyPoolSnapshot> {
+    if !cfg.keys.iter().any(|k| &k.key_sha256 == key) {
+        return Err(Error::at(
+            ErrorCode::KeyNotInPool,
+            "/key_sha256",
+            format!(
+                "key {} is not one of pool `{}`'s keys",
+                key.as_str(),
+                cfg.name.as_str()
+            ),
+        ));
+    }
+    let now = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
+    let mut next = current(cfg, snapshot, now);
+    let hold = match signal {
+        KeySignal::None => None,
+        KeySignal::Refused => {
+            for k in next.keys.iter_mut().filter(|k| &k.key_sha256 == key) {
+                k.state = KeyHealth::Disabled;
+                k.until_epoch_ms = None;
+            }
+            None
+        }
+        KeySignal::Limited(hint) => Some((
+            KeyHealth::Cooling,
+            now.saturating_add(hint.unwrap_or(cfg.cool_ms)),
+        )),
+        KeySignal::QuotaExhausted => Some((KeyHealth::Parked, now.saturating_add(cfg.park_ms))),
+    };
+    if let Some((state, until)) = hold {
+        let account = cfg.account_of(key);
+        for k in &mut next.keys {
+            let shares = &k.key_sha256 == key
+                || (account.is_some() && cfg.account_of(&k.key_sha256) == account);
+            if !shares || k.state == KeyHealth::Disabled {
+                continue;
+            }
+            k.last_limited_at_epoch_ms = Some(now);
+            // A longer hold already in place stays (a parked key is not
+            // shortened by a cooling peer).
+            if k.until_epoch_ms.is_some_and(|u| u >= until) {
+                continue;
+            }
+            k.state = state;
+            k.until_epoch_ms = Some(until);
+        }
+    }
+    Ok(settled(snapshot, next, now))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+    use super::*;
+    use crate::canonical::sha256_hex;
+
+    fn key(n: u8) -> Sha256Hex {
+        Sha256Hex::computed(sha256_hex(&[n]))
+    }
+
+    fn pool(accounts: &[Option<&str>]) -> KeyPoolConfig {
+        KeyPoolConfig {
+            cool_ms: 1_000,
+            keys: accounts
+                .iter()
+                .enumerate()
+                .map(|(i, a)| PoolKey {
+                    account: a.map(|a| Identifier::parse(a).unwrap()),
+                    key_sha256: key(u8::try_from(i).unwrap()),
+                })
+                .collect(),
+            name: Identifier::parse("openai").unwrap(),
+            park_ms: 60_000,
+        }
+    }
+
+    fn picked(s: &Selection) -> Sha256Hex {
+        match s {
+            Selection::Key { key_sha256, .. } => key_sha256.clone(),
+            other => panic!("no key: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn keys_are_taken_in_turn_not_drained_in_order() {
+        let cfg = pool(&[None, None, None, None]);
+        let mut snap = KeyPoolSnapshot::fresh(&cfg);
+        let mut seen = Vec::new();
+        for t in 1..=8 {
+            let (s, next) = select(&cfg, &snap, t, None);
+            seen.push(picked(&s));
+            snap = next;
+        }
+        let first: Vec<_> = seen[..4].to_vec();
+        for k in 0..4 {
+            assert!(first.contains(&key(k)), "every key once in four calls");
+        }
+        assert_eq!(&seen[4..], &first[..], "then the same turn again");
+    }
+
+    #[test]
+    fn a_limit_cools_the_account_and_a_refusal_disables_until_the_config_changes() {
+        let cfg = pool(&[Some("a"), Some("a"), None]);
+        let snap = KeyPoolSnapshot::fresh(&cfg);
+        let limited = Outcome::Retryable {
+            kind: RetryableKind::RateLimited,
+            retry_after_ms: Some(5_000),
+            retry_after_source: None,
+        };
+        let snap = record(
+            &cfg,
+            &snap,
+            &key(0),
+            KeySignal::of(&limited, Some(429)),
+            100,
+        )
+        .unwrap();
+        assert_eq!(snap.keys[0].state, KeyHealth::Cooling);
+        assert_eq!(snap.keys[1].until_epoch_ms, Some(5_100));
+        assert_eq!(snap.keys[2].state, KeyHealth::Healthy);
+        let (s, snap) = select(&cfg, &snap, 200, Some(&key(0)));
+        assert_eq!(
+            s,
+            Selection::Key {
+                key_sha256: key(2),
+                affinity: Some(Affinity::Moved)
+            }
+        );
+        let refused = Outcome::NonRetryable {
+            kind: NonRetryableKind::Rejected,
+        };
+        let snap = record(
+            &cfg,
+            &snap,
+            &key(2),
+            KeySignal::of(&refused, Some(401)),
+            300,
+        )
+        .unwrap();
+        let (s, _) = select(&cfg, &snap, 400, None);
+        assert_eq!(
+            s,
+            Selection::Wait {
+                until_epoch_ms: 5_100
+            }
+        );
+        let (s, _) = select(&cfg, &snap, 5_100, Some(&key(1)));
+        assert_eq!(
+            s,
+            Selection::Key {
+                key_sha256: key(1),
+                affinity: Some(Affinity::Kept)
+            }
+        );
+        let mut changed = cfg.clone();
+        changed.cool_ms = 2_000;
+        let (s, _) = select(&changed, &snap, 400, None);
+        assert_eq!(picked(&s), key(2), "a new configuration re-enables the key");
+    }
+}
