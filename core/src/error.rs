@@ -167,6 +167,11 @@ codes! {
     HedgeExternalEffects => "hedge_external_effects", Policy;
     /// More hedges per attempt than the total attempt budget holds.
     HedgeExceedsAttempts => "hedge_exceeds_attempts", Policy;
+    /// A key pool's configuration is invalid (no key, a key twice, a hold
+    /// out of range).
+    InvalidKeyPool => "invalid_key_pool", Policy;
+    /// A key pool was told about a key it does not hold.
+    KeyNotInPool => "key_not_in_pool", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;
@@ -342,12 +347,6 @@ codes! {
     IdempotencyNotInProgress => "idempotency_not_in_progress", Idempotency;
     /// A completion by a request other than the one that claimed the key.
     IdempotencyRequestMismatch => "idempotency_request_mismatch", Idempotency;
-
-    /// A key pool's configuration is invalid (no key, a key twice, a hold
-    /// out of range).
-    InvalidKeyPool => "invalid_key_pool", Policy;
-    /// A key pool was told about a key it does not hold.
-    KeyNotInPool => "key_not_in_pool", Policy;
 }
 
 /// An error with a stable code, a human message and, where known, a JSON Pointer

@@ -16,7 +16,6 @@ ErrorFamily = Literal[
     "run",
     "journal",
     "idempotency",
-    "policy",
 ]
 
 #: Error families, in the core's order.
@@ -29,7 +28,6 @@ ERROR_FAMILIES: Tuple[ErrorFamily, ...] = (
     "run",
     "journal",
     "idempotency",
-    "policy",
 )
 
 #: A stable error code.
@@ -80,6 +78,8 @@ ErrorCode = Literal[
     "hedge_route_not_idempotent",
     "hedge_external_effects",
     "hedge_exceeds_attempts",
+    "invalid_key_pool",
+    "key_not_in_pool",
     "attempt_after_terminal",
     "route_drift",
     "release_drift",
@@ -163,8 +163,6 @@ ErrorCode = Literal[
     "idempotency_retention_invalid",
     "idempotency_not_in_progress",
     "idempotency_request_mismatch",
-    "invalid_key_pool",
-    "key_not_in_pool",
 ]
 
 #: Every error code and its family, in the core's order.
@@ -215,6 +213,8 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "hedge_route_not_idempotent": "policy",
     "hedge_external_effects": "policy",
     "hedge_exceeds_attempts": "policy",
+    "invalid_key_pool": "policy",
+    "key_not_in_pool": "policy",
     "attempt_after_terminal": "drift",
     "route_drift": "drift",
     "release_drift": "drift",
@@ -298,8 +298,6 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "idempotency_retention_invalid": "idempotency",
     "idempotency_not_in_progress": "idempotency",
     "idempotency_request_mismatch": "idempotency",
-    "invalid_key_pool": "policy",
-    "key_not_in_pool": "policy",
 }
 
 #: A terminal's name.

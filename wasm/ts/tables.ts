@@ -11,7 +11,6 @@ export const ERROR_FAMILIES = [
   "run",
   "journal",
   "idempotency",
-  "policy",
 ] as const;
 /** One of the families of the core's error codes. */
 export type ErrorFamily = (typeof ERROR_FAMILIES)[number];
@@ -195,42 +194,8 @@ export const IDEMPOTENCY_CODES = [
 /** One of the core's error codes of the `idempotency` family. */
 export type IdempotencyCode = (typeof IDEMPOTENCY_CODES)[number];
 
-/** The core's error codes of the `policy` family. */
-export const POLICY_CODES = [
-  "retry_owner_not_harness",
-  "no_routes",
-  "duplicate_priority",
-  "priority_not_contiguous",
-  "duplicate_route_id",
-  "duplicate_route_release",
-  "capability_missing",
-  "behavior_class_mismatch",
-  "data_boundary_exceeded",
-  "idempotency_unsupported",
-  "route_attempts_unbounded",
-  "budget_unbounded",
-  "invalid_backoff",
-  "price_schedule_missing_release",
-  "cost_unit_mismatch",
-  "usage_unpriced",
-  "charge_with_usage",
-  "invalid_stream_contract",
-  "invalid_async_job",
-  "invalid_breaker",
-  "invalid_retry_budget",
-  "invalid_admission",
-  "invalid_hedge",
-  "hedge_route_not_idempotent",
-  "hedge_external_effects",
-  "hedge_exceeds_attempts",
-  "invalid_key_pool",
-  "key_not_in_pool",
-] as const;
-/** One of the core's error codes of the `policy` family. */
-export type PolicyCode = (typeof POLICY_CODES)[number];
-
 /** Every error code the core reports, in the core's order. */
-export const ERROR_CODES = [...DECODE_CODES, ...POLICY_CODES, ...DRIFT_CODES, ...RECEIPT_CODES, ...HTTP_CODES, ...RUN_CODES, ...JOURNAL_CODES, ...IDEMPOTENCY_CODES, ...POLICY_CODES] as const;
+export const ERROR_CODES = [...DECODE_CODES, ...POLICY_CODES, ...DRIFT_CODES, ...RECEIPT_CODES, ...HTTP_CODES, ...RUN_CODES, ...JOURNAL_CODES, ...IDEMPOTENCY_CODES] as const;
 /** An error code the core reports. */
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -282,6 +247,8 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   hedge_route_not_idempotent: "policy",
   hedge_external_effects: "policy",
   hedge_exceeds_attempts: "policy",
+  invalid_key_pool: "policy",
+  key_not_in_pool: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
@@ -365,8 +332,6 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   idempotency_retention_invalid: "idempotency",
   idempotency_not_in_progress: "idempotency",
   idempotency_request_mismatch: "idempotency",
-  invalid_key_pool: "policy",
-  key_not_in_pool: "policy",
 };
 
 /** How a run ends. */
