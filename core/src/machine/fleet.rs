@@ -122,6 +122,10 @@ pub fn admission_key(cfg: &crate::admission::AdmissionConfig, release: &Sha256He
     )
 }
 
+/// A route release's reads: its settlement's keys, then its admission
+/// limits' key alone.
+type RouteKeys = (Sha256Hex, Arc<[Key]>, Arc<[Key]>);
+
 /// Every read a run of one policy makes, built once when the run starts:
 /// the admission's and, per route release, the settlement's and the
 /// release of a held slot.
@@ -130,7 +134,7 @@ pub(crate) struct Keys {
     admission: Arc<[Key]>,
     /// Per route release: its settlement's keys, then its admission
     /// limits' key alone.
-    routes: Vec<(Sha256Hex, Arc<[Key]>, Arc<[Key]>)>,
+    routes: Vec<RouteKeys>,
 }
 
 impl Keys {
@@ -302,9 +306,7 @@ impl Reads {
         } else {
             Vec::new()
         };
-        let mut out = Vec::with_capacity(
-            usize::from(writes.budget.is_some()) + writes.breakers.len() + admission.len(),
-        );
+        let mut out = Vec::with_capacity(writes.breakers.len().saturating_add(admission.len()));
         if let Some(b) = writes.budget {
             out.push(self.cas(fleet, Register::Budget(b)));
         }
