@@ -87,7 +87,12 @@ impl KeyPoolConfig {
             return bad("keys", "a key pool needs at least one key".to_owned());
         }
         for (i, k) in self.keys.iter().enumerate() {
-            if self.keys[..i].iter().any(|o| o.key_sha256 == k.key_sha256) {
+            if self
+                .keys
+                .iter()
+                .take(i)
+                .any(|o| o.key_sha256 == k.key_sha256)
+            {
                 return bad(
                     &format!("keys/{i}/key_sha256"),
                     format!(
@@ -255,7 +260,12 @@ impl KeyPoolSnapshot {
         }
         for (i, k) in self.keys.iter().enumerate() {
             let here = |f: &str| format!("{at}/keys/{i}/{f}");
-            if self.keys[..i].iter().any(|o| o.key_sha256 == k.key_sha256) {
+            if self
+                .keys
+                .iter()
+                .take(i)
+                .any(|o| o.key_sha256 == k.key_sha256)
+            {
                 return Err(Error::at(
                     ErrorCode::InvalidSnapshot,
                     here("key_sha256"),
