@@ -371,7 +371,10 @@ fn long_journal(attempts: usize) -> (Arc<CompiledPolicy>, Vec<JournalEvent>, Vec
             admission: None,
             started_at_ms: a.started_at_ms,
         });
-        entries.push(Entry::Observed { attempt: a.clone() });
+        entries.push(Entry::Observed {
+            attempt: a.clone(),
+            delta_digests: Vec::new(),
+        });
         entries.push(Entry::Decided);
     }
     let mut w = Writer::new(Arc::clone(&cp), &[], 1).unwrap();

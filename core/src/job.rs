@@ -686,19 +686,23 @@ fn resubmit(i: usize) -> Error {
 /// A reconciliation answer a host reports by name (`succeeded`,
 /// `failed_no_effect`, `unknown`); another name is `invalid_value`.
 pub fn reconciled_named(name: &str) -> Result<Reconciled> {
-    Reconciled::ALL
-        .iter()
-        .zip(Reconciled::NAMES)
+    // `succeeded_stream_lost` is the core's own reading of a streamed
+    // attempt's answer, never a receiver's.
+    let named = || {
+        Reconciled::ALL
+            .iter()
+            .zip(Reconciled::NAMES)
+            .filter(|(r, _)| **r != Reconciled::SucceededStreamLost)
+    };
+    named()
         .find(|(_, n)| **n == name)
         .map(|(r, _)| *r)
         .ok_or_else(|| {
+            let names: Vec<&str> = named().map(|(_, n)| *n).collect();
             Error::at(
                 ErrorCode::InvalidValue,
                 "/reconciled",
-                format!(
-                    "a reconciliation answer is one of {}",
-                    Reconciled::NAMES.join(", ")
-                ),
+                format!("a reconciliation answer is one of {}", names.join(", ")),
             )
         })
 }

@@ -901,7 +901,14 @@ impl Session {
     /// resumed run's next attempt under its fleet section.
     pub(crate) fn resume_admitting(&mut self, replayed: crate::journal::Replayed) -> Result<()> {
         self.check_resumable(true)?;
+        let log = match &self.policy.policy.stream {
+            Some(contract) => Some(crate::stream::log_of(contract.mode, &replayed)?),
+            None => None,
+        };
         self.continue_replay(replayed);
+        if let Some(log) = log {
+            self.log = log;
+        }
         Ok(())
     }
 
@@ -925,11 +932,11 @@ impl Session {
                 "a journal does not hold the fleet's snapshots: a session resumes no fleet run (the run machine does, admitting again)",
             ));
         }
-        if self.policy.policy.stream.is_some() {
+        if self.policy.policy.stream.is_some() && !admits {
             return Err(Error::at(
                 ErrorCode::InvalidStreamContract,
                 "/stream",
-                "a journal does not hold a stream's event log: a journaled run has no stream contract",
+                "a session does not rebuild a stream's event log from a journal: the run machine resumes a streamed run",
             ));
         }
         if self.policy.policy.async_job.is_some() {

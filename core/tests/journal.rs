@@ -65,7 +65,15 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
             .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
             .unwrap();
         let attempt = session.attempts().attempts.last().unwrap().clone();
-        push(cp, &mut events, 1, Entry::Observed { attempt });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Observed {
+                attempt,
+                delta_digests: Vec::new(),
+            },
+        );
         push(cp, &mut events, 1, Entry::Decided);
     }
     push(
@@ -147,7 +155,15 @@ fn finish(
                     };
                     // Observed directly, not reconciled.
                     attempt.reconciled = None;
-                    push(cp, events, generation, Entry::Observed { attempt });
+                    push(
+                        cp,
+                        events,
+                        generation,
+                        Entry::Observed {
+                            attempt,
+                            delta_digests: Vec::new(),
+                        },
+                    );
                 }
             }
             Recovery::Reconcile {
@@ -164,7 +180,15 @@ fn finish(
                     panic!("a settled answer is adopted")
                 };
                 assert!(adopted.reconciled.is_some());
-                push(cp, events, generation, Entry::Observed { attempt: adopted });
+                push(
+                    cp,
+                    events,
+                    generation,
+                    Entry::Observed {
+                        attempt: adopted,
+                        delta_digests: Vec::new(),
+                    },
+                );
             }
             Recovery::Adopt { .. } => panic!("adopt only answers a reconciliation"),
         }
@@ -243,7 +267,15 @@ fn the_fenced_owner_cannot_append_and_its_late_result_is_evidence() {
     };
     assert!(matches!(decision, Decision::Terminal { .. }));
     let mut taken = crashed.clone();
-    push(&cp, &mut taken, 2, Entry::Observed { attempt });
+    push(
+        &cp,
+        &mut taken,
+        2,
+        Entry::Observed {
+            attempt,
+            delta_digests: Vec::new(),
+        },
+    );
     // The old owner's observation of the same attempt, under generation 1.
     let late = &full[12];
     let c = classify_append(&cp, &taken, late).unwrap();
@@ -408,7 +440,15 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         panic!("adopt")
     };
     assert_eq!(adopted.admission, attempt.admission);
-    push(&cp, &mut events, 2, Entry::Observed { attempt: adopted });
+    push(
+        &cp,
+        &mut events,
+        2,
+        Entry::Observed {
+            attempt: adopted,
+            delta_digests: Vec::new(),
+        },
+    );
     push(&cp, &mut events, 2, Entry::Decided);
     push(
         &cp,

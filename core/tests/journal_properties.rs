@@ -90,7 +90,15 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
                 started_at_ms: a.started_at_ms,
             },
         );
-        push(cp, &mut events, 1, Entry::Observed { attempt: a.clone() });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Observed {
+                attempt: a.clone(),
+                delta_digests: Vec::new(),
+            },
+        );
         push(cp, &mut events, 1, Entry::Decided);
     }
     if matches!(
@@ -156,7 +164,7 @@ proptest! {
                     admission: None,
                     started_at_ms: sent.started_at_ms,
                 },
-                Payload::Observed { attempt } => Entry::Observed { attempt: attempt.clone() },
+                Payload::Observed { attempt, .. } => Entry::Observed { attempt: attempt.clone(), delta_digests: Vec::new() },
                 Payload::Terminal(_) => Entry::Terminal { cancelled_at_ms: None, fleet_stop: None },
             };
             let built = writer.append(&entry).unwrap();
@@ -215,7 +223,7 @@ proptest! {
                 (_, Decision::Terminal { .. }) => {}
             }
             let mut taken = prefix.to_vec();
-            push(&cp, &mut taken, 2, Entry::Observed { attempt: adopted });
+            push(&cp, &mut taken, 2, Entry::Observed { attempt: adopted, delta_digests: Vec::new() });
             push(&cp, &mut taken, 2, Entry::Decided);
             verify(&cp, &taken).unwrap();
         }

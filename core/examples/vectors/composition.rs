@@ -223,6 +223,7 @@ pub fn family() -> Family {
         }
     }
     crash_cases(&mut f);
+    stream_crash_cases(&mut f);
     store_cases(&mut f);
     refusal_cases(&mut f);
     f
@@ -313,6 +314,96 @@ fn crash_cases(f: &mut Family) {
         &json!({"reconcile": [{"answer": "unknown"}]}),
         "stop_indeterminate",
     );
+}
+
+/// An answer with a passing output check.
+fn checked(stream: bool) -> Value {
+    let mut s = ok(stream);
+    s["facts"]["output_checks"] =
+        json!([{"kind": "empty", "validator": "builtin.empty", "verdict": "pass"}]);
+    s
+}
+
+/// A streamed journaled run (plain, and under every fleet layer with output
+/// checks) crashed after every number of appends, then resumed: the
+/// consumer's log rebuilt from the journal's delta digests; a cut attempt
+/// in doubt reconciled (`failed_no_effect` sends it again; `succeeded`
+/// cannot be committed: `stop_indeterminate`).
+fn stream_crash_cases(f: &mut Family) {
+    let runs = [
+        ("stream", None, "tentative", vec![cut(), ok(true)]),
+        ("stream", None, "buffer", vec![cut(), ok(true)]),
+        (
+            "fleet_stream",
+            fleets().swap_remove(4).1,
+            "tentative",
+            vec![cut(), ok(true)],
+        ),
+        (
+            "fleet_stream_checked",
+            fleets().swap_remove(4).1,
+            "tentative",
+            vec![cut(), checked(true)],
+        ),
+        (
+            "fleet_stream_check_fails",
+            fleets().swap_remove(4).1,
+            "tentative",
+            vec![cut(), invalid(true)],
+        ),
+    ];
+    for (prefix, fleet, mode, steps) in runs {
+        let p = policy(&fleet, Some(mode));
+        let script = json!({"attempts": steps, "store": full_budget()});
+        // Six appends finish the run: a crash after them is no crash.
+        for k in 0..6u64 {
+            let mut crashed = script.clone();
+            crashed["crash_after_appends"] = json!(k);
+            let name = format!("{prefix}_{mode}_journal_crash_after_{k}_appends");
+            let (journal, now) = case(f, &name, &p, &options(true), None, &crashed, "ok");
+            let kind = |e: &JournalEvent| e.payload.kind();
+            if journal
+                .last()
+                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Terminal)
+            {
+                continue;
+            }
+            let in_doubt = journal
+                .last()
+                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Dispatched);
+            let observed = journal
+                .iter()
+                .filter(|e| kind(e) == retryledger_core::journal::EventKind::Observed)
+                .count();
+            // An attempt with no effect is sent again: its step replays.
+            let rest: Vec<Value> = script["attempts"].as_array().unwrap()[observed..].to_vec();
+            let mut opts = options(true);
+            opts["journal"]["lease_generation"] = json!(2);
+            opts["now_ms"] = json!(now + 10);
+            let answers: &[&str] = if in_doubt {
+                &["failed_no_effect", "succeeded"]
+            } else {
+                &["failed_no_effect"]
+            };
+            for answer in answers {
+                let resume = json!({"attempts": rest, "reconcile": [{"answer": answer}], "store": full_budget()});
+                let (suffix, want) = if *answer == "succeeded" {
+                    ("_reconciled_succeeded", "stop_indeterminate")
+                } else {
+                    ("", "terminal")
+                };
+                case(
+                    f,
+                    &format!("{prefix}_{mode}_journal_resumed_after_{k}_appends{suffix}"),
+                    &p,
+                    &opts,
+                    Some(&journal),
+                    &resume,
+                    want,
+                );
+            }
+        }
+    }
 }
 
 fn store_cases(f: &mut Family) {
@@ -423,15 +514,19 @@ fn refusal_cases(f: &mut Family) {
         ],
         "machine_layer_missing",
     );
+    // A streamed run's empty journal (a lease claimed, nothing written)
+    // starts the run like any other.
+    let mut opts = options(true);
+    opts["journal"]["lease_generation"] = json!(2);
     f.add(
-        "a_stream_journal_is_not_resumed_yet",
+        "a_stream_journal_resumed_from_an_empty_journal_starts_the_run",
         "machine",
         vec![
             ("policy", json!(policy(&None, Some("tentative")))),
-            ("options", json!(t(&options(true)))),
+            ("options", json!(t(&opts))),
             ("journal", json!("[]")),
             ("events", json!("[]")),
         ],
-        "invalid_stream_contract",
+        "ok",
     );
 }

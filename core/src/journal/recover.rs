@@ -354,10 +354,22 @@ pub(super) fn recovered(
         }
     };
     let (answer, completed_at_ms, cost) = settled;
+    // A streamed attempt cut with its owner: the journal holds none of its
+    // events, so its record is empty, and a success cannot be committed.
+    let stream = cp
+        .policy
+        .stream
+        .as_ref()
+        .map(|_| crate::stream::record_of(None, &[], 0, planned.continuation.as_ref()));
+    let answer = match (answer, &stream) {
+        (Reconciled::Succeeded, Some(_)) => Reconciled::SucceededStreamLost,
+        (a, _) => a,
+    };
     let attempt = Attempt {
         admission: sent.admission.clone(),
         // The owner that sent it did not live to say what it sent.
         reconciled: Some(answer),
+        stream,
         ..planned.attempt(
             sent.started_at_ms,
             completed_at_ms,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::event::{kind_of, need, Ending, EventKind, JournalEvent, Payload, Raw, Sent};
+use super::event::{kind_of, need, non_empty, Ending, EventKind, JournalEvent, Payload, Raw, Sent};
 use super::recover::{recovered, Reconciliation, Recovery};
 use super::replay::{at_event, plan_drift, verify, Expect, Replayed};
 use crate::attempt::Attempt;
@@ -48,6 +48,9 @@ pub enum Entry {
     Observed {
         /// The attempt.
         attempt: Attempt,
+        /// A streamed attempt: the SHA-256 of each delta it received, in
+        /// order (empty when none).
+        delta_digests: Vec<Sha256Hex>,
     },
     /// The core's decision.
     Decided,
@@ -67,7 +70,7 @@ impl Decode for Entry {
             EventKind::Created => (&["created_at_epoch_ms", "kind", "run_id"], &[]),
             EventKind::Reserved => (&["kind"], &["dispatch"]),
             EventKind::Dispatched => (&["kind", "started_at_ms"], &["admission"]),
-            EventKind::Observed => (&["attempt", "kind"], &[]),
+            EventKind::Observed => (&["attempt", "kind"], &["delta_digests"]),
             EventKind::Decided => (&["kind"], &[]),
             EventKind::Terminal => (&["kind"], &["cancelled_at_ms", "fleet_stop"]),
         };
@@ -86,6 +89,7 @@ impl Decode for Entry {
             },
             EventKind::Observed => Entry::Observed {
                 attempt: need(r.attempt, at)?,
+                delta_digests: non_empty(r.delta_digests, at)?,
             },
             EventKind::Decided => Entry::Decided,
             EventKind::Terminal => Entry::Terminal {
@@ -177,8 +181,12 @@ fn build(
                 started_at_ms: *started_at_ms,
             })
         }
-        Entry::Observed { attempt } => Payload::Observed {
+        Entry::Observed {
+            attempt,
+            delta_digests,
+        } => Payload::Observed {
             attempt: attempt.clone(),
+            delta_digests: delta_digests.clone(),
         },
         Entry::Decided => Payload::Decided {
             decision: r.run.next().clone(),

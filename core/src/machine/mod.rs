@@ -42,6 +42,7 @@ pub mod replay;
 #[cfg(feature = "lab")]
 pub mod script;
 mod store;
+mod stream;
 
 use std::sync::Arc;
 
@@ -145,6 +146,8 @@ enum Stage {
 struct Settle {
     headers: Vec<(String, String)>,
     used_tokens: Option<u64>,
+    /// A streamed attempt's delta digests, journaled with it.
+    deltas: Vec<crate::ids::Sha256Hex>,
 }
 
 /// A run in progress: the one loop every host drives.
@@ -676,8 +679,11 @@ impl Machine {
                     let last: Option<Attempt> = self.session.attempts().attempts.last().cloned();
                     match last {
                         Some(attempt) if self.journal.is_some() => {
-                            return self
-                                .append(&[Entry::Observed { attempt }, Entry::Decided], Then::Plan)
+                            let observed = Entry::Observed {
+                                attempt,
+                                delta_digests: self.settle.deltas.clone(),
+                            };
+                            return self.append(&[observed, Entry::Decided], Then::Plan);
                         }
                         _ => self.stage = Stage::Plan,
                     }
@@ -767,6 +773,7 @@ impl Machine {
         self.settle = Settle {
             headers: facts.headers,
             used_tokens: obs.used_tokens,
+            deltas: stream::digests(&self.policy, &obs),
         };
         let release = self
             .session
@@ -829,7 +836,11 @@ impl Machine {
                 self.advance()
             }
             Recovery::Adopt { attempt, .. } => {
-                self.append(&[Entry::Observed { attempt }, Entry::Decided], Then::Resync)
+                let observed = Entry::Observed {
+                    attempt,
+                    delta_digests: Vec::new(),
+                };
+                self.append(&[observed, Entry::Decided], Then::Resync)
             }
             Recovery::Resume { .. } | Recovery::Done { .. } => {
                 self.stage = Stage::Plan;
