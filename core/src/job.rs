@@ -83,8 +83,8 @@ object!(AsyncJob {
 
 impl AsyncJob {
     /// Check the section against the run's deadline.
-    /// An async job neither streams nor is admitted by a fleet section.
-    pub(crate) fn check(&self, deadline_ms: u64, stream: bool, fleet: bool) -> Result<()> {
+    /// An async job is not streamed (it is polled).
+    pub(crate) fn check(&self, deadline_ms: u64, stream: bool) -> Result<()> {
         let bad = |field: &str, msg: String| {
             Err(Error::at(
                 ErrorCode::InvalidAsyncJob,
@@ -92,11 +92,11 @@ impl AsyncJob {
                 msg,
             ))
         };
-        if stream || fleet {
+        if stream {
             return Err(Error::at(
                 ErrorCode::InvalidAsyncJob,
                 "/async_job",
-                "an async job is neither streamed nor admitted by a fleet section".to_owned(),
+                "an async job is polled, not streamed".to_owned(),
             ));
         }
         if self.cancel_left_running == Some(false) {
@@ -667,6 +667,14 @@ pub(crate) fn check(d: &Dispatch, a: &Attempt, i: usize) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether a dispatch is admitted by a fleet section: every attempt but a
+/// job's polls and its cancel, which ask about a job the provider already
+/// holds (no retry to budget, no route to skip: they go where the submit
+/// was accepted).
+pub fn admitted_step(d: &Dispatch) -> bool {
+    d.job.as_ref().is_none_or(|s| s.kind == JobKind::Submit)
 }
 
 /// The bounded Retry-After floor of a poll's hint.

@@ -285,6 +285,8 @@ impl Session {
         };
         let admission = match (&self.policy.policy.fleet, &self.pending) {
             (None, _) => None,
+            // A job's polls and its cancel are not admitted.
+            (Some(_), _) if !crate::job::admitted_step(d) => None,
             (Some(_), Some(p)) => Some(p.admission.clone()),
             (Some(_), None) => {
                 return Err(Error::attempt(
@@ -939,11 +941,11 @@ impl Session {
                 "a session does not rebuild a stream's event log from a journal: the run machine resumes a streamed run",
             ));
         }
-        if self.policy.policy.async_job.is_some() {
+        if self.policy.policy.async_job.is_some() && !admits {
             return Err(Error::at(
                 ErrorCode::InvalidAsyncJob,
                 "/async_job",
-                "a journal does not hold a job's id: a journaled run has no async_job section",
+                "a session does not resume a job from a journal: the run machine resumes a journaled job",
             ));
         }
         Ok(())

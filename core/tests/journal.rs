@@ -51,7 +51,15 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
     push(cp, &mut events, 1, Entry::Decided);
     let mut session = Session::start(Arc::clone(cp));
     for a in &bundle.attempts.attempts {
-        push(cp, &mut events, 1, Entry::Reserved { dispatch: None });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
+        );
         push(
             cp,
             &mut events,
@@ -96,6 +104,7 @@ fn answers(ordinal: u64, list: &[(AnswerKind, u64)]) -> Reconciliation {
                 answer: *answer,
                 at_ms: *at_ms,
                 cost: None,
+                job_sha256: None,
             })
             .collect(),
         max_polls: 4,
@@ -125,7 +134,10 @@ fn finish(
                     }
                 }
                 let entry = match next {
-                    EventKind::Reserved => Entry::Reserved { dispatch: None },
+                    EventKind::Reserved => Entry::Reserved {
+                        dispatch: None,
+                        cancelled_at_ms: None,
+                    },
                     EventKind::Dispatched => Entry::Dispatched {
                         admission: None,
                         started_at_ms: dispatch.unwrap().not_before_ms,
@@ -390,6 +402,7 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         1,
         Entry::Reserved {
             dispatch: Some(d.clone()),
+            cancelled_at_ms: None,
         },
     );
     let mut off = d.clone();
@@ -400,6 +413,7 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         1,
         &Entry::Reserved {
             dispatch: Some(off),
+            cancelled_at_ms: None,
         },
     )
     .unwrap_err();

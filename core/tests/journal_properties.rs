@@ -80,7 +80,15 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
     );
     push(cp, &mut events, 1, Entry::Decided);
     for a in &attempts.attempts {
-        push(cp, &mut events, 1, Entry::Reserved { dispatch: None });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
+        );
         push(
             cp,
             &mut events,
@@ -159,7 +167,7 @@ proptest! {
                     run_id: e.run_id.clone(),
                 },
                 Payload::Decided { .. } => Entry::Decided,
-                Payload::Reserved { .. } => Entry::Reserved { dispatch: None },
+                Payload::Reserved { .. } => Entry::Reserved { dispatch: None, cancelled_at_ms: None },
                 Payload::Dispatched(sent) => Entry::Dispatched {
                     admission: None,
                     started_at_ms: sent.started_at_ms,
@@ -207,7 +215,7 @@ proptest! {
             prop_assert!(ends_dispatched);
             let kind = [AnswerKind::Succeeded, AnswerKind::FailedNoEffect, AnswerKind::Unknown][answer];
             let rec = Reconciliation {
-                answers: vec![Answer { answer: kind, at_ms: not_before_ms + late, cost: None }],
+                answers: vec![Answer { answer: kind, at_ms: not_before_ms + late, cost: None, job_sha256: None }],
                 max_polls: 3,
                 ordinal: attempt.ordinal,
                 schema: ReconciliationSchema,

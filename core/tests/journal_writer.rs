@@ -40,7 +40,13 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
     push(&mut w, Entry::Decided);
     let mut session = Session::start(Arc::clone(cp));
     for a in &bundle.attempts.attempts {
-        push(&mut w, Entry::Reserved { dispatch: None });
+        push(
+            &mut w,
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
+        );
         push(
             &mut w,
             Entry::Dispatched {
@@ -83,7 +89,10 @@ fn entry_of(e: &JournalEvent) -> Entry {
             run_id: e.run_id.clone(),
         },
         Payload::Decided { .. } => Entry::Decided,
-        Payload::Reserved { .. } => Entry::Reserved { dispatch: None },
+        Payload::Reserved { .. } => Entry::Reserved {
+            dispatch: None,
+            cancelled_at_ms: None,
+        },
         Payload::Dispatched(sent) => Entry::Dispatched {
             admission: sent.admission.clone(),
             started_at_ms: sent.started_at_ms,
@@ -121,11 +130,12 @@ fn refused(next: &JournalEvent) -> Vec<Entry> {
         });
     }
     match &next.payload {
-        Payload::Reserved { dispatch } => {
+        Payload::Reserved { dispatch, .. } => {
             let mut other = dispatch.clone();
             other.ordinal += 1;
             out.push(Entry::Reserved {
                 dispatch: Some(other),
+                cancelled_at_ms: None,
             });
         }
         Payload::Dispatched(sent) if sent.not_before_ms > 0 => out.push(Entry::Dispatched {
@@ -392,7 +402,10 @@ fn an_attempt_whose_cost_the_run_cannot_add_is_refused_without_a_trace() {
     .unwrap();
     for a in &attempts.attempts {
         w.append_all(&[
-            Entry::Reserved { dispatch: None },
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
             Entry::Dispatched {
                 admission: None,
                 started_at_ms: a.started_at_ms,

@@ -93,6 +93,11 @@ pub enum Payload {
     },
     /// `reserved`: the planned dispatch.
     Reserved {
+        /// Set when the caller cancelled the run at this time and the plan is
+        /// the cancel of the async job it would leave running
+        /// (`cancel_left_running`): the cancellation is journaled here,
+        /// before that cancel is sent.
+        cancelled_at_ms: Option<u64>,
         /// The plan, as [`crate::plan_next()`] gives it (after any admission).
         dispatch: Dispatch,
     },
@@ -185,7 +190,15 @@ impl Encode for JournalEvent {
                 f.push(("created_at_epoch_ms", Val::U64(*created_at_epoch_ms)));
                 f.push(("policy_sha256", Val::Doc(policy_sha256)));
             }
-            Payload::Reserved { dispatch } => f.push(("dispatch", Val::Doc(dispatch))),
+            Payload::Reserved {
+                cancelled_at_ms,
+                dispatch,
+            } => {
+                if let Some(c) = cancelled_at_ms {
+                    f.push(("cancelled_at_ms", Val::U64(*c)));
+                }
+                f.push(("dispatch", Val::Doc(dispatch)));
+            }
             Payload::Dispatched(s) => {
                 if let Some(a) = &s.admission {
                     f.push(("admission", Val::Doc(a)));
@@ -363,7 +376,7 @@ impl Decode for JournalEvent {
         ];
         let (req, opt): (&[&'static str], &[&'static str]) = match kind {
             EventKind::Created => (&["created_at_epoch_ms", "policy_sha256"], &[]),
-            EventKind::Reserved => (&["dispatch"], &[]),
+            EventKind::Reserved => (&["dispatch"], &["cancelled_at_ms"]),
             EventKind::Dispatched => (
                 &[
                     "idempotency_key_sha256",
@@ -391,6 +404,7 @@ impl Decode for JournalEvent {
                 policy_sha256: need(r.policy_sha256, at)?,
             },
             EventKind::Reserved => Payload::Reserved {
+                cancelled_at_ms: r.cancelled_at_ms,
                 dispatch: need(r.dispatch, at)?,
             },
             EventKind::Dispatched => Payload::Dispatched(Sent {

@@ -246,8 +246,21 @@ impl Replayed {
                     Decision::Terminal { .. } => Expect::Ended,
                 }
             }
-            (Expect::Planned, Payload::Reserved { dispatch }) => {
-                check_reserved(run, cp, dispatch, i)?;
+            (
+                Expect::Planned,
+                Payload::Reserved {
+                    cancelled_at_ms,
+                    dispatch,
+                },
+            ) => {
+                match cancelled_at_ms {
+                    None => check_reserved(run, cp, dispatch, i)?,
+                    Some(at) => {
+                        let cancelled = cancel_then_reserve(run, cp, *at, dispatch, i)?;
+                        *run = cancelled;
+                        attempts.cancelled_at_ms = Some(*at);
+                    }
+                }
                 Expect::Reserved(dispatch.clone())
             }
             (Expect::Reserved(planned), Payload::Dispatched(sent)) => {
@@ -300,6 +313,35 @@ impl Replayed {
         tip.last_kind = Some(kind);
         Ok(())
     }
+}
+
+/// A reservation under a cancellation: the run cancelled at `at` plans the
+/// cancel of the async job it would leave running, and that is the
+/// dispatch reserved. The cancelled run, checked (the run is unchanged).
+fn cancel_then_reserve(
+    run: &Run,
+    cp: &CompiledPolicy,
+    at: u64,
+    dispatch: &Dispatch,
+    i: usize,
+) -> Result<Run> {
+    let mut cancelled = run.clone();
+    cancelled
+        .cancel(at)
+        .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
+    let is_cancel = dispatch
+        .job
+        .as_ref()
+        .is_some_and(|s| s.kind == crate::job::JobKind::Cancel);
+    if !is_cancel {
+        return Err(plan_drift(
+            i,
+            "cancelled_at_ms",
+            "a cancellation is journaled with a reservation only when it plans the cancel of a job left running",
+        ));
+    }
+    check_reserved(&cancelled, cp, dispatch, i)?;
+    Ok(cancelled)
 }
 
 /// A reservation is the plan, or (a fleet's breaker skipped routes) the
@@ -445,6 +487,9 @@ fn end_run(
             Some((r, a))
         }
         (Expect::Ended, None, None) => None,
+        // A cancellation the journal already holds (a job's cancel was
+        // reserved under it).
+        (Expect::Ended, Some(at), None) if attempts.cancelled_at_ms == Some(at) => None,
         _ => {
             return Err(Error::at(
                 ErrorCode::JournalOutOfOrder,
@@ -522,6 +567,13 @@ fn check_sent(cp: &CompiledPolicy, planned: &Dispatch, s: &Sent, i: usize) -> Re
         ));
     }
     match (&cp.policy.fleet, &s.admission) {
+        // A job's polls and its cancel are not admitted.
+        (Some(_), None) if !crate::job::admitted_step(planned) => Ok(()),
+        (Some(_), Some(_)) if !crate::job::admitted_step(planned) => Err(Error::at(
+            ErrorCode::AdmissionUnexpected,
+            format!("/events/{i}/admission"),
+            "a job's poll or cancel is not admitted by the fleet",
+        )),
         (Some(_), None) => Err(Error::at(
             ErrorCode::AdmissionMissing,
             format!("/events/{i}/admission"),

@@ -34,6 +34,9 @@ pub enum Entry {
     },
     /// Reserve the plan (or, with a fleet, the dispatch its admission gave).
     Reserved {
+        /// Set to cancel the run first, when the plan then is the cancel of
+        /// the async job it would leave running (`cancel_left_running`).
+        cancelled_at_ms: Option<u64>,
         /// The admitted dispatch; absent: the core's plan.
         dispatch: Option<Dispatch>,
     },
@@ -68,7 +71,7 @@ impl Decode for Entry {
         let kind = kind_of(v, at)?;
         let (req, opt): (&[&'static str], &[&'static str]) = match kind {
             EventKind::Created => (&["created_at_epoch_ms", "kind", "run_id"], &[]),
-            EventKind::Reserved => (&["kind"], &["dispatch"]),
+            EventKind::Reserved => (&["kind"], &["cancelled_at_ms", "dispatch"]),
             EventKind::Dispatched => (&["kind", "started_at_ms"], &["admission"]),
             EventKind::Observed => (&["attempt", "kind"], &["delta_digests"]),
             EventKind::Decided => (&["kind"], &[]),
@@ -81,6 +84,7 @@ impl Decode for Entry {
                 run_id: need(r.run_id, at)?,
             },
             EventKind::Reserved => Entry::Reserved {
+                cancelled_at_ms: r.cancelled_at_ms,
                 dispatch: r.dispatch,
             },
             EventKind::Dispatched => Entry::Dispatched {
@@ -153,13 +157,29 @@ fn build(
             created_at_epoch_ms: *created_at_epoch_ms,
             policy_sha256: Sha256Hex::computed(cp.policy_sha256.clone()),
         },
-        Entry::Reserved { dispatch } => Payload::Reserved {
-            dispatch: match (dispatch, r.run.next()) {
-                (Some(d), _) => d.clone(),
-                (None, Decision::Dispatch(d)) => d.clone(),
-                (None, Decision::Terminal { .. }) => return Err(no_plan()),
-            },
-        },
+        Entry::Reserved {
+            cancelled_at_ms,
+            dispatch,
+        } => {
+            let cancelled = match cancelled_at_ms {
+                Some(at) => {
+                    let mut run = r.run.clone();
+                    run.cancel(*at)
+                        .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
+                    Some(run)
+                }
+                None => None,
+            };
+            let run = cancelled.as_ref().unwrap_or(&r.run);
+            Payload::Reserved {
+                cancelled_at_ms: *cancelled_at_ms,
+                dispatch: match (dispatch, run.next()) {
+                    (Some(d), _) => d.clone(),
+                    (None, Decision::Dispatch(d)) => d.clone(),
+                    (None, Decision::Terminal { .. }) => return Err(no_plan()),
+                },
+            }
+        }
         Entry::Dispatched {
             admission,
             started_at_ms,
@@ -197,7 +217,10 @@ fn build(
         } => {
             let mut run = r.run.clone();
             let mut attempts = r.attempts.clone();
-            if let Some(at) = cancelled_at_ms {
+            // A cancellation the journal already holds (a job's cancel was
+            // reserved under it) is not made again.
+            let held = cancelled_at_ms.is_some() && attempts.cancelled_at_ms == *cancelled_at_ms;
+            if let (Some(at), false) = (cancelled_at_ms, held) {
                 run.cancel(*at)
                     .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
                 attempts.cancelled_at_ms = Some(*at);
@@ -371,6 +394,15 @@ impl Writer {
 fn undone_by_tip(rest: &[Entry]) -> bool {
     !matches!(
         rest,
-        [Entry::Observed { .. } | Entry::Terminal { .. }, _, ..]
+        [
+            Entry::Observed { .. }
+                | Entry::Terminal { .. }
+                | Entry::Reserved {
+                    cancelled_at_ms: Some(_),
+                    ..
+                },
+            _,
+            ..
+        ]
     ) || matches!(rest, [Entry::Observed { .. }, Entry::Decided])
 }

@@ -173,6 +173,7 @@ fn any_event(b: u8, bytes: &mut Bytes<'_>, now: u64) -> Event {
             .unwrap_or(AnswerKind::Unknown),
             at_ms: now.saturating_add(x),
             cost: None,
+            job_id: (x % 3 == 0).then(|| "job-1".to_owned()),
         },
         _ => Event::Cancelled { at_ms: now },
     }
@@ -295,7 +296,7 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                         Event::Clock { now_ms: now }
                     }
                 }
-                Effect::Dispatch { .. } => {
+                Effect::Dispatch { .. } | Effect::Poll { .. } | Effect::Cancel { .. } => {
                     let obs = observed(bytes.byte(), bytes.byte(), now, stream);
                     now = obs.completed_at_ms;
                     Event::Observed(Box::new(obs))
