@@ -366,12 +366,18 @@ fn long_journal(attempts: usize) -> (Arc<CompiledPolicy>, Vec<JournalEvent>, Vec
         Entry::Decided,
     ];
     for a in &bundle.attempts.attempts {
-        entries.push(Entry::Reserved { dispatch: None });
+        entries.push(Entry::Reserved {
+            dispatch: None,
+            cancelled_at_ms: None,
+        });
         entries.push(Entry::Dispatched {
             admission: None,
             started_at_ms: a.started_at_ms,
         });
-        entries.push(Entry::Observed { attempt: a.clone() });
+        entries.push(Entry::Observed {
+            attempt: a.clone(),
+            delta_digests: Vec::new(),
+        });
         entries.push(Entry::Decided);
     }
     let mut w = Writer::new(Arc::clone(&cp), &[], 1).unwrap();

@@ -26,12 +26,18 @@ pub enum Reconciled {
     /// The receiver cannot say, or stayed in progress past the poll bound
     /// (`indeterminate` `unknown_provider_acceptance`): never resubmitted.
     Unknown,
+    /// The receiver completed a streamed attempt whose events the journal
+    /// does not hold (its owner was cut mid-stream): the run cannot commit
+    /// output it never recorded, nor send it again (`indeterminate`
+    /// `stream_interrupted_after_output`).
+    SucceededStreamLost,
 }
 
 names!(Reconciled {
     Succeeded => "succeeded",
     FailedNoEffect => "failed_no_effect",
     Unknown => "unknown",
+    SucceededStreamLost => "succeeded_stream_lost",
 });
 
 impl Reconciled {
@@ -47,6 +53,9 @@ impl Reconciled {
             },
             Self::Unknown => Outcome::Indeterminate {
                 kind: IndeterminateKind::UnknownProviderAcceptance,
+            },
+            Self::SucceededStreamLost => Outcome::Indeterminate {
+                kind: IndeterminateKind::StreamInterruptedAfterOutput,
             },
         }
     }

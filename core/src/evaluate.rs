@@ -683,8 +683,18 @@ impl Run {
     ) -> Result<Dispatch> {
         let drift =
             |code, field: &str, msg: &str| Err(Error::attempt(code, i, field, msg.to_owned()));
+        let admits = crate::job::admitted_step(&d);
         let (fleet, adm) = match (&cp.policy.fleet, &a.admission) {
             (None, None) => return Ok(d),
+            // A job's polls and its cancel are not admitted.
+            (Some(_), None) if !admits => return Ok(d),
+            (Some(_), Some(_)) if !admits => {
+                return drift(
+                    ErrorCode::AdmissionUnexpected,
+                    "admission",
+                    "a job's poll or cancel is not admitted by the fleet",
+                )
+            }
             (Some(_), None) => {
                 return drift(
                     ErrorCode::AdmissionMissing,

@@ -83,8 +83,8 @@ object!(AsyncJob {
 
 impl AsyncJob {
     /// Check the section against the run's deadline.
-    /// An async job neither streams nor is admitted by a fleet section.
-    pub(crate) fn check(&self, deadline_ms: u64, stream: bool, fleet: bool) -> Result<()> {
+    /// An async job is not streamed (it is polled).
+    pub(crate) fn check(&self, deadline_ms: u64, stream: bool) -> Result<()> {
         let bad = |field: &str, msg: String| {
             Err(Error::at(
                 ErrorCode::InvalidAsyncJob,
@@ -92,11 +92,11 @@ impl AsyncJob {
                 msg,
             ))
         };
-        if stream || fleet {
+        if stream {
             return Err(Error::at(
                 ErrorCode::InvalidAsyncJob,
                 "/async_job",
-                "an async job is neither streamed nor admitted by a fleet section".to_owned(),
+                "an async job is polled, not streamed".to_owned(),
             ));
         }
         if self.cancel_left_running == Some(false) {
@@ -669,6 +669,14 @@ pub(crate) fn check(d: &Dispatch, a: &Attempt, i: usize) -> Result<()> {
     Ok(())
 }
 
+/// Whether a dispatch is admitted by a fleet section: every attempt but a
+/// job's polls and its cancel, which ask about a job the provider already
+/// holds (no retry to budget, no route to skip: they go where the submit
+/// was accepted).
+pub fn admitted_step(d: &Dispatch) -> bool {
+    d.job.as_ref().is_none_or(|s| s.kind == JobKind::Submit)
+}
+
 /// The bounded Retry-After floor of a poll's hint.
 pub(crate) fn poll_floor(backoff: &Backoff, hint: Option<u64>) -> u64 {
     crate::schedule::retry_after_floor_ms(backoff, hint)
@@ -686,19 +694,23 @@ fn resubmit(i: usize) -> Error {
 /// A reconciliation answer a host reports by name (`succeeded`,
 /// `failed_no_effect`, `unknown`); another name is `invalid_value`.
 pub fn reconciled_named(name: &str) -> Result<Reconciled> {
-    Reconciled::ALL
-        .iter()
-        .zip(Reconciled::NAMES)
+    // `succeeded_stream_lost` is the core's own reading of a streamed
+    // attempt's answer, never a receiver's.
+    let named = || {
+        Reconciled::ALL
+            .iter()
+            .zip(Reconciled::NAMES)
+            .filter(|(r, _)| **r != Reconciled::SucceededStreamLost)
+    };
+    named()
         .find(|(_, n)| **n == name)
         .map(|(r, _)| *r)
         .ok_or_else(|| {
+            let names: Vec<&str> = named().map(|(_, n)| *n).collect();
             Error::at(
                 ErrorCode::InvalidValue,
                 "/reconciled",
-                format!(
-                    "a reconciliation answer is one of {}",
-                    Reconciled::NAMES.join(", ")
-                ),
+                format!("a reconciliation answer is one of {}", names.join(", ")),
             )
         })
 }

@@ -403,7 +403,7 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
         stream.check(p.deadline_ms)?;
     }
     if let Some(job) = &p.async_job {
-        job.check(p.deadline_ms, p.stream.is_some(), p.fleet.is_some())?;
+        job.check(p.deadline_ms, p.stream.is_some())?;
         if p.hedge.is_some() {
             // A job is submitted once and then only polled: nothing to hedge.
             return Err(Error::at(

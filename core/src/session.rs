@@ -285,6 +285,8 @@ impl Session {
         };
         let admission = match (&self.policy.policy.fleet, &self.pending) {
             (None, _) => None,
+            // A job's polls and its cancel are not admitted.
+            (Some(_), _) if !crate::job::admitted_step(d) => None,
             (Some(_), Some(p)) => Some(p.admission.clone()),
             (Some(_), None) => {
                 return Err(Error::attempt(
@@ -901,7 +903,14 @@ impl Session {
     /// resumed run's next attempt under its fleet section.
     pub(crate) fn resume_admitting(&mut self, replayed: crate::journal::Replayed) -> Result<()> {
         self.check_resumable(true)?;
+        let log = match &self.policy.policy.stream {
+            Some(contract) => Some(crate::stream::log_of(contract.mode, &replayed)?),
+            None => None,
+        };
         self.continue_replay(replayed);
+        if let Some(log) = log {
+            self.log = log;
+        }
         Ok(())
     }
 
@@ -925,18 +934,18 @@ impl Session {
                 "a journal does not hold the fleet's snapshots: a session resumes no fleet run (the run machine does, admitting again)",
             ));
         }
-        if self.policy.policy.stream.is_some() {
+        if self.policy.policy.stream.is_some() && !admits {
             return Err(Error::at(
                 ErrorCode::InvalidStreamContract,
                 "/stream",
-                "a journal does not hold a stream's event log: a journaled run has no stream contract",
+                "a session does not rebuild a stream's event log from a journal: the run machine resumes a streamed run",
             ));
         }
-        if self.policy.policy.async_job.is_some() {
+        if self.policy.policy.async_job.is_some() && !admits {
             return Err(Error::at(
                 ErrorCode::InvalidAsyncJob,
                 "/async_job",
-                "a journal does not hold a job's id: a journaled run has no async_job section",
+                "a session does not resume a job from a journal: the run machine resumes a journaled job",
             ));
         }
         Ok(())

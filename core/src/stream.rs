@@ -690,8 +690,42 @@ impl EventLog {
     }
 }
 
+/// The consumer's event log a verified journal implies: each attempt's
+/// deltas as its `observed` event lists them, and the action the replay took
+/// after it. An attempt whose received events the journal does not list (a
+/// journal written before the digests were journaled) cannot be resumed:
+/// `invalid_stream_contract`.
+pub(crate) fn log_of(mode: StreamMode, replayed: &crate::journal::Replayed) -> Result<EventLog> {
+    let digests = replayed.delta_digests();
+    for (i, a) in replayed.attempts().attempts.iter().enumerate() {
+        let received = a.stream.as_ref().map_or(0, |s| s.events);
+        let listed = digests.get(i).map_or(0, Vec::len);
+        if received > 0 && u64::try_from(listed).unwrap_or(u64::MAX) != received {
+            return Err(Error::at(
+                ErrorCode::InvalidStreamContract,
+                format!("/attempts/attempts/{i}/stream"),
+                format!(
+                    "attempt {} received {received} events the journal does not list: its consumer's log cannot be rebuilt",
+                    a.ordinal
+                ),
+            ));
+        }
+    }
+    Ok(EventLog::replayed(
+        mode,
+        replayed.attempts(),
+        replayed.stream_actions(),
+        |i| {
+            digests
+                .get(i)
+                .map(|v| v.iter().map(raw_of).collect())
+                .unwrap_or_default()
+        },
+    ))
+}
+
 /// A hex digest back to its bytes (digests in documents are checked lowercase hex).
-fn raw_of(d: &Sha256Hex) -> Digest {
+pub(crate) fn raw_of(d: &Sha256Hex) -> Digest {
     let mut raw = [0u8; 32];
     let nibble = |c: u8| {
         (c as char)

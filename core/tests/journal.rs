@@ -51,7 +51,15 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
     push(cp, &mut events, 1, Entry::Decided);
     let mut session = Session::start(Arc::clone(cp));
     for a in &bundle.attempts.attempts {
-        push(cp, &mut events, 1, Entry::Reserved { dispatch: None });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
+        );
         push(
             cp,
             &mut events,
@@ -65,7 +73,15 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
             .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
             .unwrap();
         let attempt = session.attempts().attempts.last().unwrap().clone();
-        push(cp, &mut events, 1, Entry::Observed { attempt });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Observed {
+                attempt,
+                delta_digests: Vec::new(),
+            },
+        );
         push(cp, &mut events, 1, Entry::Decided);
     }
     push(
@@ -88,6 +104,7 @@ fn answers(ordinal: u64, list: &[(AnswerKind, u64)]) -> Reconciliation {
                 answer: *answer,
                 at_ms: *at_ms,
                 cost: None,
+                job_sha256: None,
             })
             .collect(),
         max_polls: 4,
@@ -117,7 +134,10 @@ fn finish(
                     }
                 }
                 let entry = match next {
-                    EventKind::Reserved => Entry::Reserved { dispatch: None },
+                    EventKind::Reserved => Entry::Reserved {
+                        dispatch: None,
+                        cancelled_at_ms: None,
+                    },
                     EventKind::Dispatched => Entry::Dispatched {
                         admission: None,
                         started_at_ms: dispatch.unwrap().not_before_ms,
@@ -147,7 +167,15 @@ fn finish(
                     };
                     // Observed directly, not reconciled.
                     attempt.reconciled = None;
-                    push(cp, events, generation, Entry::Observed { attempt });
+                    push(
+                        cp,
+                        events,
+                        generation,
+                        Entry::Observed {
+                            attempt,
+                            delta_digests: Vec::new(),
+                        },
+                    );
                 }
             }
             Recovery::Reconcile {
@@ -164,7 +192,15 @@ fn finish(
                     panic!("a settled answer is adopted")
                 };
                 assert!(adopted.reconciled.is_some());
-                push(cp, events, generation, Entry::Observed { attempt: adopted });
+                push(
+                    cp,
+                    events,
+                    generation,
+                    Entry::Observed {
+                        attempt: adopted,
+                        delta_digests: Vec::new(),
+                    },
+                );
             }
             Recovery::Adopt { .. } => panic!("adopt only answers a reconciliation"),
         }
@@ -243,7 +279,15 @@ fn the_fenced_owner_cannot_append_and_its_late_result_is_evidence() {
     };
     assert!(matches!(decision, Decision::Terminal { .. }));
     let mut taken = crashed.clone();
-    push(&cp, &mut taken, 2, Entry::Observed { attempt });
+    push(
+        &cp,
+        &mut taken,
+        2,
+        Entry::Observed {
+            attempt,
+            delta_digests: Vec::new(),
+        },
+    );
     // The old owner's observation of the same attempt, under generation 1.
     let late = &full[12];
     let c = classify_append(&cp, &taken, late).unwrap();
@@ -358,6 +402,7 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         1,
         Entry::Reserved {
             dispatch: Some(d.clone()),
+            cancelled_at_ms: None,
         },
     );
     let mut off = d.clone();
@@ -368,6 +413,7 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         1,
         &Entry::Reserved {
             dispatch: Some(off),
+            cancelled_at_ms: None,
         },
     )
     .unwrap_err();
@@ -408,7 +454,15 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         panic!("adopt")
     };
     assert_eq!(adopted.admission, attempt.admission);
-    push(&cp, &mut events, 2, Entry::Observed { attempt: adopted });
+    push(
+        &cp,
+        &mut events,
+        2,
+        Entry::Observed {
+            attempt: adopted,
+            delta_digests: Vec::new(),
+        },
+    );
     push(&cp, &mut events, 2, Entry::Decided);
     push(
         &cp,

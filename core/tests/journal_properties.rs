@@ -80,7 +80,15 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
     );
     push(cp, &mut events, 1, Entry::Decided);
     for a in &attempts.attempts {
-        push(cp, &mut events, 1, Entry::Reserved { dispatch: None });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
+        );
         push(
             cp,
             &mut events,
@@ -90,7 +98,15 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
                 started_at_ms: a.started_at_ms,
             },
         );
-        push(cp, &mut events, 1, Entry::Observed { attempt: a.clone() });
+        push(
+            cp,
+            &mut events,
+            1,
+            Entry::Observed {
+                attempt: a.clone(),
+                delta_digests: Vec::new(),
+            },
+        );
         push(cp, &mut events, 1, Entry::Decided);
     }
     if matches!(
@@ -151,12 +167,12 @@ proptest! {
                     run_id: e.run_id.clone(),
                 },
                 Payload::Decided { .. } => Entry::Decided,
-                Payload::Reserved { .. } => Entry::Reserved { dispatch: None },
+                Payload::Reserved { .. } => Entry::Reserved { dispatch: None, cancelled_at_ms: None },
                 Payload::Dispatched(sent) => Entry::Dispatched {
                     admission: None,
                     started_at_ms: sent.started_at_ms,
                 },
-                Payload::Observed { attempt } => Entry::Observed { attempt: attempt.clone() },
+                Payload::Observed { attempt, .. } => Entry::Observed { attempt: attempt.clone(), delta_digests: Vec::new() },
                 Payload::Terminal(_) => Entry::Terminal { cancelled_at_ms: None, fleet_stop: None },
             };
             let built = writer.append(&entry).unwrap();
@@ -199,7 +215,7 @@ proptest! {
             prop_assert!(ends_dispatched);
             let kind = [AnswerKind::Succeeded, AnswerKind::FailedNoEffect, AnswerKind::Unknown][answer];
             let rec = Reconciliation {
-                answers: vec![Answer { answer: kind, at_ms: not_before_ms + late, cost: None }],
+                answers: vec![Answer { answer: kind, at_ms: not_before_ms + late, cost: None, job_sha256: None }],
                 max_polls: 3,
                 ordinal: attempt.ordinal,
                 schema: ReconciliationSchema,
@@ -215,7 +231,7 @@ proptest! {
                 (_, Decision::Terminal { .. }) => {}
             }
             let mut taken = prefix.to_vec();
-            push(&cp, &mut taken, 2, Entry::Observed { attempt: adopted });
+            push(&cp, &mut taken, 2, Entry::Observed { attempt: adopted, delta_digests: Vec::new() });
             push(&cp, &mut taken, 2, Entry::Decided);
             verify(&cp, &taken).unwrap();
         }

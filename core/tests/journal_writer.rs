@@ -40,7 +40,13 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
     push(&mut w, Entry::Decided);
     let mut session = Session::start(Arc::clone(cp));
     for a in &bundle.attempts.attempts {
-        push(&mut w, Entry::Reserved { dispatch: None });
+        push(
+            &mut w,
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
+        );
         push(
             &mut w,
             Entry::Dispatched {
@@ -52,7 +58,13 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
             .record(a.started_at_ms, a.completed_at_ms, a.cost, a.outcome)
             .unwrap();
         let attempt = session.attempts().attempts.last().unwrap().clone();
-        push(&mut w, Entry::Observed { attempt });
+        push(
+            &mut w,
+            Entry::Observed {
+                attempt,
+                delta_digests: Vec::new(),
+            },
+        );
         push(&mut w, Entry::Decided);
     }
     push(
@@ -77,13 +89,20 @@ fn entry_of(e: &JournalEvent) -> Entry {
             run_id: e.run_id.clone(),
         },
         Payload::Decided { .. } => Entry::Decided,
-        Payload::Reserved { .. } => Entry::Reserved { dispatch: None },
+        Payload::Reserved { .. } => Entry::Reserved {
+            dispatch: None,
+            cancelled_at_ms: None,
+        },
         Payload::Dispatched(sent) => Entry::Dispatched {
             admission: sent.admission.clone(),
             started_at_ms: sent.started_at_ms,
         },
-        Payload::Observed { attempt } => Entry::Observed {
+        Payload::Observed {
+            attempt,
+            delta_digests,
+        } => Entry::Observed {
             attempt: attempt.clone(),
+            delta_digests: delta_digests.clone(),
         },
         Payload::Terminal(end) => Entry::Terminal {
             cancelled_at_ms: end.cancelled_at_ms,
@@ -111,29 +130,39 @@ fn refused(next: &JournalEvent) -> Vec<Entry> {
         });
     }
     match &next.payload {
-        Payload::Reserved { dispatch } => {
+        Payload::Reserved { dispatch, .. } => {
             let mut other = dispatch.clone();
             other.ordinal += 1;
             out.push(Entry::Reserved {
                 dispatch: Some(other),
+                cancelled_at_ms: None,
             });
         }
         Payload::Dispatched(sent) if sent.not_before_ms > 0 => out.push(Entry::Dispatched {
             admission: None,
             started_at_ms: sent.not_before_ms - 1,
         }),
-        Payload::Observed { attempt } => {
+        Payload::Observed { attempt, .. } => {
             let mut a = attempt.clone();
             a.ordinal += 1;
-            out.push(Entry::Observed { attempt: a });
+            out.push(Entry::Observed {
+                attempt: a,
+                delta_digests: Vec::new(),
+            });
             let mut a = attempt.clone();
             a.completed_at_ms = a.started_at_ms.saturating_sub(1);
             if a.completed_at_ms < a.started_at_ms {
-                out.push(Entry::Observed { attempt: a });
+                out.push(Entry::Observed {
+                    attempt: a,
+                    delta_digests: Vec::new(),
+                });
             }
             let mut a = attempt.clone();
             a.route_id = retryledger_core::ids::Identifier::parse("nowhere").unwrap();
-            out.push(Entry::Observed { attempt: a });
+            out.push(Entry::Observed {
+                attempt: a,
+                delta_digests: Vec::new(),
+            });
         }
         _ => {}
     }
@@ -195,7 +224,7 @@ fn a_replay_refusing_an_event_is_unchanged_by_it() {
     let full = reference_journal(&cp);
     // After the first attempt's decision: a cancellation may end the run.
     let prefix = &full[..6];
-    let Payload::Observed { attempt } = &full[4].payload else {
+    let Payload::Observed { attempt, .. } = &full[4].payload else {
         panic!("the first attempt's observation")
     };
     let mut w = Writer::new(Arc::clone(&cp), prefix, 1).unwrap();
@@ -224,11 +253,14 @@ fn a_replay_refusing_an_event_is_unchanged_by_it() {
     assert_eq!(format!("{r:?}"), before);
     // A wrong attempt is refused without a trace either.
     for (k, e) in full.iter().enumerate().skip(6) {
-        if let Payload::Observed { attempt } = &e.payload {
+        if let Payload::Observed { attempt, .. } = &e.payload {
             let mut early = attempt.clone();
             early.completed_at_ms = early.started_at_ms - 1;
             let bad = JournalEvent {
-                payload: Payload::Observed { attempt: early },
+                payload: Payload::Observed {
+                    attempt: early,
+                    delta_digests: Vec::new(),
+                },
                 ..e.clone()
             };
             let before = format!("{r:?}");
@@ -370,7 +402,10 @@ fn an_attempt_whose_cost_the_run_cannot_add_is_refused_without_a_trace() {
     .unwrap();
     for a in &attempts.attempts {
         w.append_all(&[
-            Entry::Reserved { dispatch: None },
+            Entry::Reserved {
+                dispatch: None,
+                cancelled_at_ms: None,
+            },
             Entry::Dispatched {
                 admission: None,
                 started_at_ms: a.started_at_ms,
@@ -383,14 +418,26 @@ fn an_attempt_whose_cost_the_run_cannot_add_is_refused_without_a_trace() {
             dear.cost = u64::MAX;
             let before = state(&w);
             let e = w
-                .append_all(&[Entry::Observed { attempt: dear }, Entry::Decided])
+                .append_all(&[
+                    Entry::Observed {
+                        attempt: dear,
+                        delta_digests: Vec::new(),
+                    },
+                    Entry::Decided,
+                ])
                 .unwrap_err();
             assert_eq!(e.code, ErrorCode::ArithmeticOverflow);
             assert!(e.path.as_deref().unwrap().starts_with("/entries/0/attempt"));
             assert_eq!(state(&w), before);
         }
-        w.append_all(&[Entry::Observed { attempt: a.clone() }, Entry::Decided])
-            .unwrap();
+        w.append_all(&[
+            Entry::Observed {
+                attempt: a.clone(),
+                delta_digests: Vec::new(),
+            },
+            Entry::Decided,
+        ])
+        .unwrap();
     }
     w.append(&Entry::Terminal {
         cancelled_at_ms: None,

@@ -210,7 +210,7 @@ fn crash_everywhere(cp: &Arc<CompiledPolicy>, script: &Script) {
             .journal
             .iter()
             .filter_map(|e| match &e.payload {
-                journal::Payload::Observed { attempt } => attempt.reconciled,
+                journal::Payload::Observed { attempt, .. } => attempt.reconciled,
                 _ => None,
             })
             .count();

@@ -90,12 +90,17 @@ class Reconciliation(Generic[R]):
 
 def _job_policy(policy: Union[Policy, Document], cancel: Optional[Callable[..., Any]]) -> Tuple[Policy, bool]:
     """The compiled policy, refused (``invalid_async_job``) without an
-    ``async_job`` section, or with ``cancel_left_running`` and no
-    ``calls.cancel``; and whether the core plans the cancel."""
+    ``async_job`` section, with a ``fleet`` section, or with
+    ``cancel_left_running`` and no ``calls.cancel``; and whether the core
+    plans the cancel."""
     compiled = _policy_of(policy)
     section = compiled.document.get("async_job")
     if section is None:
         raise PolicyError("invalid_async_job", "a job runs under a policy with an async_job section", "/async_job")
+    if compiled.document.get("fleet") is not None:
+        # The run machine admits a job's submit under a fleet; this driver
+        # admits nothing, so it refuses before any request.
+        raise PolicyError("invalid_async_job", "the job driver admits nothing: a job under a fleet section runs through the run machine", "/fleet")
     planned = section.get("cancel_left_running") is True
     if planned and cancel is None:
         raise PolicyError(

@@ -1,8 +1,8 @@
 """The run machine of the core (docs/COMPOSITION.md): one sans-I/O loop
 for a whole run, effects out and events in. A host asks for the next effect
-(``append``, ``read``, ``write``, ``sleep``, ``dispatch``, ``reconcile``,
-``done``) and answers it with one event; the fleet, the journal, streams and
-output checks are layers of it.
+(``append``, ``read``, ``write``, ``sleep``, ``dispatch``, ``poll``,
+``cancel``, ``reconcile``, ``done``) and answers it with one event; the
+fleet, the journal, streams, async jobs and output checks are layers of it.
 
 :func:`machine_transcript` replays a recorded sequence of events: the effects
 the machine asked for, where it ended, and the first event it refused.

@@ -125,6 +125,11 @@ export async function runJob<R>(
   if (section === undefined) {
     throw new PolicyError("invalid_async_job", "invalid_async_job at /async_job: a job runs under a policy with an async_job section", { path: "/async_job" });
   }
+  if (compiled.policy.fleet !== undefined) {
+    // The run machine admits a job's submit under a fleet; this driver
+    // admits nothing, so it refuses before any request.
+    throw new PolicyError("invalid_async_job", "invalid_async_job at /fleet: the job driver admits nothing: a job under a fleet section runs through the run machine", { path: "/fleet" });
+  }
   const planned = section.cancel_left_running === true;
   if (planned) checkCancelling(calls);
   let jobId: string | undefined;

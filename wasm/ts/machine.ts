@@ -1,9 +1,9 @@
 /**
  * The run machine of the core (docs/COMPOSITION.md): one sans-I/O loop for a
  * whole run, effects out and events in. A host asks for the next effect
- * (`append`, `read`, `write`, `sleep`, `dispatch`, `reconcile`, `done`) and
- * answers it with one event; the fleet, the journal, streams and output
- * checks are layers of it.
+ * (`append`, `read`, `write`, `sleep`, `dispatch`, `poll`, `cancel`,
+ * `reconcile`, `done`) and answers it with one event; the fleet, the journal,
+ * streams, async jobs and output checks are layers of it.
  *
  * `machineTranscript` replays a recorded sequence of events: the effects the
  * machine asked for, where it ended, and the first event it refused.
@@ -12,7 +12,7 @@
 import { call, toText, type Input, type RawBindings } from "./core.js";
 
 /** An effect the machine asks of its host, tagged by `kind`. */
-export type MachineEffect = { kind: "append" | "read" | "write" | "sleep" | "dispatch" | "reconcile" | "done" } & Record<string, unknown>;
+export type MachineEffect = { kind: "append" | "read" | "write" | "sleep" | "dispatch" | "poll" | "cancel" | "reconcile" | "done" } & Record<string, unknown>;
 
 /** An event a host answers an effect with, tagged by `kind`. */
 export type MachineEvent = {

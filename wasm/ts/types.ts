@@ -173,8 +173,12 @@ export interface Attempt {
   usage?: Usage;
 }
 
-/** A receiver's settled answer for an attempt a crashed host never observed. */
-export type Reconciled = "succeeded" | "failed_no_effect" | "unknown";
+/**
+ * A receiver's settled answer for an attempt a crashed host never observed;
+ * `succeeded_stream_lost` is the core's reading of a `succeeded` streamed
+ * attempt whose events the journal does not hold (never committed).
+ */
+export type Reconciled = "succeeded" | "failed_no_effect" | "unknown" | "succeeded_stream_lost";
 
 /** `retryledger.attempts.v1` */
 export interface Attempts {

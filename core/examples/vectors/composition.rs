@@ -8,8 +8,9 @@
 //! sealed receipt and bundle, in every language. The cases cross every
 //! fleet layer (breaker, retry budget, admission limits, all three), the
 //! journal, stream contracts and output checks with the usual outcome
-//! scripts, then crashes and resumes, store conflicts and outages,
-//! cancellation, and refused answers.
+//! scripts, then crashes and resumes (streamed runs and async jobs too),
+//! async jobs as a layer, store conflicts and outages, cancellation, and
+//! refused answers.
 
 use std::sync::Arc;
 
@@ -197,7 +198,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "composition",
         "machine: the run machine (docs/COMPOSITION.md) started (or resumed from `journal`) under `options` and fed `events`; expect: the effect outstanding before each event and after the last, the terminal, the receipt and bundle digests, or the refused event's error.",
-        "every fleet layer (breaker, retry budget, admission limits, all three) crossed with the journal, stream contracts (buffer, tentative) and output checks over success, rate limits with a hint, a fallback after two failures, a non-retryable refusal, a timeout, a failed output check and a stream cut after output; a journaled run crashed at every journal prefix and resumed (an attempt in doubt reconciled), under a fleet too; store conflicts and an unreachable store (fail open, fail closed); a cancellation while waiting; refused answers (an event out of turn, a clock going back, a refused append, an unlayered section)",
+        "every fleet layer (breaker, retry budget, admission limits, all three) crossed with the journal, stream contracts (buffer, tentative) and output checks over success, rate limits with a hint, a fallback after two failures, a non-retryable refusal, a timeout, a failed output check and a stream cut after output; a journaled run crashed at every journal prefix and resumed (an attempt in doubt reconciled), under a fleet too; streamed journaled runs (buffer, tentative; under a fleet, with output checks) crashed at every prefix and resumed; an async job submitted and polled (alone, under a journal, under a fleet, both; output checks on the final result only; a cancellation that cancels the job; crashed at every prefix and resumed without a second submit); store conflicts and an unreachable store (fail open, fail closed); a cancellation while waiting; refused answers (an event out of turn, a clock going back, a refused append, an unlayered section)",
     );
     for (fleet_name, fleet) in fleets() {
         for journal in [false, true] {
@@ -223,6 +224,8 @@ pub fn family() -> Family {
         }
     }
     crash_cases(&mut f);
+    stream_crash_cases(&mut f);
+    job_cases(&mut f);
     store_cases(&mut f);
     refusal_cases(&mut f);
     f
@@ -313,6 +316,243 @@ fn crash_cases(f: &mut Family) {
         &json!({"reconcile": [{"answer": "unknown"}]}),
         "stop_indeterminate",
     );
+}
+
+/// An answer with a passing output check.
+fn checked(stream: bool) -> Value {
+    let mut s = ok(stream);
+    s["facts"]["output_checks"] =
+        json!([{"kind": "empty", "validator": "builtin.empty", "verdict": "pass"}]);
+    s
+}
+
+/// A streamed journaled run (plain, and under every fleet layer with output
+/// checks) crashed after every number of appends, then resumed: the
+/// consumer's log rebuilt from the journal's delta digests; a cut attempt
+/// in doubt reconciled (`failed_no_effect` sends it again; `succeeded`
+/// cannot be committed: `stop_indeterminate`).
+fn stream_crash_cases(f: &mut Family) {
+    let runs = [
+        ("stream", None, "tentative", vec![cut(), ok(true)]),
+        ("stream", None, "buffer", vec![cut(), ok(true)]),
+        (
+            "fleet_stream",
+            fleets().swap_remove(4).1,
+            "tentative",
+            vec![cut(), ok(true)],
+        ),
+        (
+            "fleet_stream_checked",
+            fleets().swap_remove(4).1,
+            "tentative",
+            vec![cut(), checked(true)],
+        ),
+        (
+            "fleet_stream_check_fails",
+            fleets().swap_remove(4).1,
+            "tentative",
+            vec![cut(), invalid(true)],
+        ),
+    ];
+    for (prefix, fleet, mode, steps) in runs {
+        let p = policy(&fleet, Some(mode));
+        let script = json!({"attempts": steps, "store": full_budget()});
+        // Six appends finish the run: a crash after them is no crash.
+        for k in 0..6u64 {
+            let mut crashed = script.clone();
+            crashed["crash_after_appends"] = json!(k);
+            let name = format!("{prefix}_{mode}_journal_crash_after_{k}_appends");
+            let (journal, now) = case(f, &name, &p, &options(true), None, &crashed, "ok");
+            let kind = |e: &JournalEvent| e.payload.kind();
+            if journal
+                .last()
+                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Terminal)
+            {
+                continue;
+            }
+            let in_doubt = journal
+                .last()
+                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Dispatched);
+            let observed = journal
+                .iter()
+                .filter(|e| kind(e) == retryledger_core::journal::EventKind::Observed)
+                .count();
+            // An attempt with no effect is sent again: its step replays.
+            let rest: Vec<Value> = script["attempts"].as_array().unwrap()[observed..].to_vec();
+            let mut opts = options(true);
+            opts["journal"]["lease_generation"] = json!(2);
+            opts["now_ms"] = json!(now + 10);
+            let answers: &[&str] = if in_doubt {
+                &["failed_no_effect", "succeeded"]
+            } else {
+                &["failed_no_effect"]
+            };
+            for answer in answers {
+                let resume = json!({"attempts": rest, "reconcile": [{"answer": answer}], "store": full_budget()});
+                let (suffix, want) = if *answer == "succeeded" {
+                    ("_reconciled_succeeded", "stop_indeterminate")
+                } else {
+                    ("", "terminal")
+                };
+                case(
+                    f,
+                    &format!("{prefix}_{mode}_journal_resumed_after_{k}_appends{suffix}"),
+                    &p,
+                    &opts,
+                    Some(&journal),
+                    &resume,
+                    want,
+                );
+            }
+        }
+    }
+}
+
+fn job_policy(fleet: &Option<Value>, cancel: bool) -> String {
+    let mut job = json!({"max_polls": 4, "poll_base_ms": 200, "poll_max_ms": 600});
+    if cancel {
+        job["cancel_left_running"] = json!(true);
+    }
+    let mut edits = vec![("/async_job", job)];
+    if let Some(f) = fleet {
+        edits.push(("/fleet", f.clone()));
+    }
+    t(&policy_with(&edits))
+}
+
+/// A job's answers: `status` the job's (with its id), `check` a failing
+/// output check on the answer.
+fn job_step(status: &str, check: bool) -> Value {
+    let mut s = json!({"after_ms": 40, "facts": {"result": "returned"},
+        "job_id": "job-7", "job_status": status});
+    if check {
+        s["facts"]["output_checks"] = json!([{"defects": [{"message": "the answer has no content"}],
+            "kind": "empty", "validator": "builtin.empty", "verdict": "defects"}]);
+    }
+    s
+}
+
+/// An async job as a layer: submitted (retried after a refusal), accepted,
+/// polled at the planned schedule until it completes; its output checks
+/// judged on the final result only; the cancel of a job a cancelled run
+/// would leave running; under a fleet (the submit admitted, the polls not)
+/// and a journal, crashed after every number of appends and resumed (a
+/// submit in doubt reconciled, never resubmitted after its acceptance; a
+/// poll in doubt polled again).
+fn job_cases(f: &mut Family) {
+    let polled = vec![
+        status(503, None),
+        job_step("queued", true),
+        job_step("in_progress", false),
+        timeout(),
+        job_step("completed", false),
+    ];
+    for (fleet_name, fleet) in [fleets().swap_remove(0), fleets().swap_remove(4)] {
+        let p = job_policy(&fleet, false);
+        for journal in [false, true] {
+            let j = if journal { "_journal" } else { "" };
+            case(
+                f,
+                &format!("{fleet_name}{j}_job_submitted_then_polled_to_completion"),
+                &p,
+                &options(journal),
+                None,
+                &json!({"attempts": polled, "store": full_budget()}),
+                "completed",
+            );
+            let mut failed = polled.clone();
+            failed[4] = job_step("completed", true);
+            case(
+                f,
+                &format!("{fleet_name}{j}_job_output_check_fails_on_the_final_result"),
+                &p,
+                &options(journal),
+                None,
+                &json!({"attempts": failed, "store": full_budget()}),
+                "stop_non_retryable",
+            );
+            case(
+                f,
+                &format!("{fleet_name}{j}_job_poll_bound_stops"),
+                &p,
+                &options(journal),
+                None,
+                &json!({"attempts": [job_step("queued", false), job_step("in_progress", false),
+                    job_step("in_progress", false), job_step("in_progress", false),
+                    job_step("in_progress", false)], "store": full_budget()}),
+                "stop_total_attempts",
+            );
+            let cancels = job_policy(&fleet, true);
+            case(
+                f,
+                &format!("{fleet_name}{j}_job_cancelled_while_waiting_cancels_the_job"),
+                &cancels,
+                &options(journal),
+                None,
+                &json!({"attempts": [job_step("queued", false), {"after_ms": 15, "facts": {"result": "returned"}}],
+                    "cancel_sleeps": [0], "store": full_budget()}),
+                "stop_cancelled",
+            );
+        }
+        let script = json!({"attempts": polled, "store": full_budget()});
+        // 2 appends open the run, 2 per attempt and 1 for the terminal.
+        for k in 0..12u64 {
+            let mut crashed = script.clone();
+            crashed["crash_after_appends"] = json!(k);
+            let name = format!("{fleet_name}_journal_job_crash_after_{k}_appends");
+            let (journal, now) = case(f, &name, &p, &options(true), None, &crashed, "ok");
+            let kind = |e: &JournalEvent| e.payload.kind();
+            if journal
+                .last()
+                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Terminal)
+            {
+                continue;
+            }
+            let in_doubt = journal
+                .last()
+                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Dispatched);
+            let observed = journal
+                .iter()
+                .filter(|e| kind(e) == retryledger_core::journal::EventKind::Observed)
+                .count();
+            let rest: Vec<Value> = script["attempts"].as_array().unwrap()[observed..].to_vec();
+            let mut opts = options(true);
+            opts["journal"]["lease_generation"] = json!(2);
+            opts["now_ms"] = json!(now + 10);
+            // A submit in doubt is asked about; a poll in doubt is polled
+            // again without asking (it had no effect).
+            let submit_in_doubt = in_doubt
+                && journal.iter().rev().nth(1).is_some_and(|e| {
+                    matches!(&e.payload, retryledger_core::journal::Payload::Reserved { dispatch, .. }
+                        if dispatch.job.as_ref().is_some_and(|s| s.kind == retryledger_core::job::JobKind::Submit))
+                });
+            let answers: &[&str] = if submit_in_doubt {
+                &["failed_no_effect", "succeeded"]
+            } else {
+                &["failed_no_effect"]
+            };
+            for answer in answers {
+                // A submit accepted behind a lost answer: the receiver
+                // reports the job's id.
+                let resume = json!({"attempts": rest,
+                    "reconcile": [{"answer": answer, "job_id": "job-7"}], "store": full_budget()});
+                let suffix = if *answer == "succeeded" {
+                    "_reconciled_succeeded"
+                } else {
+                    ""
+                };
+                case(
+                    f,
+                    &format!("{fleet_name}_journal_job_resumed_after_{k}_appends{suffix}"),
+                    &p,
+                    &opts,
+                    Some(&journal),
+                    &resume,
+                    "terminal",
+                );
+            }
+        }
+    }
 }
 
 fn store_cases(f: &mut Family) {
@@ -423,15 +663,19 @@ fn refusal_cases(f: &mut Family) {
         ],
         "machine_layer_missing",
     );
+    // A streamed run's empty journal (a lease claimed, nothing written)
+    // starts the run like any other.
+    let mut opts = options(true);
+    opts["journal"]["lease_generation"] = json!(2);
     f.add(
-        "a_stream_journal_is_not_resumed_yet",
+        "a_stream_journal_resumed_from_an_empty_journal_starts_the_run",
         "machine",
         vec![
             ("policy", json!(policy(&None, Some("tentative")))),
-            ("options", json!(t(&options(true)))),
+            ("options", json!(t(&opts))),
             ("journal", json!("[]")),
             ("events", json!("[]")),
         ],
-        "invalid_stream_contract",
+        "ok",
     );
 }

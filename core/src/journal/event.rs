@@ -93,6 +93,11 @@ pub enum Payload {
     },
     /// `reserved`: the planned dispatch.
     Reserved {
+        /// Set when the caller cancelled the run at this time and the plan is
+        /// the cancel of the async job it would leave running
+        /// (`cancel_left_running`): the cancellation is journaled here,
+        /// before that cancel is sent.
+        cancelled_at_ms: Option<u64>,
         /// The plan, as [`crate::plan_next()`] gives it (after any admission).
         dispatch: Dispatch,
     },
@@ -102,6 +107,11 @@ pub enum Payload {
     Observed {
         /// The attempt, as in `retryledger.attempts.v1`.
         attempt: Attempt,
+        /// A streamed attempt: the SHA-256 of each delta it received, in
+        /// order (they hash to its record's `deltas_sha256`), so a resumed
+        /// run rebuilds the consumer's event log. Empty (the field omitted)
+        /// when it received none.
+        delta_digests: Vec<Sha256Hex>,
     },
     /// `decided`: the core's decision.
     Decided {
@@ -145,6 +155,7 @@ pub struct JournalEvent {
 enum Val<'a> {
     U64(u64),
     Doc(&'a dyn Encode),
+    Digests(&'a [Sha256Hex]),
 }
 
 fn write_sorted(sink: &mut dyn Sink, mut fields: Vec<(&'static str, Val<'_>)>) {
@@ -154,6 +165,7 @@ fn write_sorted(sink: &mut dyn Sink, mut fields: Vec<(&'static str, Val<'_>)>) {
         match v {
             Val::U64(n) => o.u64(k, n),
             Val::Doc(d) => o.doc(k, d),
+            Val::Digests(d) => o.list(k, d),
         };
     }
     o.end();
@@ -178,7 +190,15 @@ impl Encode for JournalEvent {
                 f.push(("created_at_epoch_ms", Val::U64(*created_at_epoch_ms)));
                 f.push(("policy_sha256", Val::Doc(policy_sha256)));
             }
-            Payload::Reserved { dispatch } => f.push(("dispatch", Val::Doc(dispatch))),
+            Payload::Reserved {
+                cancelled_at_ms,
+                dispatch,
+            } => {
+                if let Some(c) = cancelled_at_ms {
+                    f.push(("cancelled_at_ms", Val::U64(*c)));
+                }
+                f.push(("dispatch", Val::Doc(dispatch)));
+            }
             Payload::Dispatched(s) => {
                 if let Some(a) = &s.admission {
                     f.push(("admission", Val::Doc(a)));
@@ -193,7 +213,15 @@ impl Encode for JournalEvent {
                 f.push(("route_release_sha256", Val::Doc(&s.route_release_sha256)));
                 f.push(("started_at_ms", Val::U64(s.started_at_ms)));
             }
-            Payload::Observed { attempt } => f.push(("attempt", Val::Doc(attempt))),
+            Payload::Observed {
+                attempt,
+                delta_digests,
+            } => {
+                f.push(("attempt", Val::Doc(attempt)));
+                if !delta_digests.is_empty() {
+                    f.push(("delta_digests", Val::Digests(delta_digests)));
+                }
+            }
             Payload::Decided { decision } => f.push(("decision", Val::Doc(decision))),
             Payload::Terminal(e) => {
                 f.push(("attempts_sha256", Val::Doc(&e.attempts_sha256)));
@@ -236,6 +264,7 @@ pub(super) struct Raw {
     pub(super) cancelled_at_ms: Option<u64>,
     pub(super) created_at_epoch_ms: Option<u64>,
     pub(super) decision: Option<Decision>,
+    pub(super) delta_digests: Option<Vec<Sha256Hex>>,
     pub(super) dispatch: Option<Dispatch>,
     pub(super) fleet_stop: Option<FleetStop>,
     pub(super) idempotency_key_sha256: Option<Sha256Hex>,
@@ -283,6 +312,11 @@ impl Raw {
                 "cancelled_at_ms" => get!(cancelled_at_ms),
                 "created_at_epoch_ms" => get!(created_at_epoch_ms),
                 "decision" => get!(decision),
+                "delta_digests" => {
+                    r.delta_digests = f.opt_with(name, |v, at| {
+                        decode_list(v, at, crate::limits::MAX_STREAM_EVENTS)
+                    })
+                }
                 "dispatch" => get!(dispatch),
                 "fleet_stop" => get!(fleet_stop),
                 "idempotency_key_sha256" => get!(idempotency_key_sha256),
@@ -317,6 +351,18 @@ pub(super) fn need<T>(x: Option<T>, at: &At<'_>) -> Result<T> {
     x.ok_or_else(|| at.error(ErrorCode::MissingField, "missing field"))
 }
 
+/// An optional list of delta digests: absent when empty (normal form).
+pub(super) fn non_empty(x: Option<Vec<Sha256Hex>>, at: &At<'_>) -> Result<Vec<Sha256Hex>> {
+    match x {
+        Some(v) if v.is_empty() => Err(at.error(
+            ErrorCode::InvalidValue,
+            "`delta_digests` is omitted when the attempt received no delta",
+        )),
+        Some(v) => Ok(v),
+        None => Ok(Vec::new()),
+    }
+}
+
 impl Decode for JournalEvent {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let kind = kind_of(v, at)?;
@@ -330,7 +376,7 @@ impl Decode for JournalEvent {
         ];
         let (req, opt): (&[&'static str], &[&'static str]) = match kind {
             EventKind::Created => (&["created_at_epoch_ms", "policy_sha256"], &[]),
-            EventKind::Reserved => (&["dispatch"], &[]),
+            EventKind::Reserved => (&["dispatch"], &["cancelled_at_ms"]),
             EventKind::Dispatched => (
                 &[
                     "idempotency_key_sha256",
@@ -342,7 +388,7 @@ impl Decode for JournalEvent {
                 ],
                 &["admission"],
             ),
-            EventKind::Observed => (&["attempt"], &[]),
+            EventKind::Observed => (&["attempt"], &["delta_digests"]),
             EventKind::Decided => (&["decision"], &[]),
             EventKind::Terminal => (
                 &["attempts_sha256", "receipt_sha256", "terminal"],
@@ -358,6 +404,7 @@ impl Decode for JournalEvent {
                 policy_sha256: need(r.policy_sha256, at)?,
             },
             EventKind::Reserved => Payload::Reserved {
+                cancelled_at_ms: r.cancelled_at_ms,
                 dispatch: need(r.dispatch, at)?,
             },
             EventKind::Dispatched => Payload::Dispatched(Sent {
@@ -371,6 +418,7 @@ impl Decode for JournalEvent {
             }),
             EventKind::Observed => Payload::Observed {
                 attempt: need(r.attempt, at)?,
+                delta_digests: non_empty(r.delta_digests, at)?,
             },
             EventKind::Decided => Payload::Decided {
                 decision: need(r.decision, at)?,

@@ -48,12 +48,16 @@ pub struct Answer {
     /// The cost to charge for the attempt (a settled answer; default the
     /// reserved cost).
     pub cost: Option<u64>,
+    /// An async job's submit that `succeeded`: the SHA-256 of the job id
+    /// the receiver reported (the acceptance's).
+    pub job_sha256: Option<Sha256Hex>,
 }
 
 object!(Answer {
     answer: doc,
     at_ms: u64,
     cost: opt_u64,
+    job_sha256: opt_doc,
 });
 
 /// The answers a host got for the dispatched attempt, in order.
@@ -290,7 +294,7 @@ pub(super) fn recovered(
     let deadline = cp.policy.deadline_ms;
     let mut due = sent.started_at_ms;
     let mut polls = 0_u64;
-    let mut settled: Option<(Reconciled, u64, Option<u64>)> = None;
+    let mut settled: Option<(Reconciled, u64, Option<u64>, Option<Sha256Hex>)> = None;
     let mut last_at = sent.started_at_ms;
     for (k, a) in rec.answers.iter().enumerate() {
         let at = |f: &str| format!("/reconciliation/answers/{k}/{f}");
@@ -331,18 +335,20 @@ pub(super) fn recovered(
                 }
                 due = a.at_ms.saturating_add(poll_delay(cp, polls));
             }
-            AnswerKind::Succeeded => settled = Some((Reconciled::Succeeded, a.at_ms, a.cost)),
-            AnswerKind::FailedNoEffect => {
-                settled = Some((Reconciled::FailedNoEffect, a.at_ms, a.cost))
+            AnswerKind::Succeeded => {
+                settled = Some((Reconciled::Succeeded, a.at_ms, a.cost, a.job_sha256.clone()))
             }
-            AnswerKind::Unknown => settled = Some((Reconciled::Unknown, a.at_ms, a.cost)),
+            AnswerKind::FailedNoEffect => {
+                settled = Some((Reconciled::FailedNoEffect, a.at_ms, a.cost, None))
+            }
+            AnswerKind::Unknown => settled = Some((Reconciled::Unknown, a.at_ms, a.cost, None)),
         }
     }
     let settled = match settled {
         Some(s) => s,
         None if polls > 0 && (polls >= rec.max_polls || due >= deadline) => {
             // Still in progress at the poll bound or the deadline: unknown.
-            (Reconciled::Unknown, last_at, None)
+            (Reconciled::Unknown, last_at, None, None)
         }
         None => {
             return Ok(Recovery::Reconcile {
@@ -353,11 +359,30 @@ pub(super) fn recovered(
             })
         }
     };
-    let (answer, completed_at_ms, cost) = settled;
+    let (answer, completed_at_ms, cost, job_sha256) = settled;
+    // A streamed attempt cut with its owner: the journal holds none of its
+    // events, so its record is empty, and a success cannot be committed.
+    let stream = cp
+        .policy
+        .stream
+        .as_ref()
+        .map(|_| crate::stream::record_of(None, &[], 0, planned.continuation.as_ref()));
+    let answer = match (answer, &stream) {
+        (Reconciled::Succeeded, Some(_)) => Reconciled::SucceededStreamLost,
+        (a, _) => a,
+    };
     let attempt = Attempt {
         admission: sent.admission.clone(),
         // The owner that sent it did not live to say what it sent.
         reconciled: Some(answer),
+        stream,
+        // An async job's step: a submit's acceptance carries the job id
+        // the receiver reported; a poll or the cancel asked about the
+        // accepted job.
+        job: planned
+            .job
+            .as_ref()
+            .map(|step| crate::job::record_of(step, Some((job_sha256, None)))),
         ..planned.attempt(
             sent.started_at_ms,
             completed_at_ms,

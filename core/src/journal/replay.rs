@@ -41,6 +41,8 @@ pub(super) enum Expect {
 pub struct Replayed {
     pub(super) run: Run,
     pub(super) attempts: Attempts,
+    /// Each attempt's delta digests, as its `observed` event lists them.
+    pub(super) deltas: Vec<Vec<Sha256Hex>>,
     pub(super) tip: Tip,
 }
 
@@ -87,6 +89,7 @@ impl Replayed {
         Self {
             run: Run::new(cp),
             attempts: Attempts::default(),
+            deltas: Vec::new(),
             tip: Tip {
                 expect: Expect::Start,
                 run_id: None,
@@ -118,6 +121,17 @@ impl Replayed {
     /// The replayed run and its attempts, for a session that continues it.
     pub(crate) fn into_run(self) -> (Run, Attempts) {
         (self.run, self.attempts)
+    }
+
+    /// The stream action the replay took after each attempt (and a cancellation).
+    pub(crate) fn stream_actions(&self) -> &[crate::stream::StreamAction] {
+        self.run.stream_actions()
+    }
+
+    /// Each attempt's delta digests as its `observed` event lists them
+    /// (empty when it lists none), for a streamed run's event log.
+    pub(crate) fn delta_digests(&self) -> &[Vec<Sha256Hex>] {
+        &self.deltas
     }
 
     /// The `prev_sha256` of the next event.
@@ -194,7 +208,12 @@ impl Replayed {
             ));
         }
         let kind = e.payload.kind();
-        let Self { run, attempts, tip } = self;
+        let Self {
+            run,
+            attempts,
+            deltas,
+            tip,
+        } = self;
         let mut receipt_sha256 = None;
         let expect = match (&tip.expect, &e.payload) {
             (Expect::Done, _) => {
@@ -227,16 +246,37 @@ impl Replayed {
                     Decision::Terminal { .. } => Expect::Ended,
                 }
             }
-            (Expect::Planned, Payload::Reserved { dispatch }) => {
-                check_reserved(run, cp, dispatch, i)?;
+            (
+                Expect::Planned,
+                Payload::Reserved {
+                    cancelled_at_ms,
+                    dispatch,
+                },
+            ) => {
+                match cancelled_at_ms {
+                    None => check_reserved(run, cp, dispatch, i)?,
+                    Some(at) => {
+                        let cancelled = cancel_then_reserve(run, cp, *at, dispatch, i)?;
+                        *run = cancelled;
+                        attempts.cancelled_at_ms = Some(*at);
+                    }
+                }
                 Expect::Reserved(dispatch.clone())
             }
             (Expect::Reserved(planned), Payload::Dispatched(sent)) => {
                 check_sent(cp, planned, sent, i)?;
                 Expect::Dispatched(planned.clone(), sent.clone())
             }
-            (Expect::Dispatched(planned, sent), Payload::Observed { attempt }) => {
+            (
+                Expect::Dispatched(planned, sent),
+                Payload::Observed {
+                    attempt,
+                    delta_digests,
+                },
+            ) => {
+                check_deltas(attempt, delta_digests, i)?;
                 observe(run, attempts, cp, planned, sent, attempt, i)?;
+                deltas.push(delta_digests.clone());
                 Expect::Observed
             }
             (
@@ -275,6 +315,35 @@ impl Replayed {
     }
 }
 
+/// A reservation under a cancellation: the run cancelled at `at` plans the
+/// cancel of the async job it would leave running, and that is the
+/// dispatch reserved. The cancelled run, checked (the run is unchanged).
+fn cancel_then_reserve(
+    run: &Run,
+    cp: &CompiledPolicy,
+    at: u64,
+    dispatch: &Dispatch,
+    i: usize,
+) -> Result<Run> {
+    let mut cancelled = run.clone();
+    cancelled
+        .cancel(at)
+        .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
+    let is_cancel = dispatch
+        .job
+        .as_ref()
+        .is_some_and(|s| s.kind == crate::job::JobKind::Cancel);
+    if !is_cancel {
+        return Err(plan_drift(
+            i,
+            "cancelled_at_ms",
+            "a cancellation is journaled with a reservation only when it plans the cancel of a job left running",
+        ));
+    }
+    check_reserved(&cancelled, cp, dispatch, i)?;
+    Ok(cancelled)
+}
+
 /// A reservation is the plan, or (a fleet's breaker skipped routes) the
 /// plan moved on by skips.
 fn check_reserved(run: &Run, cp: &CompiledPolicy, dispatch: &Dispatch, i: usize) -> Result<()> {
@@ -301,6 +370,34 @@ fn check_reserved(run: &Run, cp: &CompiledPolicy, dispatch: &Dispatch, i: usize)
             }
         }
     }
+}
+
+/// An `observed` event's delta digests are those its attempt's stream
+/// record hashes: as many as its events, and their list digest its
+/// `deltas_sha256`. An attempt without a stream lists none.
+fn check_deltas(a: &Attempt, digests: &[Sha256Hex], i: usize) -> Result<()> {
+    if digests.is_empty() {
+        return Ok(());
+    }
+    let Some(s) = &a.stream else {
+        return Err(Error::at(
+            ErrorCode::StreamRecordUnexpected,
+            format!("/events/{i}/delta_digests"),
+            "delta digests for an attempt that records no stream",
+        ));
+    };
+    let count = u64::try_from(digests.len()).unwrap_or(u64::MAX);
+    if count != s.events || crate::stream::digest_list(digests) != s.deltas_sha256 {
+        return Err(Error::at(
+            ErrorCode::StreamDeltasMismatch,
+            format!("/events/{i}/delta_digests"),
+            format!(
+                "{count} delta digests that do not hash to the attempt's {} recorded deltas",
+                s.events
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Check the observed attempt against the one dispatched and the run's
@@ -390,6 +487,9 @@ fn end_run(
             Some((r, a))
         }
         (Expect::Ended, None, None) => None,
+        // A cancellation the journal already holds (a job's cancel was
+        // reserved under it).
+        (Expect::Ended, Some(at), None) if attempts.cancelled_at_ms == Some(at) => None,
         _ => {
             return Err(Error::at(
                 ErrorCode::JournalOutOfOrder,
@@ -467,6 +567,13 @@ fn check_sent(cp: &CompiledPolicy, planned: &Dispatch, s: &Sent, i: usize) -> Re
         ));
     }
     match (&cp.policy.fleet, &s.admission) {
+        // A job's polls and its cancel are not admitted.
+        (Some(_), None) if !crate::job::admitted_step(planned) => Ok(()),
+        (Some(_), Some(_)) if !crate::job::admitted_step(planned) => Err(Error::at(
+            ErrorCode::AdmissionUnexpected,
+            format!("/events/{i}/admission"),
+            "a job's poll or cancel is not admitted by the fleet",
+        )),
         (Some(_), None) => Err(Error::at(
             ErrorCode::AdmissionMissing,
             format!("/events/{i}/admission"),

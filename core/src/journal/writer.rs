@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::event::{kind_of, need, Ending, EventKind, JournalEvent, Payload, Raw, Sent};
+use super::event::{kind_of, need, non_empty, Ending, EventKind, JournalEvent, Payload, Raw, Sent};
 use super::recover::{recovered, Reconciliation, Recovery};
 use super::replay::{at_event, plan_drift, verify, Expect, Replayed};
 use crate::attempt::Attempt;
@@ -34,6 +34,9 @@ pub enum Entry {
     },
     /// Reserve the plan (or, with a fleet, the dispatch its admission gave).
     Reserved {
+        /// Set to cancel the run first, when the plan then is the cancel of
+        /// the async job it would leave running (`cancel_left_running`).
+        cancelled_at_ms: Option<u64>,
         /// The admitted dispatch; absent: the core's plan.
         dispatch: Option<Dispatch>,
     },
@@ -48,6 +51,9 @@ pub enum Entry {
     Observed {
         /// The attempt.
         attempt: Attempt,
+        /// A streamed attempt: the SHA-256 of each delta it received, in
+        /// order (empty when none).
+        delta_digests: Vec<Sha256Hex>,
     },
     /// The core's decision.
     Decided,
@@ -65,9 +71,9 @@ impl Decode for Entry {
         let kind = kind_of(v, at)?;
         let (req, opt): (&[&'static str], &[&'static str]) = match kind {
             EventKind::Created => (&["created_at_epoch_ms", "kind", "run_id"], &[]),
-            EventKind::Reserved => (&["kind"], &["dispatch"]),
+            EventKind::Reserved => (&["kind"], &["cancelled_at_ms", "dispatch"]),
             EventKind::Dispatched => (&["kind", "started_at_ms"], &["admission"]),
-            EventKind::Observed => (&["attempt", "kind"], &[]),
+            EventKind::Observed => (&["attempt", "kind"], &["delta_digests"]),
             EventKind::Decided => (&["kind"], &[]),
             EventKind::Terminal => (&["kind"], &["cancelled_at_ms", "fleet_stop"]),
         };
@@ -78,6 +84,7 @@ impl Decode for Entry {
                 run_id: need(r.run_id, at)?,
             },
             EventKind::Reserved => Entry::Reserved {
+                cancelled_at_ms: r.cancelled_at_ms,
                 dispatch: r.dispatch,
             },
             EventKind::Dispatched => Entry::Dispatched {
@@ -86,6 +93,7 @@ impl Decode for Entry {
             },
             EventKind::Observed => Entry::Observed {
                 attempt: need(r.attempt, at)?,
+                delta_digests: non_empty(r.delta_digests, at)?,
             },
             EventKind::Decided => Entry::Decided,
             EventKind::Terminal => Entry::Terminal {
@@ -149,13 +157,29 @@ fn build(
             created_at_epoch_ms: *created_at_epoch_ms,
             policy_sha256: Sha256Hex::computed(cp.policy_sha256.clone()),
         },
-        Entry::Reserved { dispatch } => Payload::Reserved {
-            dispatch: match (dispatch, r.run.next()) {
-                (Some(d), _) => d.clone(),
-                (None, Decision::Dispatch(d)) => d.clone(),
-                (None, Decision::Terminal { .. }) => return Err(no_plan()),
-            },
-        },
+        Entry::Reserved {
+            cancelled_at_ms,
+            dispatch,
+        } => {
+            let cancelled = match cancelled_at_ms {
+                Some(at) => {
+                    let mut run = r.run.clone();
+                    run.cancel(*at)
+                        .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
+                    Some(run)
+                }
+                None => None,
+            };
+            let run = cancelled.as_ref().unwrap_or(&r.run);
+            Payload::Reserved {
+                cancelled_at_ms: *cancelled_at_ms,
+                dispatch: match (dispatch, run.next()) {
+                    (Some(d), _) => d.clone(),
+                    (None, Decision::Dispatch(d)) => d.clone(),
+                    (None, Decision::Terminal { .. }) => return Err(no_plan()),
+                },
+            }
+        }
         Entry::Dispatched {
             admission,
             started_at_ms,
@@ -177,8 +201,12 @@ fn build(
                 started_at_ms: *started_at_ms,
             })
         }
-        Entry::Observed { attempt } => Payload::Observed {
+        Entry::Observed {
+            attempt,
+            delta_digests,
+        } => Payload::Observed {
             attempt: attempt.clone(),
+            delta_digests: delta_digests.clone(),
         },
         Entry::Decided => Payload::Decided {
             decision: r.run.next().clone(),
@@ -189,7 +217,10 @@ fn build(
         } => {
             let mut run = r.run.clone();
             let mut attempts = r.attempts.clone();
-            if let Some(at) = cancelled_at_ms {
+            // A cancellation the journal already holds (a job's cancel was
+            // reserved under it) is not made again.
+            let held = cancelled_at_ms.is_some() && attempts.cancelled_at_ms == *cancelled_at_ms;
+            if let (Some(at), false) = (cancelled_at_ms, held) {
                 run.cancel(*at)
                     .map_err(|e| at_event(e, i, "/cancelled_at_ms"))?;
                 attempts.cancelled_at_ms = Some(*at);
@@ -363,6 +394,15 @@ impl Writer {
 fn undone_by_tip(rest: &[Entry]) -> bool {
     !matches!(
         rest,
-        [Entry::Observed { .. } | Entry::Terminal { .. }, _, ..]
+        [
+            Entry::Observed { .. }
+                | Entry::Terminal { .. }
+                | Entry::Reserved {
+                    cancelled_at_ms: Some(_),
+                    ..
+                },
+            _,
+            ..
+        ]
     ) || matches!(rest, [Entry::Observed { .. }, Entry::Decided])
 }

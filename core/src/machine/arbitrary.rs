@@ -1,7 +1,7 @@
 //! The run machine driven by arbitrary bytes (the `lab` feature): what the
 //! fuzz target `machine` and a property test run. The bytes choose a policy
-//! (plain, a fleet with breaker, budget and limits, a tentative stream, both;
-//! journaled or not) and then, one byte at a time, the host's answer: most
+//! (plain, a fleet with breaker, budget and limits, a tentative stream, both,
+//! an async job with and without a fleet; journaled or not) and then, one byte at a time, the host's answer: most
 //! often a plausible one (a store that keeps its registers, a clock that
 //! moves on, an observation with a status), sometimes any event at all, and
 //! sometimes a crash after which a new owner resumes from any prefix of the
@@ -50,7 +50,37 @@ fn policies() -> Vec<Arc<CompiledPolicy>> {
             out.push(Arc::new(cp));
         }
     }
+    for f in [false, true] {
+        let mut p = crate::lab::reference_policy();
+        if let Value::Object(m) = &mut p {
+            m.insert(
+                "async_job".into(),
+                json!({"cancel_left_running": true, "max_polls": 3, "poll_base_ms": 100, "poll_max_ms": 400}),
+            );
+            if f {
+                m.insert("fleet".into(), fleet.clone());
+            }
+        }
+        if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
+            out.push(Arc::new(cp));
+        }
+    }
     out
+}
+
+/// What a job's answer reports, chosen by a byte: the job id and a status
+/// (a returned submit or poll), nothing otherwise.
+fn job_answer(obs: &mut Observation, effect: &Effect, b: u8) {
+    use crate::job::JobStatus;
+    let returned = obs
+        .facts
+        .as_ref()
+        .is_some_and(|f| f.result == Returned::Returned);
+    if !returned || matches!(effect, Effect::Cancel { .. }) {
+        return;
+    }
+    obs.job_id = (b & 0x80 == 0).then(|| "job-1".to_owned());
+    obs.job_status = JobStatus::ALL.get(usize::from(b % 8)).copied();
 }
 
 /// Reads bytes one at a time (0 once they run out).
@@ -173,6 +203,7 @@ fn any_event(b: u8, bytes: &mut Bytes<'_>, now: u64) -> Event {
             .unwrap_or(AnswerKind::Unknown),
             at_ms: now.saturating_add(x),
             cost: None,
+            job_id: (x % 3 == 0).then(|| "job-1".to_owned()),
         },
         _ => Event::Cancelled { at_ms: now },
     }
@@ -209,7 +240,7 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
     let mut bytes = Bytes(data.iter());
     let first = bytes.byte();
     let all = policies();
-    let Some(cp) = all.get(usize::from(first % 4)).cloned() else {
+    let Some(cp) = all.get(usize::from(first % 6)).cloned() else {
         return Err("a policy of the set does not compile".into());
     };
     let journaled = first & 0x10 != 0;
@@ -295,8 +326,11 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                         Event::Clock { now_ms: now }
                     }
                 }
-                Effect::Dispatch { .. } => {
-                    let obs = observed(bytes.byte(), bytes.byte(), now, stream);
+                Effect::Dispatch { .. } | Effect::Poll { .. } | Effect::Cancel { .. } => {
+                    let mut obs = observed(bytes.byte(), bytes.byte(), now, stream);
+                    if cp.policy.async_job.is_some() {
+                        job_answer(&mut obs, &effect, bytes.byte());
+                    }
                     now = obs.completed_at_ms;
                     Event::Observed(Box::new(obs))
                 }

@@ -76,6 +76,20 @@ impl Encode for Effect {
                 .doc("dispatch", dispatch)
                 .str("kind", "dispatch")
                 .u64("started_at_ms", *started_at_ms),
+            Self::Poll {
+                dispatch,
+                started_at_ms,
+            } => o
+                .doc("dispatch", dispatch)
+                .str("kind", "poll")
+                .u64("started_at_ms", *started_at_ms),
+            Self::Cancel {
+                dispatch,
+                started_at_ms,
+            } => o
+                .doc("dispatch", dispatch)
+                .str("kind", "cancel")
+                .u64("started_at_ms", *started_at_ms),
             Self::Reconcile { attempt, poll } => o
                 .doc("attempt", attempt)
                 .str("kind", "reconcile")
@@ -145,6 +159,8 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
     let cost = f.opt("cost");
     let deltas = f.opt_with("deltas", |v, at| decode_list(v, at, MAX_STREAM_EVENTS));
     let facts = f.opt("facts");
+    let job_id = f.opt("job_id");
+    let job_status = f.opt("job_status");
     let request_body_sha256 = f.opt("request_body_sha256");
     let usage = f.opt("usage");
     let used_tokens = f.opt("used_tokens");
@@ -157,6 +173,8 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
         cost,
         deltas: deltas.unwrap_or_default(),
         facts,
+        job_id,
+        job_status,
         request_body_sha256,
         usage,
         used_tokens,
@@ -178,6 +196,10 @@ impl Observation {
             o.list("deltas", &self.deltas);
         }
         o.opt_doc("facts", self.facts.as_ref());
+        if let Some(id) = &self.job_id {
+            o.str("job_id", id);
+        }
+        o.opt_doc("job_status", self.job_status.as_ref());
         if tagged {
             o.str("kind", "observed");
         }
@@ -211,11 +233,16 @@ impl Encode for Event {
                 answer,
                 at_ms,
                 cost,
-            } => o
-                .doc("answer", answer)
-                .u64("at_ms", *at_ms)
-                .opt_u64("cost", *cost)
-                .str("kind", "reconciled"),
+                job_id,
+            } => {
+                o.doc("answer", answer)
+                    .u64("at_ms", *at_ms)
+                    .opt_u64("cost", *cost);
+                if let Some(id) = job_id {
+                    o.str("job_id", id);
+                }
+                o.str("kind", "reconciled")
+            }
             Self::Cancelled { at_ms } => o.u64("at_ms", *at_ms).str("kind", "cancelled"),
             Self::Observed(_) => &mut o,
         };
@@ -258,10 +285,12 @@ impl Decode for Event {
                 let answer = f.req("answer");
                 let at_ms = f.req("at_ms");
                 let cost = f.opt("cost");
+                let job_id = f.opt("job_id");
                 answer.zip(at_ms).map(|(answer, at_ms)| Self::Reconciled {
                     answer,
                     at_ms,
                     cost,
+                    job_id,
                 })
             }
             EventKind::Cancelled => f.req("at_ms").map(|at_ms| Self::Cancelled { at_ms }),

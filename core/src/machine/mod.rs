@@ -13,6 +13,8 @@
 //!   at the first that fails.
 //! - [`Effect::Sleep`]: wait until the run clock reaches `until_ms`.
 //! - [`Effect::Dispatch`]: send the attempt, then say what was observed.
+//! - [`Effect::Poll`], [`Effect::Cancel`]: poll the accepted async job, or
+//!   cancel the one a run would leave running (`job`).
 //! - [`Effect::Reconcile`]: ask the receiver what became of an attempt in
 //!   doubt, by its idempotency key.
 //! - [`Effect::Done`]: the run is over; [`Machine::seal`] gives its bundle.
@@ -37,11 +39,13 @@
 pub mod arbitrary;
 mod codec;
 pub mod fleet;
+mod job;
 mod protocol;
 pub mod replay;
 #[cfg(feature = "lab")]
 pub mod script;
 mod store;
+mod stream;
 
 use std::sync::Arc;
 
@@ -145,6 +149,8 @@ enum Stage {
 struct Settle {
     headers: Vec<(String, String)>,
     used_tokens: Option<u64>,
+    /// A streamed attempt's delta digests, journaled with it.
+    deltas: Vec<crate::ids::Sha256Hex>,
 }
 
 /// A run in progress: the one loop every host drives.
@@ -180,6 +186,8 @@ fn unexpected(event: &Event, effect: &Effect) -> Error {
         Effect::Write { .. } => "write",
         Effect::Sleep { .. } => "sleep",
         Effect::Dispatch { .. } => "dispatch",
+        Effect::Poll { .. } => "poll",
+        Effect::Cancel { .. } => "cancel",
         Effect::Reconcile { .. } => "reconcile",
         Effect::Done { .. } => "done",
     };
@@ -213,7 +221,7 @@ impl Machine {
         } else {
             Stage::Plan
         };
-        Self::with(policy, session, journal, &options, stage)
+        Self::with(policy, session, journal, &options, (stage, false))
     }
 
     /// Take over the run a journal holds (its events verified once) as the
@@ -272,15 +280,13 @@ impl Machine {
             },
             Recovery::Adopt { .. } => Stage::Plan,
         };
-        let mut m = Self::with(
+        Self::with(
             policy,
             session,
             Some((writer, j.run_id.clone())),
             &options,
-            stage,
-        )?;
-        m.reserved = reserved;
-        Ok(m)
+            (stage, reserved),
+        )
     }
 
     fn with(
@@ -288,7 +294,7 @@ impl Machine {
         session: Session,
         journal: Option<(Writer, Identifier)>,
         options: &Options,
-        stage: Stage,
+        (stage, reserved): (Stage, bool),
     ) -> Result<Self> {
         let max_polls = options.max_polls.unwrap_or(DEFAULT_MAX_POLLS);
         if max_polls == 0 || max_polls > crate::journal::MAX_POLLS {
@@ -308,7 +314,7 @@ impl Machine {
             now_ms: options.now_ms,
             reserve_tokens: options.reserve_tokens,
             max_conflicts: options.max_conflicts.unwrap_or(DEFAULT_MAX_CONFLICTS),
-            reserved: false,
+            reserved,
             planned_not_before_ms: None,
             stage,
             effect: Effect::Done {
@@ -484,6 +490,7 @@ impl Machine {
                     answer,
                     at_ms,
                     cost,
+                    job_id,
                 },
             ) => {
                 self.clock(at_ms)?;
@@ -491,6 +498,7 @@ impl Machine {
                     answer,
                     at_ms,
                     cost: cost.filter(|_| answer != AnswerKind::InProgress),
+                    job_sha256: job_id.as_deref().map(crate::job::job_id_digest),
                 });
                 self.reconciled(attempt, reconciliation)
             }
@@ -620,7 +628,8 @@ impl Machine {
                         }
                         Decision::Dispatch(d) => {
                             let fleet = self.session.policy().policy.fleet.is_some();
-                            if fleet && self.session.admission().is_none() {
+                            let admits = crate::job::admitted_step(&d);
+                            if fleet && admits && self.session.admission().is_none() {
                                 self.planned_not_before_ms = Some(d.not_before_ms);
                                 let reads = self.admission_reads();
                                 self.read(reads, ReadFor::Admission, 0);
@@ -658,16 +667,14 @@ impl Machine {
                         planned.not_before_ms = nb;
                     }
                     let reserved = Entry::Reserved {
+                        cancelled_at_ms: job::cancelled_first(&self.session, &planned),
                         dispatch: Some(planned),
                     };
                     return self.append(&[reserved, dispatched], Then::Send);
                 }
                 Stage::Send => {
                     let dispatch = self.planned()?;
-                    self.effect = Effect::Dispatch {
-                        dispatch,
-                        started_at_ms: self.now_ms,
-                    };
+                    self.effect = job::effect(dispatch, self.now_ms);
                     self.stage = Stage::InFlight {
                         started_at_ms: self.now_ms,
                     };
@@ -677,8 +684,11 @@ impl Machine {
                     let last: Option<Attempt> = self.session.attempts().attempts.last().cloned();
                     match last {
                         Some(attempt) if self.journal.is_some() => {
-                            return self
-                                .append(&[Entry::Observed { attempt }, Entry::Decided], Then::Plan)
+                            let observed = Entry::Observed {
+                                attempt,
+                                delta_digests: self.settle.deltas.clone(),
+                            };
+                            return self.append(&[observed, Entry::Decided], Then::Plan);
                         }
                         _ => self.stage = Stage::Plan,
                     }
@@ -703,6 +713,11 @@ impl Machine {
                             reconciliation,
                         };
                         return Ok(());
+                    }
+                    if let Some(answer) = job::settled_in_doubt(&self.session, self.now_ms) {
+                        let mut reconciliation = reconciliation;
+                        reconciliation.answers.push(answer);
+                        return self.reconciled(attempt, reconciliation);
                     }
                     self.effect = Effect::Reconcile {
                         attempt: attempt.clone(),
@@ -756,6 +771,7 @@ impl Machine {
         if facts.now_unix_ms == 0 {
             facts.now_unix_ms = self.epoch(obs.completed_at_ms);
         }
+        job::note(&mut self.session, &obs, &mut facts)?;
         // A refused observation leaves the session as it was: the usage and
         // body reported for it are dropped with it.
         let observed = self.observe_in_session(started_at_ms, &obs, &facts);
@@ -768,13 +784,16 @@ impl Machine {
         self.settle = Arc::new(Settle {
             headers: facts.headers,
             used_tokens: obs.used_tokens,
+            deltas: stream::digests(&self.policy, &obs),
         });
         let release = self
             .session
             .attempts()
             .attempts
             .last()
+            .filter(|a| a.admission.is_some())
             .map(|a| a.route_release_sha256.clone());
+        // An attempt the fleet did not admit (a job's poll or cancel) is not settled.
         if let Some(release) = release {
             let reads = self.keys.settlement(&release, false);
             if !reads.is_empty() {
@@ -830,7 +849,11 @@ impl Machine {
                 self.advance()
             }
             Recovery::Adopt { attempt, .. } => {
-                self.append(&[Entry::Observed { attempt }, Entry::Decided], Then::Resync)
+                let observed = Entry::Observed {
+                    attempt,
+                    delta_digests: Vec::new(),
+                };
+                self.append(&[observed, Entry::Decided], Then::Resync)
             }
             Recovery::Resume { .. } | Recovery::Done { .. } => {
                 self.stage = Stage::Plan;
@@ -846,8 +869,6 @@ fn check_layers(cp: &CompiledPolicy) -> Result<()> {
     let p = &cp.policy;
     let refused = if p.hedge.is_some() {
         Some(("/hedge", "a hedged run"))
-    } else if p.async_job.is_some() {
-        Some(("/async_job", "an async job"))
     } else {
         None
     };

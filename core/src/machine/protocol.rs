@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::evaluate::{Dispatch, Terminal};
 use crate::ids::{Identifier, Sha256Hex};
+use crate::job::JobStatus;
 use crate::journal::{AnswerKind, JournalEvent, Pending};
 use crate::observe::Facts;
 use crate::price::{PriceSchedule, Units};
@@ -53,6 +54,24 @@ pub enum Effect {
         /// Its start on the run clock.
         started_at_ms: u64,
     },
+    /// Poll the accepted async job (the dispatch's `job` step names it and
+    /// the poll's number) now, and answer [`Event::Observed`] with the
+    /// job's status.
+    Poll {
+        /// The poll, as planned.
+        dispatch: Dispatch,
+        /// Its start on the run clock.
+        started_at_ms: u64,
+    },
+    /// Cancel the accepted async job at the provider now (the run would
+    /// leave it running: `cancel_left_running`), and answer
+    /// [`Event::Observed`].
+    Cancel {
+        /// The cancel, as planned.
+        dispatch: Dispatch,
+        /// Its start on the run clock.
+        started_at_ms: u64,
+    },
     /// Ask the receiver what became of this attempt and answer
     /// [`Event::Reconciled`].
     Reconcile {
@@ -80,6 +99,11 @@ pub struct Observation {
     pub deltas: Vec<String>,
     /// The plain facts the host extracted.
     pub facts: Option<Facts>,
+    /// An async job: the provider's job id (a submit's acceptance, or the
+    /// job a poll asked about); the core keeps only its SHA-256.
+    pub job_id: Option<String>,
+    /// An async job: the job's status in the provider's answer.
+    pub job_status: Option<JobStatus>,
     /// The SHA-256 of the request body sent (after lowering to its route).
     pub request_body_sha256: Option<Sha256Hex>,
     /// The usage the response reported, priced by the run's schedule.
@@ -128,6 +152,9 @@ pub enum Event {
         at_ms: u64,
         /// The cost to charge (a settled answer).
         cost: Option<u64>,
+        /// An async job's submit that succeeded: the job id the receiver
+        /// reported.
+        job_id: Option<String>,
     },
     /// The caller cancelled the run (between attempts).
     Cancelled {

@@ -20,10 +20,12 @@ use crate::policy::CompiledPolicy;
 /// What the scripted host does.
 #[derive(Debug, Clone, Default)]
 pub struct Script {
-    /// What each dispatch observes, in order: `{"after_ms", "facts"?,
-    /// "deltas"?, "usage"?, "cost"?, "used_tokens"?, "request_body_sha256"?}`.
+    /// What each dispatch (a job's polls and cancel included) observes, in
+    /// order: `{"after_ms", "facts"?, "deltas"?, "usage"?, "cost"?,
+    /// "used_tokens"?, "request_body_sha256"?, "job_id"?, "job_status"?}`.
     pub attempts: Vec<Value>,
-    /// What the receiver answers each reconcile: `{"answer", "after_ms"?, "cost"?}`.
+    /// What the receiver answers each reconcile: `{"answer", "after_ms"?,
+    /// "cost"?, "job_id"?}`.
     pub reconcile: Vec<Value>,
     /// The store's documents before the run, each at generation 1.
     pub store: BTreeMap<String, Value>,
@@ -112,6 +114,11 @@ fn observation(step: &Value, now: u64) -> Result<Observation> {
         cost: step.get("cost").and_then(Value::as_u64),
         deltas,
         facts,
+        job_id: step
+            .get("job_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        job_status: decoded(step.get("job_status"))?,
         request_body_sha256: decoded(step.get("request_body_sha256"))?,
         usage: decoded(step.get("usage"))?,
         used_tokens: step.get("used_tokens").and_then(Value::as_u64),
@@ -213,7 +220,7 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
                     }
                 }
             }
-            Effect::Dispatch { .. } => {
+            Effect::Dispatch { .. } | Effect::Poll { .. } | Effect::Cancel { .. } => {
                 let step =
                     script.attempts.get(dispatches).cloned().unwrap_or_else(
                         || json!({"after_ms": 10, "facts": {"result": "returned"}}),
@@ -247,6 +254,10 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
                         answer,
                         at_ms: played.now_ms,
                         cost: step.get("cost").and_then(Value::as_u64),
+                        job_id: step
+                            .get("job_id")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
                     },
                     Err(e) => {
                         played.error = Some(e);
