@@ -301,6 +301,15 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                     Event::Observed(Box::new(obs))
                 }
                 Effect::Reconcile { .. } => any_event(7, &mut bytes, now),
+                Effect::Await { .. } => {
+                    let obs = observed(bytes.byte(), bytes.byte(), now, stream);
+                    now = obs.completed_at_ms;
+                    Event::Observed(Box::new(obs))
+                }
+                Effect::CancelAttempts { ordinals, .. } => Event::AttemptCancelled {
+                    ordinal: ordinals.first().copied().unwrap_or(0),
+                    at_ms: now,
+                },
             }
         };
         let appended = matches!(event, Event::Appended);

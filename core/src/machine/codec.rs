@@ -72,10 +72,26 @@ impl Encode for Effect {
             Self::Dispatch {
                 dispatch,
                 started_at_ms,
+                hedge_at_ms,
             } => o
                 .doc("dispatch", dispatch)
+                .opt_u64("hedge_at_ms", *hedge_at_ms)
                 .str("kind", "dispatch")
                 .u64("started_at_ms", *started_at_ms),
+            Self::Await {
+                in_flight,
+                hedge_at_ms,
+            } => o
+                .opt_u64("hedge_at_ms", *hedge_at_ms)
+                .doc("in_flight", &Ordinals(in_flight))
+                .str("kind", "await"),
+            Self::CancelAttempts {
+                decided_by,
+                ordinals,
+            } => o
+                .u64("decided_by", *decided_by)
+                .str("kind", "cancel_attempts")
+                .doc("ordinals", &Ordinals(ordinals)),
             Self::Reconcile { attempt, poll } => o
                 .doc("attempt", attempt)
                 .str("kind", "reconcile")
@@ -83,6 +99,19 @@ impl Encode for Effect {
             Self::Done { terminal } => o.str("kind", "done").doc("terminal", terminal),
         };
         o.end();
+    }
+}
+
+/// A list of ordinals.
+struct Ordinals<'a>(&'a [u64]);
+
+impl Encode for Ordinals<'_> {
+    fn encode(&self, sink: &mut dyn Sink) {
+        sink.begin_array();
+        for n in self.0 {
+            sink.u64(*n);
+        }
+        sink.end_array();
     }
 }
 
@@ -98,6 +127,7 @@ enum EventKind {
     Observed,
     Reconciled,
     Cancelled,
+    AttemptCancelled,
 }
 
 names!(EventKind {
@@ -110,6 +140,7 @@ names!(EventKind {
     Observed => "observed",
     Reconciled => "reconciled",
     Cancelled => "cancelled",
+    AttemptCancelled => "attempt_cancelled",
 });
 
 impl Decode for Row {
@@ -145,6 +176,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
     let cost = f.opt("cost");
     let deltas = f.opt_with("deltas", |v, at| decode_list(v, at, MAX_STREAM_EVENTS));
     let facts = f.opt("facts");
+    let ordinal = f.opt("ordinal");
     let request_body_sha256 = f.opt("request_body_sha256");
     let usage = f.opt("usage");
     let used_tokens = f.opt("used_tokens");
@@ -153,6 +185,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
         return Err(f.incomplete());
     };
     Ok(Observation {
+        ordinal,
         completed_at_ms,
         cost,
         deltas: deltas.unwrap_or_default(),
@@ -181,6 +214,7 @@ impl Observation {
         if tagged {
             o.str("kind", "observed");
         }
+        o.opt_u64("ordinal", self.ordinal);
         o.opt_doc("request_body_sha256", self.request_body_sha256.as_ref())
             .opt_doc("usage", self.usage.as_ref())
             .opt_u64("used_tokens", self.used_tokens)
@@ -217,6 +251,10 @@ impl Encode for Event {
                 .opt_u64("cost", *cost)
                 .str("kind", "reconciled"),
             Self::Cancelled { at_ms } => o.u64("at_ms", *at_ms).str("kind", "cancelled"),
+            Self::AttemptCancelled { ordinal, at_ms } => o
+                .u64("at_ms", *at_ms)
+                .str("kind", "attempt_cancelled")
+                .u64("ordinal", *ordinal),
             Self::Observed(_) => &mut o,
         };
         o.end();
@@ -265,6 +303,13 @@ impl Decode for Event {
                 })
             }
             EventKind::Cancelled => f.req("at_ms").map(|at_ms| Self::Cancelled { at_ms }),
+            EventKind::AttemptCancelled => {
+                let at_ms = f.req("at_ms");
+                let ordinal = f.req("ordinal");
+                at_ms
+                    .zip(ordinal)
+                    .map(|(at_ms, ordinal)| Self::AttemptCancelled { ordinal, at_ms })
+            }
         };
         f.end()?;
         event.ok_or_else(|| f.incomplete())

@@ -13,6 +13,10 @@
 //!   at the first that fails.
 //! - [`Effect::Sleep`]: wait until the run clock reaches `until_ms`.
 //! - [`Effect::Dispatch`]: send the attempt, then say what was observed.
+//!   A hedged run may send another before the first is answered: each
+//!   observation names its attempt, [`Effect::Await`] waits for one of
+//!   those in flight and [`Effect::CancelAttempts`] cancels a decided
+//!   round's losers (the hedge layer, `hedge`).
 //! - [`Effect::Reconcile`]: ask the receiver what became of an attempt in
 //!   doubt, by its idempotency key.
 //! - [`Effect::Done`]: the run is over; [`Machine::seal`] gives its bundle.
@@ -37,6 +41,7 @@
 pub mod arbitrary;
 mod codec;
 pub mod fleet;
+mod hedge;
 mod protocol;
 pub mod replay;
 #[cfg(feature = "lab")]
@@ -168,6 +173,8 @@ pub struct Machine {
     effect: Effect,
     settle: Settle,
     judgement: Option<Judgement>,
+    /// A hedged run: the layer that keeps more than one attempt in flight.
+    hedge: Option<Box<hedge::Layer>>,
 }
 
 fn unexpected(event: &Event, effect: &Effect) -> Error {
@@ -177,6 +184,8 @@ fn unexpected(event: &Event, effect: &Effect) -> Error {
         Effect::Write { .. } => "write",
         Effect::Sleep { .. } => "sleep",
         Effect::Dispatch { .. } => "dispatch",
+        Effect::Await { .. } => "await",
+        Effect::CancelAttempts { .. } => "cancel_attempts",
         Effect::Reconcile { .. } => "reconcile",
         Effect::Done { .. } => "done",
     };
@@ -295,7 +304,9 @@ impl Machine {
                 format!("max_polls must be in 1..={}", crate::journal::MAX_POLLS),
             ));
         }
+        let hedge = hedge::Layer::of(&policy, options)?;
         let mut m = Self {
+            hedge,
             policy,
             schedule: options.price_schedule.clone(),
             session,
@@ -330,6 +341,9 @@ impl Machine {
     /// How the last observation was judged (its rule, and for a stream what
     /// the host does with the consumer's events).
     pub fn judgement(&self) -> Option<&Judgement> {
+        if let Some(h) = &self.hedge {
+            return h.judgement();
+        }
         self.judgement.as_ref()
     }
 
@@ -340,12 +354,18 @@ impl Machine {
 
     /// The bundle of the finished run.
     pub fn seal(&self) -> Result<Bundle> {
+        if let Some(h) = &self.hedge {
+            return h.seal();
+        }
         self.session.seal()
     }
 
     /// Answer the outstanding effect. On an error nothing changed and the
     /// same effect is outstanding (but after a refused append).
     pub fn answer(&mut self, event: Event) -> Result<&Effect> {
+        if self.hedge.is_some() {
+            return self.hedge_answer(event);
+        }
         let before = (self.stage.clone(), self.now_ms, self.settle.clone());
         match self.step(event) {
             Ok(()) => Ok(&self.effect),
@@ -589,6 +609,9 @@ impl Machine {
     /// Compute the next effect from the stage, through every stage that
     /// needs no answer.
     fn advance(&mut self) -> Result<()> {
+        if self.hedge.is_some() {
+            return self.hedge_advance();
+        }
         loop {
             match self.stage.clone() {
                 Stage::Open => {
@@ -666,6 +689,7 @@ impl Machine {
                     self.effect = Effect::Dispatch {
                         dispatch,
                         started_at_ms: self.now_ms,
+                        hedge_at_ms: None,
                     };
                     self.stage = Stage::InFlight {
                         started_at_ms: self.now_ms,
@@ -843,9 +867,7 @@ impl Machine {
 /// drivers until they are layers of it.
 fn check_layers(cp: &CompiledPolicy) -> Result<()> {
     let p = &cp.policy;
-    let refused = if p.hedge.is_some() {
-        Some(("/hedge", "a hedged run"))
-    } else if p.async_job.is_some() {
+    let refused = if p.async_job.is_some() {
         Some(("/async_job", "an async job"))
     } else {
         None

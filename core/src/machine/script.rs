@@ -21,7 +21,9 @@ use crate::policy::CompiledPolicy;
 #[derive(Debug, Clone, Default)]
 pub struct Script {
     /// What each dispatch observes, in order: `{"after_ms", "facts"?,
-    /// "deltas"?, "usage"?, "cost"?, "used_tokens"?, "request_body_sha256"?}`.
+    /// "deltas"?, "usage"?, "cost"?, "used_tokens"?, "request_body_sha256"?}`
+    /// (in a hedged run, `after_ms` from its own start; `"late": true` on a
+    /// loser waits for its result instead of cancelling it).
     pub attempts: Vec<Value>,
     /// What the receiver answers each reconcile: `{"answer", "after_ms"?, "cost"?}`.
     pub reconcile: Vec<Value>,
@@ -108,6 +110,7 @@ fn observation(step: &Value, now: u64) -> Result<Observation> {
         })
         .unwrap_or_default();
     Ok(Observation {
+        ordinal: None,
         completed_at_ms: now.saturating_add(after(step)),
         cost: step.get("cost").and_then(Value::as_u64),
         deltas,
@@ -133,6 +136,8 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
     };
     let (mut dispatches, mut polls, mut writes, mut reads, mut sleeps, mut appends) =
         (0usize, 0usize, 0u64, 0u64, 0u64, 0u64);
+    // A hedged run's attempts in flight, with what each will observe.
+    let mut flying: Vec<(Observation, bool)> = Vec::new();
     // Every effect is answered once; a run has a bounded number of them.
     for _ in 0..super::replay::MAX_MACHINE_EVENTS {
         let event = match m.next().clone() {
@@ -213,13 +218,23 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
                     }
                 }
             }
-            Effect::Dispatch { .. } => {
+            Effect::Dispatch {
+                dispatch,
+                started_at_ms,
+                hedge_at_ms,
+            } => {
                 let step =
                     script.attempts.get(dispatches).cloned().unwrap_or_else(
                         || json!({"after_ms": 10, "facts": {"result": "returned"}}),
                     );
                 dispatches = dispatches.saturating_add(1);
-                match observation(&step, played.now_ms) {
+                match observation(&step, started_at_ms) {
+                    Ok(mut obs) if m.is_hedged() => {
+                        obs.ordinal = Some(dispatch.ordinal);
+                        let late = step.get("late").and_then(Value::as_bool) == Some(true);
+                        flying.push((obs, late));
+                        hedged_wait(&mut flying, &mut played.now_ms, hedge_at_ms)
+                    }
                     Ok(obs) => {
                         played.now_ms = obs.completed_at_ms;
                         Event::Observed(Box::new(obs))
@@ -227,6 +242,32 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
                     Err(e) => {
                         played.error = Some(e);
                         return played;
+                    }
+                }
+            }
+            Effect::Await { hedge_at_ms, .. } => {
+                hedged_wait(&mut flying, &mut played.now_ms, hedge_at_ms)
+            }
+            Effect::CancelAttempts { ordinals, .. } => {
+                // A loser whose result is in (or that waits for it) is
+                // observed late; otherwise the first is cancelled now.
+                let late = flying.iter().position(|(o, late)| {
+                    o.ordinal.is_some_and(|n| ordinals.contains(&n))
+                        && (*late || o.completed_at_ms <= played.now_ms)
+                });
+                match late {
+                    Some(i) => {
+                        let (obs, _) = flying.remove(i);
+                        played.now_ms = played.now_ms.max(obs.completed_at_ms);
+                        Event::Observed(Box::new(obs))
+                    }
+                    None => {
+                        let ordinal = ordinals.first().copied().unwrap_or(0);
+                        flying.retain(|(o, _)| o.ordinal != Some(ordinal));
+                        Event::AttemptCancelled {
+                            ordinal,
+                            at_ms: played.now_ms,
+                        }
                     }
                 }
             }
@@ -266,6 +307,31 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
         "the scripted run did not end within the bound of events",
     ));
     played
+}
+
+/// A hedged run's wait: the earliest result in flight, or the clock at
+/// `hedge_at_ms` when that comes first.
+fn hedged_wait(
+    flying: &mut Vec<(Observation, bool)>,
+    now: &mut u64,
+    hedge_at_ms: Option<u64>,
+) -> Event {
+    let first = flying
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, (o, _))| (o.completed_at_ms, o.ordinal))
+        .map(|(i, (o, _))| (i, o.completed_at_ms));
+    match (first, hedge_at_ms) {
+        (Some((i, at)), h) if h.is_none_or(|h| at <= h) => {
+            let (obs, _) = flying.remove(i);
+            *now = (*now).max(at);
+            Event::Observed(Box::new(obs))
+        }
+        (_, h) => {
+            *now = (*now).max(h.unwrap_or(*now));
+            Event::Clock { now_ms: *now }
+        }
+    }
 }
 
 /// Start a run of `policy` with `options` and play `script` to its end.

@@ -1,0 +1,232 @@
+//! The hedge layer's cases of `composition.json`: hedged runs through the
+//! run machine (more than one attempt in flight, losers cancelled or late),
+//! alone and under a fleet, and the pairs still refused.
+
+use serde_json::{json, Value};
+
+use crate::common::{policy_with, t, NOW_2026};
+use crate::composition::{budget, case, full_budget, invalid, ok, options, status, timeout};
+use crate::family::Family;
+
+/// One hedge of each lead, 300 ms after it, on the fallback route.
+fn hedge() -> Value {
+    json!({"cancelled_cost": "reserve", "cost_share_percent": 50, "delay_ms": 300,
+        "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]})
+}
+
+fn hedged(fleet: Option<Value>) -> String {
+    let mut edits = vec![("/hedge", hedge())];
+    if let Some(f) = fleet {
+        edits.push(("/fleet", f));
+    }
+    t(&policy_with(&edits))
+}
+
+/// A step that succeeds `after_ms` after its own start.
+fn ok_after(after_ms: u64) -> Value {
+    let mut s = ok(false);
+    s["after_ms"] = json!(after_ms);
+    s
+}
+
+/// A loser whose result the host waits for (observed late, never adopted).
+fn late(mut step: Value) -> Value {
+    step["late"] = json!(true);
+    step
+}
+
+fn with_after(mut step: Value, after_ms: u64) -> Value {
+    step["after_ms"] = json!(after_ms);
+    step
+}
+
+/// The outcome scripts of a hedged run: each step is one dispatch, in the
+/// order sent, `after_ms` from its own start.
+fn scripts() -> Vec<(&'static str, Vec<Value>, &'static str)> {
+    vec![
+        (
+            "lead_wins_before_the_hedge",
+            vec![ok_after(60)],
+            "completed",
+        ),
+        (
+            "hedge_wins_lead_cancelled",
+            vec![ok_after(1_000), ok_after(100)],
+            "cancel_attempts",
+        ),
+        (
+            "hedge_wins_lead_late",
+            vec![late(ok_after(1_000)), ok_after(100)],
+            "completed",
+        ),
+        (
+            "lead_wins_hedge_cancelled",
+            vec![ok_after(350), ok_after(500)],
+            "cancel_attempts",
+        ),
+        (
+            "lead_fails_before_the_hedge_retries",
+            vec![status(503, None), ok_after(60)],
+            "completed",
+        ),
+        (
+            "round_of_failures_then_retry",
+            vec![
+                with_after(status(503, None), 400),
+                with_after(status(503, None), 200),
+                ok_after(60),
+            ],
+            "completed",
+        ),
+        (
+            "non_retryable_hedge_decides",
+            vec![ok_after(1_000), with_after(status(400, None), 100)],
+            "stop_non_retryable",
+        ),
+        (
+            "timeout_lead_hedge_wins",
+            vec![timeout(), ok_after(800)],
+            "completed",
+        ),
+        (
+            "hedge_output_check_fails",
+            vec![ok_after(1_000), with_after(invalid(false), 100)],
+            "stop_non_retryable",
+        ),
+    ]
+}
+
+/// Hedged runs alone and under a retry budget; the store's conflicts and
+/// outages on a hedge's admission; the pairs still refused.
+pub fn cases(f: &mut Family) {
+    let fleets = [
+        ("hedged", None),
+        (
+            "hedged_budget",
+            Some(json!({"on_store_unavailable": "fail_closed", "retry_budget": budget()})),
+        ),
+    ];
+    for (prefix, fleet) in &fleets {
+        let p = hedged(fleet.clone());
+        for (name, steps, want) in scripts() {
+            case(
+                f,
+                &format!("{prefix}_{name}"),
+                &p,
+                &options(false),
+                None,
+                &json!({"attempts": steps, "store": full_budget()}),
+                want,
+            );
+        }
+        case(
+            f,
+            &format!("{prefix}_cancelled_between_rounds"),
+            &p,
+            &options(false),
+            None,
+            &json!({"attempts": [status(429, Some("1")), ok(false)], "cancel_sleeps": [0], "store": full_budget()}),
+            "stop_cancelled",
+        );
+    }
+    let p = hedged(fleets[1].1.clone());
+    let slow = json!([ok_after(1_000), ok_after(100)]);
+    // A budget with nothing in it and no floor: the lead deposits half a
+    // token, the hedge needs a whole one and is not sent; the lead wins
+    // alone.
+    let empty = json!({"budget/tenant-7/summaries": {"balance_milli": 0, "deposits": 0, "generation": 0,
+        "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries",
+        "updated_at_epoch_ms": NOW_2026, "withdrawals": 0}});
+    let mut no_floor = budget();
+    no_floor["floor_per_second"] = json!(0);
+    let short = hedged(Some(
+        json!({"on_store_unavailable": "fail_closed", "retry_budget": no_floor}),
+    ));
+    case(
+        f,
+        "hedged_budget_short_refuses_the_hedge_not_the_run",
+        &short,
+        &options(false),
+        None,
+        &json!({"attempts": slow, "store": empty}),
+        "completed",
+    );
+    // The hedge's admission write conflicts: read again, decided again.
+    case(
+        f,
+        "hedged_budget_hedge_write_conflict_reads_again",
+        &p,
+        &options(false),
+        None,
+        &json!({"attempts": slow, "conflicts": [1], "store": full_budget()}),
+        "completed",
+    );
+    // The store unreachable when the hedge is due (fail closed): the hedge
+    // is not sent, the run goes on with its lead.
+    case(
+        f,
+        "hedged_budget_store_unreachable_for_the_hedge",
+        &p,
+        &options(false),
+        None,
+        &json!({"attempts": slow, "unavailable": [1], "store": full_budget()}),
+        "completed",
+    );
+    refusals(f);
+}
+
+fn refusals(f: &mut Family) {
+    let p = hedged(None);
+    let run = |events: Value| {
+        vec![
+            ("policy", json!(p.clone())),
+            ("options", json!(t(&options(false)))),
+            ("events", json!(t(&events))),
+        ]
+    };
+    f.add(
+        "hedged_clock_before_the_threshold_is_refused",
+        "machine",
+        run(json!([{"kind": "clock", "now_ms": 299}])),
+        "hedge_before_threshold",
+    );
+    f.add(
+        "hedged_two_in_flight_an_observation_names_its_ordinal",
+        "machine",
+        run(json!([{"kind": "clock", "now_ms": 300},
+            {"completed_at_ms": 400, "facts": {"result": "returned"}, "kind": "observed"}])),
+        "missing_field",
+    );
+    f.add(
+        "hedged_an_observation_of_an_attempt_not_in_flight",
+        "machine",
+        run(json!([{"kind": "clock", "now_ms": 300},
+            {"completed_at_ms": 400, "facts": {"result": "returned"}, "kind": "observed", "ordinal": 3}])),
+        "ordinal_drift",
+    );
+    f.add(
+        "hedged_a_cancel_of_an_attempt_not_a_loser",
+        "machine",
+        run(json!([{"kind": "clock", "now_ms": 300},
+            {"completed_at_ms": 400, "facts": {"result": "returned"}, "kind": "observed", "ordinal": 2},
+            {"at_ms": 401, "kind": "attempt_cancelled", "ordinal": 2}])),
+        "ordinal_drift",
+    );
+    f.add(
+        "hedged_a_loser_cancelled_before_the_round_is_decided",
+        "machine",
+        run(json!([{"kind": "clock", "now_ms": 300},
+            {"at_ms": 301, "kind": "attempt_cancelled", "ordinal": 1}])),
+        "unexpected_event",
+    );
+    f.add(
+        "hedged_journal_is_not_yet_a_layer",
+        "machine",
+        vec![
+            ("policy", json!(p.clone())),
+            ("options", json!(t(&options(true)))),
+            ("events", json!("[]")),
+        ],
+        "machine_layer_missing",
+    );
+}

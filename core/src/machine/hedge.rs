@@ -1,0 +1,468 @@
+//! The hedge layer of the run machine: more than one attempt in flight.
+//!
+//! A hedged run is a sequence of rounds (see [`crate::hedge`]): the lead
+//! the ordinary plan gives, then, while no result of the round has arrived,
+//! hedge k at `lead start + k * delay_ms`. The decisions are the
+//! [`HedgeSession`]'s (when to hedge, on which route, which result decides,
+//! which attempts lose and what they cost), so a run driven through the
+//! machine reaches the receipt the hedge drivers reach on the same events.
+//!
+//! The protocol, beyond the plain machine's:
+//!
+//! - [`Effect::Dispatch`] of a hedged run carries `hedge_at_ms` when a
+//!   hedge is on offer: the host sends the attempt and answers with the
+//!   observation of any attempt in flight (naming its `ordinal`), or with a
+//!   `clock` reading at `hedge_at_ms` when nothing answered before it; the
+//!   machine then asks for the hedge (admitted first under a fleet).
+//! - [`Effect::Await`] waits the same way without sending anything.
+//! - [`Effect::CancelAttempts`] names the losers of a decided round; the
+//!   host answers [`Event::AttemptCancelled`] for one of them, or its
+//!   observation when the result arrived first (a late loser, kept and
+//!   never adopted), until none is left.
+//!
+//! Under a fleet section every lead and every hedge is admitted before it
+//! is sent (`read`, then `write`): a lead deposits into the retry budget
+//! when it is the run's first attempt and withdraws otherwise, a hedge
+//! withdraws; a refused hedge is not sent and its round takes no more.
+
+use std::sync::Arc;
+
+use super::fleet::{self, Cas};
+use super::{Effect, Event, Machine, Observation, Options};
+use crate::error::{Error, ErrorCode, Result};
+use crate::hedge::{HedgeSession, HedgeStep};
+use crate::observe::{Facts, Judgement};
+use crate::policy::CompiledPolicy;
+use crate::receipt::Bundle;
+
+/// Where the hedge layer is.
+#[derive(Debug, Clone)]
+enum Stage {
+    /// Look at the session's next step.
+    Plan,
+    /// Waiting for the read of an admission.
+    Reading { reads: fleet::Reads, conflicts: u64 },
+    /// Waiting for the admission's writes; `before` is the session as it
+    /// was before the admission, decided again after a conflict.
+    Writing {
+        conflicts: u64,
+        count: u64,
+        before: Box<HedgeSession>,
+    },
+    /// Waiting for the clock to reach a lead's planned start.
+    Sleeping,
+    /// Waiting for a result of an attempt in flight (or the hedge due).
+    Waiting { hedge_at_ms: Option<u64> },
+    /// Waiting for the losers of a decided round.
+    Cancelling { ordinals: Vec<u64> },
+    /// The run is over.
+    Done,
+}
+
+/// A hedged run's state inside the machine.
+#[derive(Debug, Clone)]
+pub(super) struct Layer {
+    session: HedgeSession,
+    stage: Stage,
+    /// The ordinal of the offered dispatch (lead or hedge) the fleet has
+    /// admitted, until it is sent.
+    admitted: Option<u64>,
+    judgement: Option<Judgement>,
+}
+
+impl Layer {
+    /// The layer of a hedged policy (none for another policy). The journal
+    /// and priced usage do not compose with hedging yet: refused here.
+    pub(super) fn of(cp: &Arc<CompiledPolicy>, options: &Options) -> Result<Option<Box<Self>>> {
+        if cp.policy.hedge.is_none() {
+            return Ok(None);
+        }
+        let refused = if options.journal.is_some() {
+            Some(("/journal", "a journaled hedged run"))
+        } else if options.price_schedule.is_some() {
+            Some(("/price_schedule", "a hedged run priced by usage"))
+        } else {
+            None
+        };
+        if let Some((at, what)) = refused {
+            return Err(Error::at(
+                ErrorCode::MachineLayerMissing,
+                at,
+                format!("{what} is not yet a layer of the run machine"),
+            ));
+        }
+        Ok(Some(Box::new(Self {
+            session: HedgeSession::start(Arc::clone(cp))?,
+            stage: Stage::Plan,
+            admitted: None,
+            judgement: None,
+        })))
+    }
+
+    pub(super) fn judgement(&self) -> Option<&Judgement> {
+        self.judgement.as_ref()
+    }
+
+    pub(super) fn seal(&self) -> Result<Bundle> {
+        self.session.seal()
+    }
+
+    /// The hedge session the layer drives.
+    pub(super) fn session(&self) -> &HedgeSession {
+        &self.session
+    }
+}
+
+/// The ordinal an observation answers: the one it names, or the only one
+/// in flight.
+fn answered(obs: &Observation, in_flight: &[u64]) -> Result<u64> {
+    match (obs.ordinal, in_flight) {
+        (Some(n), _) if in_flight.contains(&n) => Ok(n),
+        (Some(n), _) => Err(Error::at(
+            ErrorCode::OrdinalDrift,
+            "/ordinal",
+            format!("ordinal {n} is not in flight (in flight: {in_flight:?})"),
+        )),
+        (None, [n]) => Ok(*n),
+        (None, _) => Err(Error::at(
+            ErrorCode::MissingField,
+            "/ordinal",
+            "more than one attempt is in flight: the observation names its ordinal",
+        )),
+    }
+}
+
+fn in_flight(step: &HedgeStep) -> Vec<u64> {
+    match step {
+        HedgeStep::Await { in_flight, .. } => in_flight.clone(),
+        HedgeStep::Cancel { ordinals, .. } => ordinals.clone(),
+        HedgeStep::Dispatch(_) | HedgeStep::Terminal { .. } => Vec::new(),
+    }
+}
+
+impl Machine {
+    fn layer(&mut self) -> Result<&mut Layer> {
+        self.hedge
+            .as_deref_mut()
+            .ok_or_else(|| Error::new(ErrorCode::InvalidHedge, "the run is not hedged"))
+    }
+
+    /// The hedge session of a hedged run.
+    pub fn hedge_session(&self) -> Option<&HedgeSession> {
+        self.hedge.as_deref().map(Layer::session)
+    }
+
+    /// Whether the run is hedged (its observations name their ordinal).
+    pub fn is_hedged(&self) -> bool {
+        self.hedge.is_some()
+    }
+
+    /// Answer the outstanding effect of a hedged run: on an error nothing
+    /// changed and the same effect is outstanding.
+    pub(super) fn hedge_answer(&mut self, event: Event) -> Result<&Effect> {
+        let before = (self.hedge.clone(), self.now_ms, self.effect.clone());
+        match self.hedge_step(event) {
+            Ok(()) => Ok(&self.effect),
+            Err(e) => {
+                (self.hedge, self.now_ms, self.effect) = before;
+                Err(e)
+            }
+        }
+    }
+
+    fn hedge_step(&mut self, event: Event) -> Result<()> {
+        let stage = self.layer()?.stage.clone();
+        match (stage, event) {
+            (Stage::Reading { reads, conflicts }, Event::Read { now_ms, rows }) => {
+                self.clock(now_ms)?;
+                self.hedge_admit(reads, conflicts, &rows, false)
+            }
+            (Stage::Reading { reads, conflicts }, Event::StoreUnavailable { now_ms }) => {
+                self.clock(now_ms)?;
+                self.hedge_admit(reads, conflicts, &[], true)
+            }
+            (
+                Stage::Writing {
+                    conflicts,
+                    count,
+                    before,
+                    ..
+                },
+                Event::Written { written },
+            ) => {
+                if written > count {
+                    return Err(Error::at(
+                        ErrorCode::InvalidValue,
+                        "/written",
+                        format!("{written} writes reported of {count} asked"),
+                    ));
+                }
+                if written == count {
+                    self.layer()?.stage = Stage::Plan;
+                    return self.hedge_advance();
+                }
+                let conflicts = conflicts.saturating_add(1);
+                if conflicts > self.max_conflicts {
+                    return Err(Error::at(
+                        ErrorCode::StoreConflict,
+                        "/written",
+                        format!("the store write conflicted {conflicts} times in a row"),
+                    ));
+                }
+                // Read again and decide again from the session as it was.
+                let layer = self.layer()?;
+                layer.session = *before;
+                layer.admitted = None;
+                self.hedge_read(conflicts);
+                Ok(())
+            }
+            (Stage::Sleeping, Event::Clock { now_ms }) => {
+                self.clock(now_ms)?;
+                self.layer()?.stage = Stage::Plan;
+                self.hedge_advance()
+            }
+            (Stage::Sleeping, Event::Cancelled { at_ms }) => {
+                self.clock(at_ms)?;
+                let layer = self.layer()?;
+                layer.session.cancel(at_ms)?;
+                layer.admitted = None;
+                layer.stage = Stage::Plan;
+                self.hedge_advance()
+            }
+            (
+                Stage::Waiting {
+                    hedge_at_ms: Some(due),
+                },
+                Event::Clock { now_ms },
+            ) => {
+                if now_ms < due {
+                    return Err(Error::at(
+                        ErrorCode::HedgeBeforeThreshold,
+                        "/now_ms",
+                        format!("the clock reads {now_ms}: the hedge is due at {due}"),
+                    ));
+                }
+                self.clock(now_ms)?;
+                self.layer()?.stage = Stage::Plan;
+                self.hedge_advance()
+            }
+            (Stage::Waiting { .. }, Event::Observed(obs)) => {
+                let flying = in_flight(&self.layer()?.session.next());
+                let ordinal = answered(&obs, &flying)?;
+                self.hedge_observe(ordinal, &obs)
+            }
+            (Stage::Cancelling { ordinals }, Event::Observed(obs)) => {
+                let ordinal = answered(&obs, &ordinals)?;
+                self.hedge_observe(ordinal, &obs)
+            }
+            (Stage::Cancelling { ordinals }, Event::AttemptCancelled { ordinal, at_ms }) => {
+                if !ordinals.contains(&ordinal) {
+                    return Err(Error::at(
+                        ErrorCode::OrdinalDrift,
+                        "/ordinal",
+                        format!("ordinal {ordinal} is not a loser in flight ({ordinals:?})"),
+                    ));
+                }
+                self.clock(at_ms)?;
+                let layer = self.layer()?;
+                layer.session.cancelled(ordinal, at_ms)?;
+                layer.stage = Stage::Plan;
+                self.hedge_advance()
+            }
+            (_, event) => Err(super::unexpected(&event, &self.effect)),
+        }
+    }
+
+    fn hedge_observe(&mut self, ordinal: u64, obs: &Observation) -> Result<()> {
+        if obs.completed_at_ms < self.now_ms {
+            return Err(Error::at(
+                ErrorCode::ClockBackwards,
+                "/completed_at_ms",
+                format!(
+                    "completed at {} before the run clock's {}",
+                    obs.completed_at_ms, self.now_ms
+                ),
+            ));
+        }
+        let unsupported = if obs.usage.is_some() {
+            Some("/usage")
+        } else if !obs.deltas.is_empty() {
+            Some("/deltas")
+        } else if obs.used_tokens.is_some() {
+            Some("/used_tokens")
+        } else {
+            None
+        };
+        if let Some(at) = unsupported {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                at,
+                "a hedged attempt is charged by `cost` (or its reservation) and is not streamed",
+            ));
+        }
+        let mut facts = obs.facts.clone().unwrap_or_else(Facts::returned);
+        if facts.now_unix_ms == 0 {
+            facts.now_unix_ms = self.epoch(obs.completed_at_ms);
+        }
+        let layer = self.layer()?;
+        let (judgement, _) =
+            layer
+                .session
+                .observe(ordinal, obs.completed_at_ms, obs.cost, &facts)?;
+        layer.judgement = Some(judgement);
+        layer.stage = Stage::Plan;
+        self.now_ms = obs.completed_at_ms;
+        self.hedge_advance()
+    }
+
+    fn hedge_read(&mut self, conflicts: u64) {
+        let reads = self.admission_reads();
+        self.effect = Effect::Read { keys: reads.keys() };
+        if let Some(layer) = self.hedge.as_deref_mut() {
+            layer.stage = Stage::Reading { reads, conflicts };
+        }
+    }
+
+    /// Admit the offered dispatch under what the store answered.
+    fn hedge_admit(
+        &mut self,
+        mut reads: fleet::Reads,
+        conflicts: u64,
+        rows: &[super::Row],
+        unavailable: bool,
+    ) -> Result<()> {
+        let Some(cfg) = self.policy.policy.fleet.clone() else {
+            return Err(Error::new(
+                ErrorCode::AdmissionUnexpected,
+                "a read under a policy without a fleet section",
+            ));
+        };
+        let view = if unavailable {
+            crate::fleet::FleetView {
+                store_unavailable: true,
+                ..crate::fleet::FleetView::default()
+            }
+        } else {
+            reads.view(rows, self.reserve_tokens)?
+        };
+        let now_ms = self.now_ms;
+        let now_epoch = self.epoch(now_ms);
+        let layer = self.layer()?;
+        let offered = offered_ordinal(&layer.session.next());
+        let before = Box::new(layer.session.clone());
+        let admitted = layer.session.admit(now_ms, now_epoch, &view)?;
+        // Still on offer after the admission: admitted (a refused lead ends
+        // the run, a refused hedge is no longer offered).
+        layer.admitted = offered.filter(|o| offered_ordinal(&admitted.step) == Some(*o));
+        let writes: Vec<Cas> = reads.writes(&cfg, admitted.writes);
+        if writes.is_empty() {
+            layer.stage = Stage::Plan;
+            return self.hedge_advance();
+        }
+        let count = u64::try_from(writes.len()).unwrap_or(u64::MAX);
+        layer.stage = Stage::Writing {
+            conflicts,
+            count,
+            before,
+        };
+        self.effect = Effect::Write { writes };
+        Ok(())
+    }
+
+    /// The next effect of a hedged run, through every stage that needs no
+    /// answer.
+    pub(super) fn hedge_advance(&mut self) -> Result<()> {
+        let fleet = self.policy.policy.fleet.is_some();
+        let now = self.now_ms;
+        let layer = self.layer()?;
+        if !matches!(layer.stage, Stage::Plan) {
+            return Ok(());
+        }
+        let step = layer.session.next();
+        // The dispatch on offer, when it is time to send it.
+        let send = match &step {
+            HedgeStep::Dispatch(d) if now >= d.not_before_ms => Some(d.clone()),
+            HedgeStep::Await { hedge: Some(h), .. } if now >= h.not_before_ms => Some(h.clone()),
+            _ => None,
+        };
+        let unadmitted = |o: u64| fleet && layer.admitted != Some(o);
+        if let HedgeStep::Dispatch(d) = &step {
+            // A lead is admitted before its wait, as in a plain run.
+            if unadmitted(d.ordinal) {
+                self.hedge_read(0);
+                return Ok(());
+            }
+        }
+        if let Some(d) = &send {
+            if unadmitted(d.ordinal) {
+                self.hedge_read(0);
+                return Ok(());
+            }
+        }
+        let effect = match (step, send) {
+            (_, Some(d)) => {
+                let next = layer.session.start_attempt(d.ordinal, now)?;
+                layer.admitted = None;
+                let hedge_at_ms = due(&next);
+                layer.stage = Stage::Waiting { hedge_at_ms };
+                Effect::Dispatch {
+                    dispatch: d,
+                    started_at_ms: now,
+                    hedge_at_ms,
+                }
+            }
+            (HedgeStep::Terminal { terminal }, None) => {
+                layer.stage = Stage::Done;
+                Effect::Done { terminal }
+            }
+            (
+                HedgeStep::Cancel {
+                    decided_by,
+                    ordinals,
+                },
+                None,
+            ) => {
+                layer.stage = Stage::Cancelling {
+                    ordinals: ordinals.clone(),
+                };
+                Effect::CancelAttempts {
+                    decided_by,
+                    ordinals,
+                }
+            }
+            (HedgeStep::Dispatch(d), None) => {
+                layer.stage = Stage::Sleeping;
+                Effect::Sleep {
+                    until_ms: d.not_before_ms,
+                }
+            }
+            (HedgeStep::Await { hedge, in_flight }, None) => {
+                let hedge_at_ms = hedge.map(|h| h.not_before_ms);
+                layer.stage = Stage::Waiting { hedge_at_ms };
+                Effect::Await {
+                    in_flight,
+                    hedge_at_ms,
+                }
+            }
+        };
+        self.effect = effect;
+        Ok(())
+    }
+}
+
+/// When the next hedge is due, after `step`.
+fn due(step: &HedgeStep) -> Option<u64> {
+    match step {
+        HedgeStep::Await { hedge: Some(h), .. } => Some(h.not_before_ms),
+        _ => None,
+    }
+}
+
+/// The ordinal of the dispatch on offer (a lead or a hedge).
+fn offered_ordinal(step: &HedgeStep) -> Option<u64> {
+    match step {
+        HedgeStep::Dispatch(d) => Some(d.ordinal),
+        HedgeStep::Await { hedge: Some(h), .. } => Some(h.ordinal),
+        _ => None,
+    }
+}
