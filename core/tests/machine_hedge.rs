@@ -9,7 +9,8 @@
     clippy::expect_used,
     clippy::panic,
     clippy::indexing_slicing,
-    reason = "a test: a missing value is a failure"
+    clippy::arithmetic_side_effects,
+    reason = "a test: a missing value is a failure, counts are small"
 )]
 
 use std::path::PathBuf;
@@ -18,9 +19,11 @@ use std::sync::Arc;
 use retryledger_core::canonical::digest_of;
 use retryledger_core::decode::from_value;
 use retryledger_core::error::ErrorCode;
+use retryledger_core::journal::{self, JournalEvent};
+use retryledger_core::machine::script::{play, Script};
 use retryledger_core::machine::{Effect, Event, Machine, Observation, Options};
 use retryledger_core::observe::Facts;
-use retryledger_core::{api, verify_bundle};
+use retryledger_core::{api, verify_bundle, Verdict};
 use serde_json::{json, Value};
 
 fn hedge_vectors() -> Vec<Value> {
@@ -258,15 +261,264 @@ fn a_hedge_is_a_dispatch_while_the_lead_is_in_flight() {
     assert_eq!(summary.losers.len(), 1);
 }
 
-#[test]
-fn a_hedged_journal_is_refused_until_it_is_a_layer() {
-    let o = Options {
+fn journal_options(lease_generation: u64, now_ms: u64) -> Options {
+    Options {
         journal: Some(retryledger_core::machine::JournalOptions {
-            run_id: from_value(json!("run-1")).unwrap(),
-            lease_generation: 1,
+            run_id: from_value(json!("run-hedged-1")).unwrap(),
+            lease_generation,
         }),
+        origin_epoch_ms: NOW,
+        now_ms,
         ..Options::default()
+    }
+}
+
+const NOW: u64 = 1_780_000_000_000;
+
+/// A hedged policy whose hedges may reserve the whole cost budget, under
+/// a retry budget (the fleet layer hedges compose with).
+fn hedged_fleet() -> Arc<retryledger_core::policy::CompiledPolicy> {
+    let mut p = retryledger_core::lab::reference_policy();
+    p["hedge"] = json!({
+        "cancelled_cost": "reserve", "cost_share_percent": 100, "delay_ms": 300,
+        "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]
+    });
+    p["fleet"] = json!({"on_store_unavailable": "fail_closed", "retry_budget": {
+        "floor_per_second": 0, "max_tokens": 5, "ratio_permille": 500, "scope": "tenant-7/summaries"}});
+    Arc::new(api::compile_policy(&p.to_string()).unwrap())
+}
+
+fn full_budget() -> Value {
+    json!({"budget/tenant-7/summaries": {"balance_milli": 5_000, "deposits": 0, "generation": 0,
+        "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries",
+        "updated_at_epoch_ms": NOW, "withdrawals": 0}})
+}
+
+fn step(after_ms: u64, status: Option<u64>) -> Value {
+    match status {
+        None => json!({"after_ms": after_ms, "facts": {"result": "returned"}}),
+        Some(s) => {
+            json!({"after_ms": after_ms, "facts": {"error_types": ["APIStatusError"], "result": "raised", "status": s}})
+        }
+    }
+}
+
+/// Round 1: the lead and its hedge both fail; round 2: the hedge wins and
+/// the lead is cancelled.
+fn two_rounds() -> Script {
+    Script::from_value(&json!({
+        "attempts": [step(400, Some(503)), step(200, Some(503)), step(1_000, None), step(100, None)],
+        "store": full_budget(),
+    }))
+    .unwrap()
+}
+
+/// The run is done, its journal verifies to the bundle's receipt, and the
+/// bundle verifies; a resumed fleet run's bundle does not carry the
+/// snapshots the first owner read (a journal holds admissions, not the
+/// store's documents), so only those of the first `old` attempts may be
+/// missing.
+fn sealed(
+    cp: &Arc<retryledger_core::policy::CompiledPolicy>,
+    m: &Machine,
+    journal: &[JournalEvent],
+    old: usize,
+) {
+    assert!(m.next().is_done());
+    let bundle = m.seal().unwrap();
+    let verdict = verify_bundle(&bundle).unwrap();
+    match &verdict {
+        Verdict::Verified { .. } => {}
+        Verdict::Drift {
+            code,
+            attempt_index: Some(i),
+            ..
+        } if code == "snapshot_missing" && *i < old => {
+            // Everything but the first owner's snapshots replays.
+            assert_eq!(
+                retryledger_core::evaluate(
+                    &retryledger_core::compile(bundle.policy.clone()).unwrap(),
+                    &bundle.attempts
+                )
+                .unwrap(),
+                bundle.receipt
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let verified = journal::verify(cp, journal).unwrap();
+    assert_eq!(verified.summary().terminal, Some(bundle.receipt.terminal));
+    let Some(journal::Payload::Terminal(end)) = journal.last().map(|e| &e.payload) else {
+        panic!("the journal ends with its terminal")
     };
-    let e = Machine::start(hedged(None), o).unwrap_err();
-    assert_eq!(e.code, ErrorCode::MachineLayerMissing);
+    assert_eq!(end.receipt_sha256.as_str(), digest_of(&bundle.receipt));
+}
+
+#[test]
+fn a_hedged_journaled_run_under_a_budget_writes_each_member_and_verifies() {
+    let cp = hedged_fleet();
+    let mut m = Machine::start(Arc::clone(&cp), journal_options(1, 0)).unwrap();
+    let played = play(&mut m, &two_rounds(), Vec::new());
+    assert!(played.error.is_none(), "{:?}", played.error);
+    sealed(&cp, &m, &played.journal, 0);
+    // Four members dispatched, each durable before it was sent, each observed.
+    let count = |k: journal::EventKind| {
+        played
+            .journal
+            .iter()
+            .filter(|e| e.payload.kind() == k)
+            .count()
+    };
+    assert_eq!(count(journal::EventKind::Dispatched), 4);
+    assert_eq!(count(journal::EventKind::Observed), 4);
+    let bundle = m.seal().unwrap();
+    let summary = bundle.receipt.hedge.clone().unwrap();
+    assert_eq!((summary.hedges, summary.winner_ordinal), (2, Some(4)));
+    assert_eq!(summary.losers.len(), 1);
+    // The same run without a journal reaches the same receipt.
+    let mut plain = Machine::start(
+        Arc::clone(&cp),
+        Options {
+            origin_epoch_ms: NOW,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let p = play(&mut plain, &two_rounds(), Vec::new());
+    assert!(p.error.is_none(), "{:?}", p.error);
+    assert_eq!(
+        digest_of(&plain.seal().unwrap().receipt),
+        digest_of(&bundle.receipt)
+    );
+}
+
+/// Crash the hedged run after every number of appends and resume it as a
+/// new owner whose receiver answers `answer` about every member in doubt.
+fn crash_everywhere(answer: &str) -> (usize, usize) {
+    let cp = hedged_fleet();
+    let script = two_rounds();
+    let mut m = Machine::start(Arc::clone(&cp), journal_options(1, 0)).unwrap();
+    let full = play(&mut m, &script, Vec::new());
+    assert!(full.error.is_none(), "{:?}", full.error);
+    let total = full
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Appended))
+        .count() as u64;
+    let (mut resumed_runs, mut with_doubt) = (0, 0);
+    for k in 0..total {
+        let mut m = Machine::start(Arc::clone(&cp), journal_options(1, 0)).unwrap();
+        let crashed = play(
+            &mut m,
+            &Script {
+                crash_after_appends: Some(k),
+                ..script.clone()
+            },
+            Vec::new(),
+        );
+        assert!(crashed.error.is_none(), "crash at {k}: {:?}", crashed.error);
+        assert!(crashed.crashed, "crash at {k}");
+        journal::verify(&cp, &crashed.journal).unwrap();
+        let kinds = |j: &[JournalEvent], kind: journal::EventKind| -> Vec<u64> {
+            j.iter()
+                .filter(|e| e.payload.kind() == kind)
+                .filter_map(|e| match &e.payload {
+                    journal::Payload::Dispatched(s) => Some(s.ordinal),
+                    journal::Payload::Observed { attempt } => Some(attempt.ordinal),
+                    _ => None,
+                })
+                .collect()
+        };
+        let sent = kinds(&crashed.journal, journal::EventKind::Dispatched);
+        let observed = kinds(&crashed.journal, journal::EventKind::Observed);
+        let in_doubt: Vec<u64> = sent
+            .iter()
+            .filter(|n| !observed.contains(n))
+            .copied()
+            .collect();
+        // The new owner: the dispatches not yet sent, a receiver that
+        // answers about the members in doubt.
+        let rest = Script {
+            attempts: script.attempts[sent.len().min(script.attempts.len())..].to_vec(),
+            reconcile: vec![json!({"answer": answer, "after_ms": 5}); 4],
+            store: crashed
+                .store
+                .iter()
+                .map(|(k, (d, _))| (k.clone(), d.clone()))
+                .collect(),
+            ..Script::default()
+        };
+        let mut r = Machine::resume(
+            Arc::clone(&cp),
+            &crashed.journal,
+            journal_options(2, crashed.now_ms + 10),
+        )
+        .unwrap();
+        let resumed = play(&mut r, &rest, crashed.journal.clone());
+        assert!(
+            resumed.error.is_none(),
+            "resume at {k}: {:?}",
+            resumed.error
+        );
+        assert!(!resumed.crashed);
+        sealed(&cp, &r, &resumed.journal, sent.len());
+        resumed_runs += 1;
+        // No ordinal is dispatched twice.
+        let all_sent = kinds(&resumed.journal, journal::EventKind::Dispatched);
+        let mut unique = all_sent.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), all_sent.len(), "resume at {k}: {all_sent:?}");
+        // Every member in doubt is settled by the receiver's answer (or,
+        // once the round is decided, cancelled as a loser).
+        let answers: Vec<(u64, Option<String>, bool)> = resumed
+            .journal
+            .iter()
+            .filter_map(|e| match &e.payload {
+                journal::Payload::Observed { attempt } if in_doubt.contains(&attempt.ordinal) => {
+                    Some((
+                        attempt.ordinal,
+                        attempt.reconciled.map(|r| r.as_str().to_owned()),
+                        attempt.hedge.as_ref().and_then(|h| h.loss).is_some(),
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers.len(), in_doubt.len(), "resume at {k}");
+        assert!(
+            answers
+                .iter()
+                .all(|(_, reconciled, lost)| reconciled.is_some() || *lost),
+            "resume at {k}: {answers:?}"
+        );
+        // A new attempt after a crash with members in doubt only when every
+        // one of them was reconciled `failed_no_effect`.
+        let sent_after = all_sent.len() > sent.len();
+        if sent_after && !in_doubt.is_empty() {
+            with_doubt += 1;
+            assert!(
+                answers
+                    .iter()
+                    .all(|(_, reconciled, _)| reconciled.as_deref() == Some("failed_no_effect")),
+                "resume at {k}: sent again after {answers:?}"
+            );
+        }
+    }
+    (resumed_runs, with_doubt)
+}
+
+#[test]
+fn a_hedged_fleet_journal_run_crashed_at_every_prefix_resumes_to_a_verified_end() {
+    let (runs, resent) = crash_everywhere("failed_no_effect");
+    assert!(runs >= 10, "only {runs} crash points");
+    // Some crash left members in doubt that the receiver cleared.
+    assert!(
+        resent >= 1,
+        "no resumed run sent again after a reconciliation"
+    );
+    let (runs, resent) = crash_everywhere("succeeded");
+    assert!(runs >= 10, "only {runs} crash points");
+    // A succeeded member in doubt completes its round: nothing is sent again.
+    assert_eq!(resent, 0);
 }

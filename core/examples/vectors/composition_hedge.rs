@@ -108,27 +108,31 @@ pub fn cases(f: &mut Family) {
     ];
     for (prefix, fleet) in &fleets {
         let p = hedged(fleet.clone());
-        for (name, steps, want) in scripts() {
+        for journal in [false, true] {
+            let j = if journal { "_journal" } else { "" };
+            for (name, steps, want) in scripts() {
+                case(
+                    f,
+                    &format!("{prefix}{j}_{name}"),
+                    &p,
+                    &options(journal),
+                    None,
+                    &json!({"attempts": steps, "store": full_budget()}),
+                    want,
+                );
+            }
             case(
                 f,
-                &format!("{prefix}_{name}"),
+                &format!("{prefix}{j}_cancelled_between_rounds"),
                 &p,
-                &options(false),
+                &options(journal),
                 None,
-                &json!({"attempts": steps, "store": full_budget()}),
-                want,
+                &json!({"attempts": [status(429, Some("1")), ok(false)], "cancel_sleeps": [0], "store": full_budget()}),
+                "stop_cancelled",
             );
         }
-        case(
-            f,
-            &format!("{prefix}_cancelled_between_rounds"),
-            &p,
-            &options(false),
-            None,
-            &json!({"attempts": [status(429, Some("1")), ok(false)], "cancel_sleeps": [0], "store": full_budget()}),
-            "stop_cancelled",
-        );
     }
+    crashes(f);
     let p = hedged(fleets[1].1.clone());
     let slow = json!([ok_after(1_000), ok_after(100)]);
     // A budget with nothing in it and no floor: the lead deposits half a
@@ -220,13 +224,70 @@ fn refusals(f: &mut Family) {
         "unexpected_event",
     );
     f.add(
-        "hedged_journal_is_not_yet_a_layer",
+        "hedged_priced_by_usage_is_not_yet_a_layer",
         "machine",
         vec![
             ("policy", json!(p.clone())),
-            ("options", json!(t(&options(true)))),
+            (
+                "options",
+                json!(t(&json!({"origin_epoch_ms": NOW_2026, "price_schedule": crate::price::schedule()}))),
+            ),
             ("events", json!("[]")),
         ],
         "machine_layer_missing",
     );
+}
+
+/// A hedged run under a retry budget and a journal, crashed after every
+/// number of appends and resumed by a new owner whose receiver answers
+/// about every member in doubt: `failed_no_effect` (the round goes on and
+/// the run may send again) or `succeeded` (the round is decided, the rest
+/// are cancelled).
+fn crashes(f: &mut Family) {
+    let mut fleet = json!({"on_store_unavailable": "fail_closed", "retry_budget": budget()});
+    fleet["retry_budget"]["floor_per_second"] = json!(0);
+    let mut h = hedge();
+    h["cost_share_percent"] = json!(100);
+    let p = t(&policy_with(&[("/hedge", h), ("/fleet", fleet)]));
+    // Round 1: both fail; round 2: the hedge wins, the lead is cancelled.
+    let attempts = json!([
+        with_after(status(503, None), 400),
+        with_after(status(503, None), 200),
+        ok_after(1_000),
+        ok_after(100),
+    ]);
+    let script = json!({"attempts": attempts, "store": full_budget()});
+    for k in 0..16u64 {
+        let mut crashed = script.clone();
+        crashed["crash_after_appends"] = json!(k);
+        let name = format!("hedged_budget_journal_crash_after_{k}_appends");
+        let (journal, now) = case(f, &name, &p, &options(true), None, &crashed, "ok");
+        if journal
+            .last()
+            .is_some_and(|e| e.payload.kind() == retryledger_core::journal::EventKind::Terminal)
+        {
+            break;
+        }
+        let sent = journal
+            .iter()
+            .filter(|e| e.payload.kind() == retryledger_core::journal::EventKind::Dispatched)
+            .count();
+        let rest: Vec<Value> = attempts.as_array().unwrap()[sent.min(4)..].to_vec();
+        let mut opts = options(true);
+        opts["journal"]["lease_generation"] = json!(2);
+        opts["now_ms"] = json!(now + 10);
+        for answer in ["failed_no_effect", "succeeded"] {
+            let resume = json!({"attempts": rest, "store": full_budget(),
+                "reconcile": [{"answer": answer, "after_ms": 5}, {"answer": answer, "after_ms": 5}]});
+            case(
+                f,
+                &format!("hedged_budget_journal_resumed_after_{k}_appends_{answer}"),
+                &p,
+                &opts,
+                Some(&journal),
+                &resume,
+                "terminal",
+            );
+        }
+    }
 }

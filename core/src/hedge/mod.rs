@@ -38,7 +38,7 @@ mod session;
 pub use session::script;
 pub use session::{HedgeAdmitted, HedgeObserved, HedgeSession, HedgeStep};
 
-pub(crate) use round::replay;
+pub(crate) use round::{plan_hedge, replay, resolve_round};
 
 use crate::attempt::Attempt;
 use crate::canonical::{Encode, ObjectWriter, Sink};

@@ -173,6 +173,92 @@ impl HedgeSession {
         &self.policy
     }
 
+    /// Continue a journaled run: the rounds the journal resolved (`run`,
+    /// `attempts`) and its open round, whose members in flight are in doubt
+    /// (the round takes no more hedges).
+    pub(crate) fn resumed(
+        policy: Arc<CompiledPolicy>,
+        run: Run,
+        attempts: Attempts,
+        open: Option<&crate::journal::hedged::Round>,
+    ) -> Result<Self> {
+        let mut s = Self::start(policy)?;
+        s.summary = run.hedge_summary().cloned().unwrap_or_default();
+        s.run = run;
+        s.attempts = attempts;
+        s.round = open.map(|r| {
+            let members: Vec<Member> = r
+                .members
+                .iter()
+                .filter_map(|m| {
+                    m.sent.as_ref().map(|sent| Member {
+                        plan: m.plan.clone(),
+                        started_at_ms: sent.started_at_ms,
+                        admission: sent.admission.clone(),
+                        attempt: m.attempt.clone(),
+                    })
+                })
+                .collect();
+            let decided = members
+                .iter()
+                .filter_map(|m| m.attempt.as_ref())
+                .filter(|a| a.hedge.as_ref().is_none_or(|h| h.loss.is_none()))
+                .filter(|a| decides(&s.policy, a))
+                .min_by_key(|a| (a.completed_at_ms, a.ordinal))
+                .map(|a| (a.ordinal, a.completed_at_ms));
+            Round {
+                members,
+                closed: true,
+                refused: false,
+                decided,
+            }
+        });
+        Ok(s)
+    }
+
+    /// Whether a round is open (attempts in flight or not yet resolved).
+    pub(crate) fn in_round(&self) -> bool {
+        self.round.is_some()
+    }
+
+    /// The admission held for the dispatch on offer `ordinal`.
+    pub(crate) fn admitted_for(&self, ordinal: u64) -> Option<&Admission> {
+        self.admitted
+            .as_ref()
+            .filter(|(n, _)| *n == ordinal)
+            .map(|(_, a)| a)
+    }
+
+    /// Attempt `ordinal` as recorded (in the open round or resolved).
+    pub(crate) fn attempt_of_ordinal(&self, ordinal: u64) -> Option<&Attempt> {
+        self.round
+            .as_ref()
+            .and_then(|r| {
+                r.members
+                    .iter()
+                    .filter_map(|m| m.attempt.as_ref())
+                    .find(|a| a.ordinal == ordinal)
+            })
+            .or_else(|| {
+                self.attempts
+                    .attempts
+                    .iter()
+                    .rev()
+                    .find(|a| a.ordinal == ordinal)
+            })
+    }
+
+    /// A member in doubt settled by reconciliation: `attempt` is its
+    /// observation (as the journal's recovery built it).
+    pub(crate) fn adopted(&mut self, attempt: Attempt) -> Result<()> {
+        let ordinal = attempt.ordinal;
+        self.member(ordinal)?;
+        let late = attempt.hedge.as_ref().is_some_and(|h| h.loss.is_some());
+        let decides_now = !late && decides(&self.policy, &attempt);
+        let at = attempt.completed_at_ms;
+        self.settle(ordinal, attempt, decides_now.then_some((ordinal, at)))
+    }
+
     /// The attempts of every resolved round.
     pub fn attempts(&self) -> &Attempts {
         &self.attempts

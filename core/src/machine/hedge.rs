@@ -24,13 +24,27 @@
 //! is sent (`read`, then `write`): a lead deposits into the retry budget
 //! when it is the run's first attempt and withdraws otherwise, a hedge
 //! withdraws; a refused hedge is not sent and its round takes no more.
+//!
+//! Under a journal every member of a round is `reserved` + `dispatched` in
+//! one append before it is sent, and `observed` (with the round's
+//! `decided` once every member is) in one append after its result or its
+//! cancellation ([`crate::journal`]'s hedged rounds). A new owner resumes
+//! an open round by reconciling each member in flight with the receiver,
+//! in ordinal order, until the round is decided (the rest are then
+//! cancelled as losers) or every member is settled; only
+//! `failed_no_effect` lets a later round send again.
 
 use std::sync::Arc;
 
 use super::fleet::{self, Cas};
 use super::{Effect, Event, Machine, Observation, Options};
 use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate::Dispatch;
 use crate::hedge::{HedgeSession, HedgeStep};
+use crate::journal::hedged::{position, Position};
+use crate::journal::{
+    Answer, AnswerKind, Entry, Pending, Reconciliation, ReconciliationSchema, Recovery, Writer,
+};
 use crate::observe::{Facts, Judgement};
 use crate::policy::CompiledPolicy;
 use crate::receipt::Bundle;
@@ -55,7 +69,34 @@ enum Stage {
     Waiting { hedge_at_ms: Option<u64> },
     /// Waiting for the losers of a decided round.
     Cancelling { ordinals: Vec<u64> },
+    /// A journal to open: `created` + `decided`.
+    Open,
+    /// A resumed journal whose next event is `decided`.
+    Decide,
+    /// Waiting for an append; then go on.
+    Appending(After),
+    /// Asking the receiver about a member in doubt.
+    Reconciling {
+        attempt: Pending,
+        reconciliation: Reconciliation,
+        not_before_ms: u64,
+        poll: u64,
+        asked: bool,
+    },
     /// The run is over.
+    Done,
+    /// The owner lost the run.
+    Failed,
+}
+
+/// What follows a durable append.
+#[derive(Debug, Clone)]
+enum After {
+    /// Look at the session's next step.
+    Plan,
+    /// Send this member (its `reserved` + `dispatched` are durable).
+    Send(Box<Dispatch>),
+    /// The terminal is written.
     Done,
 }
 
@@ -68,35 +109,65 @@ pub(super) struct Layer {
     /// admitted, until it is sent.
     admitted: Option<u64>,
     judgement: Option<Judgement>,
+    /// A resumed round's members in flight: nobody waits for their result,
+    /// the receiver is asked.
+    in_doubt: Vec<u64>,
+    /// A resumed lead whose `reserved` is written: its `dispatched` alone.
+    reserved: bool,
+    /// Asks of the receiver per member in doubt.
+    max_polls: u64,
 }
 
 impl Layer {
     /// The layer of a hedged policy (none for another policy). The journal
     /// and priced usage do not compose with hedging yet: refused here.
-    pub(super) fn of(cp: &Arc<CompiledPolicy>, options: &Options) -> Result<Option<Box<Self>>> {
+    pub(super) fn of(
+        cp: &Arc<CompiledPolicy>,
+        options: &Options,
+        journal: Option<&Writer>,
+    ) -> Result<Option<Box<Self>>> {
         if cp.policy.hedge.is_none() {
             return Ok(None);
         }
-        let refused = if options.journal.is_some() {
-            Some(("/journal", "a journaled hedged run"))
-        } else if options.price_schedule.is_some() {
-            Some(("/price_schedule", "a hedged run priced by usage"))
-        } else {
-            None
-        };
-        if let Some((at, what)) = refused {
+        if options.price_schedule.is_some() {
             return Err(Error::at(
                 ErrorCode::MachineLayerMissing,
-                at,
-                format!("{what} is not yet a layer of the run machine"),
+                "/price_schedule",
+                "a hedged run priced by usage is not yet a layer of the run machine",
             ));
         }
-        Ok(Some(Box::new(Self {
+        let mut layer = Self {
             session: HedgeSession::start(Arc::clone(cp))?,
             stage: Stage::Plan,
             admitted: None,
             judgement: None,
-        })))
+            in_doubt: Vec::new(),
+            reserved: false,
+            max_polls: options.max_polls.unwrap_or(super::DEFAULT_MAX_POLLS),
+        };
+        let Some(writer) = journal else {
+            return Ok(Some(Box::new(layer)));
+        };
+        let replayed = writer.replayed();
+        let (run, attempts) = replayed.clone().into_run();
+        layer.stage = match position(replayed)? {
+            Position::Start => Stage::Open,
+            Position::Decide => Stage::Decide,
+            Position::Plan { reserved } => {
+                layer.reserved = reserved;
+                Stage::Plan
+            }
+            Position::Round(round) => {
+                layer.in_doubt = round.in_flight().map(|m| m.plan.ordinal).collect();
+                layer.session = HedgeSession::resumed(Arc::clone(cp), run, attempts, Some(round))?;
+                return Ok(Some(Box::new(layer)));
+            }
+            Position::Done => Stage::Done,
+        };
+        if replayed.next_seq() > 0 {
+            layer.session = HedgeSession::resumed(Arc::clone(cp), run, attempts, None)?;
+        }
+        Ok(Some(Box::new(layer)))
     }
 
     pub(super) fn judgement(&self) -> Option<&Judgement> {
@@ -164,7 +235,10 @@ impl Machine {
         match self.hedge_step(event) {
             Ok(()) => Ok(&self.effect),
             Err(e) => {
-                (self.hedge, self.now_ms, self.effect) = before;
+                // A refused append loses the run: the machine stays failed.
+                if !matches!(self.hedge.as_deref().map(|h| &h.stage), Some(Stage::Failed)) {
+                    (self.hedge, self.now_ms, self.effect) = before;
+                }
                 Err(e)
             }
         }
@@ -266,11 +340,139 @@ impl Machine {
                 self.clock(at_ms)?;
                 let layer = self.layer()?;
                 layer.session.cancelled(ordinal, at_ms)?;
-                layer.stage = Stage::Plan;
+                layer.in_doubt.retain(|n| *n != ordinal);
+                self.journal_observed(ordinal)
+            }
+            (Stage::Appending(after), Event::Appended) => {
+                self.layer()?.stage = Stage::Plan;
+                match after {
+                    After::Plan => self.hedge_advance(),
+                    After::Done => {
+                        self.layer()?.stage = Stage::Done;
+                        self.hedge_advance()
+                    }
+                    After::Send(d) => self.send(*d),
+                }
+            }
+            (Stage::Appending(_), Event::AppendRefused) => {
+                self.layer()?.stage = Stage::Failed;
+                Err(Error::at(
+                    ErrorCode::JournalStaleLease,
+                    "/kind",
+                    "the store refused the append: another owner holds the run",
+                ))
+            }
+            (Stage::Reconciling { asked: false, .. }, Event::Clock { now_ms }) => {
+                self.clock(now_ms)?;
                 self.hedge_advance()
+            }
+            (
+                Stage::Reconciling {
+                    attempt,
+                    mut reconciliation,
+                    asked: true,
+                    ..
+                },
+                Event::Reconciled {
+                    answer,
+                    at_ms,
+                    cost,
+                },
+            ) => {
+                self.clock(at_ms)?;
+                reconciliation.answers.push(Answer {
+                    answer,
+                    at_ms,
+                    cost: cost.filter(|_| answer != AnswerKind::InProgress),
+                });
+                self.hedge_reconciled(attempt, reconciliation)
             }
             (_, event) => Err(super::unexpected(&event, &self.effect)),
         }
+    }
+
+    /// What the receiver's answers settle: ask again, or adopt the member's
+    /// observation and journal it.
+    fn hedge_reconciled(&mut self, attempt: Pending, reconciliation: Reconciliation) -> Result<()> {
+        let Some((writer, _)) = &self.journal else {
+            return Err(Error::new(
+                ErrorCode::JournalOutOfOrder,
+                "a reconciliation without a journal",
+            ));
+        };
+        match writer.recover(Some(&reconciliation))? {
+            Recovery::Reconcile {
+                not_before_ms,
+                poll,
+                ..
+            } => {
+                self.layer()?.stage = Stage::Reconciling {
+                    attempt,
+                    reconciliation,
+                    not_before_ms,
+                    poll,
+                    asked: false,
+                };
+                self.hedge_advance()
+            }
+            Recovery::Adopt { attempt, .. } => {
+                let ordinal = attempt.ordinal;
+                let layer = self.layer()?;
+                layer.session.adopted(attempt)?;
+                layer.in_doubt.retain(|n| *n != ordinal);
+                self.journal_observed(ordinal)
+            }
+            Recovery::Resume { .. } | Recovery::Done { .. } => Err(Error::new(
+                ErrorCode::JournalOutOfOrder,
+                "no member of the round waits for reconciliation",
+            )),
+        }
+    }
+
+    /// Journal member `ordinal`'s observation (and the round's decision
+    /// once it is resolved), then go on.
+    fn journal_observed(&mut self, ordinal: u64) -> Result<()> {
+        let layer = self.layer()?;
+        layer.stage = Stage::Plan;
+        let resolved = !layer.session.in_round();
+        let attempt = layer.session.attempt_of_ordinal(ordinal).cloned();
+        let (Some(attempt), true) = (attempt, self.journal.is_some()) else {
+            return self.hedge_advance();
+        };
+        let mut entries = vec![Entry::Observed { attempt }];
+        if resolved {
+            entries.push(Entry::Decided);
+        }
+        self.hedge_append(&entries, After::Plan)
+    }
+
+    fn hedge_append(&mut self, entries: &[Entry], after: After) -> Result<()> {
+        let Some((writer, _)) = self.journal.as_mut() else {
+            return Err(Error::new(
+                ErrorCode::JournalOutOfOrder,
+                "an append without a journal",
+            ));
+        };
+        let events = writer.append_all(entries)?;
+        self.effect = Effect::Append { events };
+        self.layer()?.stage = Stage::Appending(after);
+        Ok(())
+    }
+
+    /// Send member `d` now (its journal events, if any, are durable).
+    fn send(&mut self, d: Dispatch) -> Result<()> {
+        let now = self.now_ms;
+        let layer = self.layer()?;
+        let next = layer.session.start_attempt(d.ordinal, now)?;
+        layer.admitted = None;
+        let hedge_at_ms = due(&next);
+        layer.stage = Stage::Waiting { hedge_at_ms };
+        self.effect = Effect::Dispatch {
+            dispatch: d,
+            started_at_ms: now,
+            hedge_at_ms,
+        };
+        Ok(())
     }
 
     fn hedge_observe(&mut self, ordinal: u64, obs: &Observation) -> Result<()> {
@@ -312,7 +514,7 @@ impl Machine {
         layer.judgement = Some(judgement);
         layer.stage = Stage::Plan;
         self.now_ms = obs.completed_at_ms;
-        self.hedge_advance()
+        self.journal_observed(ordinal)
     }
 
     fn hedge_read(&mut self, conflicts: u64) {
@@ -372,12 +574,68 @@ impl Machine {
     /// The next effect of a hedged run, through every stage that needs no
     /// answer.
     pub(super) fn hedge_advance(&mut self) -> Result<()> {
+        let stage = self.layer()?.stage.clone();
+        match stage {
+            Stage::Open => {
+                let Some((_, run_id)) = &self.journal else {
+                    self.layer()?.stage = Stage::Plan;
+                    return self.hedge_advance();
+                };
+                let created = Entry::Created {
+                    created_at_epoch_ms: self.origin_epoch_ms,
+                    run_id: run_id.clone(),
+                };
+                self.hedge_append(&[created, Entry::Decided], After::Plan)
+            }
+            Stage::Decide => self.hedge_append(&[Entry::Decided], After::Plan),
+            Stage::Plan => self.hedge_plan(),
+            Stage::Reconciling {
+                attempt,
+                reconciliation,
+                not_before_ms,
+                poll,
+                asked: false,
+            } => {
+                let wait = self.now_ms < not_before_ms;
+                self.effect = if wait {
+                    Effect::Sleep {
+                        until_ms: not_before_ms,
+                    }
+                } else {
+                    Effect::Reconcile {
+                        attempt: attempt.clone(),
+                        poll,
+                    }
+                };
+                self.layer()?.stage = Stage::Reconciling {
+                    attempt,
+                    reconciliation,
+                    not_before_ms,
+                    poll,
+                    asked: !wait,
+                };
+                Ok(())
+            }
+            Stage::Done => match self.layer()?.session.next() {
+                HedgeStep::Terminal { terminal } => {
+                    self.effect = Effect::Done { terminal };
+                    Ok(())
+                }
+                _ => Err(Error::new(
+                    ErrorCode::RunNotTerminal,
+                    "the journal ended a run the session would continue",
+                )),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// The session's next step as an effect.
+    fn hedge_plan(&mut self) -> Result<()> {
         let fleet = self.policy.policy.fleet.is_some();
+        let journaled = self.journal.is_some();
         let now = self.now_ms;
         let layer = self.layer()?;
-        if !matches!(layer.stage, Stage::Plan) {
-            return Ok(());
-        }
         let step = layer.session.next();
         // The dispatch on offer, when it is time to send it.
         let send = match &step {
@@ -399,17 +657,44 @@ impl Machine {
                 return Ok(());
             }
         }
+        // A resumed round: its members in flight are asked about, never
+        // waited for.
+        let doubt = match &step {
+            HedgeStep::Await { in_flight, .. } => in_flight
+                .iter()
+                .find(|n| layer.in_doubt.contains(n))
+                .copied(),
+            _ => None,
+        };
+        if doubt.is_some() {
+            return self.hedge_reconcile();
+        }
         let effect = match (step, send) {
-            (_, Some(d)) => {
-                let next = layer.session.start_attempt(d.ordinal, now)?;
-                layer.admitted = None;
-                let hedge_at_ms = due(&next);
-                layer.stage = Stage::Waiting { hedge_at_ms };
-                Effect::Dispatch {
-                    dispatch: d,
+            (_, Some(d)) if journaled => {
+                let dispatched = Entry::Dispatched {
+                    admission: layer.session.admitted_for(d.ordinal).cloned(),
                     started_at_ms: now,
-                    hedge_at_ms,
-                }
+                };
+                let entries = if std::mem::take(&mut layer.reserved) {
+                    vec![dispatched]
+                } else {
+                    vec![
+                        Entry::Reserved {
+                            dispatch: Some(d.clone()),
+                        },
+                        dispatched,
+                    ]
+                };
+                return self.hedge_append(&entries, After::Send(Box::new(d)));
+            }
+            (_, Some(d)) => return self.send(d),
+            (HedgeStep::Terminal { .. }, None) if journaled => {
+                let attempts = layer.session.attempts();
+                let entry = Entry::Terminal {
+                    cancelled_at_ms: attempts.cancelled_at_ms,
+                    fleet_stop: attempts.fleet_stop.clone(),
+                };
+                return self.hedge_append(&[entry], After::Done);
             }
             (HedgeStep::Terminal { terminal }, None) => {
                 layer.stage = Stage::Done;
@@ -447,6 +732,43 @@ impl Machine {
         };
         self.effect = effect;
         Ok(())
+    }
+
+    /// Ask the receiver about the first member of the resumed round in
+    /// flight, as the journal's recovery plans it.
+    fn hedge_reconcile(&mut self) -> Result<()> {
+        let max_polls = self.layer()?.max_polls;
+        let Some((writer, _)) = &self.journal else {
+            return Err(Error::new(
+                ErrorCode::JournalOutOfOrder,
+                "a member in doubt without a journal",
+            ));
+        };
+        let Recovery::Reconcile {
+            attempt,
+            not_before_ms,
+            poll,
+            ..
+        } = writer.recover(None)?
+        else {
+            return Err(Error::new(
+                ErrorCode::JournalOutOfOrder,
+                "the journal holds no member in flight to reconcile",
+            ));
+        };
+        self.layer()?.stage = Stage::Reconciling {
+            reconciliation: Reconciliation {
+                answers: Vec::new(),
+                max_polls,
+                ordinal: attempt.ordinal,
+                schema: ReconciliationSchema,
+            },
+            attempt,
+            not_before_ms,
+            poll,
+            asked: false,
+        };
+        self.hedge_advance()
     }
 }
 

@@ -304,7 +304,7 @@ impl Machine {
                 format!("max_polls must be in 1..={}", crate::journal::MAX_POLLS),
             ));
         }
-        let hedge = hedge::Layer::of(&policy, options)?;
+        let hedge = hedge::Layer::of(&policy, options, journal.as_ref().map(|(w, _)| w))?;
         let mut m = Self {
             hedge,
             policy,
