@@ -522,3 +522,62 @@ fn a_hedged_fleet_journal_run_crashed_at_every_prefix_resumes_to_a_verified_end(
     // A succeeded member in doubt completes its round: nothing is sent again.
     assert_eq!(resent, 0);
 }
+
+#[test]
+fn a_hedged_journal_written_one_attempt_at_a_time_still_verifies() {
+    // What a journaled driver that ran a hedged policy's attempts one at a
+    // time wrote: rounds of one. Its terminal holds the plain session's
+    // receipt, and the hedged replay reaches the same one.
+    use retryledger_core::journal::{Entry, Writer};
+    use retryledger_core::outcome::{Outcome, RetryableKind};
+    use retryledger_core::{Decision, Session};
+    let cp = hedged(None);
+    let mut session = Session::start(Arc::clone(&cp));
+    let mut w = Writer::new(Arc::clone(&cp), &[], 1).unwrap();
+    w.append_all(&[
+        Entry::Created {
+            created_at_epoch_ms: NOW,
+            run_id: from_value(json!("run-sequential")).unwrap(),
+        },
+        Entry::Decided,
+    ])
+    .unwrap();
+    let down = Outcome::Retryable {
+        kind: RetryableKind::Unavailable,
+        retry_after_ms: None,
+        retry_after_source: None,
+    };
+    for (after, outcome) in [(100, down), (50, Outcome::Success)] {
+        let Decision::Dispatch(d) = session.next().clone() else {
+            panic!("a dispatch")
+        };
+        let start = d.not_before_ms;
+        let attempt = d.attempt(start, start + after, d.reserve_cost, outcome);
+        session
+            .record(start, start + after, d.reserve_cost, outcome)
+            .unwrap();
+        w.append_all(&[
+            Entry::Reserved { dispatch: None },
+            Entry::Dispatched {
+                admission: None,
+                started_at_ms: start,
+            },
+            Entry::Observed { attempt },
+            Entry::Decided,
+        ])
+        .unwrap();
+    }
+    let end = w
+        .append(&Entry::Terminal {
+            cancelled_at_ms: None,
+            fleet_stop: None,
+        })
+        .unwrap();
+    let journal::Payload::Terminal(ending) = &end.payload else {
+        panic!("a terminal")
+    };
+    assert_eq!(
+        ending.receipt_sha256.as_str(),
+        digest_of(&session.receipt().unwrap())
+    );
+}
