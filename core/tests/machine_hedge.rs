@@ -276,14 +276,15 @@ fn journal_options(lease_generation: u64, now_ms: u64) -> Options {
 const NOW: u64 = 1_780_000_000_000;
 
 /// A hedged policy whose hedges may reserve the whole cost budget, under
-/// a retry budget (the fleet layer hedges compose with).
+/// a breaker and a retry budget.
 fn hedged_fleet() -> Arc<retryledger_core::policy::CompiledPolicy> {
     let mut p = retryledger_core::lab::reference_policy();
     p["hedge"] = json!({
         "cancelled_cost": "reserve", "cost_share_percent": 100, "delay_ms": 300,
         "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]
     });
-    p["fleet"] = json!({"on_store_unavailable": "fail_closed", "retry_budget": {
+    p["fleet"] = json!({"breaker": {"consecutive_failures": 3, "half_open_probes": 1, "open_ms": 10_000},
+        "on_store_unavailable": "fail_closed", "retry_budget": {
         "floor_per_second": 0, "max_tokens": 5, "ratio_permille": 500, "scope": "tenant-7/summaries"}});
     Arc::new(api::compile_policy(&p.to_string()).unwrap())
 }
@@ -580,4 +581,55 @@ fn a_hedged_journal_written_one_attempt_at_a_time_still_verifies() {
         ending.receipt_sha256.as_str(),
         digest_of(&session.receipt().unwrap())
     );
+}
+
+#[test]
+fn every_hedge_is_admitted_by_its_breaker_and_a_forged_one_is_drift() {
+    let cp = hedged_fleet();
+    let mut m = Machine::start(
+        Arc::clone(&cp),
+        Options {
+            origin_epoch_ms: NOW,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let played = play(&mut m, &two_rounds(), Vec::new());
+    assert!(played.error.is_none(), "{:?}", played.error);
+    let bundle = m.seal().unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        Verdict::Verified { .. }
+    ));
+    let hedges: Vec<usize> = bundle
+        .attempts
+        .attempts
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.hedge.as_ref().is_some_and(|h| h.hedges_ordinal.is_some()))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(hedges.len(), 2);
+    for i in hedges {
+        let adm = bundle.attempts.attempts[i].admission.as_ref().unwrap();
+        assert!(adm.breaker.is_some() && adm.budget.is_some(), "{adm:?}");
+        let mut forged = bundle.clone();
+        forged.attempts.attempts[i]
+            .admission
+            .as_mut()
+            .unwrap()
+            .breaker = None;
+        let v = verify_bundle(&forged).unwrap();
+        assert!(
+            matches!(&v, Verdict::Drift { code, .. } if code == "admission_drift"),
+            "{v:?}"
+        );
+    }
+    // Each member's outcome is recorded on its route's breaker.
+    let breakers = played
+        .store
+        .iter()
+        .filter(|(k, _)| k.starts_with("breaker/"))
+        .count();
+    assert_eq!(breakers, 2);
 }

@@ -5,7 +5,9 @@
 use serde_json::{json, Value};
 
 use crate::common::{policy_with, t, NOW_2026};
-use crate::composition::{budget, case, full_budget, invalid, ok, options, status, timeout};
+use crate::composition::{
+    breaker, budget, case, full_budget, invalid, ok, options, status, timeout,
+};
 use crate::family::Family;
 
 /// One hedge of each lead, 300 ms after it, on the fallback route.
@@ -105,6 +107,16 @@ pub fn cases(f: &mut Family) {
             "hedged_budget",
             Some(json!({"on_store_unavailable": "fail_closed", "retry_budget": budget()})),
         ),
+        (
+            "hedged_breaker",
+            Some(json!({"breaker": breaker(), "on_store_unavailable": "fail_closed"})),
+        ),
+        (
+            "hedged_fleet",
+            Some(
+                json!({"breaker": breaker(), "on_store_unavailable": "fail_closed", "retry_budget": budget()}),
+            ),
+        ),
     ];
     for (prefix, fleet) in &fleets {
         let p = hedged(fleet.clone());
@@ -133,6 +145,7 @@ pub fn cases(f: &mut Family) {
         }
     }
     crashes(f);
+    open_breakers(f);
     let p = hedged(fleets[1].1.clone());
     let slow = json!([ok_after(1_000), ok_after(100)]);
     // A budget with nothing in it and no floor: the lead deposits half a
@@ -177,6 +190,64 @@ pub fn cases(f: &mut Family) {
         "completed",
     );
     refusals(f);
+}
+
+/// The store with the full budget and an open breaker on route `i`.
+fn open_on(i: usize) -> Value {
+    let p = policy_with(&[]);
+    let release = p["routes"][i]["route_release_sha256"].clone();
+    let key = format!("breaker/{}", release.as_str().unwrap());
+    let mut store = full_budget();
+    store[key] = json!({"consecutive_failures": 0, "generation": 1, "opened_at_epoch_ms": NOW_2026,
+        "probe_successes": 0, "probes_in_flight": 0, "route_release_sha256": release,
+        "schema": "retryledger.breaker.v1", "state": "open", "updated_at_epoch_ms": NOW_2026,
+        "window_failures": 0, "window_start_epoch_ms": NOW_2026, "window_total": 0});
+    store
+}
+
+/// Breakers at a hedge: an open hedge route sends no hedge (the lead runs
+/// alone); an open primary moves the lead to the fallback, whose hedge
+/// there is admitted by the same breaker; both open stops the run.
+fn open_breakers(f: &mut Family) {
+    let p = hedged(Some(
+        json!({"breaker": breaker(), "on_store_unavailable": "fail_closed", "retry_budget": budget()}),
+    ));
+    let slow = json!([ok_after(1_000), ok_after(100)]);
+    for journal in [false, true] {
+        let j = if journal { "_journal" } else { "" };
+        case(
+            f,
+            &format!("hedged_fleet{j}_open_hedge_route_sends_no_hedge"),
+            &p,
+            &options(journal),
+            None,
+            &json!({"attempts": slow, "store": open_on(1)}),
+            "completed",
+        );
+        case(
+            f,
+            &format!("hedged_fleet{j}_open_primary_moves_the_lead"),
+            &p,
+            &options(journal),
+            None,
+            &json!({"attempts": slow, "store": open_on(0)}),
+            "completed",
+        );
+        let mut both = open_on(0);
+        let other = open_on(1);
+        for (k, v) in other.as_object().unwrap() {
+            both[k] = v.clone();
+        }
+        case(
+            f,
+            &format!("hedged_fleet{j}_every_route_open_stops"),
+            &p,
+            &options(journal),
+            None,
+            &json!({"attempts": slow, "store": both}),
+            "stop_circuit_open",
+        );
+    }
 }
 
 fn refusals(f: &mut Family) {

@@ -192,11 +192,11 @@ impl HedgeSection {
             );
         }
         if let Some(f) = &p.fleet {
-            if f.breaker.is_some() || f.admission.is_some() {
+            if f.admission.is_some() {
                 return bad(
                     ErrorCode::InvalidHedge,
                     "",
-                    "hedging works with the fleet retry budget only, not with breakers or admission limits".into(),
+                    "hedging works with the fleet retry budget and breakers, not yet with admission limits".into(),
                 );
             }
         }

@@ -4,17 +4,20 @@
 use std::sync::Arc;
 
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
+use crate::breaker::{self, BreakerAdmission};
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run, Terminal};
 use crate::fleet::{
-    budget_admission, budget_in, Admission, BudgetRef, FleetSnapshots, FleetStop, FleetView,
-    FleetWrites, Generations, OnStoreUnavailable, StopReason, StoreStatus,
+    breaker_in, budget_admission, budget_in, Admission, BreakerRef, BudgetRef, FleetSnapshots,
+    FleetStop, FleetView, FleetWrites, Generations, OnStoreUnavailable, Skip, Skips, StopReason,
+    StoreStatus,
 };
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::{IndeterminateKind, Outcome};
 use crate::policy::CompiledPolicy;
 use crate::receipt::{Bundle, Receipt};
+use crate::session::changed;
 
 use super::round::{plan_hedge, resolve_round};
 use super::{decides, section, CancelledCost, HedgeMark, HedgeSummary, Loss};
@@ -122,6 +125,8 @@ pub struct HedgeSession {
     round: Option<Round>,
     /// An admission of the next dispatch (lead or hedge), until it starts.
     admitted: Option<(u64, Admission)>,
+    /// The next lead as admitted (moved on by routes a breaker skipped).
+    lead: Option<Dispatch>,
     snapshots: FleetSnapshots,
     /// The generation of every budget snapshot read.
     seen: Generations,
@@ -163,6 +168,7 @@ impl HedgeSession {
             summary: HedgeSummary::default(),
             round: None,
             admitted: None,
+            lead: None,
             snapshots: FleetSnapshots::default(),
             seen: Generations::default(),
         })
@@ -248,6 +254,61 @@ impl HedgeSession {
             })
     }
 
+    /// The next snapshot of attempt `ordinal`'s breaker after its outcome,
+    /// from the snapshot a host reads now (`now_epoch_ms`, wall clock): a
+    /// lead, a hedge and a cancelled loser each count on their route.
+    pub fn breaker_after(
+        &self,
+        ordinal: u64,
+        snapshot: &crate::breaker::BreakerSnapshot,
+        now_epoch_ms: u64,
+    ) -> Result<crate::breaker::BreakerSnapshot> {
+        let cfg = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.breaker.as_ref())
+            .ok_or_else(|| {
+                Error::at(
+                    ErrorCode::AdmissionUnexpected,
+                    "/fleet/breaker",
+                    "the policy has no breaker",
+                )
+            })?;
+        let Some(a) = self.attempt_of_ordinal(ordinal) else {
+            return Err(Error::new(
+                ErrorCode::AdmissionMissing,
+                format!("attempt {ordinal} has not been observed"),
+            ));
+        };
+        snapshot.check(cfg, &a.route_release_sha256, "")?;
+        self.seen
+            .check(a.route_release_sha256.as_str(), snapshot.generation, "")?;
+        let probe = a
+            .admission
+            .as_ref()
+            .and_then(|adm| adm.breaker.as_ref())
+            .is_some_and(|b| b.probe);
+        let recorded = breaker::record(
+            cfg,
+            snapshot,
+            probe,
+            breaker::Health::of(&a.outcome),
+            now_epoch_ms,
+        );
+        let backoff = &self.policy.policy.backoff;
+        if backoff.retry_after_over_cap == Some(crate::policy::OverCap::SkipRoute) {
+            if let Some(hint) = a.outcome.retry_after_ms() {
+                if hint > backoff.retry_after_cap_ms {
+                    let until = now_epoch_ms.saturating_add(hint);
+                    return Ok(breaker::park(&recorded, until, now_epoch_ms));
+                }
+            }
+        }
+        Ok(recorded)
+    }
+
     /// A member in doubt settled by reconciliation: `attempt` is its
     /// observation (as the journal's recovery built it).
     pub(crate) fn adopted(&mut self, attempt: Attempt) -> Result<()> {
@@ -283,6 +344,9 @@ impl HedgeSession {
     /// What to do now.
     pub fn next(&self) -> HedgeStep {
         let Some(round) = &self.round else {
+            if let (Some(l), Decision::Dispatch(_)) = (&self.lead, self.run.next()) {
+                return HedgeStep::Dispatch(l.clone());
+            }
             return match self.run.next() {
                 Decision::Dispatch(d) => HedgeStep::Dispatch(d.clone()),
                 Decision::Terminal { terminal } => HedgeStep::Terminal {
@@ -316,7 +380,7 @@ impl HedgeSession {
         let index = self.attempts.attempts.len();
         let (plan, is_hedge) = match &self.round {
             None => match self.run.next() {
-                Decision::Dispatch(d) => (d.clone(), false),
+                Decision::Dispatch(d) => (self.lead.clone().unwrap_or_else(|| d.clone()), false),
                 Decision::Terminal { terminal } => {
                     return Err(Error::new(
                         ErrorCode::AttemptAfterTerminal,
@@ -407,6 +471,9 @@ impl HedgeSession {
             .get_or_insert_with(Round::default)
             .members
             .push(member);
+        if !is_hedge {
+            self.lead = None;
+        }
         Ok(self.next())
     }
 
@@ -596,7 +663,34 @@ impl HedgeSession {
     /// attempt and withdraws otherwise; a hedge withdraws. A refused lead
     /// ends the run (`stop_retry_budget`, `stop_store_unavailable`); a
     /// refused hedge is not dispatched and the round takes no more hedges.
+    ///
+    /// A policy with a breaker is refused here: its hedges are admitted and
+    /// settled on their routes' breakers by the run machine's hedge layer
+    /// ([`crate::machine`]), which the hedge drivers do not drive yet.
     pub fn admit(
+        &mut self,
+        at_ms: u64,
+        now_epoch_ms: u64,
+        view: &FleetView,
+    ) -> Result<HedgeAdmitted> {
+        if self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .is_some_and(|f| f.breaker.is_some())
+        {
+            return Err(Error::at(
+                ErrorCode::InvalidHedge,
+                "/fleet/breaker",
+                "a hedged run under a breaker is driven by the run machine, which settles each member on its breaker",
+            ));
+        }
+        self.admit_layered(at_ms, now_epoch_ms, view)
+    }
+
+    /// [`HedgeSession::admit`] for the run machine, breakers included.
+    pub(crate) fn admit_layered(
         &mut self,
         at_ms: u64,
         now_epoch_ms: u64,
@@ -610,7 +704,9 @@ impl HedgeSession {
                 "the policy has no fleet section",
             ));
         };
-        let (plan, is_hedge) = match self.next() {
+        // A lead is admitted from the plan (a breaker may move it on).
+        self.lead = None;
+        let (mut plan, is_hedge) = match self.next() {
             HedgeStep::Dispatch(d) => (d, false),
             HedgeStep::Await { hedge: Some(d), .. } => (d, true),
             _ => {
@@ -622,6 +718,7 @@ impl HedgeSession {
         };
         self.admitted = None;
         let mut writes = FleetWrites::default();
+        let mut skips: Vec<Skip> = Vec::new();
         let mut admission = Admission {
             admitted_at_epoch_ms: now_epoch_ms,
             breaker: None,
@@ -632,7 +729,8 @@ impl HedgeSession {
         };
         let refused = |s: &mut Self,
                        reason: StopReason,
-                       budget: Option<BudgetRef>|
+                       budget: Option<BudgetRef>,
+                       skips: Vec<Skip>|
          -> Result<HedgeAdmitted> {
             if is_hedge {
                 if let Some(r) = s.round.as_mut() {
@@ -650,10 +748,11 @@ impl HedgeSession {
                 budget,
                 limits: None,
                 reason,
-                skipped: None,
+                skipped: (!skips.is_empty()).then_some(Skips(skips)),
             };
             s.run.fleet_stop(&s.policy, &stop)?;
             s.attempts.fleet_stop = Some(stop);
+            s.lead = None;
             Ok(HedgeAdmitted {
                 step: s.next(),
                 writes: FleetWrites::default(),
@@ -663,23 +762,73 @@ impl HedgeSession {
             if fleet.on_store_unavailable == OnStoreUnavailable::FailOpen {
                 admission.store = Some(StoreStatus::Unavailable);
             } else {
-                return refused(self, StopReason::StoreUnavailable, None);
+                return refused(self, StopReason::StoreUnavailable, None, Vec::new());
             }
-        } else if let Some(cfg) = &fleet.retry_budget {
-            let s = budget_in(cfg, view, now_epoch_ms)?;
-            let short = budget_admission(
-                cfg,
-                &s,
-                &mut self.seen,
-                &mut self.snapshots,
-                plan.ordinal,
-                now_epoch_ms,
-                &mut writes,
-                &mut admission,
-            )?;
-            if let Some(used) = short {
-                return refused(self, StopReason::RetryBudget, Some(used));
+        } else {
+            // A breaker: a lead skips an open route as a plain attempt does
+            // (the run stops `stop_circuit_open` when none admits); a hedge
+            // whose route does not admit is not sent.
+            if let Some(cfg) = &fleet.breaker {
+                loop {
+                    let s = breaker_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
+                    self.seen
+                        .saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
+                    let digest = self.snapshots.keep_breaker(&s);
+                    let (answer, next) = breaker::admit(cfg, &s, now_epoch_ms);
+                    match answer {
+                        BreakerAdmission::Admitted { probe } => {
+                            admission.breaker = Some(BreakerRef {
+                                generation: s.generation,
+                                probe,
+                                snapshot_sha256: digest,
+                            });
+                            if changed(&next, &s) {
+                                writes.breakers.push(next);
+                            }
+                            break;
+                        }
+                        BreakerAdmission::Rejected { .. } if is_hedge => {
+                            return refused(self, StopReason::CircuitOpen, None, Vec::new());
+                        }
+                        BreakerAdmission::Rejected { .. } => {
+                            if changed(&next, &s) {
+                                writes.breakers.push(next);
+                            }
+                            skips.push(Skip {
+                                route_id: plan.route_id.clone(),
+                                snapshot_sha256: digest,
+                            });
+                            match self.run.skip_route(&self.policy, &plan) {
+                                Some(p) => plan = p,
+                                None => return refused(self, StopReason::CircuitOpen, None, skips),
+                            }
+                        }
+                    }
+                }
             }
+            if let Some(cfg) = &fleet.retry_budget {
+                let s = budget_in(cfg, view, now_epoch_ms)?;
+                let short = budget_admission(
+                    cfg,
+                    &s,
+                    &mut self.seen,
+                    &mut self.snapshots,
+                    plan.ordinal,
+                    now_epoch_ms,
+                    &mut writes,
+                    &mut admission,
+                )?;
+                if let Some(used) = short {
+                    return refused(self, StopReason::RetryBudget, Some(used), skips);
+                }
+            }
+        }
+        if !skips.is_empty() {
+            admission.skipped = Some(Skips(skips));
+        }
+        if !is_hedge {
+            // The lead as admitted (moved on by any skipped route).
+            self.lead = Some(plan.clone());
         }
         self.admitted = Some((plan.ordinal, admission));
         Ok(HedgeAdmitted {
@@ -699,6 +848,7 @@ impl HedgeSession {
         }
         self.run.cancel(at_ms)?;
         self.attempts.cancelled_at_ms = Some(at_ms);
+        self.lead = None;
         Ok(())
     }
 

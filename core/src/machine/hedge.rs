@@ -63,6 +63,19 @@ enum Stage {
         count: u64,
         before: Box<HedgeSession>,
     },
+    /// Waiting for the read of member `ordinal`'s breaker, to record its
+    /// outcome there.
+    Settling {
+        reads: fleet::Reads,
+        ordinal: u64,
+        conflicts: u64,
+    },
+    /// Waiting for the write of that breaker's record.
+    SettleWriting {
+        ordinal: u64,
+        conflicts: u64,
+        count: u64,
+    },
     /// Waiting for the clock to reach a lead's planned start.
     Sleeping,
     /// Waiting for a result of an attempt in flight (or the hedge due).
@@ -341,7 +354,52 @@ impl Machine {
                 let layer = self.layer()?;
                 layer.session.cancelled(ordinal, at_ms)?;
                 layer.in_doubt.retain(|n| *n != ordinal);
+                self.hedge_settle(ordinal, 0)
+            }
+            (
+                Stage::Settling {
+                    reads,
+                    ordinal,
+                    conflicts,
+                },
+                Event::Read { now_ms, rows },
+            ) => {
+                self.clock(now_ms)?;
+                self.hedge_settled(reads, ordinal, conflicts, &rows)
+            }
+            (Stage::Settling { ordinal, .. }, Event::StoreUnavailable { now_ms }) => {
+                // Nothing to settle against: the snapshots stay as they are.
+                self.clock(now_ms)?;
                 self.journal_observed(ordinal)
+            }
+            (
+                Stage::SettleWriting {
+                    ordinal,
+                    conflicts,
+                    count,
+                    ..
+                },
+                Event::Written { written },
+            ) => {
+                if written > count {
+                    return Err(Error::at(
+                        ErrorCode::InvalidValue,
+                        "/written",
+                        format!("{written} writes reported of {count} asked"),
+                    ));
+                }
+                if written == count {
+                    return self.journal_observed(ordinal);
+                }
+                let conflicts = conflicts.saturating_add(1);
+                if conflicts > self.max_conflicts {
+                    return Err(Error::at(
+                        ErrorCode::StoreConflict,
+                        "/written",
+                        format!("the store write conflicted {conflicts} times in a row"),
+                    ));
+                }
+                self.hedge_settle(ordinal, conflicts)
             }
             (Stage::Appending(after), Event::Appended) => {
                 self.layer()?.stage = Stage::Plan;
@@ -514,7 +572,77 @@ impl Machine {
         layer.judgement = Some(judgement);
         layer.stage = Stage::Plan;
         self.now_ms = obs.completed_at_ms;
-        self.journal_observed(ordinal)
+        self.hedge_settle(ordinal, 0)
+    }
+
+    /// Record member `ordinal`'s outcome on its route's breaker (a policy
+    /// with one), then journal it.
+    fn hedge_settle(&mut self, ordinal: u64, conflicts: u64) -> Result<()> {
+        let breaker = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .filter(|f| f.breaker.is_some())
+            .cloned();
+        let release = self
+            .layer()?
+            .session
+            .attempt_of_ordinal(ordinal)
+            .map(|a| a.route_release_sha256.clone());
+        let (Some(f), Some(release)) = (breaker, release) else {
+            return self.journal_observed(ordinal);
+        };
+        let reads = fleet::Reads::settlement(&f, &release);
+        self.effect = Effect::Read { keys: reads.keys() };
+        self.layer()?.stage = Stage::Settling {
+            reads,
+            ordinal,
+            conflicts,
+        };
+        Ok(())
+    }
+
+    fn hedge_settled(
+        &mut self,
+        mut reads: fleet::Reads,
+        ordinal: u64,
+        conflicts: u64,
+        rows: &[super::Row],
+    ) -> Result<()> {
+        let Some(f) = self.policy.policy.fleet.clone() else {
+            return self.journal_observed(ordinal);
+        };
+        let Some(cfg) = &f.breaker else {
+            return self.journal_observed(ordinal);
+        };
+        let view = reads.view(rows, self.reserve_tokens)?;
+        let now_epoch = self.epoch(self.now_ms);
+        let layer = self.layer()?;
+        let Some(release) = layer
+            .session
+            .attempt_of_ordinal(ordinal)
+            .map(|a| a.route_release_sha256.clone())
+        else {
+            return self.journal_observed(ordinal);
+        };
+        let s = crate::fleet::breaker_in(cfg, &view, &release, now_epoch)?;
+        let next = layer.session.breaker_after(ordinal, &s, now_epoch)?;
+        let writes = reads.writes(
+            &f,
+            crate::fleet::FleetWrites {
+                breakers: vec![next],
+                ..crate::fleet::FleetWrites::default()
+            },
+        );
+        let count = u64::try_from(writes.len()).unwrap_or(u64::MAX);
+        layer.stage = Stage::SettleWriting {
+            ordinal,
+            conflicts,
+            count,
+        };
+        self.effect = Effect::Write { writes };
+        Ok(())
     }
 
     fn hedge_read(&mut self, conflicts: u64) {
@@ -552,7 +680,7 @@ impl Machine {
         let layer = self.layer()?;
         let offered = offered_ordinal(&layer.session.next());
         let before = Box::new(layer.session.clone());
-        let admitted = layer.session.admit(now_ms, now_epoch, &view)?;
+        let admitted = layer.session.admit_layered(now_ms, now_epoch, &view)?;
         // Still on offer after the admission: admitted (a refused lead ends
         // the run, a refused hedge is no longer offered).
         layer.admitted = offered.filter(|o| offered_ordinal(&admitted.step) == Some(*o));
