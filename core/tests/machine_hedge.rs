@@ -633,3 +633,44 @@ fn every_hedge_is_admitted_by_its_breaker_and_a_forged_one_is_drift() {
         .count();
     assert_eq!(breakers, 2);
 }
+
+/// Arbitrary answers to a hedged run (alone, and under a breaker and a
+/// budget; journaled or not, crashed and resumed from any prefix): every
+/// refused answer is a coded error, every finished run seals a bundle that
+/// verifies and a journal that verifies.
+#[test]
+fn arbitrary_answers_to_a_hedged_run_are_coded_errors_or_verified_states() {
+    let cases: u64 = std::env::var("RETRYLEDGER_PROPERTY_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let (mut done, mut resumed, mut refused) = (0u64, 0u64, 0u64);
+    for case in 0..cases {
+        let len = 8 + (case % 200) as usize;
+        let mut data: Vec<u8> = (0..len)
+            .map(|_| {
+                state ^= state >> 12;
+                state ^= state << 25;
+                state ^= state >> 27;
+                (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+            })
+            .collect();
+        // A hedged policy (both of 0x60 in the first byte).
+        data[0] |= 0x60;
+        match retryledger_core::machine::arbitrary::drive(&data) {
+            Ok(r) => {
+                assert!(r.hedged, "case {case}: not a hedged policy");
+                done += u64::from(r.done);
+                resumed += u64::from(r.resumed);
+                refused += u64::from(r.refused);
+            }
+            Err(finding) => panic!("case {case} ({data:?}): {finding}"),
+        }
+    }
+    assert!(done > cases / 10, "{done} of {cases} hedged runs finished");
+    assert!(
+        resumed > 0 && refused > 0,
+        "resumed {resumed}, refused {refused}"
+    );
+}

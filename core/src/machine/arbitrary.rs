@@ -1,7 +1,7 @@
 //! The run machine driven by arbitrary bytes (the `lab` feature): what the
 //! fuzz target `machine` and a property test run. The bytes choose a policy
-//! (plain, a fleet with breaker, budget and limits, a tentative stream, both;
-//! journaled or not) and then, one byte at a time, the host's answer: most
+//! (plain, a fleet with breaker, budget and limits, a tentative stream, both,
+//! a hedged one alone or under a breaker and a budget; journaled or not) and then, one byte at a time, the host's answer: most
 //! often a plausible one (a store that keeps its registers, a clock that
 //! moves on, an observation with a status), sometimes any event at all, and
 //! sometimes a crash after which a new owner resumes from any prefix of the
@@ -44,6 +44,25 @@ fn policies() -> Vec<Arc<CompiledPolicy>> {
             }
             if s {
                 m.insert("stream".into(), stream.clone());
+            }
+        }
+        if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
+            out.push(Arc::new(cp));
+        }
+    }
+    // Hedged: alone, and under a breaker and a retry budget.
+    let hedge = json!({"cancelled_cost": "reserve", "cost_share_percent": 100, "delay_ms": 50,
+        "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]});
+    let mut hedged_fleet = fleet;
+    if let Value::Object(m) = &mut hedged_fleet {
+        m.remove("admission");
+    }
+    for f in [None, Some(hedged_fleet)] {
+        let mut p = crate::lab::reference_policy();
+        if let Value::Object(m) = &mut p {
+            m.insert("hedge".into(), hedge.clone());
+            if let Some(f) = f {
+                m.insert("fleet".into(), f);
             }
         }
         if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
@@ -178,6 +197,30 @@ fn any_event(b: u8, bytes: &mut Bytes<'_>, now: u64) -> Event {
     }
 }
 
+/// A hedged run's answer to a dispatch or a wait: the clock at the hedge's
+/// time, or the observation of an attempt in flight (its ordinal named).
+fn hedged_answer(
+    bytes: &mut Bytes<'_>,
+    now: &mut u64,
+    flying: &[u64],
+    hedge_at_ms: Option<u64>,
+    hedged: bool,
+) -> Event {
+    let b = bytes.byte();
+    if let (Some(at), 0) = (hedge_at_ms, b % 3) {
+        *now = (*now).max(at);
+        return Event::Clock { now_ms: *now };
+    }
+    let mut obs = observed(bytes.byte(), bytes.byte(), *now, false);
+    if hedged {
+        obs.ordinal = flying
+            .get(usize::from(b).checked_rem(flying.len()).unwrap_or(0))
+            .copied();
+    }
+    *now = obs.completed_at_ms;
+    Event::Observed(Box::new(obs))
+}
+
 /// A refused answer must carry a known code and a JSON Pointer.
 fn coded(e: &Error) -> Result<(), String> {
     if !ErrorCode::ALL.contains(&e.code) {
@@ -201,6 +244,8 @@ pub struct Reached {
     pub resumed: u32,
     /// Answers refused with a code.
     pub refused: u32,
+    /// The policy was hedged.
+    pub hedged: bool,
 }
 
 /// Drive a machine with `data`; a finding (a property violated) is the error.
@@ -209,10 +254,17 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
     let mut bytes = Bytes(data.iter());
     let first = bytes.byte();
     let all = policies();
-    let Some(cp) = all.get(usize::from(first % 4)).cloned() else {
+    // Both of 0x60: a hedged policy; otherwise one of the first four.
+    let pick = if first & 0x60 == 0x60 {
+        4 + usize::from(first & 1)
+    } else {
+        usize::from(first % 4)
+    };
+    let Some(cp) = all.get(pick).cloned() else {
         return Err("a policy of the set does not compile".into());
     };
     let journaled = first & 0x10 != 0;
+    reached.hedged = cp.policy.hedge.is_some();
     let stream = cp.policy.stream.is_some();
     let mut lease = 1;
     let mut m = match Machine::start(Arc::clone(&cp), options(journaled, lease, 0)) {
@@ -223,6 +275,8 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
     let mut store: BTreeMap<String, (Value, u64)> = BTreeMap::new();
     let mut now = 0u64;
     let mut steps = 0u32;
+    // A hedged run's attempts in flight, as the host sent them.
+    let mut flying: Vec<u64> = Vec::new();
     while let Some(b) = bytes.next() {
         steps = steps.saturating_add(1);
         if steps > 4_096 || m.next().is_done() {
@@ -239,6 +293,7 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                 Ok(r) => m = r,
                 Err(e) => return coded(&e).map(|()| reached),
             }
+            flying.clear();
             reached.resumed = reached.resumed.saturating_add(1);
             continue;
         }
@@ -295,26 +350,52 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                         Event::Clock { now_ms: now }
                     }
                 }
-                Effect::Dispatch { .. } => {
-                    let obs = observed(bytes.byte(), bytes.byte(), now, stream);
-                    now = obs.completed_at_ms;
-                    Event::Observed(Box::new(obs))
+                Effect::Dispatch {
+                    dispatch,
+                    hedge_at_ms,
+                    ..
+                } => {
+                    if m.is_hedged() && !flying.contains(&dispatch.ordinal) {
+                        flying.push(dispatch.ordinal);
+                    }
+                    hedged_answer(&mut bytes, &mut now, &flying, hedge_at_ms, m.is_hedged())
                 }
                 Effect::Reconcile { .. } => any_event(7, &mut bytes, now),
-                Effect::Await { .. } => {
-                    let obs = observed(bytes.byte(), bytes.byte(), now, stream);
-                    now = obs.completed_at_ms;
-                    Event::Observed(Box::new(obs))
+                Effect::Await { hedge_at_ms, .. } => {
+                    hedged_answer(&mut bytes, &mut now, &flying, hedge_at_ms, true)
                 }
-                Effect::CancelAttempts { ordinals, .. } => Event::AttemptCancelled {
-                    ordinal: ordinals.first().copied().unwrap_or(0),
-                    at_ms: now,
-                },
+                Effect::CancelAttempts { ordinals, .. } => {
+                    let pick = usize::from(bytes.byte());
+                    let ordinal = ordinals
+                        .get(pick.checked_rem(ordinals.len()).unwrap_or(0))
+                        .copied()
+                        .unwrap_or(0);
+                    if pick % 4 == 3 {
+                        // The loser's result came first: a late observation.
+                        let mut obs = observed(bytes.byte(), bytes.byte(), now, stream);
+                        obs.ordinal = Some(ordinal);
+                        now = obs.completed_at_ms;
+                        Event::Observed(Box::new(obs))
+                    } else {
+                        Event::AttemptCancelled {
+                            ordinal,
+                            at_ms: now,
+                        }
+                    }
+                }
             }
         };
         let appended = matches!(event, Event::Appended);
+        let answered = match &event {
+            Event::Observed(o) => o.ordinal,
+            Event::AttemptCancelled { ordinal, .. } => Some(*ordinal),
+            _ => None,
+        };
         match m.answer(event) {
             Ok(_) => {
+                if let Some(n) = answered {
+                    flying.retain(|f| *f != n);
+                }
                 now = now.max(m.now_ms());
                 // The events of an append answered `appended` are durable.
                 if let (true, Effect::Append { events }) = (appended, effect) {
