@@ -36,15 +36,16 @@
 
 use std::sync::Arc;
 
-use super::fleet::{self, Cas};
+mod journal;
+mod store;
+
+use super::fleet;
 use super::{Effect, Event, Machine, Observation, Options};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::Dispatch;
 use crate::hedge::{HedgeSession, HedgeStep};
 use crate::journal::hedged::{position, Position};
-use crate::journal::{
-    Answer, AnswerKind, Entry, Pending, Reconciliation, ReconciliationSchema, Recovery, Writer,
-};
+use crate::journal::{Answer, AnswerKind, Entry, Pending, Reconciliation, Writer};
 use crate::observe::{Facts, Judgement};
 use crate::policy::CompiledPolicy;
 use crate::receipt::Bundle;
@@ -449,74 +450,6 @@ impl Machine {
         }
     }
 
-    /// What the receiver's answers settle: ask again, or adopt the member's
-    /// observation and journal it.
-    fn hedge_reconciled(&mut self, attempt: Pending, reconciliation: Reconciliation) -> Result<()> {
-        let Some((writer, _)) = &self.journal else {
-            return Err(Error::new(
-                ErrorCode::JournalOutOfOrder,
-                "a reconciliation without a journal",
-            ));
-        };
-        match writer.recover(Some(&reconciliation))? {
-            Recovery::Reconcile {
-                not_before_ms,
-                poll,
-                ..
-            } => {
-                self.layer()?.stage = Stage::Reconciling {
-                    attempt,
-                    reconciliation,
-                    not_before_ms,
-                    poll,
-                    asked: false,
-                };
-                self.hedge_advance()
-            }
-            Recovery::Adopt { attempt, .. } => {
-                let ordinal = attempt.ordinal;
-                let layer = self.layer()?;
-                layer.session.adopted(attempt)?;
-                layer.in_doubt.retain(|n| *n != ordinal);
-                self.journal_observed(ordinal)
-            }
-            Recovery::Resume { .. } | Recovery::Done { .. } => Err(Error::new(
-                ErrorCode::JournalOutOfOrder,
-                "no member of the round waits for reconciliation",
-            )),
-        }
-    }
-
-    /// Journal member `ordinal`'s observation (and the round's decision
-    /// once it is resolved), then go on.
-    fn journal_observed(&mut self, ordinal: u64) -> Result<()> {
-        let layer = self.layer()?;
-        layer.stage = Stage::Plan;
-        let resolved = !layer.session.in_round();
-        let attempt = layer.session.attempt_of_ordinal(ordinal).cloned();
-        let (Some(attempt), true) = (attempt, self.journal.is_some()) else {
-            return self.hedge_advance();
-        };
-        let mut entries = vec![Entry::Observed { attempt }];
-        if resolved {
-            entries.push(Entry::Decided);
-        }
-        self.hedge_append(&entries, After::Plan)
-    }
-
-    fn hedge_append(&mut self, entries: &[Entry], after: After) -> Result<()> {
-        let Some((writer, _)) = self.journal.as_mut() else {
-            return Err(Error::new(
-                ErrorCode::JournalOutOfOrder,
-                "an append without a journal",
-            ));
-        };
-        let events = writer.append_all(entries)?;
-        self.effect = Effect::Append { events };
-        self.layer()?.stage = Stage::Appending(after);
-        Ok(())
-    }
-
     /// Send member `d` now (its journal events, if any, are durable).
     fn send(&mut self, d: Dispatch) -> Result<()> {
         let now = self.now_ms;
@@ -573,130 +506,6 @@ impl Machine {
         layer.stage = Stage::Plan;
         self.now_ms = obs.completed_at_ms;
         self.hedge_settle(ordinal, 0)
-    }
-
-    /// Record member `ordinal`'s outcome on its route's breaker (a policy
-    /// with one), then journal it.
-    fn hedge_settle(&mut self, ordinal: u64, conflicts: u64) -> Result<()> {
-        let breaker = self
-            .policy
-            .policy
-            .fleet
-            .as_ref()
-            .filter(|f| f.breaker.is_some())
-            .cloned();
-        let release = self
-            .layer()?
-            .session
-            .attempt_of_ordinal(ordinal)
-            .map(|a| a.route_release_sha256.clone());
-        let (Some(f), Some(release)) = (breaker, release) else {
-            return self.journal_observed(ordinal);
-        };
-        let reads = fleet::Reads::settlement(&f, &release);
-        self.effect = Effect::Read { keys: reads.keys() };
-        self.layer()?.stage = Stage::Settling {
-            reads,
-            ordinal,
-            conflicts,
-        };
-        Ok(())
-    }
-
-    fn hedge_settled(
-        &mut self,
-        mut reads: fleet::Reads,
-        ordinal: u64,
-        conflicts: u64,
-        rows: &[super::Row],
-    ) -> Result<()> {
-        let Some(f) = self.policy.policy.fleet.clone() else {
-            return self.journal_observed(ordinal);
-        };
-        let Some(cfg) = &f.breaker else {
-            return self.journal_observed(ordinal);
-        };
-        let view = reads.view(rows, self.reserve_tokens)?;
-        let now_epoch = self.epoch(self.now_ms);
-        let layer = self.layer()?;
-        let Some(release) = layer
-            .session
-            .attempt_of_ordinal(ordinal)
-            .map(|a| a.route_release_sha256.clone())
-        else {
-            return self.journal_observed(ordinal);
-        };
-        let s = crate::fleet::breaker_in(cfg, &view, &release, now_epoch)?;
-        let next = layer.session.breaker_after(ordinal, &s, now_epoch)?;
-        let writes = reads.writes(
-            &f,
-            crate::fleet::FleetWrites {
-                breakers: vec![next],
-                ..crate::fleet::FleetWrites::default()
-            },
-        );
-        let count = u64::try_from(writes.len()).unwrap_or(u64::MAX);
-        layer.stage = Stage::SettleWriting {
-            ordinal,
-            conflicts,
-            count,
-        };
-        self.effect = Effect::Write { writes };
-        Ok(())
-    }
-
-    fn hedge_read(&mut self, conflicts: u64) {
-        let reads = self.admission_reads();
-        self.effect = Effect::Read { keys: reads.keys() };
-        if let Some(layer) = self.hedge.as_deref_mut() {
-            layer.stage = Stage::Reading { reads, conflicts };
-        }
-    }
-
-    /// Admit the offered dispatch under what the store answered.
-    fn hedge_admit(
-        &mut self,
-        mut reads: fleet::Reads,
-        conflicts: u64,
-        rows: &[super::Row],
-        unavailable: bool,
-    ) -> Result<()> {
-        let Some(cfg) = self.policy.policy.fleet.clone() else {
-            return Err(Error::new(
-                ErrorCode::AdmissionUnexpected,
-                "a read under a policy without a fleet section",
-            ));
-        };
-        let view = if unavailable {
-            crate::fleet::FleetView {
-                store_unavailable: true,
-                ..crate::fleet::FleetView::default()
-            }
-        } else {
-            reads.view(rows, self.reserve_tokens)?
-        };
-        let now_ms = self.now_ms;
-        let now_epoch = self.epoch(now_ms);
-        let layer = self.layer()?;
-        let offered = offered_ordinal(&layer.session.next());
-        let before = Box::new(layer.session.clone());
-        let admitted = layer.session.admit_layered(now_ms, now_epoch, &view)?;
-        // Still on offer after the admission: admitted (a refused lead ends
-        // the run, a refused hedge is no longer offered).
-        layer.admitted = offered.filter(|o| offered_ordinal(&admitted.step) == Some(*o));
-        let writes: Vec<Cas> = reads.writes(&cfg, admitted.writes);
-        if writes.is_empty() {
-            layer.stage = Stage::Plan;
-            return self.hedge_advance();
-        }
-        let count = u64::try_from(writes.len()).unwrap_or(u64::MAX);
-        layer.stage = Stage::Writing {
-            conflicts,
-            count,
-            before,
-        };
-        self.effect = Effect::Write { writes };
-        Ok(())
     }
 
     /// The next effect of a hedged run, through every stage that needs no
@@ -860,43 +669,6 @@ impl Machine {
         };
         self.effect = effect;
         Ok(())
-    }
-
-    /// Ask the receiver about the first member of the resumed round in
-    /// flight, as the journal's recovery plans it.
-    fn hedge_reconcile(&mut self) -> Result<()> {
-        let max_polls = self.layer()?.max_polls;
-        let Some((writer, _)) = &self.journal else {
-            return Err(Error::new(
-                ErrorCode::JournalOutOfOrder,
-                "a member in doubt without a journal",
-            ));
-        };
-        let Recovery::Reconcile {
-            attempt,
-            not_before_ms,
-            poll,
-            ..
-        } = writer.recover(None)?
-        else {
-            return Err(Error::new(
-                ErrorCode::JournalOutOfOrder,
-                "the journal holds no member in flight to reconcile",
-            ));
-        };
-        self.layer()?.stage = Stage::Reconciling {
-            reconciliation: Reconciliation {
-                answers: Vec::new(),
-                max_polls,
-                ordinal: attempt.ordinal,
-                schema: ReconciliationSchema,
-            },
-            attempt,
-            not_before_ms,
-            poll,
-            asked: false,
-        };
-        self.hedge_advance()
     }
 }
 
