@@ -21,14 +21,18 @@
 //!   never adopted), until none is left.
 //!
 //! Under a fleet section every lead and every hedge is admitted before it
-//! is sent (`read`, then `write`): a lead deposits into the retry budget
-//! when it is the run's first attempt and withdraws otherwise, a hedge
-//! withdraws; a refused hedge is not sent and its round takes no more.
+//! is sent (`read`, then `write`, `store`): a lead deposits into the retry
+//! budget when it is the run's first attempt and withdraws otherwise, a
+//! hedge withdraws; a lead skips a route whose breaker is open, a hedge is
+//! admitted by its route's breaker; a refused hedge is not sent and its
+//! round takes no more. Each member's outcome (a cancelled loser's too) is
+//! recorded on its route's breaker before it is journaled. Admission
+//! limits are refused with a hedge section when the policy is compiled.
 //!
 //! Under a journal every member of a round is `reserved` + `dispatched` in
 //! one append before it is sent, and `observed` (with the round's
 //! `decided` once every member is) in one append after its result or its
-//! cancellation ([`crate::journal`]'s hedged rounds). A new owner resumes
+//! cancellation ([`crate::journal`]'s hedged rounds; `journal`). A new owner resumes
 //! an open round by reconciling each member in flight with the receiver,
 //! in ordinal order, until the round is decided (the rest are then
 //! cancelled as losers) or every member is settled; only
