@@ -278,6 +278,11 @@ const NOW: u64 = 1_780_000_000_000;
 /// A hedged policy whose hedges may reserve the whole cost budget, under
 /// a breaker and a retry budget.
 fn hedged_fleet() -> Arc<retryledger_core::policy::CompiledPolicy> {
+    hedged_fleet_with(false)
+}
+
+/// [`hedged_fleet`], with admission limits too when `limits`.
+fn hedged_fleet_with(limits: bool) -> Arc<retryledger_core::policy::CompiledPolicy> {
     let mut p = retryledger_core::lab::reference_policy();
     p["hedge"] = json!({
         "cancelled_cost": "reserve", "cost_share_percent": 100, "delay_ms": 300,
@@ -286,6 +291,10 @@ fn hedged_fleet() -> Arc<retryledger_core::policy::CompiledPolicy> {
     p["fleet"] = json!({"breaker": {"consecutive_failures": 3, "half_open_probes": 1, "open_ms": 10_000},
         "on_store_unavailable": "fail_closed", "retry_budget": {
         "floor_per_second": 0, "max_tokens": 5, "ratio_permille": 500, "scope": "tenant-7/summaries"}});
+    if limits {
+        p["fleet"]["admission"] = json!({"max_in_flight": 2, "max_queue_ms": 1_000,
+            "request_burst": 4, "requests_per_second": 10});
+    }
     Arc::new(api::compile_policy(&p.to_string()).unwrap())
 }
 
@@ -395,8 +404,8 @@ fn a_hedged_journaled_run_under_a_budget_writes_each_member_and_verifies() {
 
 /// Crash the hedged run after every number of appends and resume it as a
 /// new owner whose receiver answers `answer` about every member in doubt.
-fn crash_everywhere(answer: &str) -> (usize, usize) {
-    let cp = hedged_fleet();
+fn crash_everywhere(answer: &str, limits: bool) -> (usize, usize) {
+    let cp = hedged_fleet_with(limits);
     let script = two_rounds();
     let mut m = Machine::start(Arc::clone(&cp), journal_options(1, 0)).unwrap();
     let full = play(&mut m, &script, Vec::new());
@@ -511,17 +520,20 @@ fn crash_everywhere(answer: &str) -> (usize, usize) {
 
 #[test]
 fn a_hedged_fleet_journal_run_crashed_at_every_prefix_resumes_to_a_verified_end() {
-    let (runs, resent) = crash_everywhere("failed_no_effect");
-    assert!(runs >= 10, "only {runs} crash points");
-    // Some crash left members in doubt that the receiver cleared.
-    assert!(
-        resent >= 1,
-        "no resumed run sent again after a reconciliation"
-    );
-    let (runs, resent) = crash_everywhere("succeeded");
-    assert!(runs >= 10, "only {runs} crash points");
-    // A succeeded member in doubt completes its round: nothing is sent again.
-    assert_eq!(resent, 0);
+    // Under a breaker and a retry budget, then with admission limits too.
+    for limits in [false, true] {
+        let (runs, resent) = crash_everywhere("failed_no_effect", limits);
+        assert!(runs >= 10, "only {runs} crash points");
+        // Some crash left members in doubt that the receiver cleared.
+        assert!(
+            resent >= 1,
+            "no resumed run sent again after a reconciliation"
+        );
+        let (runs, resent) = crash_everywhere("succeeded", limits);
+        assert!(runs >= 10, "only {runs} crash points");
+        // A succeeded member in doubt completes its round: nothing is sent again.
+        assert_eq!(resent, 0);
+    }
 }
 
 #[test]

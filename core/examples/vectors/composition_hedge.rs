@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::common::{policy_with, t, NOW_2026};
 use crate::composition::{
-    breaker, budget, case, full_budget, invalid, ok, options, status, timeout,
+    breaker, budget, case, full_budget, invalid, limits, ok, options, status, timeout,
 };
 use crate::family::Family;
 
@@ -117,6 +117,15 @@ pub fn cases(f: &mut Family) {
                 json!({"breaker": breaker(), "on_store_unavailable": "fail_closed", "retry_budget": budget()}),
             ),
         ),
+        (
+            "hedged_limits",
+            Some(json!({"admission": limits(), "on_store_unavailable": "fail_open"})),
+        ),
+        (
+            "hedged_all",
+            Some(json!({"admission": limits(), "breaker": breaker(),
+                "on_store_unavailable": "fail_closed", "retry_budget": budget()})),
+        ),
     ];
     for (prefix, fleet) in &fleets {
         let p = hedged(fleet.clone());
@@ -146,6 +155,7 @@ pub fn cases(f: &mut Family) {
     }
     crashes(f);
     open_breakers(f);
+    full_limits(f);
     let p = hedged(fleets[1].1.clone());
     let slow = json!([ok_after(1_000), ok_after(100)]);
     // A budget with nothing in it and no floor: the lead deposits half a
@@ -246,6 +256,35 @@ fn open_breakers(f: &mut Family) {
             None,
             &json!({"attempts": slow, "store": both}),
             "stop_circuit_open",
+        );
+    }
+}
+
+/// Admission limits with one slot in flight per route, and a hedge on the
+/// lead's own route: the lead takes the slot, the hedge finds none and is
+/// not sent (a hedge never queues); the lead wins alone.
+fn full_limits(f: &mut Family) {
+    let mut one = limits();
+    one["max_in_flight"] = json!(1);
+    let mut h = hedge();
+    h["routes"] = json!(["private-primary"]);
+    let p = t(&policy_with(&[
+        ("/hedge", h),
+        (
+            "/fleet",
+            json!({"admission": one, "on_store_unavailable": "fail_closed"}),
+        ),
+    ]));
+    for journal in [false, true] {
+        let j = if journal { "_journal" } else { "" };
+        case(
+            f,
+            &format!("hedged_limits{j}_no_slot_sends_no_hedge"),
+            &p,
+            &options(journal),
+            None,
+            &json!({"attempts": [ok_after(1_000), ok_after(100)]}),
+            "completed",
         );
     }
 }

@@ -191,15 +191,6 @@ impl HedgeSection {
                 "a streamed request is not hedged: output of two attempts is never joined".into(),
             );
         }
-        if let Some(f) = &p.fleet {
-            if f.admission.is_some() {
-                return bad(
-                    ErrorCode::InvalidHedge,
-                    "",
-                    "hedging works with the fleet retry budget and breakers, not yet with admission limits".into(),
-                );
-            }
-        }
         Ok(())
     }
 }

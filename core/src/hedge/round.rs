@@ -101,8 +101,9 @@ pub(crate) fn plan_hedge(
 }
 
 /// A hedge's admission under the policy's fleet section: it withdraws from
-/// the retry budget and is admitted by its route's breaker, skipping
-/// nothing (or was admitted without the store under `fail_open`).
+/// the retry budget, is admitted by its route's breaker and takes a slot of
+/// its route's admission limits, skipping nothing (or was admitted without
+/// the store under `fail_open`).
 fn check_hedge_admission(cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<()> {
     let drift = |code, msg: &str| Err(Error::attempt(code, i, "admission", msg.to_owned()));
     match (&cp.policy.fleet, &a.admission) {
@@ -126,9 +127,11 @@ fn check_hedge_admission(cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<(
                     (Some(_), Some(b)) => b.kind == BudgetUse::Withdraw,
                     _ => false,
                 };
-                budget && f.breaker.is_some() == adm.breaker.is_some()
+                budget
+                    && f.breaker.is_some() == adm.breaker.is_some()
+                    && f.admission.is_some() == adm.limits.is_some()
             };
-            if ok && adm.limits.is_none() && adm.skipped.is_none() {
+            if ok && adm.skipped.is_none() {
                 Ok(())
             } else {
                 drift(

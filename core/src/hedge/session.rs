@@ -9,9 +9,9 @@ use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run, Terminal};
 use crate::fleet::{
-    breaker_in, budget_admission, budget_in, Admission, BreakerRef, BudgetRef, FleetSnapshots,
-    FleetStop, FleetView, FleetWrites, Generations, OnStoreUnavailable, Skip, Skips, StopReason,
-    StoreStatus,
+    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, Admission,
+    BreakerRef, BudgetRef, FleetSnapshots, FleetStop, FleetView, FleetWrites, Generations,
+    LimitsClock, LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::{IndeterminateKind, Outcome};
@@ -134,6 +134,8 @@ pub struct HedgeSession {
     admitted: Option<(u64, Admission)>,
     /// The next lead as admitted (moved on by routes a breaker skipped).
     lead: Option<Dispatch>,
+    /// When the next lead first asked the admission limits (wall clock).
+    queued_since: Option<u64>,
     snapshots: FleetSnapshots,
     /// The generation of every budget snapshot read.
     seen: Generations,
@@ -146,12 +148,16 @@ pub struct HedgeAdmitted {
     pub step: HedgeStep,
     /// Snapshots to write back with compare-and-set.
     pub writes: FleetWrites,
+    /// The admission limits are full: admit the lead again at this wall
+    /// clock (the run machine's hedge layer; absent otherwise).
+    pub wait_until_epoch_ms: Option<u64>,
 }
 
 impl Encode for HedgeAdmitted {
     fn encode(&self, sink: &mut dyn Sink) {
         ObjectWriter::new(sink)
             .doc("step", &self.step)
+            .opt_u64("wait_until_epoch_ms", self.wait_until_epoch_ms)
             .doc("writes", &self.writes)
             .end();
     }
@@ -176,6 +182,7 @@ impl HedgeSession {
             round: None,
             admitted: None,
             lead: None,
+            queued_since: None,
             snapshots: FleetSnapshots::default(),
             seen: Generations::default(),
         })
@@ -339,6 +346,7 @@ impl HedgeSession {
             .push(member);
         if !is_hedge {
             self.lead = None;
+            self.queued_since = None;
         }
         Ok(self.next())
     }
@@ -539,17 +547,19 @@ impl HedgeSession {
         now_epoch_ms: u64,
         view: &FleetView,
     ) -> Result<HedgeAdmitted> {
-        if self
-            .policy
-            .policy
-            .fleet
-            .as_ref()
-            .is_some_and(|f| f.breaker.is_some())
-        {
+        let fleet = self.policy.policy.fleet.as_ref();
+        let layered = if fleet.is_some_and(|f| f.breaker.is_some()) {
+            Some("/fleet/breaker")
+        } else if fleet.is_some_and(|f| f.admission.is_some()) {
+            Some("/fleet/admission")
+        } else {
+            None
+        };
+        if let Some(at) = layered {
             return Err(Error::at(
                 ErrorCode::InvalidHedge,
-                "/fleet/breaker",
-                "a hedged run under a breaker is driven by the run machine, which settles each member on its breaker",
+                at,
+                "a hedged run under a breaker or admission limits is driven by the run machine, which settles each member on them",
             ));
         }
         self.admit_layered(at_ms, now_epoch_ms, view)
@@ -585,6 +595,7 @@ impl HedgeSession {
         self.admitted = None;
         let mut writes = FleetWrites::default();
         let mut skips: Vec<Skip> = Vec::new();
+        let mut limits_write = None;
         let mut admission = Admission {
             admitted_at_epoch_ms: now_epoch_ms,
             breaker: None,
@@ -595,7 +606,7 @@ impl HedgeSession {
         };
         let refused = |s: &mut Self,
                        reason: StopReason,
-                       budget: Option<BudgetRef>,
+                       (budget, limits): (Option<BudgetRef>, Option<LimitsRef>),
                        skips: Vec<Skip>|
          -> Result<HedgeAdmitted> {
             if is_hedge {
@@ -606,29 +617,32 @@ impl HedgeSession {
                 return Ok(HedgeAdmitted {
                     step: s.next(),
                     writes: FleetWrites::default(),
+                    wait_until_epoch_ms: None,
                 });
             }
             let stop = FleetStop {
                 at_epoch_ms: now_epoch_ms,
                 at_ms,
                 budget,
-                limits: None,
+                limits,
                 reason,
                 skipped: (!skips.is_empty()).then_some(Skips(skips)),
             };
             s.run.fleet_stop(&s.policy, &stop)?;
             s.attempts.fleet_stop = Some(stop);
             s.lead = None;
+            s.queued_since = None;
             Ok(HedgeAdmitted {
                 step: s.next(),
                 writes: FleetWrites::default(),
+                wait_until_epoch_ms: None,
             })
         };
         if view.store_unavailable {
             if fleet.on_store_unavailable == OnStoreUnavailable::FailOpen {
                 admission.store = Some(StoreStatus::Unavailable);
             } else {
-                return refused(self, StopReason::StoreUnavailable, None, Vec::new());
+                return refused(self, StopReason::StoreUnavailable, (None, None), Vec::new());
             }
         } else {
             // A breaker: a lead skips an open route as a plain attempt does
@@ -654,7 +668,12 @@ impl HedgeSession {
                             break;
                         }
                         BreakerAdmission::Rejected { .. } if is_hedge => {
-                            return refused(self, StopReason::CircuitOpen, None, Vec::new());
+                            return refused(
+                                self,
+                                StopReason::CircuitOpen,
+                                (None, None),
+                                Vec::new(),
+                            );
                         }
                         BreakerAdmission::Rejected { .. } => {
                             if changed(&next, &s) {
@@ -666,9 +685,65 @@ impl HedgeSession {
                             });
                             match self.run.skip_route(&self.policy, &plan) {
                                 Some(p) => plan = p,
-                                None => return refused(self, StopReason::CircuitOpen, None, skips),
+                                None => {
+                                    return refused(
+                                        self,
+                                        StopReason::CircuitOpen,
+                                        (None, None),
+                                        skips,
+                                    )
+                                }
                             }
                         }
+                    }
+                }
+            }
+            // Admission limits: a lead waits or queues as a plain attempt
+            // does; a hedge takes a slot now or is not sent.
+            if let Some(cfg) = &fleet.admission {
+                let s = admission_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
+                self.seen.saw(
+                    &format!("admission/{}", s.key()),
+                    s.generation,
+                    "/admission",
+                )?;
+                let digest = self.snapshots.keep_admission(&s);
+                let tokens = reserved_tokens(cfg, view)?;
+                let since = if is_hedge {
+                    now_epoch_ms
+                } else {
+                    *self.queued_since.get_or_insert(now_epoch_ms)
+                };
+                let clock = LimitsClock {
+                    at_ms,
+                    now_epoch_ms,
+                    since_epoch_ms: since,
+                    deadline_ms: plan.deadline_ms,
+                };
+                match limits_step(cfg, &s, digest, tokens, &clock) {
+                    LimitsStep::Admitted {
+                        limits,
+                        write,
+                        start_at_ms,
+                    } if !is_hedge || start_at_ms <= at_ms => {
+                        plan.not_before_ms = plan.not_before_ms.max(start_at_ms);
+                        admission.limits = Some(limits);
+                        limits_write = Some(write);
+                    }
+                    LimitsStep::Admitted { .. } | LimitsStep::Wait(_) | LimitsStep::Stop(_)
+                        if is_hedge =>
+                    {
+                        return refused(self, StopReason::Admission, (None, None), Vec::new());
+                    }
+                    LimitsStep::Wait(until) => {
+                        return Ok(HedgeAdmitted {
+                            step: self.next(),
+                            writes: FleetWrites::default(),
+                            wait_until_epoch_ms: Some(until),
+                        });
+                    }
+                    LimitsStep::Stop(limits) | LimitsStep::Admitted { limits, .. } => {
+                        return refused(self, StopReason::Admission, (None, Some(limits)), skips);
                     }
                 }
             }
@@ -685,13 +760,14 @@ impl HedgeSession {
                     &mut admission,
                 )?;
                 if let Some(used) = short {
-                    return refused(self, StopReason::RetryBudget, Some(used), skips);
+                    return refused(self, StopReason::RetryBudget, (Some(used), None), skips);
                 }
             }
         }
         if !skips.is_empty() {
             admission.skipped = Some(Skips(skips));
         }
+        writes.admission.extend(limits_write);
         if !is_hedge {
             // The lead as admitted (moved on by any skipped route).
             self.lead = Some(plan.clone());
@@ -700,6 +776,7 @@ impl HedgeSession {
         Ok(HedgeAdmitted {
             step: self.next(),
             writes,
+            wait_until_epoch_ms: None,
         })
     }
 

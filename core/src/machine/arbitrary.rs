@@ -1,9 +1,10 @@
 //! The run machine driven by arbitrary bytes (the `lab` feature): what the
 //! fuzz target `machine` and a property test run. The bytes choose a policy
 //! (plain, a fleet with breaker, budget and limits, a tentative stream, both,
-//! a hedged one alone or under a breaker and a budget; journaled or not) and then, one byte at a time, the host's answer: most
-//! often a plausible one (a store that keeps its registers, a clock that
-//! moves on, an observation with a status), sometimes any event at all, and
+//! a hedged one alone or under the whole fleet; journaled or not) and then,
+//! one byte at a time, the host's answer: most often a plausible one (a
+//! store that keeps its registers, a clock that moves on, an observation
+//! with a status), sometimes any event at all, and
 //! sometimes a crash after which a new owner resumes from any prefix of the
 //! journal written so far.
 //!
@@ -50,14 +51,10 @@ fn policies() -> Vec<Arc<CompiledPolicy>> {
             out.push(Arc::new(cp));
         }
     }
-    // Hedged: alone, and under a breaker and a retry budget.
+    // Hedged: alone, and under the whole fleet.
     let hedge = json!({"cancelled_cost": "reserve", "cost_share_percent": 100, "delay_ms": 50,
         "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]});
-    let mut hedged_fleet = fleet;
-    if let Value::Object(m) = &mut hedged_fleet {
-        m.remove("admission");
-    }
-    for f in [None, Some(hedged_fleet)] {
+    for f in [None, Some(fleet)] {
         let mut p = crate::lab::reference_policy();
         if let Value::Object(m) = &mut p {
             m.insert("hedge".into(), hedge.clone());

@@ -81,6 +81,19 @@ enum Stage {
         conflicts: u64,
         count: u64,
     },
+    /// A cancellation while the admitted lead holds a slot of the
+    /// admission limits: waiting for the read to free it.
+    Releasing {
+        reads: fleet::Reads,
+        at_ms: u64,
+        conflicts: u64,
+    },
+    /// Waiting for the write that frees it.
+    ReleaseWriting {
+        at_ms: u64,
+        conflicts: u64,
+        count: u64,
+    },
     /// Waiting for the clock to reach a lead's planned start.
     Sleeping,
     /// Waiting for a result of an attempt in flight (or the hedge due).
@@ -134,6 +147,12 @@ pub(super) struct Layer {
     reserved: bool,
     /// Asks of the receiver per member in doubt.
     max_polls: u64,
+    /// The admitted lead's planned start before the admission limits moved
+    /// it (the journal reserves the core's plan).
+    planned_nb: Option<u64>,
+    /// What settling the member just observed needs: its response's
+    /// headers and the tokens it used.
+    settle: (Vec<(String, String)>, Option<u64>),
 }
 
 impl Layer {
@@ -160,6 +179,8 @@ impl Layer {
             admitted: None,
             judgement: None,
             in_doubt: Vec::new(),
+            planned_nb: None,
+            settle: (Vec::new(), None),
             reserved: false,
             max_polls: options.max_polls.unwrap_or(super::DEFAULT_MAX_POLLS),
         };
@@ -315,11 +336,50 @@ impl Machine {
             }
             (Stage::Sleeping, Event::Cancelled { at_ms }) => {
                 self.clock(at_ms)?;
-                let layer = self.layer()?;
-                layer.session.cancel(at_ms)?;
-                layer.admitted = None;
-                layer.stage = Stage::Plan;
-                self.hedge_advance()
+                self.hedge_cancel(at_ms, 0)
+            }
+            (
+                Stage::Releasing {
+                    reads,
+                    at_ms,
+                    conflicts,
+                },
+                Event::Read { now_ms, rows },
+            ) => {
+                self.clock(now_ms)?;
+                self.hedge_released(reads, at_ms, conflicts, &rows)
+            }
+            (Stage::Releasing { at_ms, .. }, Event::StoreUnavailable { now_ms }) => {
+                self.clock(now_ms)?;
+                self.hedge_cancelled(at_ms)
+            }
+            (
+                Stage::ReleaseWriting {
+                    at_ms,
+                    conflicts,
+                    count,
+                },
+                Event::Written { written },
+            ) => {
+                if written > count {
+                    return Err(Error::at(
+                        ErrorCode::InvalidValue,
+                        "/written",
+                        format!("{written} writes reported of {count} asked"),
+                    ));
+                }
+                if written == count {
+                    return self.hedge_cancelled(at_ms);
+                }
+                let conflicts = conflicts.saturating_add(1);
+                if conflicts > self.max_conflicts {
+                    return Err(Error::at(
+                        ErrorCode::StoreConflict,
+                        "/written",
+                        format!("the store write conflicted {conflicts} times in a row"),
+                    ));
+                }
+                self.hedge_cancel(at_ms, conflicts)
             }
             (
                 Stage::Waiting {
@@ -358,6 +418,7 @@ impl Machine {
                 self.clock(at_ms)?;
                 let layer = self.layer()?;
                 layer.session.cancelled(ordinal, at_ms)?;
+                layer.settle = (Vec::new(), None);
                 layer.in_doubt.retain(|n| *n != ordinal);
                 self.hedge_settle(ordinal, 0)
             }
@@ -485,8 +546,6 @@ impl Machine {
             Some("/usage")
         } else if !obs.deltas.is_empty() {
             Some("/deltas")
-        } else if obs.used_tokens.is_some() {
-            Some("/used_tokens")
         } else {
             None
         };
@@ -508,6 +567,7 @@ impl Machine {
                 .observe(ordinal, obs.completed_at_ms, obs.cost, &facts)?;
         layer.judgement = Some(judgement);
         layer.stage = Stage::Plan;
+        layer.settle = (facts.headers.clone(), obs.used_tokens);
         self.now_ms = obs.completed_at_ms;
         self.hedge_settle(ordinal, 0)
     }
@@ -611,17 +671,24 @@ impl Machine {
             return self.hedge_reconcile();
         }
         let effect = match (step, send) {
-            (_, Some(d)) if journaled => {
+            (step, Some(d)) if journaled => {
                 let dispatched = Entry::Dispatched {
                     admission: layer.session.admitted_for(d.ordinal).cloned(),
                     started_at_ms: now,
                 };
+                // A lead is reserved as the core planned it (moved by any
+                // skipped route); a later start the limits gave is its
+                // dispatch's.
+                let mut planned = d.clone();
+                if let (HedgeStep::Dispatch(_), Some(nb)) = (&step, layer.planned_nb.take()) {
+                    planned.not_before_ms = nb;
+                }
                 let entries = if std::mem::take(&mut layer.reserved) {
                     vec![dispatched]
                 } else {
                     vec![
                         Entry::Reserved {
-                            dispatch: Some(d.clone()),
+                            dispatch: Some(planned),
                         },
                         dispatched,
                     ]

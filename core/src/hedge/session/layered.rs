@@ -5,12 +5,14 @@
 use std::sync::Arc;
 
 use super::{HedgeSession, Member, Round};
+use crate::admission::{self, AdmissionSnapshot};
 use crate::attempt::{Attempt, Attempts};
 use crate::breaker;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::Run;
 use crate::fleet::Admission;
 use crate::hedge::decides;
+use crate::ids::Sha256Hex;
 use crate::policy::CompiledPolicy;
 
 impl HedgeSession {
@@ -153,5 +155,91 @@ impl HedgeSession {
         let decides_now = !late && decides(&self.policy, &attempt);
         let at = attempt.completed_at_ms;
         self.settle(ordinal, attempt, decides_now.then_some((ordinal, at)))
+    }
+}
+
+impl HedgeSession {
+    /// The admission limits' snapshot of attempt `ordinal`'s key once it is
+    /// over (answered or cancelled): its slot freed, its reserved tokens
+    /// settled with `used_tokens`, then the rate-limit `headers` its
+    /// response carried applied. `None` when it holds no slot.
+    pub(crate) fn admission_release_of(
+        &self,
+        ordinal: u64,
+        snapshot: &AdmissionSnapshot,
+        now_epoch_ms: u64,
+        used_tokens: Option<u64>,
+        headers: &[(String, String)],
+    ) -> Result<Option<AdmissionSnapshot>> {
+        let Some(cfg) = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.admission.as_ref())
+        else {
+            return Ok(None);
+        };
+        let Some(a) = self.attempt_of_ordinal(ordinal) else {
+            return Ok(None);
+        };
+        let Some(limits) = a.admission.as_ref().and_then(|adm| adm.limits.as_ref()) else {
+            return Ok(None);
+        };
+        snapshot.check(cfg, &a.route_release_sha256, "")?;
+        let released = admission::release(
+            cfg,
+            snapshot,
+            now_epoch_ms,
+            limits.tokens.unwrap_or(0),
+            used_tokens,
+        );
+        Ok(Some(if headers.is_empty() {
+            released
+        } else {
+            admission::observe(cfg, &released, headers, now_epoch_ms).0
+        }))
+    }
+
+    /// The route release whose admission-limits slot the admitted lead
+    /// holds before it is sent (a cancellation frees it).
+    pub(crate) fn held_slot(&self) -> Option<Sha256Hex> {
+        let (n, adm) = self.admitted.as_ref()?;
+        adm.limits.as_ref()?;
+        self.lead
+            .as_ref()
+            .filter(|l| l.ordinal == *n)
+            .map(|l| l.route_release_sha256.clone())
+    }
+
+    /// The snapshot with the held lead's slot freed (nothing was sent).
+    pub(crate) fn release_held(
+        &self,
+        snapshot: &AdmissionSnapshot,
+        now_epoch_ms: u64,
+    ) -> Result<Option<AdmissionSnapshot>> {
+        let Some(cfg) = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.admission.as_ref())
+        else {
+            return Ok(None);
+        };
+        let Some((_, adm)) = &self.admitted else {
+            return Ok(None);
+        };
+        let (Some(limits), Some(release)) = (adm.limits.as_ref(), self.held_slot()) else {
+            return Ok(None);
+        };
+        snapshot.check(cfg, &release, "")?;
+        Ok(Some(admission::release(
+            cfg,
+            snapshot,
+            now_epoch_ms,
+            limits.tokens.unwrap_or(0),
+            None,
+        )))
     }
 }
