@@ -333,7 +333,8 @@ impl Machine {
         &self.effect
     }
 
-    /// The session the machine drives (attempts, decisions, snapshots read).
+    /// The session the machine drives (attempts, decisions, snapshots
+    /// read); a hedged run's is [`Machine::hedge_session`].
     pub fn session(&self) -> &Session {
         &self.session
     }
