@@ -1311,6 +1311,11 @@ impl Run {
         self.hedge = Some(summary);
     }
 
+    /// The hedge summary so far (a policy with a hedge section).
+    pub(crate) fn hedge_summary(&self) -> Option<&crate::hedge::HedgeSummary> {
+        self.hedge.as_ref()
+    }
+
     /// What the run's hedges reserved in all.
     pub(crate) fn hedge_reserved(&self) -> u64 {
         self.hedge_reserved

@@ -1255,7 +1255,10 @@ mod tests {
 }
 
 /// Whether a snapshot changed beyond its clock (only then is it written back).
-fn changed(next: &crate::breaker::BreakerSnapshot, read: &crate::breaker::BreakerSnapshot) -> bool {
+pub(crate) fn changed(
+    next: &crate::breaker::BreakerSnapshot,
+    read: &crate::breaker::BreakerSnapshot,
+) -> bool {
     // Every field but the schema and the clock, without copying the
     // snapshot. The destructuring names every field, so a new one cannot be
     // left out of the comparison.

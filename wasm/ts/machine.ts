@@ -1,9 +1,12 @@
 /**
  * The run machine of the core (docs/COMPOSITION.md): one sans-I/O loop for a
  * whole run, effects out and events in. A host asks for the next effect
- * (`append`, `read`, `write`, `sleep`, `dispatch`, `poll`, `cancel`,
- * `reconcile`, `done`) and answers it with one event; the fleet, the journal,
- * streams, async jobs and output checks are layers of it.
+ * (`append`, `read`, `write`, `sleep`, `dispatch`, `await`,
+ * `cancel_attempts`, `poll`, `cancel`, `reconcile`, `done`) and answers it
+ * with one event; the fleet, the journal, streams, async jobs, output checks
+ * and hedging are layers of it (a hedged run keeps more than one attempt in
+ * flight: its observations name their `ordinal`, and a decided round's
+ * losers are answered `attempt_cancelled`).
  *
  * `machineTranscript` replays a recorded sequence of events: the effects the
  * machine asked for, where it ended, and the first event it refused.
@@ -12,11 +15,23 @@
 import { call, toText, type Input, type RawBindings } from "./core.js";
 
 /** An effect the machine asks of its host, tagged by `kind`. */
-export type MachineEffect = { kind: "append" | "read" | "write" | "sleep" | "dispatch" | "poll" | "cancel" | "reconcile" | "done" } & Record<string, unknown>;
+export type MachineEffect = {
+  kind: "append" | "read" | "write" | "sleep" | "dispatch" | "await" | "cancel_attempts" | "poll" | "cancel" | "reconcile" | "done";
+} & Record<string, unknown>;
 
 /** An event a host answers an effect with, tagged by `kind`. */
 export type MachineEvent = {
-  kind: "appended" | "append_refused" | "read" | "store_unavailable" | "written" | "clock" | "observed" | "reconciled" | "cancelled";
+  kind:
+    | "appended"
+    | "append_refused"
+    | "read"
+    | "store_unavailable"
+    | "written"
+    | "clock"
+    | "observed"
+    | "reconciled"
+    | "cancelled"
+    | "attempt_cancelled";
 } & Record<string, unknown>;
 
 /** What a replay of events found. */

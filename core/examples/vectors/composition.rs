@@ -24,13 +24,13 @@ use crate::family::Family;
 
 const RUN: &str = "run-composition-1";
 
-fn breaker() -> Value {
+pub(crate) fn breaker() -> Value {
     json!({"consecutive_failures": 2, "half_open_probes": 1, "open_ms": 10_000})
 }
-fn budget() -> Value {
+pub(crate) fn budget() -> Value {
     json!({"floor_per_second": 5, "max_tokens": 5, "ratio_permille": 500, "scope": "tenant-7/summaries"})
 }
-fn limits() -> Value {
+pub(crate) fn limits() -> Value {
     json!({"max_in_flight": 2, "max_queue_ms": 1_000, "request_burst": 2, "requests_per_second": 10})
 }
 
@@ -73,7 +73,7 @@ fn policy(fleet: &Option<Value>, stream: Option<&str>) -> String {
     t(&policy_with(&edits))
 }
 
-fn options(journal: bool) -> Value {
+pub(crate) fn options(journal: bool) -> Value {
     let mut o = json!({"origin_epoch_ms": NOW_2026});
     if journal {
         o["journal"] = json!({"lease_generation": 1, "run_id": RUN});
@@ -93,7 +93,7 @@ fn stream_facts(deltas: &[&str], terminal: bool) -> Value {
 }
 
 /// A step that succeeds (with its text, under a stream contract).
-fn ok(stream: bool) -> Value {
+pub(crate) fn ok(stream: bool) -> Value {
     if stream {
         json!({"after_ms": 60, "deltas": TEXT, "facts": {"result": "returned", "stream": stream_facts(TEXT, true)}})
     } else {
@@ -102,7 +102,7 @@ fn ok(stream: bool) -> Value {
 }
 
 /// A step refused with `status` before any output.
-fn status(code: u64, hint: Option<&str>) -> Value {
+pub(crate) fn status(code: u64, hint: Option<&str>) -> Value {
     let mut facts = json!({"error_types": ["APIStatusError"], "result": "raised", "status": code});
     if let Some(h) = hint {
         facts["headers"] = json!([["retry-after", h]]);
@@ -118,12 +118,12 @@ fn cut() -> Value {
 }
 
 /// A client timeout before any response.
-fn timeout() -> Value {
+pub(crate) fn timeout() -> Value {
     json!({"after_ms": 1_000, "facts": {"result": "raised", "transport_error": "timeout"}})
 }
 
 /// An answer whose output check failed.
-fn invalid(stream: bool) -> Value {
+pub(crate) fn invalid(stream: bool) -> Value {
     let mut s = ok(stream);
     s["facts"]["output_checks"] = json!([{"defects": [{"message": "the answer has no content"}],
         "kind": "empty", "validator": "builtin.empty", "verdict": "defects"}]);
@@ -157,7 +157,7 @@ fn events_text(events: &[retryledger_core::machine::Event]) -> String {
 }
 
 /// Play `script` from a start (or from `journal`), then pin the replay.
-fn case(
+pub(crate) fn case(
     f: &mut Family,
     name: &str,
     policy: &str,
@@ -188,7 +188,7 @@ fn case(
 
 /// The budget full, so the outcome scripts show more than its refusal
 /// (a fresh budget holds nothing yet).
-fn full_budget() -> Value {
+pub(crate) fn full_budget() -> Value {
     json!({"budget/tenant-7/summaries": {"balance_milli": 5_000, "deposits": 0, "generation": 0,
         "schema": "retryledger.retry_budget.v1", "scope": "tenant-7/summaries",
         "updated_at_epoch_ms": NOW_2026, "withdrawals": 0}})
@@ -198,7 +198,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "composition",
         "machine: the run machine (docs/COMPOSITION.md) started (or resumed from `journal`) under `options` and fed `events`; expect: the effect outstanding before each event and after the last, the terminal, the receipt and bundle digests, or the refused event's error.",
-        "every fleet layer (breaker, retry budget, admission limits, all three) crossed with the journal, stream contracts (buffer, tentative) and output checks over success, rate limits with a hint, a fallback after two failures, a non-retryable refusal, a timeout, a failed output check and a stream cut after output; a journaled run crashed at every journal prefix and resumed (an attempt in doubt reconciled), under a fleet too; streamed journaled runs (buffer, tentative; under a fleet, with output checks) crashed at every prefix and resumed; an async job submitted and polled (alone, under a journal, under a fleet, both; output checks on the final result only; a cancellation that cancels the job; crashed at every prefix and resumed without a second submit); store conflicts and an unreachable store (fail open, fail closed); a cancellation while waiting; refused answers (an event out of turn, a clock going back, a refused append, an unlayered section)",
+        "every fleet layer (breaker, retry budget, admission limits, all three) crossed with the journal, stream contracts (buffer, tentative) and output checks over success, rate limits with a hint, a fallback after two failures, a non-retryable refusal, a timeout, a failed output check and a stream cut after output; a journaled run crashed at every journal prefix and resumed (an attempt in doubt reconciled), under a fleet too; streamed journaled runs (buffer, tentative; under a fleet, with output checks) crashed at every prefix and resumed; an async job submitted and polled (alone, under a journal, under a fleet, both; output checks on the final result only; a cancellation that cancels the job; crashed at every prefix and resumed without a second submit); store conflicts and an unreachable store (fail open, fail closed); a cancellation while waiting; refused answers (an event out of turn, a clock going back, a refused append, an unlayered section); hedged runs (a hedge sent while its lead is in flight, losers cancelled or late, rounds of failures retried) alone, under a retry budget, a breaker, both, admission limits and all three, journaled or not, with its store conflicting or unreachable at a hedge and open breakers at a lead or a hedge, crashed after every append under a budget and a journal and resumed (members in doubt reconciled), and the hedge answers refused",
     );
     for (fleet_name, fleet) in fleets() {
         for journal in [false, true] {
@@ -228,6 +228,7 @@ pub fn family() -> Family {
     job_cases(&mut f);
     store_cases(&mut f);
     refusal_cases(&mut f);
+    crate::composition_hedge::cases(&mut f);
     f
 }
 
@@ -648,20 +649,6 @@ fn refusal_cases(f: &mut Family) {
         "machine",
         plain,
         "clock_backwards",
-    );
-    let hedged = crate::common::policy_with(&[(
-        "/hedge",
-        json!({"cancelled_cost": "reserve", "cost_share_percent": 50, "delay_ms": 300, "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]}),
-    )]);
-    f.add(
-        "a_hedged_policy_is_not_yet_a_layer",
-        "machine",
-        vec![
-            ("policy", json!(t(&hedged))),
-            ("options", json!(t(&options(false)))),
-            ("events", json!("[]")),
-        ],
-        "machine_layer_missing",
     );
     // A streamed run's empty journal (a lease claimed, nothing written)
     // starts the run like any other.

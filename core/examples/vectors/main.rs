@@ -31,6 +31,7 @@ mod admission;
 mod builder;
 mod classify_http;
 mod composition;
+mod composition_hedge;
 mod decode;
 mod digest;
 mod drivers;

@@ -38,7 +38,7 @@ mod session;
 pub use session::script;
 pub use session::{HedgeAdmitted, HedgeObserved, HedgeSession, HedgeStep};
 
-pub(crate) use round::replay;
+pub(crate) use round::{plan_hedge, replay, resolve_round};
 
 use crate::attempt::Attempt;
 use crate::canonical::{Encode, ObjectWriter, Sink};
@@ -190,15 +190,6 @@ impl HedgeSection {
                 "",
                 "a streamed request is not hedged: output of two attempts is never joined".into(),
             );
-        }
-        if let Some(f) = &p.fleet {
-            if f.breaker.is_some() || f.admission.is_some() {
-                return bad(
-                    ErrorCode::InvalidHedge,
-                    "",
-                    "hedging works with the fleet retry budget only, not with breakers or admission limits".into(),
-                );
-            }
         }
         Ok(())
     }

@@ -101,7 +101,9 @@ pub(crate) fn plan_hedge(
 }
 
 /// A hedge's admission under the policy's fleet section: it withdraws from
-/// the retry budget (or was admitted without the store under `fail_open`).
+/// the retry budget, is admitted by its route's breaker and takes a slot of
+/// its route's admission limits, skipping nothing (or was admitted without
+/// the store under `fail_open`).
 fn check_hedge_admission(cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<()> {
     let drift = |code, msg: &str| Err(Error::attempt(code, i, "admission", msg.to_owned()));
     match (&cp.policy.fleet, &a.admission) {
@@ -116,15 +118,20 @@ fn check_hedge_admission(cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<(
         ),
         (Some(f), Some(adm)) => {
             let ok = if adm.store.is_some() {
-                f.on_store_unavailable == OnStoreUnavailable::FailOpen && adm.budget.is_none()
+                f.on_store_unavailable == OnStoreUnavailable::FailOpen
+                    && adm.budget.is_none()
+                    && adm.breaker.is_none()
             } else {
-                match (&f.retry_budget, &adm.budget) {
+                let budget = match (&f.retry_budget, &adm.budget) {
                     (None, None) => true,
                     (Some(_), Some(b)) => b.kind == BudgetUse::Withdraw,
                     _ => false,
-                }
+                };
+                budget
+                    && f.breaker.is_some() == adm.breaker.is_some()
+                    && f.admission.is_some() == adm.limits.is_some()
             };
-            if ok && adm.breaker.is_none() && adm.limits.is_none() && adm.skipped.is_none() {
+            if ok && adm.skipped.is_none() {
                 Ok(())
             } else {
                 drift(

@@ -4,17 +4,27 @@
 use std::sync::Arc;
 
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
+use crate::breaker::{self, BreakerAdmission};
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run, Terminal};
 use crate::fleet::{
-    budget_admission, budget_in, Admission, BudgetRef, FleetSnapshots, FleetStop, FleetView,
-    FleetWrites, Generations, OnStoreUnavailable, StopReason, StoreStatus,
+    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, Admission,
+    BreakerRef, BudgetRef, FleetSnapshots, FleetStop, FleetView, FleetWrites, Generations,
+    LimitsClock, LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::{IndeterminateKind, Outcome};
 use crate::policy::CompiledPolicy;
 use crate::receipt::{Bundle, Receipt};
+use crate::session::changed;
+
+mod boundary;
+mod layered;
+
+#[cfg(feature = "lab")]
+pub use boundary::script;
+pub use boundary::HedgeObserved;
 
 use super::round::{plan_hedge, resolve_round};
 use super::{decides, section, CancelledCost, HedgeMark, HedgeSummary, Loss};
@@ -122,6 +132,10 @@ pub struct HedgeSession {
     round: Option<Round>,
     /// An admission of the next dispatch (lead or hedge), until it starts.
     admitted: Option<(u64, Admission)>,
+    /// The next lead as admitted (moved on by routes a breaker skipped).
+    lead: Option<Dispatch>,
+    /// When the next lead first asked the admission limits (wall clock).
+    queued_since: Option<u64>,
     snapshots: FleetSnapshots,
     /// The generation of every budget snapshot read.
     seen: Generations,
@@ -134,12 +148,16 @@ pub struct HedgeAdmitted {
     pub step: HedgeStep,
     /// Snapshots to write back with compare-and-set.
     pub writes: FleetWrites,
+    /// The admission limits are full: admit the lead again at this wall
+    /// clock (the run machine's hedge layer; absent otherwise).
+    pub wait_until_epoch_ms: Option<u64>,
 }
 
 impl Encode for HedgeAdmitted {
     fn encode(&self, sink: &mut dyn Sink) {
         ObjectWriter::new(sink)
             .doc("step", &self.step)
+            .opt_u64("wait_until_epoch_ms", self.wait_until_epoch_ms)
             .doc("writes", &self.writes)
             .end();
     }
@@ -163,6 +181,8 @@ impl HedgeSession {
             summary: HedgeSummary::default(),
             round: None,
             admitted: None,
+            lead: None,
+            queued_since: None,
             snapshots: FleetSnapshots::default(),
             seen: Generations::default(),
         })
@@ -197,6 +217,9 @@ impl HedgeSession {
     /// What to do now.
     pub fn next(&self) -> HedgeStep {
         let Some(round) = &self.round else {
+            if let (Some(l), Decision::Dispatch(_)) = (&self.lead, self.run.next()) {
+                return HedgeStep::Dispatch(l.clone());
+            }
             return match self.run.next() {
                 Decision::Dispatch(d) => HedgeStep::Dispatch(d.clone()),
                 Decision::Terminal { terminal } => HedgeStep::Terminal {
@@ -230,7 +253,7 @@ impl HedgeSession {
         let index = self.attempts.attempts.len();
         let (plan, is_hedge) = match &self.round {
             None => match self.run.next() {
-                Decision::Dispatch(d) => (d.clone(), false),
+                Decision::Dispatch(d) => (self.lead.clone().unwrap_or_else(|| d.clone()), false),
                 Decision::Terminal { terminal } => {
                     return Err(Error::new(
                         ErrorCode::AttemptAfterTerminal,
@@ -321,6 +344,10 @@ impl HedgeSession {
             .get_or_insert_with(Round::default)
             .members
             .push(member);
+        if !is_hedge {
+            self.lead = None;
+            self.queued_since = None;
+        }
         Ok(self.next())
     }
 
@@ -510,7 +537,36 @@ impl HedgeSession {
     /// attempt and withdraws otherwise; a hedge withdraws. A refused lead
     /// ends the run (`stop_retry_budget`, `stop_store_unavailable`); a
     /// refused hedge is not dispatched and the round takes no more hedges.
+    ///
+    /// A policy with a breaker is refused here: its hedges are admitted and
+    /// settled on their routes' breakers by the run machine's hedge layer
+    /// ([`crate::machine`]), which the hedge drivers do not drive yet.
     pub fn admit(
+        &mut self,
+        at_ms: u64,
+        now_epoch_ms: u64,
+        view: &FleetView,
+    ) -> Result<HedgeAdmitted> {
+        let fleet = self.policy.policy.fleet.as_ref();
+        let layered = if fleet.is_some_and(|f| f.breaker.is_some()) {
+            Some("/fleet/breaker")
+        } else if fleet.is_some_and(|f| f.admission.is_some()) {
+            Some("/fleet/admission")
+        } else {
+            None
+        };
+        if let Some(at) = layered {
+            return Err(Error::at(
+                ErrorCode::InvalidHedge,
+                at,
+                "a hedged run under a breaker or admission limits is driven by the run machine, which settles each member on them",
+            ));
+        }
+        self.admit_layered(at_ms, now_epoch_ms, view)
+    }
+
+    /// [`HedgeSession::admit`] for the run machine, breakers included.
+    pub(crate) fn admit_layered(
         &mut self,
         at_ms: u64,
         now_epoch_ms: u64,
@@ -524,7 +580,9 @@ impl HedgeSession {
                 "the policy has no fleet section",
             ));
         };
-        let (plan, is_hedge) = match self.next() {
+        // A lead is admitted from the plan (a breaker may move it on).
+        self.lead = None;
+        let (mut plan, is_hedge) = match self.next() {
             HedgeStep::Dispatch(d) => (d, false),
             HedgeStep::Await { hedge: Some(d), .. } => (d, true),
             _ => {
@@ -536,6 +594,8 @@ impl HedgeSession {
         };
         self.admitted = None;
         let mut writes = FleetWrites::default();
+        let mut skips: Vec<Skip> = Vec::new();
+        let mut limits_write = None;
         let mut admission = Admission {
             admitted_at_epoch_ms: now_epoch_ms,
             breaker: None,
@@ -546,7 +606,8 @@ impl HedgeSession {
         };
         let refused = |s: &mut Self,
                        reason: StopReason,
-                       budget: Option<BudgetRef>|
+                       (budget, limits): (Option<BudgetRef>, Option<LimitsRef>),
+                       skips: Vec<Skip>|
          -> Result<HedgeAdmitted> {
             if is_hedge {
                 if let Some(r) = s.round.as_mut() {
@@ -556,49 +617,166 @@ impl HedgeSession {
                 return Ok(HedgeAdmitted {
                     step: s.next(),
                     writes: FleetWrites::default(),
+                    wait_until_epoch_ms: None,
                 });
             }
             let stop = FleetStop {
                 at_epoch_ms: now_epoch_ms,
                 at_ms,
                 budget,
-                limits: None,
+                limits,
                 reason,
-                skipped: None,
+                skipped: (!skips.is_empty()).then_some(Skips(skips)),
             };
             s.run.fleet_stop(&s.policy, &stop)?;
             s.attempts.fleet_stop = Some(stop);
+            s.lead = None;
+            s.queued_since = None;
             Ok(HedgeAdmitted {
                 step: s.next(),
                 writes: FleetWrites::default(),
+                wait_until_epoch_ms: None,
             })
         };
         if view.store_unavailable {
             if fleet.on_store_unavailable == OnStoreUnavailable::FailOpen {
                 admission.store = Some(StoreStatus::Unavailable);
             } else {
-                return refused(self, StopReason::StoreUnavailable, None);
+                return refused(self, StopReason::StoreUnavailable, (None, None), Vec::new());
             }
-        } else if let Some(cfg) = &fleet.retry_budget {
-            let s = budget_in(cfg, view, now_epoch_ms)?;
-            let short = budget_admission(
-                cfg,
-                &s,
-                &mut self.seen,
-                &mut self.snapshots,
-                plan.ordinal,
-                now_epoch_ms,
-                &mut writes,
-                &mut admission,
-            )?;
-            if let Some(used) = short {
-                return refused(self, StopReason::RetryBudget, Some(used));
+        } else {
+            // A breaker: a lead skips an open route as a plain attempt does
+            // (the run stops `stop_circuit_open` when none admits); a hedge
+            // whose route does not admit is not sent.
+            if let Some(cfg) = &fleet.breaker {
+                loop {
+                    let s = breaker_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
+                    self.seen
+                        .saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
+                    let digest = self.snapshots.keep_breaker(&s);
+                    let (answer, next) = breaker::admit(cfg, &s, now_epoch_ms);
+                    match answer {
+                        BreakerAdmission::Admitted { probe } => {
+                            admission.breaker = Some(BreakerRef {
+                                generation: s.generation,
+                                probe,
+                                snapshot_sha256: digest,
+                            });
+                            if changed(&next, &s) {
+                                writes.breakers.push(next);
+                            }
+                            break;
+                        }
+                        BreakerAdmission::Rejected { .. } if is_hedge => {
+                            return refused(
+                                self,
+                                StopReason::CircuitOpen,
+                                (None, None),
+                                Vec::new(),
+                            );
+                        }
+                        BreakerAdmission::Rejected { .. } => {
+                            if changed(&next, &s) {
+                                writes.breakers.push(next);
+                            }
+                            skips.push(Skip {
+                                route_id: plan.route_id.clone(),
+                                snapshot_sha256: digest,
+                            });
+                            match self.run.skip_route(&self.policy, &plan) {
+                                Some(p) => plan = p,
+                                None => {
+                                    return refused(
+                                        self,
+                                        StopReason::CircuitOpen,
+                                        (None, None),
+                                        skips,
+                                    )
+                                }
+                            }
+                        }
+                    }
+                }
             }
+            // Admission limits: a lead waits or queues as a plain attempt
+            // does; a hedge takes a slot now or is not sent.
+            if let Some(cfg) = &fleet.admission {
+                let s = admission_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
+                self.seen.saw(
+                    &format!("admission/{}", s.key()),
+                    s.generation,
+                    "/admission",
+                )?;
+                let digest = self.snapshots.keep_admission(&s);
+                let tokens = reserved_tokens(cfg, view)?;
+                let since = if is_hedge {
+                    now_epoch_ms
+                } else {
+                    *self.queued_since.get_or_insert(now_epoch_ms)
+                };
+                let clock = LimitsClock {
+                    at_ms,
+                    now_epoch_ms,
+                    since_epoch_ms: since,
+                    deadline_ms: plan.deadline_ms,
+                };
+                match limits_step(cfg, &s, digest, tokens, &clock) {
+                    LimitsStep::Admitted {
+                        limits,
+                        write,
+                        start_at_ms,
+                    } if !is_hedge || start_at_ms <= at_ms => {
+                        plan.not_before_ms = plan.not_before_ms.max(start_at_ms);
+                        admission.limits = Some(limits);
+                        limits_write = Some(write);
+                    }
+                    LimitsStep::Admitted { .. } | LimitsStep::Wait(_) | LimitsStep::Stop(_)
+                        if is_hedge =>
+                    {
+                        return refused(self, StopReason::Admission, (None, None), Vec::new());
+                    }
+                    LimitsStep::Wait(until) => {
+                        return Ok(HedgeAdmitted {
+                            step: self.next(),
+                            writes: FleetWrites::default(),
+                            wait_until_epoch_ms: Some(until),
+                        });
+                    }
+                    LimitsStep::Stop(limits) | LimitsStep::Admitted { limits, .. } => {
+                        return refused(self, StopReason::Admission, (None, Some(limits)), skips);
+                    }
+                }
+            }
+            if let Some(cfg) = &fleet.retry_budget {
+                let s = budget_in(cfg, view, now_epoch_ms)?;
+                let short = budget_admission(
+                    cfg,
+                    &s,
+                    &mut self.seen,
+                    &mut self.snapshots,
+                    plan.ordinal,
+                    now_epoch_ms,
+                    &mut writes,
+                    &mut admission,
+                )?;
+                if let Some(used) = short {
+                    return refused(self, StopReason::RetryBudget, (Some(used), None), skips);
+                }
+            }
+        }
+        if !skips.is_empty() {
+            admission.skipped = Some(Skips(skips));
+        }
+        writes.admission.extend(limits_write);
+        if !is_hedge {
+            // The lead as admitted (moved on by any skipped route).
+            self.lead = Some(plan.clone());
         }
         self.admitted = Some((plan.ordinal, admission));
         Ok(HedgeAdmitted {
             step: self.next(),
             writes,
+            wait_until_epoch_ms: None,
         })
     }
 
@@ -613,6 +791,7 @@ impl HedgeSession {
         }
         self.run.cancel(at_ms)?;
         self.attempts.cancelled_at_ms = Some(at_ms);
+        self.lead = None;
         Ok(())
     }
 
@@ -645,148 +824,6 @@ fn reserved_with(run: &Run, plans: &[Dispatch]) -> u64 {
         .skip(1)
         .map(|d| d.reserve_cost)
         .fold(run.hedge_reserved(), u64::saturating_add)
-}
-
-/// Run a scripted hedged session, as the `hedge_session` vectors pin it.
-///
-/// Each step of `script` is one event a host saw, at its run-clock time:
-/// `{"start": ordinal, "at"}` (the lead or the hedge on offer went out),
-/// `{"observe": ordinal, "at", "facts", "cost"?}` (its result arrived),
-/// `{"cancelled": ordinal, "at"}` (a loser was cancelled) or
-/// `{"cancel_run": at}` (the caller cancelled between rounds). The answer:
-/// the first step (`next`), each step's answer (`step`, and `judgement` for
-/// an observation), the attempts, the receipt, the sealed bundle's digest
-/// and its replay's verdict. The first error is the answer instead.
-#[cfg(feature = "lab")]
-pub fn script(policy_json: &str, script_json: &str) -> Result<serde_json::Value> {
-    use crate::canonical::to_value;
-    use serde_json::{json, Value};
-    let policy = Arc::new(crate::api::compile_policy(policy_json)?);
-    let mut session = HedgeSession::start(policy)?;
-    let steps: Value = crate::decode::parse_strict(script_json)?;
-    let bad = |msg: &str| Error::at(ErrorCode::InvalidValue, "/script", msg.to_owned());
-    let first = to_value(&session.next());
-    let mut answers = Vec::new();
-    for step in steps.as_array().ok_or_else(|| bad("a script is a list"))? {
-        let num = |k: &str| step.get(k).and_then(Value::as_u64);
-        let at = num("at").unwrap_or(0);
-        if let Some(n) = num("start") {
-            answers.push(json!({"step": to_value(&session.start_attempt(n, at)?)}));
-        } else if let Some(n) = num("observe") {
-            let facts: Facts = match step.get("facts") {
-                Some(f) => crate::decode::from_value(f.clone())?,
-                None => return Err(bad("an observation carries facts")),
-            };
-            let (judgement, next) = session.observe(n, at, num("cost"), &facts)?;
-            answers.push(json!({"judgement": to_value(&judgement), "step": to_value(&next)}));
-        } else if let Some(n) = num("cancelled") {
-            answers.push(json!({"step": to_value(&session.cancelled(n, at)?)}));
-        } else if let Some(at) = num("cancel_run") {
-            session.cancel(at)?;
-            answers.push(json!({"step": to_value(&session.next())}));
-        } else {
-            return Err(bad("a step is start, observe, cancelled or cancel_run"));
-        }
-    }
-    let bundle = session.seal()?;
-    let verdict = crate::receipt::verify_bundle(&bundle)?;
-    Ok(json!({
-        "attempts": to_value(&bundle.attempts),
-        "bundle_sha256": digest_of(&bundle),
-        "next": first,
-        "receipt": to_value(&bundle.receipt),
-        "steps": answers,
-        "verdict": to_value(&verdict),
-    }))
-}
-
-/// An observation's answer: the judgement and what to do now
-/// (`{"judgement", "step"}`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HedgeObserved {
-    /// How the core judged the facts.
-    pub judgement: Judgement,
-    /// What to do now.
-    pub step: HedgeStep,
-}
-
-impl Encode for HedgeObserved {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .doc("judgement", &self.judgement)
-            .doc("step", &self.step)
-            .end();
-    }
-}
-
-/// The JSON-text boundary of a [`HedgeSession`], for the bindings: every
-/// answer is canonical JSON, every error the core's.
-impl HedgeSession {
-    /// Start a hedged run of a policy given as JSON text.
-    pub fn start_json(policy_json: &str) -> Result<Self> {
-        Self::start(Arc::new(crate::api::compile_policy(policy_json)?))
-    }
-
-    /// [`HedgeSession::next`] as JSON.
-    pub fn next_json(&self) -> String {
-        crate::canonical::canonical_json(&self.next())
-    }
-
-    /// [`HedgeSession::start_attempt`], the step as JSON.
-    pub fn start_attempt_json(&mut self, ordinal: u64, started_at_ms: u64) -> Result<String> {
-        Ok(crate::canonical::canonical_json(
-            &self.start_attempt(ordinal, started_at_ms)?,
-        ))
-    }
-
-    /// [`HedgeSession::observe`] with the facts as JSON text:
-    /// `{"judgement", "step"}` as JSON.
-    pub fn observe_json(
-        &mut self,
-        ordinal: u64,
-        completed_at_ms: u64,
-        cost: Option<u64>,
-        facts_json: &str,
-    ) -> Result<String> {
-        let facts: Facts = crate::decode::from_str(facts_json)?;
-        let (judgement, step) = self.observe(ordinal, completed_at_ms, cost, &facts)?;
-        Ok(crate::canonical::canonical_json(&HedgeObserved {
-            judgement,
-            step,
-        }))
-    }
-
-    /// [`HedgeSession::cancelled`], the step as JSON.
-    pub fn cancelled_json(&mut self, ordinal: u64, at_ms: u64) -> Result<String> {
-        Ok(crate::canonical::canonical_json(
-            &self.cancelled(ordinal, at_ms)?,
-        ))
-    }
-
-    /// [`HedgeSession::admit`] with the view as JSON text: `{"step", "writes"}` as JSON.
-    pub fn admit_json(&mut self, at_ms: u64, now_epoch_ms: u64, view_json: &str) -> Result<String> {
-        let view: FleetView = crate::decode::from_str(view_json)?;
-        Ok(crate::canonical::canonical_json(&self.admit(
-            at_ms,
-            now_epoch_ms,
-            &view,
-        )?))
-    }
-
-    /// The attempts so far as JSON.
-    pub fn attempts_json(&self) -> String {
-        crate::canonical::canonical_json(&self.attempts)
-    }
-
-    /// The receipt as JSON.
-    pub fn receipt_json(&self) -> Result<String> {
-        Ok(crate::canonical::canonical_json(&self.receipt()?))
-    }
-
-    /// The sealed bundle as JSON.
-    pub fn bundle_json(&self) -> Result<String> {
-        Ok(crate::canonical::canonical_json(&self.seal()?))
-    }
 }
 
 #[cfg(all(test, feature = "lab"))]

@@ -40,6 +40,7 @@ use crate::limits::MAX_ATTEMPTS;
 
 mod classify;
 mod event;
+pub(crate) mod hedged;
 mod recover;
 mod replay;
 mod writer;

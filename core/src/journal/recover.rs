@@ -222,8 +222,16 @@ pub(super) fn recovered(
     r: &Replayed,
     reconciliation: Option<&Reconciliation>,
 ) -> Result<Recovery> {
-    let (planned, sent) = match &r.tip.expect {
-        Expect::Dispatched(planned, sent) => (planned, sent),
+    let in_round = match &r.tip.expect {
+        Expect::Round(round) if round.pending().is_none() => round
+            .in_flight()
+            .next()
+            .and_then(|m| m.sent.as_ref().map(|s| (&m.plan, s, Some(round.as_ref())))),
+        _ => None,
+    };
+    let (planned, sent, round) = match (&r.tip.expect, in_round) {
+        (_, Some(found)) => found,
+        (Expect::Dispatched(planned, sent), None) => (planned, sent, None),
         _ => {
             if reconciliation.is_some() {
                 return Err(Error::at(
@@ -240,6 +248,11 @@ pub(super) fn recovered(
                         .clone()
                         .unwrap_or_else(|| Sha256Hex::computed(GENESIS_SHA256.to_owned())),
                     terminal: r.run.terminal().unwrap_or(Terminal::StopIndeterminate),
+                },
+                (Expect::Round(round), Some(_)) => Recovery::Resume {
+                    dispatch: round.pending().cloned(),
+                    next: EventKind::Dispatched,
+                    next_seq: r.tip.len,
                 },
                 (Expect::Reserved(d), Some(next)) => Recovery::Resume {
                     dispatch: Some(d.clone()),
@@ -383,6 +396,7 @@ pub(super) fn recovered(
             .job
             .as_ref()
             .map(|step| crate::job::record_of(step, Some((job_sha256, None)))),
+        hedge: round.and_then(|rd| rd.mark_of(cp, sent.ordinal)),
         ..planned.attempt(
             sent.started_at_ms,
             completed_at_ms,
@@ -391,6 +405,19 @@ pub(super) fn recovered(
         )
     };
     let mut run = r.run.clone();
+    if let Some(rd) = round {
+        // A member of a hedged round: the round's decision once every
+        // member is observed, the run's plan until then.
+        let (next, complete) = rd.observe(&attempt, 0)?;
+        if complete {
+            let mut attempts = r.attempts.clone();
+            next.resolve(cp, &mut run, &mut attempts, 0)?;
+        }
+        return Ok(Recovery::Adopt {
+            attempt,
+            decision: run.next().clone(),
+        });
+    }
     let index = r.attempts.attempts.len();
     let d = run.check(cp, &attempt, index)?;
     run.observe(cp, &attempt, d, index)?;

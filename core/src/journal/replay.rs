@@ -32,6 +32,9 @@ pub(super) enum Expect {
     Dispatched(Dispatch, Sent),
     /// After `observed`: `decided`.
     Observed,
+    /// A hedged round in flight: a hedge's `reserved` or `dispatched`, or
+    /// a member's `observed` ([`super::hedged`]).
+    Round(Box<super::hedged::Round>),
     /// After `terminal`: nothing.
     Done,
 }
@@ -148,7 +151,7 @@ impl Replayed {
             Expect::Planned => Some(EventKind::Reserved),
             Expect::Ended => Some(EventKind::Terminal),
             Expect::Reserved(_) => Some(EventKind::Dispatched),
-            Expect::Dispatched(..) => Some(EventKind::Observed),
+            Expect::Dispatched(..) | Expect::Round(_) => Some(EventKind::Observed),
             Expect::Done => None,
         }
     }
@@ -265,7 +268,54 @@ impl Replayed {
             }
             (Expect::Reserved(planned), Payload::Dispatched(sent)) => {
                 check_sent(cp, planned, sent, i)?;
-                Expect::Dispatched(planned.clone(), sent.clone())
+                if cp.policy.hedge.is_some() {
+                    Expect::Round(Box::new(super::hedged::Round::open(
+                        planned.clone(),
+                        sent.clone(),
+                    )))
+                } else {
+                    Expect::Dispatched(planned.clone(), sent.clone())
+                }
+            }
+            (
+                Expect::Round(round),
+                Payload::Reserved {
+                    dispatch,
+                    cancelled_at_ms: None,
+                },
+            ) => Expect::Round(Box::new(round.reserve(cp, run, dispatch, i)?)),
+            (Expect::Round(round), Payload::Dispatched(sent)) => {
+                let Some(planned) = round.pending() else {
+                    return Err(Error::at(
+                        ErrorCode::JournalOutOfOrder,
+                        format!("/events/{i}/kind"),
+                        "a `dispatched` event follows a `reserved` one",
+                    ));
+                };
+                check_sent(cp, planned, sent, i)?;
+                Expect::Round(Box::new(round.send(sent)))
+            }
+            (
+                Expect::Round(round),
+                Payload::Observed {
+                    attempt,
+                    delta_digests,
+                },
+            ) => {
+                if !delta_digests.is_empty() {
+                    return Err(Error::at(
+                        ErrorCode::StreamRecordUnexpected,
+                        format!("/events/{i}/delta_digests"),
+                        "a hedged attempt records no stream deltas",
+                    ));
+                }
+                let (next, complete) = round.observe(attempt, i)?;
+                if complete {
+                    next.resolve(cp, run, attempts, i)?;
+                    Expect::Observed
+                } else {
+                    Expect::Round(Box::new(next))
+                }
             }
             (
                 Expect::Dispatched(planned, sent),

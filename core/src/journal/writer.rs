@@ -184,12 +184,18 @@ fn build(
             admission,
             started_at_ms,
         } => {
-            let Expect::Reserved(d) = &r.tip.expect else {
-                return Err(Error::at(
-                    ErrorCode::JournalOutOfOrder,
-                    format!("/events/{i}/kind"),
-                    "a `dispatched` event follows a `reserved` one",
-                ));
+            let d = match &r.tip.expect {
+                Expect::Reserved(d) => d,
+                Expect::Round(round) if round.pending().is_some() => {
+                    round.pending().ok_or_else(no_plan)?
+                }
+                _ => {
+                    return Err(Error::at(
+                        ErrorCode::JournalOutOfOrder,
+                        format!("/events/{i}/kind"),
+                        "a `dispatched` event follows a `reserved` one",
+                    ))
+                }
             };
             Payload::Dispatched(Sent {
                 admission: admission.clone(),

@@ -1,9 +1,11 @@
 //! The run machine driven by arbitrary bytes (the `lab` feature): what the
 //! fuzz target `machine` and a property test run. The bytes choose a policy
 //! (plain, a fleet with breaker, budget and limits, a tentative stream, both,
-//! an async job with and without a fleet; journaled or not) and then, one byte at a time, the host's answer: most
-//! often a plausible one (a store that keeps its registers, a clock that
-//! moves on, an observation with a status), sometimes any event at all, and
+//! an async job with and without a fleet, a hedged one alone or under the
+//! whole fleet; journaled or not) and then, one byte at a time, the host's
+//! answer: most often a plausible one (a store that keeps its registers, a
+//! clock that moves on, an observation with a status), sometimes any event
+//! at all, and
 //! sometimes a crash after which a new owner resumes from any prefix of the
 //! journal written so far.
 //!
@@ -59,6 +61,21 @@ fn policies() -> Vec<Arc<CompiledPolicy>> {
             );
             if f {
                 m.insert("fleet".into(), fleet.clone());
+            }
+        }
+        if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
+            out.push(Arc::new(cp));
+        }
+    }
+    // Hedged: alone, and under the whole fleet.
+    let hedge = json!({"cancelled_cost": "reserve", "cost_share_percent": 100, "delay_ms": 50,
+        "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]});
+    for f in [None, Some(fleet)] {
+        let mut p = crate::lab::reference_policy();
+        if let Value::Object(m) = &mut p {
+            m.insert("hedge".into(), hedge.clone());
+            if let Some(f) = f {
+                m.insert("fleet".into(), f);
             }
         }
         if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
@@ -209,6 +226,30 @@ fn any_event(b: u8, bytes: &mut Bytes<'_>, now: u64) -> Event {
     }
 }
 
+/// A hedged run's answer to a dispatch or a wait: the clock at the hedge's
+/// time, or the observation of an attempt in flight (its ordinal named).
+fn hedged_answer(
+    bytes: &mut Bytes<'_>,
+    now: &mut u64,
+    flying: &[u64],
+    hedge_at_ms: Option<u64>,
+    hedged: bool,
+) -> Event {
+    let b = bytes.byte();
+    if let (Some(at), 0) = (hedge_at_ms, b % 3) {
+        *now = (*now).max(at);
+        return Event::Clock { now_ms: *now };
+    }
+    let mut obs = observed(bytes.byte(), bytes.byte(), *now, false);
+    if hedged {
+        obs.ordinal = flying
+            .get(usize::from(b).checked_rem(flying.len()).unwrap_or(0))
+            .copied();
+    }
+    *now = obs.completed_at_ms;
+    Event::Observed(Box::new(obs))
+}
+
 /// A refused answer must carry a known code and a JSON Pointer.
 fn coded(e: &Error) -> Result<(), String> {
     if !ErrorCode::ALL.contains(&e.code) {
@@ -232,6 +273,8 @@ pub struct Reached {
     pub resumed: u32,
     /// Answers refused with a code.
     pub refused: u32,
+    /// The policy was hedged.
+    pub hedged: bool,
 }
 
 /// Drive a machine with `data`; a finding (a property violated) is the error.
@@ -240,10 +283,17 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
     let mut bytes = Bytes(data.iter());
     let first = bytes.byte();
     let all = policies();
-    let Some(cp) = all.get(usize::from(first % 6)).cloned() else {
+    // Both of 0x60: a hedged policy; otherwise one of the first six.
+    let pick = if first & 0x60 == 0x60 {
+        6 + usize::from(first & 1)
+    } else {
+        usize::from(first % 6)
+    };
+    let Some(cp) = all.get(pick).cloned() else {
         return Err("a policy of the set does not compile".into());
     };
     let journaled = first & 0x10 != 0;
+    reached.hedged = cp.policy.hedge.is_some();
     let stream = cp.policy.stream.is_some();
     let mut lease = 1;
     let mut m = match Machine::start(Arc::clone(&cp), options(journaled, lease, 0)) {
@@ -254,6 +304,8 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
     let mut store: BTreeMap<String, (Value, u64)> = BTreeMap::new();
     let mut now = 0u64;
     let mut steps = 0u32;
+    // A hedged run's attempts in flight, as the host sent them.
+    let mut flying: Vec<u64> = Vec::new();
     while let Some(b) = bytes.next() {
         steps = steps.saturating_add(1);
         if steps > 4_096 || m.next().is_done() {
@@ -270,6 +322,7 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                 Ok(r) => m = r,
                 Err(e) => return coded(&e).map(|()| reached),
             }
+            flying.clear();
             reached.resumed = reached.resumed.saturating_add(1);
             continue;
         }
@@ -326,6 +379,16 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                         Event::Clock { now_ms: now }
                     }
                 }
+                Effect::Dispatch {
+                    dispatch,
+                    hedge_at_ms,
+                    ..
+                } if m.is_hedged() => {
+                    if !flying.contains(&dispatch.ordinal) {
+                        flying.push(dispatch.ordinal);
+                    }
+                    hedged_answer(&mut bytes, &mut now, &flying, hedge_at_ms, true)
+                }
                 Effect::Dispatch { .. } | Effect::Poll { .. } | Effect::Cancel { .. } => {
                     let mut obs = observed(bytes.byte(), bytes.byte(), now, stream);
                     if cp.policy.async_job.is_some() {
@@ -335,11 +398,41 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
                     Event::Observed(Box::new(obs))
                 }
                 Effect::Reconcile { .. } => any_event(7, &mut bytes, now),
+                Effect::Await { hedge_at_ms, .. } => {
+                    hedged_answer(&mut bytes, &mut now, &flying, hedge_at_ms, true)
+                }
+                Effect::CancelAttempts { ordinals, .. } => {
+                    let pick = usize::from(bytes.byte());
+                    let ordinal = ordinals
+                        .get(pick.checked_rem(ordinals.len()).unwrap_or(0))
+                        .copied()
+                        .unwrap_or(0);
+                    if pick % 4 == 3 {
+                        // The loser's result came first: a late observation.
+                        let mut obs = observed(bytes.byte(), bytes.byte(), now, stream);
+                        obs.ordinal = Some(ordinal);
+                        now = obs.completed_at_ms;
+                        Event::Observed(Box::new(obs))
+                    } else {
+                        Event::AttemptCancelled {
+                            ordinal,
+                            at_ms: now,
+                        }
+                    }
+                }
             }
         };
         let appended = matches!(event, Event::Appended);
+        let answered = match &event {
+            Event::Observed(o) => o.ordinal,
+            Event::AttemptCancelled { ordinal, .. } => Some(*ordinal),
+            _ => None,
+        };
         match m.answer(event) {
             Ok(_) => {
+                if let Some(n) = answered {
+                    flying.retain(|f| *f != n);
+                }
                 now = now.max(m.now_ms());
                 // The events of an append answered `appended` are durable.
                 if let (true, Effect::Append { events }) = (appended, effect) {

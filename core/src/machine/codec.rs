@@ -72,8 +72,10 @@ impl Encode for Effect {
             Self::Dispatch {
                 dispatch,
                 started_at_ms,
+                hedge_at_ms,
             } => o
                 .doc("dispatch", dispatch)
+                .opt_u64("hedge_at_ms", *hedge_at_ms)
                 .str("kind", "dispatch")
                 .u64("started_at_ms", *started_at_ms),
             Self::Poll {
@@ -90,6 +92,20 @@ impl Encode for Effect {
                 .doc("dispatch", dispatch)
                 .str("kind", "cancel")
                 .u64("started_at_ms", *started_at_ms),
+            Self::Await {
+                in_flight,
+                hedge_at_ms,
+            } => o
+                .opt_u64("hedge_at_ms", *hedge_at_ms)
+                .doc("in_flight", &Ordinals(in_flight))
+                .str("kind", "await"),
+            Self::CancelAttempts {
+                decided_by,
+                ordinals,
+            } => o
+                .u64("decided_by", *decided_by)
+                .str("kind", "cancel_attempts")
+                .doc("ordinals", &Ordinals(ordinals)),
             Self::Reconcile { attempt, poll } => o
                 .doc("attempt", attempt)
                 .str("kind", "reconcile")
@@ -97,6 +113,19 @@ impl Encode for Effect {
             Self::Done { terminal } => o.str("kind", "done").doc("terminal", terminal),
         };
         o.end();
+    }
+}
+
+/// A list of ordinals.
+struct Ordinals<'a>(&'a [u64]);
+
+impl Encode for Ordinals<'_> {
+    fn encode(&self, sink: &mut dyn Sink) {
+        sink.begin_array();
+        for n in self.0 {
+            sink.u64(*n);
+        }
+        sink.end_array();
     }
 }
 
@@ -112,6 +141,7 @@ enum EventKind {
     Observed,
     Reconciled,
     Cancelled,
+    AttemptCancelled,
 }
 
 names!(EventKind {
@@ -124,6 +154,7 @@ names!(EventKind {
     Observed => "observed",
     Reconciled => "reconciled",
     Cancelled => "cancelled",
+    AttemptCancelled => "attempt_cancelled",
 });
 
 impl Decode for Row {
@@ -161,6 +192,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
     let facts = f.opt("facts");
     let job_id = f.opt("job_id");
     let job_status = f.opt("job_status");
+    let ordinal = f.opt("ordinal");
     let request_body_sha256 = f.opt("request_body_sha256");
     let usage = f.opt("usage");
     let used_tokens = f.opt("used_tokens");
@@ -169,6 +201,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
         return Err(f.incomplete());
     };
     Ok(Observation {
+        ordinal,
         completed_at_ms,
         cost,
         deltas: deltas.unwrap_or_default(),
@@ -203,6 +236,7 @@ impl Observation {
         if tagged {
             o.str("kind", "observed");
         }
+        o.opt_u64("ordinal", self.ordinal);
         o.opt_doc("request_body_sha256", self.request_body_sha256.as_ref())
             .opt_doc("usage", self.usage.as_ref())
             .opt_u64("used_tokens", self.used_tokens)
@@ -244,6 +278,10 @@ impl Encode for Event {
                 o.str("kind", "reconciled")
             }
             Self::Cancelled { at_ms } => o.u64("at_ms", *at_ms).str("kind", "cancelled"),
+            Self::AttemptCancelled { ordinal, at_ms } => o
+                .u64("at_ms", *at_ms)
+                .str("kind", "attempt_cancelled")
+                .u64("ordinal", *ordinal),
             Self::Observed(_) => &mut o,
         };
         o.end();
@@ -294,6 +332,13 @@ impl Decode for Event {
                 })
             }
             EventKind::Cancelled => f.req("at_ms").map(|at_ms| Self::Cancelled { at_ms }),
+            EventKind::AttemptCancelled => {
+                let at_ms = f.req("at_ms");
+                let ordinal = f.req("ordinal");
+                at_ms
+                    .zip(ordinal)
+                    .map(|(at_ms, ordinal)| Self::AttemptCancelled { ordinal, at_ms })
+            }
         };
         f.end()?;
         event.ok_or_else(|| f.incomplete())

@@ -44,6 +44,7 @@ pub(super) fn effect(dispatch: Dispatch, started_at_ms: u64) -> Effect {
         Some(JobKind::Submit) | None => Effect::Dispatch {
             dispatch,
             started_at_ms,
+            hedge_at_ms: None,
         },
     }
 }

@@ -13,6 +13,10 @@
 //!   at the first that fails.
 //! - [`Effect::Sleep`]: wait until the run clock reaches `until_ms`.
 //! - [`Effect::Dispatch`]: send the attempt, then say what was observed.
+//!   A hedged run may send another before the first is answered: each
+//!   observation names its attempt, [`Effect::Await`] waits for one of
+//!   those in flight and [`Effect::CancelAttempts`] cancels a decided
+//!   round's losers (the hedge layer, `hedge`).
 //! - [`Effect::Poll`], [`Effect::Cancel`]: poll the accepted async job, or
 //!   cancel the one a run would leave running (`job`).
 //! - [`Effect::Reconcile`]: ask the receiver what became of an attempt in
@@ -39,6 +43,7 @@
 pub mod arbitrary;
 mod codec;
 pub mod fleet;
+mod hedge;
 mod job;
 mod protocol;
 pub mod replay;
@@ -177,6 +182,8 @@ pub struct Machine {
     /// Shared so that keeping it for a refused answer costs no copy.
     settle: Arc<Settle>,
     judgement: Option<Judgement>,
+    /// A hedged run: the layer that keeps more than one attempt in flight.
+    hedge: Option<Box<hedge::Layer>>,
 }
 
 fn unexpected(event: &Event, effect: &Effect) -> Error {
@@ -188,6 +195,8 @@ fn unexpected(event: &Event, effect: &Effect) -> Error {
         Effect::Dispatch { .. } => "dispatch",
         Effect::Poll { .. } => "poll",
         Effect::Cancel { .. } => "cancel",
+        Effect::Await { .. } => "await",
+        Effect::CancelAttempts { .. } => "cancel_attempts",
         Effect::Reconcile { .. } => "reconcile",
         Effect::Done { .. } => "done",
     };
@@ -304,8 +313,10 @@ impl Machine {
                 format!("max_polls must be in 1..={}", crate::journal::MAX_POLLS),
             ));
         }
+        let hedge = hedge::Layer::of(&policy, options, journal.as_ref().map(|(w, _)| w))?;
         let mut m = Self {
             keys: fleet::Keys::of(&policy),
+            hedge,
             policy,
             schedule: options.price_schedule.clone(),
             session,
@@ -332,7 +343,8 @@ impl Machine {
         &self.effect
     }
 
-    /// The session the machine drives (attempts, decisions, snapshots read).
+    /// The session the machine drives (attempts, decisions, snapshots
+    /// read); a hedged run's is [`Machine::hedge_session`].
     pub fn session(&self) -> &Session {
         &self.session
     }
@@ -340,6 +352,9 @@ impl Machine {
     /// How the last observation was judged (its rule, and for a stream what
     /// the host does with the consumer's events).
     pub fn judgement(&self) -> Option<&Judgement> {
+        if let Some(h) = &self.hedge {
+            return h.judgement();
+        }
         self.judgement.as_ref()
     }
 
@@ -350,12 +365,18 @@ impl Machine {
 
     /// The bundle of the finished run.
     pub fn seal(&self) -> Result<Bundle> {
+        if let Some(h) = &self.hedge {
+            return h.seal();
+        }
         self.session.seal()
     }
 
     /// Answer the outstanding effect. On an error nothing changed and the
     /// same effect is outstanding (but after a refused append).
     pub fn answer(&mut self, event: Event) -> Result<&Effect> {
+        if self.hedge.is_some() {
+            return self.hedge_answer(event);
+        }
         let before = (self.stage.clone(), self.now_ms, self.settle.clone());
         match self.step(event) {
             Ok(()) => Ok(&self.effect),
@@ -598,6 +619,9 @@ impl Machine {
     /// Compute the next effect from the stage, through every stage that
     /// needs no answer.
     fn advance(&mut self) -> Result<()> {
+        if self.hedge.is_some() {
+            return self.hedge_advance();
+        }
         loop {
             match self.stage.clone() {
                 Stage::Open => {
@@ -867,8 +891,8 @@ impl Machine {
 /// drivers until they are layers of it.
 fn check_layers(cp: &CompiledPolicy) -> Result<()> {
     let p = &cp.policy;
-    let refused = if p.hedge.is_some() {
-        Some(("/hedge", "a hedged run"))
+    let refused = if p.hedge.is_some() && p.async_job.is_some() {
+        Some(("/hedge", "a hedged async job"))
     } else {
         None
     };

@@ -47,12 +47,38 @@ pub enum Effect {
         /// The run clock to wait for, ms.
         until_ms: u64,
     },
-    /// Send the attempt now and answer [`Event::Observed`].
+    /// Send the attempt now and answer [`Event::Observed`]. In a hedged
+    /// run the attempt stays in flight with the others: the answer is the
+    /// observation of any attempt in flight (naming its `ordinal`), or,
+    /// when `hedge_at_ms` is set and nothing answered before it, an
+    /// [`Event::Clock`] reading at `hedge_at_ms` (a hedge is due).
     Dispatch {
         /// The attempt to send.
         dispatch: Dispatch,
         /// Its start on the run clock.
         started_at_ms: u64,
+        /// A hedged run: when the next hedge is due unless a result
+        /// arrives first.
+        hedge_at_ms: Option<u64>,
+    },
+    /// A hedged run: wait for the observation of any attempt in flight
+    /// ([`Event::Observed`] naming its `ordinal`), or, when `hedge_at_ms`
+    /// is set, an [`Event::Clock`] reading at `hedge_at_ms`.
+    Await {
+        /// The ordinals in flight.
+        in_flight: Vec<u64>,
+        /// When the next hedge is due unless a result arrives first.
+        hedge_at_ms: Option<u64>,
+    },
+    /// A hedged round is decided: cancel these attempts, answering
+    /// [`Event::AttemptCancelled`] for one of them (or its
+    /// [`Event::Observed`] when its result arrived first: a late loser,
+    /// kept and never adopted). Asked again until none is left.
+    CancelAttempts {
+        /// The ordinal whose result decided the round.
+        decided_by: u64,
+        /// The ordinals still in flight.
+        ordinals: Vec<u64>,
     },
     /// Poll the accepted async job (the dispatch's `job` step names it and
     /// the poll's number) now, and answer [`Event::Observed`] with the
@@ -90,6 +116,9 @@ pub enum Effect {
 /// What a host observed of one dispatched attempt.
 #[derive(Debug, Clone, Default)]
 pub struct Observation {
+    /// Which attempt this answers (its `ordinal`); required when more than
+    /// one attempt is in flight (a hedged run), absent otherwise.
+    pub ordinal: Option<u64>,
     /// When it completed (run clock, ms).
     pub completed_at_ms: u64,
     /// What it was charged by hand; absent: the reservation, or what its
@@ -161,6 +190,14 @@ pub enum Event {
         /// When (run clock, ms).
         at_ms: u64,
     },
+    /// A hedged round's loser was cancelled, as [`Effect::CancelAttempts`]
+    /// asked.
+    AttemptCancelled {
+        /// The loser's ordinal.
+        ordinal: u64,
+        /// When it was cancelled (run clock, ms).
+        at_ms: u64,
+    },
 }
 
 impl Event {
@@ -175,6 +212,7 @@ impl Event {
             Self::Observed(_) => "observed",
             Self::Reconciled { .. } => "reconciled",
             Self::Cancelled { .. } => "cancelled",
+            Self::AttemptCancelled { .. } => "attempt_cancelled",
         }
     }
 }

@@ -22,7 +22,9 @@ use crate::policy::CompiledPolicy;
 pub struct Script {
     /// What each dispatch (a job's polls and cancel included) observes, in
     /// order: `{"after_ms", "facts"?, "deltas"?, "usage"?, "cost"?,
-    /// "used_tokens"?, "request_body_sha256"?, "job_id"?, "job_status"?}`.
+    /// "used_tokens"?, "request_body_sha256"?, "job_id"?, "job_status"?}`
+    /// (in a hedged run, `after_ms` from its own start; `"late": true` on a
+    /// loser waits for its result instead of cancelling it).
     pub attempts: Vec<Value>,
     /// What the receiver answers each reconcile: `{"answer", "after_ms"?,
     /// "cost"?, "job_id"?}`.
@@ -110,6 +112,7 @@ fn observation(step: &Value, now: u64) -> Result<Observation> {
         })
         .unwrap_or_default();
     Ok(Observation {
+        ordinal: None,
         completed_at_ms: now.saturating_add(after(step)),
         cost: step.get("cost").and_then(Value::as_u64),
         deltas,
@@ -140,132 +143,186 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
     };
     let (mut dispatches, mut polls, mut writes, mut reads, mut sleeps, mut appends) =
         (0usize, 0usize, 0u64, 0u64, 0u64, 0u64);
+    // A hedged run's attempts in flight, with what each will observe.
+    let mut flying: Vec<(Observation, bool)> = Vec::new();
     // Every effect is answered once; a run has a bounded number of them.
     for _ in 0..super::replay::MAX_MACHINE_EVENTS {
-        let event = match m.next().clone() {
-            Effect::Done { .. } => return played,
-            Effect::Append { events } => {
-                if script.crash_after_appends == Some(appends) {
-                    played.crashed = true;
-                    return played;
+        let event =
+            match m.next().clone() {
+                Effect::Done { .. } => return played,
+                Effect::Append { events } => {
+                    if script.crash_after_appends == Some(appends) {
+                        played.crashed = true;
+                        return played;
+                    }
+                    appends = appends.saturating_add(1);
+                    played.journal.extend(events);
+                    Event::Appended
                 }
-                appends = appends.saturating_add(1);
-                played.journal.extend(events);
-                Event::Appended
-            }
-            Effect::Read { keys } => {
-                reads = reads.saturating_add(1);
-                if script.unavailable.contains(&reads.saturating_sub(1)) {
-                    Event::StoreUnavailable {
-                        now_ms: played.now_ms,
-                    }
-                } else {
-                    let rows = keys
-                        .iter()
-                        .map(|k| match played.store.get(k) {
-                            Some((d, g)) => Row {
-                                document: Some(d.clone()),
-                                generation: *g,
-                            },
-                            None => Row {
-                                document: None,
-                                generation: 0,
-                            },
-                        })
-                        .collect();
-                    Event::Read {
-                        now_ms: played.now_ms,
-                        rows,
-                    }
-                }
-            }
-            Effect::Write { writes: cas } => {
-                let mut written = 0u64;
-                for c in &cas {
-                    let index = writes;
-                    writes = writes.saturating_add(1);
-                    let current = played.store.get(&c.key).map_or(0, |(_, g)| *g);
-                    if script.conflicts.contains(&index) {
-                        // Another writer moved the key on first.
-                        let doc = played
-                            .store
-                            .get(&c.key)
-                            .map_or_else(|| to_value(&c.document), |(d, _)| d.clone());
-                        played
-                            .store
-                            .insert(c.key.clone(), (doc, current.saturating_add(1)));
-                        break;
-                    }
-                    if current != c.expected_generation {
-                        break;
-                    }
-                    played.store.insert(
-                        c.key.clone(),
-                        (to_value(&c.document), current.saturating_add(1)),
-                    );
-                    written = written.saturating_add(1);
-                }
-                Event::Written { written }
-            }
-            Effect::Sleep { until_ms } => {
-                sleeps = sleeps.saturating_add(1);
-                if script.cancel_sleeps.contains(&sleeps.saturating_sub(1)) {
-                    Event::Cancelled {
-                        at_ms: played.now_ms,
-                    }
-                } else {
-                    played.now_ms = played.now_ms.max(until_ms);
-                    Event::Clock {
-                        now_ms: played.now_ms,
+                Effect::Read { keys } => {
+                    reads = reads.saturating_add(1);
+                    if script.unavailable.contains(&reads.saturating_sub(1)) {
+                        Event::StoreUnavailable {
+                            now_ms: played.now_ms,
+                        }
+                    } else {
+                        let rows = keys
+                            .iter()
+                            .map(|k| match played.store.get(k) {
+                                Some((d, g)) => Row {
+                                    document: Some(d.clone()),
+                                    generation: *g,
+                                },
+                                None => Row {
+                                    document: None,
+                                    generation: 0,
+                                },
+                            })
+                            .collect();
+                        Event::Read {
+                            now_ms: played.now_ms,
+                            rows,
+                        }
                     }
                 }
-            }
-            Effect::Dispatch { .. } | Effect::Poll { .. } | Effect::Cancel { .. } => {
-                let step =
-                    script.attempts.get(dispatches).cloned().unwrap_or_else(
+                Effect::Write { writes: cas } => {
+                    let mut written = 0u64;
+                    for c in &cas {
+                        let index = writes;
+                        writes = writes.saturating_add(1);
+                        let current = played.store.get(&c.key).map_or(0, |(_, g)| *g);
+                        if script.conflicts.contains(&index) {
+                            // Another writer moved the key on first.
+                            let doc = played
+                                .store
+                                .get(&c.key)
+                                .map_or_else(|| to_value(&c.document), |(d, _)| d.clone());
+                            played
+                                .store
+                                .insert(c.key.clone(), (doc, current.saturating_add(1)));
+                            break;
+                        }
+                        if current != c.expected_generation {
+                            break;
+                        }
+                        played.store.insert(
+                            c.key.clone(),
+                            (to_value(&c.document), current.saturating_add(1)),
+                        );
+                        written = written.saturating_add(1);
+                    }
+                    Event::Written { written }
+                }
+                Effect::Sleep { until_ms } => {
+                    sleeps = sleeps.saturating_add(1);
+                    if script.cancel_sleeps.contains(&sleeps.saturating_sub(1)) {
+                        Event::Cancelled {
+                            at_ms: played.now_ms,
+                        }
+                    } else {
+                        played.now_ms = played.now_ms.max(until_ms);
+                        Event::Clock {
+                            now_ms: played.now_ms,
+                        }
+                    }
+                }
+                Effect::Poll { .. } | Effect::Cancel { .. } => {
+                    let step = script.attempts.get(dispatches).cloned().unwrap_or_else(
                         || json!({"after_ms": 10, "facts": {"result": "returned"}}),
                     );
-                dispatches = dispatches.saturating_add(1);
-                match observation(&step, played.now_ms) {
-                    Ok(obs) => {
-                        played.now_ms = obs.completed_at_ms;
-                        Event::Observed(Box::new(obs))
-                    }
-                    Err(e) => {
-                        played.error = Some(e);
-                        return played;
-                    }
-                }
-            }
-            Effect::Reconcile { .. } => {
-                let step = script
-                    .reconcile
-                    .get(polls)
-                    .cloned()
-                    .unwrap_or_else(|| json!({"answer": "unknown"}));
-                polls = polls.saturating_add(1);
-                played.now_ms = played.now_ms.saturating_add(after(&step));
-                let answer = step
-                    .get("answer")
-                    .map(|a| AnswerKind::decode(a, &At::Root))
-                    .unwrap_or(Ok(AnswerKind::Unknown));
-                match answer {
-                    Ok(answer) => Event::Reconciled {
-                        answer,
-                        at_ms: played.now_ms,
-                        cost: step.get("cost").and_then(Value::as_u64),
-                        job_id: step
-                            .get("job_id")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned),
-                    },
-                    Err(e) => {
-                        played.error = Some(e);
-                        return played;
+                    dispatches = dispatches.saturating_add(1);
+                    match observation(&step, played.now_ms) {
+                        Ok(obs) => {
+                            played.now_ms = obs.completed_at_ms;
+                            Event::Observed(Box::new(obs))
+                        }
+                        Err(e) => {
+                            played.error = Some(e);
+                            return played;
+                        }
                     }
                 }
-            }
-        };
+                Effect::Dispatch {
+                    dispatch,
+                    started_at_ms,
+                    hedge_at_ms,
+                } => {
+                    let step = script.attempts.get(dispatches).cloned().unwrap_or_else(
+                        || json!({"after_ms": 10, "facts": {"result": "returned"}}),
+                    );
+                    dispatches = dispatches.saturating_add(1);
+                    match observation(&step, started_at_ms) {
+                        Ok(mut obs) if m.is_hedged() => {
+                            obs.ordinal = Some(dispatch.ordinal);
+                            let late = step.get("late").and_then(Value::as_bool) == Some(true);
+                            flying.push((obs, late));
+                            hedged_wait(&mut flying, &mut played.now_ms, hedge_at_ms)
+                        }
+                        Ok(obs) => {
+                            played.now_ms = obs.completed_at_ms;
+                            Event::Observed(Box::new(obs))
+                        }
+                        Err(e) => {
+                            played.error = Some(e);
+                            return played;
+                        }
+                    }
+                }
+                Effect::Await { hedge_at_ms, .. } => {
+                    hedged_wait(&mut flying, &mut played.now_ms, hedge_at_ms)
+                }
+                Effect::CancelAttempts { ordinals, .. } => {
+                    // A loser whose result is in (or that waits for it) is
+                    // observed late; otherwise the first is cancelled now.
+                    let late = flying.iter().position(|(o, late)| {
+                        o.ordinal.is_some_and(|n| ordinals.contains(&n))
+                            && (*late || o.completed_at_ms <= played.now_ms)
+                    });
+                    match late {
+                        Some(i) => {
+                            let (obs, _) = flying.remove(i);
+                            played.now_ms = played.now_ms.max(obs.completed_at_ms);
+                            Event::Observed(Box::new(obs))
+                        }
+                        None => {
+                            let ordinal = ordinals.first().copied().unwrap_or(0);
+                            flying.retain(|(o, _)| o.ordinal != Some(ordinal));
+                            Event::AttemptCancelled {
+                                ordinal,
+                                at_ms: played.now_ms,
+                            }
+                        }
+                    }
+                }
+                Effect::Reconcile { .. } => {
+                    let step = script
+                        .reconcile
+                        .get(polls)
+                        .cloned()
+                        .unwrap_or_else(|| json!({"answer": "unknown"}));
+                    polls = polls.saturating_add(1);
+                    played.now_ms = played.now_ms.saturating_add(after(&step));
+                    let answer = step
+                        .get("answer")
+                        .map(|a| AnswerKind::decode(a, &At::Root))
+                        .unwrap_or(Ok(AnswerKind::Unknown));
+                    match answer {
+                        Ok(answer) => Event::Reconciled {
+                            answer,
+                            at_ms: played.now_ms,
+                            cost: step.get("cost").and_then(Value::as_u64),
+                            job_id: step
+                                .get("job_id")
+                                .and_then(Value::as_str)
+                                .map(str::to_owned),
+                        },
+                        Err(e) => {
+                            played.error = Some(e);
+                            return played;
+                        }
+                    }
+                }
+            };
         played.events.push(event.clone());
         if let Err(e) = m.answer(event) {
             played.error = Some(e);
@@ -277,6 +334,31 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
         "the scripted run did not end within the bound of events",
     ));
     played
+}
+
+/// A hedged run's wait: the earliest result in flight, or the clock at
+/// `hedge_at_ms` when that comes first.
+fn hedged_wait(
+    flying: &mut Vec<(Observation, bool)>,
+    now: &mut u64,
+    hedge_at_ms: Option<u64>,
+) -> Event {
+    let first = flying
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, (o, _))| (o.completed_at_ms, o.ordinal))
+        .map(|(i, (o, _))| (i, o.completed_at_ms));
+    match (first, hedge_at_ms) {
+        (Some((i, at)), h) if h.is_none_or(|h| at <= h) => {
+            let (obs, _) = flying.remove(i);
+            *now = (*now).max(at);
+            Event::Observed(Box::new(obs))
+        }
+        (_, h) => {
+            *now = (*now).max(h.unwrap_or(*now));
+            Event::Clock { now_ms: *now }
+        }
+    }
 }
 
 /// Start a run of `policy` with `options` and play `script` to its end.
