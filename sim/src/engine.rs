@@ -526,6 +526,12 @@ impl<'s> Engine<'s> {
             .admit(now.saturating_sub(arrival), epoch, self.store.view())
             .map_err(|e| core(&e))?;
         self.store.write(admitted.writes);
+        // Short of a budget that waits: nothing admitted, ask again then.
+        if let Some(until) = admitted.wait_until_epoch_ms {
+            let at = until.saturating_sub(EPOCH_MS).max(now.saturating_add(1));
+            self.push(at, WAKE, slot);
+            return Ok(());
+        }
         match admitted.decision {
             Decision::Terminal { terminal } => {
                 self.rec.terminal(terminal.as_str());

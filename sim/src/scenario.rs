@@ -162,6 +162,9 @@ pub struct LedgerSpec {
     pub budget_floor_per_second: u64,
     /// Retry budget: cap, tokens.
     pub budget_max_tokens: u64,
+    /// Retry budget: a retry short of budget waits this long and asks again
+    /// (the budget's `wait_ms`) instead of stopping; none: it stops.
+    pub budget_wait_ms: Option<u64>,
 }
 
 /// A whole scenario.
@@ -467,6 +470,12 @@ pub fn decode(name: &str, text: &str) -> Result<Scenario> {
         budget_ratio_permille: r.u64_in("budget_ratio_permille", 0, 10_000)?,
         budget_floor_per_second: r.u64_in("budget_floor_per_second", 0, 1_000_000)?,
         budget_max_tokens: r.u64_in("budget_max_tokens", 1, 1_000_000)?,
+        budget_wait_ms: match r.opt("budget_wait_ms") {
+            None => None,
+            Some(_) => {
+                Some(r.u64_in("budget_wait_ms", 1, retryledger_core::budget::MAX_WAIT_MS)?)
+            }
+        },
     };
     r.end()?;
     if let Some(extra) = o.opt("comment") {
