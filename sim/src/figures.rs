@@ -154,6 +154,10 @@ pub fn label(s: &Scenario, strategy: Strategy) -> String {
         Strategy::BackoffFullJitter => {
             format!("backoff, full jitter ({} tries)", s.backoff.max_attempts)
         }
+        Strategy::Hedged => format!(
+            "hedged, 1 hedge after {} ms (no retry)",
+            s.hedge.as_ref().map_or(0, |h| h.delay_ms)
+        ),
         Strategy::Retryledger => {
             if s.routes.len() > 1 {
                 "retryledger (breaker, budget, fallback)".to_owned()
@@ -231,7 +235,7 @@ pub fn verdict(s: &Scenario, figures: &[Figures]) -> Option<String> {
         .find(|f| f.strategy == Strategy::Retryledger)?;
     let best = figures
         .iter()
-        .filter(|f| f.strategy != Strategy::Retryledger)
+        .filter(|f| !matches!(f.strategy, Strategy::Retryledger | Strategy::Hedged))
         .fold(None::<&Figures>, |b, f| match b {
             Some(b) if b.success_rate >= f.success_rate => Some(b),
             _ => Some(f),

@@ -197,6 +197,16 @@ pub struct Scenario {
     pub routes: Vec<RouteSpec>,
     /// The retryledger strategy's policy knobs.
     pub retryledger: LedgerSpec,
+    /// The hedged strategy's knobs; the strategy runs only when given.
+    pub hedge: Option<HedgeSpec>,
+}
+
+/// The hedged strategy: one attempt on the primary and, when it has not
+/// answered after `delay_ms`, one hedge (no retry); the first success wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeSpec {
+    /// How long the first attempt may go unanswered before the hedge, ms.
+    pub delay_ms: u64,
 }
 
 impl Scenario {
@@ -478,6 +488,17 @@ pub fn decode(name: &str, text: &str) -> Result<Scenario> {
         },
     };
     r.end()?;
+    let hedge = match o.opt("hedge") {
+        None => None,
+        Some(v) => {
+            let mut h = Obj::open(v, "/hedge")?;
+            let spec = HedgeSpec {
+                delay_ms: h.u64_in("delay_ms", 1, DAY_MS)?,
+            };
+            h.end()?;
+            Some(spec)
+        }
+    };
     if let Some(extra) = o.opt("comment") {
         if !extra.is_string() {
             return Err(type_error("/comment", "a string"));
@@ -502,6 +523,7 @@ pub fn decode(name: &str, text: &str) -> Result<Scenario> {
         backoff,
         routes,
         retryledger,
+        hedge,
     };
     check(&s)?;
     Ok(s)
