@@ -6,8 +6,14 @@
 //! retry, a fallback, a hedge) withdraws 1,000, and the balance also grows by
 //! `floor_per_second` tokens per second of wall clock, capped at
 //! `max_tokens`. A withdrawal the balance does not cover is refused: the run
-//! stops `stop_retry_budget` before dispatch. Pure like the breaker: a store
-//! only holds the snapshot; time never goes back for it.
+//! stops `stop_retry_budget` before dispatch, unless the budget has a
+//! `wait_ms` (opt-in): then a retry or fallback short of budget waits
+//! `wait_ms` and asks again, and stops only when that wait would reach the
+//! deadline. The refused admission writes nothing, so the waiting runs take
+//! the tokens later first attempts deposit: a cohort of attempts that failed
+//! together (those in service when a route went down) is retried at the
+//! budget's rate instead of being refused at once. Pure like the breaker: a
+//! store only holds the snapshot; time never goes back for it.
 
 use crate::decode::object;
 use crate::error::{Error, ErrorCode, Result};
@@ -22,6 +28,8 @@ schema_marker!(
 pub const TOKEN: u64 = 1_000;
 /// Largest `max_tokens`.
 pub const MAX_TOKENS: u64 = 1_000_000;
+/// Largest `wait_ms` (one minute).
+pub const MAX_WAIT_MS: u64 = 60_000;
 
 /// A policy's retry budget. Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +42,10 @@ pub struct RetryBudgetConfig {
     pub ratio_permille: u64,
     /// The budget's key: runs under one scope share it.
     pub scope: Identifier,
+    /// A retry or fallback short of budget waits this long and asks again
+    /// (while the wait ends before the deadline) instead of stopping at once;
+    /// omitted: it stops at once.
+    pub wait_ms: Option<u64>,
 }
 
 object!(RetryBudgetConfig {
@@ -41,6 +53,7 @@ object!(RetryBudgetConfig {
     max_tokens: u64,
     ratio_permille: u64,
     scope: doc,
+    wait_ms: opt_u64,
 });
 
 impl RetryBudgetConfig {
@@ -71,7 +84,20 @@ impl RetryBudgetConfig {
                 "a budget with neither a ratio nor a floor never admits a retry; omit the retry budget to allow none of them differently",
             );
         }
+        if let Some(w) = self.wait_ms {
+            if w == 0 || w > MAX_WAIT_MS {
+                return bad("wait_ms", "wait_ms must be in 1..=60000");
+            }
+        }
         Ok(())
+    }
+
+    /// Whether a retry refused at `at_ms` (run clock) waits rather than
+    /// stops: the budget waits, and its wait ends before `deadline_ms`. The
+    /// wait's end on the run clock when it does.
+    pub fn waits(&self, at_ms: u64, deadline_ms: u64) -> Option<u64> {
+        let until = at_ms.saturating_add(self.wait_ms?);
+        (until < deadline_ms).then_some(until)
     }
 
     fn cap(&self) -> u64 {

@@ -779,6 +779,27 @@ fn missing(i: Option<usize>, path: String) -> Error {
     e
 }
 
+/// The dispatch a fleet stop was for: the plan before the stop, after the
+/// routes it skipped.
+fn planned_for_stop(
+    cp: &CompiledPolicy,
+    attempts: &Attempts,
+    stop: &FleetStop,
+) -> Option<crate::evaluate::Dispatch> {
+    let before = Attempts {
+        fleet_stop: None,
+        ..attempts.clone()
+    };
+    let run = crate::evaluate::replay(cp, &before).ok()?;
+    let crate::evaluate::Decision::Dispatch(mut d) = run.next().clone() else {
+        return None;
+    };
+    for _ in stop.skipped.iter().flat_map(|s| s.0.iter()) {
+        d = run.skip_route(cp, &d)?;
+    }
+    Some(d)
+}
+
 /// Replay every admission of a run against the snapshots its bundle carries.
 pub fn verify_admissions(
     cp: &CompiledPolicy,
@@ -868,21 +889,7 @@ pub fn verify_admissions(
         if let (Some(cfg), Some(l), StopReason::Admission) =
             (&fleet.admission, &stop.limits, stop.reason)
         {
-            // The route the stop was for: the plan after its skipped routes.
-            let before = Attempts {
-                fleet_stop: None,
-                ..attempts.clone()
-            };
-            let route = crate::evaluate::replay(cp, &before).ok().and_then(|run| {
-                let crate::evaluate::Decision::Dispatch(mut d) = run.next().clone() else {
-                    return None;
-                };
-                for _ in stop.skipped.iter().flat_map(|s| s.0.iter()) {
-                    d = run.skip_route(cp, &d)?;
-                }
-                Some(d)
-            });
-            let Some(d) = route else {
+            let Some(d) = planned_for_stop(cp, attempts, stop) else {
                 return Err(drift(
                     None,
                     format!("{at}/limits"),
@@ -913,6 +920,20 @@ pub fn verify_admissions(
                     "the run stopped for its retry budget, but the snapshot covers the withdrawal"
                         .into(),
                 ));
+            }
+            // A budget that waits stops only when the wait would reach the
+            // deadline (a hedged run's hedge session stops at once).
+            if cfg.wait_ms.is_some() && cp.policy.hedge.is_none() {
+                let room = planned_for_stop(cp, attempts, stop)
+                    .is_some_and(|d| cfg.waits(stop.at_ms, d.deadline_ms).is_some());
+                if room {
+                    return Err(drift(
+                        None,
+                        format!("{at}/at_ms"),
+                        "the run stopped for its retry budget, but the budget waits and its wait ends before the deadline"
+                            .into(),
+                    ));
+                }
             }
         }
     }

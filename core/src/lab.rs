@@ -898,7 +898,8 @@ fn drive(
 /// Each step of `script` is one of:
 /// - `{"admit": now_epoch_ms}`: read the view from the store (or
 ///   `{"admit": now, "store_down": true}` for an unreachable store), admit at
-///   the planned `not_before_ms` (or the run clock, if later), write back;
+///   the planned `not_before_ms` (or the run clock, if later), write back (a
+///   wait answer, kept with its `wait_until_epoch_ms`, writes nothing);
 /// - `{"observe": {"duration_ms", "facts"}}`: observe the admitted attempt,
 ///   then record its outcome on its route's breaker in the store at
 ///   `admitted_at_epoch_ms + duration_ms`;
@@ -984,10 +985,14 @@ fn fleet_drive(
             if let Some(b) = &admitted.writes.budget {
                 budget = Some(b.clone());
             }
-            steps.push(json!({
+            let mut answer = json!({
                 "decision": to_value(&admitted.decision),
                 "writes": to_value(&admitted.writes),
-            }));
+            });
+            if let (Some(until), Some(o)) = (admitted.wait_until_epoch_ms, answer.as_object_mut()) {
+                o.insert("wait_until_epoch_ms".into(), json!(until));
+            }
+            steps.push(answer);
         } else if let Some(o) = step.get("observe") {
             let started = now;
             let duration = o.get("duration_ms").and_then(Value::as_u64).unwrap_or(0);

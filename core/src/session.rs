@@ -80,7 +80,8 @@ struct Pending {
 
 /// The answer of [`Session::admit`]: the decision (the dispatch on the route
 /// admitted, or the fleet's terminal) and the snapshots to write back; or,
-/// when the admission limits' in-flight cap is full, when to ask again.
+/// when the admission limits' in-flight cap is full or a retry is short of a
+/// budget that waits, when to ask again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
     /// What to do.
@@ -518,7 +519,9 @@ impl Session {
     /// the retry budget and every later one withdraws. The answer is the
     /// dispatch to make (also what [`Session::next`] now gives) or the
     /// fleet's terminal (`stop_circuit_open`, `stop_retry_budget`,
-    /// `stop_store_unavailable`), and the snapshots to write back. Calling it
+    /// `stop_store_unavailable`), and the snapshots to write back. A wait
+    /// (`wait_until_epoch_ms`: admission limits full, or a retry short of a
+    /// budget with `wait_ms`) writes nothing: admit again then. Calling it
     /// again before the observation (after a compare-and-set conflict, with a
     /// fresh view) replaces the admission.
     pub fn admit(&mut self, at_ms: u64, now_epoch_ms: u64, view: &FleetView) -> Result<Admitted> {
@@ -662,6 +665,16 @@ impl Session {
                 &mut admission,
             )?;
             if let Some(used) = refused {
+                // A budget that waits: nothing written, ask again after
+                // `wait_ms` while that leaves room before the deadline.
+                if let Some(until) = cfg.waits(at_ms, plan.deadline_ms) {
+                    let wait = until.saturating_sub(at_ms);
+                    return Ok(Admitted {
+                        decision: Decision::Dispatch(plan),
+                        writes: FleetWrites::default(),
+                        wait_until_epoch_ms: Some(now_epoch_ms.saturating_add(wait)),
+                    });
+                }
                 return self.stop(
                     at_ms,
                     now_epoch_ms,

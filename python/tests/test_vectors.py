@@ -150,7 +150,11 @@ def _fleet_session(policy: Any, store_doc: Any, script: Any) -> Dict[str, Any]:
                 breakers[b["route_release_sha256"]] = b
             if admitted["writes"].get("budget") is not None:
                 budget = admitted["writes"]["budget"]
-            steps.append({"decision": admitted["decision"], "writes": admitted["writes"]})
+            answer: Dict[str, Any] = {"decision": admitted["decision"]}
+            if admitted.get("wait_until_epoch_ms") is not None:
+                answer["wait_until_epoch_ms"] = admitted["wait_until_epoch_ms"]
+            answer["writes"] = admitted["writes"]
+            steps.append(answer)
         elif "observe" in step:
             o = step["observe"]
             started = now

@@ -47,17 +47,30 @@ pub enum Strategy {
     BackoffFullJitter,
     /// retryledger's Session per logical request, a shared breaker and budget.
     Retryledger,
+    /// One attempt and, after the scenario's hedge delay without an answer,
+    /// one hedge on the primary; the first success wins (no retry).
+    Hedged,
 }
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::NoRetry,
         Self::NaiveLayered,
         Self::BackoffNoJitter,
         Self::BackoffFullJitter,
         Self::Retryledger,
+        Self::Hedged,
     ];
+
+    /// The strategies a scenario runs: every one, the hedged one only when
+    /// the scenario has a `hedge` section.
+    pub fn for_scenario(s: &Scenario) -> Vec<Self> {
+        Self::ALL
+            .into_iter()
+            .filter(|st| *st != Self::Hedged || s.hedge.is_some())
+            .collect()
+    }
 
     /// The snake_case name (JSON, `--strategy`).
     pub fn as_str(self) -> &'static str {
@@ -67,6 +80,7 @@ impl Strategy {
             Self::BackoffNoJitter => "backoff_no_jitter",
             Self::BackoffFullJitter => "backoff_full_jitter",
             Self::Retryledger => "retryledger",
+            Self::Hedged => "hedged",
         }
     }
 
@@ -82,6 +96,7 @@ impl Strategy {
             Self::BackoffNoJitter => 13,
             Self::BackoffFullJitter => 14,
             Self::Retryledger => 15,
+            Self::Hedged => 16,
         }
     }
 }
@@ -134,6 +149,10 @@ const RELEASE: u8 = 0;
 const COMPLETE: u8 = 1;
 const WAKE: u8 = 2;
 const ARRIVAL: u8 = 3;
+/// The hedged strategy: a hedge's outcome reaching its client, and the
+/// hedge delay ending.
+const COMPLETE_HEDGE: u8 = 4;
+const HEDGE: u8 = 5;
 
 /// (time, kind, sequence, argument).
 type Event = Reverse<(u64, u8, u64, u32)>;
@@ -158,6 +177,11 @@ struct Req {
     attempt_cost: u64,
     admitted: bool,
     session: Option<Box<Session>>,
+    /// The hedged strategy: the hedge's outcome, attempts still in flight,
+    /// whether the request has its answer.
+    hedge_seen: Option<Seen>,
+    in_flight: u8,
+    done: bool,
 }
 
 struct Engine<'s> {
@@ -216,6 +240,8 @@ pub fn run(s: &Scenario, strategy: Strategy, arrivals: &[u64]) -> Result<Recorde
                 }
             }
             COMPLETE => e.complete(now, arg)?,
+            COMPLETE_HEDGE => e.hedge_complete(now, arg)?,
+            HEDGE => e.hedge(now, arg)?,
             WAKE => e.wake(now, arg)?,
             _ => {
                 let i = arg as usize;
@@ -287,7 +313,74 @@ impl<'s> Engine<'s> {
             return self.ledger_next(now, slot);
         }
         let give_up = now.saturating_add(self.s.clients.attempt_timeout_ms);
+        if self.strategy == Strategy::Hedged {
+            let delay = self.s.hedge.as_ref().map_or(u64::MAX, |h| h.delay_ms);
+            self.slot(slot)?.in_flight = 1;
+            self.push(now.saturating_add(delay), HEDGE, slot);
+        }
         self.start(now, slot, 0, give_up)
+    }
+
+    /// The hedge delay ended: hedge the first attempt if it is still unanswered.
+    fn hedge(&mut self, now: u64, slot: u32) -> Result<()> {
+        let delay = self.s.hedge.as_ref().map_or(u64::MAX, |h| h.delay_ms);
+        let r = self.slot(slot)?;
+        // The first attempt answered, or the slot went to a later request.
+        if r.done || r.seen.is_none() || r.arrival.saturating_add(delay) != now {
+            return Ok(());
+        }
+        r.in_flight = r.in_flight.saturating_add(1);
+        self.rec.offered(now, 0);
+        let give_up = now.saturating_add(self.s.clients.attempt_timeout_ms);
+        let (done_at, seen, cost) = self.fate(now, 0, give_up);
+        let r = self.slot(slot)?;
+        r.attempts = r.attempts.saturating_add(1);
+        r.cost = r.cost.saturating_add(cost);
+        r.hedge_seen = Some(seen);
+        self.push(done_at, COMPLETE_HEDGE, slot);
+        Ok(())
+    }
+
+    /// One of a hedged request's attempts answered: the first success wins;
+    /// a failure waits for the other attempt while it is in flight. The slot
+    /// is freed when neither is.
+    fn hedged_answer(&mut self, now: u64, slot: u32, seen: Seen) -> Result<()> {
+        let r = self.slot(slot)?;
+        r.in_flight = r.in_flight.saturating_sub(1);
+        let (done, left) = (r.done, r.in_flight);
+        if done {
+            if left == 0 {
+                self.free.push(slot);
+            }
+            return Ok(());
+        }
+        if seen == Seen::Success || left == 0 {
+            self.slot(slot)?.done = true;
+            let r = self.slot(slot)?;
+            let (arrival, attempts, cost) = (r.arrival, r.attempts, r.cost);
+            let deadline = arrival.saturating_add(self.s.clients.deadline_ms);
+            self.rec.finished(
+                arrival,
+                now,
+                seen == Seen::Success,
+                now >= deadline,
+                attempts,
+                cost,
+            );
+            if left == 0 {
+                self.free.push(slot);
+            }
+        }
+        Ok(())
+    }
+
+    fn hedge_complete(&mut self, now: u64, slot: u32) -> Result<()> {
+        let seen = self
+            .slot(slot)?
+            .hedge_seen
+            .take()
+            .unwrap_or(Seen::Unavailable);
+        self.hedged_answer(now, slot, seen)
     }
 
     /// Start an attempt of `slot` on route `route` now; its outcome reaches
@@ -402,6 +495,7 @@ impl<'s> Engine<'s> {
         let seen = self.slot(slot)?.seen.take().unwrap_or(Seen::Unavailable);
         match self.strategy {
             Strategy::Retryledger => self.ledger_observe(now, slot, seen),
+            Strategy::Hedged => self.hedged_answer(now, slot, seen),
             _ if seen == Seen::Success => self.finish(now, slot, true),
             Strategy::NoRetry => self.finish(now, slot, false),
             Strategy::NaiveLayered => {
@@ -526,6 +620,12 @@ impl<'s> Engine<'s> {
             .admit(now.saturating_sub(arrival), epoch, self.store.view())
             .map_err(|e| core(&e))?;
         self.store.write(admitted.writes);
+        // Short of a budget that waits: nothing admitted, ask again then.
+        if let Some(until) = admitted.wait_until_epoch_ms {
+            let at = until.saturating_sub(EPOCH_MS).max(now.saturating_add(1));
+            self.push(at, WAKE, slot);
+            return Ok(());
+        }
         match admitted.decision {
             Decision::Terminal { terminal } => {
                 self.rec.terminal(terminal.as_str());

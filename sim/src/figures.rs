@@ -154,6 +154,10 @@ pub fn label(s: &Scenario, strategy: Strategy) -> String {
         Strategy::BackoffFullJitter => {
             format!("backoff, full jitter ({} tries)", s.backoff.max_attempts)
         }
+        Strategy::Hedged => format!(
+            "hedged, 1 hedge after {} ms (no retry)",
+            s.hedge.as_ref().map_or(0, |h| h.delay_ms)
+        ),
         Strategy::Retryledger => {
             if s.routes.len() > 1 {
                 "retryledger (breaker, budget, fallback)".to_owned()
@@ -208,7 +212,63 @@ pub fn table(s: &Scenario, figures: &[Figures]) -> String {
         out.push_str(&row.join(" | "));
         out.push_str(" |\n");
     }
+    if let Some(v) = verdict(s, figures) {
+        out.push('\n');
+        out.push_str(&v);
+        out.push('\n');
+    }
     out
+}
+
+/// Goodput within this many percentage points of the best baseline counts as even.
+pub const GOODPUT_SLACK_PP: f64 = 0.1;
+/// Most offered load over admitted load (peak) and recovery spike allowed.
+pub const LOAD_LIMIT: f64 = 1.1;
+
+/// retryledger against the best baseline (the other strategy with the most
+/// goodput): its goodput, peak and recovery spike against the targets
+/// (goodput within [`GOODPUT_SLACK_PP`] of the best baseline or above, peak
+/// and spike at most [`LOAD_LIMIT`]), and which it misses, by how much.
+pub fn verdict(s: &Scenario, figures: &[Figures]) -> Option<String> {
+    let ours = figures
+        .iter()
+        .find(|f| f.strategy == Strategy::Retryledger)?;
+    let best = figures
+        .iter()
+        .filter(|f| !matches!(f.strategy, Strategy::Retryledger | Strategy::Hedged))
+        .fold(None::<&Figures>, |b, f| match b {
+            Some(b) if b.success_rate >= f.success_rate => Some(b),
+            _ => Some(f),
+        })?;
+    let gap_pp = (ours.success_rate - best.success_rate) * 100.0;
+    let spike = ours.recovery_spike.unwrap_or(0.0);
+    let mut misses = Vec::new();
+    if gap_pp < -GOODPUT_SLACK_PP {
+        misses.push(format!("goodput, by {:.2} pp", -gap_pp - GOODPUT_SLACK_PP));
+    }
+    if ours.peak_offered_ratio > LOAD_LIMIT {
+        misses.push(format!(
+            "peak, by {:.3}x",
+            ours.peak_offered_ratio - LOAD_LIMIT
+        ));
+    }
+    if spike > LOAD_LIMIT {
+        misses.push(format!("recovery spike, by {:.3}x", spike - LOAD_LIMIT));
+    }
+    let outcome = if misses.is_empty() {
+        "every target holds".to_owned()
+    } else {
+        format!("misses {}", misses.join("; "))
+    };
+    Some(format!(
+        "retryledger against the best baseline ({}): goodput {:.2}% vs {:.2}% ({:+.2} pp), peak {:.3}x, recovery spike {:.3}x. Targets: goodput within {GOODPUT_SLACK_PP} pp of the best baseline or above, peak and spike at most {LOAD_LIMIT}x: {outcome}.",
+        label(s, best.strategy),
+        ours.success_rate * 100.0,
+        best.success_rate * 100.0,
+        gap_pp,
+        ours.peak_offered_ratio,
+        spike,
+    ))
 }
 
 /// A figure rounded to 4 decimals (the JSON keeps no more).

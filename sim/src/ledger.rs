@@ -64,17 +64,21 @@ pub fn policy_json(s: &Scenario, client: u64) -> Value {
                 "seed": s.seed.wrapping_add(client) & ((1u64 << 53) - 1),
             }),
         );
+        let mut budget = json!({
+            "floor_per_second": l.budget_floor_per_second,
+            "max_tokens": l.budget_max_tokens,
+            "ratio_permille": l.budget_ratio_permille,
+            "scope": "sim-fleet",
+        });
+        if let (Some(w), Some(b)) = (l.budget_wait_ms, budget.as_object_mut()) {
+            b.insert("wait_ms".into(), json!(w));
+        }
         obj.insert(
             "fleet".into(),
             json!({
                 "breaker": breaker,
                 "on_store_unavailable": "fail_closed",
-                "retry_budget": {
-                    "floor_per_second": l.budget_floor_per_second,
-                    "max_tokens": l.budget_max_tokens,
-                    "ratio_permille": l.budget_ratio_permille,
-                    "scope": "sim-fleet",
-                },
+                "retry_budget": budget,
             }),
         );
         if let Some(Value::Array(routes)) = obj.get_mut("routes") {

@@ -139,7 +139,7 @@ impl Report {
 /// Simulate `strategies` (every one when empty) over the scenario.
 pub fn simulate(s: &Scenario, strategies: &[Strategy]) -> Result<Report> {
     let strategies: Vec<Strategy> = if strategies.is_empty() {
-        Strategy::ALL.to_vec()
+        Strategy::for_scenario(s)
     } else {
         strategies.to_vec()
     };

@@ -188,7 +188,7 @@ fn bench(a: &Args) -> Result<()> {
     let n = arrivals.len();
     let mut rows = Vec::new();
     let strategies = if a.strategies.is_empty() {
-        Strategy::ALL.to_vec()
+        Strategy::for_scenario(&s)
     } else {
         a.strategies.clone()
     };

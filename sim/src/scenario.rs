@@ -162,6 +162,9 @@ pub struct LedgerSpec {
     pub budget_floor_per_second: u64,
     /// Retry budget: cap, tokens.
     pub budget_max_tokens: u64,
+    /// Retry budget: a retry short of budget waits this long and asks again
+    /// (the budget's `wait_ms`) instead of stopping; none: it stops.
+    pub budget_wait_ms: Option<u64>,
 }
 
 /// A whole scenario.
@@ -194,6 +197,16 @@ pub struct Scenario {
     pub routes: Vec<RouteSpec>,
     /// The retryledger strategy's policy knobs.
     pub retryledger: LedgerSpec,
+    /// The hedged strategy's knobs; the strategy runs only when given.
+    pub hedge: Option<HedgeSpec>,
+}
+
+/// The hedged strategy: one attempt on the primary and, when it has not
+/// answered after `delay_ms`, one hedge (no retry); the first success wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeSpec {
+    /// How long the first attempt may go unanswered before the hedge, ms.
+    pub delay_ms: u64,
 }
 
 impl Scenario {
@@ -467,8 +480,25 @@ pub fn decode(name: &str, text: &str) -> Result<Scenario> {
         budget_ratio_permille: r.u64_in("budget_ratio_permille", 0, 10_000)?,
         budget_floor_per_second: r.u64_in("budget_floor_per_second", 0, 1_000_000)?,
         budget_max_tokens: r.u64_in("budget_max_tokens", 1, 1_000_000)?,
+        budget_wait_ms: match r.opt("budget_wait_ms") {
+            None => None,
+            Some(_) => {
+                Some(r.u64_in("budget_wait_ms", 1, retryledger_core::budget::MAX_WAIT_MS)?)
+            }
+        },
     };
     r.end()?;
+    let hedge = match o.opt("hedge") {
+        None => None,
+        Some(v) => {
+            let mut h = Obj::open(v, "/hedge")?;
+            let spec = HedgeSpec {
+                delay_ms: h.u64_in("delay_ms", 1, DAY_MS)?,
+            };
+            h.end()?;
+            Some(spec)
+        }
+    };
     if let Some(extra) = o.opt("comment") {
         if !extra.is_string() {
             return Err(type_error("/comment", "a string"));
@@ -493,6 +523,7 @@ pub fn decode(name: &str, text: &str) -> Result<Scenario> {
         backoff,
         routes,
         retryledger,
+        hedge,
     };
     check(&s)?;
     Ok(s)

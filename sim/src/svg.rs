@@ -33,6 +33,7 @@ fn color(s: Strategy) -> &'static str {
         Strategy::BackoffNoJitter => "#ff7f0e",
         Strategy::BackoffFullJitter => "#1f77b4",
         Strategy::Retryledger => "#2ca02c",
+        Strategy::Hedged => "#9467bd",
     }
 }
 

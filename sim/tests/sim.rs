@@ -356,3 +356,68 @@ fn mutated_scenarios_never_panic() {
         }
     }
 }
+
+#[test]
+fn a_budget_that_waits_retries_the_cohort_a_stopping_one_refuses() {
+    let waiting = small(11);
+    assert!(waiting.retryledger.budget_wait_ms.is_some());
+    let mut stopping = waiting.clone();
+    stopping.retryledger.budget_wait_ms = None;
+    let w = simulate(&waiting, &[Strategy::Retryledger]).unwrap();
+    let s = simulate(&stopping, &[Strategy::Retryledger]).unwrap();
+    let (w, s) = (
+        w.of(Strategy::Retryledger).unwrap(),
+        s.of(Strategy::Retryledger).unwrap(),
+    );
+    assert!(
+        w.success_rate > s.success_rate,
+        "waiting {} stopping {}",
+        w.success_rate,
+        s.success_rate
+    );
+    let stops = |f: &retryledger_sim::Figures| {
+        f.terminals
+            .iter()
+            .find(|(k, _)| *k == "stop_retry_budget")
+            .map_or(0, |(_, n)| *n)
+    };
+    assert!(stops(w) < stops(s), "{:?} {:?}", w.terminals, s.terminals);
+}
+
+#[test]
+fn hedges_cut_the_slow_tails_p99_and_are_no_baseline() {
+    let mut s = load("slow_tail").unwrap();
+    assert!(s.hedge.is_some());
+    s.arrivals.rate_per_s = 100;
+    for r in &mut s.routes {
+        r.capacity = 800;
+    }
+    let r = simulate(&s, &[]).unwrap();
+    let hedged = r.of(Strategy::Hedged).unwrap();
+    let none = r.of(Strategy::NoRetry).unwrap();
+    assert!(
+        hedged.p99_ms < none.p99_ms,
+        "{} {}",
+        hedged.p99_ms,
+        none.p99_ms
+    );
+    assert!(hedged.attempts_per_request > 1.0);
+    let table = r.table();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("| hedged, 1 hedge after")),
+        "{table}"
+    );
+    // The line under the table names a baseline, never the hedged strategy.
+    let verdict = table.lines().last().unwrap();
+    assert!(
+        verdict.starts_with("retryledger against the best baseline ("),
+        "{verdict}"
+    );
+    assert!(!verdict.contains("hedged"), "{verdict}");
+    // Without a hedge section the strategy does not run.
+    let plain = simulate(&load("full_outage").unwrap(), &[Strategy::NoRetry]).unwrap();
+    assert!(plain.of(Strategy::Hedged).is_none());
+    assert!(!Strategy::for_scenario(&load("full_outage").unwrap()).contains(&Strategy::Hedged));
+}

@@ -18,11 +18,13 @@ mod breaker;
 mod budget;
 mod session;
 mod tamper;
+mod wait;
 
 use breaker::breaker_cases;
 use budget::budget_cases;
 use session::session_cases;
 use tamper::tamper_cases;
+use wait::wait_cases;
 
 const T0: u64 = NOW_2026;
 
@@ -127,13 +129,14 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "fleet",
         "breaker_admit / breaker_record and budget_deposit / budget_withdraw: the pure transitions of circuit breakers and the retry budget; fleet_session: runs admitted under them against an in-memory store; verify_bundle: tampered admissions and snapshots; validate_policy: the fleet section.",
-        "every breaker transition (closed, open, half-open, reopen, close), probe limits, consecutive and ratio triggers, window edges, neutral outcomes, late and non-probe records, a clock behind the snapshot; the budget's ratio, floor, cap and refusal; malformed snapshots and configurations; runs that skip an open route, stop with every route open, probe and close or reopen, open a breaker mid-run, stop or go on by the budget, fail open and fail closed on an unreachable store; admissions missing, unexpected or regressing; tampered snapshots, flags, skips and stops",
+        "every breaker transition (closed, open, half-open, reopen, close), probe limits, consecutive and ratio triggers, window edges, neutral outcomes, late and non-probe records, a clock behind the snapshot; the budget's ratio, floor, cap and refusal; malformed snapshots and configurations; runs that skip an open route, stop with every route open, probe and close or reopen, open a breaker mid-run, stop or go on by the budget, fail open and fail closed on an unreachable store; admissions missing, unexpected or regressing; tampered snapshots, flags, skips and stops; a budget that waits (`wait_ms`): a retry short of budget waits and asks again, granted after the wait, a wait past the deadline stops, and a stop with room to wait is a drift",
     );
     breaker_cases(&mut f);
     budget_cases(&mut f);
     session_cases(&mut f);
     tamper_cases(&mut f);
     policy_cases(&mut f);
+    wait_cases(&mut f);
     f
 }
 
