@@ -76,6 +76,7 @@ pub mod outcome;
 pub mod output;
 mod parse;
 pub mod policy;
+pub mod preset;
 pub mod price;
 pub mod provider;
 pub mod receipt;
@@ -84,6 +85,7 @@ pub mod request;
 pub mod schedule;
 pub mod session;
 pub mod stream;
+pub mod template;
 
 pub use attempt::{Attempt, Attempts};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};

@@ -10,9 +10,20 @@
 The decorated function receives the planned :class:`Step` first, then the
 caller's arguments; an ``async def`` gets the asyncio driver. ``policy`` and
 ``idempotency_key`` may be callables of the caller's arguments, since a
-policy binds one logical request (its digest and its key's digest). Every
-guarantee of :func:`retryledger.run` holds: one owner of retries, the core's
-schedule and judgement, a sealed receipt.
+policy binds one logical request (its digest and its key's digest). Or
+``policy`` is a :class:`PolicyTemplate` compiled once at module level: each
+call binds the logical request ``request=`` gives (a document, or a callable
+of the caller's arguments) and the key (scoped by ``key_scope`` when given)::
+
+    template = retryledger.compile_policy_template(spec)
+
+    @retryledger.retry(template, idempotency_key=lambda text: key_of(text),
+                       request=lambda text: {"schema": "retryledger.request.v1",
+                                             "operation": "chat", "input": [text]})
+    def summarize(step, text): ...
+
+Every guarantee of :func:`retryledger.run` holds: one owner of retries, the
+core's schedule and judgement, a sealed receipt.
 """
 
 from __future__ import annotations
@@ -21,14 +32,14 @@ import functools
 import inspect
 from typing import Any, Awaitable, Callable, Generic, Tuple, TypeVar, Union, cast, overload
 
-from ._api import Document, Policy
+from ._api import Document, Policy, PolicyTemplate, idempotency_key_sha256
 from ._driver import RunResult, Step, run, run_async
 
 __all__ = ["retry", "Retrying"]
 
 T = TypeVar("T")
 
-PolicyArg = Union[Policy, Document, Callable[..., Union[Policy, Document]]]
+PolicyArg = Union[Policy, PolicyTemplate, Document, Callable[..., Union[Policy, Document]]]
 KeyArg = Union[str, Callable[..., str]]
 
 
@@ -51,31 +62,41 @@ class Retrying(Generic[T]):
         self._async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
-    def _bound(self, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Tuple[Any, str]:
-        policy = _resolve(self._policy, args, kwargs)
+    def _bound(self, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Tuple[Any, str, dict[str, Any]]:
         key = _resolve(self._key, args, kwargs)
         if not isinstance(key, str):
             raise TypeError("idempotency_key must be a str or give one")
-        return policy, key
+        if not isinstance(self._policy, PolicyTemplate):
+            return _resolve(self._policy, args, kwargs), key, self._options
+        request = _resolve(self._options.get("request"), args, kwargs)
+        if request is None:
+            raise TypeError("retry with a PolicyTemplate needs request=: the logical request each call binds")
+        scope = self._options.get("key_scope")
+        if scope is None:
+            key_sha256 = idempotency_key_sha256(key)
+        else:
+            tenant, operation = scope
+            key_sha256 = idempotency_key_sha256(key, tenant=tenant, operation=operation)
+        return self._policy.bind(request, key_sha256), key, {**self._options, "request": request}
 
     def run(self, *args: Any, **kwargs: Any) -> RunResult[T]:
         """Run the function under the policy: the value and the sealed run."""
         if self._async:
             raise TypeError("an async function runs with `await f.run_async(...)`")
-        policy, key = self._bound(args, kwargs)
+        policy, key, options = self._bound(args, kwargs)
         fn = self._fn
-        return run(policy, lambda step: cast(T, fn(step, *args, **kwargs)), key, **self._options)
+        return run(policy, lambda step: cast(T, fn(step, *args, **kwargs)), key, **options)
 
     async def run_async(self, *args: Any, **kwargs: Any) -> RunResult[T]:
         """The asyncio driver: the value and the sealed run."""
-        policy, key = self._bound(args, kwargs)
+        policy, key, options = self._bound(args, kwargs)
         fn = self._fn
 
         async def dispatch(step: Step) -> T:
             out = fn(step, *args, **kwargs)
             return cast(T, await out) if inspect.isawaitable(out) else cast(T, out)
 
-        return await run_async(policy, dispatch, key, **self._options)
+        return await run_async(policy, dispatch, key, **options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._async:

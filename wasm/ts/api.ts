@@ -41,6 +41,8 @@ export {
   sha256Hex,
   toText,
   type Input,
+  PolicyTemplate,
+  compilePolicyTemplate,
 } from "./core.js";
 export { Session, RETURNED, type Observation } from "./session.js";
 export {
