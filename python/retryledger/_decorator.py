@@ -23,7 +23,15 @@ of the caller's arguments) and the key (scoped by ``key_scope`` when given)::
     def summarize(step, text): ...
 
 Every guarantee of :func:`retryledger.run` holds: one owner of retries, the
-core's schedule and judgement, a sealed receipt.
+core's schedule and judgement, a sealed receipt. The decorator cannot see
+the SDK clients the function calls, so give them: ``clients=`` (one client,
+a list, or a dict by route id) is checked when the function is decorated and
+again before each call, and a client whose own retries are on (``openai``,
+``anthropic`` with ``max_retries`` other than 0, ``httpx`` transport retries,
+``google-genai`` retry options) is refused with
+``PolicyError("retry_owner_not_harness")`` before any request: retries at two
+layers multiply, and the receipt would count one attempt where the server saw
+several. A client whose retries cannot be read is refused too.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import inspect
 from typing import Any, Awaitable, Callable, Generic, Tuple, TypeVar, Union, cast, overload
 
 from ._api import Document, Policy, PolicyTemplate, idempotency_key_sha256
+from ._errors import PolicyError
 from ._driver import RunResult, Step, run, run_async
 
 __all__ = ["retry", "Retrying"]
@@ -41,6 +50,44 @@ T = TypeVar("T")
 
 PolicyArg = Union[Policy, PolicyTemplate, Document, Callable[..., Union[Policy, Document]]]
 KeyArg = Union[str, Callable[..., str]]
+
+
+def require_no_sdk_retries(client: Any) -> None:
+    """Refuse a client that retries on its own (``retry_owner_not_harness``),
+    with the check its integration uses."""
+    module = type(client).__module__.split(".")[0]
+    if hasattr(client, "max_retries"):
+        from ._integration import require_max_retries_zero
+
+        require_max_retries_zero(client, module)
+    elif module == "httpx":
+        from .httpx import require_no_retries
+
+        require_no_retries(client)
+    elif module == "google":
+        from .google_genai import require_no_retries as require_genai
+
+        require_genai(client)
+    else:
+        raise PolicyError(
+            "retry_owner_not_harness",
+            f"cannot tell whether a {type(client).__name__} retries on its own; give clients whose retries "
+            "can be read (openai, anthropic, httpx, google-genai) with their retries off",
+            "/clients",
+        )
+
+
+def _check_clients(clients: Any) -> None:
+    if clients is None:
+        return
+    if isinstance(clients, dict):
+        items = list(clients.values())
+    elif isinstance(clients, (list, tuple)):
+        items = list(clients)
+    else:
+        items = [clients]
+    for client in items:
+        require_no_sdk_retries(client)
 
 
 def _resolve(value: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -55,6 +102,8 @@ class Retrying(Generic[T]):
     __doc__: Union[str, None]
 
     def __init__(self, fn: Callable[..., Any], policy: PolicyArg, idempotency_key: KeyArg, options: dict[str, Any]) -> None:
+        self._clients = options.pop("clients", None)
+        _check_clients(self._clients)
         self._fn = fn
         self._policy = policy
         self._key = idempotency_key
@@ -63,6 +112,7 @@ class Retrying(Generic[T]):
         functools.update_wrapper(self, fn)
 
     def _bound(self, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Tuple[Any, str, dict[str, Any]]:
+        _check_clients(self._clients)
         key = _resolve(self._key, args, kwargs)
         if not isinstance(key, str):
             raise TypeError("idempotency_key must be a str or give one")
@@ -111,6 +161,7 @@ class _Decorate:
     """What ``retry(...)`` returns: applied to a function, a :class:`Retrying`."""
 
     def __init__(self, policy: PolicyArg, idempotency_key: KeyArg, options: dict[str, Any]) -> None:
+        _check_clients(options.get("clients"))
         self._policy = policy
         self._key = idempotency_key
         self._options = options
@@ -122,7 +173,7 @@ class _Decorate:
     def __call__(self, fn: Callable[..., T]) -> Retrying[T]: ...
 
     def __call__(self, fn: Callable[..., Any]) -> Retrying[Any]:
-        return Retrying(fn, self._policy, self._key, self._options)
+        return Retrying(fn, self._policy, self._key, dict(self._options))
 
 
 def retry(policy: PolicyArg, *, idempotency_key: KeyArg, **options: Any) -> _Decorate:
@@ -131,5 +182,7 @@ def retry(policy: PolicyArg, *, idempotency_key: KeyArg, **options: Any) -> _Dec
     ``options`` are the driver's keyword arguments (``classify``, ``clock``,
     ``sleep``, ``wall_clock``, the hooks ``on_attempt``, ``on_decision``,
     ``on_sleep``, ``on_terminal``, ``key_scope``, ``checks``, ``repair``,
-    ``request``, and ``on_cancel`` for async functions)."""
+    ``request``, and ``on_cancel`` for async functions), and ``clients``: the
+    SDK clients the function calls, refused before any request when their own
+    retries are on."""
     return _Decorate(policy, idempotency_key, options)
