@@ -52,3 +52,4 @@ bench-python: python-build setup-redis setup-postgres setup-temporal ## Sync dri
 	tests/servers/with-postgres.sh $(VENV_PY) python/benches/bench_journal.py --write docs/BENCHMARKS.md
 	tests/servers/with-temporal.sh $(VENV_PY) python/benches/bench_temporal.py --write docs/BENCHMARKS.md
 	$(VENV_PY) python/benches/bench_hedge.py --write docs/BENCHMARKS.md
+	$(VENV_PY) python/benches/bench_template.py

@@ -107,5 +107,6 @@ bench-wasm: $(WASM_STAMP_TS) $(WASM_STAMP_SIZE) setup-redis setup-postgres ## Dr
 	cd wasm && WASM_OPT_LEVEL=$(WASM_OPT_LEVEL) WASM_ALT_OPT_LEVEL=$(WASM_ALT_OPT_LEVEL) ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh node bench/run.mjs --write ../docs/BENCHMARKS.md
 	cd wasm && ../tests/servers/with-postgres.sh node bench/stores.mjs --write ../docs/BENCHMARKS.md
 	cd wasm && ../tests/servers/with-postgres.sh node bench/journal.mjs --write ../docs/BENCHMARKS.md
+	cd wasm && node bench/template.mjs
 	cd wasm && node bench/hedge.mjs --write ../docs/BENCHMARKS.md
 	cd wasm && node bench/repair.mjs --write ../docs/BENCHMARKS.md

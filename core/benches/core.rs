@@ -156,7 +156,99 @@ fn builder(c: &mut Criterion) {
     g.bench_function("request_sha256/json", |b| {
         b.iter(|| api::request_sha256(black_box(&request)).unwrap())
     });
+    let (template, keyless, key) = template_of(&spec);
+    drop(keyless);
+    g.bench_function("template_bind/json", |b| {
+        b.iter(|| {
+            api::bind_policy_template(&template, black_box(&request), black_box(&key)).unwrap()
+        })
+    });
+    let typed = retryledger_core::request::parse_request(&request).unwrap();
+    let key_hex = retryledger_core::ids::Sha256Hex::parse(&key).unwrap();
+    g.bench_function("template_bind/typed", |b| {
+        b.iter(|| template.bind(black_box(&typed), black_box(&key_hex)))
+    });
     g.finish();
+}
+
+/// The reference spec's template (its key taken out), the keyless spec and the key.
+fn template_of(spec: &str) -> (retryledger_core::template::PolicyTemplate, String, String) {
+    let mut v: serde_json::Value = serde_json::from_str(spec).unwrap();
+    let key = v
+        .as_object_mut()
+        .unwrap()
+        .remove("idempotency_key_sha256")
+        .unwrap();
+    let keyless = v.to_string();
+    let template = api::compile_policy_template(&keyless).unwrap();
+    (template, keyless, key.as_str().unwrap().to_owned())
+}
+
+/// A template's bind next to `build_policy` per call (JSON text in and out,
+/// the bindings' boundary), medians of interleaved rounds, and their ratio.
+fn template_ratios() {
+    const ROUNDS: usize = 41;
+    const PER_ROUND: usize = 2_000;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/builder.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let case = doc["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "build_reference_spec")
+        .unwrap();
+    let request = case["input"]["request"].as_str().unwrap().to_owned();
+    let spec = case["input"]["spec"].as_str().unwrap().to_owned();
+    let (template, _, key) = template_of(&spec);
+    let typed = retryledger_core::request::parse_request(&request).unwrap();
+    let key_hex = retryledger_core::ids::Sha256Hex::parse(&key).unwrap();
+    let mut bind = Vec::with_capacity(ROUNDS);
+    let mut bind_typed = Vec::with_capacity(ROUNDS);
+    let mut build = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        for _ in 0..PER_ROUND {
+            black_box(template.bind(black_box(&typed), black_box(&key_hex)));
+        }
+        bind_typed.push(start.elapsed().as_nanos() as f64 / PER_ROUND as f64);
+        let start = Instant::now();
+        for _ in 0..PER_ROUND {
+            black_box(
+                api::bind_policy_template(&template, black_box(&request), black_box(&key)).unwrap(),
+            );
+        }
+        bind.push(start.elapsed().as_nanos() as f64 / PER_ROUND as f64);
+        let start = Instant::now();
+        for _ in 0..PER_ROUND {
+            black_box(api::build_policy(black_box(&request), black_box(&spec)).unwrap());
+        }
+        build.push(start.elapsed().as_nanos() as f64 / PER_ROUND as f64);
+    }
+    let median = |t: &mut Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let (bind, typed, build) = (
+        median(&mut bind),
+        median(&mut bind_typed),
+        median(&mut build),
+    );
+    println!(
+        "policy per call (Rust): template bind {:.2} µs (JSON request in, policy JSON out; {:.2} µs typed), build_policy {:.2} µs, build_policy / bind = {:.1} (median of {ROUNDS} rounds)",
+        bind / 1000.0,
+        typed / 1000.0,
+        build / 1000.0,
+        build / bind
+    );
+}
+
+/// Whether this `cargo bench` run's filter (if any) selects `group`.
+fn group_selected(group: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    args.iter().any(|a| a == "--bench")
+        && (filters.is_empty() || filters.iter().any(|f| group.contains(f.as_str())))
 }
 
 /// A streamed attempt of 1,000 short deltas observed by a session (the core's
@@ -533,6 +625,9 @@ fn main() {
     benches();
     if journal_selected() {
         journal_ratios();
+    }
+    if group_selected("builder") {
+        template_ratios();
     }
     Criterion::default().configure_from_args().final_summary();
 }

@@ -57,7 +57,37 @@ pub fn verify_repair_chain(chain_json: &str) -> Result<String> {
 
 /// Decode and validate a policy.
 pub fn compile_policy(policy_json: &str) -> Result<CompiledPolicy> {
-    compile(from_str::<Policy>(policy_json)?)
+    compile(from_str::<Policy>(policy_json).map_err(|e| not_a_policy(policy_json, e))?)
+}
+
+/// A document of another schema given where a policy belongs is told what
+/// it is and what to do with it, rather than its first unknown field.
+fn not_a_policy(text: &str, e: Error) -> Error {
+    if !matches!(
+        e.code,
+        ErrorCode::UnknownField | ErrorCode::MissingField | ErrorCode::SchemaMismatch
+    ) {
+        return e;
+    }
+    let Ok(Value::Object(map)) = crate::decode::parse_strict(text) else {
+        return e;
+    };
+    match map.get("schema").and_then(Value::as_str) {
+        Some("retryledger.policy_spec.v1") => Error::at(
+            ErrorCode::SchemaMismatch,
+            "/schema",
+            "this is a policy spec (retryledger.policy_spec.v1), not a policy: build it with \
+             build_policy (buildPolicy), or compile it once with compile_policy_template \
+             (compilePolicyTemplate)",
+        ),
+        Some("retryledger.bundle.v1") => Error::at(
+            ErrorCode::SchemaMismatch,
+            "/schema",
+            "this is a bundle (retryledger.bundle.v1), not a policy: its policy is its `policy` field; \
+             replay it with verify_bundle",
+        ),
+        _ => e,
+    }
 }
 
 /// Decode an attempts document.
@@ -213,6 +243,41 @@ pub fn build_policy(request_json: &str, spec_json: &str) -> Result<String> {
     let request = crate::request::parse_request(request_json)?;
     let spec = from_str::<crate::builder::PolicySpec>(spec_json)?;
     Ok(out(&crate::builder::build_policy(&request, spec)?.policy))
+}
+
+/// `compile_policy_template`: a policy spec without `idempotency_key_sha256`
+/// compiled once ([`crate::template::PolicyTemplate`]).
+pub fn compile_policy_template(spec_json: &str) -> Result<crate::template::PolicyTemplate> {
+    let spec = from_str::<crate::builder::PolicySpec>(spec_json)?;
+    crate::template::PolicyTemplate::compile(spec)
+}
+
+/// `bind_policy_template`: the policy of one call (a logical request and the
+/// idempotency key's digest), exactly what `build_policy` returns for the
+/// spec with that key.
+pub fn bind_policy_template(
+    template: &crate::template::PolicyTemplate,
+    request_json: &str,
+    idempotency_key_sha256: &str,
+) -> Result<crate::template::BoundPolicy> {
+    let request = crate::request::parse_request(request_json)?;
+    Ok(template.bind_json(&request, &key_digest(idempotency_key_sha256)?))
+}
+
+/// `bind_policy_template` as a compiled policy (for a session) and its
+/// canonical JSON.
+pub fn bind_policy_template_compiled(
+    template: &crate::template::PolicyTemplate,
+    request_json: &str,
+    idempotency_key_sha256: &str,
+) -> Result<(CompiledPolicy, String)> {
+    let request = crate::request::parse_request(request_json)?;
+    Ok(template.bind_both(&request, &key_digest(idempotency_key_sha256)?))
+}
+
+fn key_digest(hex: &str) -> Result<crate::ids::Sha256Hex> {
+    crate::ids::Sha256Hex::parse(hex)
+        .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/idempotency_key_sha256", m))
 }
 
 /// `check_price_schedule`: a price schedule checked against a policy before

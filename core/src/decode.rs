@@ -35,7 +35,33 @@ fn check_size_within(text: &str, max: usize) -> Result<()> {
 
 /// Decode JSON text into a typed document.
 pub fn from_str<T: Decode>(text: &str) -> Result<T> {
-    from_value(parse_strict(text)?)
+    from_value(parse_strict(text).map_err(explain)?).map_err(explain)
+}
+
+/// Fields whose integers the policy bounds more narrowly than the decoder:
+/// a bad value is told the policy's range, not the integer decoder's.
+const RANGES: &[(&str, &str)] = &[
+    ("max_attempts", "1..=10000"),
+    ("max_total_attempts", "1..=10000"),
+];
+
+/// A decode error said in the words of the field it is about.
+pub(crate) fn explain(mut e: Error) -> Error {
+    if !matches!(
+        e.code,
+        ErrorCode::IntegerOutOfRange | ErrorCode::InvalidType
+    ) {
+        return e;
+    }
+    let field = e
+        .path
+        .as_deref()
+        .and_then(|p| p.rsplit('/').next())
+        .unwrap_or_default();
+    if let Some((name, range)) = RANGES.iter().find(|(n, _)| *n == field) {
+        e.message = format!("`{name}` must be an integer in {range}: it counts attempts");
+    }
+    e
 }
 
 /// [`from_str`] for a document allowed up to `max` bytes (a bundle, whose
@@ -162,8 +188,13 @@ pub fn decode_name(v: &Value, at: &At<'_>, names: &[&str]) -> Result<usize> {
             at.error(
                 ErrorCode::InvalidValue,
                 format!(
-                    "unknown variant `{}`",
-                    s.chars().take(80).collect::<String>()
+                    "unknown variant `{}`: expected one of {}",
+                    s.chars().take(80).collect::<String>(),
+                    names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )
         })

@@ -77,6 +77,7 @@ pub mod outcome;
 pub mod output;
 mod parse;
 pub mod policy;
+pub mod preset;
 pub mod price;
 pub mod provider;
 pub mod receipt;
@@ -85,6 +86,7 @@ pub mod request;
 pub mod schedule;
 pub mod session;
 pub mod stream;
+pub mod template;
 
 pub use attempt::{Attempt, Attempts};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};

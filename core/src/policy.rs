@@ -463,7 +463,10 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
                     ErrorCode::DuplicateRouteId,
                     i,
                     "route_id",
-                    format!("route id `{}` repeats route {j}", r.route_id),
+                    format!(
+                        "route id `{}` repeats route {j}: give each route its own `route_id`",
+                        r.route_id
+                    ),
                 ));
             }
             if other.route_release_sha256 == r.route_release_sha256 {
@@ -501,8 +504,10 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
                 i,
                 "data_boundary",
                 format!(
-                    "route `{}` sends data beyond the policy's maximum boundary",
-                    r.route_id
+                    "route `{}` sends data to `{}`, beyond the policy's maximum `{}`: raise `max_data_boundary` to allow it, or route elsewhere",
+                    r.route_id,
+                    r.data_boundary.as_str(),
+                    p.max_data_boundary.as_str()
                 ),
             ));
         }

@@ -117,6 +117,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "verify_repair_chain" => &["chain"],
         "canonical_request" | "request_sha256" => &["request"],
         "build_policy" => &["request", "spec"],
+        "bind_policy_template" => &["idempotency_key_sha256", "request", "spec"],
         "lift_request" => &["call", "params"],
         "check_price_schedule" => &["policy", "schedule"],
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
@@ -192,6 +193,15 @@ fn actual(op: &str, input: &Value) -> Value {
         "verify_repair_chain" => api::verify_repair_chain(s(input, "chain")).map(json_of),
         "canonical_request" => api::canonical_request(s(input, "request")).map(Value::String),
         "build_policy" => api::build_policy(s(input, "request"), s(input, "spec")).map(json_of),
+        "bind_policy_template" => api::compile_policy_template(s(input, "spec"))
+            .and_then(|t| {
+                api::bind_policy_template(
+                    &t,
+                    s(input, "request"),
+                    s(input, "idempotency_key_sha256"),
+                )
+            })
+            .map(|b| json!({"policy": json_of(b.policy_json), "policy_sha256": b.policy_sha256})),
         "lift_request" => api::lift_request(s(input, "call"), s(input, "params")).map(json_of),
         "check_price_schedule" => {
             api::check_price_schedule(s(input, "policy"), s(input, "schedule")).map(Value::String)
@@ -560,16 +570,35 @@ fn built_policies_carry_the_digests_of_their_documents() {
                 policy["logical_request_sha256"],
                 json!(api::request_sha256(s(input, "request")).unwrap())
             );
+            // A preset spec's class and short routes' releases are defaults
+            // (their digests: the preset vectors and core/tests/template.rs).
+            let class = spec.get("behavior_class").cloned().unwrap_or_else(
+                || json!({"name": "text-chat@1", "schema": "retryledger.behavior_class.v1"}),
+            );
             assert_eq!(
                 policy["behavior_class_sha256"],
-                json!(api::digest(&spec["behavior_class"].to_string()).unwrap())
+                json!(api::digest(&class.to_string()).unwrap())
             );
             for (i, route) in spec["routes"].as_array().unwrap().iter().enumerate() {
                 let built = &policy["routes"].as_array().unwrap()[i];
                 assert_eq!(built["priority"], json!(i));
+                let release = route.get("release").cloned().unwrap_or_else(|| {
+                    let mut r = json!({
+                        "endpoint": route["base_url"],
+                        "model": route["model"],
+                        "provider": route["provider"],
+                        "release_pin": route.get("release_pin").unwrap_or(&route["model"]),
+                        "schema": "retryledger.route_release.v1",
+                    });
+                    let family = ["openai", "azure_openai", "anthropic", "google", "generic"];
+                    if family.contains(&route["provider"].as_str().unwrap()) {
+                        r["provider_family"] = route["provider"].clone();
+                    }
+                    r
+                });
                 assert_eq!(
                     built["route_release_sha256"],
-                    json!(api::digest(&route["release"].to_string()).unwrap())
+                    json!(api::digest(&release.to_string()).unwrap())
                 );
             }
             assert_eq!(

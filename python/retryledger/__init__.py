@@ -58,6 +58,8 @@ from ._api import (
     plan_next,
     validate_policy,
     verify_bundle,
+    PolicyTemplate,
+    compile_policy_template,
 )
 from ._core import Dispatch, Facts, Judgement, Outcome, Sealed, Session, Terminal
 from ._decorator import Retrying, retry
@@ -205,4 +207,6 @@ __all__ = [
     "TextReader",
     "validate_policy",
     "verify_bundle",
+    "PolicyTemplate",
+    "compile_policy_template",
 ]

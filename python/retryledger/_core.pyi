@@ -53,6 +53,7 @@ __all__ = [
     "canonical_request",
     "idempotency_key_sha256",
     "lab",
+    "PolicyTemplate",
 ]
 
 class CoreError(ValueError):
@@ -301,3 +302,8 @@ def price_cost(schedule: object, route_release_sha256: object, usage: object) ->
 def canonical_request(request: object) -> str: ...
 def idempotency_key_sha256(key: object, tenant: Optional[object] = None, operation: Optional[object] = None) -> str: ...
 def lab() -> Tuple[str, str, str]: ...
+
+@final
+class PolicyTemplate:
+    def __new__(cls, spec: object) -> PolicyTemplate: ...
+    def bind(self, request: object, idempotency_key_sha256: object) -> Compiled: ...

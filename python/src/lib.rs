@@ -1483,6 +1483,41 @@ impl Compiled {
     }
 }
 
+/// A policy spec compiled once (`compile_policy_template`), bound per call.
+#[pyclass(frozen, name = "PolicyTemplate", module = "retryledger._core")]
+struct PyPolicyTemplate {
+    inner: retryledger_core::template::PolicyTemplate,
+}
+
+#[pymethods]
+impl PyPolicyTemplate {
+    /// Compile a policy spec without `idempotency_key_sha256`.
+    #[new]
+    fn new(spec: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            inner: lift(api::compile_policy_template(&text(spec)?))?,
+        })
+    }
+
+    /// The policy of one call: a logical request (JSON text) and the
+    /// idempotency key's digest; the same document and digest as `build_policy`.
+    fn bind(
+        &self,
+        request: &Bound<'_, PyAny>,
+        idempotency_key_sha256: &Bound<'_, PyAny>,
+    ) -> PyResult<Compiled> {
+        let (inner, policy_json) = lift(api::bind_policy_template_compiled(
+            &self.inner,
+            &text(request)?,
+            &text(idempotency_key_sha256)?,
+        ))?;
+        Ok(Compiled {
+            inner: Arc::new(inner),
+            policy_json,
+        })
+    }
+}
+
 /// The facts `observe` judges: a `Facts`, or a coded error.
 fn facts_arg<'a, 'py>(facts: Option<&'a Bound<'py, PyAny>>) -> PyResult<&'a Bound<'py, PyFacts>> {
     facts.and_then(|f| f.cast::<PyFacts>().ok()).ok_or_else(|| {
@@ -1988,5 +2023,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_request, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;
+    m.add_class::<PyPolicyTemplate>()?;
     Ok(())
 }

@@ -19,6 +19,10 @@ from conftest import ROOT
 VECTORS = ROOT / "tests" / "vectors"
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "tables.json")
 
+def _bound(policy: retryledger.Policy) -> Dict[str, Any]:
+    return {"policy": policy.document, "policy_sha256": policy.sha256}
+
+
 OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "machine": lambda i: retryledger.machine_transcript(i["policy"], i["options"], i.get("journal"), i["events"]),
     "validate_policy": lambda i: retryledger.validate_policy(i["policy"]),
@@ -41,6 +45,9 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "price_cost": lambda i: retryledger.price_cost(i["schedule"], i["route_release_sha256"], i["usage"]),
     "lift_request": lambda i: retryledger.lift_request(i["call"], i["params"]),
     "build_policy": lambda i: retryledger.build_policy(i["request"], i["spec"]).document,
+    "bind_policy_template": lambda i: _bound(
+        retryledger.compile_policy_template(i["spec"]).bind(i["request"], i["idempotency_key_sha256"])
+    ),
     "idempotency_key_sha256": lambda i: retryledger.idempotency_key_sha256(
         i["key"], tenant=i.get("tenant"), operation=i.get("operation")
     ),

@@ -309,6 +309,34 @@ pub fn build_policy(request: &str, spec: &str) -> Out<String> {
     lift(api::build_policy(request, spec))
 }
 
+/// A policy spec compiled once (`compilePolicyTemplate`), bound per call.
+#[wasm_bindgen]
+pub struct PolicyTemplate {
+    inner: retryledger_core::template::PolicyTemplate,
+}
+
+#[wasm_bindgen]
+impl PolicyTemplate {
+    /// Compile a policy spec without `idempotency_key_sha256`.
+    pub fn compile(spec: &str) -> Out<PolicyTemplate> {
+        Ok(PolicyTemplate {
+            inner: lift(api::compile_policy_template(spec))?,
+        })
+    }
+
+    /// The compiled policy of one call: a logical request and the key's digest.
+    pub fn bind(&self, request: &str, idempotency_key_sha256: &str) -> Out<Compiled> {
+        let (inner, _) = lift(api::bind_policy_template_compiled(
+            &self.inner,
+            request,
+            idempotency_key_sha256,
+        ))?;
+        Ok(Compiled {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
 /// `check_price_schedule`: the schedule's digest once checked against the policy.
 #[wasm_bindgen]
 pub fn check_price_schedule(policy: &str, schedule: &str) -> Out<String> {

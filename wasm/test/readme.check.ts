@@ -2,7 +2,7 @@
 // declarations; readme.test.mjs checks that README.md and wasm/README.md show
 // exactly the body below and runs it against a fake client.
 import OpenAI from "openai";
-import { buildPolicy, compilePolicy, idempotencyKeySha256, liftRequest, runWithPolicy, type PolicySpec } from "../dist/index.js";
+import { buildPolicy, compilePolicy, idempotencyKeySha256, liftRequest, runWithPolicy, type PolicySpec, type RouteSpec } from "../dist/index.js";
 import { runWithOpenAI } from "../dist/openai.js";
 
 declare const policyJson: string;
@@ -25,7 +25,7 @@ console.log(result, receipt.terminal, receipt.attempts_sha256);
 // example:end
 }
 
-declare const spec: PolicySpec;
+declare const spec: Omit<PolicySpec, "routes"> & { routes: (RouteSpec & { route_id: string })[] };
 declare const urls: Record<string, string>;
 
 export async function openaiExample(): Promise<void> {

@@ -62,6 +62,10 @@ function run(op, input) {
       return rl.liftRequest(input.call, input.params);
     case "build_policy":
       return rl.buildPolicy(input.request, input.spec).policy;
+    case "bind_policy_template": {
+      const bound = rl.compilePolicyTemplate(input.spec).bind(input.request, input.idempotency_key_sha256);
+      return { policy: bound.policy, policy_sha256: bound.digest };
+    }
     case "request_sha256":
       return rl.requestSha256(input.request);
     case "idempotency_key_sha256":

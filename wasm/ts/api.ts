@@ -41,6 +41,8 @@ export {
   sha256Hex,
   toText,
   type Input,
+  PolicyTemplate,
+  compilePolicyTemplate,
 } from "./core.js";
 export { Session, RETURNED, type Observation } from "./session.js";
 export {
@@ -129,7 +131,7 @@ export {
   type ReconcileAnswerKind,
   type ReconcileQuestion,
 } from "./journaled.js";
-export { withPolicy, type Retrying, type WithPolicyOptions } from "./wrap.js";
+export { withPolicy, type Retrying, type WithPolicyOptions, assertNoClientRetries } from "./wrap.js";
 export { runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 export { HookWarning, type PlannedSleep, type RunHooks } from "./hooks.js";
 export {

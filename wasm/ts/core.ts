@@ -48,6 +48,12 @@ export interface RawCompiled {
   free(): void;
 }
 
+/** A policy spec compiled once inside the module (`wasm/src/lib.rs`). */
+export interface RawPolicyTemplate {
+  bind(request: string, idempotencyKeySha256: string): RawCompiled;
+  free(): void;
+}
+
 /** The module's writer of a journal (JSON text in and out; `wasm/src/journal.rs`). */
 export interface RawJournalWriter {
   append(entry: string): string;
@@ -134,6 +140,7 @@ export interface RawBindings {
   tape_str(id: number): string | undefined;
   tape_json(ops: Float64Array, text: string): string;
   Compiled: { compile(policy: string): RawCompiled };
+  PolicyTemplate: { compile(spec: string): RawPolicyTemplate };
   Facts: { decode(facts: string): RawFacts; returned(): RawFacts };
 }
 
@@ -470,25 +477,42 @@ const MAX_SPARE_SESSIONS = 4;
 export class CompiledPolicy {
   /** The policy digest (lowercase hex SHA-256 of its canonical JSON). */
   readonly digest: string;
-  /** The policy, as the core decoded it (deeply frozen; bundles sealed by the driver share it). */
-  readonly policy: Readonly<Policy>;
-  /** The routes in priority order. */
-  readonly routesByPriority: readonly Route[];
-  /** The policy's canonical JSON text. */
-  readonly policyJson: string;
   readonly #raw: RawCompiled;
+  #policyJson: string | undefined;
+  #policy: Readonly<Policy> | undefined;
+  #routes: readonly Route[] | undefined;
   #checkedKey: string | undefined;
   /** Finished sessions kept for the next runs (their module memory reused). */
   readonly #spare: RawSession[] = [];
 
-  /** Decode and validate a policy; throws `DecodeError` or `PolicyError`. */
-  constructor(policy: Input<Policy>) {
-    const text = toText(policy);
-    this.#raw = call((b) => b.Compiled.compile(text));
+  /**
+   * Decode and validate a policy; throws `DecodeError` or `PolicyError`.
+   * (`bound` is a policy the module already compiled: a template's bind.)
+   */
+  constructor(policy: Input<Policy>, bound?: { raw: RawCompiled; policyJson?: string }) {
+    if (bound !== undefined) {
+      this.#raw = bound.raw;
+      this.#policyJson = bound.policyJson;
+    } else {
+      const text = toText(policy);
+      this.#raw = call((b) => b.Compiled.compile(text));
+    }
     this.digest = this.#raw.digest();
-    this.policyJson = this.#raw.policy_json();
-    this.policy = deepFreeze(JSON.parse(this.policyJson) as Policy);
-    this.routesByPriority = Object.freeze([...this.policy.routes].sort((a, b) => a.priority - b.priority));
+  }
+
+  /** The policy's canonical JSON text. */
+  get policyJson(): string {
+    return (this.#policyJson ??= this.#raw.policy_json());
+  }
+
+  /** The policy, as the core decoded it (deeply frozen; bundles sealed by the driver share it). */
+  get policy(): Readonly<Policy> {
+    return (this.#policy ??= deepFreeze(JSON.parse(this.policyJson) as Policy));
+  }
+
+  /** The routes in priority order. */
+  get routesByPriority(): readonly Route[] {
+    return (this.#routes ??= Object.freeze([...this.policy.routes].sort((a, b) => a.priority - b.priority)));
   }
 
   /**
@@ -711,6 +735,41 @@ export function verifyRepairChain(chain: Input<RepairChain>): ChainVerdict {
 export function requestSha256(request: Input<LogicalRequest>): string {
   const text = toText(request);
   return call((b) => b.request_sha256(text));
+}
+
+/**
+ * A policy spec compiled once — routes, budgets, sections, every rule
+ * checked — and bound per call to its logical request and idempotency key:
+ * `bind` gives exactly the document and digest `buildPolicy` gives for the
+ * spec with that key, in a few microseconds. The spec leaves out
+ * `idempotency_key_sha256`.
+ */
+export class PolicyTemplate {
+  readonly #raw: RawPolicyTemplate;
+
+  /** Compile a spec; throws `DecodeError` or `PolicyError`. */
+  constructor(spec: Input<PolicySpec>) {
+    const s = toText(spec);
+    this.#raw = call((b) => b.PolicyTemplate.compile(s));
+  }
+
+  /** The policy of one call: its logical request and the key's digest (`idempotencyKeySha256`). */
+  bind(request: Input<LogicalRequest>, idempotencyKeySha256: string): CompiledPolicy {
+    const r = toText(request);
+    const k = requireString(idempotencyKeySha256, "idempotencyKeySha256");
+    const raw = call(() => this.#raw.bind(r, k));
+    return new CompiledPolicy("", { raw });
+  }
+
+  /** Release the module memory now rather than at garbage collection. */
+  free(): void {
+    this.#raw.free();
+  }
+}
+
+/** Compile a policy spec once for many calls (`PolicyTemplate`). */
+export function compilePolicyTemplate(spec: Input<PolicySpec>): PolicyTemplate {
+  return new PolicyTemplate(spec);
 }
 
 /**

@@ -385,34 +385,79 @@ export interface BehaviorClass {
 }
 
 /** One route of a policy spec; its priority is its place in the list. */
-export interface RouteSpec {
-  route_id: string;
-  release: RouteRelease;
-  /** The spec's behavior class when absent. */
-  behavior_class?: BehaviorClass;
-  capabilities: Capabilities;
-  data_boundary: DataBoundary;
-  max_attempts: number;
-  reserve_cost: number;
-  supports_idempotency: boolean;
+/** A route's prices per million tokens, in the spec's cost unit (its reserve is the worst case). */
+export interface TokenPrice {
+  input: number;
+  output: number;
 }
 
-/** A policy spec (`retryledger.policy_spec.v1`): a policy with catalog documents in place of digests. */
+/** The defaults a spec names (docs/PRESETS.md). */
+export type Preset = "interactive" | "batch";
+
+/** The fields of a route of a spec, its release aside. */
+interface RouteSpecFields {
+  /** Default under a preset: `provider/model`. */
+  route_id?: string;
+  /** The spec's behavior class when absent. */
+  behavior_class?: BehaviorClass;
+  /** Default under a preset: a text chat model's. */
+  capabilities?: Capabilities;
+  /** Default under a preset: `private_service`. */
+  data_boundary?: DataBoundary;
+  /** Default under a preset: 2 (`interactive`) or 4 (`batch`). */
+  max_attempts?: number;
+  /** Or `price`: the worst case of the route's context and output bounds. */
+  reserve_cost?: number;
+  price?: TokenPrice;
+  /** Default under a preset: true. */
+  supports_idempotency?: boolean;
+}
+
+/**
+ * One route of a spec, its priority its place in the list: its release as a
+ * catalog document, or by provider, model and base URL. Without a preset,
+ * every field but `behavior_class` and `price` is required.
+ */
+export type RouteSpec = RouteSpecFields &
+  (
+    | { release: RouteRelease }
+    | {
+        provider: string;
+        model: string;
+        base_url: string;
+        /** The model when absent. */
+        release_pin?: string;
+        /** The provider's when it names a family. */
+        provider_family?: ProviderFamily;
+      }
+  );
+
+/**
+ * A policy spec (`retryledger.policy_spec.v1`): a policy with catalog
+ * documents in place of digests. With a `preset` only `routes` (and, for
+ * `buildPolicy`, `idempotency_key_sha256`) is needed; every default is written
+ * into the built policy (docs/PRESETS.md).
+ */
 export interface PolicySpec {
   schema: "retryledger.policy_spec.v1";
+  preset?: Preset;
   allowed_degraded_behavior_classes?: BehaviorClass[];
-  backoff: Backoff;
-  behavior_class: BehaviorClass;
-  cost_unit: string;
-  deadline_ms: number;
-  /** From `idempotencyKeySha256(key, scope)`: never the raw key. */
-  idempotency_key_sha256: string;
+  backoff?: Backoff;
+  behavior_class?: BehaviorClass;
+  cost_unit?: string;
+  deadline_ms?: number;
+  /** From `idempotencyKeySha256(key, scope)`: never the raw key. Left out of a template's spec. */
+  idempotency_key_sha256?: string;
   jitter?: Jitter;
-  max_data_boundary: DataBoundary;
-  max_total_attempts: number;
-  max_total_cost: number;
-  requirements: Capabilities;
+  max_data_boundary?: DataBoundary;
+  max_total_attempts?: number;
+  max_total_cost?: number;
+  requirements?: Capabilities;
   routes: RouteSpec[];
+  /** The stream contract, for a streamed request (docs/STREAMING.md). */
+  stream?: StreamContract;
+  /** Fleet protection: breakers, retry budget (docs/FLEET.md). */
+  fleet?: FleetConfig;
 }
 
 /** Units by kind (`input`, `output`, `cached_input`, `reasoning`, …): usage, or prices per million units. */

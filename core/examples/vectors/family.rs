@@ -138,6 +138,15 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         "build_policy" => {
             api::build_policy(text(input, "request"), text(input, "spec")).map(parsed)
         }
+        "bind_policy_template" => api::compile_policy_template(text(input, "spec"))
+            .and_then(|tpl| {
+                api::bind_policy_template(
+                    &tpl,
+                    text(input, "request"),
+                    text(input, "idempotency_key_sha256"),
+                )
+            })
+            .map(|b| json!({"policy": parsed(b.policy_json), "policy_sha256": b.policy_sha256})),
         "canonical_request" => api::canonical_request(text(input, "request")).map(Value::String),
         "request_sha256" => api::request_sha256(text(input, "request")).map(Value::String),
         "idempotency_key_sha256" => api::idempotency_key_sha256(

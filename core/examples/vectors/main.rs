@@ -48,6 +48,7 @@ mod lift;
 mod observe;
 mod plan;
 mod policy;
+mod preset;
 mod price;
 mod provider;
 mod repair;
@@ -92,6 +93,7 @@ const FAMILIES: &[fn() -> Family] = &[
     repair::family,
     composition::family,
     key_pool::family,
+    preset::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -125,6 +127,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `canonical_request`, `request_sha256` | `request` (a logical request: any JSON inside, floats included) |\n\
          | `idempotency_key_sha256` | `key`, optional `tenant` and `operation` |\n\
          | `build_policy` | `request` (a logical request), `spec` (a `retryledger.policy_spec.v1`: route releases and behavior classes as documents, routes in priority order, budgets) |\n\
+         | `bind_policy_template` | `spec` (a `retryledger.policy_spec.v1` without `idempotency_key_sha256`), `request`, `idempotency_key_sha256`; `{\"policy\", \"policy_sha256\"}` |\n\
          | `check_price_schedule` | `policy`, `schedule` (a `retryledger.price_schedule.v1`); the schedule's digest |\n\
          | `price_cost` | `schedule`, `route_release_sha256`, `usage` (units by kind); a number |\n\
          | `lift_request` | `call` (`openai.chat.completions`, `openai.responses`, `anthropic.messages`), `params` (the call's parameters, any JSON) |\n\
