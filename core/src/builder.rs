@@ -47,6 +47,11 @@ pub struct RouteRelease {
     pub endpoint: Identifier,
     /// The model the provider serves.
     pub model: Identifier,
+    /// How a logical request with `messages` is lowered for this release
+    /// ([`crate::lower`]): the wire, context window, output ceiling, thinking
+    /// budget, whether temperature is taken, what is supported. Absent, the
+    /// release is not lowered and keeps its digest.
+    pub lowering: Option<crate::lower::LoweringSettings>,
     /// The provider (`openai`, `anthropic`, `google`, …).
     pub provider: Identifier,
     /// The provider family whose error table and hint sources the route's
@@ -60,6 +65,7 @@ pub struct RouteRelease {
 
 object!(RouteRelease {
     endpoint: doc,
+    lowering: opt_doc,
     model: doc,
     provider: doc,
     provider_family: opt_doc,
@@ -145,6 +151,10 @@ pub struct PolicySpec {
     pub stream: Option<crate::stream::StreamContract>,
     /// Fleet protection (breakers, retry budget).
     pub fleet: Option<crate::fleet::FleetConfig>,
+    /// What a provider-bound part of the request's history does on a route
+    /// whose wire cannot carry it: `refuse` (the route is excluded with
+    /// `provider_bound_history`; the default) or `drop`.
+    pub provider_bound_parts: Option<crate::lower::BoundParts>,
 }
 
 impl Decode for PolicySpec {
@@ -163,6 +173,7 @@ impl Decode for PolicySpec {
         let max_data_boundary = f.req("max_data_boundary");
         let max_total_attempts = f.req("max_total_attempts");
         let max_total_cost = f.req("max_total_cost");
+        let provider_bound_parts = f.opt("provider_bound_parts");
         let requirements = f.req("requirements");
         let routes = f.req_with("routes", |v, at| decode_list(v, at, MAX_ROUTES));
         let schema: Option<PolicySpecSchema> = f.req("schema");
@@ -211,6 +222,7 @@ impl Decode for PolicySpec {
             routes,
             stream,
             fleet,
+            provider_bound_parts,
         })
     }
 }
@@ -221,7 +233,13 @@ fn class_sha256(c: &BehaviorClass) -> Sha256Hex {
 
 /// Build and validate the policy for `request` from `spec`: every digest
 /// computed, routes prioritized in list order, the policy's own rules checked.
-pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolicy> {
+///
+/// For a request with `messages`, a route whose release carries lowering
+/// settings is first checked against the request ([`crate::lower::exclusions`]):
+/// a route that cannot serve it is left out of the policy (never planned),
+/// and when none is left the answer is `no_capable_route`.
+pub fn build_policy(request: &Request, mut spec: PolicySpec) -> Result<CompiledPolicy> {
+    spec.routes = crate::lower::capable_routes(request, spec.routes, spec.provider_bound_parts)?;
     let default_class = spec.behavior_class.clone();
     let routes = spec
         .routes

@@ -167,6 +167,14 @@ codes! {
     HedgeExternalEffects => "hedge_external_effects", Policy;
     /// More hedges per attempt than the total attempt budget holds.
     HedgeExceedsAttempts => "hedge_exceeds_attempts", Policy;
+    /// No route of the policy can serve the logical request (its tools,
+    /// structured output, images, context in tokens or provider-bound
+    /// history), so nothing is dispatched.
+    NoCapableRoute => "no_capable_route", Policy;
+    /// The request's history holds a part bound to another provider family
+    /// (a thinking block with its signature, a reasoning item) that the
+    /// route cannot carry, and the policy does not allow dropping it.
+    ProviderBoundHistory => "provider_bound_history", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;

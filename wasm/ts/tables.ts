@@ -69,6 +69,8 @@ export const POLICY_CODES = [
   "hedge_route_not_idempotent",
   "hedge_external_effects",
   "hedge_exceeds_attempts",
+  "no_capable_route",
+  "provider_bound_history",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -245,6 +247,8 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   hedge_route_not_idempotent: "policy",
   hedge_external_effects: "policy",
   hedge_exceeds_attempts: "policy",
+  no_capable_route: "policy",
+  provider_bound_history: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
