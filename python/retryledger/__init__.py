@@ -112,6 +112,14 @@ from ._errors import (
     RetryledgerWarning,
     RunError,
 )
+from .lowering import (
+    Lowered,
+    LoweringNote,
+    RouteCapabilities,
+    RouteCapability,
+    lower_request,
+    route_capabilities,
+)
 
 __all__ = [
     "retry",
@@ -199,4 +207,10 @@ __all__ = [
     "TextReader",
     "validate_policy",
     "verify_bundle",
+    "Lowered",
+    "LoweringNote",
+    "RouteCapabilities",
+    "RouteCapability",
+    "lower_request",
+    "route_capabilities",
 ]

@@ -372,6 +372,8 @@ export interface RouteRelease {
   endpoint: string;
   model: string;
   release_pin: string;
+  /** How a conversation request is lowered for this release (docs/LOWERING.md); absent, it is not. */
+  lowering?: import("./lowering.js").LoweringSettings;
 }
 
 /** A behavior class (`retryledger.behavior_class.v1`): its digest is a `behavior_class_sha256`. */
@@ -409,6 +411,8 @@ export interface PolicySpec {
   max_total_cost: number;
   requirements: Capabilities;
   routes: RouteSpec[];
+  /** A provider-bound part a route cannot carry: `refuse` the route (`provider_bound_history`, the default) or `drop` the part. */
+  provider_bound_parts?: "refuse" | "drop";
 }
 
 /** Units by kind (`input`, `output`, `cached_input`, `reasoning`, …): usage, or prices per million units. */
