@@ -2,6 +2,7 @@
 //! one the provider reported; the receipt names both per attempt; an
 //! attempt whose host reported neither records nothing, so existing digests
 //! are unchanged; a side the host did not learn stays absent.
+#![cfg(feature = "lab")]
 #![allow(
     clippy::unwrap_used,
     clippy::indexing_slicing,
