@@ -187,7 +187,7 @@ pub struct Conversation {
 }
 
 impl Conversation {
-    /// Whether any message holds an image.
+    /// The JSON Pointer of the first image part, if any.
     pub fn first_image(&self) -> Option<String> {
         self.find(|p| matches!(p, Part::Image { .. }))
     }
