@@ -827,6 +827,33 @@ pub fn machine_transcript(
     Ok(crate::canonical::to_jcs(&t))
 }
 
+/// `lower_request`: a logical request with `messages` lowered for a route
+/// release (`retryledger.route_release.v1` with `lowering` settings) under
+/// `options_json` (`{"provider_bound_parts": "refuse" | "drop"}`, each field
+/// optional): `{"api", "body", "body_sha256", "model", "notes"}`, or the
+/// coded reason the route cannot serve it ([`crate::lower`]).
+pub fn lower_request(request_json: &str, release_json: &str, options_json: &str) -> Result<String> {
+    let request = crate::request::parse_request(request_json)?;
+    let release = from_str::<crate::builder::RouteRelease>(release_json)?;
+    let options = from_str::<crate::lower::LowerOptions>(options_json)?;
+    let lowered = crate::lower::lower(
+        &request,
+        &release,
+        options.provider_bound_parts.unwrap_or_default(),
+    )?;
+    Ok(crate::canonical::to_jcs(&lowered.to_json()))
+}
+
+/// `route_capabilities`: for a logical request and a policy spec, whether each
+/// route can serve the request, and if not the coded reason and its JSON
+/// Pointer in the request: `{"routes": [{"route_id", "capable", "code"?, "path"?}]}`.
+pub fn route_capabilities(request_json: &str, spec_json: &str) -> Result<String> {
+    let request = crate::request::parse_request(request_json)?;
+    let spec = from_str::<crate::builder::PolicySpec>(spec_json)?;
+    let report = crate::lower::route_report(&request, &spec.routes, spec.provider_bound_parts)?;
+    Ok(crate::canonical::to_jcs(&report))
+}
+
 /// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.
 pub fn error_json(e: &Error) -> String {
     canonical_json(&ErrorDoc(e))

@@ -33,6 +33,43 @@ pub enum Reconciled {
     SucceededStreamLost,
 }
 
+/// Which model an attempt asked for (`requested`, the route's lowered
+/// `model`) and which the provider reported serving (`served`, from its
+/// response); a side the host did not learn is absent, never invented. At
+/// least one is present. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRecord {
+    /// The model the request named.
+    pub requested: Option<Identifier>,
+    /// The model the provider reported.
+    pub served: Option<Identifier>,
+}
+
+impl crate::decode::Decode for ModelRecord {
+    fn decode(v: &serde_json::Value, at: &crate::decode::At<'_>) -> crate::error::Result<Self> {
+        let mut f = crate::decode::Fields::open(v, at)?;
+        let requested = f.opt("requested");
+        let served = f.opt("served");
+        f.end()?;
+        if requested.is_none() && served.is_none() {
+            return Err(at.error(
+                crate::error::ErrorCode::MissingField,
+                "a model record names the requested or the served model",
+            ));
+        }
+        Ok(Self { requested, served })
+    }
+}
+
+impl crate::canonical::Encode for ModelRecord {
+    fn encode(&self, sink: &mut dyn crate::canonical::Sink) {
+        crate::canonical::ObjectWriter::new(sink)
+            .opt_doc("requested", self.requested.as_ref())
+            .opt_doc("served", self.served.as_ref())
+            .end();
+    }
+}
+
 names!(Reconciled {
     Succeeded => "succeeded",
     FailedNoEffect => "failed_no_effect",
@@ -85,6 +122,10 @@ pub struct Attempt {
     pub job: Option<crate::job::JobRecord>,
     /// Digest of the logical request sent.
     pub logical_request_sha256: Sha256Hex,
+    /// The model the attempt asked for and the one the provider reported
+    /// serving; absent when the host reported neither, so existing digests
+    /// are unchanged.
+    pub model: Option<ModelRecord>,
     /// Global ordinal, from 1.
     pub ordinal: u64,
     /// The observed outcome.
@@ -137,6 +178,7 @@ object!(Attempt {
     jitter_sample_ms: opt_u64,
     job: opt_doc,
     logical_request_sha256: doc,
+    model: opt_doc,
     ordinal: u64,
     outcome: doc,
     output_check: opt_doc,

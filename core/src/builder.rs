@@ -48,6 +48,11 @@ pub struct RouteRelease {
     pub endpoint: Identifier,
     /// The model the provider serves.
     pub model: Identifier,
+    /// How a logical request with `messages` is lowered for this release
+    /// ([`crate::lower`]): the wire, context window, output ceiling, thinking
+    /// budget, whether temperature is taken, what is supported. Absent, the
+    /// release is not lowered and keeps its digest.
+    pub lowering: Option<crate::lower::LoweringSettings>,
     /// The provider (`openai`, `anthropic`, `google`, …).
     pub provider: Identifier,
     /// The provider family whose error table and hint sources the route's
@@ -61,6 +66,7 @@ pub struct RouteRelease {
 
 object!(RouteRelease {
     endpoint: doc,
+    lowering: opt_doc,
     model: doc,
     provider: doc,
     provider_family: opt_doc,
@@ -229,6 +235,7 @@ impl RawRoute {
                 });
                 RouteRelease {
                     endpoint,
+                    lowering: None,
                     release_pin: self.release_pin.unwrap_or_else(|| model.clone()),
                     model,
                     provider,
@@ -336,6 +343,10 @@ pub struct PolicySpec {
     pub stream: Option<crate::stream::StreamContract>,
     /// Fleet protection (breakers, retry budget).
     pub fleet: Option<crate::fleet::FleetConfig>,
+    /// What a provider-bound part of the request's history does on a route
+    /// whose wire cannot carry it: `refuse` (the route is excluded with
+    /// `provider_bound_history`; the default) or `drop`.
+    pub provider_bound_parts: Option<crate::lower::BoundParts>,
 }
 
 impl Decode for PolicySpec {
@@ -355,6 +366,7 @@ impl Decode for PolicySpec {
         let max_total_attempts = f.opt("max_total_attempts");
         let max_total_cost = f.opt("max_total_cost");
         let preset: Option<Preset> = f.opt("preset");
+        let provider_bound_parts = f.opt("provider_bound_parts");
         let requirements = f.opt("requirements");
         let routes = f.req_with("routes", |v, at| {
             let raw: Vec<RawRoute> = decode_list(v, at, MAX_ROUTES)?;
@@ -451,6 +463,7 @@ impl Decode for PolicySpec {
             routes,
             stream,
             fleet,
+            provider_bound_parts,
         })
     }
 }
@@ -461,7 +474,12 @@ fn class_sha256(c: &BehaviorClass) -> Sha256Hex {
 
 /// Build and validate the policy for `request` from `spec`: every digest
 /// computed, routes prioritized in list order, the policy's own rules checked.
-pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolicy> {
+///
+/// For a request with `messages`, a route whose release carries lowering
+/// settings is first checked against the request ([`crate::lower::exclusions`]):
+/// a route that cannot serve it is left out of the policy (never planned),
+/// and when none is left the answer is `no_capable_route`.
+pub fn build_policy(request: &Request, mut spec: PolicySpec) -> Result<CompiledPolicy> {
     let Some(key) = spec.idempotency_key_sha256.clone() else {
         return Err(Error::at(
             ErrorCode::MissingField,
@@ -469,6 +487,7 @@ pub fn build_policy(request: &Request, spec: PolicySpec) -> Result<CompiledPolic
             "missing field `idempotency_key_sha256`: build_policy binds one key (a template binds one per call)",
         ));
     };
+    spec.routes = crate::lower::capable_routes(request, spec.routes, spec.provider_bound_parts)?;
     compile(assemble(spec, Sha256Hex::computed(request.sha256()), key)?)
 }
 

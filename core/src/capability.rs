@@ -144,6 +144,30 @@ fn level<T: Encode + ?Sized>(x: &T) -> String {
 }
 
 impl Capabilities {
+    /// The weakest contract: no modality, sampling control, streaming event
+    /// or region; every bound 0; every level at its floor. A requirement
+    /// built from it asks for nothing until a field is raised (a
+    /// requirement's `retention_days` is the most it allows, so raise that
+    /// one to the maximum).
+    pub fn floor() -> Self {
+        let empty = || std::iter::empty().collect();
+        Self {
+            input_modalities: empty(),
+            max_context_tokens: 0,
+            max_output_tokens: 0,
+            max_response_bytes: 0,
+            output_modalities: empty(),
+            refusal: Refusal::None,
+            regions: std::iter::empty().collect(),
+            release_pin: ReleasePin::Floating,
+            retention_days: 0,
+            sampling_controls: std::iter::empty().collect(),
+            streaming_events: std::iter::empty().collect(),
+            structured_output: StructuredOutput::None,
+            tool_calls: ToolCalls::None,
+        }
+    }
+
     /// The first field in which `self` (a route's offer) fails to cover
     /// `required`, as (field name, explanation); `None` when it covers all.
     pub fn uncovered(&self, required: &Capabilities) -> Option<(&'static str, String)> {

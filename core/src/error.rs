@@ -172,6 +172,14 @@ codes! {
     InvalidKeyPool => "invalid_key_pool", Policy;
     /// A key pool was told about a key it does not hold.
     KeyNotInPool => "key_not_in_pool", Policy;
+    /// No route of the policy can serve the logical request (its tools,
+    /// structured output, images, context in tokens or provider-bound
+    /// history), so nothing is dispatched.
+    NoCapableRoute => "no_capable_route", Policy;
+    /// The request's history holds a part bound to another provider family
+    /// (a thinking block with its signature, a reasoning item) that the
+    /// route cannot carry, and the policy does not allow dropping it.
+    ProviderBoundHistory => "provider_bound_history", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;

@@ -43,8 +43,11 @@
 //! after a latency threshold: one winner, the losers cancelled or kept late
 //! and never adopted, every attempt accounted. [`machine`] is the one
 //! sans-I/O loop of a run (effects out, events in) on which the fleet, the
-//! journal, streams and output checks are layers. [`api`] is the JSON-text
-//! boundary the WebAssembly and Python bindings call.
+//! journal, streams and output checks are layers. [`lower`] turns a
+//! provider-neutral conversation into each route's SDK body (openai chat
+//! completions and responses, anthropic messages, google generateContent)
+//! and refuses, before any dispatch, a route that cannot serve it. [`api`]
+//! is the JSON-text boundary the WebAssembly and Python bindings call.
 #![deny(missing_docs)]
 
 pub mod admission;
@@ -71,6 +74,7 @@ pub mod keypool;
 pub mod lab;
 pub mod lift;
 pub mod limits;
+pub mod lower;
 pub mod machine;
 pub mod observe;
 pub mod outcome;

@@ -53,6 +53,9 @@ pub struct ScheduleEntry {
     pub jitter_min_ms: Option<u64>,
     /// Jitter sample.
     pub jitter_sample_ms: Option<u64>,
+    /// The requested and served model the attempt records; absent when it
+    /// records none.
+    pub model: Option<crate::attempt::ModelRecord>,
     /// Planned earliest start, ms.
     pub not_before_ms: u64,
     /// Global ordinal.
@@ -184,6 +187,7 @@ object!(ScheduleEntry {
     jitter_max_ms: opt_u64,
     jitter_min_ms: opt_u64,
     jitter_sample_ms: opt_u64,
+    model: opt_doc,
     not_before_ms: u64,
     ordinal: u64,
     outcome: str,

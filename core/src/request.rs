@@ -24,14 +24,22 @@ use crate::limits::{MAX_ID_BYTES, MAX_SAFE_INTEGER};
 pub const REQUEST_SCHEMA: &str = "retryledger.request.v1";
 
 /// The fields of a request, in canonical order, and whether each is required.
+/// `input` is required of a request without `messages`; a request with
+/// `messages` is a conversation ([`crate::lower::model`]) and has no `input`.
 const FIELDS: &[(&str, bool)] = &[
-    ("input", true),
+    ("input", false),
+    ("max_output_tokens", false),
+    ("messages", false),
     ("modalities", false),
     ("operation", true),
     ("output_contract", false),
+    ("reasoning", false),
+    ("response_format", false),
     ("sampling", false),
     ("schema", true),
     ("seed", false),
+    ("stop", false),
+    ("system", false),
     ("tools", false),
 ];
 
@@ -84,11 +92,26 @@ fn check_fields(map: &Map<String, Value>) -> Result<()> {
             format!("unknown field `{}`", k.chars().take(80).collect::<String>()),
         ));
     }
+    if !map.contains_key("messages") && !map.contains_key("input") {
+        return Err(root.error(ErrorCode::MissingField, "missing field `input`"));
+    }
     if let Some((name, _)) = FIELDS
         .iter()
         .find(|(name, required)| *required && !map.contains_key(*name))
     {
         return Err(root.error(ErrorCode::MissingField, format!("missing field `{name}`")));
+    }
+    if !map.contains_key("messages") {
+        if let Some(name) = crate::lower::model::CONVERSATION_ONLY
+            .iter()
+            .find(|k| map.contains_key(**k))
+        {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                format!("/{name}"),
+                format!("`{name}` belongs to a request with `messages`"),
+            ));
+        }
     }
     match map.get("schema") {
         Some(Value::String(s)) if s == REQUEST_SCHEMA => {}
@@ -135,6 +158,10 @@ fn check_fields(map: &Map<String, Value>) -> Result<()> {
                 "a seed is an integer in 0..=2^53-1",
             ));
         }
+    }
+    if map.contains_key("messages") {
+        crate::lower::model::conversation(map)?;
+        return Ok(());
     }
     for name in ["modalities", "sampling"] {
         if let Some(v) = map.get(name) {

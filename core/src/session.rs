@@ -21,7 +21,7 @@ use crate::fleet::{
     BreakerRef, BudgetRef, FleetSnapshots, FleetStop, FleetView, FleetWrites, Generations,
     LimitsClock, LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
-use crate::ids::Sha256Hex;
+use crate::ids::{Identifier, Sha256Hex};
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
@@ -61,6 +61,8 @@ struct Notes {
     /// The receiver's answer when the host reconciled the attempt by
     /// idempotency key (an async job's lost submit answer).
     reconciled: Option<crate::attempt::Reconciled>,
+    /// The requested and served model the host reported.
+    model: Option<crate::attempt::ModelRecord>,
 }
 
 /// What a host said an attempt cost: charged by hand, or nothing (the
@@ -213,6 +215,15 @@ impl Session {
         self.notes.request_body_sha256 = Some(digest);
     }
 
+    /// Report the model the attempt in flight asked for (`requested`: the
+    /// lowered request's model) and the one the provider's response named
+    /// (`served`). A side the host does not know stays `None`: recorded as
+    /// unknown, never invented. Both `None` records nothing.
+    pub fn set_model(&mut self, requested: Option<Identifier>, served: Option<Identifier>) {
+        self.notes.model = (requested.is_some() || served.is_some())
+            .then_some(crate::attempt::ModelRecord { requested, served });
+    }
+
     /// The admission held for the planned attempt (a fleet admitted it and
     /// it is not yet observed).
     pub fn admission(&self) -> Option<&Admission> {
@@ -343,6 +354,7 @@ impl Session {
             output_check: self.notes.output_check.clone(),
             reconciled: self.notes.reconciled,
             request_body_sha256: self.notes.request_body_sha256.clone(),
+            model: self.notes.model.clone(),
             stream: record,
             usage: self.notes.usage.clone(),
             ..d.attempt(started_at_ms, completed_at_ms, cost, outcome)

@@ -63,6 +63,20 @@ impl PolicyTemplate {
                 "a template binds the idempotency key per call: leave it out of the spec",
             ));
         }
+        // Which routes serve a request depends on the request when a route
+        // is lowered: build_policy checks each request against them, a
+        // template binds any request to the same routes.
+        if let Some(i) = spec
+            .routes
+            .iter()
+            .position(|r| r.release.lowering.is_some())
+        {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                format!("/routes/{i}/release/lowering"),
+                "a template binds every request to the same routes: a route with lowering settings is checked per request by build_policy",
+            ));
+        }
         let compiled = compile(assemble(spec, placeholder('f'), placeholder('0'))?)?;
         let text = canonical_json(&compiled.policy);
         let pieces = split_once(&text, KEY_FIELD).and_then(|(head, rest)| {

@@ -119,6 +119,8 @@ fn actual(op: &str, input: &Value) -> Value {
         "build_policy" => &["request", "spec"],
         "bind_policy_template" => &["idempotency_key_sha256", "request", "spec"],
         "lift_request" => &["call", "params"],
+        "lower_request" => &["options", "release", "request"],
+        "route_capabilities" => &["request", "spec"],
         "check_price_schedule" => &["policy", "schedule"],
         "price_cost" => &["route_release_sha256", "schedule", "usage"],
         "stream_session" => &["policy", "script"],
@@ -203,6 +205,15 @@ fn actual(op: &str, input: &Value) -> Value {
             })
             .map(|b| json!({"policy": json_of(b.policy_json), "policy_sha256": b.policy_sha256})),
         "lift_request" => api::lift_request(s(input, "call"), s(input, "params")).map(json_of),
+        "lower_request" => api::lower_request(
+            s(input, "request"),
+            s(input, "release"),
+            s(input, "options"),
+        )
+        .map(json_of),
+        "route_capabilities" => {
+            api::route_capabilities(s(input, "request"), s(input, "spec")).map(json_of)
+        }
         "check_price_schedule" => {
             api::check_price_schedule(s(input, "policy"), s(input, "schedule")).map(Value::String)
         }
@@ -579,8 +590,26 @@ fn built_policies_carry_the_digests_of_their_documents() {
                 policy["behavior_class_sha256"],
                 json!(api::digest(&class.to_string()).unwrap())
             );
-            for (i, route) in spec["routes"].as_array().unwrap().iter().enumerate() {
-                let built = &policy["routes"].as_array().unwrap()[i];
+            // Routes that cannot serve the request are left out (lowering.json):
+            // the others keep their order, prioritized from 0.
+            let built_routes = policy["routes"].as_array().unwrap();
+            let kept: Vec<&Value> = spec["routes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                // A preset route named by provider and model (no route_id)
+                // carries no lowering settings: it is never left out.
+                .filter(|r| {
+                    r.get("route_id").is_none()
+                        || built_routes.iter().any(|b| b["route_id"] == r["route_id"])
+                })
+                .collect();
+            assert_eq!(kept.len(), built_routes.len());
+            for (i, route) in kept.into_iter().enumerate() {
+                let built = &built_routes[i];
+                if let Some(id) = route.get("route_id") {
+                    assert_eq!(&built["route_id"], id);
+                }
                 assert_eq!(built["priority"], json!(i));
                 let release = route.get("release").cloned().unwrap_or_else(|| {
                     let mut r = json!({

@@ -117,6 +117,14 @@ from ._errors import (
     RetryledgerWarning,
     RunError,
 )
+from .lowering import (
+    Lowered,
+    LoweringNote,
+    RouteCapabilities,
+    RouteCapability,
+    lower_request,
+    route_capabilities,
+)
 
 __all__ = [
     "retry",
@@ -209,4 +217,10 @@ __all__ = [
     "verify_bundle",
     "PolicyTemplate",
     "compile_policy_template",
+    "Lowered",
+    "LoweringNote",
+    "RouteCapabilities",
+    "RouteCapability",
+    "lower_request",
+    "route_capabilities",
 ]

@@ -1000,6 +1000,33 @@ fn lift_request(call: &Bound<'_, PyAny>, params: &Bound<'_, PyAny>) -> PyResult<
     lift(api::lift_request(&text(call)?, &text(params)?))
 }
 
+/// `lower_request`: a conversation request lowered for a route release
+/// (`{"api", "body", "body_sha256", "model", "notes"}`), or why the route
+/// cannot serve it.
+#[pyfunction]
+#[pyo3(signature = (request, release, options = None))]
+fn lower_request(
+    request: &Bound<'_, PyAny>,
+    release: &Bound<'_, PyAny>,
+    options: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let options = match options {
+        Some(o) => text(o)?,
+        None => "{}".into(),
+    };
+    lift(api::lower_request(
+        &text(request)?,
+        &text(release)?,
+        &options,
+    ))
+}
+
+/// `route_capabilities`: whether each route of a policy spec can serve a request.
+#[pyfunction]
+fn route_capabilities(request: &Bound<'_, PyAny>, spec: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::route_capabilities(&text(request)?, &text(spec)?))
+}
+
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
 #[pyfunction]
 fn canonical_request(request: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -2024,5 +2051,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(idempotency_key_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;
     m.add_class::<PyPolicyTemplate>()?;
+    m.add_function(wrap_pyfunction!(lower_request, m)?)?;
+    m.add_function(wrap_pyfunction!(route_capabilities, m)?)?;
     Ok(())
 }

@@ -92,6 +92,8 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "idempotency_complete": lambda i: retryledger.journal.idempotency_complete(
         i["retention"], i["record"], i["completion"], i["now_epoch_ms"]
     ),
+    "lower_request": lambda i: retryledger.lower_request(i["request"], i["release"], i["options"]),
+    "route_capabilities": lambda i: retryledger.route_capabilities(i["request"], i["spec"]),
 }
 
 

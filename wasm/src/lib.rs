@@ -1151,3 +1151,17 @@ impl WasmSession {
         )
     }
 }
+
+/// `lower_request`: a conversation request lowered for a route release under
+/// options (`{"api", "body", "body_sha256", "model", "notes"}`), or why the
+/// route cannot serve it.
+#[wasm_bindgen]
+pub fn lower_request(request: &str, release: &str, options: &str) -> Out<String> {
+    lift(api::lower_request(request, release, options))
+}
+
+/// `route_capabilities`: whether each route of a policy spec can serve a request.
+#[wasm_bindgen]
+pub fn route_capabilities(request: &str, spec: &str) -> Out<String> {
+    lift(api::route_capabilities(request, spec))
+}

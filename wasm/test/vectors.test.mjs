@@ -117,6 +117,10 @@ function run(op, input) {
       return rl.idempotencyClaim(input.retention, input.record ?? null, input.request, input.now_epoch_ms);
     case "idempotency_complete":
       return rl.idempotencyComplete(input.retention, input.record, input.completion, input.now_epoch_ms);
+    case "lower_request":
+      return rl.lowerRequest(input.request, input.release, input.options);
+    case "route_capabilities":
+      return rl.routeCapabilities(input.request, input.spec);
     default:
       throw new Error(`unknown op ${op}`);
   }

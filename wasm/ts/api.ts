@@ -304,3 +304,18 @@ export function admissionObserve(
   const now = epochMs(nowEpochMs);
   return JSON.parse(fleetCall((b) => b.admission_observe(c, s, h, now))) as AdmissionObserveResult;
 }
+
+export {
+  lowerRequest,
+  routeCapabilities,
+  type ContentPart,
+  type ConversationMessage,
+  type ConversationRequest,
+  type LowerOptions,
+  type Lowered,
+  type LoweredRouteRelease,
+  type LoweringApi,
+  type LoweringNote,
+  type LoweringSettings,
+  type RouteCapability,
+} from "./lowering.js";

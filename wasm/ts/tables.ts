@@ -71,6 +71,8 @@ export const POLICY_CODES = [
   "hedge_exceeds_attempts",
   "invalid_key_pool",
   "key_not_in_pool",
+  "no_capable_route",
+  "provider_bound_history",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -249,6 +251,8 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   hedge_exceeds_attempts: "policy",
   invalid_key_pool: "policy",
   key_not_in_pool: "policy",
+  no_capable_route: "policy",
+  provider_bound_history: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",

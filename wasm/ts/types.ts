@@ -376,6 +376,8 @@ export interface RouteRelease {
   endpoint: string;
   model: string;
   release_pin: string;
+  /** How a conversation request is lowered for this release (docs/LOWERING.md); absent, it is not. */
+  lowering?: import("./lowering.js").LoweringSettings;
 }
 
 /** A behavior class (`retryledger.behavior_class.v1`): its digest is a `behavior_class_sha256`. */
@@ -458,6 +460,8 @@ export interface PolicySpec {
   stream?: StreamContract;
   /** Fleet protection: breakers, retry budget (docs/FLEET.md). */
   fleet?: FleetConfig;
+  /** A provider-bound part a route cannot carry: `refuse` the route (`provider_bound_history`, the default) or `drop` the part. */
+  provider_bound_parts?: "refuse" | "drop";
 }
 
 /** Units by kind (`input`, `output`, `cached_input`, `reasoning`, …): usage, or prices per million units. */

@@ -295,6 +295,15 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         "hedge_session" => {
             retryledger_core::hedge::script(text(input, "policy"), text(input, "script"))
         }
+        "lower_request" => api::lower_request(
+            text(input, "request"),
+            text(input, "release"),
+            text(input, "options"),
+        )
+        .map(parsed),
+        "route_capabilities" => {
+            api::route_capabilities(text(input, "request"), text(input, "spec")).map(parsed)
+        }
         other => panic!("unknown op {other}"),
     };
     match r {

@@ -45,6 +45,7 @@ mod job;
 mod journal;
 mod key_pool;
 mod lift;
+mod lowering;
 mod observe;
 mod plan;
 mod policy;
@@ -94,6 +95,7 @@ const FAMILIES: &[fn() -> Family] = &[
     composition::family,
     key_pool::family,
     preset::family,
+    lowering::family,
 ];
 
 fn readme(families: &[Family], sizes: &[usize]) -> String {
@@ -153,6 +155,8 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `hedge_session` | `policy`, `script`: a hedged session event by event (`start`, `observe`, `cancelled`, `cancel_run`, each `at` a run-clock time; docs/HEDGING.md) |\n\
          | `next_repair` | `links` (a JSON array of `retryledger.repair_chain.v1` links, the root run first), `request_sha256`, `idempotency_key_sha256`, `started_at_ms`: the policy of the next repair, or why there is none (docs/REPAIR.md) |\n\
          | `verify_repair_chain` | `chain` (a `retryledger.repair_chain.v1`): every run replayed and every repair checked against its budget |\n\
+         | `lower_request` | `request` (a logical request with `messages`), `release` (a `retryledger.route_release.v1` with `lowering` settings), `options` (`{\"provider_bound_parts\"?}`): the SDK call's body, its digest and notes, or why the route cannot serve the request (docs/LOWERING.md) |\n\
+         | `route_capabilities` | `request`, `spec` (a `retryledger.policy_spec.v1`): whether each route can serve the request, with the coded reason and the request's JSON Pointer when not |\n\
          \n\
          Document inputs are JSON *text* (strings), passed to the operation as is, so\n\
          hostile text (duplicate keys, `-0`, lone surrogate escapes, a byte order mark)\n\
