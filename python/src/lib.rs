@@ -17,6 +17,7 @@
 mod drive;
 mod hedge;
 mod journal;
+mod machine;
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -1932,5 +1933,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_request, m)?)?;
     m.add_function(wrap_pyfunction!(idempotency_key_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(lab, m)?)?;
+    m.add_class::<machine::PyMachine>()?;
     Ok(())
 }

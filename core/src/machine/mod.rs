@@ -210,7 +210,7 @@ impl Machine {
         } else {
             Stage::Plan
         };
-        Self::with(policy, session, journal, &options, stage)
+        Self::with(policy, session, journal, &options, (stage, false))
     }
 
     /// Take over the run a journal holds (its events verified once) as the
@@ -269,15 +269,15 @@ impl Machine {
             },
             Recovery::Adopt { .. } => Stage::Plan,
         };
-        let mut m = Self::with(
+        // `reserved` is known before the first effect is computed: a journal
+        // that ends at `reserved` goes on with `dispatched` alone.
+        Self::with(
             policy,
             session,
             Some((writer, j.run_id.clone())),
             &options,
-            stage,
-        )?;
-        m.reserved = reserved;
-        Ok(m)
+            (stage, reserved),
+        )
     }
 
     fn with(
@@ -285,7 +285,7 @@ impl Machine {
         session: Session,
         journal: Option<(Writer, Identifier)>,
         options: &Options,
-        stage: Stage,
+        (stage, reserved): (Stage, bool),
     ) -> Result<Self> {
         let max_polls = options.max_polls.unwrap_or(DEFAULT_MAX_POLLS);
         if max_polls == 0 || max_polls > crate::journal::MAX_POLLS {
@@ -304,7 +304,7 @@ impl Machine {
             now_ms: options.now_ms,
             reserve_tokens: options.reserve_tokens,
             max_conflicts: options.max_conflicts.unwrap_or(DEFAULT_MAX_CONFLICTS),
-            reserved: false,
+            reserved,
             planned_not_before_ms: None,
             stage,
             effect: Effect::Done {
