@@ -76,10 +76,13 @@ class Machine:
         bundle: Dict[str, Any] = json.loads(call(self._m.seal))
         return bundle
 
-    def sealed(self) -> Tuple[Dict[str, Any], str]:
-        """The finished run's bundle and its receipt's digest."""
-        both = json.loads(call(self._m.sealed))
-        return both["bundle"], str(both["receipt_sha256"])
+    def sealed(self) -> Tuple[Dict[str, Any], str, str]:
+        """The finished run's bundle, its receipt's digest and the bundle's canonical JSON."""
+        text = call(self._m.sealed)
+        # `{"bundle":<bundle>,"receipt_sha256":"<64 hex>"}`, canonical.
+        bundle_json = text[len('{"bundle":') : -len(',"receipt_sha256":"') - 64 - 2]
+        both = json.loads(text)
+        return both["bundle"], str(both["receipt_sha256"]), bundle_json
 
 
 def _policy_text(policy: Any) -> str:
@@ -100,6 +103,8 @@ class LoopResult(NamedTuple):
     receipt: Dict[str, Any]
     receipt_sha256: str
     bundle: Dict[str, Any]
+    #: The bundle's canonical JSON (what ``python -m retryledger verify`` reads).
+    bundle_json: str
 
     @property
     def terminal(self) -> str:
@@ -199,12 +204,12 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
                 adapter.on_attempt(seen["attempt"], seen["judgement"])
         if effect["kind"] in ("dispatch", "done"):
             adapter.on_decision(_decision(effect))
-    bundle, receipt_sha256 = machine.sealed()
+    bundle, receipt_sha256, bundle_json = machine.sealed()
     receipt = bundle["receipt"]
     adapter.on_terminal(receipt)
     if receipt["terminal"] != "completed":
         value = None
-    return LoopResult(value, receipt, receipt_sha256, bundle)
+    return LoopResult(value, receipt, receipt_sha256, bundle, bundle_json)
 
 
 _NOTHING = object()
