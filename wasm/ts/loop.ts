@@ -15,11 +15,12 @@
  * `/kind`.
  */
 
-import { call, toText, type Input, type RawBindings } from "./core.js";
-import { DecodeError } from "./errors.js";
+import { call, judge, priceCost, toText, type Input, type RawBindings } from "./core.js";
+import { DecodeError, HttpError } from "./errors.js";
+import { factsText, minimalFacts, type FactsOptions } from "./facts.js";
 import type { MachineEffect, MachineEvent } from "./machine.js";
 import { StoreUnavailableError, type FleetStore, type StoreDocument } from "./stores/store.js";
-import type { Bundle, Receipt } from "./types.js";
+import type { Bundle, Facts, Receipt } from "./types.js";
 
 /** The module's live machine (JSON text in and out; `wasm/src/machine.rs`). */
 interface RawMachine {
@@ -307,4 +308,68 @@ export async function storeWrite(store: FleetStore, namespace: string, writes: r
     written += 1;
   }
   return written;
+}
+
+/**
+ * What one attempt of a machine-planned run reports through its step
+ * (`AttemptStep` takes it in place of a session): usage, checked by the core
+ * against the schedule as it is reported, and the request body's digest,
+ * both carried in the `observed` event.
+ */
+export class Reports {
+  usage: Record<string, number> | undefined;
+  requestBodySha256: string | undefined;
+  readonly #schedule: string | undefined;
+  readonly #release: string;
+
+  constructor(schedule: string | undefined, routeReleaseSha256: string) {
+    this.#schedule = schedule;
+    this.#release = routeReleaseSha256;
+  }
+
+  addUsage(units: Input<Record<string, number>>): number {
+    const given = (typeof units === "string" ? JSON.parse(units) : units) as Record<string, number>;
+    const merged: Record<string, number> = { ...this.usage };
+    for (const [kind, n] of Object.entries(given)) merged[kind] = kind in merged && typeof n === "number" ? (merged[kind] as number) + n : n;
+    // The core prices it now: usage it refuses throws here, nothing kept.
+    const cost = priceCost(this.#schedule ?? "", this.#release, merged);
+    this.usage = merged;
+    return cost;
+  }
+
+  setRequestBodySha256(digest: string): void {
+    this.requestBodySha256 = digest;
+  }
+
+  setJob(): void {
+    throw new DecodeError("invalid_value", "invalid_value at /async_job: an async job is not yet a layer of the run machine", { path: "/async_job" });
+  }
+
+  setReconciled(): void {
+    this.setJob();
+  }
+
+  /** The `observed` event's fields these reports add. */
+  fields(into: Record<string, unknown>): Record<string, unknown> {
+    if (this.usage !== undefined) into["usage"] = this.usage;
+    if (this.requestBodySha256 !== undefined) into["request_body_sha256"] = this.requestBodySha256;
+    return into;
+  }
+}
+
+/**
+ * The facts of what a dispatch threw, as JSON: an `AttemptError`'s, or the
+ * plain facts extracted from the error; facts the core refuses (a header
+ * value it cannot decode, a hint too long to parse) are replaced by the ones
+ * that are certain, so an odd error never breaks the run.
+ */
+export function raisedFacts(error: unknown, options: FactsOptions): Facts {
+  const text = factsText(error, options);
+  try {
+    judge(text);
+    return JSON.parse(text) as Facts;
+  } catch (e) {
+    if (!(e instanceof DecodeError || e instanceof HttpError)) throw e;
+    return JSON.parse(minimalFacts(options)) as Facts;
+  }
 }
