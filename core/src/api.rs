@@ -777,6 +777,11 @@ impl LiveMachine {
     /// document of [`machine_transcript`]).
     pub fn start(policy_json: &str, options_json: &str) -> Result<Self> {
         let cp = std::sync::Arc::new(compile_policy(policy_json).map_err(|e| e.under("/policy"))?);
+        Self::start_compiled(cp, options_json)
+    }
+
+    /// [`LiveMachine::start`] of a policy compiled once for many runs.
+    pub fn start_compiled(cp: std::sync::Arc<CompiledPolicy>, options_json: &str) -> Result<Self> {
         let options: crate::machine::Options =
             from_str(options_json).map_err(|e| e.under("/options"))?;
         Ok(Self {
@@ -788,6 +793,15 @@ impl LiveMachine {
     /// events) as the owner named in `options_json`'s `journal`.
     pub fn resume(policy_json: &str, options_json: &str, journal_json: &str) -> Result<Self> {
         let cp = std::sync::Arc::new(compile_policy(policy_json).map_err(|e| e.under("/policy"))?);
+        Self::resume_compiled(cp, options_json, journal_json)
+    }
+
+    /// [`LiveMachine::resume`] of a policy compiled once for many runs.
+    pub fn resume_compiled(
+        cp: std::sync::Arc<CompiledPolicy>,
+        options_json: &str,
+        journal_json: &str,
+    ) -> Result<Self> {
         let options: crate::machine::Options =
             from_str(options_json).map_err(|e| e.under("/options"))?;
         let journal = journal_events(journal_json)?;

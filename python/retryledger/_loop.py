@@ -85,12 +85,13 @@ class Machine:
         return both["bundle"], str(both["receipt_sha256"]), bundle_json
 
 
-def _policy_text(policy: Any) -> str:
+def _policy_text(policy: Any) -> Any:
+    """A policy as the extension takes it: compiled once (a ``Policy``), or JSON text."""
     if isinstance(policy, str):
         return policy
-    text = getattr(policy, "json", None)
-    if isinstance(text, str):
-        return text
+    compiled = getattr(policy, "_compiled", None)
+    if isinstance(compiled, _core.Compiled):
+        return compiled
     return json.dumps(policy)
 
 
@@ -198,7 +199,7 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
         if got is not _NOTHING:
             value = got
         effect = machine.answer(event)
-        if event["kind"] == "observed":
+        if event["kind"] == "observed" and type(adapter).on_attempt is not Adapter.on_attempt:
             seen = machine.observed()
             if seen is not None:
                 adapter.on_attempt(seen["attempt"], seen["judgement"])

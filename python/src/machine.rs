@@ -5,7 +5,24 @@
 use pyo3::prelude::*;
 use retryledger_core::api;
 
-use crate::{lift, text};
+use std::sync::Arc;
+
+use crate::{lift, text, Compiled};
+
+/// A policy as its JSON text, or compiled once (`Compiled`) for many runs.
+fn started(
+    policy: &Bound<'_, PyAny>,
+    text_of: impl FnOnce(&str) -> retryledger_core::Result<api::LiveMachine>,
+    compiled: impl FnOnce(
+        Arc<retryledger_core::CompiledPolicy>,
+    ) -> retryledger_core::Result<api::LiveMachine>,
+) -> PyResult<PyMachine> {
+    let inner = match policy.cast::<Compiled>() {
+        Ok(c) => lift(compiled(Arc::clone(&c.get().inner)))?,
+        Err(_) => lift(text_of(&text(policy)?))?,
+    };
+    Ok(PyMachine { inner })
+}
 
 /// One run of the core's machine, driven by the package's host loop.
 #[pyclass(name = "Machine", module = "retryledger._core")]
@@ -15,12 +32,15 @@ pub(crate) struct PyMachine {
 
 #[pymethods]
 impl PyMachine {
-    /// Start a run of `policy` under `options` (JSON text).
+    /// Start a run of `policy` (JSON text or `Compiled`) under `options` (JSON text).
     #[staticmethod]
     fn start(policy: &Bound<'_, PyAny>, options: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(Self {
-            inner: lift(api::LiveMachine::start(&text(policy)?, &text(options)?))?,
-        })
+        let options = text(options)?;
+        started(
+            policy,
+            |p| api::LiveMachine::start(p, &options),
+            |cp| api::LiveMachine::start_compiled(cp, &options),
+        )
     }
 
     /// Take over the run `journal` (a JSON array of events) holds.
@@ -30,13 +50,13 @@ impl PyMachine {
         options: &Bound<'_, PyAny>,
         journal: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        Ok(Self {
-            inner: lift(api::LiveMachine::resume(
-                &text(policy)?,
-                &text(options)?,
-                &text(journal)?,
-            ))?,
-        })
+        let options = text(options)?;
+        let journal = text(journal)?;
+        started(
+            policy,
+            |p| api::LiveMachine::resume(p, &options, &journal),
+            |cp| api::LiveMachine::resume_compiled(cp, &options, &journal),
+        )
     }
 
     /// The outstanding effect as JSON.

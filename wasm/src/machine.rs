@@ -5,7 +5,9 @@
 use retryledger_core::api;
 use wasm_bindgen::prelude::*;
 
-use crate::{lift, num, Out};
+use std::sync::Arc;
+
+use crate::{lift, num, Compiled, Out};
 
 /// One run of the core's machine, driven by the package's host loop.
 #[wasm_bindgen(js_name = LiveMachine)]
@@ -26,6 +28,27 @@ impl WasmMachine {
     pub fn resume(policy: &str, options: &str, journal: &str) -> Out<WasmMachine> {
         Ok(Self {
             inner: lift(api::LiveMachine::resume(policy, options, journal))?,
+        })
+    }
+
+    /// Start a run of a policy compiled once for many runs.
+    pub fn start_compiled(policy: &Compiled, options: &str) -> Out<WasmMachine> {
+        Ok(Self {
+            inner: lift(api::LiveMachine::start_compiled(
+                Arc::clone(&policy.inner),
+                options,
+            ))?,
+        })
+    }
+
+    /// Take over a run of a policy compiled once for many runs.
+    pub fn resume_compiled(policy: &Compiled, options: &str, journal: &str) -> Out<WasmMachine> {
+        Ok(Self {
+            inner: lift(api::LiveMachine::resume_compiled(
+                Arc::clone(&policy.inner),
+                options,
+                journal,
+            ))?,
         })
     }
 

@@ -202,12 +202,12 @@ class Owner<T> implements LoopAdapter<T> {
     const first = this.events[0];
     if (first === undefined) {
       this.origin = Math.max(0, Math.floor(this.loop.clock()));
-      return Machine.start(this.policy.policy, { ...options, origin_epoch_ms: this.origin });
+      return Machine.start(this.policy, { ...options, origin_epoch_ms: this.origin });
     }
     // The run clock's origin is the journal's; a journal without one is refused by the core's verification.
     const origin = (first as { created_at_epoch_ms?: unknown }).created_at_epoch_ms;
     this.origin = typeof origin === "number" && Number.isSafeInteger(origin) && origin >= 0 ? origin : 0;
-    return Machine.resume(this.policy.policy, { ...options, origin_epoch_ms: this.origin, now_ms: this.nowMs() }, this.events);
+    return Machine.resume(this.policy, { ...options, origin_epoch_ms: this.origin, now_ms: this.nowMs() }, this.events);
   }
 
   nowMs(): number {

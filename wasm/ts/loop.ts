@@ -15,7 +15,7 @@
  * `/kind`.
  */
 
-import { call, judge, priceCost, toText, type Input, type RawBindings } from "./core.js";
+import { call, CompiledPolicy, judge, priceCost, toText, type Input, type RawBindings, type RawCompiled } from "./core.js";
 import { DecodeError, HttpError } from "./errors.js";
 import { factsText, minimalFacts, type FactsOptions } from "./facts.js";
 import type { MachineEffect, MachineEvent } from "./machine.js";
@@ -38,6 +38,8 @@ interface MachineBindings {
   LiveMachine: {
     start(policy: string, options: string): RawMachine;
     resume(policy: string, options: string, journal: string): RawMachine;
+    start_compiled(policy: RawCompiled, options: string): RawMachine;
+    resume_compiled(policy: RawCompiled, options: string, journal: string): RawMachine;
   };
 }
 
@@ -70,18 +72,24 @@ export class Machine {
     this.#raw = raw;
   }
 
-  /** A run of `policy` under `options`. */
-  static start(policy: Input<object>, options: Input<MachineOptions>): Machine {
-    const p = toText(policy);
+  /** A run of `policy` (a document, its JSON text, or compiled once for many runs) under `options`. */
+  static start(policy: Input<object> | CompiledPolicy, options: Input<MachineOptions>): Machine {
     const o = toText(options);
+    if (policy instanceof CompiledPolicy) {
+      return new Machine(policy.callRaw((raw) => machineCall((b) => b.LiveMachine.start_compiled(raw, o))));
+    }
+    const p = toText(policy);
     return new Machine(machineCall((b) => b.LiveMachine.start(p, o)));
   }
 
   /** The run `journal` holds, taken over as the owner `options.journal` names. */
-  static resume(policy: Input<object>, options: Input<MachineOptions>, journal: Input<readonly object[]>): Machine {
-    const p = toText(policy);
+  static resume(policy: Input<object> | CompiledPolicy, options: Input<MachineOptions>, journal: Input<readonly object[]>): Machine {
     const o = toText(options);
     const j = toText(journal);
+    if (policy instanceof CompiledPolicy) {
+      return new Machine(policy.callRaw((raw) => machineCall((b) => b.LiveMachine.resume_compiled(raw, o, j))));
+    }
+    const p = toText(policy);
     return new Machine(machineCall((b) => b.LiveMachine.resume(p, o, j)));
   }
 
