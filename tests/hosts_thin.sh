@@ -14,6 +14,13 @@
 #   - the attempts or receipt schema name (`retryledger.attempts.v1`,
 #     `retryledger.receipt.v1`): a host writing that document itself;
 #   - `outcome_class`: a host reading or deciding an outcome's class.
+#   - in the host loops (wasm/ts/loop.ts, python/retryledger/_loop.py), any
+#     field a decision is made from (`not_before_ms`, `delay_ms`,
+#     `reserve_cost`, `deadline_ms`, a Retry-After hint, an outcome, its
+#     class, a judgement's rule) or a journal event's kind: the loop carries
+#     effects out and answers them, the machine decides what comes next;
+#   - the live machine of the bindings (`LiveMachine`, `_core.Machine`)
+#     outside the host loops: one loop per language drives it.
 # Allowed: the code tables generated from the core (wasm/ts/tables.ts,
 # python/retryledger/_tables.py, checked against the core by `make
 # tables-wasm` and the Python table test) and the TypeScript declarations of
@@ -22,6 +29,10 @@ set -euo pipefail
 
 PATTERN='retryledger\.attempts\.v1|retryledger\.receipt\.v1|outcome_class'
 ALLOWED='^(wasm/ts/tables\.ts|wasm/ts/types\.ts|python/retryledger/_tables\.py):'
+LOOPS=(wasm/ts/loop.ts python/retryledger/_loop.py)
+LOOP_PATTERN='not_before_ms|delay_ms|reserve_cost|deadline_ms|retry_after|outcome|\.class\b|\["class"\]|\brule\b|"(created|reserved|dispatched|decided)"'
+MACHINE_PATTERN='LiveMachine|_core\.Machine\b'
+LOOP_FILES='^(wasm/ts/loop\.ts|python/retryledger/_loop\.py):'
 
 check() {
   local root=$1 hits dir
@@ -36,6 +47,22 @@ check() {
     echo "$hits" >&2
     return 1
   fi
+  for f in "${LOOPS[@]}"; do
+    [ -f "$root/$f" ] || { echo "hosts-thin: no host loop $f under $root" >&2; return 2; }
+  done
+  hits=$(cd "$root" && grep -nHE "$LOOP_PATTERN" "${LOOPS[@]}" || true)
+  if [ -n "$hits" ]; then
+    echo "hosts-thin: a decision field read in a host loop (the machine decides):" >&2
+    echo "$hits" >&2
+    return 1
+  fi
+  hits=$(cd "$root" && grep -rnE "$MACHINE_PATTERN" wasm/ts python/retryledger --include='*.ts' --include='*.py' |
+    grep -vE "$LOOP_FILES" || true)
+  if [ -n "$hits" ]; then
+    echo "hosts-thin: the run machine driven outside the host loops:" >&2
+    echo "$hits" >&2
+    return 1
+  fi
 }
 
 if [ "${1:-}" = "--self-test" ]; then
@@ -44,12 +71,16 @@ if [ "${1:-}" = "--self-test" ]; then
   mkdir -p "$tmp/wasm/ts" "$tmp/python/retryledger"
   printf 'export const kind = "dispatch";\n' >"$tmp/wasm/ts/driver.ts"
   printf '"retryledger.attempts.v1",\n' >"$tmp/wasm/ts/tables.ts"
+  printf 'const m = b.LiveMachine.start(p, o);\n' >"$tmp/wasm/ts/loop.ts"
+  printf 'machine = _core.Machine.start(p, o)\n' >"$tmp/python/retryledger/_loop.py"
   check "$tmp" || { echo "hosts-thin self-test: a clean tree was refused" >&2; exit 1; }
   # Each violation in a file of its own, removed again after its check.
   for bad in \
     'wasm/ts/session.ts:const doc = { schema: "retryledger.attempts.v1", attempts };' \
     'wasm/ts/fleet.ts:if (attempt.outcome_class === "retryable") retry();' \
-    'python/retryledger/_driver.py:receipt = {"schema": "retryledger.receipt.v1"}'; do
+    'python/retryledger/_driver.py:receipt = {"schema": "retryledger.receipt.v1"}' \
+    'wasm/ts/hooks.ts:const m = b.LiveMachine.start(p, o);' \
+    'python/retryledger/journaled.py:machine = _core.Machine.start(p, o)'; do
     file=${bad%%:*}
     printf '%s\n' "${bad#*:}" >"$tmp/$file"
     if check "$tmp" 2>/dev/null; then
@@ -58,14 +89,35 @@ if [ "${1:-}" = "--self-test" ]; then
     fi
     rm "$tmp/$file"
   done
+  # A decision in a host loop: appended to the loop, then the loop restored.
+  for bad in \
+    'wasm/ts/loop.ts:if (effect.dispatch.not_before_ms > now) await sleep();' \
+    'wasm/ts/loop.ts:if (judgement.rule === "retryable") again();' \
+    'python/retryledger/_loop.py:if attempt["outcome"]["class"] == "retryable": again()' \
+    'python/retryledger/_loop.py:if event["kind"] == "decided": plan()'; do
+    file=${bad%%:*}
+    cp "$tmp/$file" "$tmp/$file.clean"
+    printf '%s\n' "${bad#*:}" >>"$tmp/$file"
+    if check "$tmp" 2>/dev/null; then
+      echo "hosts-thin self-test: not caught: $bad" >&2
+      exit 1
+    fi
+    mv "$tmp/$file.clean" "$tmp/$file"
+  done
+  rm "$tmp/wasm/ts/loop.ts"
+  if check "$tmp" 2>/dev/null; then
+    echo "hosts-thin self-test: a tree without the TypeScript host loop passed" >&2
+    exit 1
+  fi
+  printf 'const m = b.LiveMachine.start(p, o);\n' >"$tmp/wasm/ts/loop.ts"
   rm -r "$tmp/python/retryledger"
   if check "$tmp" 2>/dev/null; then
     echo "hosts-thin self-test: a tree without python/retryledger passed" >&2
     exit 1
   fi
-  echo "hosts-thin self-test: ok (a clean tree passes; 3 violations and a missing host directory are caught)"
+  echo "hosts-thin self-test: ok (a clean tree passes; 9 violations, a missing host loop and a missing host directory are caught)"
   exit 0
 fi
 
 check "${1:-$(cd "$(dirname "$0")/.." && pwd)}"
-echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger)"
+echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, and the machine driven only by them)"

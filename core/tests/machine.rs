@@ -304,3 +304,35 @@ fn arbitrary_answers_are_coded_errors_or_verified_states() {
         "resumed {resumed}, refused {refused}"
     );
 }
+
+#[test]
+fn a_journal_cut_after_reserved_goes_on_with_dispatched_alone() {
+    let cp = policy(|_| {});
+    let full = play_start(&cp, options(true), &reference_script()).unwrap();
+    assert!(full.error.is_none(), "{:?}", full.error);
+    let mut cuts = 0;
+    for n in 1..=full.journal.len() {
+        let prefix = &full.journal[..n];
+        if !matches!(prefix[n - 1].payload, journal::Payload::Reserved { .. }) {
+            continue;
+        }
+        cuts += 1;
+        let mut opts = options(true);
+        if let Some(j) = opts.journal.as_mut() {
+            j.lease_generation = 2;
+        }
+        // The write of `reserved` + `dispatched` was cut between its events:
+        // nothing was sent, and the next append is `dispatched` alone.
+        let mut m = Machine::resume(Arc::clone(&cp), prefix, opts).unwrap();
+        if let Effect::Sleep { until_ms } = m.next() {
+            let now_ms = *until_ms;
+            m.answer(Event::Clock { now_ms }).unwrap();
+        }
+        let Effect::Append { events } = m.next() else {
+            panic!("expected an append after a cut at {n}, got {:?}", m.next());
+        };
+        assert_eq!(events.len(), 1, "cut at {n}");
+        assert!(matches!(events[0].payload, journal::Payload::Dispatched(_)));
+    }
+    assert_eq!(cuts, 3);
+}

@@ -474,6 +474,72 @@ class Step:
         )
 
 
+class _Plan:
+    """A planned dispatch as the run machine's ``dispatch`` effect names it,
+    with the attributes of :class:`_core.Dispatch` a step reads."""
+
+    def __init__(self, dispatch: Mapping[str, Any]) -> None:
+        self.__dict__.update(dispatch)
+        self.kind = "dispatch"
+
+    def __getattr__(self, name: str) -> Any:
+        # The optional fields the effect omits (jitter, continuation, job).
+        return None
+
+
+class MachineStep(Step):
+    """The :class:`Step` of an attempt the run machine planned: what the
+    attempt reports (cost, usage, request body) goes into the ``observed``
+    event the host loop answers with (:meth:`observation`)."""
+
+    _units: Optional[Dict[str, int]] = None
+    _body_sha256: Optional[str] = None
+
+    def __init__(self, effect: Mapping[str, Any], idempotency_key: str, price_schedule: Optional[str] = None) -> None:
+        super().__init__(_Plan(effect["dispatch"]), idempotency_key, int(effect["started_at_ms"]), price_schedule, None)  # type: ignore[arg-type]
+
+    def usage(self, units: Mapping[str, int]) -> None:
+        schedule = self._schedule
+        if schedule is None:
+            raise PolicyError(
+                "price_schedule_missing_release",
+                "the run has no price schedule: pass price_schedule= to the driver to charge usage",
+                "/price_schedule",
+            )
+        if self._cost is not None:
+            raise _charge_with_usage()
+        merged = dict(self._units or {})
+        for kind, n in dict(units).items():
+            merged[kind] = merged.get(kind, 0) + n if isinstance(n, int) and not isinstance(n, bool) else n
+        # The core prices it now: usage it refuses raises here, nothing recorded.
+        price_cost(schedule, self.plan.route_release_sha256, merged)
+        self._units = merged
+        self._usage = True
+
+    def request_body(self, body: Union[bytes, bytearray, memoryview, str]) -> None:
+        data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        self._body_sha256 = hashlib.sha256(data).hexdigest()
+
+    def observation(
+        self, ok: bool, reply: Any, classify: Optional[Classifier], now_unix_ms: int
+    ) -> Dict[str, Any]:
+        """The ``observed`` event's fields but ``kind`` and ``completed_at_ms``."""
+        fields: Dict[str, Any] = {}
+        if not ok:
+            if type(reply) is AttemptError:
+                facts = reply._facts
+            else:
+                facts = facts_of(reply, classify=classify, output_delivered=self._delivered, now_unix_ms=now_unix_ms)
+            fields["facts"] = facts.to_dict()
+        if self._cost is not None:
+            fields["cost"] = self._cost
+        if self._units is not None:
+            fields["usage"] = self._units
+        if self._body_sha256 is not None:
+            fields["request_body_sha256"] = self._body_sha256
+        return fields
+
+
 # ---- sealed runs --------------------------------------------------------------
 
 

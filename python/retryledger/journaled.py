@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Awaitable, Callable, Dict, Generator, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import _core
 from ._api import Document, Policy
-from ._driver import AttemptError, Classifier, Step, _async_sleep_ms, _checked, _schedule_for, _sleep_ms, _wall_ms, facts_of
+from ._driver import Classifier, MachineStep, Step, _async_sleep_ms, _checked, _schedule_for, _sleep_ms, _wall_ms
 from ._errors import DecodeError, RetryledgerError
-from .journal import JournalWriter, journal_classify
+from ._loop import Adapter, LoopResult, Machine, pump, pump_async, run_loop
+from .journal import journal_classify
 from .stores import LEASE_LOST, Log, Store
 
 __all__ = [
@@ -142,12 +143,45 @@ class RunNotFoundError(JournaledRunError):
 JournalStep = Step
 
 
+class _MachineSealed:
+    """The sealed run as the host loop gives it, with the shape of the core's
+    sealed run the results read."""
+
+    def __init__(self, result: LoopResult) -> None:
+        self._result = result
+
+    @property
+    def bundle(self) -> Dict[str, Any]:
+        return self._result.bundle
+
+    @property
+    def terminal(self) -> str:
+        return self._result.terminal
+
+    @property
+    def receipt(self) -> Dict[str, Any]:
+        return self._result.receipt
+
+    @property
+    def receipt_sha256(self) -> str:
+        return self._result.receipt_sha256
+
+    @property
+    def bundle_json(self) -> str:
+        return self._result.bundle_json
+
+    @property
+    def attempts(self) -> Dict[str, Any]:
+        attempts: Dict[str, Any] = self._result.bundle["attempts"]
+        return attempts
+
+
 class _Outcome:
     """The sealed end of a journaled run, shared by the result and the error:
-    the core's sealed run, whose receipt digest and canonical bundle it
+    the sealed run, whose receipt digest and canonical bundle the core
     computed once."""
 
-    _sealed: _core.Sealed
+    _sealed: _MachineSealed
     run_id: str
     lease_generation: int
     events: List[Dict[str, Any]]
@@ -190,7 +224,7 @@ class JournaledResult(_Outcome, Generic[T]):
     journal's ``events``."""
 
     def __init__(
-        self, value: Optional[T], sealed: _core.Sealed, run_id: str, lease_generation: int, events: List[Dict[str, Any]]
+        self, value: Optional[T], sealed: _MachineSealed, run_id: str, lease_generation: int, events: List[Dict[str, Any]]
     ) -> None:
         self.value = value
         self._sealed = sealed
@@ -205,7 +239,7 @@ class JournaledResult(_Outcome, Generic[T]):
 class JournaledStopError(_Outcome, RetryledgerError):
     """A journaled run ended without success; ``code`` is its terminal."""
 
-    def __init__(self, sealed: _core.Sealed, run_id: str, lease_generation: int, events: List[Dict[str, Any]]) -> None:
+    def __init__(self, sealed: _MachineSealed, run_id: str, lease_generation: int, events: List[Dict[str, Any]]) -> None:
         self._sealed = sealed
         self.run_id = run_id
         self.lease_generation = lease_generation
@@ -216,9 +250,11 @@ class JournaledStopError(_Outcome, RetryledgerError):
         )
 
 
-class _Owner:
-    """One owner of a run: its lease generation, the journal as read, and the
-    durable append (lease check, append, refusal classified)."""
+class _Owner(Adapter):
+    """One owner of a run, as the host loop's adapter: its lease generation,
+    the journal as read, the durable append (lease check, append, refusal
+    classified), the run clock on the journal's origin, and the caller's
+    dispatch, sleep and reconcile."""
 
     def __init__(
         self,
@@ -241,26 +277,74 @@ class _Owner:
         self.lease = lease
         self.generation = generation
         self.events = events
-        #: The journal's writer: verified once, its replay kept between
-        #: appends (each event is checked alone, not the journal again).
-        self.writer = JournalWriter(policy, events, generation)
         self.on_append = on_append
+        self.origin = 0
+        self.clock: Callable[[], float] = _wall_ms
+        self.idempotency_key = ""
+        self.classify: Optional[Classifier] = None
+        self.calls: Any = None
+        self.answers: Any = None
+        self.pause: Any = None
 
-    def recover(self, reconciliation: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-        """What the owner does next (``journal_recover`` of the journal so far)."""
-        return self.writer.recover(reconciliation)
-
-    def session(self) -> _core.Session:
-        """The core's session continuing the run the journal holds."""
-        session = self.policy.session()
+    def machine(self, clock: Callable[[], float], max_polls: int) -> Machine:
+        """The run machine of this owner: started on an empty journal (the
+        origin of its run clock is now), else resumed from the journal."""
+        options: Dict[str, Any] = {
+            "journal": {"run_id": self.run_id, "lease_generation": self.generation},
+            "max_polls": max_polls,
+        }
         if self.schedule is not None:
-            session.set_price_schedule(self.schedule)
-        self.writer.resume(session)
-        return session
+            options["price_schedule"] = json.loads(self.schedule)
+        self.clock = clock
+        if not self.events:
+            self.origin = max(0, int(clock()))
+            options["origin_epoch_ms"] = self.origin
+            return Machine.start(self.policy, options)
+        # The run clock's origin is the journal's; a journal without one is
+        # refused by the core's verification below.
+        first = self.events[0]
+        origin = first.get("created_at_epoch_ms") if isinstance(first, dict) else None
+        self.origin = origin if isinstance(origin, int) and not isinstance(origin, bool) and origin >= 0 else 0
+        options["origin_epoch_ms"] = self.origin
+        options["now_ms"] = self.now_ms()
+        return Machine.resume(self.policy, options, self.events)
 
-    def append(self, entry: Dict[str, Any]) -> Dict[str, Any]:
-        text = self.writer.append_json(entry)
-        event: Dict[str, Any] = json.loads(text)
+    def now_ms(self) -> int:
+        return max(0, int(self.clock() - self.origin))
+
+    def sleep(self, ms: int) -> Any:
+        return self.pause(ms)
+
+    def dispatch(self, effect: Dict[str, Any]) -> Any:
+        self.step = MachineStep(effect, self.idempotency_key, self.schedule)
+        return self.calls(self.step)
+
+    def observation(self, effect: Dict[str, Any], ok: bool, reply: Any) -> Dict[str, Any]:
+        return self.step.observation(ok, reply, self.classify, max(0, int(self.clock())))
+
+    def reconcile(self, attempt: Dict[str, Any], poll: int) -> Any:
+        if self.answers is None:
+            raise JournaledRunError(
+                "reconcile_missing",
+                "an attempt was dispatched without an observation: pass reconcile= to ask the receiver",
+                "/reconcile",
+            )
+        given = self.answers(dict(attempt, idempotency_key=self.idempotency_key))
+        if inspect.isawaitable(given):
+
+            async def answered() -> Dict[str, Any]:
+                return _answer(await given)
+
+            return answered()
+        return _answer(given)
+
+    def append(self, events: List[Dict[str, Any]]) -> bool:
+        for event in events:
+            self._append(event)
+        return True
+
+    def _append(self, event: Dict[str, Any]) -> None:
+        text = json.dumps(event, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         seq = int(event["seq"])
         fenced = getattr(self.store, "append_fenced", None)
         if fenced is not None:
@@ -291,7 +375,6 @@ class _Owner:
         self.events.append(event)
         if self.on_append is not None:
             self.on_append(event)
-        return event
 
 
 def _read(store: Any, log: str) -> List[Dict[str, Any]]:
@@ -299,8 +382,8 @@ def _read(store: Any, log: str) -> List[Dict[str, Any]]:
     return events
 
 
-def _answer(given: Union[str, Mapping[str, Any]]) -> Tuple[str, Optional[int], Any]:
-    """(answer, cost, value) of what ``reconcile`` returned."""
+def _answer(given: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The receiver's answer as the host loop takes it, from what ``reconcile`` returned."""
     answer: Any
     cost: Any
     value: Any
@@ -314,181 +397,35 @@ def _answer(given: Union[str, Mapping[str, Any]]) -> Tuple[str, Optional[int], A
         raise DecodeError("invalid_value", f"reconcile answers one of {', '.join(ANSWERS)}, got {answer!r}", "/answer")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 0):
         raise DecodeError("invalid_value", "a reconciled cost is a non-negative integer", "/cost")
-    return str(answer), cost, value
+    out: Dict[str, Any] = {"answer": str(answer), "value": value}
+    if cost is not None and answer != "in_progress":
+        out["cost"] = cost
+    return out
 
 
-def _next(events: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """What follows the journal's last event, when it is plain from that event
-    alone (the core checks every event again as it builds it); ``None`` after
-    ``dispatched`` (an attempt in doubt) and ``terminal``: ``journal_recover``
-    answers those."""
-    last = events[-1]
-    kind = last["kind"]
-    if kind in ("created", "observed"):
-        return {"kind": "resume", "next": "decided"}
-    if kind == "decided":
-        return {"kind": "resume", "next": "reserved" if last["decision"]["kind"] == "dispatch" else "terminal"}
-    if kind == "reserved":
-        return {"kind": "resume", "next": "dispatched", "dispatch": last["dispatch"]}
-    return None
-
-
-#: What the loop asks its driver to do: wait ``ms`` (run clock), ask the
-#: receiver (``reconcile``), or call ``dispatch``; the driver sends back
-#: nothing, the answer, or ``(True, value)`` / ``(False, exception)``.
-_Request = Tuple[str, Any]
-
-
-def _loop(
+def _prepared(
     owner: _Owner,
     idempotency_key: str,
-    reconciles: bool,
+    dispatch: Any,
+    reconcile: Any,
     classify: Optional[Classifier],
     clock: Callable[[], float],
+    sleep: Any,
     max_polls: int,
-) -> Generator[_Request, Any, JournaledResult[Any]]:
-    """The loop every entry point shares, sync or async: ask the core what the
-    journal needs next and do exactly that, until the terminal is written.
-    Waiting, asking the receiver and dispatching are yielded to the driver."""
-    created = owner.events[0]["created_at_epoch_ms"]
+) -> Tuple[Machine, _Owner]:
+    owner.idempotency_key = idempotency_key
+    owner.calls = dispatch
+    owner.answers = reconcile
+    owner.classify = classify
+    owner.pause = sleep
+    return owner.machine(clock, max_polls), owner
 
-    def now() -> int:
-        return max(0, int(clock() - created))
 
-    def wait_until(at_ms: int) -> Generator[_Request, Any, int]:
-        t = now()
-        while t < at_ms:
-            yield ("sleep", at_ms - t)
-            t = now()
-        return t
-
-    value: Any = None
-    reconciliation: Optional[Dict[str, Any]] = None
-    while True:
-        step = _next(owner.events)
-        if step is None:
-            step = owner.recover(reconciliation)
-        kind = step["kind"]
-        if kind == "done":
-            break
-        if kind == "reconcile":
-            if not reconciles:
-                raise JournaledRunError(
-                    "reconcile_missing",
-                    "an attempt was dispatched without an observation: pass reconcile= to ask the receiver",
-                    "/reconcile",
-                )
-            pending = dict(step["attempt"], idempotency_key=idempotency_key)
-            at = yield from wait_until(int(step["not_before_ms"]))
-            answer, cost, told = _answer((yield ("reconcile", pending)))
-            if reconciliation is None:
-                reconciliation = {
-                    "schema": "retryledger.reconciliation.v1",
-                    "ordinal": pending["ordinal"],
-                    "max_polls": max_polls,
-                    "answers": [],
-                }
-            given: Dict[str, Any] = {"answer": answer, "at_ms": at}
-            if cost is not None and answer != "in_progress":
-                given["cost"] = cost
-            reconciliation["answers"].append(given)
-            if answer == "succeeded":
-                value = told
-            continue
-        if kind == "adopt":
-            owner.append({"kind": "observed", "attempt": step["attempt"]})
-            reconciliation = None
-            continue
-        nxt = step["next"]
-        if nxt != "dispatched":
-            owner.append({"kind": nxt})
-            continue
-        plan: Dict[str, Any] = step["dispatch"]
-        started = yield from wait_until(int(plan["not_before_ms"]))
-        owner.append({"kind": "dispatched", "started_at_ms": started})
-        # The core's session, resumed from the journal: it plans this very
-        # attempt, records usage and the request body, judges the facts and
-        # builds the attempt the journal observes.
-        session = owner.session()
-        planned = session.next()
-        # The journal verified with a reservation: the core plans it (never reached otherwise).
-        assert isinstance(planned, _core.Dispatch), "the resumed journal has no planned dispatch"
-        attempt_step = Step(planned, idempotency_key, started, owner.schedule, session)
-        ok, returned = yield ("dispatch", attempt_step)
-        if ok:
-            facts = _core.Facts(result="returned")
-        elif type(returned) is AttemptError:
-            facts = returned._facts
-        else:
-            facts = facts_of(
-                returned, classify=classify, output_delivered=attempt_step._delivered, now_unix_ms=max(0, int(clock()))
-            )
-        completed = max(now(), started)
-        session.observe(started, completed, attempt_step._cost, facts)
-        owner.append({"kind": "observed", "attempt": session.attempts["attempts"][-1]})
-        if ok and session.terminal == "completed":
-            value = returned
-    sealed = owner.session().seal()
-    if sealed.terminal != "completed":
+def _ended(owner: _Owner, result: LoopResult) -> JournaledResult[Any]:
+    sealed = _MachineSealed(result)
+    if result.terminal != "completed":
         raise JournaledStopError(sealed, owner.run_id, owner.generation, list(owner.events))
-    return JournaledResult(value, sealed, owner.run_id, owner.generation, list(owner.events))
-
-
-def _drive(
-    loop: Generator[_Request, Any, JournaledResult[Any]],
-    dispatch: Callable[[JournalStep], Any],
-    reconcile: Optional[Reconcile],
-    sleep: Callable[[float], None],
-) -> JournaledResult[Any]:
-    """Run the loop, calling ``dispatch``, ``reconcile`` and ``sleep`` in this thread."""
-    reply: Any = None
-    while True:
-        try:
-            kind, arg = loop.send(reply)
-        except StopIteration as done:
-            result: JournaledResult[Any] = done.value
-            return result
-        if kind == "sleep":
-            sleep(arg)
-            reply = None
-        elif kind == "reconcile":
-            assert reconcile is not None
-            reply = reconcile(arg)
-        else:
-            try:
-                reply = (True, dispatch(arg))
-            except Exception as exc:
-                reply = (False, exc)
-
-
-async def _drive_async(
-    loop: Generator[_Request, Any, JournaledResult[Any]],
-    dispatch: Callable[[JournalStep], Awaitable[Any]],
-    reconcile: Optional[AsyncReconcile],
-    sleep: Callable[[float], Awaitable[None]],
-) -> JournaledResult[Any]:
-    """Run the loop, awaiting ``dispatch``, ``reconcile`` (sync or async) and
-    ``sleep``. A cancellation propagates at once: an attempt cancelled in
-    flight stays in doubt in the journal, and ``resume`` reconciles it."""
-    reply: Any = None
-    while True:
-        try:
-            kind, arg = loop.send(reply)
-        except StopIteration as done:
-            result: JournaledResult[Any] = done.value
-            return result
-        if kind == "sleep":
-            await sleep(arg)
-            reply = None
-        elif kind == "reconcile":
-            assert reconcile is not None
-            answer = reconcile(arg)
-            reply = await answer if inspect.isawaitable(answer) else answer
-        else:
-            try:
-                reply = (True, await dispatch(arg))
-            except Exception as exc:
-                reply = (False, exc)
+    return JournaledResult(result.value, sealed, owner.run_id, owner.generation, list(owner.events))
 
 
 def _store_of(store: object) -> Any:
@@ -544,9 +481,8 @@ def _open(
         generation = _raise_lease(store, run_id, lease, current)
     if store.read(log, 0):
         raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
-    owner = _Owner(compiled, store, run_id, log, lease, generation, [], on_append, schedule)
-    _start(owner, clock)
-    return owner
+    # The run machine opens the journal (`created` and `decided`).
+    return _Owner(compiled, store, run_id, log, lease, generation, [], on_append, schedule)
 
 
 def _raise_lease(store: Any, run_id: str, lease: str, current: int) -> int:
@@ -558,15 +494,6 @@ def _raise_lease(store: Any, run_id: str, lease: str, current: int) -> int:
             f"another owner took {run_id} over first (lease generation {now_at})", seq=0, lease_generation=generation
         )
     return generation
-
-
-def _start(owner: _Owner, clock: Callable[[], float]) -> None:
-    """Start the run of an empty journal as the core says (``journal_recover``
-    of no event: resume with ``created`` at seq 0): nothing was sent."""
-    start = owner.recover(None)
-    if start["kind"] != "resume" or start["next"] != "created":
-        raise RunNotFoundError(f"the journal {owner.log} holds no event and the core does not start it")
-    owner.append({"kind": "created", "run_id": owner.run_id, "created_at_epoch_ms": max(0, int(clock()))})
 
 
 def _take_over(
@@ -598,10 +525,9 @@ def _take_over(
     generation = _raise_lease(store, run_id, lease, current)
     events = _read(store, log)
     # The owner's writer verifies the journal before anything is written.
-    owner = _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
-    if not events:
-        _start(owner, clock)
-    return owner
+    # The run machine verifies the journal before anything is written, and
+    # starts the run of an empty one.
+    return _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
 
 
 def run_journaled(
@@ -638,8 +564,8 @@ def run_journaled(
     in :func:`retryledger.run`; a resumed run must be given the same one."""
     clock = _wall_ms if clock is None else clock
     owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
-    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
-    return _drive(loop, dispatch, reconcile, _sleep_ms if sleep is None else sleep)
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, _sleep_ms if sleep is None else sleep, max_polls)
+    return _ended(owner, pump(run_loop(machine, adapter), adapter))
 
 
 def resume(
@@ -673,8 +599,8 @@ def resume(
     written."""
     clock = _wall_ms if clock is None else clock
     owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
-    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
-    return _drive(loop, dispatch, reconcile, _sleep_ms if sleep is None else sleep)
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, _sleep_ms if sleep is None else sleep, max_polls)
+    return _ended(owner, pump(run_loop(machine, adapter), adapter))
 
 
 async def run_journaled_async(
@@ -703,8 +629,9 @@ async def run_journaled_async(
     :func:`resume_async` reconciles it."""
     clock = _wall_ms if clock is None else clock
     owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
-    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
-    return await _drive_async(loop, dispatch, reconcile, _async_sleep_ms if sleep is None else sleep)
+    pause = _async_sleep_ms if sleep is None else sleep
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, pause, max_polls)
+    return _ended(owner, await pump_async(run_loop(machine, adapter), adapter))
 
 
 async def resume_async(
@@ -728,5 +655,6 @@ async def resume_async(
     """:func:`resume` for coroutines (see :func:`run_journaled_async`)."""
     clock = _wall_ms if clock is None else clock
     owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
-    loop = _loop(owner, idempotency_key, reconcile is not None, classify, clock, max_polls)
-    return await _drive_async(loop, dispatch, reconcile, _async_sleep_ms if sleep is None else sleep)
+    pause = _async_sleep_ms if sleep is None else sleep
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, pause, max_polls)
+    return _ended(owner, await pump_async(run_loop(machine, adapter), adapter))

@@ -17,6 +17,7 @@
 mod drive;
 mod hedge;
 mod journal;
+mod machine;
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -2053,5 +2054,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPolicyTemplate>()?;
     m.add_function(wrap_pyfunction!(lower_request, m)?)?;
     m.add_function(wrap_pyfunction!(route_capabilities, m)?)?;
+    m.add_class::<machine::PyMachine>()?;
     Ok(())
 }

@@ -28,6 +28,7 @@ use wasm_bindgen::prelude::*;
 
 mod hedge;
 mod journal;
+mod machine;
 mod tape;
 
 /// Every fallible export returns text or throws the error's JSON as a string.

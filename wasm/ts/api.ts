@@ -175,6 +175,19 @@ export {
   type StoppedDetails,
 } from "./errors.js";
 export type * from "./types.js";
+export {
+  Machine,
+  runLoop,
+  storeRead,
+  storeWrite,
+  type CasDoc,
+  type DispatchEffect,
+  type LoopAdapter,
+  type LoopReconcileAnswer,
+  type LoopResult,
+  type MachineOptions,
+  type StoreRowDoc,
+} from "./loop.js";
 
 /** The module's fleet transitions (JSON text in and out). */
 interface FleetBindings {

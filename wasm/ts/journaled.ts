@@ -28,13 +28,14 @@
  */
 
 import { CompiledPolicy, compiledOf, checkPriceSchedule, toText, type Input } from "./core.js";
-import { AttemptStep, observeRaised, type Step } from "./driver.js";
+import { AttemptStep, type Step } from "./driver.js";
 import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
 import type { Classifier } from "./facts.js";
-import { journalClassify, JournalWriter, type Dispatch, type JournalEntry, type JournalEvent, type PendingAttempt, type Reconciliation, type Recovery } from "./journal.js";
+import { journalClassify, type JournalEvent, type PendingAttempt } from "./journal.js";
+import { Machine, Reports, raisedFacts, runLoop, type DispatchEffect, type LoopAdapter, type LoopReconcileAnswer, type LoopResult, type MachineOptions } from "./loop.js";
 import { LEASE_LOST, type AppendLog, type FencedAppendAnswer, type FleetStore } from "./stores/store.js";
-import { RETURNED, type Session } from "./session.js";
-import type { Attempt, Bundle, Policy, PriceSchedule, Receipt, Sealed, Terminal } from "./types.js";
+import type { Session } from "./session.js";
+import type { Bundle, DispatchDecision, Policy, PriceSchedule, Receipt, Terminal } from "./types.js";
 
 /** What a journaled run writes to: a register (the lease) and an append log (the journal). */
 export type JournalStore = FleetStore & AppendLog;
@@ -169,7 +170,17 @@ const ANSWERS: readonly string[] = ["succeeded", "failed_no_effect", "in_progres
 
 const defaultSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-class Owner {
+/**
+ * One owner of a run, as the host loop's adapter: its lease generation, the
+ * journal as read, the durable append (lease check, append, refusal
+ * classified), the run clock on the journal's origin, and the caller's
+ * dispatch, sleep and reconcile.
+ */
+class Owner<T> implements LoopAdapter<T> {
+  origin = 0;
+  #step: AttemptStep | undefined;
+  #reports: Reports | undefined;
+
   constructor(
     readonly policy: CompiledPolicy,
     readonly store: JournalStore,
@@ -181,34 +192,65 @@ class Owner {
     readonly onAppend: ((event: JournalEvent) => void | Promise<void>) | undefined,
     /** The run's price schedule as JSON text, checked against the policy. */
     readonly schedule: string | undefined,
-  ) {
-    this.writer = new JournalWriter(policy, events, generation);
-  }
+    readonly loop: Loop<T>,
+  ) {}
 
-  /** The journal's writer: verified once, its replay kept between appends (each event is checked alone, not the journal again). */
-  readonly writer: JournalWriter;
-
-  /** What the owner does next (`journalRecover` of the journal so far). */
-  recover(reconciliation: Reconciliation | undefined): Recovery {
-    return this.writer.recover(reconciliation);
-  }
-
-  /** The core's session continuing the run the journal holds (free it after use). */
-  session(): Session {
-    const session = this.policy.session();
-    try {
-      if (this.schedule !== undefined) session.setPriceSchedule(this.schedule);
-      this.writer.resume(session);
-    } catch (e) {
-      session.free();
-      throw e;
+  /** The run machine of this owner: started on an empty journal (its run clock's origin is now), else resumed from the journal. */
+  machine(): Machine {
+    const options: MachineOptions = { origin_epoch_ms: 0, journal: { run_id: this.runId, lease_generation: this.generation }, max_polls: this.loop.maxPolls };
+    if (this.schedule !== undefined) options.price_schedule = JSON.parse(this.schedule) as object;
+    const first = this.events[0];
+    if (first === undefined) {
+      this.origin = Math.max(0, Math.floor(this.loop.clock()));
+      return Machine.start(this.policy, { ...options, origin_epoch_ms: this.origin });
     }
-    return session;
+    // The run clock's origin is the journal's; a journal without one is refused by the core's verification.
+    const origin = (first as { created_at_epoch_ms?: unknown }).created_at_epoch_ms;
+    this.origin = typeof origin === "number" && Number.isSafeInteger(origin) && origin >= 0 ? origin : 0;
+    return Machine.resume(this.policy, { ...options, origin_epoch_ms: this.origin, now_ms: this.nowMs() }, this.events);
   }
 
-  async append(entry: JournalEntry): Promise<JournalEvent> {
-    const text = this.writer.appendJson(entry);
-    const event = JSON.parse(text) as JournalEvent;
+  nowMs(): number {
+    return Math.max(0, Math.floor(this.loop.clock() - this.origin));
+  }
+
+  sleep(ms: number): Promise<void> {
+    return this.loop.sleep(ms);
+  }
+
+  dispatch(effect: DispatchEffect): Promise<T> | T {
+    const decision = { ...effect.dispatch, kind: "dispatch" } as unknown as DispatchDecision;
+    this.#reports = new Reports(this.schedule, decision.route_release_sha256);
+    this.#step = new AttemptStep(decision, this.loop.key, effect.started_at_ms, this.#reports as unknown as Session, this.schedule !== undefined);
+    return this.loop.dispatch(this.#step);
+  }
+
+  observation(_effect: DispatchEffect, ok: boolean, reply: unknown): Record<string, unknown> {
+    const step = this.#step as AttemptStep;
+    step.open = false;
+    const fields: Record<string, unknown> = {};
+    if (!ok) fields["facts"] = raisedFacts(reply, { classify: this.loop.classify, outputDelivered: step.delivered, nowUnixMs: this.loop.clock() });
+    if (step.charged !== undefined) fields["cost"] = step.charged;
+    return (this.#reports as Reports).fields(fields);
+  }
+
+  async reconcile(attempt: Record<string, unknown>): Promise<LoopReconcileAnswer<T>> {
+    if (this.loop.reconcile === undefined) {
+      throw new JournaledRunError("reconcile_missing", "an attempt was dispatched without an observation: pass `reconcile` to ask the receiver");
+    }
+    const { answer, cost, value } = answerOf(await this.loop.reconcile({ ...(attempt as unknown as PendingAttempt), idempotency_key: this.loop.key }));
+    const given: LoopReconcileAnswer<T> = { answer, value: value as T };
+    if (cost !== undefined && answer !== "in_progress") given.cost = cost;
+    return given;
+  }
+
+  async append(events: Record<string, unknown>[]): Promise<boolean> {
+    for (const event of events) await this.#append(event as unknown as JournalEvent);
+    return true;
+  }
+
+  async #append(event: JournalEvent): Promise<void> {
+    const text = JSON.stringify(event);
     const seq = event.seq;
     let answer: FencedAppendAnswer;
     if (this.store.appendFenced !== undefined) {
@@ -230,7 +272,6 @@ class Owner {
     }
     this.events.push(event);
     if (this.onAppend !== undefined) await this.onAppend(event);
-    return event;
   }
 }
 
@@ -251,28 +292,6 @@ function answerOf(given: unknown): { answer: ReconcileAnswerKind; cost: number |
   return { answer: answer as ReconcileAnswerKind, cost: cost as number | undefined, value };
 }
 
-/**
- * What follows the journal's last event when it is plain from that event
- * alone (the core checks every event again as it builds it); `undefined`
- * after `dispatched` (an attempt in doubt) and `terminal`: `journalRecover`
- * answers those.
- */
-function nextOf(events: readonly JournalEvent[]): Recovery | undefined {
-  const last = events[events.length - 1];
-  if (last === undefined) return undefined;
-  switch (last.kind) {
-    case "created":
-    case "observed":
-      return { kind: "resume", next: "decided", next_seq: last.seq + 1 };
-    case "decided":
-      return { kind: "resume", next: last.decision.kind === "dispatch" ? "reserved" : "terminal", next_seq: last.seq + 1 };
-    case "reserved":
-      return { kind: "resume", next: "dispatched", next_seq: last.seq + 1, dispatch: last.dispatch };
-    default:
-      return undefined;
-  }
-}
-
 interface Loop<T> {
   dispatch: (step: JournalStep) => Promise<T> | T;
   key: string;
@@ -283,90 +302,14 @@ interface Loop<T> {
   maxPolls: number;
 }
 
-/** The loop both entry points share: ask the core what the journal needs next and do exactly that. */
-async function drive<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>> {
+/** The run through the host loop, as both entry points end it. */
+async function drive<T>(owner: Owner<T>): Promise<JournaledResult<T>> {
+  const machine = owner.machine();
+  let run: LoopResult<T>;
   try {
-    return await driven(owner, loop);
+    run = await runLoop(machine, owner);
   } finally {
-    owner.writer.free();
-  }
-}
-
-async function driven<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T>> {
-  const first = owner.events[0];
-  if (first === undefined || first.kind !== "created") throw new JournaledRunError("run_not_found", `the journal of ${owner.runId} has no created event`);
-  const origin = first.created_at_epoch_ms;
-  const now = (): number => Math.max(0, Math.floor(loop.clock() - origin));
-  const waitUntil = async (at: number): Promise<number> => {
-    let t = now();
-    while (t < at) {
-      await loop.sleep(at - t);
-      t = now();
-    }
-    return t;
-  };
-  let value: T | undefined;
-  let reconciliation: Reconciliation | undefined;
-  for (;;) {
-    const step = nextOf(owner.events) ?? owner.recover(reconciliation);
-    if (step.kind === "done") break;
-    if (step.kind === "reconcile") {
-      if (loop.reconcile === undefined) {
-        throw new JournaledRunError("reconcile_missing", "an attempt was dispatched without an observation: pass `reconcile` to ask the receiver");
-      }
-      const at = await waitUntil(step.not_before_ms);
-      const { answer, cost, value: told } = answerOf(await loop.reconcile({ ...step.attempt, idempotency_key: loop.key }));
-      reconciliation ??= { schema: "retryledger.reconciliation.v1", ordinal: step.attempt.ordinal, max_polls: loop.maxPolls, answers: [] };
-      reconciliation.answers.push(cost !== undefined && answer !== "in_progress" ? { answer, at_ms: at, cost } : { answer, at_ms: at });
-      if (answer === "succeeded") value = told as T;
-      continue;
-    }
-    if (step.kind === "adopt") {
-      await owner.append({ kind: "observed", attempt: step.attempt });
-      reconciliation = undefined;
-      continue;
-    }
-    if (step.next !== "dispatched" || step.dispatch === undefined) {
-      await owner.append({ kind: step.next } as JournalEntry);
-      continue;
-    }
-    const plan = step.dispatch;
-    const started = await waitUntil(plan.not_before_ms);
-    await owner.append({ kind: "dispatched", started_at_ms: started });
-    // The core's session, resumed from the journal: it plans this very
-    // attempt, records usage and the request body, judges the facts and
-    // builds the attempt the journal observes.
-    const session = owner.session();
-    try {
-      const decision = session.next();
-      // The journal verified with a reservation: the core plans it (never reached otherwise).
-      if (decision.kind !== "dispatch") throw new Error("retryledger: the resumed journal has no planned dispatch");
-      const attemptStep = new AttemptStep(decision, loop.key, started, session, owner.schedule !== undefined);
-      let returned: T | undefined;
-      let raised = false;
-      let error: unknown;
-      try {
-        returned = await loop.dispatch(attemptStep);
-      } catch (e) {
-        raised = true;
-        error = e;
-      }
-      attemptStep.open = false;
-      const completed = Math.max(now(), started);
-      if (!raised) session.observe({ started_at_ms: started, completed_at_ms: completed, cost: attemptStep.charged, facts: RETURNED });
-      else observeRaised(session, started, completed, attemptStep.charged, error, { classify: loop.classify, outputDelivered: attemptStep.delivered, nowUnixMs: loop.clock() });
-      await owner.append({ kind: "observed", attempt: session.lastAttempt() as Attempt });
-      if (!raised && session.terminal === "completed") value = returned;
-    } finally {
-      session.free();
-    }
-  }
-  const session = owner.session();
-  let run: Sealed;
-  try {
-    run = session.seal();
-  } finally {
-    session.free();
+    machine.free();
   }
   const bundle = run.bundle;
   const sealed: JournaledEnd = {
@@ -376,11 +319,11 @@ async function driven<T>(owner: Owner, loop: Loop<T>): Promise<JournaledResult<T
     bundle,
     receipt: run.receipt,
     receiptSha256: run.receipt_sha256,
-    terminal: run.terminal,
+    terminal: run.terminal as Terminal,
     reconciled: bundle.attempts.attempts.filter((a) => (a as { reconciled?: string }).reconciled !== undefined).map((a) => a.ordinal),
   };
   if (sealed.terminal !== "completed") throw new JournaledStopError(sealed);
-  return { ...sealed, result: value };
+  return { ...sealed, result: run.value };
 }
 
 function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptions): CompiledPolicy {
@@ -435,24 +378,6 @@ async function raiseLease(store: JournaledOptions["store"], runId: string, lease
 }
 
 /**
- * Start the run of an empty journal as the core says (`journalRecover` of no
- * event: resume with `created` at seq 0): nothing was sent. The owner's
- * writer is freed if it fails.
- */
-async function start(owner: Owner, clock: () => number): Promise<void> {
-  try {
-    const first = owner.recover(undefined);
-    if (first.kind !== "resume" || first.next !== "created") {
-      throw new JournaledRunError("run_not_found", `the journal ${owner.log} holds no event and the core does not start it`);
-    }
-    await owner.append({ kind: "created", run_id: owner.runId, created_at_epoch_ms: Math.max(0, Math.floor(clock())) });
-  } catch (e) {
-    owner.writer.free();
-    throw e;
-  }
-}
-
-/**
  * Run one logical request with its journal in `options.store`: the result
  * and sealed run, or `JournaledStopError`. The lease register must be absent
  * and the log empty (`JournaledRunError` `run_exists` otherwise), except a
@@ -480,9 +405,8 @@ export async function runJournaled<T>(
     generation = await raiseLease(store, runId, lease, claimed.generation);
   }
   if ((await store.read(log, 0)).length > 0) throw exists();
-  const owner = new Owner(compiled, store, runId, log, lease, generation, [], options.onAppend, scheduleOf(compiled, options));
-  await start(owner, loop.clock);
-  return drive(owner, loop);
+  // The run machine opens the journal (`created` and `decided`).
+  return drive(new Owner(compiled, store, runId, log, lease, generation, [], options.onAppend, scheduleOf(compiled, options), loop));
 }
 
 /**
@@ -514,8 +438,7 @@ export async function resumeJournaled<T>(
   }
   const generation = await raiseLease(store, runId, lease, current);
   const events = await readEvents(store, log);
-  // The owner's writer verifies the journal before anything is written.
-  const owner = new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend, scheduleOf(compiled, options));
-  if (events.length === 0) await start(owner, loop.clock);
-  return drive(owner, loop);
+  // The run machine verifies the journal before anything is written, and
+  // starts the run of an empty one.
+  return drive(new Owner(compiled, store, runId, log, lease, generation, events, options.onAppend, scheduleOf(compiled, options), loop));
 }

@@ -289,6 +289,8 @@ impl Machine {
             },
             Recovery::Adopt { .. } => Stage::Plan,
         };
+        // `reserved` is known before the first effect is computed: a journal
+        // that ends at `reserved` goes on with `dispatched` alone.
         Self::with(
             policy,
             session,

@@ -1,0 +1,338 @@
+"""The host loop: one generator over the core's run machine, and its two
+pumps (:func:`pump` and :func:`pump_async`).
+
+The machine (docs/COMPOSITION.md) says what to do next as an effect; the
+generator turns each effect into one request to its :class:`Adapter`
+(``dispatch``, ``sleep``, ``read``, ``write``, ``append``, ``reconcile``),
+yields it to the pump, and answers the machine with the event the reply
+makes. The generator decides nothing: it moves facts and time. A driver is
+an adapter (what it dispatches, how it sleeps, which store and journal it
+writes to) and the result shape it returns; every driver that runs on the
+machine goes through this loop (docs/HOST_LOOP.md).
+
+Every effect is handled in :func:`_effects` alone, so a new effect of the
+machine is a new branch there and a new adapter method; an effect of a kind
+this loop does not know is the coded error ``invalid_value`` at ``/kind``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple
+
+from . import _core
+from ._api import call
+from ._errors import DecodeError
+from .stores import StoreUnavailableError
+
+__all__ = ["Adapter", "LoopResult", "Machine", "run_loop", "pump", "pump_async", "store_read", "store_write"]
+
+
+class Machine:
+    """A run of the core's machine: :meth:`next` is the outstanding effect,
+    :meth:`answer` answers it with an event and gives the next one, and
+    :meth:`seal` is the finished run's bundle. Effects and events are plain
+    dicts tagged by ``kind`` (docs/COMPOSITION.md); a refused event raises
+    the core's coded error and leaves the same effect outstanding."""
+
+    __slots__ = ("_m",)
+
+    def __init__(self, machine: _core.Machine) -> None:
+        self._m = machine
+
+    @classmethod
+    def start(cls, policy: Any, options: Mapping[str, Any]) -> "Machine":
+        """A run of ``policy`` (a document, its JSON text or a compiled policy) under ``options``."""
+        return cls(call(_core.Machine.start, _policy_text(policy), json.dumps(dict(options))))
+
+    @classmethod
+    def resume(cls, policy: Any, options: Mapping[str, Any], journal: List[Dict[str, Any]]) -> "Machine":
+        """The run ``journal`` holds, taken over as the owner ``options["journal"]`` names."""
+        return cls(call(_core.Machine.resume, _policy_text(policy), json.dumps(dict(options)), json.dumps(journal)))
+
+    def next(self) -> Dict[str, Any]:
+        """The outstanding effect."""
+        effect: Dict[str, Any] = json.loads(self._m.next())
+        return effect
+
+    def answer(self, event: Mapping[str, Any]) -> Dict[str, Any]:
+        """Answer the outstanding effect: the next effect."""
+        effect: Dict[str, Any] = json.loads(call(self._m.answer, json.dumps(dict(event))))
+        return effect
+
+    def observed(self) -> Optional[Dict[str, Any]]:
+        """The last attempt recorded and its judgement (``attempt``, ``judgement``)."""
+        text = self._m.observed()
+        return None if text is None else dict(json.loads(text))
+
+    @property
+    def now_ms(self) -> int:
+        """The run clock as the machine last read it, ms."""
+        return self._m.now_ms
+
+    def seal(self) -> Dict[str, Any]:
+        """The finished run's bundle."""
+        bundle: Dict[str, Any] = json.loads(call(self._m.seal))
+        return bundle
+
+    def sealed(self) -> Tuple[Dict[str, Any], str, str]:
+        """The finished run's bundle, its receipt's digest and the bundle's canonical JSON."""
+        text = call(self._m.sealed)
+        # `{"bundle":<bundle>,"receipt_sha256":"<64 hex>"}`, canonical.
+        bundle_json = text[len('{"bundle":') : -len(',"receipt_sha256":"') - 64 - 2]
+        both = json.loads(text)
+        return both["bundle"], str(both["receipt_sha256"]), bundle_json
+
+
+def _policy_text(policy: Any) -> Any:
+    """A policy as the extension takes it: compiled once (a ``Policy``), or JSON text."""
+    if isinstance(policy, str):
+        return policy
+    compiled = getattr(policy, "_compiled", None)
+    if isinstance(compiled, _core.Compiled):
+        return compiled
+    return json.dumps(policy)
+
+
+class LoopResult(NamedTuple):
+    """What one run through the loop gives every driver: the value of the
+    attempt that completed it (or what the receiver held for an adopted
+    one), the receipt and its digest, and the bundle."""
+
+    value: Any
+    receipt: Dict[str, Any]
+    receipt_sha256: str
+    bundle: Dict[str, Any]
+    #: The bundle's canonical JSON (what ``python -m retryledger verify`` reads).
+    bundle_json: str
+
+    @property
+    def terminal(self) -> str:
+        """How the run ended."""
+        return str(self.receipt["terminal"])
+
+
+class Adapter:
+    """What a driver supplies: the I/O of each effect, the run clock and the
+    hooks. Every method may be a coroutine function under :func:`pump_async`.
+    The defaults refuse what the driver did not set up, so an effect a driver
+    cannot carry out is a coded error, never a silent skip."""
+
+    #: The namespace the fleet store's keys go under (``<namespace>/breaker/...``).
+    namespace: str = "retryledger"
+
+    def now_ms(self) -> int:
+        """The run clock, ms (never lower than a reading before it)."""
+        raise NotImplementedError
+
+    def cancelled(self) -> bool:
+        """Whether the caller cancelled the run (checked before each wait)."""
+        return False
+
+    def dispatch(self, effect: Dict[str, Any]) -> Any:
+        """Send the attempt ``effect["dispatch"]``: its value, or raise."""
+        raise NotImplementedError
+
+    def observation(self, effect: Dict[str, Any], ok: bool, reply: Any) -> Dict[str, Any]:
+        """The plain facts of what the attempt returned (``ok``) or raised: the
+        ``observed`` event's fields but its ``kind`` and ``completed_at_ms``
+        (``facts``, ``cost``, ``usage``, ``request_body_sha256``,
+        ``used_tokens``, ``deltas``)."""
+        raise NotImplementedError
+
+    def sleep(self, ms: int) -> Any:
+        """Wait ``ms`` milliseconds of the run clock."""
+        raise NotImplementedError
+
+    def read(self, keys: List[str]) -> List[Dict[str, Any]]:
+        """One row ``{"document"?, "generation"}`` per key; raise
+        :class:`~retryledger.stores.StoreUnavailableError` when the store
+        cannot be reached."""
+        raise _missing("read", "/fleet", "the policy has a fleet section: pass a fleet store")
+
+    def write(self, writes: List[Dict[str, Any]]) -> int:
+        """Compare-and-set each write in order, stopping at the first refused: how many were written."""
+        raise _missing("write", "/fleet", "the policy has a fleet section: pass a fleet store")
+
+    def append(self, events: List[Dict[str, Any]]) -> bool:
+        """Make the journal events durable (all, in order): ``False`` when the store refused them."""
+        raise _missing("append", "/journal", "the run is journaled: pass a journal store")
+
+    def reconcile(self, attempt: Dict[str, Any], poll: int) -> Mapping[str, Any]:
+        """Ask the receiver about an attempt in doubt: ``{"answer", "cost"?, "value"?}``."""
+        raise _missing("reconcile", "/reconcile", "an attempt was dispatched without an observation: pass reconcile")
+
+    # Hooks: they see documents and never change a decision.
+    def on_decision(self, decision: Dict[str, Any]) -> None:
+        """The machine's next dispatch or terminal."""
+
+    def on_sleep(self, sleep: Dict[str, Any]) -> None:
+        """A wait before an attempt: ``{"from_ms", "until_ms", "ms"}``."""
+
+    def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
+        """An attempt as the core recorded it, and its judgement."""
+
+    def on_terminal(self, receipt: Dict[str, Any]) -> None:
+        """The sealed run's receipt."""
+
+
+def _missing(what: str, path: str, message: str) -> DecodeError:
+    return DecodeError("missing_field", f"the host loop cannot {what}: {message}", path)
+
+
+#: A request to the pump: an adapter method's name and its arguments.
+Request = Tuple[str, Tuple[Any, ...]]
+#: The pump's reply: ``(True, value)``, or ``(False, exception)`` when the method raised.
+Reply = Tuple[bool, Any]
+
+
+def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, LoopResult]:
+    """Drive ``machine`` to its end, yielding every call of ``adapter`` that
+    does I/O to the pump: the one loop of the package."""
+    value: Any = None
+    effect = machine.next()
+    if effect["kind"] in ("dispatch", "done"):
+        adapter.on_decision(_decision(effect))
+    while effect["kind"] != "done":
+        event, got = yield from _effects(machine, adapter, effect)
+        if got is not _NOTHING:
+            value = got
+        effect = machine.answer(event)
+        if event["kind"] == "observed" and type(adapter).on_attempt is not Adapter.on_attempt:
+            seen = machine.observed()
+            if seen is not None:
+                adapter.on_attempt(seen["attempt"], seen["judgement"])
+        if effect["kind"] in ("dispatch", "done"):
+            adapter.on_decision(_decision(effect))
+    bundle, receipt_sha256, bundle_json = machine.sealed()
+    receipt = bundle["receipt"]
+    adapter.on_terminal(receipt)
+    if receipt["terminal"] != "completed":
+        value = None
+    return LoopResult(value, receipt, receipt_sha256, bundle, bundle_json)
+
+
+_NOTHING = object()
+
+
+def _decision(effect: Dict[str, Any]) -> Dict[str, Any]:
+    if effect["kind"] == "done":
+        return {"kind": "terminal", "terminal": effect["terminal"]}
+    return dict(effect["dispatch"], kind="dispatch")
+
+
+def _effects(
+    machine: Machine, adapter: Adapter, effect: Dict[str, Any]
+) -> Generator[Request, Reply, Tuple[Dict[str, Any], Any]]:
+    """The event that answers ``effect``, and the value a dispatch or a
+    reconciliation gave (``_NOTHING`` otherwise): every effect's I/O, in one place."""
+    kind = effect["kind"]
+    if kind == "sleep":
+        until = int(effect["until_ms"])
+        now = adapter.now_ms()
+        if now < until and not adapter.cancelled():
+            adapter.on_sleep({"from_ms": now, "until_ms": until, "ms": until - now})
+        while now < until:
+            if adapter.cancelled():
+                return {"kind": "cancelled", "at_ms": now}, _NOTHING
+            ok, reply = yield ("sleep", (until - now,))
+            if not ok:
+                raise reply
+            now = adapter.now_ms()
+        if adapter.cancelled():
+            return {"kind": "cancelled", "at_ms": now}, _NOTHING
+        return {"kind": "clock", "now_ms": now}, _NOTHING
+    if kind == "dispatch":
+        ok, reply = yield ("dispatch", (effect,))
+        fields = dict(adapter.observation(effect, ok, reply))
+        fields["completed_at_ms"] = max(adapter.now_ms(), int(effect["started_at_ms"]))
+        fields["kind"] = "observed"
+        return fields, (reply if ok else _NOTHING)
+    if kind == "read":
+        ok, reply = yield ("read", (list(effect["keys"]),))
+        if not ok:
+            if isinstance(reply, StoreUnavailableError):
+                return {"kind": "store_unavailable", "now_ms": adapter.now_ms()}, _NOTHING
+            raise reply
+        return {"kind": "read", "now_ms": adapter.now_ms(), "rows": reply}, _NOTHING
+    if kind == "write":
+        ok, reply = yield ("write", (list(effect["writes"]),))
+        if not ok:
+            raise reply
+        return {"kind": "written", "written": reply}, _NOTHING
+    if kind == "append":
+        ok, reply = yield ("append", (list(effect["events"]),))
+        if not ok:
+            raise reply
+        return {"kind": "appended" if reply else "append_refused"}, _NOTHING
+    if kind == "reconcile":
+        at = adapter.now_ms()
+        ok, reply = yield ("reconcile", (dict(effect["attempt"]), int(effect["poll"])))
+        if not ok:
+            raise reply
+        answer = dict(reply)
+        event: Dict[str, Any] = {"kind": "reconciled", "answer": answer.get("answer"), "at_ms": at}
+        if answer.get("cost") is not None:
+            event["cost"] = answer["cost"]
+        told = answer.get("value") if answer.get("answer") == "succeeded" else _NOTHING
+        return event, told
+    raise DecodeError("invalid_value", f"the host loop does not know the effect `{kind}`", "/kind")
+
+
+def pump(loop: Generator[Request, Reply, LoopResult], adapter: Adapter) -> LoopResult:
+    """Run the loop in this thread, calling the adapter's methods."""
+    reply: Optional[Reply] = None
+    while True:
+        try:
+            name, args = loop.send(reply) if reply is not None else next(loop)
+        except StopIteration as done:
+            result: LoopResult = done.value
+            return result
+        try:
+            reply = (True, getattr(adapter, name)(*args))
+        except Exception as exc:
+            reply = (False, exc)
+
+
+async def pump_async(loop: Generator[Request, Reply, LoopResult], adapter: Adapter) -> LoopResult:
+    """Run the loop in a task, awaiting the adapter's methods that are
+    coroutine functions. A cancellation of the task propagates at once (an
+    attempt in flight is in doubt, as after a crash)."""
+    reply: Optional[Reply] = None
+    while True:
+        try:
+            name, args = loop.send(reply) if reply is not None else next(loop)
+        except StopIteration as done:
+            result: LoopResult = done.value
+            return result
+        try:
+            got = getattr(adapter, name)(*args)
+            if inspect.isawaitable(got):
+                got = await got
+            reply = (True, got)
+        except Exception as exc:
+            reply = (False, exc)
+
+
+def store_read(store: Any, namespace: str, keys: List[str]) -> List[Dict[str, Any]]:
+    """A fleet read from a register store (``get``): one row per key."""
+    rows: List[Dict[str, Any]] = []
+    for key in keys:
+        document, generation = store.get(f"{namespace}/{key}")
+        row: Dict[str, Any] = {"generation": generation}
+        if document is not None:
+            row["document"] = document
+        rows.append(row)
+    return rows
+
+
+def store_write(store: Any, namespace: str, writes: List[Dict[str, Any]]) -> int:
+    """A fleet write to a register store (``compare_and_set``), in order, up to the first refused."""
+    written = 0
+    for w in writes:
+        ok, _ = store.compare_and_set(f"{namespace}/{w['key']}", int(w["expected_generation"]), w["document"])
+        if not ok:
+            break
+        written += 1
+    return written

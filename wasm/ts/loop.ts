@@ -1,0 +1,383 @@
+/**
+ * The host loop: the one loop of the package over the core's run machine
+ * (docs/HOST_LOOP.md).
+ *
+ * The machine (docs/COMPOSITION.md) says what to do next as an effect; the
+ * loop carries it out through its `LoopAdapter` (`dispatch`, `sleep`, `read`,
+ * `write`, `append`, `reconcile`) and answers the machine with the event the
+ * answer makes. The loop decides nothing: it moves facts and time. A driver
+ * is an adapter (what it dispatches, how it sleeps, which store and journal
+ * it writes to) and the result shape it returns.
+ *
+ * Every effect is handled in `carryOut` alone, so a new effect of the
+ * machine is a new branch there and a new adapter method; an effect of a
+ * kind this loop does not know is the coded `DecodeError` `invalid_value` at
+ * `/kind`.
+ */
+
+import { call, CompiledPolicy, judge, priceCost, toText, type Input, type RawBindings, type RawCompiled } from "./core.js";
+import { DecodeError, HttpError } from "./errors.js";
+import { factsText, minimalFacts, type FactsOptions } from "./facts.js";
+import type { MachineEffect, MachineEvent } from "./machine.js";
+import { StoreUnavailableError, type FleetStore, type StoreDocument } from "./stores/store.js";
+import type { Bundle, Facts, Receipt } from "./types.js";
+
+/** The module's live machine (JSON text in and out; `wasm/src/machine.rs`). */
+interface RawMachine {
+  next(): string;
+  done(): boolean;
+  answer(event: string): string;
+  observed(): string | undefined;
+  now_ms(): number;
+  seal(): string;
+  sealed(): string;
+  free(): void;
+}
+
+interface MachineBindings {
+  LiveMachine: {
+    start(policy: string, options: string): RawMachine;
+    resume(policy: string, options: string, journal: string): RawMachine;
+    start_compiled(policy: RawCompiled, options: string): RawMachine;
+    resume_compiled(policy: RawCompiled, options: string, journal: string): RawMachine;
+  };
+}
+
+const machineCall = <T>(f: (b: MachineBindings) => T): T => call((b: RawBindings) => f(b as unknown as MachineBindings));
+
+/** The options of a start or a resume (docs/COMPOSITION.md). */
+export interface MachineOptions {
+  /** Unix ms at run clock 0. */
+  origin_epoch_ms: number;
+  /** The run clock now, ms (a resume). */
+  now_ms?: number;
+  /** Journal the run (a start), or the journal's owner (a resume). */
+  journal?: { run_id: string; lease_generation: number };
+  price_schedule?: object;
+  reserve_tokens?: number;
+  max_polls?: number;
+  max_conflicts?: number;
+}
+
+/**
+ * A run of the core's machine: `next()` is the outstanding effect, `answer`
+ * answers it with an event and gives the next one, `seal()` is the finished
+ * run's bundle. A refused event throws the core's coded error and leaves the
+ * same effect outstanding.
+ */
+export class Machine {
+  readonly #raw: RawMachine;
+
+  private constructor(raw: RawMachine) {
+    this.#raw = raw;
+  }
+
+  /** A run of `policy` (a document, its JSON text, or compiled once for many runs) under `options`. */
+  static start(policy: Input<object> | CompiledPolicy, options: Input<MachineOptions>): Machine {
+    const o = toText(options);
+    if (policy instanceof CompiledPolicy) {
+      return new Machine(policy.callRaw((raw) => machineCall((b) => b.LiveMachine.start_compiled(raw, o))));
+    }
+    const p = toText(policy);
+    return new Machine(machineCall((b) => b.LiveMachine.start(p, o)));
+  }
+
+  /** The run `journal` holds, taken over as the owner `options.journal` names. */
+  static resume(policy: Input<object> | CompiledPolicy, options: Input<MachineOptions>, journal: Input<readonly object[]>): Machine {
+    const o = toText(options);
+    const j = toText(journal);
+    if (policy instanceof CompiledPolicy) {
+      return new Machine(policy.callRaw((raw) => machineCall((b) => b.LiveMachine.resume_compiled(raw, o, j))));
+    }
+    const p = toText(policy);
+    return new Machine(machineCall((b) => b.LiveMachine.resume(p, o, j)));
+  }
+
+  /** The outstanding effect. */
+  next(): MachineEffect {
+    return JSON.parse(this.#raw.next()) as MachineEffect;
+  }
+
+  /** Answer the outstanding effect: the next effect. */
+  answer(event: MachineEvent): MachineEffect {
+    const e = JSON.stringify(event);
+    return JSON.parse(call(() => this.#raw.answer(e))) as MachineEffect;
+  }
+
+  /** The last attempt recorded and its judgement. */
+  observed(): { attempt: Record<string, unknown>; judgement: Record<string, unknown> } | undefined {
+    const text = this.#raw.observed();
+    return text === undefined ? undefined : (JSON.parse(text) as { attempt: Record<string, unknown>; judgement: Record<string, unknown> });
+  }
+
+  /** The run clock as the machine last read it, ms. */
+  get nowMs(): number {
+    return this.#raw.now_ms();
+  }
+
+  /** The finished run's bundle. */
+  seal(): Bundle {
+    return JSON.parse(call(() => this.#raw.seal())) as Bundle;
+  }
+
+  /** The finished run's bundle and its receipt's digest. */
+  sealed(): { bundle: Bundle; receipt_sha256: string } {
+    return JSON.parse(call(() => this.#raw.sealed())) as { bundle: Bundle; receipt_sha256: string };
+  }
+
+  /** Free the module's memory of the run. */
+  free(): void {
+    this.#raw.free();
+  }
+}
+
+/** What one run through the loop gives every driver. */
+export interface LoopResult<T> {
+  /** The value of the attempt that completed the run (or what the receiver held for an adopted one). */
+  readonly value: T | undefined;
+  readonly receipt: Receipt;
+  readonly receipt_sha256: string;
+  readonly bundle: Bundle;
+  /** How the run ended. */
+  readonly terminal: string;
+}
+
+/** A planned dispatch, as the machine's `dispatch` effect names it. */
+export type DispatchEffect = MachineEffect & { kind: "dispatch"; dispatch: Record<string, unknown>; started_at_ms: number };
+
+/**
+ * What a driver supplies: the I/O of each effect, the run clock and the
+ * hooks. A method a driver leaves out makes the effect that needs it a coded
+ * error, never a silent skip.
+ */
+export interface LoopAdapter<T> {
+  /** The run clock, ms. */
+  nowMs(): number;
+  /** Whether the caller cancelled the run (checked before each wait). */
+  cancelled?(): boolean;
+  /** Send the attempt: its value, or throw. */
+  dispatch(effect: DispatchEffect): Promise<T> | T;
+  /**
+   * The plain facts of what the attempt returned (`ok`) or threw: the
+   * `observed` event's fields but `kind` and `completed_at_ms`.
+   */
+  observation(effect: DispatchEffect, ok: boolean, reply: unknown): Record<string, unknown>;
+  /** Wait `ms` milliseconds of the run clock. */
+  sleep(ms: number): Promise<void> | void;
+  /** One row `{document?, generation}` per key; throw `StoreUnavailableError` when unreachable. */
+  read?(keys: string[]): Promise<StoreRowDoc[]> | StoreRowDoc[];
+  /** Compare-and-set in order, stopping at the first refused: how many were written. */
+  write?(writes: CasDoc[]): Promise<number> | number;
+  /** Make the events durable, all in order: `false` when the store refused them. */
+  append?(events: Record<string, unknown>[]): Promise<boolean> | boolean;
+  /** Ask the receiver about an attempt in doubt. */
+  reconcile?(attempt: Record<string, unknown>, poll: number): Promise<LoopReconcileAnswer<T>> | LoopReconcileAnswer<T>;
+  onDecision?(decision: Record<string, unknown>): void;
+  onSleep?(sleep: { from_ms: number; until_ms: number; ms: number }): void;
+  onAttempt?(attempt: Record<string, unknown>, judgement: Record<string, unknown>): void;
+  onTerminal?(receipt: Receipt): void;
+}
+
+/** A fleet register as read. */
+export interface StoreRowDoc {
+  document?: StoreDocument;
+  generation: number;
+}
+
+/** A compare-and-set the machine asks for. */
+export interface CasDoc {
+  key: string;
+  expected_generation: number;
+  document: StoreDocument;
+}
+
+/** The receiver's answer about an attempt in doubt. */
+export interface LoopReconcileAnswer<T> {
+  answer: "succeeded" | "failed_no_effect" | "in_progress" | "unknown";
+  cost?: number;
+  value?: T;
+}
+
+function missing(what: string, path: string, message: string): DecodeError {
+  return new DecodeError("missing_field", `missing_field at ${path}: the host loop cannot ${what}: ${message}`, { path });
+}
+
+const NOTHING = Symbol("nothing");
+
+function decisionOf(effect: MachineEffect): Record<string, unknown> {
+  if (effect.kind === "done") return { kind: "terminal", terminal: effect["terminal"] };
+  return { ...(effect["dispatch"] as Record<string, unknown>), kind: "dispatch" };
+}
+
+/** Drive `machine` to its end through `adapter`: the one loop of the package. */
+export async function runLoop<T>(machine: Machine, adapter: LoopAdapter<T>): Promise<LoopResult<T>> {
+  let value: T | undefined;
+  let effect = machine.next();
+  if (effect.kind === "dispatch" || effect.kind === "done") adapter.onDecision?.(decisionOf(effect));
+  while (effect.kind !== "done") {
+    const [event, got] = await carryOut(adapter, effect);
+    if (got !== NOTHING) value = got as T;
+    effect = machine.answer(event);
+    if (event.kind === "observed" && adapter.onAttempt !== undefined) {
+      const seen = machine.observed();
+      if (seen !== undefined) adapter.onAttempt(seen.attempt, seen.judgement);
+    }
+    if (effect.kind === "dispatch" || effect.kind === "done") adapter.onDecision?.(decisionOf(effect));
+  }
+  const { bundle, receipt_sha256 } = machine.sealed();
+  const receipt = bundle.receipt;
+  adapter.onTerminal?.(receipt);
+  const terminal = receipt.terminal;
+  return { value: terminal === "completed" ? value : undefined, receipt, receipt_sha256, bundle, terminal };
+}
+
+/** The event that answers `effect`, and the value a dispatch or a reconciliation gave: every effect's I/O, in one place. */
+async function carryOut<T>(adapter: LoopAdapter<T>, effect: MachineEffect): Promise<[MachineEvent, unknown]> {
+  switch (effect.kind) {
+    case "sleep": {
+      const until = effect["until_ms"] as number;
+      let now = adapter.nowMs();
+      const cancelled = (): boolean => adapter.cancelled?.() === true;
+      if (now < until && !cancelled()) adapter.onSleep?.({ from_ms: now, until_ms: until, ms: until - now });
+      while (now < until && !cancelled()) {
+        await adapter.sleep(until - now);
+        now = adapter.nowMs();
+      }
+      if (cancelled()) return [{ kind: "cancelled", at_ms: now }, NOTHING];
+      return [{ kind: "clock", now_ms: now }, NOTHING];
+    }
+    case "dispatch": {
+      const d = effect as DispatchEffect;
+      let ok = true;
+      let reply: unknown;
+      try {
+        reply = await adapter.dispatch(d);
+      } catch (e) {
+        ok = false;
+        reply = e;
+      }
+      const fields = adapter.observation(d, ok, reply);
+      const event = { ...fields, kind: "observed", completed_at_ms: Math.max(adapter.nowMs(), d.started_at_ms) } as MachineEvent;
+      return [event, ok ? reply : NOTHING];
+    }
+    case "read": {
+      if (adapter.read === undefined) throw missing("read", "/fleet", "the policy has a fleet section: pass a fleet store");
+      try {
+        const rows = await adapter.read([...(effect["keys"] as string[])]);
+        return [{ kind: "read", now_ms: adapter.nowMs(), rows }, NOTHING];
+      } catch (e) {
+        if (e instanceof StoreUnavailableError) return [{ kind: "store_unavailable", now_ms: adapter.nowMs() }, NOTHING];
+        throw e;
+      }
+    }
+    case "write": {
+      if (adapter.write === undefined) throw missing("write", "/fleet", "the policy has a fleet section: pass a fleet store");
+      const written = await adapter.write([...(effect["writes"] as CasDoc[])]);
+      return [{ kind: "written", written }, NOTHING];
+    }
+    case "append": {
+      if (adapter.append === undefined) throw missing("append", "/journal", "the run is journaled: pass a journal store");
+      const ok = await adapter.append([...(effect["events"] as Record<string, unknown>[])]);
+      return [{ kind: ok ? "appended" : "append_refused" }, NOTHING];
+    }
+    case "reconcile": {
+      if (adapter.reconcile === undefined) {
+        throw missing("reconcile", "/reconcile", "an attempt was dispatched without an observation: pass reconcile");
+      }
+      const at = adapter.nowMs();
+      const answer = await adapter.reconcile({ ...(effect["attempt"] as Record<string, unknown>) }, effect["poll"] as number);
+      const event: MachineEvent = { kind: "reconciled", answer: answer.answer, at_ms: at };
+      if (answer.cost !== undefined) event["cost"] = answer.cost;
+      return [event, answer.answer === "succeeded" && "value" in answer ? answer.value : NOTHING];
+    }
+    default:
+      throw new DecodeError("invalid_value", `invalid_value at /kind: the host loop does not know the effect \`${String(effect.kind)}\``, {
+        path: "/kind",
+      });
+  }
+}
+
+/** A fleet read from a register store (`get`): one row per key, under `namespace`. */
+export async function storeRead(store: FleetStore, namespace: string, keys: readonly string[]): Promise<StoreRowDoc[]> {
+  const rows: StoreRowDoc[] = [];
+  for (const key of keys) {
+    const { document, generation } = await store.get(`${namespace}/${key}`);
+    rows.push(document === null ? { generation } : { document, generation });
+  }
+  return rows;
+}
+
+/** A fleet write to a register store (`compareAndSet`), in order, up to the first refused. */
+export async function storeWrite(store: FleetStore, namespace: string, writes: readonly CasDoc[]): Promise<number> {
+  let written = 0;
+  for (const w of writes) {
+    const { ok } = await store.compareAndSet(`${namespace}/${w.key}`, w.expected_generation, w.document);
+    if (!ok) break;
+    written += 1;
+  }
+  return written;
+}
+
+/**
+ * What one attempt of a machine-planned run reports through its step
+ * (`AttemptStep` takes it in place of a session): usage, checked by the core
+ * against the schedule as it is reported, and the request body's digest,
+ * both carried in the `observed` event.
+ */
+export class Reports {
+  usage: Record<string, number> | undefined;
+  requestBodySha256: string | undefined;
+  readonly #schedule: string | undefined;
+  readonly #release: string;
+
+  constructor(schedule: string | undefined, routeReleaseSha256: string) {
+    this.#schedule = schedule;
+    this.#release = routeReleaseSha256;
+  }
+
+  addUsage(units: Input<Record<string, number>>): number {
+    const given = (typeof units === "string" ? JSON.parse(units) : units) as Record<string, number>;
+    const merged: Record<string, number> = { ...this.usage };
+    for (const [kind, n] of Object.entries(given)) merged[kind] = kind in merged && typeof n === "number" ? (merged[kind] as number) + n : n;
+    // The core prices it now: usage it refuses throws here, nothing kept.
+    const cost = priceCost(this.#schedule ?? "", this.#release, merged);
+    this.usage = merged;
+    return cost;
+  }
+
+  setRequestBodySha256(digest: string): void {
+    this.requestBodySha256 = digest;
+  }
+
+  setJob(): void {
+    throw new DecodeError("invalid_value", "invalid_value at /async_job: an async job is not yet a layer of the run machine", { path: "/async_job" });
+  }
+
+  setReconciled(): void {
+    this.setJob();
+  }
+
+  /** The `observed` event's fields these reports add. */
+  fields(into: Record<string, unknown>): Record<string, unknown> {
+    if (this.usage !== undefined) into["usage"] = this.usage;
+    if (this.requestBodySha256 !== undefined) into["request_body_sha256"] = this.requestBodySha256;
+    return into;
+  }
+}
+
+/**
+ * The facts of what a dispatch threw, as JSON: an `AttemptError`'s, or the
+ * plain facts extracted from the error; facts the core refuses (a header
+ * value it cannot decode, a hint too long to parse) are replaced by the ones
+ * that are certain, so an odd error never breaks the run.
+ */
+export function raisedFacts(error: unknown, options: FactsOptions): Facts {
+  const text = factsText(error, options);
+  try {
+    judge(text);
+    return JSON.parse(text) as Facts;
+  } catch (e) {
+    if (!(e instanceof DecodeError || e instanceof HttpError)) throw e;
+    return JSON.parse(minimalFacts(options)) as Facts;
+  }
+}
