@@ -287,3 +287,27 @@ def test_a_langgraph_retry_policy_does_not_retry_a_stopped_run(server: SSEServer
     # retryledger error) alone, so the server saw one run's attempts, not three runs'.
     assert info.value.receipt["attempt_count"] == server.count() == 4
     assert info.value.terminal == "stop_total_attempts"
+
+
+def test_a_stream_cut_after_output_stops_under_restart(server: SSEServer) -> None:
+    server.scripts.update(oa=[{"cut_after": 2, "text": "one two three four", "chunks": 4}, {"text": "never"}],
+                          an=[{"text": "never"}])
+    seen: List[str] = []
+    with pytest.raises(retryledger.RunStoppedError) as info:
+        for chunk in model(server, policy_spec=spec(stream=STREAM)).stream("stream it"):
+            seen.append(chunk.text)
+    assert "".join(seen) == "one two"  # what was shown stays the only output; nothing is joined to it
+    assert info.value.terminal == "stop_indeterminate"
+    assert info.value.receipt["attempt_count"] == server.count() == 1
+
+
+def test_a_stream_cut_after_output_is_retried_under_buffer(server: SSEServer) -> None:
+    server.scripts.update(oa=[{"cut_after": 2, "text": "lost lost lost lost", "chunks": 4},
+                              {"text": "kept answer", "chunks": 2}],
+                          an=[{"text": "never"}])
+    buffered = spec(stream={**STREAM, "mode": "buffer"})
+    chunks = list(model(server, policy_spec=buffered).stream("stream it"))
+    assert "".join(c.text for c in chunks) == "kept answer"
+    meta = run_of(chunks[-1])
+    assert meta["receipt"]["attempt_count"] == server.count() == 2
+    verified(meta)
