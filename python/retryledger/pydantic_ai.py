@@ -27,24 +27,31 @@ A route model whose SDK client retries (``max_retries`` not 0: the openai
 and anthropic SDKs' default is 2, which a model built from a name or a
 default provider gets) is refused before any request with
 ``PolicyError("retry_owner_not_harness")``, and so is ``fallback_on``
-(the core decides what falls back). Streamed requests are refused with
-``PolicyError("stream_unsupported")``: use ``Agent.run`` / ``run_sync``.
+(the core decides what falls back). A streamed request (``Agent.run_stream``,
+for a policy with a ``stream`` section) runs :func:`retryledger.run_stream_async`
+over the routes' streams and hands the agent the completing attempt's
+response once the run completed: a cut stream's events never reach it.
 docs/INTEGRATIONS.md.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncGenerator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
-
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    ModelResponseStreamEvent,
+    PartDeltaEvent,
+    PartStartEvent,
     TextPart,
+    TextPartDelta,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -56,6 +63,7 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_core import to_jsonable_python
 
 from ._driver import Step, run_async as _run_async
+from ._stream import StreamStep, run_stream_async as _run_stream_async
 from ._errors import PolicyError
 from ._frameworks import CallPolicy, charge, driver_options, refuse_sdk_clients, route_ids, spec_of, summary
 from ._sending import sending
@@ -235,10 +243,113 @@ class RetryledgerModel(FallbackModel):
         model_request_parameters: ModelRequestParameters,
         run_context: Any = None,
     ) -> AsyncGenerator[StreamedResponse, None]:
-        """Refused: a streamed response is handed over before the run could judge it."""
-        raise PolicyError(
-            "stream_unsupported",
-            "retryledger.pydantic_ai runs requests, not streams: use Agent.run / run_sync",
-            "/stream",
+        """One logical request streamed by :func:`retryledger.run_stream_async`
+        over the routes' streams; the response is handed to the agent once
+        the run completed (a failed attempt's events never reach it), as a
+        replay of the completing attempt's parts."""
+        if self._options.get("checks") or self._repair is not None:
+            raise PolicyError(
+                "stream_checks_unsupported",
+                "output checks and repair judge a whole response: use Agent.run / run_sync",
+                "/options/checks",
+            )
+        call = CallPolicy(self._spec, self._request_document(messages, model_request_parameters), None, self._key_scope)
+        mode = (call.policy.document.get("stream") or {}).get("mode")
+        if mode == "continuation":
+            raise PolicyError(
+                "stream_mode_unsupported",
+                "a Pydantic AI response is not resumed across attempts: use the stream mode 'buffer', 'tentative' or 'restart'",
+                "/stream/mode",
+            )
+        finals: Dict[int, ModelResponse] = {}
+
+        async def dispatch(step: StreamStep) -> AsyncIterator[Any]:
+            model = self._routes[step.route_id]
+            prepared = model.prepare_messages(messages, model_request_parameters)
+            try:
+                with sending(step):
+                    async with model.request_stream(prepared, model_settings, model_request_parameters, run_context) as streamed:
+                        async for event in streamed:
+                            yield event
+                        response = streamed.get()
+            except ModelAPIError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, Exception):
+                    raise cause
+                raise
+            charge(step, response.usage)
+            finals[step.ordinal] = response
+
+        run = _run_stream_async(
+            call.policy, dispatch, call.key, reader=_EVENT_READER, key_scope=call.key_scope,
+            **driver_options(self._options, stream=True, is_async=True),
         )
-        yield  # pragma: no cover
+        async with run:
+            async for _ in run:
+                pass
+        final = finals[max(finals)]
+        final.provider_details = {**(final.provider_details or {}), DETAILS_KEY: summary(run)}
+        yield _Replay(model_request_parameters=model_request_parameters, _response=final)
+
+
+class _EventReader:
+    """Pydantic AI's stream events as the stream driver reads them: the text
+    of text parts and their deltas; the end of the route's stream is its
+    terminal event."""
+
+    terminal_at_end = True
+
+    def text(self, event: Any) -> str:
+        if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+            return event.part.content
+        if isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+            return event.delta.content_delta
+        return ""
+
+    def sequence(self, event: Any) -> Optional[int]:
+        return None
+
+    def response_id(self, event: Any) -> Optional[str]:
+        return None
+
+    def is_terminal(self, event: Any) -> bool:
+        return False
+
+    def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
+        return None
+
+
+_EVENT_READER = _EventReader()
+
+
+@dataclass
+class _Replay(StreamedResponse):
+    """The completing attempt's response, handed to the agent part by part."""
+
+    _response: ModelResponse
+
+    def __post_init__(self) -> None:
+        self._usage = self._response.usage
+        self.provider_details = self._response.provider_details
+        self.provider_response_id = self._response.provider_response_id
+        self.finish_reason = self._response.finish_reason
+
+    async def _get_event_iterator(self) -> AsyncIterator[ModelResponseStreamEvent]:
+        for index, part in enumerate(self._response.parts):
+            yield self._parts_manager.handle_part(vendor_part_id=index, part=part)
+
+    @property
+    def model_name(self) -> str:
+        return self._response.model_name or ""
+
+    @property
+    def provider_name(self) -> Optional[str]:
+        return self._response.provider_name
+
+    @property
+    def provider_url(self) -> Optional[str]:
+        return self._response.provider_url
+
+    @property
+    def timestamp(self) -> datetime:
+        return self._response.timestamp

@@ -127,8 +127,47 @@ def test_a_tool_call_then_the_answer_two_logical_requests(server: SSEServer) -> 
     assert len(digests) == 2
 
 
-def test_a_stream_cut_before_output_is_refused_as_a_stream(server: SSEServer) -> None:
-    server.scripts.update(oa=[{"cut_after": 0}, {"text": "streamed"}], an=[{"text": "never"}])
+STREAM = {"mode": "buffer", "max_response_bytes": 65536}
+
+
+def test_a_stream_cut_before_output_is_retried_and_one_response_streams(server: SSEServer) -> None:
+    server.scripts.update(oa=[{"cut_after": 0}, {"text": "one two three", "chunks": 3}], an=[{"text": "never"}])
+
+    async def streamed() -> Any:
+        async with Agent(model(server, policy=spec(stream=STREAM))).run_stream("stream it") as run:
+            output = await run.get_output()
+            return output, run.response
+
+    output, response = asyncio.run(streamed())
+    assert output == "one two three"
+    meta = run_of(response)
+    assert meta["terminal"] == "completed"
+    assert meta["receipt"]["attempt_count"] == server.count() == 2
+    assert [s["outcome"] for s in meta["receipt"]["schedule"]] == ["unavailable", "success"]
+    with server.lock:
+        assert all(r.body.get("stream") is True for r in server.requests)
+    verified(meta)
+
+
+def test_a_stream_cut_after_output_falls_back_and_shows_only_the_fallback(server: SSEServer) -> None:
+    server.scripts.update(oa=[{"cut_after": 2, "text": "lost lost lost lost", "chunks": 4}],
+                          an=[{"text": "from claude", "chunks": 2}])
+
+    async def streamed() -> Any:
+        async with Agent(model(server, policy=spec(stream=STREAM))).run_stream("stream it") as run:
+            output = await run.get_output()
+            return output, run.response
+
+    output, response = asyncio.run(streamed())
+    assert output == "from claude"
+    meta = run_of(response)
+    assert routes_of(server) == ["oa", "oa", "an"]
+    assert meta["receipt"]["attempt_count"] == server.count() == 3
+    verified(meta)
+
+
+def test_a_stream_without_a_stream_contract_is_refused_before_any_request(server: SSEServer) -> None:
+    server.scripts.update(oa=[{"text": "never"}], an=[{"text": "never"}])
 
     async def streamed() -> None:
         async with Agent(model(server)).run_stream("stream it") as run:
@@ -136,7 +175,7 @@ def test_a_stream_cut_before_output_is_refused_as_a_stream(server: SSEServer) ->
 
     with pytest.raises(retryledger.PolicyError) as info:
         asyncio.run(streamed())
-    assert info.value.code == "stream_unsupported"
+    assert info.value.code == "invalid_stream_contract"
     assert server.count() == 0
 
 
