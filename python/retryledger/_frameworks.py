@@ -106,13 +106,40 @@ def refuse_retries(retries: Any, what: str, path: str = "/max_retries") -> None:
         )
 
 
+def retrying_transport(http: Any) -> Optional[str]:
+    """The transport of an HTTP client (``httpx`` or the SDKs' copy) that
+    retries on its own, named: one made with ``retries`` above 0, or a
+    retrying wrapper (``pydantic_ai.retries``' tenacity transports)."""
+    mounts = getattr(http, "_mounts", None)
+    transports = [getattr(http, "_transport", None), *(mounts.values() if isinstance(mounts, Mapping) else ())]
+    for transport in transports:
+        if transport is None:
+            continue
+        name = type(transport).__name__
+        if "Tenacity" in name or "Retry" in name:
+            return name
+        retries = getattr(getattr(transport, "_pool", None), "_retries", 0)
+        if isinstance(retries, int) and not isinstance(retries, bool) and retries > 0:
+            return f"{name}(retries={retries})"
+    return None
+
+
 def refuse_sdk_clients(clients: Iterable[Any], what: str) -> None:
-    """Refuse any SDK client among ``clients`` whose ``max_retries`` is not 0,
-    then hook the others (the Idempotency-Key and body digest of each attempt)."""
+    """Refuse any SDK client among ``clients`` whose ``max_retries`` is not 0
+    or whose HTTP client's transport retries, then hook the others (the
+    Idempotency-Key and body digest of each attempt)."""
     found = [c for c in clients if c is not None]
     for client in found:
         if hasattr(client, "max_retries"):
             refuse_retries(getattr(client, "max_retries"), f"the SDK client of {what}")
+        transport = retrying_transport(getattr(client, "_client", None))
+        if transport is not None:
+            raise PolicyError(
+                "retry_owner_not_harness",
+                f"the SDK client of {what} sends through a transport that retries ({transport}); "
+                "give it an HTTP client without retries so that retryledger owns every retry",
+                "/http_client",
+            )
     for client in found:
         hook_sdk(client)
 

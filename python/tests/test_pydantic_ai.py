@@ -218,6 +218,20 @@ def test_a_model_whose_client_retries_is_refused_before_any_request(server: SSES
         with pytest.raises(retryledger.PolicyError) as info:
             RetryledgerModel(default, fallback, policy=spec())
         assert info.value.code == "retry_owner_not_harness"
+    # An HTTP client whose transport retries, under an SDK client without retries, retries too.
+    import httpx2
+
+    retrying = AsyncAnthropic(
+        api_key="test", base_url=server.url("an"), max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(retries=2)),
+    )
+    with pytest.raises(retryledger.PolicyError) as info:
+        RetryledgerModel(
+            openai_model(server, "oa"),
+            AnthropicModel("claude-fake", provider=AnthropicProvider(anthropic_client=retrying)),
+            policy=spec(),
+        )
+    assert info.value.code == "retry_owner_not_harness" and "transport" in str(info.value)
     with pytest.raises(retryledger.PolicyError) as info:
         RetryledgerModel(openai_model(server, "oa"), anthropic_model(server, "an"), policy=spec(), fallback_on=(Exception,))
     assert info.value.code == "retry_owner_not_harness"
