@@ -18,7 +18,7 @@ import uuid
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from ._api import Policy, build_policy, idempotency_key_sha256, to_text
-from ._driver import Step
+from ._driver import RunCancelledError, RunStoppedError, Step
 from ._errors import PolicyError
 from ._sending import hook_sdk
 
@@ -43,6 +43,21 @@ DRIVER_OPTIONS = frozenset(
 
 _STREAM_DRIVER_OPTIONS = DRIVER_OPTIONS - {"checks"}
 
+#: Options the adapters take themselves: ``telemetry`` (a
+#: :class:`retryledger.otel.RunTelemetry`) records every run as it ends.
+ADAPTER_OPTIONS = frozenset({"telemetry"})
+
+#: What a run that does not complete raises, carrying the sealed run.
+STOPS = (RunStoppedError, RunCancelledError)
+
+
+def record(options: Mapping[str, Any], run: Any) -> None:
+    """Write the run's spans with the ``telemetry`` option, if any (a result,
+    a stopped run's error or a streamed run: anything with its bundle)."""
+    telemetry = options.get("telemetry")
+    if telemetry is not None:
+        telemetry.record(run)
+
 
 def driver_options(options: Mapping[str, Any], *, stream: bool = False, is_async: bool = False) -> Dict[str, Any]:
     """The options a driver takes, from an adapter's ``options``: an unknown
@@ -50,6 +65,8 @@ def driver_options(options: Mapping[str, Any], *, stream: bool = False, is_async
     allowed = _STREAM_DRIVER_OPTIONS if stream else DRIVER_OPTIONS
     out: Dict[str, Any] = {}
     for name, value in options.items():
+        if name in ADAPTER_OPTIONS:
+            continue
         if name not in DRIVER_OPTIONS:
             raise PolicyError("unknown_option", f"the drivers take no option {name!r}", f"/options/{name}")
         if name == "on_cancel" and not is_async:

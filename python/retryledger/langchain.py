@@ -49,7 +49,18 @@ from pydantic import ConfigDict
 
 from ._driver import Step, run as _run, run_async as _run_async
 from ._errors import PolicyError
-from ._frameworks import CallPolicy, charge, check_routes, driver_options, refuse_retries, refuse_sdk_clients, spec_of, summary
+from ._frameworks import (
+    STOPS,
+    CallPolicy,
+    charge,
+    check_routes,
+    driver_options,
+    record,
+    refuse_retries,
+    refuse_sdk_clients,
+    spec_of,
+    summary,
+)
 from ._sending import sending
 from ._stream import StreamEvent, StreamStep, run_stream as _run_stream, run_stream_async as _run_stream_async
 from .checks import OutputCheck
@@ -286,10 +297,15 @@ class RetryledgerChatModel(BaseChatModel):
             charge(step, getattr(answer, "usage_metadata", None))
             return answer
 
-        result = _run(
-            call.policy, dispatch, call.key, key_scope=call.key_scope,
-            repair=self._repair_for(call, messages), request=call.request, **driver_options(self.options),
-        )
+        try:
+            result = _run(
+                call.policy, dispatch, call.key, key_scope=call.key_scope,
+                repair=self._repair_for(call, messages), request=call.request, **driver_options(self.options),
+            )
+        except STOPS as stopped:
+            record(self.options, stopped)
+            raise
+        record(self.options, result)
         return self._finish(result)
 
     async def _agenerate(
@@ -309,11 +325,16 @@ class RetryledgerChatModel(BaseChatModel):
             charge(step, getattr(answer, "usage_metadata", None))
             return answer
 
-        result = await _run_async(
-            call.policy, dispatch, call.key, key_scope=call.key_scope,
-            repair=self._repair_for(call, messages), request=call.request,
-            **driver_options(self.options, is_async=True),
-        )
+        try:
+            result = await _run_async(
+                call.policy, dispatch, call.key, key_scope=call.key_scope,
+                repair=self._repair_for(call, messages), request=call.request,
+                **driver_options(self.options, is_async=True),
+            )
+        except STOPS as stopped:
+            record(self.options, stopped)
+            raise
+        record(self.options, result)
         return self._finish(result)
 
     # ---- streams --------------------------------------------------------------
@@ -367,13 +388,18 @@ class RetryledgerChatModel(BaseChatModel):
             call.policy, dispatch, call.key, reader=_READER, key_scope=call.key_scope,
             **driver_options(self.options, stream=True),
         )
-        with run:
-            for event in run:
-                chunk = self._chunk(event)
-                if chunk is not None:
-                    if run_manager is not None:
-                        run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                    yield chunk
+        try:
+            with run:
+                for event in run:
+                    chunk = self._chunk(event)
+                    if chunk is not None:
+                        if run_manager is not None:
+                            run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                        yield chunk
+        except STOPS as stopped:
+            record(self.options, stopped)
+            raise
+        record(self.options, run)
         yield self._last(run)
 
     async def _astream(
@@ -395,11 +421,16 @@ class RetryledgerChatModel(BaseChatModel):
             call.policy, opened, call.key, reader=_READER, key_scope=call.key_scope,
             **driver_options(self.options, stream=True, is_async=True),
         )
-        async with run:
-            async for event in run:
-                chunk = self._chunk(event)
-                if chunk is not None:
-                    if run_manager is not None:
-                        await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                    yield chunk
+        try:
+            async with run:
+                async for event in run:
+                    chunk = self._chunk(event)
+                    if chunk is not None:
+                        if run_manager is not None:
+                            await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                        yield chunk
+        except STOPS as stopped:
+            record(self.options, stopped)
+            raise
+        record(self.options, run)
         yield self._last(run)

@@ -65,7 +65,7 @@ from pydantic_core import to_jsonable_python
 from ._driver import Step, run_async as _run_async
 from ._stream import StreamStep, run_stream_async as _run_stream_async
 from ._errors import PolicyError
-from ._frameworks import CallPolicy, charge, driver_options, refuse_sdk_clients, route_ids, spec_of, summary
+from ._frameworks import STOPS, CallPolicy, charge, driver_options, record, refuse_sdk_clients, route_ids, spec_of, summary
 from ._sending import sending
 from .checks import OutputCheck
 
@@ -227,10 +227,15 @@ class RetryledgerModel(FallbackModel):
                 current[0] = nxt
                 return self._request_document(nxt, model_request_parameters)
 
-        result = await _run_async(
-            call.policy, dispatch, call.key, key_scope=call.key_scope, repair=repair, request=call.request,
-            **driver_options(self._options, is_async=True),
-        )
+        try:
+            result = await _run_async(
+                call.policy, dispatch, call.key, key_scope=call.key_scope, repair=repair, request=call.request,
+                **driver_options(self._options, is_async=True),
+            )
+        except STOPS as stopped:
+            record(self._options, stopped)
+            raise
+        record(self._options, result)
         response = result.value
         response.provider_details = {**(response.provider_details or {}), DETAILS_KEY: summary(result)}
         return response
@@ -284,9 +289,14 @@ class RetryledgerModel(FallbackModel):
             call.policy, dispatch, call.key, reader=_EVENT_READER, key_scope=call.key_scope,
             **driver_options(self._options, stream=True, is_async=True),
         )
-        async with run:
-            async for _ in run:
-                pass
+        try:
+            async with run:
+                async for _ in run:
+                    pass
+        except STOPS as stopped:
+            record(self._options, stopped)
+            raise
+        record(self._options, run)
         final = finals[max(finals)]
         final.provider_details = {**(final.provider_details or {}), DETAILS_KEY: summary(run)}
         yield _Replay(model_request_parameters=model_request_parameters, _response=final)

@@ -311,3 +311,21 @@ def test_a_stream_cut_after_output_is_retried_under_buffer(server: SSEServer) ->
     meta = run_of(chunks[-1])
     assert meta["receipt"]["attempt_count"] == server.count() == 2
     verified(meta)
+
+
+def test_the_telemetry_option_records_each_run(server: SSEServer) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from retryledger.otel import RunTelemetry
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = RunTelemetry(provider.get_tracer("test"), MeterProvider().get_meter("test"), operation="chat")
+    server.scripts.update(oa=[{"status": 429, "headers": {"retry-after-ms": "5"}}, {"text": "ok"}], an=[{"status": 500}])
+    answer = model(server, options={"telemetry": telemetry}).invoke("x")
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 1 + run_of(answer)["receipt"]["attempt_count"] == 1 + server.count()
