@@ -84,6 +84,10 @@ def test_a_429_then_success_is_one_run_whose_attempts_the_server_counted(server:
     assert meta["receipt"]["schedule"][1]["not_before_ms"] >= 30
     with server.lock:
         assert {r.idempotency_key for r in server.requests} == {"call-1"}
+    # Each attempt records the digest of the body the route's model sent: the same on a retry.
+    bundle = json.loads(meta["bundle_json"])
+    sent = [a.get("request_body_sha256") for a in bundle["attempts"]["attempts"]]
+    assert sent[0] is not None and sent[0] == sent[1]
     # One logical request: the run's request digest is the messages' request.
     request = {
         "schema": "retryledger.request.v1",

@@ -87,6 +87,8 @@ def test_a_429_then_success_is_one_run_whose_attempts_the_server_counted(server:
     with server.lock:
         keys = {r.idempotency_key for r in server.requests}
     assert len(keys) == 1 and None not in keys
+    sent = [a.get("request_body_sha256") for a in json.loads(meta["bundle_json"])["attempts"]["attempts"]]
+    assert sent[0] is not None and sent[0] == sent[1]
     verified(meta)
 
 
