@@ -333,3 +333,20 @@ def test_the_telemetry_option_records_each_run(server: SSEServer) -> None:
     answer = model(server, options={"telemetry": telemetry}).invoke("x")
     spans = exporter.get_finished_spans()
     assert len(spans) == 1 + run_of(answer)["receipt"]["attempt_count"] == 1 + server.count()
+
+
+def test_with_structured_output_goes_through_bind_tools(server: SSEServer) -> None:
+    server.scripts.update(
+        oa=[{"status": 503}],
+        an=[{"tool_call": {"name": "Summary", "arguments": {"title": "INC-4471", "severity": 3}}}],
+    )
+    structured = model(server).with_structured_output(Summary, include_raw=True)
+    out = structured.invoke("Summarize INC-4471")
+    assert isinstance(out, dict)
+    assert out["parsed"] == Summary(title="INC-4471", severity=3)
+    meta = run_of(out["raw"])
+    assert routes_of(server) == ["oa", "oa", "an"]
+    assert meta["receipt"]["attempt_count"] == server.count() == 3
+    with server.lock:
+        anthropic_body = server.requests[2].body
+    assert anthropic_body["tools"][0]["name"] == "Summary"
