@@ -177,10 +177,15 @@ class RetryledgerModel(FallbackModel):
         return f'retryledger:{",".join(model.model_name for model in self.models)}'
 
     def _request_document(self, messages: List[ModelMessage], params: ModelRequestParameters) -> Dict[str, Any]:
+        dumped: List[Dict[str, Any]] = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+        for message in dumped:  # an earlier response's receipt is not part of what is asked
+            details = message.get("provider_details")
+            if isinstance(details, dict) and DETAILS_KEY in details:
+                message["provider_details"] = {k: v for k, v in details.items() if k != DETAILS_KEY} or None
         request: Dict[str, Any] = {
             "schema": "retryledger.request.v1",
             "operation": "pydantic_ai.request",
-            "input": ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+            "input": dumped,
         }
         tools = _params_document(params)
         if tools:

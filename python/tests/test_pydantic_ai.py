@@ -127,6 +127,13 @@ def test_a_tool_call_then_the_answer_two_logical_requests(server: SSEServer) -> 
     assert bodies[2]["messages"][-1]["role"] == "tool"
     digests = {run_of(r)["receipt"]["logical_request_sha256"] for r in responses}
     assert len(digests) == 2
+    # A later request holds the earlier response without the receipt it carries.
+    from pydantic_ai.models import ModelRequestParameters
+
+    history = result.all_messages()[:3]
+    document = model(server)._request_document(history, ModelRequestParameters())
+    assert json.dumps(run_of(responses[0])["receipt"]) not in json.dumps(document)
+    assert "tool_name" in json.dumps(document["input"][1])
 
 
 STREAM = {"mode": "buffer", "max_response_bytes": 65536}
