@@ -350,3 +350,13 @@ def test_with_structured_output_goes_through_bind_tools(server: SSEServer) -> No
     with server.lock:
         anthropic_body = server.requests[2].body
     assert anthropic_body["tools"][0]["name"] == "Summary"
+
+
+def test_an_earlier_answers_receipt_is_not_part_of_the_next_request(server: SSEServer) -> None:
+    server.scripts.update(oa=[{"text": "first"}], an=[{"text": "never"}])
+    chat = model(server)
+    first = chat.invoke("one")
+    history: List[BaseMessage] = [HumanMessage("one"), first, HumanMessage("two")]
+    document = chat._call(history, None, "k").request
+    assert json.dumps(run_of(first)["receipt"]) not in json.dumps(document)
+    assert document["input"][1]["data"]["content"] == "first"
