@@ -42,6 +42,9 @@ Faults:
 * ``status: 429`` (or 500, 503, 529, ...), with optional ``headers``: a plain
   JSON error in the dialect's shape instead of a stream.
 
+``tool_call: {"name": ..., "arguments": {...}}`` (chat and Anthropic, not
+streamed): the final object calls that tool instead of answering in text.
+
 Other keys: ``headers`` (added to any reply), ``model``, ``id`` (the response or
 message id; by default ``resp_{route}_{n}``, ``msg_{route}_{n}``,
 ``chatcmpl-{route}_{n}`` for the route's n-th request), ``input_tokens``,
@@ -214,6 +217,23 @@ def chat_script(reply: Reply, ident: str, request: Dict[str, Any]) -> Script:
             )
         )
     events.append(Event(None, "[DONE]"))
+    message: Dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    finish = "stop"
+    if reply.get("tool_call"):
+        call = reply["tool_call"]
+        message = {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{ident}",
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+                }
+            ],
+        }
+        finish = "tool_calls"
     final = {
         "id": ident,
         "object": "chat.completion",
@@ -223,9 +243,9 @@ def chat_script(reply: Reply, ident: str, request: Dict[str, Any]) -> Script:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish,
             }
         ],
         "usage": usage,
@@ -350,10 +370,16 @@ def anthropic_script(reply: Reply, ident: str, request: Dict[str, Any]) -> Scrip
         ),
         Event("message_stop", {"type": "message_stop"}),
     ]
+    content: List[Dict[str, Any]] = [{"type": "text", "text": text}]
+    stop = "end_turn"
+    if reply.get("tool_call"):
+        call = reply["tool_call"]
+        content = [{"type": "tool_use", "id": f"toolu_{ident}", "name": call["name"], "input": call["arguments"]}]
+        stop = "tool_use"
     final = {
         **message,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
+        "content": content,
+        "stop_reason": stop,
         "usage": {**start_usage, "output_tokens": len(pieces)},
     }
     return Script("anthropic", events, final)
