@@ -1,0 +1,158 @@
+// The LangChain.js adapter with real parts: a RetryledgerChatModel over
+// `@langchain/openai` ChatOpenAI and `@langchain/anthropic` ChatAnthropic,
+// talking to the loopback provider servers on 127.0.0.1. Each test makes one
+// framework call (one logical request) and checks that the requests the
+// servers counted equal the attempts of the receipt.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+
+import { ChatOpenAI } from "@langchain/openai";
+import { ChatAnthropic } from "@langchain/anthropic";
+
+import { PolicyError, RunStoppedError, digest } from "../dist/index.js";
+import { RetryledgerChatModel } from "../dist/langchain.js";
+import { KEY, policyWith } from "./helpers.mjs";
+import { sseServer } from "./sse-loopback.mjs";
+
+const PRIMARY = "private-primary";
+const FALLBACK = "external-fallback";
+
+/** @param {(p: import("../dist/index.js").Policy) => void} [change] */
+const policy = (change) =>
+  policyWith((p) => {
+    p.backoff = { base_ms: 10, max_ms: 50, retry_after_cap_ms: 200 };
+    change?.(p);
+  });
+
+/** @param {{url: (route: string) => string}} server @param {number} [retries] */
+function routes(server, retries = 0) {
+  return {
+    [PRIMARY]: new ChatOpenAI({ model: "gpt-fake", apiKey: "sk-loopback", maxRetries: retries, configuration: { baseURL: server.url(PRIMARY) } }),
+    [FALLBACK]: new ChatAnthropic({ model: "claude-fake", apiKey: "sk-ant-loopback", maxRetries: 0, anthropicApiUrl: server.url(FALLBACK) }),
+  };
+}
+
+/** @param {any} message */
+function receiptOf(message) {
+  const r = message?.response_metadata?.retryledger;
+  assert.ok(r !== undefined, "the message carries response_metadata.retryledger");
+  assert.equal(r.receipt_sha256, digest(r.receipt), "the receipt digest is the digest of the receipt it carries");
+  return r;
+}
+
+test("a 429 then success: one invoke, two requests, two attempts", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ status: 429, headers: { "retry-after-ms": "30" } }, { text: "fine now" }] });
+  try {
+    const model = new RetryledgerChatModel({ routes: routes(server), policy: policy(), idempotencyKey: KEY });
+    const answer = await model.invoke("hello");
+    assert.equal(answer.content, "fine now");
+    const meta = receiptOf(answer);
+    assert.equal(meta.terminal, "completed");
+    assert.equal(meta.receipt.fallback_used, false);
+    assert.equal(server.count(), 2);
+    assert.equal(meta.attempts, server.count());
+  } finally {
+    await server.close();
+  }
+});
+
+test("a fallback across providers: ChatOpenAI fails twice, ChatAnthropic answers", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ status: 503 }], [FALLBACK]: [{ text: "from the fallback" }] });
+  try {
+    const model = new RetryledgerChatModel({ routes: routes(server), policy: policy(), idempotencyKey: KEY });
+    const answer = await model.invoke("hello");
+    assert.equal(answer.content, "from the fallback");
+    const meta = receiptOf(answer);
+    assert.equal(meta.terminal, "completed");
+    assert.equal(meta.receipt.fallback_used, true);
+    assert.equal(server.count(PRIMARY), 2);
+    assert.equal(server.count(FALLBACK), 1);
+    assert.equal(meta.attempts, server.count());
+  } finally {
+    await server.close();
+  }
+});
+
+test("a route whose maxRetries is on, and withRetry / withFallbacks over the model, are refused before any request", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ text: "never sent" }] });
+  try {
+    assert.throws(
+      () => new RetryledgerChatModel({ routes: routes(server, 2), policy: policy(), idempotencyKey: KEY }),
+      (/** @type {any} */ e) => e instanceof PolicyError && e.code === "retry_owner_not_harness",
+    );
+    const defaulted = { ...routes(server), [PRIMARY]: new ChatOpenAI({ model: "gpt-fake", apiKey: "sk", configuration: { baseURL: server.url(PRIMARY) } }) };
+    assert.throws(
+      () => new RetryledgerChatModel({ routes: defaulted, policy: policy(), idempotencyKey: KEY }),
+      (/** @type {any} */ e) => e.code === "retry_owner_not_harness",
+    );
+    const wrapped = { ...routes(server), [PRIMARY]: routes(server)[PRIMARY].withRetry({ stopAfterAttempt: 3 }) };
+    assert.throws(
+      () => new RetryledgerChatModel({ routes: /** @type {any} */ (wrapped), policy: policy(), idempotencyKey: KEY }),
+      (/** @type {any} */ e) => e.code === "retry_owner_not_harness",
+    );
+    const model = new RetryledgerChatModel({ routes: routes(server), policy: policy(), idempotencyKey: KEY });
+    assert.throws(() => model.withRetry(), (/** @type {any} */ e) => e.code === "retry_owner_not_harness");
+    assert.throws(() => model.withFallbacks([model]), (/** @type {any} */ e) => e.code === "retry_owner_not_harness");
+    assert.equal(server.count(), 0);
+  } finally {
+    await server.close();
+  }
+});
+
+test("a stopped run throws the driver's error with the sealed run", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ status: 400 }] });
+  try {
+    const model = new RetryledgerChatModel({ routes: routes(server), policy: policy(), idempotencyKey: KEY });
+    const err = await model.invoke("hello").catch((/** @type {any} */ e) => e);
+    assert.ok(err instanceof RunStoppedError, String(err));
+    assert.equal(server.count(), 1);
+    assert.equal(err.sealed.bundle.attempts.attempts.length, server.count());
+  } finally {
+    await server.close();
+  }
+});
+
+test("stream: a stream cut before any output is retried; the last chunk carries the receipt", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ cutAfter: 0 }, { text: "streamed answer", chunks: 3 }] });
+  try {
+    const model = new RetryledgerChatModel({
+      routes: routes(server),
+      policy: policy((p) => (p.stream = { mode: "buffer", max_response_bytes: 1 << 20 })),
+      idempotencyKey: KEY,
+    });
+    let text = "";
+    /** @type {any} */
+    let last;
+    for await (const chunk of await model.stream("hello")) {
+      text += typeof chunk.content === "string" ? chunk.content : "";
+      last = chunk;
+    }
+    assert.equal(text, "streamed answer");
+    const meta = receiptOf(last);
+    assert.equal(server.count(), 2);
+    assert.equal(meta.attempts, server.count());
+  } finally {
+    await server.close();
+  }
+});
+
+test("bound tools reach the fallback route and its tool call comes back", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ status: 500 }], [FALLBACK]: [{ toolCall: { name: "weather", arguments: { city: "Berlin" } } }] });
+  try {
+    const model = new RetryledgerChatModel({ routes: routes(server), policy: policy(), idempotencyKey: KEY });
+    const withTools = model.bindTools([
+      { type: "function", function: { name: "weather", description: "weather of a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } },
+    ]);
+    const answer = await withTools.invoke("weather in Berlin?");
+    assert.equal(answer.tool_calls?.length, 1);
+    assert.equal(answer.tool_calls?.[0]?.name, "weather");
+    assert.deepEqual(answer.tool_calls?.[0]?.args, { city: "Berlin" });
+    assert.equal(server.requests.at(-1)?.body?.tools?.[0]?.name, "weather");
+    assert.equal(server.requests[0]?.body?.tools?.[0]?.function?.name, "weather");
+    const meta = receiptOf(answer);
+    assert.equal(meta.attempts, server.count());
+    assert.equal(server.count(), 3);
+  } finally {
+    await server.close();
+  }
+});
