@@ -195,6 +195,8 @@ test("structured output that fails its schema once is repaired (a new logical re
     assert.ok(JSON.stringify(second.messages).includes("n is not an integer"));
     assert.equal(server.requests[1]?.idempotencyKey, `${KEY}:repair:1`);
     assert.equal(meta.attempts, 1, "the last run of the chain made one attempt");
+    assert.equal(meta.runs, 2, "the request and one repair");
+    assert.equal(meta.chain_attempts, server.count(), "every request the server counted is an attempt of the chain");
   } finally {
     await server.close();
   }

@@ -9,8 +9,8 @@ import assert from "node:assert/strict";
 import { ChatOpenAI } from "@langchain/openai";
 import { ChatAnthropic } from "@langchain/anthropic";
 
-import { PolicyError, RunStoppedError, digest } from "../dist/index.js";
-import { RetryledgerChatModel } from "../dist/langchain.js";
+import { PolicyError, RunStoppedError, digest, checkOn, outputCheck } from "../dist/index.js";
+import { RetryledgerChatModel, messageText } from "../dist/langchain.js";
 import { KEY, policyWith } from "./helpers.mjs";
 import { sseServer } from "./sse-loopback.mjs";
 
@@ -152,6 +152,44 @@ test("bound tools reach the fallback route and its tool call comes back", async 
     const meta = receiptOf(answer);
     assert.equal(meta.attempts, server.count());
     assert.equal(server.count(), 3);
+  } finally {
+    await server.close();
+  }
+});
+
+/** A check that the answer is JSON with an integer `n`. */
+const hasN = outputCheck(
+  (text) => {
+    try {
+      const v = JSON.parse(String(text));
+      return Number.isInteger(v?.n) ? true : ["n is not an integer"];
+    } catch {
+      return ["not JSON"];
+    }
+  },
+  { validator: "has_n" },
+);
+
+test("structured output that fails its schema once is repaired (a new logical request)", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ text: '{"n": "seven"}' }, { text: '{"n": 7}' }] });
+  try {
+    const model = new RetryledgerChatModel({
+      routes: routes(server),
+      policy: policy((p) => (p.repair = { max_repairs: 1, cost_share_percent: 50 })),
+      idempotencyKey: KEY,
+      checks: [checkOn(hasN, messageText)],
+      repair: true,
+    });
+    const answer = await model.invoke("a number as JSON");
+    assert.deepEqual(JSON.parse(String(answer.content)), { n: 7 });
+    assert.equal(server.count(), 2);
+    const second = server.requests[1]?.body;
+    assert.ok(JSON.stringify(second.messages).includes("n is not an integer"), "the repair names the defect");
+    assert.ok(JSON.stringify(second.messages).includes("seven"), "the repair repeats the answer");
+    const meta = receiptOf(answer);
+    assert.equal(meta.attempts, 1, "the last run of the chain made one attempt");
+    assert.equal(meta.runs, 2, "the request and one repair");
+    assert.equal(meta.chain_attempts, server.count(), "every request the server counted is an attempt of the chain");
   } finally {
     await server.close();
   }

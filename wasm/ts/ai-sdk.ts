@@ -47,7 +47,7 @@ import { runWithPolicy, type RunOptions, type Step } from "./driver.js";
 import { DecodeError, PolicyError } from "./errors.js";
 import { runStream, type StreamReader, type StreamRunOptions, type StreamStep } from "./stream.js";
 import type { OutputCheck, RepairDefect } from "./checks.js";
-import type { Json, LogicalRequest, Policy, Sealed, Usage } from "./types.js";
+import type { Json, LogicalRequest, Policy, RepairChain, Sealed, Usage } from "./types.js";
 
 // ---------------------------------------------------------------- the AI SDK's model interface
 
@@ -261,13 +261,19 @@ function logical(call: AISdkCallOptions): AISdkLogicalRequest {
 }
 
 /** The receipt as provider metadata (JSON values only). */
-export function receiptMetadata(sealed: Sealed): JSONObject {
-  return {
+export function receiptMetadata(sealed: Sealed, chain?: RepairChain): JSONObject {
+  const meta: JSONObject = {
     receipt_sha256: sealed.receipt_sha256,
     terminal: sealed.terminal,
     attempts: sealed.bundle.attempts.attempts.length,
     receipt: JSON.parse(JSON.stringify(sealed.receipt)) as JSONValue,
   };
+  if (chain !== undefined) {
+    // Under repair: the runs of the chain, and the attempts of all of them (the requests sent for the call).
+    meta.runs = chain.links.length;
+    meta.chain_attempts = chain.links.reduce((n, link) => n + link.bundle.attempts.attempts.length, 0);
+  }
+  return meta;
 }
 
 // ---------------------------------------------------------------- the model
@@ -364,7 +370,7 @@ export function retryledgerModel(options: RetryledgerModelOptions): RetryledgerL
       );
       return {
         ...run.result,
-        providerMetadata: { ...(run.result.providerMetadata ?? {}), retryledger: receiptMetadata(run.sealed) },
+        providerMetadata: { ...(run.result.providerMetadata ?? {}), retryledger: receiptMetadata(run.sealed, run.chain) },
       };
     },
     async doStream(call) {

@@ -23,7 +23,7 @@
 
 import { BaseChatModel, type BaseChatModelCallOptions, type BaseChatModelParams, type BindToolsInput } from "@langchain/core/language_models/chat_models";
 import type { BaseLanguageModelInput } from "@langchain/core/language_models/base";
-import { AIMessage, AIMessageChunk, type BaseMessage } from "@langchain/core/messages";
+import { AIMessage, AIMessageChunk, HumanMessage, type BaseMessage } from "@langchain/core/messages";
 import { ChatGenerationChunk, type ChatResult } from "@langchain/core/outputs";
 import type { Runnable } from "@langchain/core/runnables";
 
@@ -31,8 +31,8 @@ import { CompiledPolicy, compiledOf, type Input } from "./core.js";
 import { runWithPolicy, type RunOptions, type Step } from "./driver.js";
 import { DecodeError, PolicyError } from "./errors.js";
 import { runStream, type StreamReader, type StreamRunOptions } from "./stream.js";
-import type { OutputCheck } from "./checks.js";
-import type { Policy, Sealed } from "./types.js";
+import type { OutputCheck, RepairDefect } from "./checks.js";
+import type { Json, LogicalRequest, Policy, RepairChain, Sealed } from "./types.js";
 
 /** The part of a route chat model this module uses (a `BaseChatModel`). */
 export interface RouteChatModel {
@@ -59,8 +59,14 @@ export interface RetryledgerChatModelFields
   policy: Input<Policy> | CompiledPolicy | ((messages: BaseMessage[]) => Input<Policy> | CompiledPolicy);
   /** The idempotency key of a call, unless the call gives `idempotencyKey`. */
   idempotencyKey?: string | ((messages: BaseMessage[]) => string);
-  /** Output checks run on each answer (an `AIMessage`). */
+  /** Output checks run on each answer (an `AIMessage`; `messageText` reads its text, `checkOn` applies a check to it). */
   checks?: readonly OutputCheck[];
+  /**
+   * With a policy that has a `repair` section: the next messages after an
+   * answer that failed its checks. `true` uses `repairMessages` (the
+   * answer, then a human message naming the defects).
+   */
+  repair?: true | ((messages: BaseMessage[], output: BaseMessage, defects: RepairDefect[]) => BaseMessage[]);
   /** Options of the stream driver only (`stream`). */
   stream?: Pick<StreamRunOptions<BaseMessage>, "reserveTokens">;
 }
@@ -85,13 +91,19 @@ export function assertNoChatModelRetries(route: unknown, name = "route"): void {
 }
 
 /** The receipt as plain JSON metadata. */
-function receiptMetadata(sealed: Sealed): Record<string, unknown> {
-  return {
+function receiptMetadata(sealed: Sealed, chain?: RepairChain): Record<string, unknown> {
+  const meta: Record<string, unknown> = {
     receipt_sha256: sealed.receipt_sha256,
-    terminal: sealed.terminal as unknown,
+    terminal: sealed.terminal,
     attempts: sealed.bundle.attempts.attempts.length,
     receipt: JSON.parse(JSON.stringify(sealed.receipt)) as unknown,
   };
+  if (chain !== undefined) {
+    // Under repair: the runs of the chain, and the attempts of all of them (the requests sent for the call).
+    meta.runs = chain.links.length;
+    meta.chain_attempts = chain.links.reduce((n, link) => n + link.bundle.attempts.attempts.length, 0);
+  }
+  return meta;
 }
 
 /** The text of a message's content. */
@@ -100,6 +112,24 @@ export function messageText(message: unknown): string {
   if (typeof content === "string") return content;
   if (!Array.isArray(content)) return "";
   return content.map((p: unknown) => (typeof p === "string" ? p : typeof (p as { text?: unknown })?.text === "string" ? (p as { text: string }).text : "")).join("");
+}
+
+/** The default repair: the messages, the answer, then a human message naming the defects. */
+export function repairMessages(messages: BaseMessage[], output: BaseMessage, defects: RepairDefect[]): BaseMessage[] {
+  const said = defects.map((d) => `- ${d.validator}: ${d.message ?? d.kind}`).join("\n");
+  return [...messages, output, new HumanMessage(`The answer above did not pass its checks:\n${said}\nAnswer again, fixing them.`)];
+}
+
+/** The logical request document (`retryledger.request.v1`) of a call's messages and tools, for repair. */
+export function chatRequestDocument(messages: BaseMessage[], tools: unknown): LogicalRequest {
+  const json = (v: unknown): Json => JSON.parse(JSON.stringify(v ?? null)) as Json;
+  const input = messages.map((m) => {
+    const calls = (m as { tool_calls?: unknown }).tool_calls;
+    return json({ role: m.getType(), content: m.content, ...(Array.isArray(calls) && calls.length > 0 ? { tool_calls: calls } : {}) });
+  });
+  const doc: LogicalRequest = { schema: "retryledger.request.v1", operation: "langchain.chat", input };
+  if (tools !== undefined) doc.tools = json(tools);
+  return doc;
 }
 
 /** Reads route message chunks: text is the content's text, a tool-call chunk's arguments count as output too. */
@@ -220,12 +250,27 @@ export class RetryledgerChatModel extends BaseChatModel<RetryledgerChatCallOptio
 
   async _generate(messages: BaseMessage[], options: this["ParsedCallOptions"]): Promise<ChatResult> {
     const { compiled, key } = this.#prepare(messages, options);
+    const repair = this.#fields.repair;
+    // Under repair each run of the chain sends its own messages (runs are sequential: the last ones built).
+    let current = messages;
+    const repairFn =
+      repair === undefined
+        ? undefined
+        : (output: unknown, defects: RepairDefect[]): LogicalRequest => {
+            current = (repair === true ? repairMessages : repair)(current, output as BaseMessage, defects);
+            return chatRequestDocument(current, options.tools);
+          };
     const run = await runWithPolicy<BaseMessage>(
       compiled,
-      (step, signal) => this.#route(step, options).invoke(messages, { signal }),
-      { ...this.#runOptions(), idempotencyKey: key, ...(options.signal === undefined ? {} : { signal: options.signal }) },
+      (step, signal) => this.#route(step, options).invoke(step.repairOrdinal === 0 ? messages : current, { signal }),
+      {
+        ...this.#runOptions(),
+        idempotencyKey: key,
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        ...(repairFn === undefined ? {} : { repair: repairFn, request: chatRequestDocument(messages, options.tools) }),
+      },
     );
-    const meta = receiptMetadata(run.sealed);
+    const meta = receiptMetadata(run.sealed, run.chain);
     const m = run.result as AIMessage;
     const message = new AIMessage({
       content: m.content,
