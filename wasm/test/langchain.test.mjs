@@ -51,6 +51,7 @@ test("a 429 then success: one invoke, two requests, two attempts", async () => {
     assert.equal(meta.receipt.fallback_used, false);
     assert.equal(server.count(), 2);
     assert.equal(meta.attempts, server.count());
+    assert.deepEqual(server.requests.map((q) => q.idempotencyKey), [KEY, KEY], "every attempt sends the same Idempotency-Key");
   } finally {
     await server.close();
   }
@@ -68,6 +69,7 @@ test("a fallback across providers: ChatOpenAI fails twice, ChatAnthropic answers
     assert.equal(server.count(PRIMARY), 2);
     assert.equal(server.count(FALLBACK), 1);
     assert.equal(meta.attempts, server.count());
+    assert.deepEqual(server.requests.map((q) => q.idempotencyKey), [KEY, KEY, KEY], "openai and anthropic attempts send the same Idempotency-Key");
   } finally {
     await server.close();
   }

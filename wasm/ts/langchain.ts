@@ -142,6 +142,16 @@ export const messageChunkReader: StreamReader<BaseMessage> = {
   },
 };
 
+/**
+ * The call options of one attempt on its route's chat model: the attempt's
+ * signal and its `Idempotency-Key` header (`headers` for `ChatAnthropic`,
+ * `options.headers`, the request options, for `ChatOpenAI`).
+ */
+function attemptOptions(step: Step, signal: AbortSignal): Record<string, unknown> {
+  const headers = { "Idempotency-Key": step.idempotencyKey };
+  return { signal, headers, options: { headers } };
+}
+
 /** The fields that are the driver's options. */
 const RUN_OPTION_KEYS = [
   "keyScope",
@@ -262,7 +272,7 @@ export class RetryledgerChatModel extends BaseChatModel<RetryledgerChatCallOptio
           };
     const run = await runWithPolicy<BaseMessage>(
       compiled,
-      (step, signal) => this.#route(step, options).invoke(step.repairOrdinal === 0 ? messages : current, { signal }),
+      (step, signal) => this.#route(step, options).invoke(step.repairOrdinal === 0 ? messages : current, attemptOptions(step, signal)),
       {
         ...this.#runOptions(),
         idempotencyKey: key,
@@ -285,7 +295,7 @@ export class RetryledgerChatModel extends BaseChatModel<RetryledgerChatCallOptio
 
   override async *_streamResponseChunks(messages: BaseMessage[], options: this["ParsedCallOptions"]): AsyncGenerator<ChatGenerationChunk> {
     const { compiled, key } = this.#prepare(messages, options);
-    const run = runStream<BaseMessage>(compiled, (step, signal) => this.#route(step, options).stream(messages, { signal }), {
+    const run = runStream<BaseMessage>(compiled, (step, signal) => this.#route(step, options).stream(messages, attemptOptions(step, signal)), {
       ...this.#runOptions(),
       ...(this.#fields.stream ?? {}),
       idempotencyKey: key,
