@@ -220,3 +220,37 @@ test("Output.object through generateText on the anthropic route", async () => {
     await server.close();
   }
 });
+
+test("streamText: a stream cut after output is never joined (buffer: the next attempt's text alone; restart: stopped)", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ text: "first partial answer here", chunks: 4, cutAfter: 2 }, { text: "whole second answer", chunks: 3 }] });
+  try {
+    const model = retryledgerModel({ routes: routes(server), policy: streamPolicy(), idempotencyKey: KEY });
+    const r = streamText({ model, prompt: "hello", ...harnessOwned() });
+    let text = "";
+    for await (const delta of r.textStream) text += delta;
+    assert.equal(text, "whole second answer");
+    const meta = receiptOf(await r.providerMetadata);
+    assert.equal(server.count(), 2);
+    assert.equal(meta.attempts, server.count());
+  } finally {
+    await server.close();
+  }
+  const cut = await sseServer({ [PRIMARY]: [{ text: "first partial answer here", chunks: 4, cutAfter: 2 }, { text: "never asked" }] });
+  try {
+    const model = retryledgerModel({
+      routes: routes(cut),
+      policy: policy((p) => (p.stream = { mode: "restart", max_response_bytes: 1 << 20 })),
+      idempotencyKey: KEY,
+    });
+    /** @type {any} */
+    let err;
+    const r = streamText({ model, prompt: "hello", ...harnessOwned(), onError: ({ error }) => void (err = error) });
+    await r.consumeStream();
+    assert.ok(err instanceof RunStoppedError, String(err));
+    assert.equal(err.code, "stop_indeterminate");
+    assert.equal(cut.count(), 1);
+    assert.equal(err.sealed.bundle.attempts.attempts.length, cut.count());
+  } finally {
+    await cut.close();
+  }
+});

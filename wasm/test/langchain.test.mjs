@@ -196,3 +196,43 @@ test("structured output that fails its schema once is repaired (a new logical re
     await server.close();
   }
 });
+
+test("stream: a stream cut after output is never joined (buffer: the next attempt's text alone; restart: stopped)", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ text: "first partial answer here", chunks: 4, cutAfter: 2 }, { text: "whole second answer", chunks: 3 }] });
+  try {
+    const model = new RetryledgerChatModel({
+      routes: routes(server),
+      policy: policy((p) => (p.stream = { mode: "buffer", max_response_bytes: 1 << 20 })),
+      idempotencyKey: KEY,
+    });
+    let text = "";
+    /** @type {any} */
+    let last;
+    for await (const chunk of await model.stream("hello")) {
+      text += typeof chunk.content === "string" ? chunk.content : "";
+      last = chunk;
+    }
+    assert.equal(text, "whole second answer");
+    assert.equal(server.count(), 2);
+    assert.equal(receiptOf(last).attempts, server.count());
+  } finally {
+    await server.close();
+  }
+  const cut = await sseServer({ [PRIMARY]: [{ text: "first partial answer here", chunks: 4, cutAfter: 2 }, { text: "never asked" }] });
+  try {
+    const model = new RetryledgerChatModel({
+      routes: routes(cut),
+      policy: policy((p) => (p.stream = { mode: "restart", max_response_bytes: 1 << 20 })),
+      idempotencyKey: KEY,
+    });
+    const err = await (async () => {
+      for await (const _ of await model.stream("hello"));
+    })().catch((/** @type {any} */ e) => e);
+    assert.ok(err instanceof RunStoppedError, String(err));
+    assert.equal(err.code, "stop_indeterminate");
+    assert.equal(cut.count(), 1);
+    assert.equal(err.sealed.bundle.attempts.attempts.length, cut.count());
+  } finally {
+    await cut.close();
+  }
+});

@@ -190,6 +190,15 @@ function successStatus(error: unknown): boolean {
   return typeof status === "number" && status >= 200 && status <= 299;
 }
 
+/** The parts of a route's stream; an error it raises is rethrown as the facts the core reads (`providerFacts`). */
+async function* factsStream(stream: ReadableStream<AISdkStreamPart>): AsyncGenerator<AISdkStreamPart> {
+  try {
+    yield* stream as unknown as AsyncIterable<AISdkStreamPart>;
+  } catch (e) {
+    throw providerFacts(e);
+  }
+}
+
 /** A stream that opened and broke before its first part. */
 async function* brokenStream(error: unknown): AsyncGenerator<AISdkStreamPart> {
   yield* [];
@@ -386,7 +395,7 @@ export function retryledgerModel(options: RetryledgerModelOptions): RetryledgerL
             if (successStatus(e)) return brokenStream(providerFacts(e));
             throw providerFacts(e);
           }
-          return res.stream as unknown as AsyncIterable<AISdkStreamPart>;
+          return factsStream(res.stream);
         },
         {
           ...runOptions,
@@ -428,7 +437,9 @@ export function retryledgerModel(options: RetryledgerModelOptions): RetryledgerL
               return;
             }
           } catch (e) {
-            controller.error(e);
+            // A stopped run is an error part, as the AI SDK's providers report a failed stream (`onError` sees it).
+            controller.enqueue({ type: "error", error: e });
+            controller.close();
           }
         },
         async cancel() {
