@@ -254,3 +254,26 @@ test("streamText: a stream cut after output is never joined (buffer: the next at
     await cut.close();
   }
 });
+
+test("driver options reach the run: onAttempt sees every attempt, onTerminal the receipt", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ status: 429, headers: { "retry-after-ms": "10" } }, { text: "ok" }] });
+  try {
+    /** @type {string[]} */
+    const seen = [];
+    /** @type {any} */
+    let terminal;
+    const model = retryledgerModel({
+      routes: routes(server),
+      policy: policy(),
+      idempotencyKey: KEY,
+      onAttempt: (a) => void seen.push(a.route_id),
+      onTerminal: (receipt) => void (terminal = receipt),
+    });
+    const r = await generateText({ model, prompt: "hello", ...harnessOwned() });
+    assert.deepEqual(seen, [PRIMARY, PRIMARY]);
+    assert.equal(seen.length, server.count());
+    assert.equal(digest(terminal), receiptOf(r.providerMetadata).receipt_sha256);
+  } finally {
+    await server.close();
+  }
+});

@@ -236,3 +236,26 @@ test("stream: a stream cut after output is never joined (buffer: the next attemp
     await cut.close();
   }
 });
+
+test("driver options reach the run: onAttempt sees every attempt, onTerminal the receipt", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ status: 429, headers: { "retry-after-ms": "10" } }, { text: "ok" }] });
+  try {
+    /** @type {string[]} */
+    const seen = [];
+    /** @type {any} */
+    let terminal;
+    const model = new RetryledgerChatModel({
+      routes: routes(server),
+      policy: policy(),
+      idempotencyKey: KEY,
+      onAttempt: (a) => void seen.push(a.route_id),
+      onTerminal: (receipt) => void (terminal = receipt),
+    });
+    const answer = await model.invoke("hello");
+    assert.deepEqual(seen, [PRIMARY, PRIMARY]);
+    assert.equal(seen.length, server.count());
+    assert.equal(digest(terminal), receiptOf(answer).receipt_sha256);
+  } finally {
+    await server.close();
+  }
+});
