@@ -8,9 +8,10 @@ import assert from "node:assert/strict";
 
 import { ChatOpenAI } from "@langchain/openai";
 import { ChatAnthropic } from "@langchain/anthropic";
+import { StateGraph, MessagesAnnotation, START, END } from "@langchain/langgraph";
 
 import { PolicyError, RunStoppedError, digest, checkOn, outputCheck } from "../dist/index.js";
-import { RetryledgerChatModel, messageText } from "../dist/langchain.js";
+import { RetryledgerChatModel, messageText, assertNoGraphRetries } from "../dist/langchain.js";
 import { KEY, policyWith } from "./helpers.mjs";
 import { sseServer } from "./sse-loopback.mjs";
 
@@ -255,6 +256,32 @@ test("driver options reach the run: onAttempt sees every attempt, onTerminal the
     assert.deepEqual(seen, [PRIMARY, PRIMARY]);
     assert.equal(seen.length, server.count());
     assert.equal(digest(terminal), receiptOf(answer).receipt_sha256);
+  } finally {
+    await server.close();
+  }
+});
+
+test("LangGraph: a node retry policy over the model is refused before any request; without one, one graph run is one logical request", async () => {
+  const server = await sseServer({ [PRIMARY]: [{ status: 429, headers: { "retry-after-ms": "10" } }, { text: "graph answer" }] });
+  try {
+    const model = new RetryledgerChatModel({ routes: routes(server), policy: policy(), idempotencyKey: KEY });
+    const call = async (/** @type {{messages: any[]}} */ state) => ({ messages: [await model.invoke(state.messages)] });
+    const build = (/** @type {any} */ options) => new StateGraph(MessagesAnnotation).addNode("agent", call, options).addEdge(START, "agent").addEdge("agent", END).compile();
+    for (const retryPolicy of [{ maxAttempts: 3 }, {}]) {
+      assert.throws(
+        () => assertNoGraphRetries(build({ retryPolicy })),
+        (/** @type {any} */ e) => e instanceof PolicyError && e.code === "retry_owner_not_harness",
+      );
+    }
+    assertNoGraphRetries(build({ retryPolicy: { maxAttempts: 1 } }));
+    const graph = build(undefined);
+    assertNoGraphRetries(graph);
+    assert.equal(server.count(), 0);
+    const out = await graph.invoke({ messages: [{ role: "user", content: "hello" }] });
+    const answer = /** @type {any} */ (out.messages.at(-1));
+    assert.equal(answer.content, "graph answer");
+    assert.equal(receiptOf(answer).attempts, server.count());
+    assert.equal(server.count(), 2);
   } finally {
     await server.close();
   }

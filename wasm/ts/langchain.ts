@@ -90,6 +90,33 @@ export function assertNoChatModelRetries(route: unknown, name = "route"): void {
   }
 }
 
+/**
+ * Throws `retry_owner_not_harness` when a compiled LangGraph graph would
+ * retry a node that calls a retryledger model: a node's `retryPolicy` (or
+ * the graph's) with `maxAttempts` above 1 (LangGraph's default for a policy
+ * without it is 3). `nodes` names the nodes that call the model (default:
+ * every node). Call it once on the compiled graph, before any run.
+ */
+export function assertNoGraphRetries(graph: unknown, nodes?: readonly string[]): void {
+  const g = graph as { retryPolicy?: { maxAttempts?: unknown }; nodes?: Record<string, { retryPolicy?: { maxAttempts?: unknown } }> } | null;
+  if (g === null || typeof g !== "object" || g.nodes === null || typeof g.nodes !== "object") {
+    throw new DecodeError("invalid_type", "invalid_type: assertNoGraphRetries needs a compiled LangGraph graph (with `nodes`)", { path: "/nodes" });
+  }
+  const names = nodes ?? Object.keys(g.nodes).filter((n) => n !== "__start__" && n !== "__end__");
+  for (const name of names) {
+    const policy = g.nodes[name]?.retryPolicy ?? g.retryPolicy;
+    if (policy === undefined) continue;
+    const max = policy.maxAttempts ?? 3;
+    if (typeof max !== "number" || max > 1) {
+      throw new PolicyError(
+        "retry_owner_not_harness",
+        `retry_owner_not_harness: the graph retries node ${name} (retryPolicy.maxAttempts ${String(max)}); leave its retryPolicy unset or at maxAttempts 1 so that the harness is the only retry owner`,
+        { path: `/nodes/${name}/retryPolicy` },
+      );
+    }
+  }
+}
+
 /** The receipt as plain JSON metadata. */
 function receiptMetadata(sealed: Sealed, chain?: RepairChain): Record<string, unknown> {
   const meta: Record<string, unknown> = {
