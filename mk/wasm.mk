@@ -26,7 +26,7 @@ WASM_STAMP_TS := wasm/dist/.built
 WASM_BASE64 := wasm/pkg-web/retryledger_wasm_base64.js
 WASM_NPM_STAMP := wasm/node_modules/.package-lock.json
 WASM_RUST_SOURCES := $(wildcard core/src/*.rs core/src/*/*.rs wasm/src/*.rs) core/Cargo.toml wasm/Cargo.toml Cargo.lock
-WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts wasm/ts/stores/*.ts) wasm/tsconfig.json wasm/tsconfig.temporal.json
+WASM_TS_SOURCES := $(wildcard wasm/ts/*.ts wasm/ts/stores/*.ts) wasm/tsconfig.json wasm/tsconfig.temporal.json wasm/tsconfig.frameworks.json
 # The module ships at opt-level 2 (SHA-256 at 3 through WASM_CARGO_ARGS): a
 # run's cost is mostly the core's, and the speed target of docs/BENCHMARKS.md
 # (the driver against p-retry) holds only there; opt-level z is about a third
@@ -75,11 +75,13 @@ $(WASM_BASE64): $(WASM_STAMP_WEB) wasm/scripts/gen-wasm-base64.mjs
 	cd wasm && node scripts/gen-wasm-base64.mjs
 
 # retryledger/temporal compiles on its own (tsconfig.temporal.json: the
-# @temporalio declarations are skipped, not checked).
+# @temporalio declarations are skipped, not checked), and so do
+# retryledger/ai-sdk and retryledger/langchain (tsconfig.frameworks.json).
 $(WASM_STAMP_TS): $(WASM_TS_SOURCES) $(WASM_STAMP_NODE) $(WASM_STAMP_WEB) $(WASM_BASE64)
 	rm -rf wasm/dist
 	cd wasm && node_modules/.bin/tsc -p tsconfig.json
 	cd wasm && node_modules/.bin/tsc -p tsconfig.temporal.json
+	cd wasm && node_modules/.bin/tsc -p tsconfig.frameworks.json
 	@touch $@
 
 wasm-node: $(WASM_STAMP_NODE) $(WASM_STAMP_TS) ## The Node build of the npm package.
@@ -99,6 +101,7 @@ tables-wasm:
 typecheck-wasm: $(WASM_STAMP_TS)
 	cd wasm && node_modules/.bin/tsc -p tsconfig.check.json
 	cd wasm && node_modules/.bin/tsc -p tsconfig.check-temporal.json
+	cd wasm && node_modules/.bin/tsc -p tsconfig.check-frameworks.json
 
 test-wasm: clippy-wasm tables-wasm typecheck-wasm setup-redis setup-postgres setup-temporal ## Every npm-package test, on the wasm-opt'd module (with its own Redis, PostgreSQL and Temporal dev server).
 	cd wasm && ../tests/servers/with-postgres.sh ../tests/servers/with-redis.sh ../tests/servers/with-temporal.sh node --test --test-concurrency=1 test/

@@ -33,7 +33,8 @@
 //
 // Other keys: headers, model, id (default resp_{route}_{n}, msg_{route}_{n},
 // chatcmpl-{route}_{n} for the route's n-th request), inputTokens, ping
-// (Anthropic, default true), errorCode, errorMessage. The snake_case names of
+// (Anthropic, default true), errorCode, errorMessage, toolCall: {name, arguments}
+// (a non-streamed answer that calls that tool with those arguments instead of text). The snake_case names of
 // the Python server are accepted too. A Responses resume (the GET) takes the
 // route's next reply, but only its faults and status: the events replayed are
 // those of the stored response. A request without `"stream": true` gets the
@@ -156,6 +157,11 @@ function chatScript(reply, id, request) {
     choices: [{ index: 0, message: { role: "assistant", content: text, refusal: null }, logprobs: null, finish_reason: "stop" }],
     usage,
   };
+  if (reply.toolCall !== undefined) {
+    const call = /** @type {{name: string, arguments: unknown}} */ (reply.toolCall);
+    const tool_calls = [{ id: `call_${id}`, type: "function", function: { name: call.name, arguments: JSON.stringify(call.arguments) } }];
+    final.choices = [{ index: 0, message: /** @type {any} */ ({ role: "assistant", content: null, refusal: null, tool_calls }), logprobs: null, finish_reason: "tool_calls" }];
+  }
   return { dialect: "chat", events, final };
 }
 
@@ -238,7 +244,13 @@ function anthropicScript(reply, id, request) {
     ev("message_delta", { type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: pieces.length } }),
     ev("message_stop", { type: "message_stop" }),
   );
+  /** @type {Record<string, any>} */
   const final = { ...message, content: [{ type: "text", text }], stop_reason: "end_turn", usage: { ...startUsage, output_tokens: pieces.length } };
+  if (reply.toolCall !== undefined) {
+    const call = /** @type {{name: string, arguments: unknown}} */ (reply.toolCall);
+    final.content = [{ type: "tool_use", id: `toolu_${id}`, name: call.name, input: call.arguments }];
+    final.stop_reason = "tool_use";
+  }
   return { dialect: "anthropic", events, final };
 }
 
