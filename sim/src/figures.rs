@@ -212,11 +212,6 @@ pub fn table(s: &Scenario, figures: &[Figures]) -> String {
         out.push_str(&row.join(" | "));
         out.push_str(" |\n");
     }
-    if let Some(v) = verdict(s, figures) {
-        out.push('\n');
-        out.push_str(&v);
-        out.push('\n');
-    }
     out
 }
 

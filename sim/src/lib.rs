@@ -106,6 +106,24 @@ impl Report {
         figures::table(&self.scenario, &self.figures)
     }
 
+    /// retryledger against the best baseline and the targets
+    /// ([`figures::verdict`]), when retryledger ran.
+    pub fn verdict(&self) -> Option<String> {
+        figures::verdict(&self.scenario, &self.figures)
+    }
+
+    /// The table with its verdict under it: what the CLI prints and
+    /// splices into the docs.
+    pub fn summary(&self) -> String {
+        let mut out = self.table();
+        if let Some(v) = self.verdict() {
+            out.push('\n');
+            out.push_str(&v);
+            out.push('\n');
+        }
+        out
+    }
+
     /// The figures as pretty JSON text, newline-terminated.
     pub fn json(&self) -> String {
         let v = figures::to_json(&self.scenario, &self.figures, &self.records);

@@ -129,7 +129,7 @@ fn run(a: Args) -> Result<()> {
         s.seed = seed;
     }
     let report = simulate(&s, &a.strategies)?;
-    let table = report.table();
+    let table = report.summary();
     println!("{} — {}\n", s.name, s.description);
     print!("{table}");
     if let Some(path) = &a.json {

@@ -410,7 +410,8 @@ fn hedges_cut_the_slow_tails_p99_and_are_no_baseline() {
         "{table}"
     );
     // The line under the table names a baseline, never the hedged strategy.
-    let verdict = table.lines().last().unwrap();
+    let summary = r.summary();
+    let verdict = summary.lines().last().unwrap();
     assert!(
         verdict.starts_with("retryledger against the best baseline ("),
         "{verdict}"
