@@ -74,7 +74,7 @@ pub(super) fn count(value: &str, notes: &mut Vec<Note>) -> Option<u64> {
 /// Read the rate-limit headers of a response at `now_unix_ms`: the same
 /// header forms as the hint's reset source (OpenAI durations, Anthropic
 /// RFC 3339, IETF `t` or the policy window `w`, in seconds). A garbage
-/// count or reset, a reset in the past or beyond [`MAX_HINT_MS`] is
+/// count or reset, a reset in the past or beyond [`MAX_HINT_MS`](super::MAX_HINT_MS) is
 /// ignored and noted; a valid `remaining` with a bad reset still counts.
 pub fn rate_limits(headers: &[(String, String)], now_unix_ms: u64) -> RateLimits {
     let mut out = RateLimits::default();
