@@ -1,0 +1,280 @@
+//! Replaying a run's recorded admissions against its plan.
+
+use crate::admission::{self, AdmissionConfig, LimitAnswer};
+use crate::attempt::Attempts;
+use crate::breaker::{self, BreakerAdmission, BreakerConfig};
+use crate::budget;
+use crate::error::{Error, ErrorCode, Result};
+use crate::ids::Sha256Hex;
+use crate::policy::CompiledPolicy;
+
+use super::{BudgetUse, FleetSnapshots, FleetStop, LimitsRef, Skip, StopReason};
+
+fn drift(i: Option<usize>, path: String, msg: String) -> Error {
+    let mut e = Error::at(ErrorCode::AdmissionDrift, path, msg);
+    e.attempt_index = i;
+    e
+}
+
+/// Check one skip: the snapshot is in the bundle, is the route's, and refuses.
+fn check_skip(
+    cp: &CompiledPolicy,
+    cfg: &BreakerConfig,
+    snapshots: &FleetSnapshots,
+    skip: &Skip,
+    at_epoch_ms: u64,
+    i: Option<usize>,
+    at: &str,
+) -> Result<()> {
+    let Some(route) = cp.routes().find(|r| r.route_id == skip.route_id) else {
+        return Err(drift(
+            i,
+            format!("{at}/route_id"),
+            format!("no route `{}`", skip.route_id),
+        ));
+    };
+    let Some(s) = snapshots.breaker(&skip.snapshot_sha256) else {
+        return Err(missing(i, format!("{at}/snapshot_sha256")));
+    };
+    s.check(cfg, &route.route_release_sha256, at)?;
+    if let (BreakerAdmission::Admitted { .. }, _) = breaker::admit(cfg, s, at_epoch_ms) {
+        return Err(drift(
+            i,
+            format!("{at}/route_id"),
+            format!(
+                "route `{}` was skipped, but its breaker snapshot admits at {at_epoch_ms}",
+                skip.route_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Check an attempt's (or a stop's) admission limits against the snapshot
+/// the bundle carries: re-run the admission and compare its answer.
+fn check_limits(
+    cfg: &AdmissionConfig,
+    snapshots: &FleetSnapshots,
+    limits: &LimitsRef,
+    release: &Sha256Hex,
+    now: u64,
+    stop: Option<(u64, u64)>,
+    (i, at): (Option<usize>, &str),
+) -> Result<()> {
+    let Some(s) = snapshots.admission(&limits.snapshot_sha256) else {
+        return Err(missing(i, format!("{at}/snapshot_sha256")));
+    };
+    s.check(cfg, release, at)?;
+    if cfg.counts_tokens() != limits.tokens.is_some() {
+        return Err(drift(
+            i,
+            format!("{at}/tokens"),
+            "an admission records its tokens exactly when the limits have a token bucket".into(),
+        ));
+    }
+    let tokens = limits.tokens.unwrap_or(0);
+    let fits = match stop {
+        None => {
+            let start = limits.start_epoch_ms.unwrap_or(0);
+            let since = start.saturating_sub(limits.queue_wait_ms);
+            admission::admit(cfg, s, now, since, tokens).0
+                == LimitAnswer::Admitted {
+                    start_epoch_ms: start,
+                }
+                && since <= now
+        }
+        Some((at_ms, deadline_ms)) => {
+            let since = now.saturating_sub(limits.queue_wait_ms);
+            let room = |t: u64| at_ms.saturating_add(t.saturating_sub(now)) < deadline_ms;
+            match admission::admit(cfg, s, now, since, tokens).0 {
+                LimitAnswer::Admitted { start_epoch_ms: t }
+                | LimitAnswer::Wait { until_epoch_ms: t } => {
+                    !room(t) && limits.start_epoch_ms == Some(t)
+                }
+                LimitAnswer::Refused { earliest_epoch_ms } => {
+                    limits.start_epoch_ms == earliest_epoch_ms
+                }
+            }
+        }
+    };
+    if !fits {
+        return Err(drift(
+            i,
+            format!("{at}/start_epoch_ms"),
+            "the admission snapshot does not give this admission (start, queue wait or refusal)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+fn missing(i: Option<usize>, path: String) -> Error {
+    let mut e = Error::at(
+        ErrorCode::SnapshotMissing,
+        path,
+        "the bundle does not carry the snapshot this admission read",
+    );
+    e.attempt_index = i;
+    e
+}
+
+/// The dispatch a fleet stop was for: the plan before the stop, after the
+/// routes it skipped.
+fn planned_for_stop(
+    cp: &CompiledPolicy,
+    attempts: &Attempts,
+    stop: &FleetStop,
+) -> Option<crate::evaluate::Dispatch> {
+    let before = Attempts {
+        fleet_stop: None,
+        ..attempts.clone()
+    };
+    let run = crate::evaluate::replay(cp, &before).ok()?;
+    let crate::evaluate::Decision::Dispatch(mut d) = run.next().clone() else {
+        return None;
+    };
+    for _ in stop.skipped.iter().flat_map(|s| s.0.iter()) {
+        d = run.skip_route(cp, &d)?;
+    }
+    Some(d)
+}
+
+/// Replay every admission of a run against the snapshots its bundle carries.
+pub fn verify_admissions(
+    cp: &CompiledPolicy,
+    attempts: &Attempts,
+    snapshots: &FleetSnapshots,
+) -> Result<()> {
+    let Some(fleet) = &cp.policy.fleet else {
+        return Ok(());
+    };
+    for (i, a) in attempts.attempts.iter().enumerate() {
+        let Some(adm) = &a.admission else { continue };
+        let at = format!("/attempts/attempts/{i}/admission");
+        let now = adm.admitted_at_epoch_ms;
+        if adm.store.is_some() {
+            continue;
+        }
+        if let (Some(cfg), Some(l)) = (&fleet.admission, &adm.limits) {
+            check_limits(
+                cfg,
+                snapshots,
+                l,
+                &a.route_release_sha256,
+                now,
+                None,
+                (Some(i), &format!("{at}/limits")),
+            )?;
+        }
+        if let Some(cfg) = &fleet.breaker {
+            for (k, skip) in adm.skipped.iter().flat_map(|s| s.0.iter()).enumerate() {
+                check_skip(
+                    cp,
+                    cfg,
+                    snapshots,
+                    skip,
+                    now,
+                    Some(i),
+                    &format!("{at}/skipped/{k}"),
+                )?;
+            }
+            if let Some(b) = &adm.breaker {
+                let Some(s) = snapshots.breaker(&b.snapshot_sha256) else {
+                    return Err(missing(Some(i), format!("{at}/breaker/snapshot_sha256")));
+                };
+                s.check(cfg, &a.route_release_sha256, &format!("{at}/breaker"))?;
+                let (answer, _) = breaker::admit(cfg, s, now);
+                if answer != (BreakerAdmission::Admitted { probe: b.probe })
+                    || s.generation != b.generation
+                {
+                    return Err(drift(
+                        Some(i),
+                        format!("{at}/breaker"),
+                        "the breaker snapshot does not give this admission".into(),
+                    ));
+                }
+            }
+        }
+        if let (Some(cfg), Some(b)) = (&fleet.retry_budget, &adm.budget) {
+            let Some(s) = snapshots.budget(&b.snapshot_sha256) else {
+                return Err(missing(Some(i), format!("{at}/budget/snapshot_sha256")));
+            };
+            s.check(cfg, &format!("{at}/budget"))?;
+            if b.kind == BudgetUse::Withdraw && !budget::withdraw(cfg, s, now).0 {
+                return Err(drift(
+                    Some(i),
+                    format!("{at}/budget"),
+                    "the budget snapshot does not cover this withdrawal".into(),
+                ));
+            }
+        }
+    }
+    if let Some(stop) = &attempts.fleet_stop {
+        let at = "/attempts/fleet_stop";
+        let now = stop.at_epoch_ms;
+        if let Some(cfg) = &fleet.breaker {
+            for (k, skip) in stop.skipped.iter().flat_map(|s| s.0.iter()).enumerate() {
+                check_skip(
+                    cp,
+                    cfg,
+                    snapshots,
+                    skip,
+                    now,
+                    None,
+                    &format!("{at}/skipped/{k}"),
+                )?;
+            }
+        }
+        if let (Some(cfg), Some(l), StopReason::Admission) =
+            (&fleet.admission, &stop.limits, stop.reason)
+        {
+            let Some(d) = planned_for_stop(cp, attempts, stop) else {
+                return Err(drift(
+                    None,
+                    format!("{at}/limits"),
+                    "no planned dispatch for the admission stop".into(),
+                ));
+            };
+            check_limits(
+                cfg,
+                snapshots,
+                l,
+                &d.route_release_sha256,
+                now,
+                Some((stop.at_ms, d.deadline_ms)),
+                (None, &format!("{at}/limits")),
+            )?;
+        }
+        if let (Some(cfg), Some(b), StopReason::RetryBudget) =
+            (&fleet.retry_budget, &stop.budget, stop.reason)
+        {
+            let Some(s) = snapshots.budget(&b.snapshot_sha256) else {
+                return Err(missing(None, format!("{at}/budget/snapshot_sha256")));
+            };
+            s.check(cfg, &format!("{at}/budget"))?;
+            if budget::withdraw(cfg, s, now).0 {
+                return Err(drift(
+                    None,
+                    format!("{at}/budget"),
+                    "the run stopped for its retry budget, but the snapshot covers the withdrawal"
+                        .into(),
+                ));
+            }
+            // A budget that waits stops only when the wait would reach the
+            // deadline (a hedged run's hedge session stops at once).
+            if cfg.wait_ms.is_some() && cp.policy.hedge.is_none() {
+                let room = planned_for_stop(cp, attempts, stop)
+                    .is_some_and(|d| cfg.waits(stop.at_ms, d.deadline_ms).is_some());
+                if room {
+                    return Err(drift(
+                        None,
+                        format!("{at}/at_ms"),
+                        "the run stopped for its retry budget, but the budget waits and its wait ends before the deadline"
+                            .into(),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
