@@ -64,3 +64,11 @@ def test_the_example_runs_and_prints_the_receipt_digest(server: SSEServer, first
     assert routes_of(server) == ["oa", "oa", "an"]
     with server.lock:
         assert len({r.idempotency_key for r in server.requests}) == 1
+
+
+@pytest.mark.parametrize(
+    "first_line",
+    ["from langchain_anthropic import ChatAnthropic", "from anthropic import AsyncAnthropic"],
+)
+def test_the_root_readme_shows_the_same_example(first_line: str) -> None:
+    assert "```python\n" + block(first_line) + "```" in (ROOT / "README.md").read_text()
