@@ -165,6 +165,7 @@ ErrorCode = Literal[
     "idempotency_retention_invalid",
     "idempotency_not_in_progress",
     "idempotency_request_mismatch",
+    "idempotency_key_invalid",
 ]
 
 #: Every error code and its family, in the core's order.
@@ -302,6 +303,7 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "idempotency_retention_invalid": "idempotency",
     "idempotency_not_in_progress": "idempotency",
     "idempotency_request_mismatch": "idempotency",
+    "idempotency_key_invalid": "idempotency",
 }
 
 #: A terminal's name.

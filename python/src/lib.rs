@@ -735,6 +735,26 @@ fn key_sha256(secret: &str) -> PyResult<String> {
     lift(api::key_sha256(secret))
 }
 
+/// `check_idempotency_header`: `None` for an `Idempotency-Key` header value
+/// the receiver's guard takes; raises `idempotency_key_invalid` otherwise.
+#[pyfunction]
+fn check_idempotency_header(raw: &str) -> PyResult<()> {
+    lift(api::check_idempotency_header(raw))
+}
+
+/// `http_request_sha256`: the digest of an HTTP request as received.
+#[pyfunction]
+fn http_request_sha256(method: &str, target: &str, body: &[u8]) -> String {
+    api::http_request_sha256(method, target, body)
+}
+
+/// `http_response_sha256`: the digest of a response as sent (the kept
+/// headers as JSON text of `[name, value]` pairs).
+#[pyfunction]
+fn http_response_sha256(status: u64, headers: &str, body: &[u8]) -> PyResult<String> {
+    lift(api::http_response_sha256(status, headers, body))
+}
+
 /// `budget_deposit`: the next budget snapshot (JSON) after a first attempt's deposit.
 #[pyfunction]
 fn budget_deposit(
@@ -2036,6 +2056,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(key_pool_select, m)?)?;
     m.add_function(wrap_pyfunction!(key_pool_record, m)?)?;
     m.add_function(wrap_pyfunction!(key_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(check_idempotency_header, m)?)?;
+    m.add_function(wrap_pyfunction!(http_request_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(http_response_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(machine_transcript, m)?)?;
     m.add_function(wrap_pyfunction!(journal_verify, m)?)?;
     m.add_function(wrap_pyfunction!(journal_recover, m)?)?;
