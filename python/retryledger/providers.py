@@ -20,10 +20,9 @@ google.generate_content    ``client.models.generate_content(model=...,     ``mod
 
 A body field the SDK method does not name goes in ``extra_body``, so the
 request on the wire is the lowered body. For ``google`` the lowered body is
-the REST body: its ``contents`` and, as the SDK's config, its
-``generationConfig`` fields with its other top-level fields
-(``systemInstruction``, ``tools``) beside them; the SDK writes the same REST
-body back.
+the REST body, given whole as the call's ``HttpOptions(extra_body=...)``,
+which the SDK merges over the request it builds (its ``contents`` replaced
+by the body's), so the wire body is again the lowered body.
 
     clients = {
         "openai": OpenAI(max_retries=0),
@@ -283,23 +282,27 @@ class _Google(_Wire):
         require_no_retries(client)
 
     def arguments(self, lowered: Lowered, step: Step, timeout_s: float) -> Dict[str, Any]:
-        """``generate_content``'s arguments for the REST body: its
-        ``contents``, and the SDK config made of its ``generationConfig``
-        fields and its other top-level fields (read in the REST form, so
-        base64 bytes and camelCase names stay what they are)."""
+        """``generate_content``'s arguments for the REST body: the whole body
+        as the request's ``HttpOptions.extra_body``, which the SDK merges
+        over the request it builds (a list replaced, an object merged key by
+        key), so the wire body is the lowered body byte for byte in meaning
+        (the SDK's own conversion would write some fields in snake case and
+        bytes in URL-safe base64). ``contents`` are also given to the SDK,
+        read in their REST form, because it requires them."""
         from google.genai import types
 
         body = lowered["body"]
-        config: Dict[str, Any] = dict(body.get("generationConfig") or {})
-        for key, value in body.items():
-            if key not in ("contents", "generationConfig"):
-                config[key] = value
-        parsed = types.GenerateContentConfig.model_validate_json(json.dumps(config))
-        parsed.http_options = types.HttpOptions(
-            headers={IDEMPOTENCY_HEADER: step.idempotency_key}, timeout=max(1, int(timeout_s * 1000))
+        options = types.HttpOptions(
+            headers={IDEMPOTENCY_HEADER: step.idempotency_key},
+            timeout=max(1, int(timeout_s * 1000)),
+            extra_body=dict(body),
         )
         contents = [types.Content.model_validate_json(json.dumps(c)) for c in body.get("contents") or ()]
-        return {"model": lowered["model"], "contents": contents, "config": parsed}
+        return {
+            "model": lowered["model"],
+            "contents": contents,
+            "config": types.GenerateContentConfig(http_options=options),
+        }
 
     def call(self, client: Any, lowered: Lowered, step: Step, timeout_s: float, stream: bool, aio: bool) -> Any:
         models = client.aio.models if aio else client.models

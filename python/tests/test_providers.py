@@ -131,6 +131,17 @@ def async_clients(server: ProviderServer) -> Dict[str, Any]:
     }
 
 
+async def run_async_closed(server: ProviderServer, request: Dict[str, Any], document: Dict[str, Any], **options: Any) -> Any:
+    """``providers.run_async`` with fresh async clients, closed before the loop ends."""
+    given = async_clients(server)
+    try:
+        return await providers.run_async(request, document, given, KEY, **options)
+    finally:
+        await given["openai"].close()
+        await given["anthropic"].close()
+        await given["google"].aio.aclose()
+
+
 OVERLOADED: Dict[str, Any] = {"status": 529, "body": {"error": {"type": "overloaded_error", "message": "Overloaded"}}}
 # Anthropic's 429: the account's quota resets in an hour, far past the run's 2 s cap.
 QUOTA: Dict[str, Any] = {
@@ -221,9 +232,7 @@ def test_the_async_driver_sends_the_same_bodies(serve: Any) -> None:
     server = serve({"openai": [OVERLOADED], "anthropic": [QUOTA], "google": [GEMINI_OK]})
     document = spec(["openai", "anthropic", "google"], attempts={"openai": 1})
     clock = FakeClock()
-    result = asyncio.run(
-        providers.run_async(REQUEST, document, async_clients(server), KEY, clock=clock, sleep=clock.async_sleep)
-    )
+    result = asyncio.run(run_async_closed(server, REQUEST, document, clock=clock, sleep=clock.async_sleep))
     promised = expected_bodies(document)
     assert [r.body for r in server.received] == [promised["openai"], promised["anthropic"], promised["google"]]
     assert result.receipt["attempt_count"] == 3

@@ -47,13 +47,17 @@ def test_spans_name_the_requested_and_served_model(serve: Any) -> None:
     routes = {r: {"provider": r, "model": "configured-elsewhere"} for r in ("openai", "anthropic", "google")}
     written = RunTelemetry(tracing.get_tracer("test"), operation="chat", routes=routes).record(result, 1_780_000_000_000)
     assert written == spans_of(result.bundle, result.receipt_sha256, operation="chat", routes=routes)
-    spans = {s.attributes["retryledger.ordinal"]: s for s in exporter.get_finished_spans() if s.attributes and "retryledger.ordinal" in s.attributes}
-    assert [(spans[o].attributes.get("gen_ai.request.model"), spans[o].attributes.get("gen_ai.response.model")) for o in (1, 2, 3)] == [
+    attrs = {
+        s.attributes["retryledger.ordinal"]: (s.name, dict(s.attributes))
+        for s in exporter.get_finished_spans()
+        if s.attributes and "retryledger.ordinal" in s.attributes
+    }
+    assert [(attrs[o][1].get("gen_ai.request.model"), attrs[o][1].get("gen_ai.response.model")) for o in (1, 2, 3)] == [
         ("gpt-4.1", None),
         ("claude-sonnet-4-5", None),
         ("gemini-2.5-pro", "gemini-2.5-pro-preview-06-05"),
     ]
-    assert [spans[o].name for o in (1, 2, 3)] == ["chat gpt-4.1", "chat claude-sonnet-4-5", "chat gemini-2.5-pro"]
+    assert [attrs[o][0] for o in (1, 2, 3)] == ["chat gpt-4.1", "chat claude-sonnet-4-5", "chat gemini-2.5-pro"]
     [run_span] = [s for s in exporter.get_finished_spans() if s.attributes and "retryledger.terminal" in s.attributes]
     assert run_span.attributes is not None
     assert run_span.attributes["gen_ai.request.model"] == "gemini-2.5-pro"
