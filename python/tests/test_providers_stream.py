@@ -6,6 +6,7 @@ while the completed attempt's usage is priced."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Dict, Iterator, List
 
 import pytest
@@ -15,7 +16,7 @@ from retryledger import providers
 from retryledger.testing import FakeClock
 
 from provider_loopback import ProviderServer
-from test_providers import KEY, REQUEST, clients, spec
+from test_providers import KEY, REQUEST, async_clients, clients, spec
 
 STREAM = {"mode": "tentative", "max_response_bytes": 1048576, "first_byte_timeout_ms": 10000, "idle_timeout_ms": 5000}
 
@@ -102,10 +103,6 @@ def prices(document: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def kinds(events: List[retryledger.StreamEvent]) -> List[Any]:
-    return [(e.kind, e.attempt) for e in events]
-
-
 def test_a_stream_cut_on_openai_completes_on_anthropic(serve: Any) -> None:
     server = serve({"openai": [{"sse": OPENAI_EVENTS, "cut_after": 3}], "anthropic": [{"sse": ANTHROPIC_EVENTS}]})
     document = spec(["openai", "anthropic"], attempts={"openai": 1, "anthropic": 1}, stream=STREAM)
@@ -169,3 +166,31 @@ def test_a_stream_fails_over_openai_anthropic_google(serve: Any) -> None:
     assert server.bodies("google") == [promised["google"]]
     assert run.receipt["schedule"][-1]["model"] == {"requested": "gemini-2.5-pro", "served": "gemini-2.5-pro-preview-06-05"}
     assert run.receipt["attempt_count"] == 3
+
+
+def test_the_async_stream_fails_over_the_same_way(serve: Any) -> None:
+    server = serve({"openai": [{"sse": OPENAI_EVENTS, "cut_after": 3}], "google": [{"sse": GOOGLE_EVENTS}]})
+    document = spec(["openai", "google"], attempts={"openai": 1, "google": 1}, stream=STREAM)
+    clock = FakeClock()
+
+    async def consume() -> List[retryledger.StreamEvent]:
+        given = async_clients(server)
+        try:
+            run = providers.stream_async(REQUEST, document, given, KEY, clock=clock, sleep=clock.async_sleep)
+            return [e async for e in run]
+        finally:
+            await given["openai"].close()
+            await given["anthropic"].close()
+            await given["google"].aio.aclose()
+
+    events = asyncio.run(consume())
+    assert [(e.kind, e.attempt) for e in events if e.kind != "delta" or e.text] == [
+        ("delta", 1),
+        ("delta", 1),
+        ("invalidate", 1),
+        ("delta", 2),
+        ("delta", 2),
+        ("commit", 2),
+    ]
+    promised = {r["route_id"]: r["lowered"]["body"] for r in retryledger.lower_routes(REQUEST, document)}
+    assert server.bodies("google") == [promised["google"]]
