@@ -194,3 +194,52 @@ def test_the_async_stream_fails_over_the_same_way(serve: Any) -> None:
     ]
     promised = {r["route_id"]: r["lowered"]["body"] for r in retryledger.lower_routes(REQUEST, document)}
     assert server.bodies("google") == [promised["google"]]
+
+
+def responses_event(kind: str, seq: int, **fields: Any) -> Dict[str, Any]:
+    return {"type": kind, "sequence_number": seq, **fields}
+
+
+def response_object(status: str, usage: bool) -> Dict[str, Any]:
+    body: Dict[str, Any] = {
+        "id": "resp_s1",
+        "object": "response",
+        "created_at": 1,
+        "model": "gpt-4.1-2025-04-14",
+        "status": status,
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+    if usage:
+        body["usage"] = {
+            "input_tokens": 21,
+            "output_tokens": 4,
+            "total_tokens": 25,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
+    return body
+
+
+RESPONSES_EVENTS = [
+    responses_event("response.created", 0, response=response_object("in_progress", False)),
+    responses_event("response.output_text.delta", 1, item_id="msg_1", output_index=0, content_index=0, delta="A migration "),
+    responses_event("response.output_text.delta", 2, item_id="msg_1", output_index=0, content_index=0, delta="timed out."),
+    responses_event("response.completed", 3, response=response_object("completed", True)),
+]
+
+
+def test_a_responses_stream_names_its_served_model_from_response_created(serve: Any) -> None:
+    server = serve({"openai": [{"sse": RESPONSES_EVENTS}]})
+    document = spec(["openai"], attempts={"openai": 1}, stream=STREAM)
+    document["routes"][0]["release"]["lowering"]["api"] = "openai.responses"
+    run = providers.stream(REQUEST, document, clients(server), KEY)
+    text = "".join(e.text or "" for e in run if e.kind == "delta")
+    assert text == "A migration timed out."
+    [lowered] = retryledger.lower_routes(REQUEST, document)
+    assert server.bodies("openai") == [{**lowered["lowered"]["body"], "stream": True}]
+    assert server.received[0].path == "/openai/responses"
+    assert run.receipt["schedule"][0]["model"] == {"requested": "gpt-4.1", "served": "gpt-4.1-2025-04-14"}
+    assert run.bundle["attempts"]["attempts"][0]["stream"]["terminal_event"] is True
