@@ -37,8 +37,10 @@ by the body's), so the wire body is again the lowered body.
 clients for :func:`run` and :func:`stream`, ``AsyncOpenAI`` /
 ``AsyncAnthropic`` / ``genai.Client`` for the ``_async`` functions); a route
 without one is :class:`retryledger.RouteClientMissingError`
-(``route_client_missing``) before any request, and a client whose own
-retries are on is ``retry_owner_not_harness``. Each attempt's client
+(``route_client_missing``) before any request, a client of another SDK than
+the route's wire is :class:`retryledger.DecodeError` ``invalid_type`` (at
+``/clients/<route id>``), and a client whose own retries are on is
+``retry_owner_not_harness``. Each attempt's client
 carries the run's ``Idempotency-Key`` and the remaining deadline as its
 timeout.
 
@@ -70,6 +72,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple
 
 from ._api import Document, Policy, _check_route_clients, build_policy
 from ._driver import RunResult, Step, run as _run, run_async as _run_async
+from ._errors import DecodeError
 from ._integration import IDEMPOTENCY_HEADER, report_tokens, require_max_retries_zero
 from ._stream import AsyncStreamRun, StreamRun, StreamStep, run_stream as _run_stream, run_stream_async as _run_stream_async
 from .lowering import Lowered, lower_routes
@@ -129,6 +132,7 @@ def prepare(request: Document, spec: Document, clients: Mapping[str, Any]) -> Pr
     for entry in policy.document["routes"]:
         route_id = entry["route_id"]
         route = Route(route_id, clients[route_id], lowered[route_id])
+        route.wire.speaks(route)
         route.wire.check(route.client)
         routes[route_id] = route
     return Prepared(policy, routes)
@@ -172,6 +176,23 @@ class _Wire:
     usage units of an answer and the stream reader."""
 
     name = ""
+    #: The attribute path of the SDK method the wire calls.
+    path: Tuple[str, ...] = ()
+
+    def speaks(self, route: "Route") -> None:
+        """Refuse, before any request, a client without the wire's SDK method
+        (another provider's client on the route): ``invalid_type`` at
+        ``/clients/<route id>``."""
+        holder: Any = route.client
+        for name in self.path:
+            holder = getattr(holder, name, None)
+        if not callable(holder):
+            raise DecodeError(
+                "invalid_type",
+                f"the client of route {route.route_id!r} has no {'.'.join(self.path)}(): "
+                f"{route.lowered['api']} needs a {self.name} client",
+                f"/clients/{route.route_id}",
+            )
 
     def check(self, client: Any) -> None:
         require_max_retries_zero(client, self.name)
@@ -209,6 +230,7 @@ class _Wire:
 
 class _OpenaiChat(_Wire):
     name = "openai"
+    path: Tuple[str, ...] = ("chat", "completions", "create")
 
     def method(self, client: Any) -> Any:
         return client.chat.completions.create
@@ -231,6 +253,8 @@ class _OpenaiChat(_Wire):
 
 
 class _OpenaiResponses(_OpenaiChat):
+    path = ("responses", "create")
+
     def method(self, client: Any) -> Any:
         return client.responses.create
 
@@ -248,6 +272,7 @@ class _OpenaiResponses(_OpenaiChat):
 
 class _Anthropic(_Wire):
     name = "anthropic"
+    path = ("messages", "create")
 
     def attempt_client(self, client: Any, step: Step, timeout_s: float) -> Any:
         return client.with_options(
@@ -275,6 +300,7 @@ class _Anthropic(_Wire):
 
 class _Google(_Wire):
     name = "google-genai"
+    path = ("models", "generate_content")
 
     def check(self, client: Any) -> None:
         from .google_genai import require_no_retries

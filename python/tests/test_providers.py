@@ -340,3 +340,18 @@ def test_the_served_model_is_the_answer_s_own(serve: Any) -> None:
     result = providers.run(REQUEST, spec(["google"]), clients(server), KEY)
     assert result.receipt["schedule"][0]["model"]["served"] == "gemini-2.5-flash-001"
     assert json.loads(result.bundle_json)["receipt"]["schedule"][0]["model"]["served"] == "gemini-2.5-flash-001"
+
+
+def test_a_client_of_another_sdk_is_refused_before_any_request(serve: Any) -> None:
+    server = serve({"openai": [OVERLOADED], "anthropic": [QUOTA], "google": [GEMINI_OK]})
+    given = clients(server)
+    given["openai"], given["anthropic"] = given["anthropic"], given["openai"]
+    with pytest.raises(retryledger.DecodeError) as info:
+        providers.run(REQUEST, spec(["openai", "anthropic", "google"]), given, KEY)
+    assert (info.value.code, info.value.path) == ("invalid_type", "/clients/openai")
+    given = clients(server)
+    given["google"] = openai.OpenAI(api_key="test", base_url=server.url("openai"), max_retries=0)
+    with pytest.raises(retryledger.DecodeError) as info:
+        providers.run(REQUEST, spec(["openai", "anthropic", "google"]), given, KEY)
+    assert (info.value.code, info.value.path) == ("invalid_type", "/clients/google")
+    assert server.received == []
