@@ -33,7 +33,7 @@ pub use policy::{
 pub use receiver::{check_idempotency_header, http_request_sha256, http_response_sha256};
 pub use requests::{
     canonical_request, classify_http, idempotency_key_sha256, judge, lift_request, lower_request,
-    parse_retry_after, request_sha256, route_capabilities,
+    lower_routes, parse_retry_after, request_sha256, route_capabilities,
 };
 
 /// A document's or answer's canonical JSON (RFC 8785).
