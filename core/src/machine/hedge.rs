@@ -64,13 +64,13 @@ pub use host::{HedgeObserved, HedgeSession};
 pub use rounds::HedgeStep;
 
 use super::fleet;
+use super::replay::round::{position, Position};
 use super::{Effect, Event, Machine, Observation, Options};
 use crate::attempt::Attempts;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Dispatch, Run};
 use crate::fleet::{Admission, FleetSnapshots, Generations};
 use crate::hedge::HedgeSummary;
-use crate::journal::hedged::{position, Position};
 use crate::journal::{Answer, AnswerKind, Entry, Pending, Reconciliation, Writer};
 use crate::observe::{Facts, Judgement};
 use crate::policy::CompiledPolicy;

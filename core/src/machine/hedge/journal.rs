@@ -134,7 +134,7 @@ impl Layer {
         &mut self,
         run: Run,
         attempts: Attempts,
-        open: Option<&crate::journal::hedged::Round>,
+        open: Option<&crate::machine::replay::round::Round>,
     ) {
         let s = self;
         s.summary = run.hedge_summary().cloned().unwrap_or_default();
