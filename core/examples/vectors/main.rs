@@ -58,6 +58,7 @@ mod retry_after;
 mod schedule;
 mod stream;
 mod tables;
+mod tenant_share;
 mod usage;
 mod verify;
 
@@ -94,6 +95,7 @@ const FAMILIES: &[fn() -> Family] = &[
     repair::family,
     composition::family,
     key_pool::family,
+    tenant_share::family,
     preset::family,
     lowering::family,
 ];
@@ -148,7 +150,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `key_pool_select` | `config` (a key pool), optional `snapshot` (a `retryledger.key_pool.v1`; a fresh pool when absent), `now_epoch_ms`, optional `affinity` (the session's key digest): `{\"selection\", \"snapshot\"}` (docs/FLEET.md) |\n\
          | `key_pool_record` | `config`, optional `snapshot`, `key_sha256`, `outcome`, optional `status` (HTTP), `now_epoch_ms`: the next snapshot (docs/FLEET.md) |\n\
          | `key_sha256` | `secret`: a pool key's identity |\n\
-         | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
+         | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`, optional `tenant` (under tenant shares): one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
          | `admission_observe` | `config`, `snapshot`, `headers` (JSON text of `[name, value]` pairs), `now_epoch_ms`: a response's rate-limit headers applied to the snapshot |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\
