@@ -13,8 +13,7 @@
 //! (requests_per_second * w))` ms, with a burst of `max(1, request_burst * w
 //! / W)` requests (`tolerance = (burst - 1) * interval`).
 //!
-//! - **Under its share** (`due <= now + tolerance`, or no other tenant
-//!   active): admitted like any
+//! - **Under its share** (`due <= now + tolerance`): admitted like any
 //!   admission (the shared buckets may plan a later start within the queue
 //!   bound); its clock moves to `max(due, now) + interval`.
 //! - **Over its share, capacity idle** (the shared buckets cover the request
@@ -26,8 +25,13 @@
 //!   whichever comes first; when that is beyond the queue bound the answer
 //!   is a refusal with the reason `tenant_over_share`.
 //!
-//! So a tenant under its share is never queued behind a tenant over it, and
-//! capacity no active tenant claims goes to whoever asks.
+//! So a tenant under its share is never queued behind a tenant over it (a
+//! tenant reserves the bucket's future only on its share, at most its
+//! tolerance ahead, so the queue ahead of any tenant stays within about one
+//! interval of each active tenant), and capacity no active tenant claims
+//! goes to whoever asks. A tenant alone is owed the whole rate; asking
+//! faster, it waits like any tenant over its share rather than filling the
+//! bucket's queue.
 
 use crate::canonical::{encode_list, Encode, Sink};
 use crate::decode::{decode_list, object, At, Decode};
@@ -249,10 +253,9 @@ impl Standing {
         }
     }
 
-    /// Whether the tenant is under its share at `now` (alone, the whole
-    /// rate is its share).
+    /// Whether the tenant is under its share at `now`.
     pub fn under(&self, now: u64) -> bool {
-        self.active.len() <= 1 || self.due_at_epoch_ms <= now.saturating_add(self.tolerance_ms)
+        self.due_at_epoch_ms <= now.saturating_add(self.tolerance_ms)
     }
 
     /// When its share covers a request again, Unix ms.

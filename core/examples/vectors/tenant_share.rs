@@ -83,7 +83,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "tenant_share",
         "admission_admit with the call's tenant under tenant shares (tenant_weights): weighted fair sharing of one route's request bucket; validate_policy: bad weights; verify_bundle: runs admitted or stopped under shares, and tampered.",
-        "a first call admitted and clocked, a tenant alone taking the whole rate, a tenant under its share admitted (queued in the bucket) while another is over, a tenant over its share waiting for its share or for the bucket (whichever first), idle capacity lent to a tenant over its share (its clock unchanged), a refusal with reason tenant_over_share past the queue bound (counted from the first ask), an idle tenant leaving the shares, weights dividing the interval, a burst shared by weight, a shared in-flight cap; an unlisted, missing or unexpected tenant; snapshots with unsorted, unlisted or unexpected tenants; weights of 0, repeated or empty, shares with a tenant scope or without a request rate; runs admitted under shares, stopped for a tenant over its share, and tampered tenants, refusals and stops",
+        "a first call admitted and clocked, a tenant alone taking the whole rate and waiting when faster, a tenant under its share admitted (queued in the bucket) while another is over, a tenant over its share waiting for its share or for the bucket (whichever first), idle capacity lent to a tenant over its share (its clock unchanged), a refusal with reason tenant_over_share past the queue bound (counted from the first ask), an idle tenant leaving the shares, weights dividing the interval, a burst shared by weight, a shared in-flight cap; an unlisted, missing or unexpected tenant; snapshots with unsorted, unlisted or unexpected tenants; weights of 0, repeated or empty, shares with a tenant scope or without a request rate; runs admitted under shares, stopped for a tenant over its share, and tampered tenants, refusals and stops",
     );
     admit_cases(&mut f);
     policy_cases(&mut f);
@@ -105,12 +105,21 @@ fn admit_cases(f: &mut Family) {
     );
     admit(
         f,
-        "tenant_share_alone_takes_the_whole_rate_queued",
+        "tenant_share_alone_faster_than_the_rate_waits",
         &c,
         &snap(0, T0, &[("acme", T0 + 50)]),
         (T0, T0),
         Some("acme"),
-        &format!("start_epoch_ms\":{}", T0 + 50),
+        &format!("until_epoch_ms\":{}", T0 + 50),
+    );
+    admit(
+        f,
+        "tenant_share_alone_on_time_takes_the_whole_rate",
+        &c,
+        &snap(0, T0 - 50, &[("acme", T0)]),
+        (T0, T0),
+        Some("acme"),
+        &format!("due_at_epoch_ms\":{}", T0 + 50),
     );
     admit(
         f,
@@ -170,10 +179,13 @@ fn admit_cases(f: &mut Family) {
         f,
         "tenant_share_idle_tenant_leaves_the_shares",
         &c,
-        &full(&[("acme", T0 + 40), ("globex", T0 - 1_500)]),
+        &full(&[("acme", T0), ("globex", T0 - 1_500)]),
         (T0, T0),
         Some("acme"),
-        &format!("due_at_epoch_ms\":{}", T0 + 90),
+        &format!(
+            "tenants\":[{{\"due_at_epoch_ms\":{},\"tenant\":\"acme\"}}]",
+            T0 + 50
+        ),
     );
     admit(
         f,
