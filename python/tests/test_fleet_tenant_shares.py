@@ -19,9 +19,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import pytest
+
+import retryledger
+from retryledger import RetryledgerError, RunStoppedError, Step
+from retryledger.fleet import Fleet
+from retryledger.stores import MemoryStore
+
 from fleet_support import HERE, make_store, namespace, redis_url
 
-from conftest import make_policy
+from conftest import KEY, FakeClock, make_policy
 
 CHILD = HERE / "fleet_tenant_child.py"
 PER_SECOND = 20
@@ -36,6 +43,87 @@ TENANTS: List[Tuple[str, int, int, float]] = [
     ("quiet-c", 1, 2, 3.0),
 ]
 SHARE_PER_SECOND = PER_SECOND / len(TENANTS)
+
+
+EPOCH = 1_780_000_000_000
+
+
+def shares_policy(max_queue_ms: int = 1000) -> retryledger.Policy:
+    """10 requests per second, burst 1, shared by tenants a and b (weight 1 each)."""
+    admission = {
+        "max_queue_ms": max_queue_ms,
+        "request_burst": 1,
+        "requests_per_second": 10,
+        "tenant_weights": [{"tenant": "a", "weight": 1}, {"tenant": "b", "weight": 1}],
+    }
+    return retryledger.Policy(make_policy(fleet={"admission": admission, "on_store_unavailable": "fail_closed"}))
+
+
+def drive(policy: retryledger.Policy, fleet: Fleet) -> Tuple[str, Dict[str, Any], FakeClock]:
+    """One run on a fake clock whose wall clock starts at EPOCH."""
+    clock = FakeClock()
+
+    def dispatch(step: Step) -> str:
+        return "done"
+
+    try:
+        r = retryledger.run(
+            policy, dispatch, KEY, fleet=fleet, clock=clock, sleep=clock.sleep, wall_clock=lambda: EPOCH + clock.now
+        )
+        return r.terminal, r.bundle, clock
+    except RunStoppedError as e:
+        return e.terminal, e.bundle, clock
+
+
+def test_a_tenant_over_its_share_waits_behind_one_under_it() -> None:
+    """a is admitted at once; b (under its share) queues in the spent
+    bucket for 100 ms; a again, now over its share of two tenants, reserves
+    nothing, waits for its share (100 ms) and then queues behind b."""
+    policy = shares_policy()
+    store = MemoryStore()
+    ns = namespace()
+    a, b = Fleet(store, namespace=ns, tenant="a"), Fleet(store, namespace=ns, tenant="b")
+    _, first, _ = drive(policy, a)
+    terminal, second, _ = drive(policy, b)
+    assert terminal == "completed"
+    limits = second["attempts"]["attempts"][0]["admission"]["limits"]
+    assert (limits["tenant"], limits["queue_wait_ms"]) == ("b", 100)
+    terminal, third, clock = drive(policy, a)
+    assert terminal == "completed"
+    limits = third["attempts"]["attempts"][0]["admission"]["limits"]
+    assert (limits["tenant"], limits["queue_wait_ms"], limits["start_epoch_ms"]) == ("a", 200, EPOCH + 200)
+    assert clock.now >= 200
+    for bundle in (first, second, third):
+        assert retryledger.verify_bundle(bundle)["kind"] == "verified"
+    snapshot = a.admission(policy, str(policy.document["routes"][0]["route_release_sha256"]))
+    assert snapshot is not None
+    assert [t["tenant"] for t in snapshot["tenants"]] == ["a", "b"]
+
+
+def test_over_its_share_past_the_queue_bound_stops_with_the_reason() -> None:
+    policy = shares_policy(max_queue_ms=50)
+    store = MemoryStore()
+    ns = namespace()
+    drive(policy, Fleet(store, namespace=ns, tenant="a"))
+    drive(policy, Fleet(store, namespace=ns, tenant="b"))
+    terminal, bundle, _ = drive(policy, Fleet(store, namespace=ns, tenant="a"))
+    assert terminal == "stop_admission"
+    stop = bundle["attempts"]["fleet_stop"]
+    assert (stop["limits"]["refusal"], stop["limits"]["tenant"]) == ("tenant_over_share", "a")
+    assert bundle["attempts"]["attempts"] == []
+    assert retryledger.verify_bundle(bundle)["kind"] == "verified"
+
+
+@pytest.mark.parametrize("tenant", [None, "c"])
+def test_a_call_without_a_listed_tenant_is_refused_before_dispatch(tenant: Optional[str]) -> None:
+    with pytest.raises(RetryledgerError) as e:
+        drive(shares_policy(), Fleet(MemoryStore(), namespace=namespace(), tenant=tenant))
+    assert (e.value.code, e.value.path) == ("invalid_value", "/tenant")
+
+
+def test_the_fleet_checks_its_tenant() -> None:
+    with pytest.raises(ValueError):
+        Fleet(MemoryStore(), tenant="")
 
 
 class Server:
