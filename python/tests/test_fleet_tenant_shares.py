@@ -104,8 +104,12 @@ def test_over_its_share_past_the_queue_bound_stops_with_the_reason() -> None:
     policy = shares_policy(max_queue_ms=50)
     store = MemoryStore()
     ns = namespace()
-    drive(policy, Fleet(store, namespace=ns, tenant="a"))
-    drive(policy, Fleet(store, namespace=ns, tenant="b"))
+    assert drive(policy, Fleet(store, namespace=ns, tenant="a"))[0] == "completed"
+    # b, under its share, would queue 100 ms: past the 50 ms bound (no reason).
+    terminal, bundle, _ = drive(policy, Fleet(store, namespace=ns, tenant="b"))
+    assert terminal == "stop_admission" and "refusal" not in bundle["attempts"]["fleet_stop"]["limits"]
+    # a, alone and faster than the rate, is over its share: its share covers
+    # it 100 ms later, past the bound.
     terminal, bundle, _ = drive(policy, Fleet(store, namespace=ns, tenant="a"))
     assert terminal == "stop_admission"
     stop = bundle["attempts"]["fleet_stop"]
