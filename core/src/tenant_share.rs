@@ -325,6 +325,92 @@ mod tests {
         assert_eq!((s.interval_ms, s.active.len()), (50, 1));
     }
 
+    /// A route of 20 requests per second (burst 1) shared by four tenants
+    /// of weight 1 for 10 s: three ask exactly their share (one every 200
+    /// ms, a wait asked again at its time), the fourth every millisecond.
+    /// Each quiet tenant is admitted at least 95 % of its share, the noisy
+    /// one gets what is left, and the starts never exceed the bucket.
+    #[test]
+    fn a_noisy_tenant_starves_no_tenant_under_its_share() {
+        use crate::admission::{admit_as, AdmissionConfig, AdmissionSnapshot, LimitAnswer};
+        use crate::ids::Sha256Hex;
+        let names = ["noisy", "q1", "q2", "q3"];
+        let cfg = AdmissionConfig {
+            in_flight_lease_ms: None,
+            max_in_flight: None,
+            max_queue_ms: 500,
+            principal: None,
+            request_burst: Some(1),
+            requests_per_second: Some(20),
+            tenant: None,
+            tenant_weights: Some(TenantWeights(
+                names
+                    .iter()
+                    .map(|n| TenantWeight {
+                        tenant: id(n),
+                        weight: 1,
+                    })
+                    .collect(),
+            )),
+            token_bound: None,
+            tokens_per_second: None,
+        };
+        let mut snap =
+            AdmissionSnapshot::fresh(&cfg, Sha256Hex::parse(&"ab".repeat(32)).unwrap(), 0);
+        // Per tenant: the next ask (ms), when it first asked, starts admitted.
+        let mut next = [0u64, 0, 70, 140];
+        let mut since = next;
+        let mut starts: Vec<Vec<u64>> = vec![Vec::new(); names.len()];
+        let mut refused = [0u64; 4];
+        for now in 0..10_000u64 {
+            for (i, name) in names.iter().enumerate() {
+                if next[i] != now {
+                    continue;
+                }
+                let t = id(name);
+                let (answer, after) = admit_as(&cfg, &snap, now, since[i], 0, Some(&t));
+                let period = if i == 0 { 1 } else { 200 };
+                match answer {
+                    LimitAnswer::Admitted { start_epoch_ms } => {
+                        starts[i].push(start_epoch_ms);
+                        snap = after;
+                        next[i] = (since[i] + period).max(now + 1);
+                        since[i] = next[i];
+                    }
+                    LimitAnswer::Wait { until_epoch_ms }
+                    | LimitAnswer::OverShare { until_epoch_ms } => {
+                        next[i] = if i == 0 { now + 1 } else { until_epoch_ms };
+                        if i == 0 {
+                            since[i] = next[i];
+                        }
+                    }
+                    LimitAnswer::Refused { .. } | LimitAnswer::RefusedOverShare { .. } => {
+                        refused[i] += 1;
+                        next[i] = (since[i] + period).max(now + 1);
+                        since[i] = next[i];
+                    }
+                }
+            }
+        }
+        for (i, s) in starts.iter().enumerate().skip(1) {
+            assert!(
+                s.len() >= 48,
+                "{}: {} starts, refused {}",
+                names[i],
+                s.len(),
+                refused[i]
+            );
+        }
+        assert!(starts[0].len() >= 40, "noisy: {}", starts[0].len());
+        let mut all: Vec<u64> = starts.concat();
+        all.sort_unstable();
+        // At most 1 + 20 per second in any window.
+        for (k, t) in all.iter().enumerate() {
+            let within = all[k..].iter().take_while(|u| **u < t + 1_000).count() as u64;
+            assert!(within <= 21, "{within} starts in the second from {t}");
+        }
+    }
+
     #[test]
     fn bad_weights_have_codes() {
         let e = TenantWeights(vec![]).check("/w").unwrap_err();
