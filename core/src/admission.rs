@@ -18,7 +18,9 @@
 //! response reported. With `in_flight_lease_ms`, a full cap whose snapshot
 //! saw no admission and no release for that long is presumed to hold the
 //! slots of processes that died before releasing: the count starts over. Pure like the breaker: a store only holds the
-//! snapshot, and time never goes back for it.
+//! snapshot, and time never goes back for it. With `tenant_weights` the
+//! route's request rate is shared fairly by the tenants that call it
+//! ([`admit_as`], [`crate::tenant_share`]).
 
 use crate::decode::object;
 use crate::error::{Error, ErrorCode, Result};
