@@ -313,6 +313,12 @@ codes! {
     RunNotTerminal => "run_not_terminal", Run;
     /// A store write kept conflicting after its bounded retries.
     StoreConflict => "store_conflict", Run;
+    /// The reason a run ended `stop_admission` (on its fleet stop's
+    /// `limits.refusal`): its tenant was over its share of the route's
+    /// admission limits while other tenants wanted the capacity, and
+    /// neither its share nor the buckets covered it within the queue bound
+    /// or before the deadline.
+    TenantOverShare => "tenant_over_share", Run;
     /// An event that does not answer the run machine's outstanding effect.
     UnexpectedEvent => "unexpected_event", Run;
     /// A clock reading earlier than one the run machine was already given.

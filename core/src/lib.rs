@@ -92,6 +92,7 @@ pub mod schedule;
 pub mod session;
 pub mod stream;
 pub mod template;
+pub mod tenant_share;
 
 pub use attempt::{Attempt, Attempts};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};

@@ -98,6 +98,7 @@ fn actual(op: &str, input: &Value) -> Value {
     let optional: &[&str] = match op {
         "key_pool_select" => &["affinity", "snapshot"],
         "key_pool_record" => &["snapshot", "status"],
+        "admission_admit" => &["tenant"],
         _ => &[],
     };
     let keys: BTreeSet<&str> = keys.into_iter().filter(|k| !optional.contains(k)).collect();
@@ -298,6 +299,7 @@ fn actual(op: &str, input: &Value) -> Value {
             n(input, "now_epoch_ms"),
             n(input, "queued_since_epoch_ms"),
             n(input, "tokens"),
+            input.get("tenant").and_then(Value::as_str),
         )
         .map(json_of),
         "admission_release" => api::admission_release(
@@ -450,6 +452,10 @@ fn every_error_code_has_a_vector() {
             }
             // A machine's refused event is part of its transcript.
             if let Some(code) = expect.pointer("/ok/error/code").and_then(Value::as_str) {
+                seen.insert(code.to_owned());
+            }
+            // An admission's reason (`tenant_over_share`) is a code too.
+            if let Some(code) = expect.pointer("/ok/answer/reason").and_then(Value::as_str) {
                 seen.insert(code.to_owned());
             }
             if expect.pointer("/ok/kind") == Some(&json!("drift")) {

@@ -317,17 +317,27 @@ def budget_withdraw(config: Document, snapshot: Document, now_epoch_ms: int) -> 
 
 
 def admission_admit(
-    config: Document, snapshot: Document, now_epoch_ms: int, queued_since_epoch_ms: int, tokens: int = 0
+    config: Document,
+    snapshot: Document,
+    now_epoch_ms: int,
+    queued_since_epoch_ms: int,
+    tokens: int = 0,
+    tenant: Optional[str] = None,
 ) -> dict[str, Any]:
     """One admission under admission limits (``retryledger.admission.v1``) at
     ``now_epoch_ms``, for an attempt that first asked at
     ``queued_since_epoch_ms`` and reserves ``tokens``: ``{"answer": {"kind":
-    "admitted", "start_epoch_ms"} | {"kind": "wait", "until_epoch_ms"} |
-    {"kind": "refused", "earliest_epoch_ms"?}, "snapshot": next}``."""
+    "admitted", "start_epoch_ms"} | {"kind": "wait", "until_epoch_ms",
+    "reason"?} | {"kind": "refused", "earliest_epoch_ms"?, "reason"?},
+    "snapshot": next}``. Under tenant shares (``tenant_weights``) the call
+    names its ``tenant``; a tenant over its share while others want the
+    capacity waits or is refused with ``"reason": "tenant_over_share"``."""
     now = check_integer("now_epoch_ms", now_epoch_ms)
     since = check_integer("queued_since_epoch_ms", queued_since_epoch_ms)
     reserved = check_integer("tokens", tokens)
-    return _loads(call(_core.admission_admit, to_text(config), to_text(snapshot), now, since, reserved))
+    if tenant is not None and not isinstance(tenant, str):
+        raise TypeError("tenant is a str")
+    return _loads(call(_core.admission_admit, to_text(config), to_text(snapshot), now, since, reserved, tenant))
 
 
 def admission_release(

@@ -778,14 +778,16 @@ fn budget_withdraw(
 }
 
 /// `admission_admit`: `{"answer", "snapshot"}` (JSON) for one admission
-/// under admission limits.
+/// under admission limits (`tenant`: the call's, under tenant shares).
 #[pyfunction]
+#[pyo3(signature = (config, snapshot, now_epoch_ms, queued_since_epoch_ms, tokens, tenant=None))]
 fn admission_admit(
     config: &Bound<'_, PyAny>,
     snapshot: &Bound<'_, PyAny>,
     now_epoch_ms: &Bound<'_, PyAny>,
     queued_since_epoch_ms: &Bound<'_, PyAny>,
     tokens: &Bound<'_, PyAny>,
+    tenant: Option<&str>,
 ) -> PyResult<String> {
     let now = integer(now_epoch_ms, "now_epoch_ms")?;
     let since = integer(queued_since_epoch_ms, "queued_since_epoch_ms")?;
@@ -796,6 +798,7 @@ fn admission_admit(
         now,
         since,
         tokens,
+        tenant,
     ))
 }
 

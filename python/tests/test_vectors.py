@@ -64,7 +64,7 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "budget_withdraw": lambda i: retryledger.budget_withdraw(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "fleet_session": lambda i: _fleet_session(i["policy"], i["store"], i["script"]),
     "admission_admit": lambda i: retryledger.admission_admit(
-        i["config"], i["snapshot"], i["now_epoch_ms"], i["queued_since_epoch_ms"], i["tokens"]
+        i["config"], i["snapshot"], i["now_epoch_ms"], i["queued_since_epoch_ms"], i["tokens"], i.get("tenant")
     ),
     "admission_release": lambda i: retryledger.admission_release(
         i["config"], i["snapshot"], i["now_epoch_ms"], i["reserved"], i.get("used")

@@ -495,7 +495,8 @@ pub fn budget_withdraw(config: &str, snapshot: &str, now_epoch_ms: f64) -> Out<S
     lift(api::budget_withdraw(config, snapshot, now))
 }
 
-/// `admissionAdmit`: `{"answer", "snapshot"}` for one admission under admission limits.
+/// `admissionAdmit`: `{"answer", "snapshot"}` for one admission under
+/// admission limits (`tenant`: the call's, under tenant shares).
 #[wasm_bindgen]
 pub fn admission_admit(
     config: &str,
@@ -503,11 +504,19 @@ pub fn admission_admit(
     now_epoch_ms: f64,
     queued_since_epoch_ms: f64,
     tokens: f64,
+    tenant: Option<String>,
 ) -> Out<String> {
     let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
     let since = lift(safe_integer(queued_since_epoch_ms, "queued_since_epoch_ms"))?;
     let tokens = lift(safe_integer(tokens, "tokens"))?;
-    lift(api::admission_admit(config, snapshot, now, since, tokens))
+    lift(api::admission_admit(
+        config,
+        snapshot,
+        now,
+        since,
+        tokens,
+        tenant.as_deref(),
+    ))
 }
 
 /// `admissionRelease`: the next admission snapshot once an admitted attempt

@@ -89,7 +89,7 @@ function run(op, input) {
     case "fleet_session":
       return fleetSession(input.policy, input.store, input.script);
     case "admission_admit":
-      return rl.admissionAdmit(input.config, input.snapshot, input.now_epoch_ms, input.queued_since_epoch_ms, input.tokens);
+      return rl.admissionAdmit(input.config, input.snapshot, input.now_epoch_ms, input.queued_since_epoch_ms, input.tokens, input.tenant);
     case "admission_release":
       return rl.admissionRelease(input.config, input.snapshot, input.now_epoch_ms, input.reserved, input.used);
     case "admission_observe":

@@ -159,6 +159,7 @@ export type HttpCode = (typeof HTTP_CODES)[number];
 export const RUN_CODES = [
   "run_not_terminal",
   "store_conflict",
+  "tenant_over_share",
   "unexpected_event",
   "clock_backwards",
   "machine_layer_missing",
@@ -317,6 +318,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   invalid_status: "http",
   run_not_terminal: "run",
   store_conflict: "run",
+  tenant_over_share: "run",
   unexpected_event: "run",
   clock_backwards: "run",
   machine_layer_missing: "run",

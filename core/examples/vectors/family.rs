@@ -215,6 +215,7 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
             get(input, "now_epoch_ms").as_u64().expect("now"),
             get(input, "queued_since_epoch_ms").as_u64().expect("since"),
             get(input, "tokens").as_u64().expect("tokens"),
+            opt_text(input, "tenant"),
         )
         .map(parsed),
         "admission_release" => api::admission_release(

@@ -59,6 +59,7 @@ mod retry_after;
 mod schedule;
 mod stream;
 mod tables;
+mod tenant_share;
 mod usage;
 mod verify;
 
@@ -96,6 +97,7 @@ const FAMILIES: &[fn() -> Family] = &[
     composition::family,
     key_pool::family,
     receiver::family,
+    tenant_share::family,
     preset::family,
     lowering::family,
 ];
@@ -153,7 +155,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `http_response_sha256` | `status`, `headers` (JSON text of `[name, value]` pairs), `body`: the digest of `retryledger.http_response.v1` (docs/RECEIVER.md) |\n\
          | `key_pool_record` | `config`, optional `snapshot`, `key_sha256`, `outcome`, optional `status` (HTTP), `now_epoch_ms`: the next snapshot (docs/FLEET.md) |\n\
          | `key_sha256` | `secret`: a pool key's identity |\n\
-         | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
+         | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`, optional `tenant` (under tenant shares): one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
          | `admission_observe` | `config`, `snapshot`, `headers` (JSON text of `[name, value]` pairs), `now_epoch_ms`: a response's rate-limit headers applied to the snapshot |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\

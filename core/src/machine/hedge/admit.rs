@@ -7,9 +7,9 @@ use std::sync::Arc;
 use crate::breaker::{self, BreakerAdmission};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::{
-    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, Admission,
-    BreakerRef, BudgetRef, FleetStop, FleetView, FleetWrites, LimitsClock, LimitsRef, LimitsStep,
-    OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
+    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, tenant_in,
+    Admission, BreakerRef, BudgetRef, FleetStop, FleetView, FleetWrites, LimitsClock, LimitsRef,
+    LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 use crate::session::changed;
 
@@ -196,6 +196,7 @@ impl Layer {
                 )?;
                 let digest = self.snapshots.keep_admission(&s);
                 let tokens = reserved_tokens(cfg, view)?;
+                let tenant = tenant_in(cfg, view)?;
                 let since = if is_hedge {
                     now_epoch_ms
                 } else {
@@ -207,7 +208,7 @@ impl Layer {
                     since_epoch_ms: since,
                     deadline_ms: plan.deadline_ms,
                 };
-                match limits_step(cfg, &s, digest, tokens, &clock) {
+                match limits_step(cfg, &s, digest, tokens, tenant.as_ref(), &clock) {
                     LimitsStep::Admitted {
                         limits,
                         write,
