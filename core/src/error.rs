@@ -180,6 +180,10 @@ codes! {
     /// (a thinking block with its signature, a reasoning item) that the
     /// route cannot carry, and the policy does not allow dropping it.
     ProviderBoundHistory => "provider_bound_history", Policy;
+    /// A route of the policy has no client in the host's mapping of route
+    /// ids to SDK clients, so the run would fail at its dispatch: refused
+    /// before any dispatch.
+    RouteClientMissing => "route_client_missing", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;

@@ -26,11 +26,15 @@ use serde_json::{json, Value};
 /// produces it; its own test is below) and `store_conflict` (a host's: a
 /// store write that keeps conflicting, which the store conformance scenarios
 /// exercise).
-const NOT_IN_VECTORS: [ErrorCode; 3] = [
+const NOT_IN_VECTORS: [ErrorCode; 4] = [
     ErrorCode::InputTooLarge,
     ErrorCode::StoreConflict,
     // Raised by the drivers when the user's repair function fails (their tests).
     ErrorCode::RepairFunctionFailed,
+    // Raised before dispatch when the host's client mapping lacks a route
+    // (`CompiledPolicy::require_clients`: tests/route_clients.rs and the
+    // drivers' tests); no document operation takes a client mapping.
+    ErrorCode::RouteClientMissing,
 ];
 
 fn vectors_dir() -> PathBuf {

@@ -73,6 +73,7 @@ export const POLICY_CODES = [
   "key_not_in_pool",
   "no_capable_route",
   "provider_bound_history",
+  "route_client_missing",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -253,6 +254,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   key_not_in_pool: "policy",
   no_capable_route: "policy",
   provider_bound_history: "policy",
+  route_client_missing: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
