@@ -94,6 +94,15 @@ export interface Step {
    * the body.
    */
   requestBody(body: string | Uint8Array): void;
+  /**
+   * Record the model this attempt asked for and the one the provider's
+   * answer named (docs/LOWERING.md, "Which model answered"): the receipt
+   * names both per attempt. A side not learned is `undefined` and stays
+   * unknown; a served name that is not an identifier is recorded as unknown
+   * too. Reports replace each other. The cross-provider driver calls it for
+   * you.
+   */
+  model?(requested: string | undefined, served?: string): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
   /** Under repair: the logical request this run sends (`undefined` on the root run unless `request` was given). */
@@ -311,6 +320,27 @@ export class AttemptStep implements Step {
   requestBody(body: string | Uint8Array): void {
     if (!this.open) throw new Error("requestBody() after the attempt completed");
     this.#session.setRequestBodySha256(bodySha256(body));
+  }
+
+  model(requested: string | undefined, served?: string): void {
+    if (!this.open) throw new Error("model() after the attempt completed");
+    if (requested === undefined && served === undefined) return;
+    try {
+      this.#session.setModel(requested, served);
+    } catch (e) {
+      // A served name the core does not take is unknown, never invented.
+      if (served === undefined || requested === undefined) throw e;
+      this.#session.setModel(requested, undefined);
+    }
+  }
+
+  /**
+   * Record the SHA-256 (lowercase hex) of the body this attempt sent, when
+   * it is known without the bytes (a lowered request's `body_sha256`).
+   */
+  requestBodySha256(digest: string): void {
+    if (!this.open) throw new Error("requestBodySha256() after the attempt completed");
+    this.#session.setRequestBodySha256(digest);
   }
 
   outputDelivered(): void {
