@@ -381,3 +381,24 @@ test("spans carry gen_ai.request.model and gen_ai.response.model per attempt and
     await server.close();
   }
 });
+
+test("the single-provider integrations refuse a route without a client with the same code", async () => {
+  const { runWithAnthropic } = await import("../dist/anthropic.js");
+  const { runWithGoogleGenAI } = await import("../dist/google-genai.js");
+  const plan = planAcrossProviders(REQUEST, spec({ only: [1, 2] }), { idempotencyKey: KEY });
+  const server = await providers({}, {});
+  try {
+    const clients = clientsAt(server.base);
+    await assert.rejects(
+      runWithAnthropic(plan.policy, { "anthropic-fallback": clients["anthropic-fallback"] }, async () => "never", { idempotencyKey: KEY }),
+      (e) => e instanceof rl.PolicyError && e.code === "route_client_missing" && e.path === "/routes/1/route_id" && /no anthropic client for route\(s\) gemini-last/.test(e.message),
+    );
+    await assert.rejects(
+      runWithGoogleGenAI(plan.policy, { "gemini-last": clients["gemini-last"] }, async () => "never", { idempotencyKey: KEY }),
+      (e) => e instanceof rl.PolicyError && e.code === "route_client_missing" && e.path === "/routes/0/route_id" && /anthropic-fallback/.test(e.message),
+    );
+    assert.equal(server.seen.length, 0);
+  } finally {
+    await server.close();
+  }
+});

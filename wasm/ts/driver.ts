@@ -433,12 +433,20 @@ const CHECK_BROKE = Object.freeze({ result: "raised", error_types: ["OutputCheck
 
 /**
  * Refuse, before any request, a policy with a route that `clients` (by route
- * id) has no entry for; `what` names an entry ("openai client", "fetch target").
+ * id) has no entry for: the core's `route_client_missing` (`PolicyError`, at
+ * the first such route in priority order); `what` names an entry ("openai
+ * client", "fetch target") in the message.
  * @internal Shared by the client integrations.
  */
 export function checkRouteClients(compiled: CompiledPolicy, clients: object, what: string): void {
-  const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-  if (missing.length > 0) throw new Error(`no ${what} for route(s) ${missing.join(", ")}`);
+  const held = Object.keys(clients).filter((id) => Object.hasOwn(clients, id) && (clients as Record<string, unknown>)[id] !== undefined);
+  try {
+    compiled.requireClients(held);
+  } catch (e) {
+    if (!(e instanceof PolicyError)) throw e;
+    const missing = compiled.routesByPriority.map((r) => r.route_id).filter((id) => !held.includes(id));
+    throw new PolicyError(e.code, `${e.code} at ${e.path ?? "/routes"}: no ${what} for route(s) ${missing.join(", ")}`, e.path === undefined ? {} : { path: e.path });
+  }
 }
 
 /**
