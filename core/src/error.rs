@@ -359,6 +359,9 @@ codes! {
     IdempotencyNotInProgress => "idempotency_not_in_progress", Idempotency;
     /// A completion by a request other than the one that claimed the key.
     IdempotencyRequestMismatch => "idempotency_request_mismatch", Idempotency;
+    /// An `Idempotency-Key` header value outside the rule (1 to 255
+    /// printable ASCII characters).
+    IdempotencyKeyInvalid => "idempotency_key_invalid", Idempotency;
 }
 
 /// An error with a stable code, a human message and, where known, a JSON Pointer

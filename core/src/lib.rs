@@ -85,6 +85,7 @@ pub mod preset;
 pub mod price;
 pub mod provider;
 pub mod receipt;
+pub mod receiver;
 pub mod repair;
 pub mod request;
 pub mod schedule;

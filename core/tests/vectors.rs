@@ -105,6 +105,9 @@ fn actual(op: &str, input: &Value) -> Value {
         "key_pool_select" => &["config", "now_epoch_ms"],
         "key_pool_record" => &["config", "key_sha256", "now_epoch_ms", "outcome"],
         "key_sha256" => &["secret"],
+        "check_idempotency_header" => &["raw"],
+        "http_request_sha256" => &["body", "method", "target"],
+        "http_response_sha256" => &["body", "headers", "status"],
         "validate_policy" => &["policy"],
         "plan_next" | "evaluate" => &["attempts", "policy"],
         "verify_bundle" => &["bundle"],
@@ -261,6 +264,20 @@ fn actual(op: &str, input: &Value) -> Value {
         )
         .map(json_of),
         "key_sha256" => api::key_sha256(s(input, "secret")).map(Value::String),
+        "check_idempotency_header" => {
+            api::check_idempotency_header(s(input, "raw")).map(|()| Value::Null)
+        }
+        "http_request_sha256" => Ok(Value::String(api::http_request_sha256(
+            s(input, "method"),
+            s(input, "target"),
+            s(input, "body").as_bytes(),
+        ))),
+        "http_response_sha256" => api::http_response_sha256(
+            n(input, "status"),
+            s(input, "headers"),
+            s(input, "body").as_bytes(),
+        )
+        .map(Value::String),
         "breaker_admit" => api::breaker_admit(
             s(input, "config"),
             s(input, "snapshot"),

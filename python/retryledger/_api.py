@@ -14,7 +14,7 @@ from collections import OrderedDict
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, TypeVar, Union
 
 from . import _core
-from ._errors import DecodeError, RetryledgerError, from_error_json
+from ._errors import DecodeError, RetryledgerError, RouteClientMissingError, from_error_json
 
 __all__ = [
     "Document",
@@ -196,12 +196,17 @@ def _policy_of(policy: Union[Policy, Document]) -> Policy:
 
 def _check_route_clients(compiled: Policy, clients: Mapping[str, Any], what: str) -> None:
     """Refuse, before any request, a policy with a route that ``clients`` (by
-    route id) has no entry for: ``KeyError`` naming ``what`` ("openai client",
-    "httpx client") and every route without one. Shared by the client
-    integrations."""
-    missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
-    if missing:
-        raise KeyError(f"no {what} for route(s) {', '.join(missing)}")
+    route id) has no entry for: the core's :class:`RouteClientMissingError`
+    (code ``route_client_missing``, a :class:`PolicyError` and, for code
+    written before the code existed, a ``KeyError``) naming every route
+    without one; ``what`` ("openai client", "httpx client") prefixes the
+    message. Shared by the client integrations."""
+    try:
+        compiled._compiled.require_clients([k for k in clients if isinstance(k, str)])
+    except RetryledgerError as e:
+        if e.code != "route_client_missing":
+            raise
+        raise RouteClientMissingError(e.code, f"{what}: {e.message}", e.path) from None
 
 
 def _policy_text(policy: Union[Policy, Document]) -> str:

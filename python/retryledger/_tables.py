@@ -166,6 +166,7 @@ ErrorCode = Literal[
     "idempotency_retention_invalid",
     "idempotency_not_in_progress",
     "idempotency_request_mismatch",
+    "idempotency_key_invalid",
 ]
 
 #: Every error code and its family, in the core's order.
@@ -304,6 +305,7 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "idempotency_retention_invalid": "idempotency",
     "idempotency_not_in_progress": "idempotency",
     "idempotency_request_mismatch": "idempotency",
+    "idempotency_key_invalid": "idempotency",
 }
 
 #: A terminal's name.

@@ -598,6 +598,27 @@ pub fn key_sha256(secret: &str) -> Out<String> {
     lift(api::key_sha256(secret))
 }
 
+/// `checkIdempotencyHeader`: an `Idempotency-Key` header value the
+/// receiver's guard takes, or `idempotency_key_invalid`.
+#[wasm_bindgen]
+pub fn check_idempotency_header(raw: &str) -> Out<()> {
+    lift(api::check_idempotency_header(raw))
+}
+
+/// `httpRequestSha256`: the digest of an HTTP request as received.
+#[wasm_bindgen]
+pub fn http_request_sha256(method: &str, target: &str, body: &[u8]) -> String {
+    api::http_request_sha256(method, target, body)
+}
+
+/// `httpResponseSha256`: the digest of a response as sent (the kept headers
+/// as JSON text of `[name, value]` pairs).
+#[wasm_bindgen]
+pub fn http_response_sha256(status: f64, headers: &str, body: &[u8]) -> Out<String> {
+    let status = lift(safe_integer(status, "status"))?;
+    lift(api::http_response_sha256(status, headers, body))
+}
+
 /// Facts decoded (strictly) once, for attempts that raise the same error.
 #[wasm_bindgen(js_name = Facts)]
 pub struct PreparedFacts {

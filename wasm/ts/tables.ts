@@ -193,6 +193,7 @@ export const IDEMPOTENCY_CODES = [
   "idempotency_retention_invalid",
   "idempotency_not_in_progress",
   "idempotency_request_mismatch",
+  "idempotency_key_invalid",
 ] as const;
 /** One of the core's error codes of the `idempotency` family. */
 export type IdempotencyCode = (typeof IDEMPOTENCY_CODES)[number];
@@ -338,6 +339,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   idempotency_retention_invalid: "idempotency",
   idempotency_not_in_progress: "idempotency",
   idempotency_request_mismatch: "idempotency",
+  idempotency_key_invalid: "idempotency",
 };
 
 /** How a run ends. */

@@ -558,6 +558,13 @@ impl Machine {
                 "a hedged attempt is charged by `cost` (or its reservation) and is not streamed",
             ));
         }
+        if obs.model.is_some() {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                "/model",
+                "a hedged attempt does not record its model yet: leave `model` out",
+            ));
+        }
         let mut facts = obs.facts.clone().unwrap_or_else(Facts::returned);
         if facts.now_unix_ms == 0 {
             facts.now_unix_ms = self.epoch(obs.completed_at_ms);
