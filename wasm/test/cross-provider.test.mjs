@@ -241,11 +241,18 @@ test("a route without a client is route_client_missing before any dispatch", asy
       runAcrossProviders(REQUEST, s, { idempotencyKey: KEY, clients: /** @type {any} */ (two) }),
       (e) => e instanceof rl.PolicyError && e.code === "route_client_missing" && e.path === "/routes/2/route_id" && /gemini-last/.test(e.message),
     );
-    // A client of another wire is no client for the route.
+    // A client of another wire cannot send the route's request.
     const wrong = { ...clientsAt(server.base), "anthropic-fallback": new OpenAI({ apiKey: "k", baseURL: server.base, maxRetries: 0 }) };
     await assert.rejects(
       runAcrossProviders(REQUEST, s, { idempotencyKey: KEY, clients: /** @type {any} */ (wrong) }),
-      (e) => e instanceof rl.PolicyError && e.code === "route_client_missing" && e.path === "/clients/anthropic-fallback",
+      (e) => e instanceof rl.DecodeError && e.code === "invalid_type" && e.path === "/clients/anthropic-fallback",
+    );
+    // A route whose release has no lowering settings cannot be sent the lowered request.
+    const bare = spec();
+    delete bare.routes[1].release.lowering;
+    assert.throws(
+      () => planAcrossProviders(REQUEST, bare, { idempotencyKey: KEY }),
+      (e) => e instanceof rl.DecodeError && e.code === "missing_field" && e.path === "/routes/1/release/lowering",
     );
     // A client that retries on its own is refused as in every integration.
     const retrying = { ...clientsAt(server.base), "openai-primary": new OpenAI({ apiKey: "k", baseURL: server.base, maxRetries: 2 }) };
@@ -400,5 +407,90 @@ test("the single-provider integrations refuse a route without a client with the 
     assert.equal(server.seen.length, 0);
   } finally {
     await server.close();
+  }
+});
+
+/**
+ * Gemini's stream on 127.0.0.1: `POST /{route}/v1beta/models/{model}:streamGenerateContent?alt=sse`
+ * answers `pieces` as server-sent events (the last with finishReason, usage and modelVersion);
+ * it records each request's path and body.
+ * @param {string[]} pieces
+ */
+async function geminiStreamServer(pieces) {
+  /** @type {{path: string, body: any}[]} */
+  const requests = [];
+  const server = http.createServer((req, res) => {
+    let text = "";
+    req.on("data", (c) => (text += c));
+    req.on("end", () => {
+      requests.push({ path: req.url ?? "", body: JSON.parse(text) });
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      pieces.forEach((piece, i) => {
+        const last = i === pieces.length - 1;
+        const chunk = {
+          candidates: [{ content: { role: "model", parts: [{ text: piece }] }, index: 0, ...(last ? { finishReason: "STOP" } : {}) }],
+          responseId: "gem-1",
+          modelVersion: "gemini-2.5-pro-002",
+          ...(last ? { usageMetadata: { promptTokenCount: 40, candidatesTokenCount: 9, totalTokenCount: 49 } } : {}),
+        };
+        res.write(`data: ${JSON.stringify(chunk)}\r\n\r\n`);
+      });
+      res.end();
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(undefined)));
+  const address = /** @type {import("node:net").AddressInfo} */ (server.address());
+  return {
+    requests,
+    base: `http://127.0.0.1:${address.port}`,
+    close: () => new Promise((resolve) => {
+      server.close(() => resolve(undefined));
+      server.closeAllConnections();
+    }),
+  };
+}
+
+test("a stream cut after its first events on anthropic completes on google: one invalidate, then Gemini's chunks", async () => {
+  const { sseServer } = await import("./sse-loopback.mjs");
+  const { runStreamAcrossProviders } = await import("../dist/providers.js");
+  const s = spec({ only: [1, 2] });
+  s.stream = { mode: "tentative", max_response_bytes: 65536, idle_timeout_ms: 2000 };
+  const want = promised(REQUEST, s);
+  const anthropic = await sseServer({ "anthropic-fallback": [{ text: "The migration timed out because", chunks: 5, cutAfter: 2, model: "claude-sonnet-4-5-20250929" }] });
+  const gemini = await geminiStreamServer(["Roll back ", "deploy 981 ", "and rerun it."]);
+  try {
+    const clients = {
+      "anthropic-fallback": new Anthropic({ apiKey: "k", baseURL: anthropic.url("anthropic-fallback"), maxRetries: 0 }),
+      "gemini-last": new GoogleGenAI({ apiKey: "k", httpOptions: { baseUrl: `${gemini.base}/gemini-last`, apiVersion: "v1beta" } }),
+    };
+    const run = runStreamAcrossProviders(REQUEST, s, { idempotencyKey: KEY, clients });
+    /** @type {any[]} */
+    const events = [];
+    for await (const e of run) events.push(e);
+    const kinds = events.map((e) => `${e.kind}@${e.attempt}`);
+    const cut = kinds.indexOf("invalidate@1");
+    assert.ok(cut > 0 && kinds.slice(0, cut).every((k) => k === "delta@1"), kinds.join(" "));
+    assert.equal(kinds.filter((k) => k.startsWith("invalidate")).length, 1);
+    assert.deepEqual(kinds.slice(cut + 1), ["delta@2", "delta@2", "delta@2", "commit@2"]);
+    assert.equal(events.slice(0, cut).map((e) => e.text).join(""), "The migration");
+    assert.equal(events.slice(cut + 1, -1).map((e) => e.text).join(""), "Roll back deploy 981 and rerun it.");
+
+    const receipt = /** @type {any} */ (run.receipt);
+    assert.equal(receipt.terminal, "completed");
+    assert.equal(receipt.final_route_id, "gemini-last");
+    assert.deepEqual(anthropic.requests.map((r) => r.body), [{ ...want["anthropic-fallback"].body, stream: true }]);
+    assert.deepEqual(gemini.requests.map((r) => r.path), ["/gemini-last/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"]);
+    assert.deepEqual(gemini.requests.map((r) => r.body), [want["gemini-last"].body]);
+    assert.equal(anthropic.requests.length + gemini.requests.length, receipt.attempt_count);
+    assert.deepEqual(receipt.schedule.map((/** @type {any} */ e) => e.model), [
+      { requested: "claude-sonnet-4-5-20250929", served: "claude-sonnet-4-5-20250929" },
+      { requested: "gemini-2.5-pro", served: "gemini-2.5-pro-002" },
+    ]);
+    const bundle = /** @type {any} */ (run.bundle);
+    assert.deepEqual(bundle.attempts.attempts.map((/** @type {any} */ a) => a.request_body_sha256), [want["anthropic-fallback"].body_sha256, want["gemini-last"].body_sha256]);
+    assert.equal(rl.verifyBundle(/** @type {any} */ (run.sealed).bundle_json).kind, "verified");
+  } finally {
+    await anthropic.close();
+    await gemini.close();
   }
 });

@@ -33,7 +33,9 @@
  *   `PolicyError`, naming each route without one), the client of its wire
  *   (`openai.*` an `openai` client, `anthropic.messages` an
  *   `@anthropic-ai/sdk` client, `google.generate_content` a `@google/genai`
- *   client), whose own retries are off (`retry_owner_not_harness`).
+ *   client; another SDK's client is `DecodeError` `invalid_type` at
+ *   `/clients/<route id>`), whose own retries are off
+ *   (`retry_owner_not_harness`).
  *
  * Each attempt then sends the route's lowered body through the route's SDK
  * (no SDK retries, the run's signal, the remaining deadline as timeout, the
@@ -49,10 +51,17 @@
 
 import { CompiledPolicy, buildPolicy, idempotencyKeySha256, sha256Hex, type Input } from "./core.js";
 import { AttemptStep, runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
-import { DecodeError, PolicyError } from "./errors.js";
+import { DecodeError } from "./errors.js";
 import { lowerRequest, type ConversationRequest, type LoweredRouteRelease, type Lowered, type LoweringApi } from "./lowering.js";
 import { anthropicDispatch, assertNoSdkRetries as assertNoAnthropicRetries, type AnthropicClientLike } from "./anthropic.js";
-import { googleGenAIDispatch, assertNoSdkRetries as assertNoGoogleRetries, type GoogleGenAIClientLike } from "./google-genai.js";
+import {
+  googleGenAIDispatch,
+  googleGenAIStreamReader,
+  googleGenAIUsageUnits,
+  assertNoSdkRetries as assertNoGoogleRetries,
+  type GoogleGenAIClientLike,
+  type GoogleGenAIRequestOptions,
+} from "./google-genai.js";
 import { openaiDispatch, openaiStreamDispatch, openaiStreamReader, assertNoSdkRetries as assertNoOpenAIRetries, type OpenAIClientLike } from "./openai.js";
 import { anthropicStreamDispatch, anthropicStreamReader } from "./anthropic.js";
 import { runStream, type StreamDispatchFn, type StreamReader, type StreamRun, type StreamRunOptions, type StreamStep } from "./stream.js";
@@ -71,7 +80,7 @@ export interface AnthropicProviderClient extends AnthropicClientLike {
 
 /** A `@google/genai` client: what this module calls. */
 export interface GoogleProviderClient extends GoogleGenAIClientLike {
-  models: { generateContent(params: object): Promise<unknown> };
+  models: { generateContent(params: object): Promise<unknown>; generateContentStream(params: object): Promise<AsyncIterable<unknown>> };
 }
 
 /** Any integrated SDK client. */
@@ -133,11 +142,12 @@ export function planAcrossProviders(
     const r = routeSpecOf(s, route.route_id);
     const release = r !== undefined && "release" in r ? r.release : undefined;
     if (release === undefined || release.lowering === undefined) {
-      const i = r === undefined ? -1 : s.routes.indexOf(r);
+      // A route given by provider and model has no release document to carry lowering settings.
+      const at = r === undefined ? "/routes" : `/routes/${s.routes.indexOf(r)}/release/lowering`;
       throw new DecodeError(
         "missing_field",
-        `missing_field at /routes/${i}/release/lowering: route ${route.route_id} has no lowering settings: give its release \`lowering\` (its wire and what it takes) to send it the lowered request`,
-        { path: `/routes/${i}/release/lowering` },
+        `missing_field at ${at}: route ${route.route_id} has no lowering settings: give its release \`lowering\` (its wire and what it takes) to send it the lowered request`,
+        { path: at },
       );
     }
     lowered[route.route_id] = lowerRequest(request, release as LoweredRouteRelease, options);
@@ -157,8 +167,8 @@ const hasMethod = (o: unknown, ...path: string[]): boolean => {
 /** The client a wire needs, checked (its own retries off) before any dispatch. */
 function checkedClient(api: LoweringApi, routeId: string, client: unknown): void {
   const name = `the client of route ${routeId}`;
-  const wrong = (needs: string): PolicyError =>
-    new PolicyError("route_client_missing", `route_client_missing at /clients/${routeId}: route ${routeId} speaks ${api}; its client has no ${needs}`, {
+  const wrong = (needs: string): DecodeError =>
+    new DecodeError("invalid_type", `invalid_type at /clients/${routeId}: route ${routeId} speaks ${api}; its client has no ${needs}`, {
       path: `/clients/${routeId}`,
     });
   switch (api) {
@@ -193,6 +203,20 @@ function recordBody(step: Step, lowered: Lowered): void {
   if (step instanceof AttemptStep) step.requestBodySha256(lowered.body_sha256);
 }
 
+/**
+ * `generateContent`'s parameters for a lowered body: the SDK builds the URL,
+ * headers and errors; the body it sends is the lowered REST body whole (its
+ * own conversion of the parameters would add fields the lowering did not
+ * make, such as an empty `generationConfig`).
+ */
+function googleParams(lowered: Lowered, options: GoogleGenAIRequestOptions, signal: AbortSignal): object {
+  const text = JSON.stringify(lowered.body);
+  const send = options.fetch;
+  const fetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> =>
+    send(input, init?.body === undefined || init.body === null ? init : { ...init, body: text });
+  return { model: lowered.model, contents: lowered.body["contents"], config: { abortSignal: signal, httpOptions: { ...options, fetch } } };
+}
+
 /** One attempt's SDK call for a route, by its wire: the answer, with the served model recorded. */
 function routeDispatch(routeId: string, client: ProviderClient, lowered: Lowered): DispatchFn<ProviderAnswer> {
   const answer = (step: Step, response: unknown): ProviderAnswer => {
@@ -225,22 +249,16 @@ function routeDispatch(routeId: string, client: ProviderClient, lowered: Lowered
       return (step, signal) => d(step, signal);
     }
     case "google.generate_content": {
-      const contents = lowered.body["contents"];
-      const text = JSON.stringify(lowered.body);
-      const d = googleGenAIDispatch(client as GoogleProviderClient, (c, options, step, signal) => {
-        // The SDK builds the URL, headers and errors; the body it sends is the
-        // lowered REST body whole (its own conversion of the parameters would
-        // add fields the lowering did not make, such as an empty generationConfig).
-        const send = options.fetch;
-        const fetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> =>
-          send(input, init?.body === undefined || init.body === null ? init : { ...init, body: text });
-        return sent(step, async () =>
-          answer(
-            step,
-            await c.models.generateContent({ model: lowered.model, contents, config: { abortSignal: signal, httpOptions: { ...options, fetch } } }),
-          ),
-        );
-      });
+      const d = googleGenAIDispatch(client as GoogleProviderClient, (c, options, step, signal) =>
+        sent(step, async () => {
+          const response = await c.models.generateContent(googleParams(lowered, options, signal));
+          if (step.priced) {
+            const units = googleGenAIUsageUnits(response);
+            if (units !== undefined) step.usage(units);
+          }
+          return answer(step, response);
+        }),
+      );
       return (step, signal) => d(step, signal);
     }
   }
@@ -298,7 +316,7 @@ const read = <R>(event: unknown, f: (r: StreamReader<unknown>, e: unknown) => R,
 /**
  * Reads the events of a streamed run across providers: each event with the
  * reader of the wire whose SDK yielded it (`openaiStreamReader`,
- * `anthropicStreamReader`).
+ * `anthropicStreamReader`, `googleGenAIStreamReader`).
  */
 export const crossProviderStreamReader: StreamReader<unknown> = {
   text: (e) => read(e, (r, x) => r.text(x), ""),
@@ -310,8 +328,8 @@ export const crossProviderStreamReader: StreamReader<unknown> = {
 
 /** The model a stream event names: a chat chunk's or Responses event's `model`, Anthropic's `message_start`. */
 function eventModel(event: object): string | undefined {
-  const e = event as { model?: unknown; message?: { model?: unknown } | null; response?: { model?: unknown } | null };
-  const m = e.model ?? e.message?.model ?? e.response?.model;
+  const e = event as { model?: unknown; modelVersion?: unknown; message?: { model?: unknown } | null; response?: { model?: unknown } | null };
+  const m = e.model ?? e.modelVersion ?? e.message?.model ?? e.response?.model;
   return typeof m === "string" && m !== "" ? m : undefined;
 }
 
@@ -334,9 +352,8 @@ async function* tagged(events: AsyncIterable<unknown>, reader: StreamReader<unkn
  * The stream dispatch of a run across providers: each route's attempts
  * stream through its client with its lowered body and `stream: true` (chat
  * completions also ask for the usage chunk), recording the lowering's body
- * digest and the requested model. `google.generate_content` routes are not
- * streamed yet: a plan with one is refused with `capability_missing` before
- * any dispatch.
+ * digest, the requested model and the served model the first event names
+ * (Gemini: `generateContentStream`, read with `googleGenAIStreamReader`).
  */
 export function crossProviderStreamDispatch(plan: CrossProviderPlan, clients: Readonly<Record<string, ProviderClient>>): StreamDispatchFn<unknown> {
   if (clients === null || typeof clients !== "object") throw new TypeError("clients must be a record of route id → SDK client");
@@ -377,14 +394,11 @@ export function crossProviderStreamDispatch(plan: CrossProviderPlan, clients: Re
           open(step, async () => c.messages.create({ ...lowered.body, stream: true }, options), anthropicStreamReader),
         );
         break;
-      case "google.generate_content": {
-        const i = plan.policy.policy.routes.indexOf(route);
-        throw new PolicyError(
-          "capability_missing",
-          `capability_missing at /routes/${i}: route ${route.route_id} speaks google.generate_content, which a streamed run across providers does not carry yet`,
-          { path: `/routes/${i}` },
+      case "google.generate_content":
+        byRoute[route.route_id] = googleGenAIDispatch(client as GoogleProviderClient, (c, options, step, signal) =>
+          open(step as StreamStep, async () => c.models.generateContentStream(googleParams(lowered, options, signal)), googleGenAIStreamReader),
         );
-      }
+        break;
     }
   }
   return (step, signal) => (byRoute[step.routeId] as StreamDispatchFn<unknown>)(step, signal);
