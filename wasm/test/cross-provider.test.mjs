@@ -494,3 +494,55 @@ test("a stream cut after its first events on anthropic completes on google: one 
     await gemini.close();
   }
 });
+
+test("under a price schedule each answer's usage is charged; an answer without usage keeps its reservation (unknown, not zero)", async () => {
+  const s = spec({ only: [0, 2], maxAttempts: [1, 1] });
+  const want = promised(REQUEST, s);
+  const plan = planAcrossProviders(REQUEST, s, { idempotencyKey: KEY });
+  /** @type {import("../dist/index.js").PriceSchedule} */
+  const priceSchedule = {
+    schema: "retryledger.price_schedule.v1",
+    cost_unit: plan.policy.policy.cost_unit,
+    releases: plan.policy.policy.routes.map((r) => ({
+      route_release_sha256: r.route_release_sha256,
+      prices_per_million: { input: 2_000_000, output: 8_000_000, cached_input: 500_000, reasoning: 8_000_000 },
+    })),
+  };
+  const openaiNoUsage = {
+    status: 200,
+    body: {
+      id: "chatcmpl-1",
+      object: "chat.completion",
+      created: 1,
+      model: "gpt-4.1-2025-04-14",
+      choices: [{ index: 0, message: { role: "assistant", content: "Roll back." }, finish_reason: "stop" }],
+    },
+  };
+  // The openai answer names its model but carries no usage.
+  const server = await providers(
+    { "openai-primary": [openaiNoUsage], "gemini-last": [geminiOk()] },
+    Object.fromEntries(Object.entries(want).map(([id, l]) => [id, l.body])),
+  );
+  try {
+    const clients = clientsAt(server.base);
+    const first = await runAcrossProviders(REQUEST, s, { idempotencyKey: KEY, clients, priceSchedule });
+    const a = /** @type {any} */ (first.bundle.attempts.attempts[0]);
+    assert.equal(a.route_id, "openai-primary");
+    assert.equal(a.usage, undefined);
+    assert.equal(a.cost, plan.policy.policy.routes[0]?.reserve_cost);
+    assert.deepEqual(a.model, { requested: "gpt-4.1", served: "gpt-4.1-2025-04-14" });
+
+    // Gemini's answer reports usage: 40 input, 6 output tokens, priced by the schedule.
+    const gemini = spec({ only: [2] });
+    const plan2 = planAcrossProviders(REQUEST, gemini, { idempotencyKey: KEY });
+    /** @type {import("../dist/index.js").PriceSchedule} */
+    const schedule2 = { ...priceSchedule, releases: priceSchedule.releases.filter((r) => r.route_release_sha256 === plan2.policy.policy.routes[0]?.route_release_sha256) };
+    const second = await runAcrossProviders(REQUEST, gemini, { idempotencyKey: KEY, clients, priceSchedule: schedule2 });
+    const g = /** @type {any} */ (second.bundle.attempts.attempts[0]);
+    assert.deepEqual(g.usage, { input: 40, output: 6 });
+    assert.equal(g.cost, rl.priceCost(schedule2, g.route_release_sha256, g.usage));
+    assert.equal(g.cost, Math.ceil((40 * 2_000_000) / 1_000_000) + Math.ceil((6 * 8_000_000) / 1_000_000));
+  } finally {
+    await server.close();
+  }
+});
