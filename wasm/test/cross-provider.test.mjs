@@ -254,6 +254,11 @@ test("a route without a client is route_client_missing before any dispatch", asy
       () => planAcrossProviders(REQUEST, bare, { idempotencyKey: KEY }),
       (e) => e instanceof rl.DecodeError && e.code === "missing_field" && e.path === "/routes/1/release/lowering",
     );
+    // A repair would be another request than the one lowered: refused.
+    await assert.rejects(
+      runAcrossProviders(REQUEST, s, { idempotencyKey: KEY, clients: clientsAt(server.base), .../** @type {any} */ ({ repair: () => REQUEST }) }),
+      (e) => e instanceof rl.DecodeError && e.code === "invalid_value" && e.path === "/repair",
+    );
     // A client that retries on its own is refused as in every integration.
     const retrying = { ...clientsAt(server.base), "openai-primary": new OpenAI({ apiKey: "k", baseURL: server.base, maxRetries: 2 }) };
     await assert.rejects(

@@ -100,8 +100,11 @@ export interface ProviderAnswer {
   response: unknown;
 }
 
-/** `runWithPolicy`'s options, and the client of every route. */
-export interface CrossProviderOptions extends RunOptions {
+/**
+ * `runWithPolicy`'s options (but `repair`: a repair is another logical
+ * request, which this driver has not lowered), and the client of every route.
+ */
+export interface CrossProviderOptions extends Omit<RunOptions, "repair"> {
   /** Route id → the route's SDK client (its own retries off). */
   clients: Readonly<Record<string, ProviderClient>>;
 }
@@ -298,6 +301,11 @@ export async function runAcrossProviders(
   options: CrossProviderOptions,
 ): Promise<RunResult<ProviderAnswer>> {
   const { clients, ...run } = options;
+  if ((options as RunOptions).repair !== undefined) {
+    throw new DecodeError("invalid_value", "invalid_value at /repair: a run across providers sends the one request it lowered; a repair is another request", {
+      path: "/repair",
+    });
+  }
   const plan = planAcrossProviders(request, spec, { idempotencyKey: options.idempotencyKey, keyScope: options.keyScope });
   const dispatch = crossProviderDispatch(plan, clients);
   return runWithPolicy(plan.policy, dispatch, { ...run, request: run.request ?? parsed(request) });
