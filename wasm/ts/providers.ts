@@ -256,7 +256,13 @@ function routeDispatch(routeId: string, client: ProviderClient, lowered: Lowered
         sent(step, async () => {
           const response = await c.models.generateContent(googleParams(lowered, options, signal));
           if (step.priced) {
-            const units = googleGenAIUsageUnits(response);
+            // Usage that cannot be read is unknown: the attempt keeps its reservation.
+            let units: ReturnType<typeof googleGenAIUsageUnits>;
+            try {
+              units = googleGenAIUsageUnits(response);
+            } catch {
+              units = undefined;
+            }
             if (units !== undefined) step.usage(units);
           }
           return answer(step, response);
