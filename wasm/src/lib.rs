@@ -247,6 +247,16 @@ impl Compiled {
         ))?))
     }
 
+    /// Refuse, before any dispatch, a policy with a route that has no
+    /// client: `route_ids` are the route ids the host holds a client for
+    /// (`route_client_missing` otherwise).
+    pub fn require_clients(&self, route_ids: Vec<String>) -> Out<()> {
+        lift(
+            self.inner
+                .require_clients(|id| route_ids.iter().any(|x| x == id)),
+        )
+    }
+
     /// A run of this policy with no attempt yet: the core's Session.
     pub fn session(&self) -> WasmSession {
         WasmSession {
@@ -1123,6 +1133,27 @@ impl WasmSession {
                 .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/request_body_sha256", m)),
         )?;
         self.session.set_request_body_sha256(digest);
+        Ok(())
+    }
+
+    /// Report the model the attempt in flight asked for and the one the
+    /// provider's response named; a side not learned is `undefined` (left
+    /// out, never invented).
+    pub fn set_model(&mut self, requested: Option<String>, served: Option<String>) -> Out<()> {
+        let parse =
+            |v: Option<String>, path: &str| -> Out<Option<retryledger_core::ids::Identifier>> {
+                match v {
+                    None => Ok(None),
+                    Some(s) => lift(
+                        retryledger_core::ids::Identifier::parse(&s)
+                            .map(Some)
+                            .map_err(|(code, m)| Error::at(code, path, m)),
+                    ),
+                }
+            };
+        let requested = parse(requested, "/model/requested")?;
+        let served = parse(served, "/model/served")?;
+        self.session.set_model(requested, served);
         Ok(())
     }
 

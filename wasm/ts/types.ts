@@ -155,6 +155,8 @@ export interface Attempt {
   /** What the attempt was of an async job (docs/JOBS.md). */
   job?: import("./job.js").JobRecord;
   logical_request_sha256: Sha256Hex;
+  /** The model the attempt asked for and the one the provider reported; a side not learned is absent (docs/LOWERING.md). */
+  model?: ModelRecord;
   ordinal: number;
   outcome: Outcome;
   /** The failed output check that decided the outcome (docs/REPAIR.md). */
@@ -171,6 +173,12 @@ export interface Attempt {
   stream?: StreamRecord;
   /** Raw usage the provider reported; the attempt's cost is then what the run's price schedule charges for it. */
   usage?: Usage;
+}
+
+/** Which model an attempt asked for and which the provider reported serving; at least one is present. */
+export interface ModelRecord {
+  requested?: Identifier;
+  served?: Identifier;
 }
 
 /**
@@ -237,6 +245,8 @@ export interface ScheduleEntry {
   jitter_max_ms?: number;
   jitter_min_ms?: number;
   jitter_sample_ms?: number;
+  /** The model asked for and the one served, when the host reported them. */
+  model?: ModelRecord;
   not_before_ms: number;
   ordinal: number;
   /** `success` or the failure kind. */
