@@ -490,6 +490,16 @@ def lift_request(call: str, params: Document) -> dict[str, Any]:
     return _loads(_call(_core.lift_request, call, to_text(params)))
 
 
+def check_sent_request(request: Document, url_path: str, body: Document) -> None:
+    """Check an SDK call about to be sent (the URL path and JSON body it
+    sends) against the logical request its policy binds: the body is lifted
+    like :func:`lift_request` and compared; another request raises
+    :class:`DriftError` ``request_drift``. A path no call the core lifts
+    goes to, and a request written by hand (an ``operation`` no call lifts
+    to), pass. The integrations call it for you (``Step.check_sent``)."""
+    _call(_core.check_sent_request, to_text(request), url_path, to_text(body))
+
+
 def canonical_request(request: Document) -> str:
     """A logical request's RFC 8785 canonical JSON."""
     return call(_core.canonical_request, to_text(request))

@@ -44,6 +44,9 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "check_price_schedule": lambda i: retryledger.check_price_schedule(i["policy"], i["schedule"]),
     "price_cost": lambda i: retryledger.price_cost(i["schedule"], i["route_release_sha256"], i["usage"]),
     "lift_request": lambda i: retryledger.lift_request(i["call"], i["params"]),
+    "check_sent_request": lambda i: (
+        retryledger.check_sent_request(i["request"], i["url_path"], i["body"]) or {"kind": "ok"}
+    ),
     "build_policy": lambda i: retryledger.build_policy(i["request"], i["spec"]).document,
     "bind_policy_template": lambda i: _bound(
         retryledger.compile_policy_template(i["spec"]).bind(i["request"], i["idempotency_key_sha256"])
