@@ -69,6 +69,11 @@ def call(fn: Callable[..., R], *args: Any) -> R:
 _call = call  # for functions whose parameter is named `call`
 
 
+#: ``json.dumps`` with these options builds a new encoder on every call;
+#: one built once gives the same text at a fraction of the cost.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def to_text(document: Any) -> str:
     """JSON text for a document given as a mapping, text or UTF-8 bytes."""
     if isinstance(document, str):
@@ -79,7 +84,7 @@ def to_text(document: Any) -> str:
         except UnicodeDecodeError as e:
             raise DecodeError("invalid_json", f"input is not UTF-8: {e}") from None
     try:
-        return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _ENCODER.encode(document)
     except RecursionError:
         raise DecodeError("nesting_too_deep", "the document nests too deeply to encode") from None
     except (TypeError, ValueError) as e:
