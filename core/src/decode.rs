@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result, MAX_ERRORS};
 use crate::limits::MAX_INPUT_BYTES;
 
 /// Parse JSON text into a value, enforcing the normal-form rules of every document.
@@ -45,8 +45,13 @@ const RANGES: &[(&str, &str)] = &[
     ("max_total_attempts", "1..=10000"),
 ];
 
-/// A decode error said in the words of the field it is about.
+/// A decode error (and each further one it carries) said in the words of
+/// the field it is about.
 pub(crate) fn explain(mut e: Error) -> Error {
+    e.more = std::mem::take(&mut e.more)
+        .into_iter()
+        .map(explain)
+        .collect();
     if !matches!(
         e.code,
         ErrorCode::IntegerOutOfRange | ErrorCode::InvalidType
@@ -165,18 +170,31 @@ pub fn decode_array<'v>(v: &'v Value, at: &At<'_>) -> Result<&'v [Value]> {
     }
 }
 
-/// A list of at most `max` items, each decoded in turn.
+/// A list of at most `max` items, each decoded in turn; every bad item is
+/// reported (up to [`MAX_ERRORS`]), the first one first.
 pub fn decode_list<T: Decode>(v: &Value, at: &At<'_>, max: usize) -> Result<Vec<T>> {
     let items = decode_array(v, at)?;
     let mut out = Vec::new();
+    let mut errors = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let x = T::decode(item, &At::Index(at, i))?;
-        if out.len() >= max {
-            return Err(at.error(ErrorCode::TooManyItems, format!("more than {max} items")));
+        match T::decode(item, &At::Index(at, i)) {
+            Err(e) => {
+                errors.push(e);
+                if errors.len() >= MAX_ERRORS {
+                    break;
+                }
+            }
+            Ok(_) if i >= max => {
+                errors.push(at.error(ErrorCode::TooManyItems, format!("more than {max} items")));
+                break;
+            }
+            Ok(x) => out.push(x),
         }
-        out.push(x);
     }
-    Ok(out)
+    match Error::gather(errors) {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// The index of one of a fixed set of names. As a one-key object the name
@@ -267,8 +285,11 @@ pub struct Fields<'a> {
     flat: bool,
     /// A key read separately (a variant's tag).
     tag: Option<&'static str>,
-    missing: Option<&'static str>,
-    failure: Option<Error>,
+    /// The required fields found absent, in the order asked for.
+    missing: Vec<&'static str>,
+    /// The errors found so far (fields that failed, keys not defined), in
+    /// sorted key order; [`Fields::end`] reports them all.
+    failures: Vec<Error>,
 }
 
 impl<'a> Fields<'a> {
@@ -280,8 +301,8 @@ impl<'a> Fields<'a> {
                 at,
                 flat: false,
                 tag: None,
-                missing: None,
-                failure: None,
+                missing: Vec::new(),
+                failures: Vec::new(),
             }),
             _ => Err(at.error(ErrorCode::InvalidType, "expected an object")),
         }
@@ -307,58 +328,70 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn find(&mut self, name: &str) -> Result<Option<(&'a str, &'a Value)>> {
+    fn fail(&mut self, e: Error) {
+        if self.failures.len() < MAX_ERRORS {
+            self.failures.push(e);
+        }
+    }
+
+    /// The field `name`, if present; keys sorting before it are ones the
+    /// type does not define, each noted as a failure.
+    fn find(&mut self, name: &str) -> Option<(&'a str, &'a Value)> {
         while let Some(&(key, value)) = self.keys.peek() {
             if Some(key.as_str()) == self.tag {
                 self.keys.next();
                 continue;
             }
             match key.as_str().cmp(name) {
-                std::cmp::Ordering::Less => return Err(self.unknown(key)),
+                std::cmp::Ordering::Less => {
+                    self.keys.next();
+                    let e = self.unknown(key);
+                    self.fail(e);
+                }
                 std::cmp::Ordering::Equal => {
                     self.keys.next();
-                    return Ok(Some((key.as_str(), value)));
+                    return Some((key.as_str(), value));
                 }
                 std::cmp::Ordering::Greater => break,
             }
         }
-        Ok(None)
+        None
     }
 
     /// A field's value and place, if present.
     #[inline(never)]
-    fn field(&mut self, name: &'static str, required: bool) -> Result<Option<(&'a Value, At<'a>)>> {
-        let found = self.find(name)?;
-        if found.is_none() && required && self.missing.is_none() {
-            self.missing = Some(name);
+    fn field(&mut self, name: &'static str, required: bool) -> Option<(&'a Value, At<'a>)> {
+        let found = self.find(name);
+        if found.is_none() && required {
+            self.missing.push(name);
         }
-        Ok(found.map(|(key, value)| {
+        found.map(|(key, value)| {
             let at = if self.flat {
                 *self.at
             } else {
                 At::Key(self.at, key)
             };
             (value, at)
-        }))
+        })
     }
 
-    /// A field decoded with `f`; `None` when absent or after a failure,
-    /// which [`Fields::end`] reports.
+    /// A field decoded with `f`; `None` when absent or when it failed,
+    /// which [`Fields::end`] reports (the fields after a failure are still
+    /// read, so that one pass finds every error).
     fn read<T>(
         &mut self,
         name: &'static str,
         required: bool,
         f: impl FnOnce(&Value, &At<'_>) -> Result<T>,
     ) -> Option<T> {
-        if self.failure.is_some() {
-            return None;
+        let (v, at) = self.field(name, required)?;
+        match f(v, &at) {
+            Ok(x) => Some(x),
+            Err(e) => {
+                self.fail(e);
+                None
+            }
         }
-        let decoded = match self.field(name, required) {
-            Ok(Some((v, at))) => f(v, &at),
-            Ok(None) => return None,
-            Err(e) => Err(e),
-        };
-        decoded.map_err(|e| self.failure = Some(e)).ok()
     }
 
     /// An optional field, decoded with `f`.
@@ -389,19 +422,25 @@ impl<'a> Fields<'a> {
         self.read(name, true, T::decode)
     }
 
-    /// The first failure inside a field, else keys left over, else the
-    /// first required field that was absent.
+    /// Every error of the object, in one error: the failures inside
+    /// fields and keys not defined (in sorted key order), then keys left
+    /// over, then the required fields that were absent. The first is the
+    /// headline; the rest go in [`Error::more`] (at most [`MAX_ERRORS`]).
     pub fn end(&mut self) -> Result<()> {
-        if let Some(e) = self.failure.take() {
-            return Err(e);
+        while let Some((key, _)) = self.keys.next() {
+            if Some(key.as_str()) != self.tag {
+                let e = self.unknown(key);
+                self.fail(e);
+            }
         }
-        if let Some((key, _)) = self.keys.find(|(k, _)| Some(k.as_str()) != self.tag) {
-            return Err(self.unknown(key));
-        }
-        match self.missing {
-            Some(name) => Err(self
+        for name in std::mem::take(&mut self.missing) {
+            let e = self
                 .at
-                .error(ErrorCode::MissingField, format!("missing field `{name}`"))),
+                .error(ErrorCode::MissingField, format!("missing field `{name}`"));
+            self.fail(e);
+        }
+        match Error::gather(std::mem::take(&mut self.failures)) {
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }

@@ -298,6 +298,10 @@ codes! {
     RepairChainDrift => "repair_chain_drift", Drift;
     /// A repair under a policy without a `repair` section.
     RepairNotAllowed => "repair_not_allowed", Drift;
+    /// An SDK call about to be sent lifts to another logical request than the
+    /// one its policy binds (another prompt, tools or sampling): refused
+    /// before it is sent.
+    RequestDrift => "request_drift", Drift;
 
     /// A sealed receipt differs from the replayed one.
     ReceiptMismatch => "receipt_mismatch", Receipt;
@@ -382,7 +386,14 @@ pub struct Error {
     pub path: Option<String>,
     /// Index of the offending attempt (0-based) for drift errors.
     pub attempt_index: Option<usize>,
+    /// Every further error a decoder found in the same pass (at most
+    /// [`MAX_ERRORS`] in all, this one first); empty for most errors.
+    pub more: Vec<Error>,
 }
+
+/// The most errors one decoding pass reports (the headline one and up to
+/// `MAX_ERRORS - 1` in [`Error::more`]).
+pub const MAX_ERRORS: usize = 20;
 
 impl Error {
     /// An error without a path.
@@ -392,6 +403,7 @@ impl Error {
             message: message.into(),
             path: None,
             attempt_index: None,
+            more: Vec::new(),
         }
     }
 
@@ -402,6 +414,7 @@ impl Error {
             message: message.into(),
             path: Some(path.into()),
             attempt_index: None,
+            more: Vec::new(),
         }
     }
 
@@ -412,7 +425,27 @@ impl Error {
             message: message.into(),
             path: Some(format!("/attempts/{index}/{field}")),
             attempt_index: Some(index),
+            more: Vec::new(),
         }
+    }
+
+    /// One error of `errors` (in the order found, at most [`MAX_ERRORS`]):
+    /// the first, with the rest in [`Error::more`]; `None` when empty.
+    pub fn gather(errors: Vec<Error>) -> Option<Self> {
+        let mut flat = Vec::new();
+        for mut e in errors {
+            let more = std::mem::take(&mut e.more);
+            flat.push(e);
+            flat.extend(more);
+            if flat.len() >= MAX_ERRORS {
+                break;
+            }
+        }
+        flat.truncate(MAX_ERRORS);
+        let mut all = flat.into_iter();
+        let mut first = all.next()?;
+        first.more = all.collect();
+        Some(first)
     }
 
     /// The same error with its path placed under `prefix` (a JSON Pointer).
@@ -421,6 +454,10 @@ impl Error {
             Some(p) => format!("{prefix}{p}"),
             None => prefix.to_owned(),
         });
+        self.more = std::mem::take(&mut self.more)
+            .into_iter()
+            .map(|e| e.under(prefix))
+            .collect();
         self
     }
 

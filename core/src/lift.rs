@@ -204,6 +204,92 @@ pub fn lift(call: &str, params_json: &str) -> Result<Request> {
     check_request(Value::Object(request))
 }
 
+/// The URL path endings of the calls the core lifts, as an SDK sends them
+/// (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`).
+pub const PATHS: &[(&str, &str)] = &[
+    ("/chat/completions", "openai.chat.completions"),
+    ("/messages", "anthropic.messages"),
+    ("/responses", "openai.responses"),
+];
+
+/// The call an HTTP request to `url_path` makes, if the core lifts it.
+pub fn call_for_path(url_path: &str) -> Option<&'static Call> {
+    let path = url_path.split(['?', '#']).next().unwrap_or_default();
+    let path = path.trim_end_matches('/');
+    let (_, name) = PATHS.iter().find(|(end, _)| path.ends_with(end))?;
+    CALLS.iter().find(|c| c.name == *name)
+}
+
+/// Check a call about to be sent against the logical request its policy
+/// binds, before it is sent: the body an SDK sends to `url_path` is the
+/// call's parameters, lifted like [`lift`] and compared by digest.
+///
+/// Only what can be compared is: a path the core does not lift (a poll, a
+/// retrieve, another API) passes, and so does a bound request written in
+/// another vocabulary than the call's (its `operation` is not the call's),
+/// since a request lifted from the call can never equal it. A body that does
+/// not lift (not JSON, a parameter the table does not know) or lifts to
+/// another request is `request_drift`, at the first top-level field of the
+/// request that differs.
+pub fn check_sent(bound: &Request, url_path: &str, body: &[u8]) -> Result<()> {
+    let Some(call) = call_for_path(url_path) else {
+        return Ok(());
+    };
+    if bound.value.get("operation").and_then(Value::as_str) != Some(call.operation) {
+        return Ok(());
+    }
+    let drift =
+        |path: String, message: String| Err(Error::at(ErrorCode::RequestDrift, path, message));
+    let Ok(text) = std::str::from_utf8(body) else {
+        return drift(
+            String::new(),
+            format!("the body sent as {} is not UTF-8 JSON: it cannot be checked against the bound request", call.name),
+        );
+    };
+    let sent = match lift(call.name, text) {
+        Ok(sent) => sent,
+        Err(e) => {
+            return drift(
+                e.path.clone().unwrap_or_default(),
+                format!(
+                    "the {} call does not lift to a logical request ({}), so it cannot be the one the policy binds",
+                    call.name, e.message
+                ),
+            )
+        }
+    };
+    if sent.canonical == bound.canonical {
+        return Ok(());
+    }
+    let empty = Map::new();
+    let (a, b) = (
+        sent.value.as_object().unwrap_or(&empty),
+        bound.value.as_object().unwrap_or(&empty),
+    );
+    let mut fields: Vec<&String> = a.keys().chain(b.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    let differ: Vec<&str> = fields
+        .into_iter()
+        .filter(|k| a.get(k.as_str()) != b.get(k.as_str()))
+        .map(String::as_str)
+        .collect();
+    drift(
+        differ.first().map(|k| format!("/{k}")).unwrap_or_default(),
+        format!(
+            "the {} call sends logical request {} but the policy binds {}: {} differ; bind the request the call sends (lift_request) or send the bound one",
+            call.name,
+            sent.sha256(),
+            bound.sha256(),
+            differ
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +335,45 @@ mod tests {
             lift("nope", "{}").unwrap_err().code,
             ErrorCode::InvalidValue
         );
+    }
+
+    #[test]
+    fn a_sent_call_is_checked_against_the_bound_request() {
+        let bound = lift(
+            "openai.chat.completions",
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .unwrap();
+        let same =
+            br#"{"model":"other","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(check_sent(&bound, "/v1/chat/completions", same), Ok(()));
+        let other =
+            br#"{"model":"m","messages":[{"role":"user","content":"bye"}],"temperature":1}"#;
+        let e = check_sent(&bound, "/v1/chat/completions/", other).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_deref()),
+            (ErrorCode::RequestDrift, Some("/input"))
+        );
+        assert!(e.message.contains("`input`, `sampling`"), "{}", e.message);
+        let unknown = br#"{"model":"m","messages":[],"frobnicate":1}"#;
+        let e = check_sent(&bound, "/v1/chat/completions", unknown).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_deref()),
+            (ErrorCode::RequestDrift, Some("/frobnicate"))
+        );
+        assert_eq!(
+            check_sent(&bound, "/v1/chat/completions", b"\xff")
+                .unwrap_err()
+                .code,
+            ErrorCode::RequestDrift
+        );
+        // Not a call the core lifts, or a request in another vocabulary: not compared.
+        assert_eq!(check_sent(&bound, "/v1/responses/r1", other), Ok(()));
+        assert_eq!(check_sent(&bound, "/v1/messages", other), Ok(()));
+        let by_hand = crate::request::parse_request(
+            r#"{"schema":"retryledger.request.v1","operation":"chat","input":["hi"]}"#,
+        )
+        .unwrap();
+        assert_eq!(check_sent(&by_hand, "/v1/chat/completions", other), Ok(()));
     }
 }

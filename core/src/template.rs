@@ -10,7 +10,9 @@
 //! [`crate::builder::build_policy`] on the same spec, request and key.
 
 use crate::builder::{assemble, PolicySpec};
-use crate::canonical::{canonical_json, sha256_hex};
+use sha2::{Digest, Sha256};
+
+use crate::canonical::{canonical_json, hex, sha256_hex};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::Sha256Hex;
 use crate::policy::{compile, CompiledPolicy};
@@ -23,10 +25,23 @@ const REQUEST_FIELD: &str = "\"logical_request_sha256\":\"";
 #[derive(Debug, Clone)]
 pub struct PolicyTemplate {
     compiled: CompiledPolicy,
-    /// The canonical text before the key digest, between the two digests,
-    /// and after the request digest (`idempotency_key_sha256` sorts first);
-    /// `None` when a section repeats a field name, and each bind re-encodes.
-    pieces: Option<[String; 3]>,
+    /// The canonical text around the two digests; `None` when a section
+    /// repeats a field name, and each bind re-encodes.
+    pieces: Option<Pieces>,
+}
+
+/// The constant parts of the policy's canonical text, and the hash state
+/// after the first one, so that a bind hashes only what follows it.
+#[derive(Debug, Clone)]
+struct Pieces {
+    /// Before the key digest (`idempotency_key_sha256` sorts first).
+    head: String,
+    /// Between the key digest and the request digest.
+    middle: String,
+    /// After the request digest.
+    tail: String,
+    /// SHA-256 over `head`.
+    head_state: Sha256,
 }
 
 /// A bound policy: the canonical JSON and its digest.
@@ -81,7 +96,12 @@ impl PolicyTemplate {
         let text = canonical_json(&compiled.policy);
         let pieces = split_once(&text, KEY_FIELD).and_then(|(head, rest)| {
             let (middle, tail) = split_once(rest, REQUEST_FIELD)?;
-            Some([head.to_owned(), middle.to_owned(), tail.to_owned()])
+            Some(Pieces {
+                head: head.to_owned(),
+                middle: middle.to_owned(),
+                tail: tail.to_owned(),
+                head_state: Sha256::new_with_prefix(head.as_bytes()),
+            })
         });
         Ok(Self { compiled, pieces })
     }
@@ -113,7 +133,13 @@ impl PolicyTemplate {
     }
 
     fn splice(&self, request_sha256: &str, key_sha256: &str) -> BoundPolicy {
-        let Some([head, middle, tail]) = &self.pieces else {
+        let Some(Pieces {
+            head,
+            middle,
+            tail,
+            head_state,
+        }) = &self.pieces
+        else {
             let mut policy = self.compiled.policy.clone();
             policy.logical_request_sha256 = Sha256Hex::computed(request_sha256.to_owned());
             policy.idempotency_key_sha256 = Sha256Hex::computed(key_sha256.to_owned());
@@ -135,7 +161,10 @@ impl PolicyTemplate {
         text.push_str(middle);
         text.push_str(request_sha256);
         text.push_str(tail);
-        let policy_sha256 = sha256_hex(text.as_bytes());
+        // The head's hash state was kept at compile time: hash only the rest.
+        let mut hasher = head_state.clone();
+        hasher.update(text.get(head.len()..).unwrap_or_default().as_bytes());
+        let policy_sha256 = hex(&hasher.finalize());
         BoundPolicy {
             policy_json: text,
             policy_sha256,

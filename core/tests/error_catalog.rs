@@ -14,6 +14,10 @@ use retryledger_core::api;
 const REQUEST: &str =
     r#"{"schema":"retryledger.request.v1","operation":"chat","input":["Summarize the incident."]}"#;
 
+/// The call whose lifted request the `check_sent_request` entries bind.
+const SENT: &str =
+    r#"{"model":"gpt-4.1-mini","messages":[{"role":"user","content":"Summarize the incident."}]}"#;
+
 struct Entry {
     title: String,
     op: String,
@@ -21,6 +25,8 @@ struct Entry {
     code: String,
     path: String,
     message: String,
+    /// The further errors of the same pass: (code, path, message).
+    more: Vec<(String, String, String)>,
 }
 
 fn between<'a>(line: &'a str, open: &str, close: &str) -> Option<(&'a str, &'a str)> {
@@ -54,7 +60,17 @@ fn entries() -> Vec<Entry> {
                 code: code.take().unwrap(),
                 path: path.take().unwrap(),
                 message: m.to_owned(),
+                more: Vec::new(),
             });
+        } else if let Some(rest) = line.strip_prefix("- `") {
+            // "- `code` at `path`: message", after the entry's headline.
+            let (c, rest) = rest.split_once('`').unwrap();
+            let (p, m) = between(rest, "at `", "`").unwrap();
+            let m = m.strip_prefix(": ").unwrap();
+            out.last_mut()
+                .unwrap()
+                .more
+                .push((c.to_owned(), p.to_owned(), m.to_owned()));
         }
     }
     out
@@ -73,6 +89,11 @@ fn every_catalogued_mistake_gives_the_message_shown() {
             "validate_policy" => api::validate_policy(&e.input).map(drop),
             "build_policy" => api::build_policy(REQUEST, &e.input).map(drop),
             "compile_policy_template" => api::compile_policy_template(&e.input).map(drop),
+            "check_sent_request" => api::check_sent_request(
+                &api::lift_request("openai.chat.completions", SENT).unwrap(),
+                "/v1/chat/completions",
+                e.input.as_bytes(),
+            ),
             other => panic!("{}: unknown op {other}", e.title),
         };
         let err = result.expect_err(&e.title);
@@ -84,5 +105,17 @@ fn every_catalogued_mistake_gives_the_message_shown() {
             e.title
         );
         assert_eq!(err.message, e.message, "{}: message", e.title);
+        let more: Vec<_> = err
+            .more
+            .iter()
+            .map(|m| {
+                (
+                    m.code.as_str().to_owned(),
+                    m.path.clone().unwrap_or_default(),
+                    m.message.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(more, e.more, "{}: the further errors", e.title);
     }
 }

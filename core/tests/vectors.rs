@@ -127,6 +127,7 @@ fn actual(op: &str, input: &Value) -> Value {
         "build_policy" => &["request", "spec"],
         "bind_policy_template" => &["idempotency_key_sha256", "request", "spec"],
         "lift_request" => &["call", "params"],
+        "check_sent_request" => &["body", "request", "url_path"],
         "lower_request" => &["options", "release", "request"],
         "route_capabilities" => &["request", "spec"],
         "check_price_schedule" => &["policy", "schedule"],
@@ -213,6 +214,12 @@ fn actual(op: &str, input: &Value) -> Value {
             })
             .map(|b| json!({"policy": json_of(b.policy_json), "policy_sha256": b.policy_sha256})),
         "lift_request" => api::lift_request(s(input, "call"), s(input, "params")).map(json_of),
+        "check_sent_request" => api::check_sent_request(
+            s(input, "request"),
+            s(input, "url_path"),
+            s(input, "body").as_bytes(),
+        )
+        .map(|()| json!({"kind": "ok"})),
         "lower_request" => api::lower_request(
             s(input, "request"),
             s(input, "release"),

@@ -69,6 +69,11 @@ def call(fn: Callable[..., R], *args: Any) -> R:
 _call = call  # for functions whose parameter is named `call`
 
 
+#: ``json.dumps`` with these options builds a new encoder on every call;
+#: one built once gives the same text at a fraction of the cost.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def to_text(document: Any) -> str:
     """JSON text for a document given as a mapping, text or UTF-8 bytes."""
     if isinstance(document, str):
@@ -79,7 +84,7 @@ def to_text(document: Any) -> str:
         except UnicodeDecodeError as e:
             raise DecodeError("invalid_json", f"input is not UTF-8: {e}") from None
     try:
-        return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _ENCODER.encode(document)
     except RecursionError:
         raise DecodeError("nesting_too_deep", "the document nests too deeply to encode") from None
     except (TypeError, ValueError) as e:
@@ -503,6 +508,16 @@ def lift_request(call: str, params: Document) -> dict[str, Any]:
     contract, sampling and the seed into the request and keeps the model and
     transport options out of it; an unknown parameter is ``unknown_field``."""
     return _loads(_call(_core.lift_request, call, to_text(params)))
+
+
+def check_sent_request(request: Document, url_path: str, body: Document) -> None:
+    """Check an SDK call about to be sent (the URL path and JSON body it
+    sends) against the logical request its policy binds: the body is lifted
+    like :func:`lift_request` and compared; another request raises
+    :class:`DriftError` ``request_drift``. A path no call the core lifts
+    goes to, and a request written by hand (an ``operation`` no call lifts
+    to), pass. The integrations call it for you (``Step.check_sent``)."""
+    _call(_core.check_sent_request, to_text(request), url_path, to_text(body))
 
 
 def canonical_request(request: Document) -> str:

@@ -32,6 +32,14 @@ again before each call, and a client whose own retries are on (``openai``,
 ``PolicyError("retry_owner_not_harness")`` before any request: retries at two
 layers multiply, and the receipt would count one attempt where the server saw
 several. A client whose retries cannot be read is refused too.
+
+The clients given are also watched while the function runs (the openai and
+anthropic SDKs and httpx clients): each request they send during an
+attempt carries the run's ``Idempotency-Key`` and a timeout within the
+remaining deadline, and, when the policy was bound from a template, its
+body is lifted into a logical request and compared with the request the
+policy binds before it is sent (``DriftError("request_drift")``, nothing
+sent: a call that sends another prompt than the one bound).
 """
 
 from __future__ import annotations
@@ -77,17 +85,45 @@ def require_no_sdk_retries(client: Any) -> None:
         )
 
 
-def _check_clients(clients: Any) -> None:
+def _items(clients: Any) -> list[Any]:
     if clients is None:
-        return
+        return []
     if isinstance(clients, dict):
-        items = list(clients.values())
-    elif isinstance(clients, (list, tuple)):
-        items = list(clients)
-    else:
-        items = [clients]
-    for client in items:
+        return list(clients.values())
+    if isinstance(clients, (list, tuple)):
+        return list(clients)
+    return [clients]
+
+
+def _check_clients(clients: Any) -> None:
+    for client in _items(clients):
         require_no_sdk_retries(client)
+
+
+def _watch(clients: Any) -> None:
+    """Give the clients the request hooks of the integrations (an httpx
+    client, or an SDK's underlying one): :func:`._sending.sending` then ties
+    what they send to the attempt."""
+    items = _items(clients)
+    if not items:
+        return
+    from ._sending import hook, hook_sdk
+
+    for client in items:
+        if type(client).__module__.split(".")[0] == "httpx":
+            hook(client)
+        else:
+            hook_sdk(client)
+
+
+def _sent(clients: Any, step: Step, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn(step, *args, **kwargs)``, its clients' requests tied to ``step``."""
+    if clients is None:
+        return fn(step, *args, **kwargs)
+    from ._sending import sending
+
+    with sending(step):
+        return fn(step, *args, **kwargs)
 
 
 def _resolve(value: Any, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -113,6 +149,7 @@ class Retrying(Generic[T]):
 
     def _bound(self, args: Tuple[Any, ...], kwargs: dict[str, Any]) -> Tuple[Any, str, dict[str, Any]]:
         _check_clients(self._clients)
+        _watch(self._clients)
         key = _resolve(self._key, args, kwargs)
         if not isinstance(key, str):
             raise TypeError("idempotency_key must be a str or give one")
@@ -134,17 +171,23 @@ class Retrying(Generic[T]):
         if self._async:
             raise TypeError("an async function runs with `await f.run_async(...)`")
         policy, key, options = self._bound(args, kwargs)
-        fn = self._fn
-        return run(policy, lambda step: cast(T, fn(step, *args, **kwargs)), key, **options)
+        fn, clients = self._fn, self._clients
+        return run(policy, lambda step: cast(T, _sent(clients, step, fn, args, kwargs)), key, **options)
 
     async def run_async(self, *args: Any, **kwargs: Any) -> RunResult[T]:
         """The asyncio driver: the value and the sealed run."""
         policy, key, options = self._bound(args, kwargs)
-        fn = self._fn
+        fn, clients = self._fn, self._clients
 
         async def dispatch(step: Step) -> T:
-            out = fn(step, *args, **kwargs)
-            return cast(T, await out) if inspect.isawaitable(out) else cast(T, out)
+            if clients is None:
+                out = fn(step, *args, **kwargs)
+                return cast(T, await out) if inspect.isawaitable(out) else cast(T, out)
+            from ._sending import sending
+
+            with sending(step):
+                out = fn(step, *args, **kwargs)
+                return cast(T, await out) if inspect.isawaitable(out) else cast(T, out)
 
         return await run_async(policy, dispatch, key, **options)
 

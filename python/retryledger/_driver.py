@@ -307,6 +307,9 @@ class Step:
     #: root run unless ``request=`` was given), and its repair ordinal (0 on the root).
     request: Any = None
     repair_ordinal: int = 0
+    #: A call this attempt refused to send (``request_drift``): the driver
+    #: raises it whatever the SDK wrapped it in.
+    _refused: Optional[RetryledgerError] = None
 
     def __init__(
         self,
@@ -455,6 +458,23 @@ class Step:
         session = self._session
         if session is not None:
             call(session.set_model, requested, served)
+
+    def check_sent(self, url_path: str, body: Union[bytes, bytearray, memoryview, str]) -> None:
+        """Check an SDK call this attempt is about to send (its URL path and
+        JSON body) against the logical request the policy's template bound;
+        a call that lifts to another request raises :class:`DriftError`
+        ``request_drift`` before it is sent, and the run stops with it
+        (nothing sent). The openai, anthropic and httpx integrations and
+        ``@retry(..., clients=...)`` call it for you."""
+        session = self._session
+        if session is None:
+            return
+        data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        try:
+            call(session.check_sent, url_path, data)
+        except RetryledgerError as refused:
+            self._refused = refused
+            raise
 
     @property
     def price_schedule(self) -> Optional[str]:
@@ -1113,7 +1133,10 @@ class _Host:
             fleet.release(self.session, self.policy, self.epoch_ms(), held)
 
     def facts(self, step: Step, exc: BaseException, cancelled: bool = False) -> _core.Facts:
-        """The facts of an attempt that raised (or was cancelled)."""
+        """The facts of an attempt that raised (or was cancelled); a call the
+        attempt refused to send (``request_drift``) raises instead."""
+        if step._refused is not None:
+            raise step._refused
         if step._rate_limits is None and self.fleet is not None:
             step._rate_limits = rate_limit_headers_of(exc) or None
         if isinstance(exc, AttemptError) and not cancelled:

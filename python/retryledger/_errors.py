@@ -8,7 +8,7 @@ message and, where known, a JSON Pointer ``path`` and the ``attempt_index``.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, List, Optional, Type
 
 from ._tables import ERROR_CODES
 
@@ -37,6 +37,11 @@ class RetryledgerError(ValueError):
     message: str
     path: Optional[str]
     attempt_index: Optional[int]
+    #: Every further error found in the same pass (decoding a policy, a spec
+    #: or any document reports all it finds, up to 20 in all), each a dict
+    #: with ``code``, ``family``, ``message`` and ``path`` when known; this
+    #: error's own code and message are the first one's. Empty for most errors.
+    more_errors: List[Dict[str, Any]]
 
     def __init__(
         self,
@@ -44,12 +49,14 @@ class RetryledgerError(ValueError):
         message: str,
         path: Optional[str] = None,
         attempt_index: Optional[int] = None,
+        more_errors: Optional[List[Dict[str, Any]]] = None,
     ) -> None:
         super().__init__(code, message, path, attempt_index)
         self.code = code
         self.message = message
         self.path = path
         self.attempt_index = attempt_index
+        self.more_errors = list(more_errors or [])
 
     def __str__(self) -> str:
         where = f" at {self.path}" if self.path is not None else ""
@@ -147,4 +154,5 @@ def from_error_json(text: str) -> RetryledgerError:
         data.get("message", ""),
         data.get("path"),
         data.get("attempt_index"),
+        data.get("more_errors"),
     )

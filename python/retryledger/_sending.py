@@ -54,6 +54,7 @@ def _stamp(request: httpx.Request) -> None:
         return
     if isinstance(body, bytes):
         step.request_body(body)
+        step.check_sent(request.url.path, body)
 
 
 def _on_request(request: httpx.Request) -> None:

@@ -1024,6 +1024,22 @@ fn lift_request(call: &Bound<'_, PyAny>, params: &Bound<'_, PyAny>) -> PyResult<
     lift(api::lift_request(&text(call)?, &text(params)?))
 }
 
+/// `check_sent_request`: an SDK call about to be sent (its URL path and
+/// JSON body) against the logical request its policy binds; `request_drift`
+/// when it lifts to another request.
+#[pyfunction]
+fn check_sent_request(
+    request: &Bound<'_, PyAny>,
+    url_path: &str,
+    body: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    lift(api::check_sent_request(
+        &text(request)?,
+        url_path,
+        text(body)?.as_bytes(),
+    ))
+}
+
 /// `lower_request`: a conversation request lowered for a route release
 /// (`{"api", "body", "body_sha256", "model", "notes"}`), or why the route
 /// cannot serve it.
@@ -1484,6 +1500,9 @@ fn decision_object(py: Python<'_>, decision: &Decision) -> PyResult<Py<PyAny>> {
 struct Compiled {
     inner: Arc<CompiledPolicy>,
     policy_json: String,
+    /// The logical request a template bound, against which each SDK call
+    /// the run sends is checked (`check_sent`); `None` for a policy given whole.
+    request: Option<Arc<retryledger_core::request::Request>>,
 }
 
 #[pymethods]
@@ -1495,6 +1514,7 @@ impl Compiled {
         Ok(Self {
             inner: Arc::new(inner),
             policy_json,
+            request: None,
         })
     }
 
@@ -1573,7 +1593,7 @@ impl PyPolicyTemplate {
         request: &Bound<'_, PyAny>,
         idempotency_key_sha256: &Bound<'_, PyAny>,
     ) -> PyResult<Compiled> {
-        let (inner, policy_json) = lift(api::bind_policy_template_compiled(
+        let (inner, policy_json, request) = lift(api::bind_policy_template_request(
             &self.inner,
             &text(request)?,
             &text(idempotency_key_sha256)?,
@@ -1581,6 +1601,7 @@ impl PyPolicyTemplate {
         Ok(Compiled {
             inner: Arc::new(inner),
             policy_json,
+            request: Some(Arc::new(request)),
         })
     }
 }
@@ -1821,6 +1842,17 @@ impl PySession {
         let answer = lift(retryledger_core::job::reconciled_named(answer))?;
         self.session.set_reconciled(answer);
         Ok(())
+    }
+
+    /// Check an SDK call the attempt in flight is about to send (its URL
+    /// path and JSON body) against the logical request a template bound:
+    /// `request_drift` when it lifts to another one. A policy given whole
+    /// binds no request to compare with.
+    fn check_sent(&self, url_path: &str, body: &[u8]) -> PyResult<()> {
+        match &self.policy.get().request {
+            Some(request) => lift(retryledger_core::lift::check_sent(request, url_path, body)),
+            None => Ok(()),
+        }
     }
 
     /// Report the SHA-256 (lowercase hex) of the request body the attempt in flight sent.
@@ -2108,6 +2140,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(request_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(build_policy, m)?)?;
     m.add_function(wrap_pyfunction!(lift_request, m)?)?;
+    m.add_function(wrap_pyfunction!(check_sent_request, m)?)?;
     m.add_function(wrap_pyfunction!(check_price_schedule, m)?)?;
     m.add_function(wrap_pyfunction!(price_cost, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_request, m)?)?;

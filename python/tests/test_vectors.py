@@ -45,6 +45,7 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "check_price_schedule": lambda i: retryledger.check_price_schedule(i["policy"], i["schedule"]),
     "price_cost": lambda i: retryledger.price_cost(i["schedule"], i["route_release_sha256"], i["usage"]),
     "lift_request": lambda i: retryledger.lift_request(i["call"], i["params"]),
+    "check_sent_request": lambda i: _sent_ok(i["request"], i["url_path"], i["body"]),
     "build_policy": lambda i: retryledger.build_policy(i["request"], i["spec"]).document,
     "bind_policy_template": lambda i: _bound(
         retryledger.compile_policy_template(i["spec"]).bind(i["request"], i["idempotency_key_sha256"])
@@ -105,6 +106,13 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "lower_request": lambda i: retryledger.lower_request(i["request"], i["release"], i["options"]),
     "route_capabilities": lambda i: retryledger.route_capabilities(i["request"], i["spec"]),
 }
+
+
+def _sent_ok(request: Any, url_path: str, body: str) -> Dict[str, str]:
+    """``check_sent_request`` returns nothing for a call that matches: the
+    vectors show that as ``{"kind": "ok"}``."""
+    retryledger.check_sent_request(request, url_path, body)
+    return {"kind": "ok"}
 
 
 def _hedge_session(policy: Any, script: Any) -> Dict[str, Any]:

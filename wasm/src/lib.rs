@@ -166,6 +166,9 @@ pub fn sha256_bytes_hex(bytes: &[u8]) -> String {
 #[wasm_bindgen]
 pub struct Compiled {
     inner: Arc<CompiledPolicy>,
+    /// The logical request a template bound: each SDK call a run of it
+    /// sends is checked against it ([`WasmSession::check_sent`]).
+    request: Option<Arc<retryledger_core::request::Request>>,
 }
 
 #[wasm_bindgen]
@@ -174,6 +177,7 @@ impl Compiled {
     pub fn compile(policy: &str) -> Out<Compiled> {
         Ok(Compiled {
             inner: Arc::new(lift(api::compile_policy(policy))?),
+            request: None,
         })
     }
 
@@ -262,6 +266,7 @@ impl Compiled {
         WasmSession {
             session: Session::start(Arc::clone(&self.inner)),
             policy: Arc::clone(&self.inner),
+            request: self.request.clone(),
             plan: [0.0; PLAN_FIELDS],
             bytes: Vec::new(),
             tape: tape::Tape::default(),
@@ -337,13 +342,14 @@ impl PolicyTemplate {
 
     /// The compiled policy of one call: a logical request and the key's digest.
     pub fn bind(&self, request: &str, idempotency_key_sha256: &str) -> Out<Compiled> {
-        let (inner, _) = lift(api::bind_policy_template_compiled(
+        let (inner, _, request) = lift(api::bind_policy_template_request(
             &self.inner,
             request,
             idempotency_key_sha256,
         ))?;
         Ok(Compiled {
             inner: Arc::new(inner),
+            request: Some(Arc::new(request)),
         })
     }
 }
@@ -366,6 +372,13 @@ pub fn price_cost(schedule: &str, route_release_sha256: &str, usage: &str) -> Ou
 #[wasm_bindgen]
 pub fn lift_request(call: &str, params: &str) -> Out<String> {
     lift(api::lift_request(call, params))
+}
+
+/// `check_sent_request`: an SDK call about to be sent (its URL path and JSON
+/// body) against the logical request its policy binds.
+#[wasm_bindgen]
+pub fn check_sent_request(request: &str, url_path: &str, body: &str) -> Out<()> {
+    lift(api::check_sent_request(request, url_path, body.as_bytes()))
 }
 
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
@@ -660,6 +673,8 @@ pub struct WasmSession {
     session: Session,
     /// The compiled policy, to start over ([`WasmSession::restart`]).
     policy: Arc<CompiledPolicy>,
+    /// The logical request a template bound, if any ([`WasmSession::check_sent`]).
+    request: Option<Arc<retryledger_core::request::Request>>,
     /// The planned dispatch's numbers, written by [`WasmSession::plan`]
     /// (read by the host at [`WasmSession::plan_ptr`]).
     plan: [f64; PLAN_FIELDS],
@@ -1124,6 +1139,16 @@ impl WasmSession {
             Ok(self.session.add_usage(&usage)? as f64)
         };
         lift(run())
+    }
+
+    /// Check an SDK call the attempt in flight is about to send (its URL
+    /// path and JSON body) against the logical request a template bound:
+    /// `request_drift` when it lifts to another one.
+    pub fn check_sent(&self, url_path: &str, body: &[u8]) -> Out<()> {
+        match &self.request {
+            Some(request) => lift(retryledger_core::lift::check_sent(request, url_path, body)),
+            None => Ok(()),
+        }
     }
 
     /// Report the digest (lowercase hex) of the request body the attempt in flight sent.

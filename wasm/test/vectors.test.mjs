@@ -63,6 +63,9 @@ function run(op, input) {
       return rl.priceCost(input.schedule, input.route_release_sha256, input.usage);
     case "lift_request":
       return rl.liftRequest(input.call, input.params);
+    case "check_sent_request":
+      rl.checkSentRequest(input.request, input.url_path, input.body);
+      return { kind: "ok" };
     case "build_policy":
       return rl.buildPolicy(input.request, input.spec).policy;
     case "bind_policy_template": {

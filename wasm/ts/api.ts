@@ -34,6 +34,7 @@ export {
   requestSha256,
   buildPolicy,
   liftRequest,
+  checkSentRequest,
   checkPriceSchedule,
   priceCost,
   canonicalRequest,

@@ -129,6 +129,7 @@ export interface RawBindings {
   request_sha256(request: string): string;
   build_policy(request: string, spec: string): string;
   lift_request(call: string, params: string): string;
+  check_sent_request(request: string, urlPath: string, body: string): void;
   check_price_schedule(policy: string, schedule: string): string;
   price_cost(schedule: string, routeReleaseSha256: string, usage: string): number;
   canonical_request(request: string): string;
@@ -832,6 +833,21 @@ export function liftRequest(callName: string, params: Input<Record<string, unkno
   const c = requireString(callName, "call");
   const p = toText(params);
   return JSON.parse(call((b) => b.lift_request(c, p))) as LogicalRequest;
+}
+
+/**
+ * Check an SDK call about to be sent (the URL path and JSON body it sends)
+ * against the logical request its policy binds: the body is lifted like
+ * `liftRequest` and compared; another request throws `DriftError`
+ * `request_drift`. A path no call the core lifts goes to, and a request
+ * written by hand (an `operation` no call lifts to), pass. The integrations
+ * call it for you (`step.checkSent`).
+ */
+export function checkSentRequest(request: Input<LogicalRequest>, urlPath: string, body: string): void {
+  const r = toText(request);
+  const p = requireString(urlPath, "urlPath");
+  const b = requireString(body, "body");
+  call((m) => m.check_sent_request(r, p, b));
 }
 
 /** A logical request's RFC 8785 canonical JSON. */

@@ -103,6 +103,15 @@ export interface Step {
    * you.
    */
   model?(requested: string | undefined, served?: string): void;
+  /**
+   * Check an SDK call this attempt is about to send (its URL path and JSON
+   * body) against the logical request the policy's template bound: a call
+   * that lifts to another request throws `DriftError` `request_drift`
+   * before it is sent, and the run stops with it (nothing sent). The
+   * `openai` and `@anthropic-ai/sdk` integrations and `withPolicy` given
+   * `clients` call it for you.
+   */
+  checkSent?(urlPath: string, body: string | Uint8Array): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
   /** Under repair: the logical request this run sends (`undefined` on the root run unless `request` was given). */
@@ -343,6 +352,10 @@ export class AttemptStep implements Step {
     this.#session.setRequestBodySha256(digest);
   }
 
+  checkSent(urlPath: string, body: string | Uint8Array): void {
+    (this.#session as Partial<Pick<Session, "checkSent">>).checkSent?.(urlPath, body);
+  }
+
   outputDelivered(): void {
     if (!this.open) throw new Error("outputDelivered() after the attempt completed");
     this.delivered = true;
@@ -456,6 +469,9 @@ export function checkRouteClients(compiled: CompiledPolicy, clients: object, wha
  * @internal Shared by the drivers.
  */
 export function observeRaised(session: Session, startedAt: number, completedAt: number, cost: number | undefined, error: unknown, facts: FactsOptions): Judgement {
+  // A call the attempt refused to send (request_drift) stops the run with
+  // that error, whatever the SDK wrapped it in: nothing was sent.
+  if (session.refused !== undefined) throw session.refused;
   const prepared = preparedFacts(error);
   if (prepared !== undefined) {
     return session.observePrepared(startedAt, completedAt, cost, prepared, (error as AttemptError).outcome);

@@ -20,10 +20,20 @@ export type {
   RunCode,
 } from "./tables.js";
 
+/** One further error a decoder found in the same pass (`moreErrors`). */
+export interface ErrorEntry {
+  readonly code: string;
+  readonly family: string;
+  readonly message: string;
+  /** JSON Pointer to the offending field, when known. */
+  readonly path: string | undefined;
+}
+
 export interface ErrorDetails {
   path?: string | undefined;
   attemptIndex?: number | undefined;
   cause?: unknown;
+  moreErrors?: readonly ErrorEntry[] | undefined;
 }
 
 /** The base of every error this package throws. */
@@ -36,6 +46,13 @@ export class RetryledgerError extends Error {
   readonly path: string | undefined;
   /** Index (0-based) of the offending attempt, when known. */
   readonly attemptIndex: number | undefined;
+  /**
+   * Every further error found in the same pass (decoding a policy, a spec or
+   * any document reports all it finds, up to 20 in all), each with its code,
+   * message and path; this error's own `code` and message are the first
+   * one's. Empty for most errors.
+   */
+  readonly moreErrors: readonly ErrorEntry[];
 
   constructor(code: string, family: ErrorFamily | "stopped", message: string, details: ErrorDetails = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
@@ -44,6 +61,7 @@ export class RetryledgerError extends Error {
     this.family = family;
     this.path = details.path;
     this.attemptIndex = details.attemptIndex;
+    this.moreErrors = details.moreErrors ?? [];
   }
 }
 
@@ -118,6 +136,7 @@ interface WireError {
   message: string;
   path?: string;
   attempt_index?: number;
+  more_errors?: { code: string; family: string; message: string; path?: string }[];
 }
 
 function isWireError(x: unknown): x is WireError {
@@ -138,6 +157,9 @@ export function fromWire(text: string): RetryledgerError {
     return new RetryledgerError("internal", "run", `unexpected error from the WebAssembly core: ${text.slice(0, 200)}`);
   }
   const details: ErrorDetails = { path: parsed.path, attemptIndex: parsed.attempt_index };
+  if (Array.isArray(parsed.more_errors)) {
+    details.moreErrors = parsed.more_errors.map((e) => Object.freeze({ code: e.code, family: e.family, message: e.message, path: e.path }));
+  }
   const message = parsed.path === undefined ? `${parsed.code}: ${parsed.message}` : `${parsed.code} at ${parsed.path}: ${parsed.message}`;
   // The family of a known code is the core's table's; the wire's otherwise.
   const family: string = Object.hasOwn(ERROR_CODE_FAMILY, parsed.code) ? ERROR_CODE_FAMILY[parsed.code as ErrorCode] : parsed.family;

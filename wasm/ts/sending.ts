@@ -43,6 +43,28 @@ export function recordBody(step: Step, body: unknown): void {
   else if (body instanceof ArrayBuffer) step.requestBody(new Uint8Array(body));
 }
 
+/** The path of a fetch target (a URL, its text, or a Request). */
+function pathOf(input: unknown): string | undefined {
+  const href = typeof input === "string" ? input : input instanceof URL ? input.href : (input as { url?: unknown } | null)?.url;
+  if (typeof href !== "string") return undefined;
+  try {
+    return new URL(href).pathname;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Check the call about to be sent against the request the policy binds
+ * (`step.checkSent`: `request_drift` throws, and nothing is sent).
+ */
+export function checkSent(step: Step, input: unknown, body: unknown): void {
+  const path = pathOf(input);
+  if (path === undefined || step.checkSent === undefined) return;
+  if (typeof body === "string" || body instanceof Uint8Array) step.checkSent(path, body);
+  else if (body instanceof ArrayBuffer) step.checkSent(path, new Uint8Array(body));
+}
+
 /** `client` for one attempt: a copy whose `fetch` records the body it sends on `step`. */
 export function sendingClient<C>(client: C, step: Step): C {
   const c = client as C & Copyable;
@@ -52,6 +74,7 @@ export function sendingClient<C>(client: C, step: Step): C {
   const send = own as FetchLike;
   const fetch: FetchLike = async (input, init) => {
     recordBody(step, init?.body);
+    checkSent(step, input, init?.body);
     const response = await send.call(undefined, input, init);
     step.rateLimitHeaders?.(response);
     return response;

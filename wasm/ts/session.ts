@@ -64,6 +64,7 @@ interface RawReports {
   add_usage(usage: string): number;
   set_request_body_sha256(digest: string): void;
   set_model(requested: string | undefined, served: string | undefined): void;
+  check_sent(urlPath: string, body: Uint8Array): void;
   set_job(id: string | undefined, status: string | undefined): void;
   job_json(): string | undefined;
   set_reconciled(answer: string): void;
@@ -367,6 +368,30 @@ export class Session {
   setModel(requested: string | undefined, served: string | undefined): void {
     const r = this.#raw;
     call(() => reportsOf(r).set_model(requested, served));
+  }
+
+  /**
+   * A call the attempt in flight refused to send (`request_drift`), which
+   * the driver throws whatever the SDK wrapped it in; `undefined` otherwise.
+   */
+  refused: Error | undefined = undefined;
+
+  /**
+   * Check an SDK call the attempt in flight is about to send (its URL path
+   * and JSON body) against the logical request the policy's template bound:
+   * a call that lifts to another request throws `DriftError`
+   * `request_drift` before it is sent, and the run stops with it. A policy
+   * given whole binds no request to compare with.
+   */
+  checkSent(urlPath: string, body: string | Uint8Array): void {
+    const r = this.#raw;
+    const bytes = typeof body === "string" ? new TextEncoder().encode(body) : body;
+    try {
+      call(() => reportsOf(r).check_sent(urlPath, bytes));
+    } catch (e) {
+      this.refused = e as Error;
+      throw e;
+    }
   }
 
   /**

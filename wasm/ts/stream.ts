@@ -754,6 +754,7 @@ async function* drive<E>(
  * are certain, so an odd provider never breaks the run.
  */
 function observe(session: Session, started: number, completed: number, cost: number | undefined, facts: Facts, deltas: string[], bytes: number[]): Judgement {
+  if (session.refused !== undefined) throw session.refused;
   try {
     return session.observe({ started_at_ms: started, completed_at_ms: completed, cost, facts, deltas, delta_bytes: bytes });
   } catch (e) {

@@ -135,6 +135,7 @@ export const DRIFT_CODES = [
   "repair_same_request",
   "repair_chain_drift",
   "repair_not_allowed",
+  "request_drift",
 ] as const;
 /** One of the core's error codes of the `drift` family. */
 export type DriftCode = (typeof DRIFT_CODES)[number];
@@ -312,6 +313,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   repair_same_request: "drift",
   repair_chain_drift: "drift",
   repair_not_allowed: "drift",
+  request_drift: "drift",
   receipt_mismatch: "receipt",
   retry_after_invalid: "http",
   retry_after_overlong: "http",

@@ -135,6 +135,12 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         )
         .map(Value::from),
         "lift_request" => api::lift_request(text(input, "call"), text(input, "params")).map(parsed),
+        "check_sent_request" => api::check_sent_request(
+            text(input, "request"),
+            text(input, "url_path"),
+            text(input, "body").as_bytes(),
+        )
+        .map(|()| json!({"kind": "ok"})),
         "build_policy" => {
             api::build_policy(text(input, "request"), text(input, "spec")).map(parsed)
         }

@@ -57,6 +57,7 @@ mod repair;
 mod request;
 mod retry_after;
 mod schedule;
+mod sent;
 mod stream;
 mod tables;
 mod tenant_share;
@@ -79,6 +80,7 @@ const FAMILIES: &[fn() -> Family] = &[
     classify_http::family,
     request::family,
     lift::family,
+    sent::family,
     builder::family,
     price::family,
     observe::family,
@@ -137,6 +139,7 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `check_price_schedule` | `policy`, `schedule` (a `retryledger.price_schedule.v1`); the schedule's digest |\n\
          | `price_cost` | `schedule`, `route_release_sha256`, `usage` (units by kind); a number |\n\
          | `lift_request` | `call` (`openai.chat.completions`, `openai.responses`, `anthropic.messages`), `params` (the call's parameters, any JSON) |\n\
+         | `check_sent_request` | `request` (the logical request the policy binds), `url_path`, `body` (the JSON text an SDK call is about to send); `{\"kind\": \"ok\"}` or `request_drift` |\n\
          | `judge` | `facts` (what a host observed of one attempt: docs/HOSTS.md) |\n\
          | `journal_verify` | `policy`, `events` (a JSON array of `retryledger.journal_event.v1`) |\n\
          | `journal_recover` | `policy`, `events`, optional `reconciliation` (a `retryledger.reconciliation.v1`) |\n\

@@ -25,15 +25,16 @@ pub use journal::{
 };
 pub use machine::{machine_transcript, LiveMachine};
 pub use policy::{
-    bind_policy_template, bind_policy_template_compiled, build_policy, check_price_schedule,
-    compile_policy, compile_policy_template, decode_attempts, digest, evaluate, evaluate_compiled,
-    next_repair, plan_next, plan_next_compiled, price_cost, seal_compiled, validate_policy, verify,
-    verify_repair_chain,
+    bind_policy_template, bind_policy_template_compiled, bind_policy_template_request,
+    build_policy, check_price_schedule, compile_policy, compile_policy_template, decode_attempts,
+    digest, evaluate, evaluate_compiled, next_repair, plan_next, plan_next_compiled, price_cost,
+    seal_compiled, validate_policy, verify, verify_repair_chain,
 };
 pub use receiver::{check_idempotency_header, http_request_sha256, http_response_sha256};
 pub use requests::{
-    canonical_request, classify_http, idempotency_key_sha256, judge, lift_request, lower_request,
-    lower_routes, parse_retry_after, request_sha256, route_capabilities,
+    canonical_request, check_sent_request, classify_http, idempotency_key_sha256, judge,
+    lift_request, lower_request, lower_routes, parse_retry_after, request_sha256,
+    route_capabilities,
 };
 
 /// A document's or answer's canonical JSON (RFC 8785).
@@ -41,7 +42,10 @@ fn out<T: Encode>(value: &T) -> String {
     canonical_json(value)
 }
 
-/// An error as the JSON object bindings raise from: `code`, `family`, `message`, and `path`/`attempt_index` when known.
+/// An error as the JSON object bindings raise from: `code`, `family`,
+/// `message`, and `path`/`attempt_index` when known; `more_errors`, the
+/// further errors a decoder found in the same pass (each of the same shape),
+/// when there are any.
 pub fn error_json(e: &Error) -> String {
     canonical_json(&ErrorDoc(e))
 }
@@ -57,6 +61,10 @@ impl Encode for ErrorDoc<'_> {
             .str("code", e.code.as_str())
             .str("family", e.family().as_str())
             .str("message", &e.message);
+        if !e.more.is_empty() {
+            let more: Vec<ErrorDoc<'_>> = e.more.iter().map(ErrorDoc).collect();
+            o.list("more_errors", &more);
+        }
         if let Some(p) = &e.path {
             o.str("path", p);
         }

@@ -268,6 +268,18 @@ pub fn bind_policy_template_compiled(
     Ok(template.bind_both(&request, &key_digest(idempotency_key_sha256)?))
 }
 
+/// [`bind_policy_template_compiled`] with the bound logical request, which a
+/// host keeps to check each call it sends ([`crate::lift::check_sent`]).
+pub fn bind_policy_template_request(
+    template: &crate::template::PolicyTemplate,
+    request_json: &str,
+    idempotency_key_sha256: &str,
+) -> Result<(CompiledPolicy, String, crate::request::Request)> {
+    let request = crate::request::parse_request(request_json)?;
+    let (compiled, json) = template.bind_both(&request, &key_digest(idempotency_key_sha256)?);
+    Ok((compiled, json, request))
+}
+
 fn key_digest(hex: &str) -> Result<crate::ids::Sha256Hex> {
     crate::ids::Sha256Hex::parse(hex)
         .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/idempotency_key_sha256", m))

@@ -14,6 +14,18 @@ pub fn lift_request(call: &str, params_json: &str) -> Result<String> {
     Ok(crate::lift::lift(call, params_json)?.canonical)
 }
 
+/// `check_sent_request`: an SDK call about to be sent (its URL path and
+/// JSON body) against the logical request its policy binds:
+/// `request_drift` when it lifts to another request (see
+/// [`crate::lift::check_sent`] for what is compared).
+pub fn check_sent_request(request_json: &str, url_path: &str, body: &[u8]) -> Result<()> {
+    crate::lift::check_sent(
+        &crate::request::parse_request(request_json)?,
+        url_path,
+        body,
+    )
+}
+
 /// `request_sha256`: the logical request's digest (`logical_request_sha256`)
 /// over its full RFC 8785 canonical form.
 pub fn request_sha256(request_json: &str) -> Result<String> {
