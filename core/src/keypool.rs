@@ -124,6 +124,83 @@ impl KeyPoolConfig {
     }
 }
 
+/// The fleet section's key pools (`fleet.key_pools`): each pool once by
+/// name; a route names its pool by `key_pool`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyPools(pub Vec<KeyPoolConfig>);
+
+/// Most key pools in one fleet section: one per route.
+pub const MAX_POOLS: usize = crate::limits::MAX_ROUTES;
+
+impl crate::decode::Decode for KeyPools {
+    fn decode(v: &serde_json::Value, at: &crate::decode::At<'_>) -> Result<Self> {
+        crate::decode::decode_list(v, at, MAX_POOLS).map(Self)
+    }
+}
+
+impl Encode for KeyPools {
+    fn encode(&self, sink: &mut dyn Sink) {
+        crate::canonical::encode_list(self.0.iter(), sink);
+    }
+}
+
+impl KeyPools {
+    /// Check every pool and that no name repeats; `at` is the list's JSON
+    /// Pointer.
+    pub fn check(&self, at: &str) -> Result<()> {
+        if self.0.is_empty() {
+            return Err(Error::at(
+                ErrorCode::InvalidKeyPool,
+                at,
+                "key_pools lists at least one pool (omit it when there is none)",
+            ));
+        }
+        for (i, p) in self.0.iter().enumerate() {
+            p.check(&format!("{at}/{i}"))?;
+            if self.0.iter().take(i).any(|o| o.name == p.name) {
+                return Err(Error::at(
+                    ErrorCode::InvalidKeyPool,
+                    format!("{at}/{i}/name"),
+                    format!(
+                        "pool `{}` is declared twice: each pool once",
+                        p.name.as_str()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pool of this name.
+    pub fn get(&self, name: &Identifier) -> Option<&KeyPoolConfig> {
+        self.0.iter().find(|p| &p.name == name)
+    }
+}
+
+/// The register of a pool: `key_pool/<name>`.
+pub fn pool_key(name: &Identifier) -> String {
+    format!("key_pool/{}", name.as_str())
+}
+
+/// The key an attempt is dispatched with, as the run machine's dispatch
+/// effect names it: the host looks the secret up by its digest. Fields in
+/// canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChoice {
+    /// With an affinity: whether the session kept its key or moved.
+    pub affinity: Option<Affinity>,
+    /// The key.
+    pub key_sha256: Sha256Hex,
+    /// The pool it was taken from.
+    pub pool: Identifier,
+}
+
+object!(KeyChoice {
+    affinity: opt_doc,
+    key_sha256: doc,
+    pool: doc,
+});
+
 /// A key's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyHealth {
