@@ -140,7 +140,8 @@ pub fn cases(f: &mut Family) {
         ),
     ];
     // Every layer: a rate limit cools the key (and its account's other
-    // key), the retry takes a key of another quota.
+    // key) for its hint, 3 s, longer than the policy's 2 s cap on a wait:
+    // the retry, 2 s later, takes a key of another quota.
     for (name, extra) in &layers {
         let p = policy(fleet(extra.clone()));
         case(
@@ -149,7 +150,7 @@ pub fn cases(f: &mut Family) {
             &p,
             &options(false),
             None,
-            &json!({"attempts": [status(429, Some("1")), ok(false)], "store": full_budget()}),
+            &json!({"attempts": [status(429, Some("3")), ok(false)], "store": full_budget()}),
             "completed",
         );
         assert_eq!(dispatched(f), vec![some(0), some(2)], "{name}");
@@ -193,10 +194,22 @@ pub fn cases(f: &mut Family) {
         &streamed,
         &options(false),
         None,
-        &json!({"attempts": [status(429, Some("1")), ok(true)]}),
+        &json!({"attempts": [status(429, Some("3")), ok(true)]}),
         "completed",
     );
     assert_eq!(dispatched(f), vec![some(0), some(2)]);
+
+    // A retry that waits the whole hint finds its key cooled: kept.
+    case(
+        f,
+        "machine_pool_retry_after_the_whole_hint_keeps_the_key",
+        &p,
+        &options(false),
+        None,
+        &json!({"attempts": [status(429, Some("1")), ok(false)]}),
+        "kept",
+    );
+    assert_eq!(dispatched(f), vec![some(0), some(0)]);
 
     // A healthy key is kept by the retry (prompt caching).
     case(

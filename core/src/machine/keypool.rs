@@ -84,13 +84,15 @@ impl Layer {
         }
     }
 
-    /// Select the key of the admitted attempt on `release`.
+    /// Select the key of the admitted attempt on `release`, chosen at
+    /// `now_epoch_ms` for its start at `start_epoch_ms` (after its backoff:
+    /// a key whose hold ends by then is usable by it).
     pub(super) fn select(
         &mut self,
         cp: &CompiledPolicy,
         release: &Sha256Hex,
         reads: &Reads,
-        now_epoch_ms: u64,
+        (now_epoch_ms, start_epoch_ms): (u64, u64),
         unavailable: bool,
     ) -> Result<Pick> {
         self.chosen = None;
@@ -106,7 +108,8 @@ impl Layer {
             Some(k) if k.pool == cfg.name => Some(&k.key_sha256),
             _ => self.affinity.as_ref(),
         };
-        let (selection, next) = keypool::select(cfg, &snapshot, now_epoch_ms, affinity);
+        let (selection, next) =
+            keypool::select_for_start(cfg, &snapshot, now_epoch_ms, start_epoch_ms, affinity);
         match selection {
             Selection::Key {
                 key_sha256,

@@ -81,9 +81,15 @@ impl Machine {
             return Ok(keypool::Pick::None);
         };
         let release = d.route_release_sha256.clone();
+        let start_epoch = self.epoch(d.not_before_ms.max(self.now_ms));
         let policy = std::sync::Arc::clone(&self.policy);
-        self.pools
-            .select(&policy, &release, reads, now_epoch, unavailable)
+        self.pools.select(
+            &policy,
+            &release,
+            reads,
+            (now_epoch, start_epoch),
+            unavailable,
+        )
     }
 
     /// No key of the admitted route's pool is usable before `until` (Unix
