@@ -265,3 +265,18 @@ def test_a_digest_the_ring_does_not_hold_is_coded() -> None:
         ring.secret("0" * 64)
     assert getattr(e.value, "code", None) == "key_not_in_pool"
     assert "sk-" not in repr(ring)
+
+
+def test_a_plain_fleet_run_refuses_a_pooled_policy() -> None:
+    """The session drivers do not select keys: a pooled policy there is a
+    coded refusal before anything is sent, never a run without its pool."""
+    import retryledger
+    from retryledger.fleet import Fleet
+    from retryledger.stores import MemoryStore
+
+    sent: List[str] = []
+    policy = pooled_policy(KeyRing(SECRETS))
+    with pytest.raises(Exception) as e:
+        retryledger.run(policy, lambda step: sent.append("sent"), KEY, fleet=Fleet(MemoryStore()))
+    assert getattr(e.value, "code", None) == "machine_layer_missing"
+    assert sent == []
