@@ -2,7 +2,7 @@
 // package (docs/FLEET.md, "Key pools"): one key revoked (401), one rate
 // limited (429, Retry-After 4 s, past the policy's 2 s cap), two healthy.
 // Runs one after another on the run machine (`runPooled`), the pool in a
-// memory and a SQLite store: the revoked key is never sent again, the limited
+// memory, a SQLite, a Redis and a PostgreSQL store: the revoked key is never sent again, the limited
 // one not before its hint, the keys are taken in turn, and no secret appears
 // in any stored row or bundle.
 import { test } from "node:test";
@@ -12,8 +12,13 @@ import http from "node:http";
 
 import * as rl from "../dist/index.js";
 import { SQLiteStore } from "../dist/stores/sqlite.js";
+import { RedisStore } from "../dist/stores/redis.js";
+import { PostgresStore } from "../dist/stores/postgres.js";
 import { KEY, policyWith } from "./helpers.mjs";
-import { namespace, tempDbPath } from "./fleet-helpers.mjs";
+import { namespace, postgresGate, redisGate, tempDbPath } from "./fleet-helpers.mjs";
+
+const redis = redisGate();
+const postgres = postgresGate();
 
 const SECRETS = ["sk-live-revoked-0001", "sk-live-limited-0002", "sk-live-healthy-0003", "sk-live-healthy-0004"];
 const [REVOKED, LIMITED] = SECRETS;
@@ -56,10 +61,19 @@ async function call(url, apiKey) {
   return body;
 }
 
-for (const backend of ["memory", "sqlite"]) {
-  test(`four keys, one revoked, one limited (${backend})`, async () => {
+/** @param {string} backend @param {string} dbPath @returns {any} */
+function storeOf(backend, dbPath) {
+  if (backend === "memory") return new rl.MemoryStore();
+  if (backend === "sqlite") return new SQLiteStore(dbPath);
+  if (backend === "redis") return new RedisStore({ url: /** @type {string} */ (redis.url) });
+  return new PostgresStore({ connectionString: /** @type {string} */ (postgres.url) });
+}
+
+for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
+  const skip = backend === "redis" ? redis.skip : backend === "postgres" ? postgres.skip : false;
+  test(`four keys, one revoked, one limited (${backend})`, { skip }, async () => {
     const dbPath = tempDbPath();
-    const store = backend === "memory" ? new rl.MemoryStore() : new SQLiteStore(dbPath);
+    const store = storeOf(backend, dbPath);
     const ns = namespace("pool");
     const ring = new rl.KeyRing(SECRETS);
     const pool = rl.poolConfig("provider-keys", ring, { coolMs: 1_000, parkMs: 60_000 });
@@ -117,7 +131,7 @@ for (const backend of ["memory", "sqlite"]) {
       }
     } finally {
       server.close();
-      if (backend === "sqlite") /** @type {any} */ (store).close?.();
+      await store.close?.();
     }
   });
 }
