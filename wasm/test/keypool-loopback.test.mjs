@@ -135,3 +135,20 @@ for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
     }
   });
 }
+
+test("a plain fleet run of a pooled policy is refused before anything is sent", async () => {
+  const ring = new rl.KeyRing(SECRETS);
+  const pool = rl.poolConfig("provider-keys", ring, { coolMs: 1_000, parkMs: 60_000 });
+  const policy = policyWith((p) => {
+    p.fleet = /** @type {any} */ ({ key_pools: [pool], on_store_unavailable: "fail_closed" });
+    for (const r of p.routes) /** @type {any} */ (r).key_pool = "provider-keys";
+  });
+  let sent = 0;
+  await assert.rejects(
+    rl.runWithPolicy(policy, () => ++sent, { idempotencyKey: KEY, fleet: new rl.Fleet(new rl.MemoryStore()) }),
+    (/** @type {any} */ e) => e.code === "machine_layer_missing",
+  );
+  assert.equal(sent, 0);
+  assert.ok(!JSON.stringify(ring).includes("sk-"));
+  assert.throws(() => ring.secret("0".repeat(64)), (/** @type {any} */ e) => e.code === "key_not_in_pool");
+});
