@@ -194,6 +194,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
     let facts = f.opt("facts");
     let job_id = f.opt("job_id");
     let job_status = f.opt("job_status");
+    let model = f.opt("model");
     let ordinal = f.opt("ordinal");
     let request_body_sha256 = f.opt("request_body_sha256");
     let usage = f.opt("usage");
@@ -210,6 +211,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
         facts,
         job_id,
         job_status,
+        model,
         request_body_sha256,
         usage,
         used_tokens,
@@ -238,6 +240,7 @@ impl Observation {
         if tagged {
             o.str("kind", "observed");
         }
+        o.opt_doc("model", self.model.as_ref());
         o.opt_u64("ordinal", self.ordinal);
         o.opt_doc("request_body_sha256", self.request_body_sha256.as_ref())
             .opt_doc("usage", self.usage.as_ref())

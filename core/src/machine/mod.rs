@@ -70,6 +70,9 @@ use crate::receipt::Bundle;
 use crate::session::Session;
 
 pub use fleet::{Cas, Register, Row};
+#[cfg(feature = "lab")]
+pub use hedge::script as hedge_script;
+pub use hedge::{HedgeAdmitted, HedgeObserved, HedgeSession, HedgeStep};
 pub use protocol::{
     Effect, Event, JournalOptions, Observation, Options, DEFAULT_MAX_CONFLICTS, DEFAULT_MAX_POLLS,
 };
@@ -352,7 +355,7 @@ impl Machine {
     }
 
     /// The session the machine drives (attempts, decisions, snapshots
-    /// read); a hedged run's is [`Machine::hedge_session`].
+    /// read); a hedged run's attempts are [`Machine::hedge_attempts`].
     pub fn session(&self) -> &Session {
         &self.session
     }

@@ -137,6 +137,9 @@ pub struct Observation {
     pub job_id: Option<String>,
     /// An async job: the job's status in the provider's answer.
     pub job_status: Option<JobStatus>,
+    /// The model the attempt asked for and the one the provider reported
+    /// (a side not learned is absent, never invented).
+    pub model: Option<crate::attempt::ModelRecord>,
     /// The SHA-256 of the request body sent (after lowering to its route).
     pub request_body_sha256: Option<Sha256Hex>,
     /// The usage the response reported, priced by the run's schedule.
