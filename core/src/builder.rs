@@ -508,6 +508,7 @@ pub(crate) fn assemble(
             ),
             capabilities: r.capabilities,
             data_boundary: r.data_boundary,
+            key_pool: None,
             max_attempts: r.max_attempts,
             priority,
             provider_family: r.release.provider_family,

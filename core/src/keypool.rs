@@ -124,6 +124,83 @@ impl KeyPoolConfig {
     }
 }
 
+/// The fleet section's key pools (`fleet.key_pools`): each pool once by
+/// name; a route names its pool by `key_pool`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyPools(pub Vec<KeyPoolConfig>);
+
+/// Most key pools in one fleet section: one per route.
+pub const MAX_POOLS: usize = crate::limits::MAX_ROUTES;
+
+impl crate::decode::Decode for KeyPools {
+    fn decode(v: &serde_json::Value, at: &crate::decode::At<'_>) -> Result<Self> {
+        crate::decode::decode_list(v, at, MAX_POOLS).map(Self)
+    }
+}
+
+impl Encode for KeyPools {
+    fn encode(&self, sink: &mut dyn Sink) {
+        crate::canonical::encode_list(self.0.iter(), sink);
+    }
+}
+
+impl KeyPools {
+    /// Check every pool and that no name repeats; `at` is the list's JSON
+    /// Pointer.
+    pub fn check(&self, at: &str) -> Result<()> {
+        if self.0.is_empty() {
+            return Err(Error::at(
+                ErrorCode::InvalidKeyPool,
+                at,
+                "key_pools lists at least one pool (omit it when there is none)",
+            ));
+        }
+        for (i, p) in self.0.iter().enumerate() {
+            p.check(&format!("{at}/{i}"))?;
+            if self.0.iter().take(i).any(|o| o.name == p.name) {
+                return Err(Error::at(
+                    ErrorCode::InvalidKeyPool,
+                    format!("{at}/{i}/name"),
+                    format!(
+                        "pool `{}` is declared twice: each pool once",
+                        p.name.as_str()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pool of this name.
+    pub fn get(&self, name: &Identifier) -> Option<&KeyPoolConfig> {
+        self.0.iter().find(|p| &p.name == name)
+    }
+}
+
+/// The register of a pool: `key_pool/<name>`.
+pub fn pool_key(name: &Identifier) -> String {
+    format!("key_pool/{}", name.as_str())
+}
+
+/// The key an attempt is dispatched with, as the run machine's dispatch
+/// effect names it: the host looks the secret up by its digest. Fields in
+/// canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChoice {
+    /// With an affinity: whether the session kept its key or moved.
+    pub affinity: Option<Affinity>,
+    /// The key.
+    pub key_sha256: Sha256Hex,
+    /// The pool it was taken from.
+    pub pool: Identifier,
+}
+
+object!(KeyChoice {
+    affinity: opt_doc,
+    key_sha256: doc,
+    pool: doc,
+});
+
 /// A key's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyHealth {
@@ -397,18 +474,35 @@ pub fn select(
     now_epoch_ms: u64,
     affinity: Option<&Sha256Hex>,
 ) -> (Selection, KeyPoolSnapshot) {
+    select_for_start(cfg, snapshot, now_epoch_ms, now_epoch_ms, affinity)
+}
+
+/// [`select`] for an attempt chosen at `now_epoch_ms` that starts at
+/// `start_epoch_ms` (after its backoff): a key whose hold ends by the start
+/// is usable by it. The snapshot records the use at `now_epoch_ms` and lifts
+/// only the holds that have ended by then (a key taken for a later start
+/// stays held for every other run until its hold ends).
+pub fn select_for_start(
+    cfg: &KeyPoolConfig,
+    snapshot: &KeyPoolSnapshot,
+    now_epoch_ms: u64,
+    start_epoch_ms: u64,
+    affinity: Option<&Sha256Hex>,
+) -> (Selection, KeyPoolSnapshot) {
     let now = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
+    let start = start_epoch_ms.max(now);
     let mut next = current(cfg, snapshot, now);
+    let usable = |k: &KeyState| k.usable() || k.until_epoch_ms.is_some_and(|u| u <= start);
     let kept = affinity.and_then(|a| {
         next.keys
             .iter()
-            .position(|k| &k.key_sha256 == a && k.usable())
+            .position(|k| &k.key_sha256 == a && usable(k))
     });
     let chosen = kept.or_else(|| {
         next.keys
             .iter()
             .enumerate()
-            .filter(|(_, k)| k.usable())
+            .filter(|(_, k)| usable(k))
             .min_by_key(|(i, k)| {
                 (
                     k.last_limited_at_epoch_ms.unwrap_or(0),
@@ -580,6 +674,40 @@ mod tests {
             assert!(first.contains(&key(k)), "every key once in four calls");
         }
         assert_eq!(&seen[4..], &first[..], "then the same turn again");
+    }
+
+    #[test]
+    fn a_key_cooling_until_the_start_is_usable_by_it_and_held_for_others() {
+        let cfg = pool(&[None, None]);
+        let snap = KeyPoolSnapshot::fresh(&cfg);
+        let limited = |ms| KeySignal::Limited(Some(ms));
+        let snap = record(&cfg, &snap, &key(0), limited(4_000), 1_000).unwrap();
+        let snap = record(&cfg, &snap, &key(1), limited(1_000), 1_000).unwrap();
+        // Chosen at 2 000 for a start at 2 000: key 1's hold has ended.
+        let (s, _) = select_for_start(&cfg, &snap, 2_000, 2_000, None);
+        assert_eq!(picked(&s), key(1));
+        // Chosen at 1 500 for a start at 5 000: both usable, the least
+        // recently limited first (a tie: the configuration's order).
+        let (s, next) = select_for_start(&cfg, &snap, 1_500, 5_000, None);
+        assert_eq!(picked(&s), key(0));
+        assert_eq!(
+            next.keys[0].state,
+            KeyHealth::Cooling,
+            "held for every other run"
+        );
+        assert_eq!(next.keys[0].last_used_at_epoch_ms, Some(1_500));
+        assert_eq!(next.updated_at_epoch_ms, 1_500);
+        // For a start at 3 000 only key 1 has cooled.
+        let (s, _) = select_for_start(&cfg, &snap, 1_500, 3_000, None);
+        assert_eq!(picked(&s), key(1));
+        // For a start at 1 500 neither: the first clears at 2 000.
+        let (s, _) = select_for_start(&cfg, &snap, 1_500, 1_500, None);
+        assert_eq!(
+            s,
+            Selection::Wait {
+                until_epoch_ms: 2_000
+            }
+        );
     }
 
     #[test]

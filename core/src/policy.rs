@@ -211,6 +211,9 @@ pub struct Route {
     pub capabilities: Capabilities,
     /// Where the route sends request data.
     pub data_boundary: DataBoundary,
+    /// The key pool of the fleet section this route's attempts take their
+    /// API key from ([`crate::keypool`]); absent, the host's own key.
+    pub key_pool: Option<Identifier>,
     /// Attempts allowed on this route, at least 1.
     pub max_attempts: u64,
     /// Order of use: 0 is the primary, then 1, 2, ...
@@ -297,6 +300,7 @@ object!(Route {
     behavior_class_sha256: doc,
     capabilities: doc,
     data_boundary: doc,
+    key_pool: opt_doc,
     max_attempts: u64,
     priority: u64,
     provider_family: opt_doc,
@@ -386,6 +390,36 @@ impl CompiledPolicy {
     /// Whether a route carries a degraded (not the required) behavior class.
     pub fn is_degraded(&self, route: &Route) -> bool {
         route.behavior_class_sha256 != self.policy.behavior_class_sha256
+    }
+}
+
+/// A route's `key_pool`: a pool of the fleet section, on a run the machine
+/// selects keys for (neither hedged nor an async job, whose polls and
+/// hedges would need the submit's key).
+fn check_route_pool(p: &Policy, i: usize, name: &Identifier) -> Result<()> {
+    let declared = p
+        .fleet
+        .as_ref()
+        .and_then(|f| f.key_pools.as_ref())
+        .is_some_and(|pools| pools.get(name).is_some());
+    let why = if !declared {
+        Some(format!(
+            "key pool `{}` is not declared in fleet.key_pools",
+            name.as_str()
+        ))
+    } else if p.hedge.is_some() {
+        Some("a hedged run cannot take its keys from a pool yet: drop the hedge section or the key pool".to_owned())
+    } else if p.async_job.is_some() {
+        Some(
+            "an async job's polls use the submit's key: a job cannot take its keys from a pool yet"
+                .to_owned(),
+        )
+    } else {
+        None
+    };
+    match why {
+        Some(msg) => Err(route_err(ErrorCode::InvalidKeyPool, i, "key_pool", msg)),
+        None => Ok(()),
     }
 }
 
@@ -544,6 +578,9 @@ pub fn compile(policy: Policy) -> Result<CompiledPolicy> {
                 "supports_idempotency",
                 format!("route `{}` does not honour the idempotency key", r.route_id),
             ));
+        }
+        if let Some(name) = &r.key_pool {
+            check_route_pool(p, i, name)?;
         }
         if r.max_attempts == 0 || r.max_attempts > limit {
             return Err(route_err(

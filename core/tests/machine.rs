@@ -276,7 +276,7 @@ fn arbitrary_answers_are_coded_errors_or_verified_states() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000);
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-    let (mut done, mut resumed, mut refused) = (0u64, 0u64, 0u64);
+    let (mut done, mut resumed, mut refused, mut keyed) = (0u64, 0u64, 0u64, 0u64);
     for case in 0..cases {
         let len = 8 + (case % 200) as usize;
         let data: Vec<u8> = (0..len)
@@ -293,6 +293,7 @@ fn arbitrary_answers_are_coded_errors_or_verified_states() {
                 done += u64::from(r.done);
                 resumed += u64::from(r.resumed);
                 refused += u64::from(r.refused);
+                keyed += u64::from(r.keyed);
             }
             Err(finding) => panic!("case {case} ({data:?}): {finding}"),
         }
@@ -303,6 +304,7 @@ fn arbitrary_answers_are_coded_errors_or_verified_states() {
         resumed > 0 && refused > 0,
         "resumed {resumed}, refused {refused}"
     );
+    assert!(keyed > 0, "no run dispatched with a pooled key");
 }
 
 #[test]

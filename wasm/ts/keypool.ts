@@ -1,9 +1,14 @@
 // Key pools: one provider's API keys, each with its own health
 // (`retryledger.key_pool.v1`, one register per pool; docs/FLEET.md).
 
-import { call, toText, type Input, type RawBindings } from "./core.js";
-import { DecodeError } from "./errors.js";
-import type { Outcome, Sha256Hex } from "./types.js";
+import { call, compiledOf, toText, type CompiledPolicy, type Input, type RawBindings } from "./core.js";
+import { AttemptStep, type Step } from "./driver.js";
+import { DecodeError, DriftError, PolicyError } from "./errors.js";
+import type { Classifier } from "./facts.js";
+import { Machine, Reports, raisedFacts, runLoop, storeRead, storeWrite, type CasDoc, type DispatchEffect, type LoopAdapter, type LoopResult, type MachineOptions, type StoreRowDoc } from "./loop.js";
+import type { Session } from "./session.js";
+import type { FleetStore } from "./stores/store.js";
+import type { DispatchDecision, Outcome, Policy, Sha256Hex } from "./types.js";
 
 /** One key of a pool: the SHA-256 of its secret and the account whose quota it draws on. */
 export interface PoolKey {
@@ -126,4 +131,161 @@ export function keyPoolRecord(
 export function keySha256(secret: string): Sha256Hex {
   const s = text("secret", secret);
   return poolCall((b) => b.key_sha256(s)) as Sha256Hex;
+}
+
+/**
+ * The host's API keys, by the digest the core names them with. The secrets
+ * stay here: every document, and this object's JSON, show digests only.
+ */
+export class KeyRing {
+  readonly #byDigest = new Map<string, string>();
+  readonly digests: Sha256Hex[] = [];
+
+  constructor(secrets: Iterable<string>) {
+    for (const secret of secrets) {
+      const digest = keySha256(secret);
+      if (!this.#byDigest.has(digest)) this.digests.push(digest);
+      this.#byDigest.set(digest, secret);
+    }
+  }
+
+  /** The secret of a digest; `PolicyError` `key_not_in_pool` when the ring does not hold it. */
+  secret(digest: string): string {
+    const secret = this.#byDigest.get(digest);
+    if (secret === undefined) {
+      throw new PolicyError("key_not_in_pool", `the core chose key ${digest}, which the host's key ring does not hold`, { path: "/key/key_sha256" });
+    }
+    return secret;
+  }
+
+  toJSON(): { digests: Sha256Hex[] } {
+    return { digests: [...this.digests] };
+  }
+}
+
+/**
+ * A pool's configuration (an entry of the fleet section's `key_pools`) of
+ * every key of `ring`: digests only. `accounts` maps a key's digest to the
+ * account whose quota it draws on.
+ */
+export function poolConfig(name: string, ring: KeyRing, options: { coolMs: number; parkMs: number; accounts?: Record<string, string> }): KeyPoolConfig {
+  const keys: PoolKey[] = ring.digests.map((d) => {
+    const account = options.accounts?.[d];
+    return account === undefined ? { key_sha256: d } : { account, key_sha256: d };
+  });
+  return { cool_ms: options.coolMs, keys, name, park_ms: options.parkMs };
+}
+
+/** The key an attempt of a pooled run is sent with (absent on a route without a pool). */
+export interface PooledKey {
+  /** The secret to send. */
+  apiKey: string;
+  keySha256: Sha256Hex;
+  pool: string;
+}
+
+/** How `runPooled` runs. */
+export interface PooledOptions {
+  /** The raw idempotency key (its digest is the policy's). */
+  idempotencyKey: string;
+  /** A register store (`get`, `compareAndSet`): the pool's state and the other fleet registers. */
+  store: FleetStore;
+  /** The host's keys. */
+  keys: KeyRing;
+  /** The namespace the store's keys go under (default `retryledger`). */
+  namespace?: string;
+  /** The key digest the caller's session used before (kept while usable). */
+  keyAffinity?: string;
+  classify?: Classifier;
+  /** The wall clock, Unix ms (default `Date.now`). */
+  clock?: () => number;
+  /** Waits `ms` (default a timer). */
+  sleep?: (ms: number) => Promise<void>;
+  maxConflicts?: number;
+}
+
+/** A pooled run: the loop's result and the digest of the key each attempt was sent with. */
+export type PooledResult<T> = LoopResult<T> & { readonly keys: (Sha256Hex | undefined)[] };
+
+class Pooled<T> implements LoopAdapter<T> {
+  readonly origin: number;
+  readonly sent: (Sha256Hex | undefined)[] = [];
+  #step: AttemptStep | undefined;
+  #reports: Reports | undefined;
+
+  constructor(
+    readonly options: PooledOptions,
+    readonly call: (step: Step, key: PooledKey | undefined) => Promise<T> | T,
+    readonly clock: () => number,
+    readonly pause: (ms: number) => Promise<void>,
+  ) {
+    this.origin = Math.max(0, Math.floor(clock()));
+  }
+
+  nowMs(): number {
+    return Math.max(0, Math.floor(this.clock() - this.origin));
+  }
+
+  sleep(ms: number): Promise<void> {
+    return this.pause(ms);
+  }
+
+  dispatch(effect: DispatchEffect): Promise<T> | T {
+    const chosen = (effect as { key?: { key_sha256: Sha256Hex; pool: string } }).key;
+    const key = chosen === undefined ? undefined : { apiKey: this.options.keys.secret(chosen.key_sha256), keySha256: chosen.key_sha256, pool: chosen.pool };
+    this.sent.push(key?.keySha256);
+    const decision = { ...effect.dispatch, kind: "dispatch" } as unknown as DispatchDecision;
+    this.#reports = new Reports(undefined, decision.route_release_sha256);
+    this.#step = new AttemptStep(decision, this.options.idempotencyKey, effect.started_at_ms, this.#reports as unknown as Session, false);
+    return this.call(this.#step, key);
+  }
+
+  observation(_effect: DispatchEffect, ok: boolean, reply: unknown): Record<string, unknown> {
+    const step = this.#step as AttemptStep;
+    step.open = false;
+    const fields: Record<string, unknown> = {};
+    if (!ok) fields["facts"] = raisedFacts(reply, { classify: this.options.classify, outputDelivered: step.delivered, nowUnixMs: this.clock() });
+    if (step.charged !== undefined) fields["cost"] = step.charged;
+    return (this.#reports as Reports).fields(fields);
+  }
+
+  read(keys: string[]): Promise<StoreRowDoc[]> {
+    return storeRead(this.options.store, this.options.namespace ?? "retryledger", keys);
+  }
+
+  write(writes: CasDoc[]): Promise<number> {
+    return storeWrite(this.options.store, this.options.namespace ?? "retryledger", writes);
+  }
+}
+
+/**
+ * Run one logical request on the run machine with its fleet state in
+ * `options.store`: each attempt on a pooled route is sent with the key the
+ * core chose (`dispatch`'s second argument: the secret from `options.keys`).
+ * Which key, when, and what an answer does to a key are the core's. A pool
+ * with no usable key before the deadline throws the core's `no_usable_key`;
+ * writes that keep conflicting `store_conflict`.
+ */
+export async function runPooled<T>(
+  policy: Input<Policy> | CompiledPolicy,
+  dispatch: (step: Step, key: PooledKey | undefined) => Promise<T> | T,
+  options: PooledOptions,
+): Promise<PooledResult<T>> {
+  const compiled = compiledOf(policy);
+  if (!compiled.acceptsKey(options.idempotencyKey, undefined)) {
+    throw new DriftError("idempotency_key_drift", "the idempotency key's digest differs from the policy's idempotency_key_sha256", { path: "/idempotency_key_sha256" });
+  }
+  const clock = options.clock ?? Date.now;
+  const pause = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const adapter = new Pooled<T>(options, dispatch, clock, pause);
+  const machineOptions: MachineOptions = { origin_epoch_ms: adapter.origin };
+  if (options.keyAffinity !== undefined) machineOptions.key_affinity = options.keyAffinity;
+  if (options.maxConflicts !== undefined) machineOptions.max_conflicts = options.maxConflicts;
+  const machine = Machine.start(compiled, machineOptions);
+  try {
+    const run = await runLoop(machine, adapter);
+    return { ...run, keys: adapter.sent };
+  } finally {
+    machine.free();
+  }
 }

@@ -57,6 +57,8 @@ export interface MachineOptions {
   reserve_tokens?: number;
   max_polls?: number;
   max_conflicts?: number;
+  /** The key digest a session used before: a pooled route keeps it while it is usable. */
+  key_affinity?: string;
 }
 
 /**

@@ -135,7 +135,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "key_pool",
         "key_pool_select / key_pool_record / key_sha256: one provider's API keys as a pool (retryledger.key_pool.v1, one register per pool): the key an attempt uses (least recently limited, then least recently used, with a session's affinity), what an answer says about its key (401/403 disable it until the configuration changes, a rate limit cools it and its account's keys until the hint, an exhausted quota parks them), a key named by the SHA-256 of its secret.",
-        "keys taken in turn from a fresh pool and never drained in order; affinity kept and moved; cooling with and without a hint, shared by an account; parking; refusal by 401 and 403; waiting for the first key to clear and no usable key; holds lifted by time; a changed configuration re-enables, adds and forgets keys; a clock behind the snapshot; answers that say nothing of the key; bad configurations, snapshots, keys, statuses and outcomes",
+        "keys taken in turn from a fresh pool and never drained in order; affinity kept and moved; cooling with and without a hint, shared by an account; parking; refusal by 401 and 403; waiting for the first key to clear and no usable key; holds lifted by time; a changed configuration re-enables, adds and forgets keys; a clock behind the snapshot; answers that say nothing of the key; bad configurations, snapshots, keys, statuses and outcomes; the run machine with a route's key pool: the key selected with each admission and named on the dispatch, the answer recorded by compare-and-set (alone and under a breaker, a retry budget, admission limits, all three, a journal), a 401/403 key never taken again, the least recently used key, affinity kept and moved, a wait for the first key to cool, no usable key (all disabled, or not before the deadline), a changed configuration, a fallback route without a pool, store conflicts and outages, a snapshot of another pool; the policy rules of key_pools and a route's key_pool",
     );
     let cfg = config();
     let cfg_t = &cfg;
@@ -617,5 +617,6 @@ pub fn family() -> Family {
         T0,
         "error",
     );
+    crate::key_pool_machine::cases(&mut f);
     f
 }

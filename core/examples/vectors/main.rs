@@ -44,6 +44,7 @@ mod jitter;
 mod job;
 mod journal;
 mod key_pool;
+mod key_pool_machine;
 mod lift;
 mod lowering;
 mod observe;

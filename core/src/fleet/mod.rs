@@ -55,6 +55,9 @@ pub struct FleetConfig {
     pub admission: Option<AdmissionConfig>,
     /// A circuit breaker per route release.
     pub breaker: Option<BreakerConfig>,
+    /// Key pools a route may name (`key_pool`): one provider's API keys,
+    /// each with its own health ([`crate::keypool`]).
+    pub key_pools: Option<crate::keypool::KeyPools>,
     /// What happens when the store is unreachable.
     pub on_store_unavailable: OnStoreUnavailable,
     /// A retry budget shared by every run of its scope.
@@ -64,6 +67,7 @@ pub struct FleetConfig {
 object!(FleetConfig {
     admission: opt_doc,
     breaker: opt_doc,
+    key_pools: opt_doc,
     on_store_unavailable: doc,
     retry_budget: opt_doc,
 });
@@ -71,12 +75,19 @@ object!(FleetConfig {
 impl FleetConfig {
     /// Check the section.
     pub(crate) fn check(&self) -> Result<()> {
-        if self.breaker.is_none() && self.retry_budget.is_none() && self.admission.is_none() {
+        if self.breaker.is_none()
+            && self.retry_budget.is_none()
+            && self.admission.is_none()
+            && self.key_pools.is_none()
+        {
             return Err(Error::at(
                 ErrorCode::InvalidBreaker,
                 "/fleet",
-                "a fleet section needs a breaker, a retry budget, admission limits, or more than one",
+                "a fleet section needs a breaker, a retry budget, admission limits, key pools, or more than one",
             ));
+        }
+        if let Some(p) = &self.key_pools {
+            p.check("/fleet/key_pools")?;
         }
         if let Some(a) = &self.admission {
             a.check("/fleet/admission")?;

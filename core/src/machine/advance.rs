@@ -106,6 +106,9 @@ impl Machine {
                 Stage::Send => {
                     let dispatch = self.planned()?;
                     self.effect = job::effect(dispatch, self.now_ms);
+                    if let Effect::Dispatch { key, .. } = &mut self.effect {
+                        *key = self.pools.send();
+                    }
                     self.stage = Stage::InFlight {
                         started_at_ms: self.now_ms,
                     };
@@ -213,6 +216,7 @@ impl Machine {
         self.judgement = Some(judgement);
         self.now_ms = obs.completed_at_ms;
         self.settle = Arc::new(Settle {
+            status: facts.status,
             headers: facts.headers,
             used_tokens: obs.used_tokens,
             deltas: stream::digests(&self.policy, &obs),

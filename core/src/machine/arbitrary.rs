@@ -2,7 +2,8 @@
 //! fuzz target `machine` and a property test run. The bytes choose a policy
 //! (plain, a fleet with breaker, budget and limits, a tentative stream, both,
 //! an async job with and without a fleet, a hedged one alone or under the
-//! whole fleet; journaled or not) and then, one byte at a time, the host's
+//! whole fleet, a key pool on every route alone or under the whole fleet;
+//! journaled or not) and then, one byte at a time, the host's
 //! answer: most often a plausible one (a store that keeps its registers, a
 //! clock that moves on, an observation with a status), sometimes any event
 //! at all, and
@@ -70,12 +71,39 @@ fn policies() -> Vec<Arc<CompiledPolicy>> {
     // Hedged: alone, and under the whole fleet.
     let hedge = json!({"cancelled_cost": "reserve", "cost_share_percent": 100, "delay_ms": 50,
         "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]});
-    for f in [None, Some(fleet)] {
+    for f in [None, Some(fleet.clone())] {
         let mut p = crate::lab::reference_policy();
         if let Value::Object(m) = &mut p {
             m.insert("hedge".into(), hedge.clone());
             if let Some(f) = f {
                 m.insert("fleet".into(), f);
+            }
+        }
+        if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
+            out.push(Arc::new(cp));
+        }
+    }
+    // A key pool on every route (two keys of one account and one of its
+    // own): alone, and under the whole fleet.
+    let pool = json!({"cool_ms": 500, "keys": [
+            {"account": "a", "key_sha256": crate::canonical::sha256_hex(b"k0")},
+            {"account": "a", "key_sha256": crate::canonical::sha256_hex(b"k1")},
+            {"key_sha256": crate::canonical::sha256_hex(b"k2")}],
+        "name": "keys", "park_ms": 5_000});
+    for base in [json!({"on_store_unavailable": "fail_closed"}), fleet] {
+        let mut p = crate::lab::reference_policy();
+        if let Value::Object(m) = &mut p {
+            let mut f = base;
+            if let Value::Object(fm) = &mut f {
+                fm.insert("key_pools".into(), json!([pool.clone()]));
+            }
+            m.insert("fleet".into(), f);
+            if let Some(Value::Array(routes)) = m.get_mut("routes") {
+                for r in routes.iter_mut() {
+                    if let Value::Object(rm) = r {
+                        rm.insert("key_pool".into(), json!("keys"));
+                    }
+                }
             }
         }
         if let Ok(cp) = crate::decode::from_value(p).and_then(crate::compile) {
@@ -275,6 +303,8 @@ pub struct Reached {
     pub refused: u32,
     /// The policy was hedged.
     pub hedged: bool,
+    /// An attempt was dispatched with a key of a pool.
+    pub keyed: bool,
 }
 
 /// Drive a machine with `data`; a finding (a property violated) is the error.
@@ -283,9 +313,12 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
     let mut bytes = Bytes(data.iter());
     let first = bytes.byte();
     let all = policies();
-    // Both of 0x60: a hedged policy; otherwise one of the first six.
+    // Both of 0x60: a hedged policy; 0x80 alone of 0xe0: a pooled one;
+    // otherwise one of the first six.
     let pick = if first & 0x60 == 0x60 {
         6 + usize::from(first & 1)
+    } else if first & 0xe0 == 0x80 {
+        8 + usize::from(first & 1)
     } else {
         usize::from(first % 6)
     };
@@ -327,6 +360,9 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
             continue;
         }
         let effect = m.next().clone();
+        if let Effect::Dispatch { key: Some(_), .. } = &effect {
+            reached.keyed = true;
+        }
         let event = if b % 8 == 7 {
             any_event(bytes.byte(), &mut bytes, now)
         } else {

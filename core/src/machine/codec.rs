@@ -73,9 +73,11 @@ impl Encode for Effect {
                 dispatch,
                 started_at_ms,
                 hedge_at_ms,
+                key,
             } => o
                 .doc("dispatch", dispatch)
                 .opt_u64("hedge_at_ms", *hedge_at_ms)
+                .opt_doc("key", key.as_ref())
                 .str("kind", "dispatch")
                 .u64("started_at_ms", *started_at_ms),
             Self::Poll {
@@ -306,9 +308,9 @@ impl Decode for Event {
             EventKind::AppendRefused => Some(Self::AppendRefused),
             EventKind::Read => {
                 let now_ms = f.req("now_ms");
-                // One row per key: at most every route's breaker and
-                // admission limits, and the budget.
-                let bound = MAX_ROUTES.saturating_mul(2).saturating_add(1);
+                // One row per key: at most every route's breaker,
+                // admission limits and key pool, and the budget.
+                let bound = MAX_ROUTES.saturating_mul(3).saturating_add(1);
                 let rows = f.req_with("rows", |v, at| decode_list(v, at, bound));
                 now_ms
                     .zip(rows)

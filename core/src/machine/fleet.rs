@@ -4,8 +4,9 @@
 //!
 //! A store only holds documents: a register is `get(key) -> (document,
 //! generation)` and `compare_and_set(key, expected_generation, document)`.
-//! The keys are the core's: `breaker/<release>`, `budget/<scope>` and
-//! `admission/<release>[/<tenant>[/<principal>]]` (a host may put them under
+//! The keys are the core's: `breaker/<release>`, `budget/<scope>`,
+//! `admission/<release>[/<tenant>[/<principal>]]` and `key_pool/<name>`
+//! (the key pool layer, [`super::keypool`]; a host may put them under
 //! a namespace of its own). Generations are the store's (0 for a key it does
 //! not hold); the machine writes each document expecting the generation it
 //! read.
@@ -21,7 +22,8 @@ use crate::canonical::{Encode, ObjectWriter, Sink};
 use crate::decode::{At, Decode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::{FleetConfig, FleetView, FleetWrites};
-use crate::ids::Sha256Hex;
+use crate::ids::{Identifier, Sha256Hex};
+use crate::keypool::{pool_key, KeyPoolSnapshot};
 use crate::policy::CompiledPolicy;
 
 /// What a register holds.
@@ -33,6 +35,8 @@ pub enum Register {
     Budget(RetryBudgetSnapshot),
     /// A route release's admission limits.
     Admission(AdmissionSnapshot),
+    /// A key pool's keys and their health.
+    KeyPool(KeyPoolSnapshot),
 }
 
 impl Encode for Register {
@@ -41,6 +45,7 @@ impl Encode for Register {
             Self::Breaker(s) => s.encode(sink),
             Self::Budget(s) => s.encode(sink),
             Self::Admission(s) => s.encode(sink),
+            Self::KeyPool(s) => s.encode(sink),
         }
     }
 }
@@ -83,6 +88,7 @@ enum Kind {
     Breaker,
     Budget,
     Admission,
+    KeyPool,
 }
 
 /// One register a read asks for: its key, what it holds and (for a
@@ -92,6 +98,8 @@ struct Key {
     key: String,
     kind: Kind,
     release: Option<Sha256Hex>,
+    /// A key pool's name.
+    pool: Option<Identifier>,
 }
 
 /// The registers one read asks for, in order, and what each holds. The
@@ -102,6 +110,8 @@ pub(crate) struct Reads {
     keys: Arc<[Key]>,
     /// What the store answered: each key's generation, once read.
     generations: Vec<u64>,
+    /// The key pool snapshots read, by pool name.
+    pools: Vec<(Identifier, KeyPoolSnapshot)>,
 }
 
 /// The key of a route release's breaker.
@@ -145,19 +155,38 @@ impl Keys {
         };
         let mut admission = Vec::new();
         let mut routes = Vec::new();
+        let mut pools = Vec::new();
         for r in cp.routes() {
             let release = &r.route_release_sha256;
             let breaker = fleet.breaker.is_some().then(|| Key {
                 key: breaker_key(release),
                 kind: Kind::Breaker,
                 release: Some(release.clone()),
+                pool: None,
             });
             let limits = fleet.admission.as_ref().map(|a| Key {
                 key: admission_key(a, release),
                 kind: Kind::Admission,
                 release: Some(release.clone()),
+                pool: None,
             });
-            let settle: Vec<Key> = breaker.iter().chain(limits.iter()).cloned().collect();
+            let pool = r.key_pool.as_ref().map(|name| Key {
+                key: pool_key(name),
+                kind: Kind::KeyPool,
+                release: None,
+                pool: Some(name.clone()),
+            });
+            let settle: Vec<Key> = breaker
+                .iter()
+                .chain(limits.iter())
+                .chain(pool.iter())
+                .cloned()
+                .collect();
+            if let Some(p) = pool {
+                if !pools.iter().any(|o: &Key| o.key == p.key) {
+                    pools.push(p);
+                }
+            }
             admission.extend(breaker);
             let slot: Arc<[Key]> = limits.into_iter().collect();
             routes.push((release.clone(), settle.into(), slot));
@@ -168,6 +197,7 @@ impl Keys {
                 key: budget_key(b.scope.as_str()),
                 kind: Kind::Budget,
                 release: None,
+                pool: None,
             });
         }
         admission.extend(
@@ -175,6 +205,8 @@ impl Keys {
                 .iter()
                 .flat_map(|(_, _, limits)| limits.iter().cloned()),
         );
+        // Then every route's key pool, once each.
+        admission.extend(pools);
         Self {
             admission: admission.into(),
             routes,
@@ -204,6 +236,7 @@ impl Reads {
         Self {
             keys: Arc::clone(keys),
             generations: Vec::new(),
+            pools: Vec::new(),
         }
     }
 
@@ -237,7 +270,20 @@ impl Reads {
             ..FleetView::default()
         };
         let mut generations = Vec::with_capacity(rows.len());
-        for (i, (Key { kind, release, .. }, row)) in self.keys.iter().zip(rows).enumerate() {
+        let mut pools = Vec::new();
+        for (
+            i,
+            (
+                Key {
+                    kind,
+                    release,
+                    pool,
+                    ..
+                },
+                row,
+            ),
+        ) in self.keys.iter().zip(rows).enumerate()
+        {
             generations.push(row.generation);
             let Some(doc) = &row.document else {
                 continue;
@@ -253,10 +299,16 @@ impl Reads {
                     .admission
                     .push((r.clone(), AdmissionSnapshot::decode(doc, &at)?)),
                 (Kind::Budget, _) => view.budget = Some(RetryBudgetSnapshot::decode(doc, &at)?),
+                (Kind::KeyPool, _) => {
+                    if let Some(name) = pool {
+                        pools.push((name.clone(), KeyPoolSnapshot::decode(doc, &at)?));
+                    }
+                }
                 _ => {}
             }
         }
         self.generations = generations;
+        self.pools = pools;
         Ok(view)
     }
 
@@ -264,16 +316,19 @@ impl Reads {
     /// for its register; a register that was not read is written under
     /// its own key expecting 0.
     fn cas(&self, fleet: &FleetConfig, document: Register) -> Cas {
-        let (kind, release) = match &document {
-            Register::Breaker(s) => (Kind::Breaker, Some(&s.route_release_sha256)),
-            Register::Budget(_) => (Kind::Budget, None),
-            Register::Admission(s) => (Kind::Admission, Some(&s.route_release_sha256)),
+        let (kind, release, pool) = match &document {
+            Register::Breaker(s) => (Kind::Breaker, Some(&s.route_release_sha256), None),
+            Register::Budget(_) => (Kind::Budget, None, None),
+            Register::Admission(s) => (Kind::Admission, Some(&s.route_release_sha256), None),
+            Register::KeyPool(s) => (Kind::KeyPool, None, Some(&s.name)),
         };
         let read = self
             .keys
             .iter()
             .zip(self.generations.iter().chain(std::iter::repeat(&0)))
-            .find(|(k, _)| k.kind == kind && k.release.as_ref() == release);
+            .find(|(k, _)| {
+                k.kind == kind && k.release.as_ref() == release && k.pool.as_ref() == pool
+            });
         let (key, expected_generation) = match read {
             Some((k, generation)) => (k.key.clone(), *generation),
             None => {
@@ -285,6 +340,7 @@ impl Reads {
                         || format!("admission/{}", s.route_release_sha256.as_str()),
                         |cfg| admission_key(cfg, &s.route_release_sha256),
                     ),
+                    Register::KeyPool(s) => pool_key(&s.name),
                 };
                 (key, 0)
             }
@@ -296,11 +352,28 @@ impl Reads {
         }
     }
 
+    /// The key pool snapshot read for `name` (none when the store holds
+    /// none).
+    pub(crate) fn pool(&self, name: &Identifier) -> Option<&KeyPoolSnapshot> {
+        self.pools.iter().find(|(n, _)| n == name).map(|(_, s)| s)
+    }
+
     /// The compare-and-sets of an admission's writes, each expecting the
     /// generation read: the budget first, then breakers, then the
     /// admission limits (a slot taken and then abandoned by a conflict
     /// before it would hold the slot until released).
     pub(crate) fn writes(&self, fleet: &FleetConfig, writes: FleetWrites) -> Vec<Cas> {
+        self.writes_with_pool(fleet, writes, None)
+    }
+
+    /// [`Reads::writes`] with a key pool's snapshot, written after the
+    /// breakers and before the admission limits.
+    pub(crate) fn writes_with_pool(
+        &self,
+        fleet: &FleetConfig,
+        writes: FleetWrites,
+        pool: Option<KeyPoolSnapshot>,
+    ) -> Vec<Cas> {
         let admission = if fleet.admission.is_some() {
             writes.admission
         } else {
@@ -312,6 +385,9 @@ impl Reads {
         }
         for s in writes.breakers {
             out.push(self.cas(fleet, Register::Breaker(s)));
+        }
+        if let Some(s) = pool {
+            out.push(self.cas(fleet, Register::KeyPool(s)));
         }
         for s in admission {
             out.push(self.cas(fleet, Register::Admission(s)));

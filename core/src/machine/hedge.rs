@@ -545,6 +545,7 @@ impl Machine {
             dispatch: d,
             started_at_ms: now,
             hedge_at_ms,
+            key: None,
         };
         Ok(())
     }

@@ -45,6 +45,7 @@ pub(super) fn effect(dispatch: Dispatch, started_at_ms: u64) -> Effect {
             dispatch,
             started_at_ms,
             hedge_at_ms: None,
+            key: None,
         },
     }
 }

@@ -46,6 +46,7 @@ mod codec;
 pub mod fleet;
 mod hedge;
 mod job;
+mod keypool;
 mod protocol;
 pub mod replay;
 #[cfg(feature = "lab")]
@@ -157,6 +158,8 @@ enum Stage {
 struct Settle {
     headers: Vec<(String, String)>,
     used_tokens: Option<u64>,
+    /// The HTTP status the attempt answered with (a key pool's record).
+    status: Option<u64>,
     /// A streamed attempt's delta digests, journaled with it.
     deltas: Vec<crate::ids::Sha256Hex>,
 }
@@ -187,6 +190,8 @@ pub struct Machine {
     judgement: Option<Judgement>,
     /// A hedged run: the layer that keeps more than one attempt in flight.
     hedge: Option<Box<hedge::Layer>>,
+    /// The key pool layer: the key of each pooled route's attempt.
+    pools: keypool::Layer,
 }
 
 fn unexpected(event: &Event, effect: &Effect) -> Error {
@@ -338,6 +343,7 @@ impl Machine {
             },
             settle: Arc::default(),
             judgement: None,
+            pools: keypool::Layer::new(options.key_affinity.clone()),
         };
         m.advance()?;
         Ok(m)

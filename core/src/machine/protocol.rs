@@ -7,6 +7,7 @@ use crate::evaluate::{Dispatch, Terminal};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::job::JobStatus;
 use crate::journal::{AnswerKind, JournalEvent, Pending};
+use crate::keypool::KeyChoice;
 use crate::observe::Facts;
 use crate::price::{PriceSchedule, Units};
 
@@ -60,6 +61,9 @@ pub enum Effect {
         /// A hedged run: when the next hedge is due unless a result
         /// arrives first.
         hedge_at_ms: Option<u64>,
+        /// A route with a key pool: the key to send it with, by digest
+        /// (the host holds the secret).
+        key: Option<KeyChoice>,
     },
     /// A hedged run: wait for the observation of any attempt in flight
     /// ([`Event::Observed`] naming its `ordinal`), or, when `hedge_at_ms`
@@ -250,4 +254,7 @@ pub struct Options {
     /// Compare-and-set conflicts in a row before `store_conflict` (default
     /// [`DEFAULT_MAX_CONFLICTS`]).
     pub max_conflicts: Option<u64>,
+    /// The key a session used before (prompt caching): a pooled route keeps
+    /// it while it is usable.
+    pub key_affinity: Option<Sha256Hex>,
 }

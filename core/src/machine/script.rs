@@ -247,6 +247,7 @@ pub fn play(m: &mut Machine, script: &Script, journal: Vec<JournalEvent>) -> Pla
                     dispatch,
                     started_at_ms,
                     hedge_at_ms,
+                    ..
                 } => {
                     let step = script.attempts.get(dispatches).cloned().unwrap_or_else(
                         || json!({"after_ms": 10, "facts": {"result": "returned"}}),

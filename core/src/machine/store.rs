@@ -3,8 +3,9 @@
 //! holds an admission slot.
 
 use super::fleet::{self, Cas, Row};
-use super::{Effect, Machine, ReadFor, Stage, Then};
+use super::{keypool, Effect, Machine, ReadFor, Stage, Then};
 use crate::error::{Error, ErrorCode, Result};
+use crate::evaluate::Decision;
 use crate::fleet::{FleetView, FleetWrites};
 
 impl Machine {
@@ -33,7 +34,7 @@ impl Machine {
         let now_epoch = self.epoch(self.now_ms);
         match why {
             ReadFor::Admission => {
-                let admitted = self.session.admit(self.now_ms, now_epoch, &view)?;
+                let admitted = self.session.admit_pooled(self.now_ms, now_epoch, &view)?;
                 if let Some(until) = admitted.wait_until_epoch_ms {
                     self.effect = Effect::Sleep {
                         until_ms: until.saturating_sub(self.origin_epoch_ms),
@@ -41,7 +42,12 @@ impl Machine {
                     self.stage = Stage::Sleeping(Then::Plan);
                     return Ok(());
                 }
-                let writes = reads.writes(&fleet, admitted.writes);
+                let pool = match self.select_key(&reads, now_epoch, unavailable)? {
+                    keypool::Pick::None => None,
+                    keypool::Pick::Key(write) => write,
+                    keypool::Pick::Wait(until) => return self.wait_for_key(until),
+                };
+                let writes = reads.writes_with_pool(&fleet, admitted.writes, pool);
                 self.write(reads, why, conflicts, writes, Then::Plan)
             }
             ReadFor::Settlement | ReadFor::Release(_) if unavailable => {
@@ -63,6 +69,51 @@ impl Machine {
         }
     }
 
+    /// The key of the admitted attempt, when its route takes one from a
+    /// pool (nothing when the admission ended the run).
+    fn select_key(
+        &mut self,
+        reads: &fleet::Reads,
+        now_epoch: u64,
+        unavailable: bool,
+    ) -> Result<keypool::Pick> {
+        let Decision::Dispatch(d) = self.session.next() else {
+            return Ok(keypool::Pick::None);
+        };
+        let release = d.route_release_sha256.clone();
+        let start_epoch = self.epoch(d.not_before_ms.max(self.now_ms));
+        let policy = std::sync::Arc::clone(&self.policy);
+        self.pools.select(
+            &policy,
+            &release,
+            reads,
+            (now_epoch, start_epoch),
+            unavailable,
+        )
+    }
+
+    /// No key of the admitted route's pool is usable before `until` (Unix
+    /// ms): sleep until then and admit again (nothing was written), unless
+    /// that is past the deadline.
+    fn wait_for_key(&mut self, until: u64) -> Result<()> {
+        let until_ms = until.saturating_sub(self.origin_epoch_ms);
+        let deadline_ms = self.policy.policy.deadline_ms;
+        if until_ms >= deadline_ms {
+            let release = self.planned()?.route_release_sha256;
+            let why = format!(
+                "the first key clears at {until_ms} ms on the run clock, at or after the deadline at {deadline_ms} ms"
+            );
+            return Err(match keypool::pool_named(&self.policy, &release) {
+                Some(cfg) => keypool::no_usable_key(cfg, &why),
+                None => Error::new(ErrorCode::NoUsableKey, why),
+            });
+        }
+        self.session.forget_admission();
+        self.effect = Effect::Sleep { until_ms };
+        self.stage = Stage::Sleeping(Then::Plan);
+        Ok(())
+    }
+
     /// The writes that settle the last attempt (its breaker's record, its
     /// admission slot freed), or free the slot of the admission held.
     fn settlement(
@@ -73,13 +124,24 @@ impl Machine {
         now_epoch: u64,
         release_only: bool,
     ) -> Result<Vec<Cas>> {
+        let last = self.session.attempts().attempts.last();
         let release = if release_only {
             self.planned()?.route_release_sha256
         } else {
-            match self.session.attempts().attempts.last() {
+            match last {
                 Some(a) => a.route_release_sha256.clone(),
                 None => return Ok(Vec::new()),
             }
+        };
+        let pool = match (last, release_only) {
+            (Some(a), false) => self.pools.record(
+                &self.policy,
+                reads,
+                &a.outcome,
+                self.settle.status,
+                now_epoch,
+            )?,
+            _ => None,
         };
         let mut writes = FleetWrites::default();
         if let (Some(cfg), false) = (&fleet.breaker, release_only) {
@@ -108,7 +170,7 @@ impl Machine {
                 )?);
             }
         }
-        Ok(reads.writes(fleet, writes))
+        Ok(reads.writes_with_pool(fleet, writes, pool))
     }
 
     pub(super) fn cancel(&mut self, at_ms: u64) -> Result<()> {

@@ -33,8 +33,41 @@ impl Session {
     /// (`wait_until_epoch_ms`: admission limits full, or a retry short of a
     /// budget with `wait_ms`) writes nothing: admit again then. Calling it
     /// again before the observation (after a compare-and-set conflict, with a
-    /// fresh view) replaces the admission.
+    /// fresh view) replaces the admission. A policy whose routes take their
+    /// keys from a key pool is admitted by the run machine only (it selects
+    /// the key with the admission): `machine_layer_missing` here.
     pub fn admit(&mut self, at_ms: u64, now_epoch_ms: u64, view: &FleetView) -> Result<Admitted> {
+        if let Some(i) = self
+            .policy
+            .policy
+            .routes
+            .iter()
+            .position(|r| r.key_pool.is_some())
+        {
+            return Err(Error::at(
+                ErrorCode::MachineLayerMissing,
+                format!("/routes/{i}/key_pool"),
+                "a route's key pool selects its keys in the run machine: drive this policy with the machine",
+            ));
+        }
+        self.admit_pooled(at_ms, now_epoch_ms, view)
+    }
+
+    /// Drop the admission held for the planned attempt before anything of
+    /// it was written: the run machine waits for a pooled route's key, then
+    /// admits again.
+    pub(crate) fn forget_admission(&mut self) {
+        self.pending = None;
+    }
+
+    /// [`Session::admit`] for the run machine, which selects a pooled
+    /// route's key with the admission.
+    pub(crate) fn admit_pooled(
+        &mut self,
+        at_ms: u64,
+        now_epoch_ms: u64,
+        view: &FleetView,
+    ) -> Result<Admitted> {
         let policy = Arc::clone(&self.policy);
         let Some(fleet) = policy.policy.fleet.as_ref() else {
             return Err(Error::at(

@@ -66,6 +66,7 @@ impl Decode for Options {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
         let mut f = Fields::open(v, at)?;
         let journal = f.opt("journal");
+        let key_affinity = f.opt("key_affinity");
         let max_conflicts = f.opt("max_conflicts");
         let max_polls = f.opt("max_polls");
         let now_ms = f.opt("now_ms");
@@ -84,6 +85,7 @@ impl Decode for Options {
             reserve_tokens,
             max_polls,
             max_conflicts,
+            key_affinity,
         })
     }
 }
@@ -92,6 +94,7 @@ impl Encode for Options {
     fn encode(&self, sink: &mut dyn Sink) {
         let mut o = ObjectWriter::new(sink);
         o.opt_doc("journal", self.journal.as_ref())
+            .opt_doc("key_affinity", self.key_affinity.as_ref())
             .opt_u64("max_conflicts", self.max_conflicts)
             .opt_u64("max_polls", self.max_polls);
         if self.now_ms > 0 {

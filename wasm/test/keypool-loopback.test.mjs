@@ -1,0 +1,154 @@
+// A pool of four keys against a provider on 127.0.0.1 through the npm
+// package (docs/FLEET.md, "Key pools"): one key revoked (401), one rate
+// limited (429, Retry-After 4 s, past the policy's 2 s cap), two healthy.
+// Runs one after another on the run machine (`runPooled`), the pool in a
+// memory, a SQLite, a Redis and a PostgreSQL store: the revoked key is never sent again, the limited
+// one not before its hint, the keys are taken in turn, and no secret appears
+// in any stored row or bundle.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import http from "node:http";
+
+import * as rl from "../dist/index.js";
+import { SQLiteStore } from "../dist/stores/sqlite.js";
+import { RedisStore } from "../dist/stores/redis.js";
+import { PostgresStore } from "../dist/stores/postgres.js";
+import { KEY, policyWith } from "./helpers.mjs";
+import { namespace, postgresGate, redisGate, tempDbPath } from "./fleet-helpers.mjs";
+
+const redis = redisGate();
+const postgres = postgresGate();
+
+const SECRETS = ["sk-live-revoked-0001", "sk-live-limited-0002", "sk-live-healthy-0003", "sk-live-healthy-0004"];
+const [REVOKED, LIMITED] = SECRETS;
+const HINT_MS = 4_000;
+
+/** The provider: 401 for the revoked key, one 429 for the limited key, then 200; `squeeze` limits each healthy key once (Retry-After 3). */
+function provider() {
+  /** @type {{key: string, at: number, status: number}[]} */
+  const seen = [];
+  /** @type {{squeeze: boolean, squeezed: string[]}} */
+  const state = { squeeze: false, squeezed: [] };
+  const server = http.createServer((req, res) => {
+    const at = performance.now();
+    req.resume();
+    req.on("end", () => {
+      const key = (req.headers.authorization ?? "").replace(/^Bearer /, "");
+      const before = seen.some((s) => s.key === key);
+      let status = 200;
+      /** @type {Record<string, string>} */
+      let headers = {};
+      if (key === REVOKED || !SECRETS.includes(key)) status = 401;
+      else if (key === LIMITED && !before) [status, headers] = [429, { "retry-after": String(HINT_MS / 1000) }];
+      else if (SECRETS.slice(2).includes(key) && state.squeeze && !state.squeezed.includes(key)) {
+        state.squeezed.push(key);
+        [status, headers] = [429, { "retry-after": "3" }];
+      }
+      seen.push({ key, at, status });
+      res.writeHead(status, { "content-type": "application/json", ...headers });
+      res.end(JSON.stringify({ ok: status === 200 }));
+    });
+  });
+  return { server, seen, state };
+}
+
+/** @param {string} url @param {string} apiKey */
+async function call(url, apiKey) {
+  const r = await fetch(url, { method: "POST", headers: { authorization: `Bearer ${apiKey}` }, body: "{}" });
+  const body = await r.json();
+  if (r.status !== 200) throw Object.assign(new Error(`HTTP ${r.status}`), { status: r.status, headers: r.headers });
+  return body;
+}
+
+/** @param {string} backend @param {string} dbPath @returns {any} */
+function storeOf(backend, dbPath) {
+  if (backend === "memory") return new rl.MemoryStore();
+  if (backend === "sqlite") return new SQLiteStore(dbPath);
+  if (backend === "redis") return new RedisStore({ url: /** @type {string} */ (redis.url) });
+  return new PostgresStore({ connectionString: /** @type {string} */ (postgres.url) });
+}
+
+for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
+  const skip = backend === "redis" ? redis.skip : backend === "postgres" ? postgres.skip : false;
+  test(`four keys, one revoked, one limited (${backend})`, { skip }, async () => {
+    const dbPath = tempDbPath();
+    const store = storeOf(backend, dbPath);
+    const ns = namespace("pool");
+    const ring = new rl.KeyRing(SECRETS);
+    const pool = rl.poolConfig("provider-keys", ring, { coolMs: 1_000, parkMs: 60_000 });
+    const policy = policyWith((p) => {
+      p.fleet = /** @type {any} */ ({ key_pools: [pool], on_store_unavailable: "fail_closed" });
+      for (const r of p.routes) /** @type {any} */ (r).key_pool = "provider-keys";
+    });
+    const { server, seen, state } = provider();
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(undefined)));
+    const address = /** @type {import("node:net").AddressInfo} */ (server.address());
+    const url = `http://127.0.0.1:${address.port}/v1/chat`;
+    /** @type {string[]} */
+    const documents = [];
+    /** @type {string[]} */
+    const terminals = [];
+    const one = async () => {
+      const run = await rl.runPooled(
+        policy,
+        (_step, key) => {
+          assert.ok(key !== undefined, "every route takes its key from the pool");
+          return call(url, key.apiKey);
+        },
+        { idempotencyKey: KEY, store, keys: ring, namespace: ns },
+      );
+      terminals.push(run.terminal);
+      documents.push(JSON.stringify(run.bundle), JSON.stringify(run.receipt));
+    };
+    try {
+      for (let i = 0; i < 6; i++) await one();
+      const inTurn = seen.length;
+      state.squeeze = true;
+      await one();
+      const keys = seen.map((s) => s.key);
+      assert.equal(terminals[0], "stop_non_retryable");
+      assert.deepEqual(terminals.slice(1), Array(6).fill("completed"));
+      // The revoked key: once.
+      assert.equal(keys.filter((k) => k === REVOKED).length, 1, "the revoked key is never sent again");
+      // The limited key: again only after its hint.
+      const limitedAt = seen.find((s) => s.key === LIMITED && s.status === 429)?.at ?? 0;
+      const again = seen.filter((s) => s.key === LIMITED && s.at > limitedAt);
+      assert.ok(again.length > 0, "the limited key is used again once cooled");
+      assert.ok((again[0]?.at ?? 0) >= limitedAt + HINT_MS, "not before its hint");
+      assert.deepEqual(seen.slice(inTurn, inTurn + 3).map((s) => s.status), [429, 429, 200]);
+      // In turn.
+      const first = keys.slice(0, inTurn);
+      assert.deepEqual([...first.slice(0, 4)].sort(), [...SECRETS].sort());
+      for (let i = 1; i < first.length; i++) assert.notEqual(first[i], first[i - 1], "a key drained one after another");
+      // No secret anywhere.
+      const { document } = await store.get(`${ns}/key_pool/provider-keys`);
+      const rows = [JSON.stringify(document)];
+      if (backend === "sqlite") rows.push(fs.readFileSync(dbPath).toString("latin1"));
+      assert.ok(rows[0]?.includes("disabled"));
+      for (const text of [...documents, ...rows, JSON.stringify(ring)]) {
+        for (const secret of SECRETS) assert.ok(!text.includes(secret), "a secret in a document");
+      }
+    } finally {
+      server.close();
+      await store.close?.();
+    }
+  });
+}
+
+test("a plain fleet run of a pooled policy is refused before anything is sent", async () => {
+  const ring = new rl.KeyRing(SECRETS);
+  const pool = rl.poolConfig("provider-keys", ring, { coolMs: 1_000, parkMs: 60_000 });
+  const policy = policyWith((p) => {
+    p.fleet = /** @type {any} */ ({ key_pools: [pool], on_store_unavailable: "fail_closed" });
+    for (const r of p.routes) /** @type {any} */ (r).key_pool = "provider-keys";
+  });
+  let sent = 0;
+  await assert.rejects(
+    rl.runWithPolicy(policy, () => ++sent, { idempotencyKey: KEY, fleet: new rl.Fleet(new rl.MemoryStore()) }),
+    (/** @type {any} */ e) => e.code === "machine_layer_missing",
+  );
+  assert.equal(sent, 0);
+  assert.ok(!JSON.stringify(ring).includes("sk-"));
+  assert.throws(() => ring.secret("0".repeat(64)), (/** @type {any} */ e) => e.code === "key_not_in_pool");
+});
