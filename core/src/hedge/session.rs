@@ -193,6 +193,16 @@ impl HedgeSession {
         &self.attempts
     }
 
+    /// Attempt `ordinal` as recorded once observed or cancelled: in the
+    /// round in flight or in a resolved one.
+    pub fn attempt(&self, ordinal: u64) -> Option<&Attempt> {
+        self.round
+            .as_ref()
+            .and_then(|r| r.members.iter().find(|m| m.plan.ordinal == ordinal))
+            .and_then(|m| m.attempt.as_ref())
+            .or_else(|| self.attempts.attempts.iter().find(|a| a.ordinal == ordinal))
+    }
+
     fn next_hedge(&self, round: &Round) -> Option<Dispatch> {
         if round.closed || round.decided.is_some() {
             return None;

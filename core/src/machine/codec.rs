@@ -193,6 +193,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
     let job_id = f.opt("job_id");
     let job_status = f.opt("job_status");
     let ordinal = f.opt("ordinal");
+    let reconciled = f.opt("reconciled");
     let request_body_sha256 = f.opt("request_body_sha256");
     let usage = f.opt("usage");
     let used_tokens = f.opt("used_tokens");
@@ -208,6 +209,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
         facts,
         job_id,
         job_status,
+        reconciled,
         request_body_sha256,
         usage,
         used_tokens,
@@ -237,6 +239,7 @@ impl Observation {
             o.str("kind", "observed");
         }
         o.opt_u64("ordinal", self.ordinal);
+        o.opt_doc("reconciled", self.reconciled.as_ref());
         o.opt_doc("request_body_sha256", self.request_body_sha256.as_ref())
             .opt_doc("usage", self.usage.as_ref())
             .opt_u64("used_tokens", self.used_tokens)

@@ -45,6 +45,7 @@ mod store;
 
 use super::fleet;
 use super::{Effect, Event, Machine, Observation, Options};
+use crate::attempt::Attempt;
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::Dispatch;
 use crate::hedge::{HedgeSession, HedgeStep};
@@ -140,6 +141,8 @@ pub(super) struct Layer {
     /// admitted, until it is sent.
     admitted: Option<u64>,
     judgement: Option<Judgement>,
+    /// The ordinal of the last attempt observed (its judgement is `judgement`).
+    observed: Option<u64>,
     /// A resumed round's members in flight: nobody waits for their result,
     /// the receiver is asked.
     in_doubt: Vec<u64>,
@@ -178,6 +181,7 @@ impl Layer {
             stage: Stage::Plan,
             admitted: None,
             judgement: None,
+            observed: None,
             in_doubt: Vec::new(),
             planned_nb: None,
             settle: (Vec::new(), None),
@@ -211,6 +215,12 @@ impl Layer {
 
     pub(super) fn judgement(&self) -> Option<&Judgement> {
         self.judgement.as_ref()
+    }
+
+    /// The last attempt observed, as recorded, and its judgement.
+    pub(super) fn observed(&self) -> Option<(&Attempt, &Judgement)> {
+        let attempt = self.session.attempt(self.observed?)?;
+        Some((attempt, self.judgement.as_ref()?))
     }
 
     pub(super) fn seal(&self) -> Result<Bundle> {
@@ -568,6 +578,7 @@ impl Machine {
                 .session
                 .observe(ordinal, obs.completed_at_ms, obs.cost, &facts)?;
         layer.judgement = Some(judgement);
+        layer.observed = Some(ordinal);
         layer.stage = Stage::Plan;
         layer.settle = (facts.headers.clone(), obs.used_tokens);
         self.now_ms = obs.completed_at_ms;

@@ -133,6 +133,10 @@ pub struct Observation {
     pub job_id: Option<String>,
     /// An async job: the job's status in the provider's answer.
     pub job_status: Option<JobStatus>,
+    /// An async job's submit whose answer was lost: what the receiver
+    /// answered when the host asked it by idempotency key in the same run
+    /// (the attempt's outcome is the answer's: docs/JOBS.md).
+    pub reconciled: Option<crate::attempt::Reconciled>,
     /// The SHA-256 of the request body sent (after lowering to its route).
     pub request_body_sha256: Option<Sha256Hex>,
     /// The usage the response reported, priced by the run's schedule.

@@ -122,6 +122,7 @@ fn observation(step: &Value, now: u64) -> Result<Observation> {
             .and_then(Value::as_str)
             .map(str::to_owned),
         job_status: decoded(step.get("job_status"))?,
+        reconciled: decoded(step.get("reconciled"))?,
         request_body_sha256: decoded(step.get("request_body_sha256"))?,
         usage: decoded(step.get("usage"))?,
         used_tokens: step.get("used_tokens").and_then(Value::as_u64),
