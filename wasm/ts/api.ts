@@ -185,6 +185,7 @@ export {
   type LoopAdapter,
   type LoopReconcileAnswer,
   type LoopResult,
+  type LoopSleep,
   type MachineOptions,
   type StoreRowDoc,
 } from "./loop.js";

@@ -13,6 +13,7 @@
  */
 
 import { call, toText, type Input, type RawBindings } from "./core.js";
+import type { PlannedSleep } from "./hooks.js";
 
 /** An effect the machine asks of its host, tagged by `kind`. */
 export type MachineEffect = {
@@ -69,4 +70,19 @@ export function machineTranscript(
   const j = journal === undefined ? undefined : toText(journal);
   const e = toText(events);
   return JSON.parse(call((b: RawBindings) => (b as unknown as MachineBindings).machine_transcript(p, o, j, e))) as MachineTranscript;
+}
+
+/** A wait of the run clock as the host loop reports it, and the attempt it waits for (absent for another wait). */
+export interface LoopSleepDoc {
+  from_ms: number;
+  until_ms: number;
+  ms: number;
+  dispatch?: Record<string, unknown>;
+}
+
+/** A driver's `PlannedSleep` of a wait before a planned attempt (none for another wait, e.g. a reconciliation's). */
+export function plannedSleepOf(s: LoopSleepDoc): PlannedSleep | undefined {
+  const d = s.dispatch as { ordinal: number; route_id: string } | undefined;
+  if (d === undefined) return undefined;
+  return { ordinal: d.ordinal, route_id: d.route_id, at_ms: s.from_ms, not_before_ms: s.until_ms, sleep_ms: s.ms };
 }
