@@ -21,9 +21,9 @@
 #     effects out and answers them, the machine decides what comes next;
 #   - the live machine of the bindings (`LiveMachine`, `_core.Machine`)
 #     outside the host loops: one loop per language drives it;
-#   - a driver on the loop (the hedged runs, the async jobs and the
-#     journaled runs: wasm/ts/{hedge,job,journaled}.ts,
-#     python/retryledger/{hedge,job,journaled}.py) that does not call the
+#   - a driver on the loop (the hedged runs, the async jobs, the journaled
+#     runs and the Temporal workflow helper: wasm/ts/{hedge,job,journaled,
+#     temporal}.ts, python/retryledger/{hedge,job,journaled,temporal}.py) that does not call the
 #     loop (`runLoop(` / `run_loop(`), or that steps a session itself
 #     (`session.next()`, `startAttempt`, a `new HedgeSession(`) or hands its
 #     run to the plain driver's loop (`runWithPolicy(`, `_run(`).
@@ -39,7 +39,8 @@ LOOPS=(wasm/ts/loop.ts python/retryledger/_loop.py)
 LOOP_PATTERN='not_before_ms|delay_ms|reserve_cost|deadline_ms|retry_after|outcome|\.class\b|\["class"\]|\brule\b|"(created|reserved|dispatched|decided)"'
 MACHINE_PATTERN='LiveMachine|_core\.Machine\b'
 LOOP_FILES='^(wasm/ts/loop\.ts|python/retryledger/_loop\.py):'
-ON_LOOP=(wasm/ts/hedge.ts wasm/ts/job.ts wasm/ts/journaled.ts python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py)
+ON_LOOP=(wasm/ts/hedge.ts wasm/ts/job.ts wasm/ts/journaled.ts wasm/ts/temporal.ts
+  python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py python/retryledger/temporal.py)
 OWN_LOOP_PATTERN='session\.(next|startAttempt|start_attempt|observe|cancelled)\(|new HedgeSession\(|= HedgeSession\(|runWithPolicy\(|\b_run(_async)?\('
 
 check() {
@@ -167,4 +168,4 @@ if [ "${1:-}" = "--self-test" ]; then
 fi
 
 check "${1:-$(cd "$(dirname "$0")/.." && pwd)}"
-echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, and the hedged, job and journaled drivers on them)"
+echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, and the hedged, job, journaled and Temporal drivers on them)"
