@@ -241,7 +241,7 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
     # The attempts in flight when the loop stops early are the pump's to cancel.
     flights = _Flights()
     effect = machine.next()
-    if effect["kind"] in ("dispatch", "done"):
+    if effect["kind"] in _DECIDED:
         adapter.on_decision(_decision(effect))
     while effect["kind"] != "done":
         event, got = yield from _effects(machine, adapter, flights, effect)
@@ -252,7 +252,7 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
             seen = machine.observed()
             if seen is not None:
                 adapter.on_attempt(seen["attempt"], seen["judgement"])
-        if effect["kind"] in ("dispatch", "done"):
+        if effect["kind"] in _DECIDED:
             adapter.on_decision(_decision(effect))
     bundle, receipt_sha256, bundle_json = machine.sealed()
     receipt = bundle["receipt"]
@@ -263,6 +263,9 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
 
 
 _NOTHING = object()
+
+#: The effects a decision of the core is: an attempt to send (an async job's poll and cancel too), or the end.
+_DECIDED = frozenset({"dispatch", "poll", "cancel", "done"})
 
 
 def _decision(effect: Dict[str, Any]) -> Dict[str, Any]:

@@ -6,7 +6,7 @@
  * adapter of the host loop over the run machine's job layer.
  */
 import { checkPriceSchedule, CompiledPolicy, compilePolicy, toText, type Input } from "./core.js";
-import { AttemptStep, checkedKey, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { AttemptStep, checkedKey, checkFleet, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { DecodeError, PolicyError, RunCancelledError, RunStoppedError, UnrecognizedDispatchError } from "./errors.js";
 import { AttemptError } from "./facts.js";
 import { plannedSleepOf } from "./machine.js";
@@ -325,6 +325,7 @@ export async function runJob<R>(
   // The caller's calls, checked before any request: the run may plan a cancel.
   if (section.cancel_left_running === true) checkCancelling(calls);
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
+  checkFleet(compiled.policy, options.fleet);
   let schedule: string | undefined;
   if (options.priceSchedule !== undefined) {
     schedule = toText(options.priceSchedule);

@@ -230,6 +230,9 @@ function missing(what: string, path: string, message: string): DecodeError {
 
 const NOTHING = Symbol("nothing");
 
+/** The effects a decision of the core is: an attempt to send (an async job's poll and cancel too), or the end. */
+const DECIDED: ReadonlySet<string> = new Set(["dispatch", "poll", "cancel", "done"]);
+
 function decisionOf(effect: MachineEffect): Record<string, unknown> {
   if (effect.kind === "done") return { kind: "terminal", terminal: effect["terminal"] };
   return { ...(effect["dispatch"] as Record<string, unknown>), kind: "dispatch" };
@@ -327,7 +330,7 @@ export async function runLoop<T>(machine: Machine, adapter: LoopAdapter<T>): Pro
   const flights = new Flights(adapter);
   try {
     let effect = machine.next();
-    if (effect.kind === "dispatch" || effect.kind === "done") adapter.onDecision?.(decisionOf(effect));
+    if (DECIDED.has(effect.kind)) adapter.onDecision?.(decisionOf(effect));
     while (effect.kind !== "done") {
       const [event, got] = await carryOut(machine, adapter, flights, effect);
       if (got !== NOTHING) value = got as T;
@@ -336,7 +339,7 @@ export async function runLoop<T>(machine: Machine, adapter: LoopAdapter<T>): Pro
         const seen = machine.observed();
         if (seen !== undefined) adapter.onAttempt(seen.attempt, seen.judgement);
       }
-      if (effect.kind === "dispatch" || effect.kind === "done") adapter.onDecision?.(decisionOf(effect));
+      if (DECIDED.has(effect.kind)) adapter.onDecision?.(decisionOf(effect));
     }
   } finally {
     for (const ordinal of [...flights.flying]) flights.drop(ordinal);
