@@ -28,7 +28,6 @@ from ._driver import (
     DecisionCallback,
     SleepCallback,
     TerminalCallback,
-    _call_hook,
     _checked,
     _fleet_for,
     _monotonic_ms,
@@ -36,7 +35,7 @@ from ._driver import (
     facts_of,
 )
 from ._loop import Adapter, Machine, pump_async, run_loop, store_read, store_write
-from .machine import Judgement, planned_sleep
+from .machine import HookedAdapter
 from .fleet import Fleet
 
 __all__ = ["HedgeAttempt", "HedgeRun", "HedgeSession", "run_hedged_async"]
@@ -158,7 +157,7 @@ class HedgeRun(Generic[T]):
 
 
 
-class _Hedged(Adapter):
+class _Hedged(HookedAdapter):
     """A hedged run as the host loop's adapter: the caller's dispatch (each
     attempt a task of the pump, wrapped in the run's deadline), the run
     clock and sleep, the fleet store and the hooks."""
@@ -260,22 +259,6 @@ class _Hedged(Adapter):
             return Adapter.write(self, writes)
         return store_write(self.fleet.store, self.namespace, writes)
 
-    def on_decision(self, decision: Dict[str, Any]) -> None:
-        if self.hooks[0] is not None:
-            _call_hook("on_decision", self.hooks[0], json.loads(json.dumps(decision)))
-
-    def on_sleep(self, sleep: Dict[str, Any]) -> None:
-        planned = planned_sleep(sleep)
-        if self.hooks[1] is not None and planned is not None:
-            _call_hook("on_sleep", self.hooks[1], planned)
-
-    def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
-        if self.hooks[2] is not None:
-            _call_hook("on_attempt", self.hooks[2], attempt, Judgement(judgement))
-
-    def on_terminal(self, receipt: Dict[str, Any]) -> None:
-        if self.hooks[3] is not None:
-            _call_hook("on_terminal", self.hooks[3], json.loads(json.dumps(receipt)))
 
 
 async def run_hedged_async(

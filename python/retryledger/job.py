@@ -37,7 +37,6 @@ from ._driver import (
     Step,
     UnrecognizedDispatchError,
     _async_sleep_ms,
-    _call_hook,
     _checked,
     _monotonic_ms,
     _schedule_for,
@@ -47,8 +46,8 @@ from ._driver import (
 )
 from ._errors import DecodeError, PolicyError
 from ._integration import require_max_retries_zero
-from ._loop import Adapter, LoopResult, Machine, pump, pump_async, run_loop
-from .machine import Judgement, planned_sleep
+from ._loop import LoopResult, Machine, pump, pump_async, run_loop
+from .machine import HookedAdapter
 from .journaled import _MachineSealed
 
 __all__ = [
@@ -160,7 +159,7 @@ _RUN_OPTIONS = frozenset(
 )
 
 
-class _JobRun(Adapter):
+class _JobRun(HookedAdapter):
     """An async job as the host loop's adapter: each ``dispatch``, ``poll``
     and ``cancel`` effect is the provider call it names, with the job id the
     submit's answer gave; what each answered goes back in the observation,
@@ -276,23 +275,9 @@ class _JobRun(Adapter):
                 fields["facts"] = {"result": "raised", "error_types": ["OutputCheckError"]}
         return fields
 
-    def on_decision(self, decision: Dict[str, Any]) -> None:
-        if self.hooks[0] is not None:
-            _call_hook("on_decision", self.hooks[0], json.loads(json.dumps(decision)))
-
-    def on_sleep(self, sleep: Dict[str, Any]) -> None:
-        planned = planned_sleep(sleep)
-        if self.hooks[1] is not None and planned is not None:
-            _call_hook("on_sleep", self.hooks[1], planned)
-
     def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
         self.rule = judgement["rule"]
-        if self.hooks[2] is not None:
-            _call_hook("on_attempt", self.hooks[2], attempt, Judgement(judgement))
-
-    def on_terminal(self, receipt: Dict[str, Any]) -> None:
-        if self.hooks[3] is not None:
-            _call_hook("on_terminal", self.hooks[3], json.loads(json.dumps(receipt)))
+        super().on_attempt(attempt, judgement)
 
 
 def _call(f: Callable[[], Any], on_error: Optional[Callable[[BaseException], Any]] = None) -> Any:

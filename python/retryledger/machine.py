@@ -13,10 +13,12 @@ the drivers' run hooks see them.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
 from ._api import Document, _loads, call, to_text
+from ._driver import _call_hook
+from ._loop import Adapter
 
 __all__ = ["Judgement", "machine_transcript", "planned_sleep"]
 
@@ -89,3 +91,30 @@ def planned_sleep(sleep: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         "not_before_ms": sleep["until_ms"],
         "sleep_ms": sleep["ms"],
     }
+
+
+class HookedAdapter(Adapter):
+    """A host loop adapter that calls a driver's run hooks as every driver
+    on the loop does: ``on_decision``, ``on_sleep`` (a wait before an
+    attempt, as :func:`planned_sleep`), ``on_attempt`` (the attempt and a
+    :class:`Judgement`), ``on_terminal``; each with a copy of the document,
+    what it raises reported as a :class:`retryledger.HookWarning`."""
+
+    hooks: Tuple[Optional[Callable[..., Any]], ...] = (None, None, None, None)
+
+    def on_decision(self, decision: Dict[str, Any]) -> None:
+        if self.hooks[0] is not None:
+            _call_hook("on_decision", self.hooks[0], json.loads(json.dumps(decision)))
+
+    def on_sleep(self, sleep: Dict[str, Any]) -> None:
+        planned = planned_sleep(sleep)
+        if self.hooks[1] is not None and planned is not None:
+            _call_hook("on_sleep", self.hooks[1], planned)
+
+    def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
+        if self.hooks[2] is not None:
+            _call_hook("on_attempt", self.hooks[2], attempt, Judgement(judgement))
+
+    def on_terminal(self, receipt: Dict[str, Any]) -> None:
+        if self.hooks[3] is not None:
+            _call_hook("on_terminal", self.hooks[3], json.loads(json.dumps(receipt)))

@@ -17,8 +17,8 @@ import { call, CompiledPolicy, compiledOf, toText, type Input } from "./core.js"
 import { checkedKey, checkFleet } from "./driver.js";
 import type { Classifier } from "./facts.js";
 import type { Fleet } from "./fleet.js";
-import { plannedSleepOf } from "./machine.js";
-import { callHook, copied, type PlannedSleep, type RunHooks } from "./hooks.js";
+import { loopHooks } from "./machine.js";
+import type { RunHooks } from "./hooks.js";
 import {
   Machine,
   raisedFacts,
@@ -277,18 +277,7 @@ class Hedged<T> implements LoopAdapter<T> {
       this.read = (keys: string[]): Promise<StoreRowDoc[]> => storeRead(fleet.store, fleet.namespace, keys);
       this.write = (writes: CasDoc[]): Promise<number> => storeWrite(fleet.store, fleet.namespace, writes);
     }
-    const o = options;
-    if (o.onDecision !== undefined) this.onDecision = (d) => callHook("onDecision", o.onDecision as (d: Decision) => unknown, copied(d) as unknown as Decision);
-    if (o.onSleep !== undefined) {
-      this.onSleep = (s) => {
-        const planned = plannedSleepOf(s);
-        if (planned !== undefined) callHook("onSleep", o.onSleep as (s: PlannedSleep) => unknown, planned);
-      };
-    }
-    if (o.onAttempt !== undefined) {
-      this.onAttempt = (a, j) => callHook("onAttempt", o.onAttempt as (a: Attempt, j: Judgement) => unknown, copied(a) as unknown as Attempt, copied(j) as unknown as Judgement);
-    }
-    if (o.onTerminal !== undefined) this.onTerminal = (r) => callHook("onTerminal", o.onTerminal as (r: Receipt) => unknown, copied(r));
+    Object.assign(this, loopHooks(options));
   }
 
   read?: (keys: string[]) => Promise<StoreRowDoc[]>;

@@ -9,8 +9,7 @@ import { checkPriceSchedule, CompiledPolicy, compilePolicy, toText, type Input }
 import { AttemptStep, checkedKey, checkFleet, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { DecodeError, PolicyError, RunCancelledError, RunStoppedError, UnrecognizedDispatchError } from "./errors.js";
 import { AttemptError } from "./facts.js";
-import { plannedSleepOf } from "./machine.js";
-import { callHook, copied, type PlannedSleep } from "./hooks.js";
+import { loopHooks, type LoopHooks } from "./machine.js";
 import { Machine, raisedFacts, Reports, runLoop, type DispatchEffect, type LoopAdapter, type LoopResult, type LoopSleep, type MachineOptions } from "./loop.js";
 import type { Session } from "./session.js";
 import type { Attempt, Decision, DispatchDecision, Judgement, Policy, Receipt, Sealed, Sha256Hex, Terminal } from "./types.js";
@@ -163,25 +162,19 @@ class JobRun<R> implements LoopAdapter<JobAnswer<R>> {
       if (signal.aborted) onAbort();
       else signal.addEventListener("abort", onAbort, { once: true });
     }
-    const o = options;
-    if (o.onDecision !== undefined) this.onDecision = (d) => callHook("onDecision", o.onDecision as (d: Decision) => unknown, copied(d) as unknown as Decision);
-    if (o.onSleep !== undefined) {
-      this.onSleep = (s) => {
-        const planned = plannedSleepOf(s);
-        if (planned !== undefined) callHook("onSleep", o.onSleep as (s: PlannedSleep) => unknown, planned);
-      };
-    }
-    if (o.onTerminal !== undefined) this.onTerminal = (r) => callHook("onTerminal", o.onTerminal as (r: Receipt) => unknown, copied(r));
+    const { onAttempt, ...hooks } = loopHooks(options);
+    this.#onAttempt = onAttempt;
+    Object.assign(this, hooks);
   }
 
-  onDecision?: (decision: Record<string, unknown>) => void;
-  onSleep?: (sleep: LoopSleep) => void;
-  onTerminal?: (receipt: Receipt) => void;
+  readonly #onAttempt: LoopHooks["onAttempt"];
+  onDecision?: NonNullable<LoopHooks["onDecision"]>;
+  onSleep?: NonNullable<LoopHooks["onSleep"]>;
+  onTerminal?: NonNullable<LoopHooks["onTerminal"]>;
 
   onAttempt(attempt: Record<string, unknown>, judgement: Record<string, unknown>): void {
     this.lastRule = judgement["rule"];
-    const hook = this.options.onAttempt;
-    if (hook !== undefined) callHook("onAttempt", hook, copied(attempt) as unknown as Attempt, copied(judgement) as unknown as Judgement);
+    this.#onAttempt?.(attempt, judgement);
   }
 
   nowMs(): number {

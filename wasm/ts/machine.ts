@@ -13,7 +13,8 @@
  */
 
 import { call, toText, type Input, type RawBindings } from "./core.js";
-import type { PlannedSleep } from "./hooks.js";
+import { callHook, copied, type PlannedSleep, type RunHooks } from "./hooks.js";
+import type { Attempt, Decision, Judgement, Receipt } from "./types.js";
 
 /** An effect the machine asks of its host, tagged by `kind`. */
 export type MachineEffect = {
@@ -85,4 +86,34 @@ export function plannedSleepOf(s: LoopSleepDoc): PlannedSleep | undefined {
   const d = s.dispatch as { ordinal: number; route_id: string } | undefined;
   if (d === undefined) return undefined;
   return { ordinal: d.ordinal, route_id: d.route_id, at_ms: s.from_ms, not_before_ms: s.until_ms, sleep_ms: s.ms };
+}
+
+/** The host loop's hook methods of a driver (`LoopAdapter`'s). */
+export interface LoopHooks {
+  onDecision?(decision: Record<string, unknown>): void;
+  onSleep?(sleep: LoopSleepDoc): void;
+  onAttempt?(attempt: Record<string, unknown>, judgement: Record<string, unknown>): void;
+  onTerminal?(receipt: Receipt): void;
+}
+
+/**
+ * The loop's hooks of a caller's `RunHooks`, as every driver on the loop
+ * calls them: copies of the documents, a wait before an attempt as its
+ * `PlannedSleep` (no call for another wait), what a hook throws a `HookWarning`.
+ */
+export function loopHooks(hooks: RunHooks): LoopHooks {
+  const { onDecision, onSleep, onAttempt, onTerminal } = hooks;
+  const out: LoopHooks = {};
+  if (onDecision !== undefined) out.onDecision = (d) => callHook("onDecision", onDecision, copied(d) as unknown as Decision);
+  if (onSleep !== undefined) {
+    out.onSleep = (s) => {
+      const planned = plannedSleepOf(s);
+      if (planned !== undefined) callHook("onSleep", onSleep, planned);
+    };
+  }
+  if (onAttempt !== undefined) {
+    out.onAttempt = (a, j) => callHook("onAttempt", onAttempt, copied(a) as unknown as Attempt, copied(j) as unknown as Judgement);
+  }
+  if (onTerminal !== undefined) out.onTerminal = (r) => callHook("onTerminal", onTerminal, copied(r));
+  return out;
 }
