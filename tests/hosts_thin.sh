@@ -14,6 +14,10 @@
 #   - the attempts or receipt schema name (`retryledger.attempts.v1`,
 #     `retryledger.receipt.v1`): a host writing that document itself;
 #   - `outcome_class`: a host reading or deciding an outcome's class.
+#   - an `Idempotency-Key` rule of the host's own (a printable-ASCII test:
+#     `isprintable()`, a `\x20-\x7e` class) or a digest made with `hashlib`
+#     in the receiver's guard: the key rule and the request and response
+#     digests are the core's (core/src/receiver.rs).
 #   - in the host loops (wasm/ts/loop.ts, python/retryledger/_loop.py), any
 #     field a decision is made from (`not_before_ms`, `delay_ms`,
 #     `reserve_cost`, `deadline_ms`, a Retry-After hint, an outcome, its
@@ -33,7 +37,9 @@
 # the documents (wasm/ts/types.ts), which describe fields and decode nothing.
 set -euo pipefail
 
-PATTERN='retryledger\.attempts\.v1|retryledger\.receipt\.v1|outcome_class'
+PATTERN='retryledger\.attempts\.v1|retryledger\.receipt\.v1|outcome_class|isprintable\(\)|\\x20-\\x7e'
+RECEIVER_PATTERN='hashlib'
+RECEIVERS=(python/retryledger/receiver.py)
 ALLOWED='^(wasm/ts/tables\.ts|wasm/ts/types\.ts|python/retryledger/_tables\.py):'
 LOOPS=(wasm/ts/loop.ts python/retryledger/_loop.py)
 LOOP_PATTERN='not_before_ms|delay_ms|reserve_cost|deadline_ms|retry_after|outcome|\.class\b|\["class"\]|\brule\b|"(created|reserved|dispatched|decided)"'
@@ -53,6 +59,12 @@ check() {
     grep -vE "$ALLOWED" || true)
   if [ -n "$hits" ]; then
     echo "hosts-thin: outcome decoding or document construction outside the core and its bindings:" >&2
+    echo "$hits" >&2
+    return 1
+  fi
+  hits=$(cd "$root" && for f in "${RECEIVERS[@]}"; do [ ! -f "$f" ] || grep -nHE "$RECEIVER_PATTERN" "$f"; done || true)
+  if [ -n "$hits" ]; then
+    echo "hosts-thin: a digest made in the receiver's guard (the core's http_request_sha256 / http_response_sha256):" >&2
     echo "$hits" >&2
     return 1
   fi
@@ -104,7 +116,10 @@ if [ "${1:-}" = "--self-test" ]; then
     'wasm/ts/fleet.ts:if (attempt.outcome_class === "retryable") retry();' \
     'python/retryledger/_driver.py:receipt = {"schema": "retryledger.receipt.v1"}' \
     'wasm/ts/hooks.ts:const m = b.LiveMachine.start(p, o);' \
-    'python/retryledger/journaled.py:machine = _core.Machine.start(p, o)'; do
+    'python/retryledger/journaled.py:machine = _core.Machine.start(p, o)' \
+    'python/retryledger/receiver.py:if not raw.isprintable(): return bad()' \
+    'wasm/ts/receiver.ts:const printableAscii = /^[\x20-\x7e]+$/;' \
+    'python/retryledger/receiver.py:digest = hashlib.sha256(body).hexdigest()'; do
     file=${bad%%:*}
     printf '%s\n' "${bad#*:}" >"$tmp/$file"
     if check "$tmp" 2>/dev/null; then
@@ -163,7 +178,7 @@ if [ "${1:-}" = "--self-test" ]; then
     echo "hosts-thin self-test: a tree without python/retryledger passed" >&2
     exit 1
   fi
-  echo "hosts-thin self-test: ok (a clean tree passes; 13 violations, a driver off the loop, a missing host loop and a missing host directory are caught)"
+  echo "hosts-thin self-test: ok (a clean tree passes; 16 violations, a driver off the loop, a missing host loop and a missing host directory are caught)"
   exit 0
 fi
 

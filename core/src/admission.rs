@@ -18,11 +18,14 @@
 //! response reported. With `in_flight_lease_ms`, a full cap whose snapshot
 //! saw no admission and no release for that long is presumed to hold the
 //! slots of processes that died before releasing: the count starts over. Pure like the breaker: a store only holds the
-//! snapshot, and time never goes back for it.
+//! snapshot, and time never goes back for it. With `tenant_weights` the
+//! route's request rate is shared fairly by the tenants that call it
+//! ([`admit_as`], [`crate::tenant_share`]).
 
 use crate::decode::object;
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
+use crate::tenant_share::{Standing, TenantDues, TenantWeights};
 
 schema_marker!(
     /// `retryledger.admission.v1`
@@ -60,6 +63,9 @@ pub struct AdmissionConfig {
     pub requests_per_second: Option<u64>,
     /// Scope the limits to this tenant.
     pub tenant: Option<Identifier>,
+    /// Fair tenant shares of the route's request bucket: the tenants and
+    /// their weights ([`crate::tenant_share`]); each call names its tenant.
+    pub tenant_weights: Option<TenantWeights>,
     /// Tokens the token bucket holds.
     pub token_bound: Option<u64>,
     /// Tokens per second the token bucket refills.
@@ -74,6 +80,7 @@ object!(AdmissionConfig {
     request_burst: opt_u64,
     requests_per_second: opt_u64,
     tenant: opt_doc,
+    tenant_weights: opt_doc,
     token_bound: opt_u64,
     tokens_per_second: opt_u64,
 });
@@ -143,6 +150,21 @@ impl AdmissionConfig {
         if self.principal.is_some() && self.tenant.is_none() {
             return bad("principal", "a principal is scoped within a tenant");
         }
+        if let Some(w) = &self.tenant_weights {
+            w.check(&format!("{at}/tenant_weights"))?;
+            if self.tenant.is_some() {
+                return bad(
+                    "tenant_weights",
+                    "tenant shares divide one route's limits: the call names its tenant, the limits name none",
+                );
+            }
+            if self.requests_per_second.is_none() {
+                return bad(
+                    "tenant_weights",
+                    "tenant shares divide the request rate: requests_per_second is needed",
+                );
+            }
+        }
         if self.max_in_flight.is_none()
             && self.requests_per_second.is_none()
             && self.tokens_per_second.is_none()
@@ -196,6 +218,9 @@ pub struct AdmissionSnapshot {
     pub schema: AdmissionSchema,
     /// The tenant of the key, when the policy scopes by one.
     pub tenant: Option<Identifier>,
+    /// The active tenants' share clocks, under tenant shares (omitted when
+    /// none).
+    pub tenants: Option<TenantDues>,
     /// The token bucket's level at `tokens_at_epoch_ms`, milli-tokens.
     pub token_level_milli: u64,
     /// When the token bucket had that level, Unix ms.
@@ -213,6 +238,7 @@ object!(AdmissionSnapshot {
     route_release_sha256: doc,
     schema: doc,
     tenant: opt_doc,
+    tenants: opt_doc,
     token_level_milli: u64,
     tokens_at_epoch_ms: u64,
     updated_at_epoch_ms: u64,
@@ -230,6 +256,7 @@ impl AdmissionSnapshot {
             route_release_sha256: release,
             schema: AdmissionSchema,
             tenant: cfg.tenant.clone(),
+            tenants: None,
             token_level_milli: cfg.token_bucket().map_or(0, |(_, cap)| cap),
             tokens_at_epoch_ms: now_epoch_ms,
             updated_at_epoch_ms: now_epoch_ms,
@@ -272,6 +299,9 @@ impl AdmissionSnapshot {
                 "the token bucket is over its bound",
             ));
         }
+        if let Some(t) = &self.tenants {
+            t.check(cfg.tenant_weights.as_ref(), &format!("{at}/tenants"))?;
+        }
         Ok(())
     }
 }
@@ -308,6 +338,18 @@ pub enum LimitAnswer {
     Refused {
         /// The earliest start, Unix ms, if any.
         earliest_epoch_ms: Option<u64>,
+    },
+    /// The tenant is over its share while others want the capacity: ask
+    /// again at `until_epoch_ms` (its share, or the buckets, cover it then).
+    OverShare {
+        /// When to ask again, Unix ms.
+        until_epoch_ms: u64,
+    },
+    /// The tenant is over its share and neither its share nor the buckets
+    /// cover it within the queue bound (reason `tenant_over_share`).
+    RefusedOverShare {
+        /// When it would be covered, Unix ms.
+        earliest_epoch_ms: u64,
     },
 }
 
@@ -350,6 +392,31 @@ pub fn admit(
     now_epoch_ms: u64,
     queued_since_epoch_ms: u64,
     tokens: u64,
+) -> (LimitAnswer, AdmissionSnapshot) {
+    admit_as(
+        cfg,
+        snapshot,
+        now_epoch_ms,
+        queued_since_epoch_ms,
+        tokens,
+        None,
+    )
+}
+
+/// [`admit`] for a call of `tenant` under tenant shares
+/// ([`crate::tenant_share`]): under its share it is admitted as by
+/// [`admit`] and its share clock moves; over its share it is admitted only
+/// when the buckets cover it now (lent capacity), and otherwise waits
+/// ([`LimitAnswer::OverShare`]) or is refused
+/// ([`LimitAnswer::RefusedOverShare`]) past the queue bound. Without
+/// tenant shares (or without a tenant) it is [`admit`].
+pub fn admit_as(
+    cfg: &AdmissionConfig,
+    snapshot: &AdmissionSnapshot,
+    now_epoch_ms: u64,
+    queued_since_epoch_ms: u64,
+    tokens: u64,
+    tenant: Option<&Identifier>,
 ) -> (LimitAnswer, AdmissionSnapshot) {
     let now = now_epoch_ms.max(snapshot.updated_at_epoch_ms);
     let since = queued_since_epoch_ms.min(now);
@@ -422,6 +489,40 @@ pub fn admit(
         start = start.max(s);
         next.token_level_milli = level;
         next.tokens_at_epoch_ms = at;
+    }
+    let shares = match (&cfg.tenant_weights, tenant, cfg.request_bucket()) {
+        (Some(w), Some(t), Some((rate, _))) => Some((
+            t,
+            Standing::of(
+                w,
+                snapshot.tenants.as_ref(),
+                t,
+                now,
+                rate,
+                cfg.request_burst.unwrap_or(1),
+            ),
+        )),
+        _ => None,
+    };
+    if let Some((t, standing)) = &shares {
+        let under = standing.under(now);
+        if !under && start > now {
+            // Over its share while the buckets are taken: reserve nothing.
+            let until = standing.covered_at().min(start);
+            let answer = if until > latest {
+                LimitAnswer::RefusedOverShare {
+                    earliest_epoch_ms: until,
+                }
+            } else {
+                LimitAnswer::OverShare {
+                    until_epoch_ms: until,
+                }
+            };
+            return (answer, unchanged);
+        }
+        if start <= latest {
+            next.tenants = Some(standing.after(t, now, under));
+        }
     }
     if start > latest {
         return (
@@ -582,6 +683,7 @@ mod tests {
             request_burst: Some(2),
             requests_per_second: Some(10),
             tenant: None,
+            tenant_weights: None,
             token_bound: None,
             tokens_per_second: None,
         }
@@ -604,7 +706,7 @@ mod tests {
                     assert_eq!(n, s);
                     break;
                 }
-                LimitAnswer::Wait { .. } => unreachable!(),
+                _ => unreachable!(),
             }
             s = n;
         }

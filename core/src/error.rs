@@ -180,6 +180,10 @@ codes! {
     /// (a thinking block with its signature, a reasoning item) that the
     /// route cannot carry, and the policy does not allow dropping it.
     ProviderBoundHistory => "provider_bound_history", Policy;
+    /// A route of the policy has no client in the host's mapping of route
+    /// ids to SDK clients, so the run would fail at its dispatch: refused
+    /// before any dispatch.
+    RouteClientMissing => "route_client_missing", Policy;
 
     /// An attempt is observed after the run reached a terminal.
     AttemptAfterTerminal => "attempt_after_terminal", Drift;
@@ -309,6 +313,12 @@ codes! {
     RunNotTerminal => "run_not_terminal", Run;
     /// A store write kept conflicting after its bounded retries.
     StoreConflict => "store_conflict", Run;
+    /// The reason a run ended `stop_admission` (on its fleet stop's
+    /// `limits.refusal`): its tenant was over its share of the route's
+    /// admission limits while other tenants wanted the capacity, and
+    /// neither its share nor the buckets covered it within the queue bound
+    /// or before the deadline.
+    TenantOverShare => "tenant_over_share", Run;
     /// An event that does not answer the run machine's outstanding effect.
     UnexpectedEvent => "unexpected_event", Run;
     /// A clock reading earlier than one the run machine was already given.
@@ -355,6 +365,9 @@ codes! {
     IdempotencyNotInProgress => "idempotency_not_in_progress", Idempotency;
     /// A completion by a request other than the one that claimed the key.
     IdempotencyRequestMismatch => "idempotency_request_mismatch", Idempotency;
+    /// An `Idempotency-Key` header value outside the rule (1 to 255
+    /// printable ASCII characters).
+    IdempotencyKeyInvalid => "idempotency_key_invalid", Idempotency;
 }
 
 /// An error with a stable code, a human message and, where known, a JSON Pointer

@@ -85,12 +85,14 @@ pub mod preset;
 pub mod price;
 pub mod provider;
 pub mod receipt;
+pub mod receiver;
 pub mod repair;
 pub mod request;
 pub mod schedule;
 pub mod session;
 pub mod stream;
 pub mod template;
+pub mod tenant_share;
 
 pub use attempt::{Attempt, Attempts};
 pub use error::{Error, ErrorCode, ErrorFamily, Result};

@@ -357,6 +357,32 @@ impl CompiledPolicy {
             .filter_map(|&i| self.policy.routes.get(i))
     }
 
+    /// Refuse, before any dispatch, a policy with a route the host has no
+    /// client for (`has_client(route_id)` is false): `route_client_missing`
+    /// at the first such route's `route_id` (priority order), naming every
+    /// route without one.
+    pub fn require_clients(&self, has_client: impl Fn(&str) -> bool) -> Result<()> {
+        let missing: Vec<(usize, &str)> = self
+            .by_priority
+            .iter()
+            .filter_map(|&i| self.policy.routes.get(i).map(|r| (i, r.route_id.as_str())))
+            .filter(|(_, id)| !has_client(id))
+            .collect();
+        let Some(&(first, _)) = missing.first() else {
+            return Ok(());
+        };
+        let names: Vec<&str> = missing.iter().map(|(_, id)| *id).collect();
+        Err(route_err(
+            ErrorCode::RouteClientMissing,
+            first,
+            "route_id",
+            format!(
+                "no client for route(s) {}: give every route of the policy its client, by route id",
+                names.join(", ")
+            ),
+        ))
+    }
+
     /// Whether a route carries a degraded (not the required) behavior class.
     pub fn is_degraded(&self, route: &Route) -> bool {
         route.behavior_class_sha256 != self.policy.behavior_class_sha256

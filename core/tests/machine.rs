@@ -336,3 +336,44 @@ fn a_journal_cut_after_reserved_goes_on_with_dispatched_alone() {
     }
     assert_eq!(cuts, 3);
 }
+
+#[test]
+fn an_observed_model_is_recorded_by_the_machine_and_journaled() {
+    let cp = policy(|_| {});
+    let mut script = reference_script();
+    script.attempts[0]["model"] = json!({"requested": "gpt-4.1"});
+    script.attempts[2]["model"] =
+        json!({"requested": "claude-sonnet-4-5", "served": "claude-sonnet-4-5-20250929"});
+    for journaled in [false, true] {
+        let played = play_start(&cp, options(journaled), &script).unwrap();
+        assert!(played.error.is_none(), "{:?}", played.error);
+        let mut m = Machine::start(Arc::clone(&cp), options(journaled)).unwrap();
+        for e in &played.events {
+            m.answer(e.clone()).unwrap();
+        }
+        let bundle = m.seal().unwrap();
+        let receipt = to_value(&bundle.receipt);
+        assert_eq!(
+            receipt["schedule"][0]["model"],
+            json!({"requested": "gpt-4.1"})
+        );
+        assert!(receipt["schedule"][1].get("model").is_none());
+        assert_eq!(
+            receipt["schedule"][2]["model"]["served"],
+            json!("claude-sonnet-4-5-20250929")
+        );
+        verify_bundle(&bundle).unwrap();
+        if journaled {
+            journal::verify(&cp, &played.journal).unwrap();
+        }
+    }
+    // An empty model record is refused, as a document would be.
+    let mut bad = reference_script();
+    bad.attempts[0]["model"] = json!({});
+    let played = play_start(&cp, options(false), &bad);
+    let refused = match played {
+        Err(e) => Some(e.code),
+        Ok(p) => p.error.map(|e| e.code),
+    };
+    assert_eq!(refused, Some(ErrorCode::MissingField));
+}

@@ -703,7 +703,7 @@ fn the_attempt_just_observed_is_known_before_its_round_is_resolved() {
     // The hedge wins while the lead is still in flight: the round is not
     // resolved, and the hedge's attempt is the one observed.
     m.answer(ok_at(Some(2), 300)).unwrap();
-    assert!(m.hedge_session().unwrap().attempts().attempts.is_empty());
+    assert!(m.hedge_attempts().unwrap().attempts.is_empty());
     let (attempt, judgement) = m.observed().unwrap();
     assert_eq!((attempt.ordinal, attempt.completed_at_ms), (2, 300));
     assert_eq!(judgement.outcome, attempt.outcome);

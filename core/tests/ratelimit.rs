@@ -50,6 +50,7 @@ fn config() -> impl Strategy<Value = AdmissionConfig> {
             request_burst: req.map(|(_, b)| b),
             requests_per_second: req.map(|(r, _)| r),
             tenant: None,
+            tenant_weights: None,
             token_bound: tok.map(|(_, b)| b),
             tokens_per_second: tok.map(|(r, _)| r),
         })

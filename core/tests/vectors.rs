@@ -26,11 +26,15 @@ use serde_json::{json, Value};
 /// produces it; its own test is below) and `store_conflict` (a host's: a
 /// store write that keeps conflicting, which the store conformance scenarios
 /// exercise).
-const NOT_IN_VECTORS: [ErrorCode; 3] = [
+const NOT_IN_VECTORS: [ErrorCode; 4] = [
     ErrorCode::InputTooLarge,
     ErrorCode::StoreConflict,
     // Raised by the drivers when the user's repair function fails (their tests).
     ErrorCode::RepairFunctionFailed,
+    // Raised before dispatch when the host's client mapping lacks a route
+    // (`CompiledPolicy::require_clients`: tests/route_clients.rs and the
+    // drivers' tests); no document operation takes a client mapping.
+    ErrorCode::RouteClientMissing,
 ];
 
 fn vectors_dir() -> PathBuf {
@@ -94,6 +98,7 @@ fn actual(op: &str, input: &Value) -> Value {
     let optional: &[&str] = match op {
         "key_pool_select" => &["affinity", "snapshot"],
         "key_pool_record" => &["snapshot", "status"],
+        "admission_admit" => &["tenant"],
         _ => &[],
     };
     let keys: BTreeSet<&str> = keys.into_iter().filter(|k| !optional.contains(k)).collect();
@@ -101,6 +106,9 @@ fn actual(op: &str, input: &Value) -> Value {
         "key_pool_select" => &["config", "now_epoch_ms"],
         "key_pool_record" => &["config", "key_sha256", "now_epoch_ms", "outcome"],
         "key_sha256" => &["secret"],
+        "check_idempotency_header" => &["raw"],
+        "http_request_sha256" => &["body", "method", "target"],
+        "http_response_sha256" => &["body", "headers", "status"],
         "validate_policy" => &["policy"],
         "plan_next" | "evaluate" => &["attempts", "policy"],
         "verify_bundle" => &["bundle"],
@@ -257,6 +265,20 @@ fn actual(op: &str, input: &Value) -> Value {
         )
         .map(json_of),
         "key_sha256" => api::key_sha256(s(input, "secret")).map(Value::String),
+        "check_idempotency_header" => {
+            api::check_idempotency_header(s(input, "raw")).map(|()| Value::Null)
+        }
+        "http_request_sha256" => Ok(Value::String(api::http_request_sha256(
+            s(input, "method"),
+            s(input, "target"),
+            s(input, "body").as_bytes(),
+        ))),
+        "http_response_sha256" => api::http_response_sha256(
+            n(input, "status"),
+            s(input, "headers"),
+            s(input, "body").as_bytes(),
+        )
+        .map(Value::String),
         "breaker_admit" => api::breaker_admit(
             s(input, "config"),
             s(input, "snapshot"),
@@ -277,6 +299,7 @@ fn actual(op: &str, input: &Value) -> Value {
             n(input, "now_epoch_ms"),
             n(input, "queued_since_epoch_ms"),
             n(input, "tokens"),
+            input.get("tenant").and_then(Value::as_str),
         )
         .map(json_of),
         "admission_release" => api::admission_release(
@@ -429,6 +452,10 @@ fn every_error_code_has_a_vector() {
             }
             // A machine's refused event is part of its transcript.
             if let Some(code) = expect.pointer("/ok/error/code").and_then(Value::as_str) {
+                seen.insert(code.to_owned());
+            }
+            // An admission's reason (`tenant_over_share`) is a code too.
+            if let Some(code) = expect.pointer("/ok/answer/reason").and_then(Value::as_str) {
                 seen.insert(code.to_owned());
             }
             if expect.pointer("/ok/kind") == Some(&json!("drift")) {

@@ -115,14 +115,17 @@ from ._errors import (
     ReceiptError,
     RetryledgerError,
     RetryledgerWarning,
+    RouteClientMissingError,
     RunError,
 )
 from .lowering import (
     Lowered,
+    LoweredRoute,
     LoweringNote,
     RouteCapabilities,
     RouteCapability,
     lower_request,
+    lower_routes,
     route_capabilities,
 )
 
@@ -154,6 +157,7 @@ __all__ = [
     "ReceiptError",
     "RetryledgerError",
     "RetryledgerWarning",
+    "RouteClientMissingError",
     "RunCancelledError",
     "RunError",
     "RunResult",
@@ -218,9 +222,11 @@ __all__ = [
     "PolicyTemplate",
     "compile_policy_template",
     "Lowered",
+    "LoweredRoute",
     "LoweringNote",
     "RouteCapabilities",
     "RouteCapability",
     "lower_request",
+    "lower_routes",
     "route_capabilities",
 ]

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, TypeVar, Union
 
 from . import _core
-from ._errors import DecodeError, RetryledgerError, from_error_json
+from ._errors import DecodeError, RetryledgerError, RouteClientMissingError, from_error_json
 
 __all__ = [
     "Document",
@@ -196,12 +196,17 @@ def _policy_of(policy: Union[Policy, Document]) -> Policy:
 
 def _check_route_clients(compiled: Policy, clients: Mapping[str, Any], what: str) -> None:
     """Refuse, before any request, a policy with a route that ``clients`` (by
-    route id) has no entry for: ``KeyError`` naming ``what`` ("openai client",
-    "httpx client") and every route without one. Shared by the client
-    integrations."""
-    missing = [r["route_id"] for r in compiled.document["routes"] if r["route_id"] not in clients]
-    if missing:
-        raise KeyError(f"no {what} for route(s) {', '.join(missing)}")
+    route id) has no entry for: the core's :class:`RouteClientMissingError`
+    (code ``route_client_missing``, a :class:`PolicyError` and, for code
+    written before the code existed, a ``KeyError``) naming every route
+    without one; ``what`` ("openai client", "httpx client") prefixes the
+    message. Shared by the client integrations."""
+    try:
+        compiled._compiled.require_clients([k for k in clients if isinstance(k, str)])
+    except RetryledgerError as e:
+        if e.code != "route_client_missing":
+            raise
+        raise RouteClientMissingError(e.code, f"{what}: {e.message}", e.path) from None
 
 
 def _policy_text(policy: Union[Policy, Document]) -> str:
@@ -312,17 +317,27 @@ def budget_withdraw(config: Document, snapshot: Document, now_epoch_ms: int) -> 
 
 
 def admission_admit(
-    config: Document, snapshot: Document, now_epoch_ms: int, queued_since_epoch_ms: int, tokens: int = 0
+    config: Document,
+    snapshot: Document,
+    now_epoch_ms: int,
+    queued_since_epoch_ms: int,
+    tokens: int = 0,
+    tenant: Optional[str] = None,
 ) -> dict[str, Any]:
     """One admission under admission limits (``retryledger.admission.v1``) at
     ``now_epoch_ms``, for an attempt that first asked at
     ``queued_since_epoch_ms`` and reserves ``tokens``: ``{"answer": {"kind":
-    "admitted", "start_epoch_ms"} | {"kind": "wait", "until_epoch_ms"} |
-    {"kind": "refused", "earliest_epoch_ms"?}, "snapshot": next}``."""
+    "admitted", "start_epoch_ms"} | {"kind": "wait", "until_epoch_ms",
+    "reason"?} | {"kind": "refused", "earliest_epoch_ms"?, "reason"?},
+    "snapshot": next}``. Under tenant shares (``tenant_weights``) the call
+    names its ``tenant``; a tenant over its share while others want the
+    capacity waits or is refused with ``"reason": "tenant_over_share"``."""
     now = check_integer("now_epoch_ms", now_epoch_ms)
     since = check_integer("queued_since_epoch_ms", queued_since_epoch_ms)
     reserved = check_integer("tokens", tokens)
-    return _loads(call(_core.admission_admit, to_text(config), to_text(snapshot), now, since, reserved))
+    if tenant is not None and not isinstance(tenant, str):
+        raise TypeError("tenant is a str")
+    return _loads(call(_core.admission_admit, to_text(config), to_text(snapshot), now, since, reserved, tenant))
 
 
 def admission_release(

@@ -434,6 +434,28 @@ class Step:
         if session is not None:
             call(session.set_request_body_sha256, hashlib.sha256(data).hexdigest())
 
+    def request_body_digest(self, sha256: str) -> None:
+        """Record the SHA-256 (lowercase hex) of the request body this
+        attempt sent, computed elsewhere: a lowered request's
+        ``body_sha256`` (:func:`retryledger.lower_request`), the digest of
+        its RFC 8785 form. Like :meth:`request_body`, every retry on the
+        route must send the same body."""
+        session = self._session
+        if session is not None:
+            call(session.set_request_body_sha256, sha256)
+
+    def set_model(self, requested: Optional[str] = None, served: Optional[str] = None) -> None:
+        """Record which model this attempt asked for (``requested``: the
+        lowered request's model) and which the provider's answer named
+        (``served``); the receipt's schedule names both (docs/LOWERING.md).
+        A side not known is ``None``: recorded as unknown, never invented;
+        a ``served`` name the receipt cannot hold (not an identifier) is
+        recorded as unknown too. The cross-provider driver
+        (:mod:`retryledger.providers`) calls it for you."""
+        session = self._session
+        if session is not None:
+            call(session.set_model, requested, served)
+
     @property
     def price_schedule(self) -> Optional[str]:
         """The run's price schedule as JSON text, or ``None`` when the run has none."""
@@ -494,6 +516,7 @@ class MachineStep(Step):
 
     _units: Optional[Dict[str, int]] = None
     _body_sha256: Optional[str] = None
+    _model: Optional[Dict[str, str]] = None
 
     def __init__(self, effect: Mapping[str, Any], idempotency_key: str, price_schedule: Optional[str] = None) -> None:
         super().__init__(_Plan(effect["dispatch"]), idempotency_key, int(effect["started_at_ms"]), price_schedule, None)  # type: ignore[arg-type]
@@ -520,6 +543,17 @@ class MachineStep(Step):
         data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         self._body_sha256 = hashlib.sha256(data).hexdigest()
 
+    def request_body_digest(self, sha256: str) -> None:
+        self._body_sha256 = sha256
+
+    def set_model(self, requested: Optional[str] = None, served: Optional[str] = None) -> None:
+        model = {}
+        if requested is not None:
+            model["requested"] = requested
+        if served is not None:
+            model["served"] = served
+        self._model = model or None
+
     def observation(
         self, ok: bool, reply: Any, classify: Optional[Classifier], now_unix_ms: int
     ) -> Dict[str, Any]:
@@ -537,6 +571,8 @@ class MachineStep(Step):
             fields["usage"] = self._units
         if self._body_sha256 is not None:
             fields["request_body_sha256"] = self._body_sha256
+        if self._model is not None:
+            fields["model"] = self._model
         return fields
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "RetryledgerError",
     "DecodeError",
     "PolicyError",
+    "RouteClientMissingError",
     "DriftError",
     "ReceiptError",
     "HttpError",
@@ -81,6 +82,13 @@ class DecodeError(RetryledgerError):
 
 class PolicyError(RetryledgerError):
     """The policy breaks a rule checked before any dispatch."""
+
+
+class RouteClientMissingError(PolicyError, KeyError):
+    """A route of the policy has no client in the mapping given to a client
+    integration (code ``route_client_missing``, decided by the core),
+    refused before any request. Also a ``KeyError``, which the integrations
+    raised before the code existed."""
 
 
 class DriftError(RetryledgerError):

@@ -14,12 +14,13 @@ supplies the dispatch.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from ._api import Policy, build_policy, idempotency_key_sha256, to_text
+from ._api import Policy, PolicyTemplate, build_policy, idempotency_key_sha256, to_text
 from ._driver import RunCancelledError, RunStoppedError, Step
-from ._errors import PolicyError
+from ._errors import DecodeError, PolicyError
 from ._sending import hook_sdk
 
 #: The driver options an adapter passes through to every run, unchanged.
@@ -46,6 +47,9 @@ _STREAM_DRIVER_OPTIONS = DRIVER_OPTIONS - {"checks"}
 #: Options the adapters take themselves: ``telemetry`` (a
 #: :class:`retryledger.otel.RunTelemetry`) records every run as it ends.
 ADAPTER_OPTIONS = frozenset({"telemetry"})
+
+#: Where the core refuses a template for a route with lowering settings.
+_LOWERED_ROUTE = re.compile(r"/routes/[0-9]+/release/lowering")
 
 #: What a run that does not complete raises, carrying the sealed run.
 STOPS = (RunStoppedError, RunCancelledError)
@@ -161,24 +165,49 @@ def refuse_sdk_clients(clients: Iterable[Any], what: str) -> None:
         hook_sdk(client)
 
 
+def template_of(spec: Mapping[str, Any]) -> Optional[PolicyTemplate]:
+    """The spec compiled once (without its ``repair`` section, which each
+    call's policy takes after binding), so that each call binds its request
+    and key instead of building the whole policy; ``None`` for a spec whose
+    routes carry lowering settings, which :func:`build_policy` checks against
+    each request (docs/LOWERING.md)."""
+    try:
+        return PolicyTemplate({k: v for k, v in spec.items() if k != "repair"})
+    except DecodeError as refused:
+        if refused.code == "invalid_value" and refused.path is not None and _LOWERED_ROUTE.fullmatch(refused.path):
+            return None
+        raise
+
+
 class CallPolicy:
-    """One call's key and policy, built from the spec."""
+    """One call's key and policy: bound from the spec's template (exactly the
+    document and digest :func:`build_policy` gives, see
+    :class:`PolicyTemplate`), or built from the spec when it has none."""
 
     __slots__ = ("key", "policy", "request", "key_scope")
 
     def __init__(
-        self, spec: Mapping[str, Any], request: Dict[str, Any], key: Optional[str], key_scope: Optional[Tuple[str, str]]
+        self,
+        spec: Mapping[str, Any],
+        request: Dict[str, Any],
+        key: Optional[str],
+        key_scope: Optional[Tuple[str, str]],
+        template: Optional[PolicyTemplate] = None,
     ) -> None:
         if key is not None and not isinstance(key, str):
             raise PolicyError("idempotency_key_invalid", "an idempotency key is a string", "/idempotency_key")
         self.key = key if key is not None else f"retryledger-{uuid.uuid4().hex}"
         tenant, operation = key_scope if key_scope is not None else (None, None)
-        document = dict(spec)
-        document["idempotency_key_sha256"] = idempotency_key_sha256(self.key, tenant=tenant, operation=operation)
-        repair = document.pop("repair", None)
+        key_sha256 = idempotency_key_sha256(self.key, tenant=tenant, operation=operation)
+        repair = spec.get("repair")
         self.request = request
         self.key_scope = key_scope
-        policy = build_policy(request, document)
+        if template is not None:
+            policy = template.bind(request, key_sha256)
+        else:
+            document = {k: v for k, v in spec.items() if k != "repair"}
+            document["idempotency_key_sha256"] = key_sha256
+            policy = build_policy(request, document)
         if repair is not None:
             # The spec's builder has no repair section: the built policy takes
             # it, and the core checks and digests the result once more.

@@ -82,6 +82,7 @@ ErrorCode = Literal[
     "key_not_in_pool",
     "no_capable_route",
     "provider_bound_history",
+    "route_client_missing",
     "attempt_after_terminal",
     "route_drift",
     "release_drift",
@@ -143,6 +144,7 @@ ErrorCode = Literal[
     "invalid_status",
     "run_not_terminal",
     "store_conflict",
+    "tenant_over_share",
     "unexpected_event",
     "clock_backwards",
     "machine_layer_missing",
@@ -165,6 +167,7 @@ ErrorCode = Literal[
     "idempotency_retention_invalid",
     "idempotency_not_in_progress",
     "idempotency_request_mismatch",
+    "idempotency_key_invalid",
 ]
 
 #: Every error code and its family, in the core's order.
@@ -219,6 +222,7 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "key_not_in_pool": "policy",
     "no_capable_route": "policy",
     "provider_bound_history": "policy",
+    "route_client_missing": "policy",
     "attempt_after_terminal": "drift",
     "route_drift": "drift",
     "release_drift": "drift",
@@ -280,6 +284,7 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "invalid_status": "http",
     "run_not_terminal": "run",
     "store_conflict": "run",
+    "tenant_over_share": "run",
     "unexpected_event": "run",
     "clock_backwards": "run",
     "machine_layer_missing": "run",
@@ -302,6 +307,7 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "idempotency_retention_invalid": "idempotency",
     "idempotency_not_in_progress": "idempotency",
     "idempotency_request_mismatch": "idempotency",
+    "idempotency_key_invalid": "idempotency",
 }
 
 #: A terminal's name.

@@ -133,7 +133,7 @@ def fresh_budget(scope: str, now_epoch_ms: int) -> Dict[str, Any]:
 class _Shape:
     """What a policy's fleet section asks of the store."""
 
-    __slots__ = ("releases", "breaker", "scope", "keys", "admission", "tokens", "scoped")
+    __slots__ = ("releases", "breaker", "scope", "keys", "admission", "tokens", "scoped", "shares")
 
     def __init__(self, policy: Policy) -> None:
         doc = policy.document
@@ -151,6 +151,8 @@ class _Shape:
         #: Whether the policy has admission limits, and whether they count tokens.
         self.admission = admission is not None
         self.tokens = admission is not None and "token_bound" in admission
+        #: Whether the limits have tenant shares (each call names its tenant).
+        self.shares = admission is not None and "tenant_weights" in admission
         #: The key's tail after the release: tenant and principal, when set.
         self.scoped = "".join(
             "/" + admission[part] for part in ("tenant", "principal") if admission is not None and part in admission
@@ -184,10 +186,18 @@ class Fleet:
         namespace: str = "retryledger",
         max_conflicts: int = 5,
         reserve_tokens: Optional[int] = None,
+        tenant: Optional[str] = None,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("a fleet needs a non-empty namespace")
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise ValueError("tenant is a non-empty str")
         self.store = store
+        #: The tenant this fleet's calls are made for, under tenant shares
+        #: (the policy's ``fleet.admission.tenant_weights``; docs/FLEET.md,
+        #: "Fair tenants"). The core refuses a policy with shares and no
+        #: tenant, and a tenant the policy does not list.
+        self.tenant: Optional[str] = tenant
         #: Tokens each admission reserves under a token bucket (the
         #: request's bound), unless ``admit`` is given its own.
         self.reserve_tokens: Optional[int] = (
@@ -294,7 +304,9 @@ class Fleet:
         return self._view_text(shape, rows), rows
 
     @staticmethod
-    def _view_text(shape: _Shape, rows: List[Row], reserve_tokens: Optional[int] = None) -> str:
+    def _view_text(
+        shape: _Shape, rows: List[Row], reserve_tokens: Optional[int] = None, tenant: Optional[str] = None
+    ) -> str:
         """The view (JSON text) of ``rows``, in the order of ``_keys``."""
         parts: List[str] = []
         limits: List[str] = []
@@ -315,6 +327,8 @@ class Fleet:
             view += ',"budget":' + budget
         if shape.tokens and reserve_tokens is not None:
             view += f',"reserve_tokens":{int(reserve_tokens)}'
+        if shape.shares and tenant is not None:
+            view += ',"tenant":' + json.dumps(tenant)
         return view + "}"
 
     def read_view(self, policy: Policy) -> Tuple[Dict[str, Any], Dict[str, int]]:
@@ -361,7 +375,7 @@ class Fleet:
         fresh = False
         for _ in range(self.max_conflicts + 1):
             rows = [cache.get(key, _ABSENT) for key in keys]
-            view = self._view_text(shape, rows, reserve_tokens)
+            view = self._view_text(shape, rows, reserve_tokens, self.tenant)
             try:
                 preview: Dict[str, Any] = call(session.admit_preview, at_ms, now_epoch_ms, view)
             except RetryledgerError as e:
@@ -378,7 +392,7 @@ class Fleet:
                     return self._without_store(session, at_ms, now_epoch_ms)
                 self._refresh(keys, rows)
                 fresh = True
-                view = self._view_text(shape, rows, reserve_tokens)
+                view = self._view_text(shape, rows, reserve_tokens, self.tenant)
                 try:
                     preview = call(session.admit_preview, at_ms, now_epoch_ms, view)
                 except RetryledgerError as again:
@@ -464,7 +478,7 @@ class Fleet:
         for _ in range(self.max_conflicts + 1):
             try:
                 rows = self._read(keys)
-                view = self._view_text(shape, rows, reserve_tokens)
+                view = self._view_text(shape, rows, reserve_tokens, self.tenant)
             except StoreUnavailableError:
                 return self._without_store(session, at_ms, now_epoch_ms)
             generations = {key: generation for key, (_, generation) in zip(keys, rows)}

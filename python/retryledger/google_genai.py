@@ -41,7 +41,16 @@ from ._errors import PolicyError
 from ._integration import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER, report_tokens
 from .fleet import Fleet
 
-__all__ = ["IDEMPOTENCY_HEADER", "http_options", "require_no_retries", "run", "run_async"]
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "GENERATE_CONTENT_READER",
+    "GenerateContentReader",
+    "http_options",
+    "require_no_retries",
+    "run",
+    "run_async",
+    "usage_units",
+]
 
 T = TypeVar("T")
 
@@ -95,6 +104,68 @@ def usage_tokens(response: Any) -> Optional[Dict[str, Any]]:
     if not isinstance(total, int) or isinstance(total, bool):
         return None
     return {"total": total}
+
+
+def _count(holder: Any, name: str) -> Optional[int]:
+    value = holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def usage_units(response: Any) -> Optional[Dict[str, Any]]:
+    """The price units of a ``GenerateContentResponse``'s ``usage_metadata``
+    (the SDK object or its dict form), only the nonzero ones: ``input``
+    (``prompt_token_count`` - ``cached_content_token_count``),
+    ``cached_input``, ``output`` (``candidates_token_count``) and
+    ``reasoning`` (``thoughts_token_count``); ``None`` without usage (no
+    metadata, or neither a prompt nor a candidates count)."""
+    usage = response.get("usage_metadata") if isinstance(response, dict) else getattr(response, "usage_metadata", None)
+    if usage is None:
+        return None
+    prompt = _count(usage, "prompt_token_count")
+    made = _count(usage, "candidates_token_count")
+    if prompt is None and made is None:
+        return None
+    cached = _count(usage, "cached_content_token_count") or 0
+    units = {
+        "input": (prompt or 0) - cached,
+        "cached_input": cached,
+        "output": made or 0,
+        "reasoning": _count(usage, "thoughts_token_count") or 0,
+    }
+    return {kind: n for kind, n in units.items() if n != 0}
+
+
+class GenerateContentReader:
+    """``generate_content_stream`` chunks (``GenerateContentResponse``): the
+    text of the first candidate's text parts (thoughts excluded), the
+    ``response_id``, a chunk whose first candidate has a ``finish_reason``
+    as the terminal event, and ``usage_metadata`` as usage (the last chunk
+    carries the final counts). No sequence numbers: never resumed."""
+
+    def text(self, event: Any) -> str:
+        candidates = getattr(event, "candidates", None)
+        if not candidates:
+            return ""
+        content = getattr(candidates[0], "content", None)
+        parts = getattr(content, "parts", None) or ()
+        return "".join(p.text for p in parts if isinstance(getattr(p, "text", None), str) and not getattr(p, "thought", False))
+
+    def sequence(self, event: Any) -> Optional[int]:
+        return None
+
+    def response_id(self, event: Any) -> Optional[str]:
+        ident = getattr(event, "response_id", None)
+        return ident if isinstance(ident, str) and ident else None
+
+    def is_terminal(self, event: Any) -> bool:
+        candidates: Any = getattr(event, "candidates", None)
+        return bool(candidates) and getattr(candidates[0], "finish_reason", None) is not None
+
+    def usage(self, event: Any) -> Optional[Mapping[str, Any]]:
+        return usage_units(event)
+
+
+GENERATE_CONTENT_READER = GenerateContentReader()
 
 
 def _prepare(policy: Union[Policy, Document], clients: Mapping[str, Any]) -> Policy:

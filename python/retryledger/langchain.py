@@ -59,6 +59,7 @@ from ._frameworks import (
     refuse_retries,
     refuse_sdk_clients,
     spec_of,
+    template_of,
     summary,
 )
 from ._sending import sending
@@ -172,6 +173,7 @@ class RetryledgerChatModel(BaseChatModel):
     repair: Optional[Any] = None
     key_scope: Optional[Tuple[str, str]] = None
     tools: List[Dict[str, Any]] = []
+    template: Optional[Any] = None
 
     def __init__(
         self,
@@ -193,7 +195,7 @@ class RetryledgerChatModel(BaseChatModel):
         driver_options(options or {})  # unknown names refused here, before any call
         fields: Dict[str, Any] = dict(
             spec=document, routes=dict(routes), options=dict(options or {}), repair=repair,
-            key_scope=key_scope, tools=[dict(t) for t in tools],
+            key_scope=key_scope, tools=[dict(t) for t in tools], template=template_of(document),
         )
         super().__init__(**fields, **kwargs)
 
@@ -250,7 +252,7 @@ class RetryledgerChatModel(BaseChatModel):
             request["tools"] = {"tools": self.tools}
         if stop:
             request["sampling"] = {"stop": list(stop)}
-        return CallPolicy(self.spec, request, key, self.key_scope)
+        return CallPolicy(self.spec, request, key, self.key_scope, self.template)
 
     def _messages(self, step: Step, messages: List[BaseMessage]) -> List[BaseMessage]:
         repaired = getattr(step, "request", None)

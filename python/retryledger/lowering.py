@@ -85,6 +85,25 @@ def lower_request(request: Document, release: Document, options: Optional[Docume
     return value
 
 
+class LoweredRoute(TypedDict):
+    """One route of :func:`lower_routes`: its id and the request lowered for it."""
+
+    route_id: str
+    lowered: Lowered
+
+
+def lower_routes(request: Document, spec: Document) -> List[LoweredRoute]:
+    """The request lowered for each route of a policy spec that can serve it,
+    in the spec's order (the spec's ``provider_bound_parts`` applies): what
+    each route's attempts send. A route that cannot serve it is left out, as
+    ``build_policy`` leaves it out; :class:`PolicyError` ``no_capable_route``
+    when none can; :class:`DecodeError` ``missing_field`` at
+    ``/routes/<i>/release/lowering`` for a capable route whose release has no
+    lowering settings."""
+    value: List[LoweredRoute] = json.loads(call(_core.lower_routes, to_text(request), to_text(spec)))["routes"]
+    return value
+
+
 def route_capabilities(request: Document, spec: Document) -> RouteCapabilities:
     """For each route of a policy spec (``retryledger.policy_spec.v1``), whether it
     can serve the request; ``build_policy`` leaves out those that cannot and
@@ -96,10 +115,12 @@ def route_capabilities(request: Document, spec: Document) -> RouteCapabilities:
 __all__ = [
     "Api",
     "Lowered",
+    "LoweredRoute",
     "LoweringNote",
     "NoteKind",
     "RouteCapabilities",
     "RouteCapability",
     "lower_request",
+    "lower_routes",
     "route_capabilities",
 ]

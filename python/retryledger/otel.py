@@ -88,6 +88,15 @@ def _usage_tokens(usage: Optional[Mapping[str, int]]) -> Attributes:
     return out
 
 
+def _models(attempt: Mapping[str, Any], route: Mapping[str, str]) -> "tuple[Optional[str], Optional[str]]":
+    """The attempt's requested and served model: what it recorded (``model``:
+    ``requested``, ``served``), the requested one else the route's configured
+    ``model``; a served model it did not record is unknown (``None``)."""
+    recorded = attempt.get("model") or {}
+    requested = recorded.get("requested", route.get("model"))
+    return requested, recorded.get("served")
+
+
 def _span_name(operation: Optional[str], model: Optional[str], fallback: str) -> str:
     if operation is not None and model is not None:
         return f"{operation} {model}"
@@ -126,8 +135,11 @@ def spans_of(
             attributes["gen_ai.operation.name"] = operation
         if "provider" in route:
             attributes["gen_ai.provider.name"] = route["provider"]
-        if "model" in route:
-            attributes["gen_ai.request.model"] = route["model"]
+        requested, served = _models(a, route)
+        if requested is not None:
+            attributes["gen_ai.request.model"] = requested
+        if served is not None:
+            attributes["gen_ai.response.model"] = served
         attributes.update(_usage_tokens(a.get("usage")))
         if s is not None:
             attributes["retryledger.delay_ms"] = s["delay_ms"]
@@ -145,10 +157,12 @@ def spans_of(
             attributes["retryledger.reconciled"] = a["reconciled"]
         if error is not None:
             attributes["error.type"] = error
-        name = _span_name(operation, route.get("model"), "retryledger.attempt")
+        name = _span_name(operation, requested, "retryledger.attempt")
         attempts.append(SpanDescription(name, a["started_at_ms"], a["completed_at_ms"], attributes, error))
     final_id = receipt.get("final_route_id")
     final = routes.get(final_id, {}) if final_id is not None else {}
+    last = bundle["attempts"]["attempts"][-1] if bundle["attempts"]["attempts"] else None
+    final_requested, final_served = _models(last, final) if last is not None else (final.get("model"), None)
     run_attributes: Attributes = {
         "retryledger.terminal": receipt["terminal"],
         "retryledger.attempt_count": receipt["attempt_count"],
@@ -164,14 +178,16 @@ def spans_of(
         run_attributes["retryledger.final_route_id"] = final_id
     if "provider" in final:
         run_attributes["gen_ai.provider.name"] = final["provider"]
-    if "model" in final:
-        run_attributes["gen_ai.request.model"] = final["model"]
+    if final_requested is not None:
+        run_attributes["gen_ai.request.model"] = final_requested
+    if final_served is not None:
+        run_attributes["gen_ai.response.model"] = final_served
     run_error: Optional[str] = None
     if receipt["terminal"] != "completed":
         run_error = receipt["terminal"]
         run_attributes["error.type"] = run_error
     run = SpanDescription(
-        _span_name(operation, final.get("model"), "retryledger.run"), 0, receipt["finished_at_ms"], run_attributes, run_error
+        _span_name(operation, final_requested, "retryledger.run"), 0, receipt["finished_at_ms"], run_attributes, run_error
     )
     return RunSpans(run, attempts)
 

@@ -65,7 +65,7 @@ from pydantic_core import to_jsonable_python
 from ._driver import Step, run_async as _run_async
 from ._stream import StreamStep, run_stream_async as _run_stream_async
 from ._errors import PolicyError
-from ._frameworks import STOPS, CallPolicy, charge, driver_options, record, refuse_sdk_clients, route_ids, spec_of, summary
+from ._frameworks import STOPS, CallPolicy, charge, driver_options, record, refuse_sdk_clients, route_ids, spec_of, summary, template_of
 from ._sending import sending
 from .checks import OutputCheck
 
@@ -167,6 +167,7 @@ class RetryledgerModel(FallbackModel):
             require_no_retries(model, route_id)
         driver_options(options or {})
         self._spec = spec
+        self._template = template_of(spec)
         self._routes: Dict[str, Model] = dict(zip(ids, self.models))
         self._options = dict(options or {})
         self._repair = repair
@@ -200,7 +201,7 @@ class RetryledgerModel(FallbackModel):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         """One logical request: the drivers' run over the routes' models."""
-        call = CallPolicy(self._spec, self._request_document(messages, model_request_parameters), None, self._key_scope)
+        call = CallPolicy(self._spec, self._request_document(messages, model_request_parameters), None, self._key_scope, self._template)
 
         async def dispatch(step: Step) -> ModelResponse:
             model = self._routes[step.route_id]
@@ -263,7 +264,7 @@ class RetryledgerModel(FallbackModel):
                 "output checks and repair judge a whole response: use Agent.run / run_sync",
                 "/options/checks",
             )
-        call = CallPolicy(self._spec, self._request_document(messages, model_request_parameters), None, self._key_scope)
+        call = CallPolicy(self._spec, self._request_document(messages, model_request_parameters), None, self._key_scope, self._template)
         mode = (call.policy.document.get("stream") or {}).get("mode")
         if mode == "continuation":
             raise PolicyError(

@@ -28,7 +28,6 @@ import asyncio
 import inspect
 import base64
 import functools
-import hashlib
 import json
 import math
 import time
@@ -50,7 +49,8 @@ from typing import (
     overload,
 )
 
-from ._api import idempotency_key_sha256
+from . import _core
+from ._api import call, idempotency_key_sha256
 from ._errors import RetryledgerError
 from .journal import idempotency_claim, idempotency_complete
 from .stores import Store, StoreUnavailableError
@@ -64,6 +64,7 @@ __all__ = [
     "Admitted",
     "IdempotencyGuard",
     "IdempotencyMiddleware",
+    "check_idempotency_header",
     "http_request_sha256",
     "http_response_sha256",
 ]
@@ -121,30 +122,20 @@ class NoEffect(Exception):
     under the key is refused)."""
 
 
-def _canonical(document: Mapping[str, Any]) -> bytes:
-    # Keys sorted, no spaces, UTF-8: RFC 8785 for these documents (strings and integers only).
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def check_idempotency_header(raw: str) -> None:
+    """Raise ``IdempotencyError`` (``idempotency_key_invalid``) unless ``raw``
+    is an ``Idempotency-Key`` header value the guard takes: 1 to
+    :data:`MAX_KEY_LENGTH` printable ASCII characters (the core's rule)."""
+    call(_core.check_idempotency_header, raw)
 
 
 def http_request_sha256(method: str, target: str, body: bytes) -> str:
     """The request digest a claim compares: SHA-256 of the canonical JSON of
     ``{"body_sha256", "method", "schema": "retryledger.http_request.v1",
     "target"}``: the method in upper case, the path and query as received,
-    the SHA-256 of the body's bytes. Headers are not part of it."""
-    return _sha256(
-        _canonical(
-            {
-                "body_sha256": _sha256(body),
-                "method": method.upper(),
-                "schema": REQUEST_SCHEMA,
-                "target": target,
-            }
-        )
-    )
+    the SHA-256 of the body's bytes. Headers are not part of it (the core's
+    ``retryledger.http_request.v1``)."""
+    return _core.http_request_sha256(method, target, bytes(body))
 
 
 def _kept_headers(headers: Iterable[Tuple[str, str]], keep: Sequence[str]) -> List[List[str]]:
@@ -155,17 +146,10 @@ def http_response_sha256(status: int, headers: Sequence[Sequence[str]], body: by
     """The result digest a record holds: SHA-256 of the canonical JSON of
     ``{"body_sha256", "headers", "schema": "retryledger.http_response.v1",
     "status"}`` with the kept headers as ``[name, value]`` pairs (lower-case
-    names, in order). A response too large to keep is still recorded by it."""
-    return _sha256(
-        _canonical(
-            {
-                "body_sha256": _sha256(body),
-                "headers": [list(h) for h in headers],
-                "schema": RESPONSE_SCHEMA,
-                "status": status,
-            }
-        )
-    )
+    names, in order). A response too large to keep is still recorded by it.
+    Raises ``DecodeError`` (``invalid_value``) for a status outside 100..999
+    or a header name not in lower case."""
+    return call(_core.http_response_sha256, status, json.dumps([list(h) for h in headers]), bytes(body))
 
 
 def _coded(status: int, code: str, message: str, headers: Sequence[Tuple[str, str]] = ()) -> HttpResponse:
@@ -249,10 +233,10 @@ class IdempotencyGuard:
             if self.required:
                 return _Decision(_coded(400, "idempotency_key_missing", f"the {self.header} header is required"))
             return _Decision(unguarded=True)
-        if not raw or len(raw) > MAX_KEY_LENGTH or not raw.isprintable() or not raw.isascii():
-            return _Decision(
-                _coded(400, "idempotency_key_invalid", f"a key is 1 to {MAX_KEY_LENGTH} printable ASCII characters")
-            )
+        try:
+            check_idempotency_header(raw)
+        except RetryledgerError as refused:
+            return _Decision(_coded(400, refused.code, str(refused)))
         claim_request = {
             "idempotency_key_sha256": self.key_sha256(raw),
             "request_sha256": http_request_sha256(request.method, request.target, request.body),

@@ -735,6 +735,26 @@ fn key_sha256(secret: &str) -> PyResult<String> {
     lift(api::key_sha256(secret))
 }
 
+/// `check_idempotency_header`: `None` for an `Idempotency-Key` header value
+/// the receiver's guard takes; raises `idempotency_key_invalid` otherwise.
+#[pyfunction]
+fn check_idempotency_header(raw: &str) -> PyResult<()> {
+    lift(api::check_idempotency_header(raw))
+}
+
+/// `http_request_sha256`: the digest of an HTTP request as received.
+#[pyfunction]
+fn http_request_sha256(method: &str, target: &str, body: &[u8]) -> String {
+    api::http_request_sha256(method, target, body)
+}
+
+/// `http_response_sha256`: the digest of a response as sent (the kept
+/// headers as JSON text of `[name, value]` pairs).
+#[pyfunction]
+fn http_response_sha256(status: u64, headers: &str, body: &[u8]) -> PyResult<String> {
+    lift(api::http_response_sha256(status, headers, body))
+}
+
 /// `budget_deposit`: the next budget snapshot (JSON) after a first attempt's deposit.
 #[pyfunction]
 fn budget_deposit(
@@ -758,14 +778,16 @@ fn budget_withdraw(
 }
 
 /// `admission_admit`: `{"answer", "snapshot"}` (JSON) for one admission
-/// under admission limits.
+/// under admission limits (`tenant`: the call's, under tenant shares).
 #[pyfunction]
+#[pyo3(signature = (config, snapshot, now_epoch_ms, queued_since_epoch_ms, tokens, tenant=None))]
 fn admission_admit(
     config: &Bound<'_, PyAny>,
     snapshot: &Bound<'_, PyAny>,
     now_epoch_ms: &Bound<'_, PyAny>,
     queued_since_epoch_ms: &Bound<'_, PyAny>,
     tokens: &Bound<'_, PyAny>,
+    tenant: Option<&str>,
 ) -> PyResult<String> {
     let now = integer(now_epoch_ms, "now_epoch_ms")?;
     let since = integer(queued_since_epoch_ms, "queued_since_epoch_ms")?;
@@ -776,6 +798,7 @@ fn admission_admit(
         now,
         since,
         tokens,
+        tenant,
     ))
 }
 
@@ -1026,6 +1049,13 @@ fn lower_request(
 #[pyfunction]
 fn route_capabilities(request: &Bound<'_, PyAny>, spec: &Bound<'_, PyAny>) -> PyResult<String> {
     lift(api::route_capabilities(&text(request)?, &text(spec)?))
+}
+
+/// `lower_routes`: the request lowered for each route of a spec that can
+/// serve it, in order (`{"routes": [{"route_id", "lowered"}]}`).
+#[pyfunction]
+fn lower_routes(request: &Bound<'_, PyAny>, spec: &Bound<'_, PyAny>) -> PyResult<String> {
+    lift(api::lower_routes(&text(request)?, &text(spec)?))
 }
 
 /// `canonical_request`: a logical request's RFC 8785 canonical JSON.
@@ -1501,6 +1531,15 @@ impl Compiled {
         lift(api::seal_compiled(&self.inner, &text(attempts)?))
     }
 
+    /// Refuse, before any dispatch, a route without a client: `route_ids`
+    /// are the routes the host has a client for (`route_client_missing`).
+    fn require_clients(&self, route_ids: Vec<String>) -> PyResult<()> {
+        lift(
+            self.inner
+                .require_clients(|id| route_ids.iter().any(|r| r == id)),
+        )
+    }
+
     /// A run of this policy with no attempt yet.
     fn session(slf: Py<Self>, py: Python<'_>) -> PySession {
         PySession {
@@ -1794,6 +1833,26 @@ impl PySession {
         Ok(())
     }
 
+    /// Report the model the attempt in flight asked for (`requested`, the
+    /// lowered request's model) and the one the provider's answer named
+    /// (`served`). A side not known is `None`: recorded as unknown, never
+    /// invented. A `requested` model that is not an identifier is a coded
+    /// error; a `served` one the provider reported in another alphabet is
+    /// not a model name the receipt can hold, so it is recorded as unknown.
+    #[pyo3(signature = (requested=None, served=None))]
+    fn set_model(&mut self, requested: Option<&str>, served: Option<&str>) -> PyResult<()> {
+        let requested = match requested {
+            Some(r) => Some(
+                retryledger_core::ids::Identifier::parse(r)
+                    .map_err(|(code, m)| coded(code, "/model/requested", &m))?,
+            ),
+            None => None,
+        };
+        let served = served.and_then(|s| retryledger_core::ids::Identifier::parse(s).ok());
+        self.session.set_model(requested, served);
+        Ok(())
+    }
+
     /// Mark the run cancelled between attempts, at `at_ms` on the run clock.
     fn cancel(&mut self, at_ms: &Bound<'_, PyAny>) -> PyResult<()> {
         let at = integer(at_ms, "at_ms")?;
@@ -2036,6 +2095,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(key_pool_select, m)?)?;
     m.add_function(wrap_pyfunction!(key_pool_record, m)?)?;
     m.add_function(wrap_pyfunction!(key_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(check_idempotency_header, m)?)?;
+    m.add_function(wrap_pyfunction!(http_request_sha256, m)?)?;
+    m.add_function(wrap_pyfunction!(http_response_sha256, m)?)?;
     m.add_function(wrap_pyfunction!(machine_transcript, m)?)?;
     m.add_function(wrap_pyfunction!(journal_verify, m)?)?;
     m.add_function(wrap_pyfunction!(journal_recover, m)?)?;
@@ -2054,6 +2116,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPolicyTemplate>()?;
     m.add_function(wrap_pyfunction!(lower_request, m)?)?;
     m.add_function(wrap_pyfunction!(route_capabilities, m)?)?;
+    m.add_function(wrap_pyfunction!(lower_routes, m)?)?;
     m.add_class::<machine::PyMachine>()?;
     Ok(())
 }

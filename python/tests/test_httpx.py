@@ -128,7 +128,7 @@ def test_a_route_without_a_client_is_refused_before_any_request(serve: Any) -> N
     server = serve({"primary": [(200, {})], "fallback": [(200, {})]})
     urls = routes(server.url("primary"), server.url("fallback"))
     with httpx.Client() as primary:
-        with pytest.raises(KeyError, match=r"no httpx client for route\(s\) external-fallback"):
+        with pytest.raises(KeyError, match=r"httpx client: no client for route\(s\) external-fallback"):
             rl_httpx.run(policy(), {"private-primary": primary}, poster(urls), KEY)
     assert server.requests == []
 

@@ -140,7 +140,7 @@ def test_naive_harness_over_the_default_client_sends_nine_requests(provider: Fak
 
 def test_a_route_without_a_client_is_refused_before_any_request(provider: FakeProvider) -> None:
     only_primary = {"private-primary": openai.OpenAI(api_key="test", base_url=provider.url("primary"), max_retries=0)}
-    with pytest.raises(KeyError, match=r"no openai client for route\(s\) external-fallback"):
+    with pytest.raises(KeyError, match=r"openai client: no client for route\(s\) external-fallback"):
         rl_openai.run(openai_policy(), only_primary, ask, KEY)
     assert provider.count() == 0
 

@@ -367,7 +367,7 @@ def test_google_genai_per_minute_waits_the_retry_delay(serve: Any) -> None:
 def test_google_genai_refuses_a_route_without_a_client_before_any_request(serve: Any) -> None:
     server = genai_server(serve, "GenerateRequestsPerMinutePerProjectPerModel-FreeTier")
     only_primary = {"private-primary": genai_clients(server)["private-primary"]}
-    with pytest.raises(KeyError, match=r"no google-genai client for route\(s\) external-fallback"):
+    with pytest.raises(KeyError, match=r"google-genai client: no client for route\(s\) external-fallback"):
         rl_google.run(policy("google"), only_primary, generate, KEY)
     assert server.count() == 0
 

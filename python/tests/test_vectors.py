@@ -13,6 +13,7 @@ import pytest
 
 import retryledger
 import retryledger.fleet
+import retryledger.receiver
 
 from conftest import ROOT
 
@@ -63,7 +64,7 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "budget_withdraw": lambda i: retryledger.budget_withdraw(i["config"], i["snapshot"], i["now_epoch_ms"]),
     "fleet_session": lambda i: _fleet_session(i["policy"], i["store"], i["script"]),
     "admission_admit": lambda i: retryledger.admission_admit(
-        i["config"], i["snapshot"], i["now_epoch_ms"], i["queued_since_epoch_ms"], i["tokens"]
+        i["config"], i["snapshot"], i["now_epoch_ms"], i["queued_since_epoch_ms"], i["tokens"], i.get("tenant")
     ),
     "admission_release": lambda i: retryledger.admission_release(
         i["config"], i["snapshot"], i["now_epoch_ms"], i["reserved"], i.get("used")
@@ -78,6 +79,15 @@ OPS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
         i["config"], i.get("snapshot"), i["key_sha256"], i["outcome"], i["now_epoch_ms"], i.get("status")
     ),
     "key_sha256": lambda i: retryledger.key_sha256(i["secret"]),
+    "check_idempotency_header": lambda i: retryledger.receiver.check_idempotency_header(i["raw"]),
+    "http_request_sha256": lambda i: retryledger.receiver.http_request_sha256(
+        i["method"], i["target"], i["body"].encode()
+    ),
+    # The headers as the core takes them (JSON text); the guard's
+    # ``http_response_sha256`` writes a sequence of pairs as that text.
+    "http_response_sha256": lambda i: retryledger._api.call(
+        retryledger._core.http_response_sha256, i["status"], i["headers"], i["body"].encode()
+    ),
     "journal_verify": lambda i: retryledger.journal.journal_verify(i["policy"], i["events"]),
     "journal_recover": lambda i: retryledger.journal.journal_recover(
         i["policy"], i["events"], i.get("reconciliation")

@@ -247,6 +247,16 @@ impl Compiled {
         ))?))
     }
 
+    /// Refuse, before any dispatch, a policy with a route that has no
+    /// client: `route_ids` are the route ids the host holds a client for
+    /// (`route_client_missing` otherwise).
+    pub fn require_clients(&self, route_ids: Vec<String>) -> Out<()> {
+        lift(
+            self.inner
+                .require_clients(|id| route_ids.iter().any(|x| x == id)),
+        )
+    }
+
     /// A run of this policy with no attempt yet: the core's Session.
     pub fn session(&self) -> WasmSession {
         WasmSession {
@@ -495,7 +505,8 @@ pub fn budget_withdraw(config: &str, snapshot: &str, now_epoch_ms: f64) -> Out<S
     lift(api::budget_withdraw(config, snapshot, now))
 }
 
-/// `admissionAdmit`: `{"answer", "snapshot"}` for one admission under admission limits.
+/// `admissionAdmit`: `{"answer", "snapshot"}` for one admission under
+/// admission limits (`tenant`: the call's, under tenant shares).
 #[wasm_bindgen]
 pub fn admission_admit(
     config: &str,
@@ -503,11 +514,19 @@ pub fn admission_admit(
     now_epoch_ms: f64,
     queued_since_epoch_ms: f64,
     tokens: f64,
+    tenant: Option<String>,
 ) -> Out<String> {
     let now = lift(safe_integer(now_epoch_ms, "now_epoch_ms"))?;
     let since = lift(safe_integer(queued_since_epoch_ms, "queued_since_epoch_ms"))?;
     let tokens = lift(safe_integer(tokens, "tokens"))?;
-    lift(api::admission_admit(config, snapshot, now, since, tokens))
+    lift(api::admission_admit(
+        config,
+        snapshot,
+        now,
+        since,
+        tokens,
+        tenant.as_deref(),
+    ))
 }
 
 /// `admissionRelease`: the next admission snapshot once an admitted attempt
@@ -586,6 +605,27 @@ pub fn key_pool_record(
 #[wasm_bindgen]
 pub fn key_sha256(secret: &str) -> Out<String> {
     lift(api::key_sha256(secret))
+}
+
+/// `checkIdempotencyHeader`: an `Idempotency-Key` header value the
+/// receiver's guard takes, or `idempotency_key_invalid`.
+#[wasm_bindgen]
+pub fn check_idempotency_header(raw: &str) -> Out<()> {
+    lift(api::check_idempotency_header(raw))
+}
+
+/// `httpRequestSha256`: the digest of an HTTP request as received.
+#[wasm_bindgen]
+pub fn http_request_sha256(method: &str, target: &str, body: &[u8]) -> String {
+    api::http_request_sha256(method, target, body)
+}
+
+/// `httpResponseSha256`: the digest of a response as sent (the kept headers
+/// as JSON text of `[name, value]` pairs).
+#[wasm_bindgen]
+pub fn http_response_sha256(status: f64, headers: &str, body: &[u8]) -> Out<String> {
+    let status = lift(safe_integer(status, "status"))?;
+    lift(api::http_response_sha256(status, headers, body))
 }
 
 /// Facts decoded (strictly) once, for attempts that raise the same error.
@@ -1093,6 +1133,27 @@ impl WasmSession {
                 .map_err(|m| Error::at(ErrorCode::InvalidDigest, "/request_body_sha256", m)),
         )?;
         self.session.set_request_body_sha256(digest);
+        Ok(())
+    }
+
+    /// Report the model the attempt in flight asked for and the one the
+    /// provider's response named; a side not learned is `undefined` (left
+    /// out, never invented).
+    pub fn set_model(&mut self, requested: Option<String>, served: Option<String>) -> Out<()> {
+        let parse =
+            |v: Option<String>, path: &str| -> Out<Option<retryledger_core::ids::Identifier>> {
+                match v {
+                    None => Ok(None),
+                    Some(s) => lift(
+                        retryledger_core::ids::Identifier::parse(&s)
+                            .map(Some)
+                            .map_err(|(code, m)| Error::at(code, path, m)),
+                    ),
+                }
+            };
+        let requested = parse(requested, "/model/requested")?;
+        let served = parse(served, "/model/served")?;
+        self.session.set_model(requested, served);
         Ok(())
     }
 

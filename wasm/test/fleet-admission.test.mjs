@@ -123,3 +123,60 @@ test("reported tokens settle the reservation when the slot is released", async (
   // 1,000 - 300 reserved + 200 unused back.
   assert.deepEqual([stored.in_flight, stored.token_level_milli], [0, 900000]);
 });
+
+test("tenant shares: a tenant over its share waits behind one under it, then stops with tenant_over_share past the queue bound", async () => {
+  /** @param {number} maxQueueMs */
+  const shares = (maxQueueMs) =>
+    limited({
+      max_queue_ms: maxQueueMs,
+      request_burst: 1,
+      requests_per_second: 10,
+      tenant_weights: [{ tenant: "a", weight: 1 }, { tenant: "b", weight: 1 }],
+    });
+  for (const [maxQueueMs, want] of /** @type {const} */ ([[1000, "completed"], [50, "stop_admission"]])) {
+    const policy = shares(maxQueueMs);
+    const store = new MemoryStore();
+    const ns = namespace("tenants");
+    const time = fakeTime();
+    /** @param {string} tenant */
+    const fleet = (tenant) => new Fleet(store, { namespace: ns, now: () => EPOCH + time.state.now, tenant });
+    // a is admitted at once; b, under its share, queues 100 ms in the spent bucket.
+    const first = await once(policy, fleet("a"), time);
+    assert.equal(first.receipt.terminal, "completed");
+    time.state.now = 0;
+    const second = await once(policy, fleet("b"), time);
+    if (want === "completed") {
+      assert.equal(second.receipt.terminal, "completed");
+      assert.equal(second.bundle.attempts.attempts[0]?.admission?.limits?.tenant, "b");
+      assert.equal(second.bundle.attempts.attempts[0]?.admission?.limits?.queue_wait_ms, 100);
+    } else {
+      // A 100 ms queue is past a 50 ms bound: b stops for the bound (no reason).
+      assert.equal(second.sealed.terminal, "stop_admission");
+      assert.equal(second.sealed.bundle.attempts.fleet_stop?.limits?.refusal, undefined);
+    }
+    // a again: over its share (of two, or alone over the rate), it reserves
+    // nothing and waits for its share, or stops past the queue bound.
+    time.state.now = 0;
+    const third = await once(policy, fleet("a"), time);
+    const sealed = third.sealed;
+    assert.equal(sealed.terminal, want);
+    if (want === "completed") {
+      const limits = sealed.bundle.attempts.attempts[0]?.admission?.limits;
+      assert.deepEqual([limits?.tenant, limits?.queue_wait_ms, limits?.start_epoch_ms], ["a", 200, EPOCH + 200]);
+    } else {
+      const stop = sealed.bundle.attempts.fleet_stop;
+      assert.deepEqual([stop?.limits?.refusal, stop?.limits?.tenant], ["tenant_over_share", "a"]);
+      assert.equal(sealed.bundle.attempts.attempts.length, 0);
+    }
+    assert.equal(verifyBundle(sealed.bundle_json).kind, "verified");
+  }
+  // A call without a listed tenant is refused before any dispatch.
+  for (const tenant of [undefined, "c"]) {
+    const time = fakeTime();
+    await assert.rejects(
+      once(shares(1000), new Fleet(new MemoryStore(), { namespace: namespace("tenants"), now: () => EPOCH + time.state.now, ...(tenant === undefined ? {} : { tenant }) }), time),
+      (/** @type {any} */ e) => e.code === "invalid_value" && e.path === "/tenant",
+    );
+  }
+  assert.throws(() => new Fleet(new MemoryStore(), { tenant: "" }), TypeError);
+});

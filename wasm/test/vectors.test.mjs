@@ -12,6 +12,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 import * as rl from "../dist/index.js";
+import * as receiver from "../dist/receiver.js";
+
+const encoder = new TextEncoder();
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const dir = path.resolve(here, "../../tests/vectors");
@@ -86,7 +89,7 @@ function run(op, input) {
     case "fleet_session":
       return fleetSession(input.policy, input.store, input.script);
     case "admission_admit":
-      return rl.admissionAdmit(input.config, input.snapshot, input.now_epoch_ms, input.queued_since_epoch_ms, input.tokens);
+      return rl.admissionAdmit(input.config, input.snapshot, input.now_epoch_ms, input.queued_since_epoch_ms, input.tokens, input.tenant);
     case "admission_release":
       return rl.admissionRelease(input.config, input.snapshot, input.now_epoch_ms, input.reserved, input.used);
     case "admission_observe":
@@ -105,6 +108,13 @@ function run(op, input) {
       return rl.keyPoolRecord(input.config, input.snapshot, input.key_sha256, input.outcome, input.now_epoch_ms, input.status);
     case "key_sha256":
       return rl.keySha256(input.secret);
+    case "check_idempotency_header":
+      receiver.checkIdempotencyHeader(input.raw);
+      return null;
+    case "http_request_sha256":
+      return receiver.httpRequestSha256(input.method, input.target, encoder.encode(input.body));
+    case "http_response_sha256":
+      return receiver.httpResponseSha256(input.status, JSON.parse(input.headers), encoder.encode(input.body));
     case "journal_verify":
       return rl.journalVerify(input.policy, input.events);
     case "journal_recover":

@@ -42,7 +42,7 @@ import type {
   JSONValue,
 } from "@ai-sdk/provider";
 
-import { CompiledPolicy, compiledOf, type Input } from "./core.js";
+import { CompiledPolicy, PolicyTemplate, compiledOf, idempotencyKeySha256, type Input } from "./core.js";
 import { runWithPolicy, type RunOptions, type Step } from "./driver.js";
 import { DecodeError, PolicyError } from "./errors.js";
 import { runStream, type StreamReader, type StreamRunOptions, type StreamStep } from "./stream.js";
@@ -94,8 +94,13 @@ export interface RetryledgerModelOptions
   extends Omit<RunOptions, "idempotencyKey" | "request" | "repair" | "checks" | "signal"> {
   /** The AI SDK model of each policy route, by route id. */
   routes: Readonly<Record<string, AISdkLanguageModel>>;
-  /** The policy of a call (a policy binds one logical request: a function of the call when keys differ). */
-  policy: PerCall<Input<Policy> | CompiledPolicy>;
+  /**
+   * The policy of a call. A `PolicyTemplate` (compiled once) binds each
+   * call's logical request (`aiSdkRequestDocument`) and idempotency key; a
+   * policy binds one logical request (a function of the call when calls
+   * differ).
+   */
+  policy: PerCall<Input<Policy> | CompiledPolicy> | PolicyTemplate;
   /** The idempotency key of a call, unless the call gives `providerOptions.retryledger.idempotencyKey`. */
   idempotencyKey?: PerCall<string>;
   /** Output checks run on each generated answer (`aiSdkText` reads its text; `checkOn` applies a check to it). */
@@ -309,21 +314,28 @@ export function retryledgerModel(options: RetryledgerModelOptions): RetryledgerL
       throw new DecodeError("invalid_type", `invalid_type at /routes/${id}: not an AI SDK language model (doGenerate, doStream)`, { path: `/routes/${id}` });
     }
   }
-  const fixed = typeof options.policy === "function" ? undefined : compiledOf(options.policy);
+  const template = options.policy instanceof PolicyTemplate ? options.policy : undefined;
+  const fixed =
+    template !== undefined || typeof options.policy === "function" ? undefined : compiledOf(options.policy as Input<Policy> | CompiledPolicy);
   if (fixed !== undefined) checkRoutes(fixed, routes);
   const { routes: _r, policy: _p, idempotencyKey, checks, repair, stream: streamOptions, provider, modelId, ...runOptions } = options;
 
   const prepare = (call: AISdkCallOptions): { compiled: CompiledPolicy; key: string; request: AISdkLogicalRequest } => {
     const own = checkOwner(call);
-    const compiled = fixed ?? compiledOf(perCall(options.policy as PerCall<Input<Policy> | CompiledPolicy>, call));
-    if (fixed === undefined) checkRoutes(compiled, routes);
     const key = own.idempotencyKey ?? (idempotencyKey === undefined ? undefined : perCall(idempotencyKey, call));
     if (typeof key !== "string") {
       throw new DecodeError("missing_field", "missing_field at /idempotencyKey: give `idempotencyKey` to retryledgerModel or per call in harnessOwned({idempotencyKey})", {
         path: "/idempotencyKey",
       });
     }
-    return { compiled, key, request: logical(call) };
+    const request = logical(call);
+    const compiled =
+      fixed ??
+      (template !== undefined
+        ? template.bind(aiSdkRequestDocument(request), idempotencyKeySha256(key, runOptions.keyScope))
+        : compiledOf(perCall(options.policy as PerCall<Input<Policy> | CompiledPolicy>, call)));
+    if (fixed === undefined) checkRoutes(compiled, routes);
+    return { compiled, key, request };
   };
 
   /** The options one attempt sends to its route model. */

@@ -196,7 +196,7 @@ interface FleetBindings {
   breaker_record(config: string, snapshot: string, probe: boolean, outcome: string, nowEpochMs: number): string;
   budget_deposit(config: string, snapshot: string, nowEpochMs: number): string;
   budget_withdraw(config: string, snapshot: string, nowEpochMs: number): string;
-  admission_admit(config: string, snapshot: string, nowEpochMs: number, queuedSinceEpochMs: number, tokens: number): string;
+  admission_admit(config: string, snapshot: string, nowEpochMs: number, queuedSinceEpochMs: number, tokens: number, tenant?: string): string;
   admission_release(config: string, snapshot: string, nowEpochMs: number, reserved: number, used?: number): string;
   admission_observe(config: string, snapshot: string, headers: string, nowEpochMs: number): string;
 }
@@ -276,13 +276,15 @@ export function admissionAdmit(
   nowEpochMs: number,
   queuedSinceEpochMs: number,
   tokens = 0,
+  tenant?: string,
 ): AdmissionAdmitResult {
   const c = toText(config);
   const s = toText(snapshot);
   const now = epochMs(nowEpochMs);
   const since = count("queued_since_epoch_ms", queuedSinceEpochMs);
   const t = count("tokens", tokens);
-  return JSON.parse(fleetCall((b) => b.admission_admit(c, s, now, since, t))) as AdmissionAdmitResult;
+  if (tenant !== undefined && typeof tenant !== "string") throw new TypeError("tenant is a string");
+  return JSON.parse(fleetCall((b) => b.admission_admit(c, s, now, since, t, tenant))) as AdmissionAdmitResult;
 }
 
 /** An admitted attempt is over: its slot freed and its `reserved` tokens settled with the `used` ones (`undefined`: not reported). */

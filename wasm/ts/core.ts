@@ -45,6 +45,7 @@ export interface RawCompiled {
   journal_append(events: string, leaseGeneration: number, entry: string): string;
   journal_classify(events: string, event: string): string;
   journal_writer(events: string, leaseGeneration: number): RawJournalWriter;
+  require_clients(routeIds: string[]): void;
   free(): void;
 }
 
@@ -544,6 +545,17 @@ export class CompiledPolicy {
   }
 
   /** The next dispatch, or the terminal, after the observed attempts. */
+  /**
+   * Refuse, before any dispatch, a policy with a route the host has no
+   * client for: `routeIds` are the routes that have one. Throws
+   * `PolicyError` `route_client_missing` at the first route without one (in
+   * priority order), naming every such route.
+   */
+  requireClients(routeIds: readonly string[]): void {
+    const ids = routeIds.map(String);
+    this.callRaw((raw) => raw.require_clients(ids));
+  }
+
   planNext(attempts: Input<Attempts>): Decision {
     const text = toText(attempts);
     return JSON.parse(call(() => this.#raw.plan_next(text))) as Decision;

@@ -94,6 +94,15 @@ export interface Step {
    * the body.
    */
   requestBody(body: string | Uint8Array): void;
+  /**
+   * Record the model this attempt asked for and the one the provider's
+   * answer named (docs/LOWERING.md, "Which model answered"): the receipt
+   * names both per attempt. A side not learned is `undefined` and stays
+   * unknown; a served name that is not an identifier is recorded as unknown
+   * too. Reports replace each other. The cross-provider driver calls it for
+   * you.
+   */
+  model?(requested: string | undefined, served?: string): void;
   /** Say that response bytes reached the caller: a failure after it is never retried (output is never joined). */
   outputDelivered(): void;
   /** Under repair: the logical request this run sends (`undefined` on the root run unless `request` was given). */
@@ -313,6 +322,27 @@ export class AttemptStep implements Step {
     this.#session.setRequestBodySha256(bodySha256(body));
   }
 
+  model(requested: string | undefined, served?: string): void {
+    if (!this.open) throw new Error("model() after the attempt completed");
+    if (requested === undefined && served === undefined) return;
+    try {
+      this.#session.setModel(requested, served);
+    } catch (e) {
+      // A served name the core does not take is unknown, never invented.
+      if (served === undefined || requested === undefined) throw e;
+      this.#session.setModel(requested, undefined);
+    }
+  }
+
+  /**
+   * Record the SHA-256 (lowercase hex) of the body this attempt sent, when
+   * it is known without the bytes (a lowered request's `body_sha256`).
+   */
+  requestBodySha256(digest: string): void {
+    if (!this.open) throw new Error("requestBodySha256() after the attempt completed");
+    this.#session.setRequestBodySha256(digest);
+  }
+
   outputDelivered(): void {
     if (!this.open) throw new Error("outputDelivered() after the attempt completed");
     this.delivered = true;
@@ -403,12 +433,20 @@ const CHECK_BROKE = Object.freeze({ result: "raised", error_types: ["OutputCheck
 
 /**
  * Refuse, before any request, a policy with a route that `clients` (by route
- * id) has no entry for; `what` names an entry ("openai client", "fetch target").
+ * id) has no entry for: the core's `route_client_missing` (`PolicyError`, at
+ * the first such route in priority order); `what` names an entry ("openai
+ * client", "fetch target") in the message.
  * @internal Shared by the client integrations.
  */
 export function checkRouteClients(compiled: CompiledPolicy, clients: object, what: string): void {
-  const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(clients, id));
-  if (missing.length > 0) throw new Error(`no ${what} for route(s) ${missing.join(", ")}`);
+  const held = Object.keys(clients).filter((id) => Object.hasOwn(clients, id) && (clients as Record<string, unknown>)[id] !== undefined);
+  try {
+    compiled.requireClients(held);
+  } catch (e) {
+    if (!(e instanceof PolicyError)) throw e;
+    const missing = compiled.routesByPriority.map((r) => r.route_id).filter((id) => !held.includes(id));
+    throw new PolicyError(e.code, `${e.code} at ${e.path ?? "/routes"}: no ${what} for route(s) ${missing.join(", ")}`, e.path === undefined ? {} : { path: e.path });
+  }
 }
 
 /**

@@ -56,6 +56,13 @@ export interface FleetOptions {
   now?: () => number;
   /** Tokens each admission reserves under an admission token bucket (the request's bound). */
   reserveTokens?: number;
+  /**
+   * The tenant this fleet's calls are made for, under tenant shares (the
+   * policy's `fleet.admission.tenant_weights`; docs/FLEET.md, "Fair tenants").
+   * The core refuses a policy with shares and no tenant, and a tenant the
+   * policy does not list.
+   */
+  tenant?: string;
 }
 
 /** What a fleet did with its store, counted over every run that used it. */
@@ -134,6 +141,8 @@ interface Shape {
   scoped: string;
   tokens: boolean;
   reserveTokens: number | undefined;
+  /** The call's tenant, when the limits have tenant shares. */
+  tenant: string | undefined;
 }
 
 /** A snapshot an admission writes: the check-and-set entry, and the document for a store with compare-and-set only. */
@@ -148,6 +157,7 @@ export class Fleet {
   readonly maxConflicts: number;
   readonly #now: () => number;
   readonly reserveTokens: number | undefined;
+  readonly tenant: string | undefined;
   readonly #shapes = new WeakMap<Policy, Shape>();
   /** Per key, the last text and store generation read or written. */
   readonly #cache = new Map<string, StoreRow>();
@@ -170,6 +180,9 @@ export class Fleet {
     const reserve = options.reserveTokens;
     if (reserve !== undefined && (!Number.isSafeInteger(reserve) || reserve < 0)) throw new RangeError("reserveTokens is a non-negative integer");
     this.reserveTokens = reserve;
+    const tenant = options.tenant;
+    if (tenant !== undefined && (typeof tenant !== "string" || tenant === "")) throw new TypeError("tenant is a non-empty string");
+    this.tenant = tenant;
   }
 
   admissionKey(routeReleaseSha256: string, scoped = ""): string {
@@ -220,7 +233,8 @@ export class Fleet {
       const scoped = [admission?.tenant, admission?.principal].map((p) => (p === undefined ? "" : `/${p}`)).join("");
       for (const r of limits) keys.push(this.admissionKey(r, scoped));
       const tokens = admission?.token_bound !== undefined;
-      shape = { releases, breaker, keys, limits, scoped, tokens, reserveTokens: tokens ? this.reserveTokens : undefined };
+      const tenant = admission?.tenant_weights !== undefined ? this.tenant : undefined;
+      shape = { releases, breaker, keys, limits, scoped, tokens, reserveTokens: tokens ? this.reserveTokens : undefined, tenant };
       this.#shapes.set(policy, shape);
     }
     return shape;
@@ -617,7 +631,8 @@ function viewText(shape: Shape, rows: readonly StoreRow[]): string {
   });
   const head = shape.limits.length > 0 ? `{"admission":{${limits.join(",")}},` : "{";
   const reserve = shape.tokens && shape.reserveTokens !== undefined ? `,"reserve_tokens":${shape.reserveTokens}` : "";
-  return `${head}"breakers":{${parts.join(",")}}${budget === null ? "" : `,"budget":${budget}`}${reserve}}`;
+  const tenant = shape.tenant === undefined ? "" : `,"tenant":${JSON.stringify(shape.tenant)}`;
+  return `${head}"breakers":{${parts.join(",")}}${budget === null ? "" : `,"budget":${budget}`}${reserve}${tenant}}`;
 }
 
 /** The request fields that bound the tokens a response may make, in the order they are looked for. */

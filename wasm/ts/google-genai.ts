@@ -30,7 +30,8 @@ import { reportTokens } from "./sending.js";
 import { checkRouteClients, runWithPolicy, type DispatchFn, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { PolicyError } from "./errors.js";
 import { CompiledPolicy, compiledOf, type Input } from "./core.js";
-import type { Policy } from "./types.js";
+import type { StreamReader } from "./stream.js";
+import type { Policy, Usage } from "./types.js";
 
 /** The part of a `GoogleGenAI` client this module looks at. */
 export interface GoogleGenAIClientLike {
@@ -151,3 +152,75 @@ export async function runWithGoogleGenAI<C extends GoogleGenAIClientLike, T>(
   }
   return runWithPolicy(compiled, dispatch, options);
 }
+
+// ---------------------------------------------------------------- usage and streams
+
+type Counts = Record<string, unknown>;
+
+function countOf(usage: Counts, field: string): number | undefined {
+  const v = usage[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number") throw new TypeError(`usageMetadata.${field} is not a number`);
+  return v;
+}
+
+/**
+ * The price units of a `GenerateContentResponse`'s `usageMetadata`, only the
+ * nonzero ones (the same units as the Python package): `input`
+ * (`promptTokenCount - cachedContentTokenCount`), `cached_input`, `output`
+ * (`candidatesTokenCount`) and `reasoning` (`thoughtsTokenCount`);
+ * `undefined` without usage (no metadata, or neither a prompt nor a
+ * candidates count).
+ */
+export function googleGenAIUsageUnits(result: unknown): Usage | undefined {
+  const usage = (result as { usageMetadata?: unknown } | null)?.usageMetadata;
+  if (usage === null || typeof usage !== "object") return undefined;
+  const u = usage as Counts;
+  const prompt = countOf(u, "promptTokenCount");
+  const made = countOf(u, "candidatesTokenCount");
+  if (prompt === undefined && made === undefined) return undefined;
+  const cached = countOf(u, "cachedContentTokenCount") ?? 0;
+  const units: Usage = {};
+  const put = (kind: string, n: number): void => {
+    if (n !== 0) units[kind] = n;
+  };
+  put("input", (prompt ?? 0) - cached);
+  put("cached_input", cached);
+  put("output", made ?? 0);
+  put("reasoning", countOf(u, "thoughtsTokenCount") ?? 0);
+  return units;
+}
+
+type Chunk = {
+  candidates?: { content?: { parts?: { text?: unknown; thought?: unknown }[] | null } | null; finishReason?: unknown }[] | null;
+  responseId?: unknown;
+};
+
+/**
+ * Reads `generateContentStream` chunks (`GenerateContentResponse`): the text
+ * of the first candidate's text parts (thoughts excluded), the `responseId`,
+ * a chunk whose first candidate has a `finishReason` as the terminal event,
+ * and `usageMetadata` as usage (the last chunk carries the final counts), in
+ * `googleGenAIUsageUnits`' units. No sequence numbers: never resumed.
+ */
+export const googleGenAIStreamReader: StreamReader<unknown> = {
+  text(event) {
+    const parts = (event as Chunk).candidates?.[0]?.content?.parts ?? [];
+    return parts.map((p) => (typeof p?.text === "string" && p.thought !== true ? p.text : "")).join("");
+  },
+  responseId(event) {
+    const id = (event as Chunk).responseId;
+    return typeof id === "string" && id !== "" ? id : undefined;
+  },
+  terminal(event) {
+    const first = (event as Chunk).candidates?.[0];
+    return first !== undefined && first !== null && first.finishReason !== undefined && first.finishReason !== null;
+  },
+  usage(event) {
+    try {
+      return googleGenAIUsageUnits(event);
+    } catch {
+      return { output: Number.NaN };
+    }
+  },
+};

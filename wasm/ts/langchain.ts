@@ -27,7 +27,7 @@ import { AIMessage, AIMessageChunk, HumanMessage, type BaseMessage } from "@lang
 import { ChatGenerationChunk, type ChatResult } from "@langchain/core/outputs";
 import type { Runnable } from "@langchain/core/runnables";
 
-import { CompiledPolicy, compiledOf, type Input } from "./core.js";
+import { CompiledPolicy, PolicyTemplate, compiledOf, idempotencyKeySha256, type Input } from "./core.js";
 import { runWithPolicy, type RunOptions, type Step } from "./driver.js";
 import { DecodeError, PolicyError } from "./errors.js";
 import { runStream, type StreamReader, type StreamRunOptions } from "./stream.js";
@@ -55,8 +55,13 @@ export interface RetryledgerChatModelFields
     Omit<BaseChatModelParams, "maxRetries"> {
   /** The chat model of each policy route, by route id; each built with `maxRetries: 0`. */
   routes: Readonly<Record<string, RouteChatModel>>;
-  /** The policy of a call (a function of the messages when each call has its own). */
-  policy: Input<Policy> | CompiledPolicy | ((messages: BaseMessage[]) => Input<Policy> | CompiledPolicy);
+  /**
+   * The policy of a call. A `PolicyTemplate` (compiled once) binds each
+   * call's logical request (`chatRequestDocument` of its messages and tools)
+   * and idempotency key; a policy binds one logical request (a function of
+   * the messages when each call has its own).
+   */
+  policy: Input<Policy> | CompiledPolicy | PolicyTemplate | ((messages: BaseMessage[]) => Input<Policy> | CompiledPolicy);
   /** The idempotency key of a call, unless the call gives `idempotencyKey`. */
   idempotencyKey?: string | ((messages: BaseMessage[]) => string);
   /** Output checks run on each answer (an `AIMessage`; `messageText` reads its text, `checkOn` applies a check to it). */
@@ -219,7 +224,8 @@ export class RetryledgerChatModel extends BaseChatModel<RetryledgerChatCallOptio
     }
     this.routes = fields.routes;
     this.#fields = fields;
-    this.#fixed = typeof fields.policy === "function" ? undefined : compiledOf(fields.policy);
+    this.#fixed =
+      typeof fields.policy === "function" || fields.policy instanceof PolicyTemplate ? undefined : compiledOf(fields.policy);
     if (this.#fixed !== undefined) this.#checkRoutes(this.#fixed);
   }
 
@@ -253,15 +259,19 @@ export class RetryledgerChatModel extends BaseChatModel<RetryledgerChatCallOptio
   }
 
   #prepare(messages: BaseMessage[], options: this["ParsedCallOptions"]): { compiled: CompiledPolicy; key: string } {
-    let compiled = this.#fixed;
-    if (compiled === undefined) {
-      compiled = compiledOf((this.#fields.policy as (m: BaseMessage[]) => Input<Policy> | CompiledPolicy)(messages));
-      this.#checkRoutes(compiled);
-    }
     const k = this.#fields.idempotencyKey;
     const key = options.idempotencyKey ?? (typeof k === "function" ? k(messages) : k);
     if (typeof key !== "string") {
       throw new DecodeError("missing_field", "missing_field at /idempotencyKey: give `idempotencyKey` to the model or per call", { path: "/idempotencyKey" });
+    }
+    let compiled = this.#fixed;
+    if (compiled === undefined) {
+      const policy = this.#fields.policy;
+      compiled =
+        policy instanceof PolicyTemplate
+          ? policy.bind(chatRequestDocument(messages, options.tools), idempotencyKeySha256(key, this.#fields.keyScope))
+          : compiledOf((policy as (m: BaseMessage[]) => Input<Policy> | CompiledPolicy)(messages));
+      this.#checkRoutes(compiled);
     }
     return { compiled, key };
   }

@@ -30,7 +30,7 @@ import type { Attempt, Bundle, Receipt, ScheduleEntry, Usage } from "./types.js"
 export interface RouteTelemetry {
   /** `gen_ai.provider.name` (e.g. `openai`, `anthropic`, `gcp.gemini`). */
   provider?: string;
-  /** `gen_ai.request.model`. */
+  /** `gen_ai.request.model` when the attempt recorded no requested model. */
   model?: string;
 }
 
@@ -108,7 +108,10 @@ export function spansOf(bundle: Bundle, receiptSha256: string, options: Omit<Tel
     if (a.ordinal > 1) attributes["http.request.resend_count"] = a.ordinal - 1;
     if (operation !== undefined) attributes["gen_ai.operation.name"] = operation;
     if (route.provider !== undefined) attributes["gen_ai.provider.name"] = route.provider;
-    if (route.model !== undefined) attributes["gen_ai.request.model"] = route.model;
+    // The model the attempt recorded asking for (else the route's), and the one the answer named.
+    const requested = a.model?.requested ?? route.model;
+    if (requested !== undefined) attributes["gen_ai.request.model"] = requested;
+    if (a.model?.served !== undefined) attributes["gen_ai.response.model"] = a.model.served;
     Object.assign(attributes, usageTokens(a.usage));
     if (s !== undefined) {
       attributes["retryledger.delay_ms"] = s.delay_ms;
@@ -123,7 +126,7 @@ export function spansOf(bundle: Bundle, receiptSha256: string, options: Omit<Tel
     }
     if (a.reconciled !== undefined) attributes["retryledger.reconciled"] = a.reconciled;
     const span: SpanDescription = {
-      name: spanName(operation, route.model, "retryledger.attempt"),
+      name: spanName(operation, requested, "retryledger.attempt"),
       start_ms: a.started_at_ms,
       end_ms: a.completed_at_ms,
       attributes,
@@ -135,8 +138,11 @@ export function spansOf(bundle: Bundle, receiptSha256: string, options: Omit<Tel
     return span;
   });
   const final = receipt.final_route_id === undefined ? undefined : routes[receipt.final_route_id];
+  // The last attempt's models, when it recorded them.
+  const last = bundle.attempts.attempts[bundle.attempts.attempts.length - 1]?.model;
+  const finalModel = last?.requested ?? final?.model;
   const run: SpanDescription = {
-    name: spanName(operation, final?.model, "retryledger.run"),
+    name: spanName(operation, finalModel, "retryledger.run"),
     start_ms: 0,
     end_ms: receipt.finished_at_ms,
     attributes: {
@@ -152,7 +158,8 @@ export function spansOf(bundle: Bundle, receiptSha256: string, options: Omit<Tel
   if (operation !== undefined) run.attributes["gen_ai.operation.name"] = operation;
   if (receipt.final_route_id !== undefined) run.attributes["retryledger.final_route_id"] = receipt.final_route_id;
   if (final?.provider !== undefined) run.attributes["gen_ai.provider.name"] = final.provider;
-  if (final?.model !== undefined) run.attributes["gen_ai.request.model"] = final.model;
+  if (finalModel !== undefined) run.attributes["gen_ai.request.model"] = finalModel;
+  if (last?.served !== undefined) run.attributes["gen_ai.response.model"] = last.served;
   if (receipt.terminal !== "completed") {
     run.error = receipt.terminal;
     run.attributes["error.type"] = receipt.terminal;

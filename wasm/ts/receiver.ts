@@ -20,7 +20,7 @@
  * `retryledger/receiver/fastify` adapt the same `IdempotencyGuard`.
  */
 
-import { bodySha256, idempotencyKeySha256, sha256Hex } from "./core.js";
+import { call, idempotencyKeySha256, type RawBindings } from "./core.js";
 import { RetryledgerError } from "./errors.js";
 import { idempotencyClaim, idempotencyComplete, type Completion, type IdempotencyRecord, type Retention } from "./journal.js";
 import { StoreUnavailableError, type FleetStore, type StoreDocument } from "./stores/store.js";
@@ -103,17 +103,22 @@ export type Decision = { kind: "answer"; response: GuardResponse } | { kind: "ad
 
 const encoder = new TextEncoder();
 
-/** Canonical JSON of the guard's documents (keys sorted; strings, integers and arrays only). */
-function canonical(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const o = value as Record<string, unknown>;
-    return `{${Object.keys(o)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`)
-      .join(",")}}`;
-  }
-  return JSON.stringify(value);
+/** The core's receiver functions (the `Idempotency-Key` rule and the two digests). */
+interface ReceiverBindings {
+  check_idempotency_header(raw: string): void;
+  http_request_sha256(method: string, target: string, body: Uint8Array): string;
+  http_response_sha256(status: number, headers: string, body: Uint8Array): string;
+}
+
+const receiverCall = <T>(f: (b: ReceiverBindings) => T): T => call((b: RawBindings) => f(b as unknown as ReceiverBindings));
+
+/**
+ * Throws `IdempotencyError` (`idempotency_key_invalid`) unless `raw` is an
+ * `Idempotency-Key` header value the guard takes: 1 to `MAX_KEY_LENGTH`
+ * printable ASCII characters (the core's rule).
+ */
+export function checkIdempotencyHeader(raw: string): void {
+  receiverCall((b) => b.check_idempotency_header(raw));
 }
 
 /**
@@ -123,17 +128,18 @@ function canonical(value: unknown): string {
  * the body's bytes). Headers are not part of it.
  */
 export function httpRequestSha256(method: string, target: string, body: Uint8Array): string {
-  return sha256Hex(canonical({ body_sha256: bodySha256(body), method: method.toUpperCase(), schema: REQUEST_SCHEMA, target }));
+  return receiverCall((b) => b.http_request_sha256(method, target, body));
 }
 
 /**
  * The result digest a record holds: SHA-256 of the canonical JSON of
  * `{body_sha256, headers, schema: "retryledger.http_response.v1", status}`,
- * the kept headers as `[name, value]` pairs. A response too large to keep is
- * still recorded by it.
+ * the kept headers as `[name, value]` pairs (lower-case names). A response
+ * too large to keep is still recorded by it. Throws `DecodeError`
+ * (`invalid_value`) for a status outside 100..999 or a name not in lower case.
  */
 export function httpResponseSha256(status: number, headers: ReadonlyArray<readonly [string, string]>, body: Uint8Array): string {
-  return sha256Hex(canonical({ body_sha256: bodySha256(body), headers, schema: RESPONSE_SCHEMA, status }));
+  return receiverCall((b) => b.http_response_sha256(status, JSON.stringify(headers), body));
 }
 
 function coded(status: number, code: string, message: string, headers: Array<[string, string]> = []): GuardResponse {
@@ -154,8 +160,6 @@ function unbase64(text: string): Uint8Array {
 }
 
 class Lost extends Error {}
-
-const printableAscii = /^[\x20-\x7e]+$/;
 
 /** Guards an endpoint by `Idempotency-Key`, whatever the framework (see the module's documentation). */
 export class IdempotencyGuard {
@@ -209,8 +213,11 @@ export class IdempotencyGuard {
       if (this.required) return { kind: "answer", response: coded(400, "idempotency_key_missing", `the ${this.header} header is required`) };
       return { kind: "unguarded" };
     }
-    if (raw.length > MAX_KEY_LENGTH || !printableAscii.test(raw)) {
-      return { kind: "answer", response: coded(400, "idempotency_key_invalid", `a key is 1 to ${MAX_KEY_LENGTH} printable ASCII characters`) };
+    try {
+      checkIdempotencyHeader(raw);
+    } catch (e) {
+      if (e instanceof RetryledgerError) return { kind: "answer", response: coded(400, e.code, e.message) };
+      throw e;
     }
     const claimRequest = {
       idempotency_key_sha256: this.keySha256(raw),

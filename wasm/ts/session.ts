@@ -63,6 +63,7 @@ interface RawReports {
   set_price_schedule(schedule: string): string;
   add_usage(usage: string): number;
   set_request_body_sha256(digest: string): void;
+  set_model(requested: string | undefined, served: string | undefined): void;
   set_job(id: string | undefined, status: string | undefined): void;
   job_json(): string | undefined;
   set_reconciled(answer: string): void;
@@ -354,6 +355,18 @@ export class Session {
   setRequestBodySha256(digest: string): void {
     const r = this.#raw;
     call(() => reportsOf(r).set_request_body_sha256(digest));
+  }
+
+  /**
+   * Report the model the attempt in flight asked for (`requested`, the
+   * lowered request's model) and the one the provider's response named
+   * (`served`); a side not learned is `undefined`, recorded as unknown
+   * (docs/LOWERING.md, "Which model answered"). Throws the core's coded
+   * error for a name that is not an identifier.
+   */
+  setModel(requested: string | undefined, served: string | undefined): void {
+    const r = this.#raw;
+    call(() => reportsOf(r).set_model(requested, served));
   }
 
   /**

@@ -73,6 +73,7 @@ export const POLICY_CODES = [
   "key_not_in_pool",
   "no_capable_route",
   "provider_bound_history",
+  "route_client_missing",
 ] as const;
 /** One of the core's error codes of the `policy` family. */
 export type PolicyCode = (typeof POLICY_CODES)[number];
@@ -158,6 +159,7 @@ export type HttpCode = (typeof HTTP_CODES)[number];
 export const RUN_CODES = [
   "run_not_terminal",
   "store_conflict",
+  "tenant_over_share",
   "unexpected_event",
   "clock_backwards",
   "machine_layer_missing",
@@ -192,6 +194,7 @@ export const IDEMPOTENCY_CODES = [
   "idempotency_retention_invalid",
   "idempotency_not_in_progress",
   "idempotency_request_mismatch",
+  "idempotency_key_invalid",
 ] as const;
 /** One of the core's error codes of the `idempotency` family. */
 export type IdempotencyCode = (typeof IDEMPOTENCY_CODES)[number];
@@ -253,6 +256,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   key_not_in_pool: "policy",
   no_capable_route: "policy",
   provider_bound_history: "policy",
+  route_client_missing: "policy",
   attempt_after_terminal: "drift",
   route_drift: "drift",
   release_drift: "drift",
@@ -314,6 +318,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   invalid_status: "http",
   run_not_terminal: "run",
   store_conflict: "run",
+  tenant_over_share: "run",
   unexpected_event: "run",
   clock_backwards: "run",
   machine_layer_missing: "run",
@@ -336,6 +341,7 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   idempotency_retention_invalid: "idempotency",
   idempotency_not_in_progress: "idempotency",
   idempotency_request_mismatch: "idempotency",
+  idempotency_key_invalid: "idempotency",
 };
 
 /** How a run ends. */

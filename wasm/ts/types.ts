@@ -155,6 +155,8 @@ export interface Attempt {
   /** What the attempt was of an async job (docs/JOBS.md). */
   job?: import("./job.js").JobRecord;
   logical_request_sha256: Sha256Hex;
+  /** The model the attempt asked for and the one the provider reported; a side not learned is absent (docs/LOWERING.md). */
+  model?: ModelRecord;
   ordinal: number;
   outcome: Outcome;
   /** The failed output check that decided the outcome (docs/REPAIR.md). */
@@ -171,6 +173,12 @@ export interface Attempt {
   stream?: StreamRecord;
   /** Raw usage the provider reported; the attempt's cost is then what the run's price schedule charges for it. */
   usage?: Usage;
+}
+
+/** Which model an attempt asked for and which the provider reported serving; at least one is present. */
+export interface ModelRecord {
+  requested?: Identifier;
+  served?: Identifier;
 }
 
 /**
@@ -237,6 +245,8 @@ export interface ScheduleEntry {
   jitter_max_ms?: number;
   jitter_min_ms?: number;
   jitter_sample_ms?: number;
+  /** The model asked for and the one served, when the host reported them. */
+  model?: ModelRecord;
   not_before_ms: number;
   ordinal: number;
   /** `success` or the failure kind. */
@@ -711,9 +721,26 @@ export interface AdmissionConfig {
   request_burst?: number;
   requests_per_second?: number;
   tenant?: Identifier;
+  /** Fair tenant shares of the route's request rate: each call names its tenant (docs/FLEET.md, "Fair tenants"). */
+  tenant_weights?: TenantWeight[];
   token_bound?: number;
   tokens_per_second?: number;
 }
+
+/** One tenant's weight under tenant shares (1..=1000). */
+export interface TenantWeight {
+  tenant: Identifier;
+  weight: number;
+}
+
+/** An active tenant's share clock in a route's admission snapshot. */
+export interface TenantDue {
+  due_at_epoch_ms: number;
+  tenant: Identifier;
+}
+
+/** Why admission limits refused a tenant (or hold it back): over its share while others want the capacity. */
+export type AdmissionRefusal = "tenant_over_share";
 
 /** `retryledger.admission.v1`: the admission state of one key. */
 export interface AdmissionSnapshot {
@@ -725,6 +752,8 @@ export interface AdmissionSnapshot {
   route_release_sha256: Sha256Hex;
   schema: "retryledger.admission.v1";
   tenant?: Identifier;
+  /** The active tenants' share clocks, under tenant shares. */
+  tenants?: TenantDue[];
   token_level_milli: number;
   tokens_at_epoch_ms: number;
   updated_at_epoch_ms: number;
@@ -734,8 +763,8 @@ export interface AdmissionSnapshot {
 export interface AdmissionAdmitResult {
   answer:
     | { kind: "admitted"; start_epoch_ms: number }
-    | { kind: "wait"; until_epoch_ms: number }
-    | { kind: "refused"; earliest_epoch_ms?: number };
+    | { kind: "wait"; reason?: AdmissionRefusal; until_epoch_ms: number }
+    | { kind: "refused"; earliest_epoch_ms?: number; reason?: AdmissionRefusal };
   snapshot: AdmissionSnapshot;
 }
 
@@ -748,8 +777,12 @@ export interface AdmissionObserveResult {
 /** The admission limits an attempt was admitted under (or a stop refused by). */
 export interface LimitsRef {
   queue_wait_ms: number;
+  /** A stop's reason beyond the queue bound. */
+  refusal?: AdmissionRefusal;
   snapshot_sha256: Sha256Hex;
   start_epoch_ms?: number;
+  /** The call's tenant, under tenant shares. */
+  tenant?: Identifier;
   tokens?: number;
 }
 
@@ -772,6 +805,8 @@ export interface FleetView {
   budget?: RetryBudgetSnapshot;
   /** The store could not be read. */
   store_unavailable?: true;
+  /** The call's tenant, under tenant shares. */
+  tenant?: Identifier;
 }
 
 /** The snapshots to write back with compare-and-set after an admission (only those that changed). */

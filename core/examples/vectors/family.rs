@@ -181,6 +181,20 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
         )
         .map(parsed),
         "key_sha256" => api::key_sha256(text(input, "secret")).map(Value::String),
+        "check_idempotency_header" => {
+            api::check_idempotency_header(text(input, "raw")).map(|()| Value::Null)
+        }
+        "http_request_sha256" => Ok(Value::String(api::http_request_sha256(
+            text(input, "method"),
+            text(input, "target"),
+            text(input, "body").as_bytes(),
+        ))),
+        "http_response_sha256" => api::http_response_sha256(
+            get(input, "status").as_u64().expect("status"),
+            text(input, "headers"),
+            text(input, "body").as_bytes(),
+        )
+        .map(Value::String),
         "breaker_admit" => api::breaker_admit(
             text(input, "config"),
             text(input, "snapshot"),
@@ -201,6 +215,7 @@ fn compute(op: &str, input: &[(&'static str, Value)]) -> Value {
             get(input, "now_epoch_ms").as_u64().expect("now"),
             get(input, "queued_since_epoch_ms").as_u64().expect("since"),
             get(input, "tokens").as_u64().expect("tokens"),
+            opt_text(input, "tenant"),
         )
         .map(parsed),
         "admission_release" => api::admission_release(

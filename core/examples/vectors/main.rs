@@ -52,12 +52,14 @@ mod policy;
 mod preset;
 mod price;
 mod provider;
+mod receiver;
 mod repair;
 mod request;
 mod retry_after;
 mod schedule;
 mod stream;
 mod tables;
+mod tenant_share;
 mod usage;
 mod verify;
 
@@ -94,6 +96,8 @@ const FAMILIES: &[fn() -> Family] = &[
     repair::family,
     composition::family,
     key_pool::family,
+    receiver::family,
+    tenant_share::family,
     preset::family,
     lowering::family,
 ];
@@ -146,9 +150,12 @@ fn readme(families: &[Family], sizes: &[usize]) -> String {
          | `machine` | `policy`, `options` (a start's or resume's options), optional `journal` (events to resume from), `events` (what the host answered, in order): the effects drawn, the terminal, the receipt and bundle digests, or the refused event's error (docs/COMPOSITION.md) |\n\
          | `fleet_session` | `policy`, `store`, `script`: a session under a fleet section against an in-memory store (docs/FLEET.md) |\n\
          | `key_pool_select` | `config` (a key pool), optional `snapshot` (a `retryledger.key_pool.v1`; a fresh pool when absent), `now_epoch_ms`, optional `affinity` (the session's key digest): `{\"selection\", \"snapshot\"}` (docs/FLEET.md) |\n\
+         | `check_idempotency_header` | `raw` (an `Idempotency-Key` header value): `null`, or `idempotency_key_invalid` (docs/RECEIVER.md) |\n\
+         | `http_request_sha256` | `method`, `target`, `body` (its UTF-8 bytes): the digest of `retryledger.http_request.v1` (docs/RECEIVER.md) |\n\
+         | `http_response_sha256` | `status`, `headers` (JSON text of `[name, value]` pairs), `body`: the digest of `retryledger.http_response.v1` (docs/RECEIVER.md) |\n\
          | `key_pool_record` | `config`, optional `snapshot`, `key_sha256`, `outcome`, optional `status` (HTTP), `now_epoch_ms`: the next snapshot (docs/FLEET.md) |\n\
          | `key_sha256` | `secret`: a pool key's identity |\n\
-         | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`: one admission under admission limits (docs/FLEET.md) |\n\
+         | `admission_admit` | `config`, `snapshot`, `now_epoch_ms`, `queued_since_epoch_ms`, `tokens`, optional `tenant` (under tenant shares): one admission under admission limits (docs/FLEET.md) |\n\
          | `admission_release` | `config`, `snapshot`, `now_epoch_ms`, `reserved`, optional `used`: an admitted attempt's release |\n\
          | `admission_observe` | `config`, `snapshot`, `headers` (JSON text of `[name, value]` pairs), `now_epoch_ms`: a response's rate-limit headers applied to the snapshot |\n\
          | `priced_session` | `policy`, `schedule`, `script`: a session pricing reported usage and recording request body digests (docs/PRICES.md) |\n\

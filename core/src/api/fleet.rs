@@ -135,6 +135,14 @@ impl Encode for LimitAnswerDoc {
             A::Wait { until_epoch_ms } => {
                 w.str("kind", "wait").u64("until_epoch_ms", until_epoch_ms)
             }
+            A::OverShare { until_epoch_ms } => w
+                .str("kind", "wait")
+                .str("reason", "tenant_over_share")
+                .u64("until_epoch_ms", until_epoch_ms),
+            A::RefusedOverShare { earliest_epoch_ms } => w
+                .u64("earliest_epoch_ms", earliest_epoch_ms)
+                .str("kind", "refused")
+                .str("reason", "tenant_over_share"),
         }
         .end();
     }
@@ -169,16 +177,37 @@ fn admission_inputs(
 /// the attempt first asked and the tokens it reserves in; `{"answer",
 /// "snapshot"}` out (`admitted` with its start, `wait` until when, or
 /// `refused` with the earliest start if any; the next snapshot).
+///
+/// Under tenant shares (`tenant_weights`) the call names its `tenant` (one
+/// the limits list; otherwise, and for a tenant without shares,
+/// `invalid_value` at `/tenant`); an answer for a tenant over its share
+/// carries `"reason": "tenant_over_share"` (a `wait`, or a `refused`).
 pub fn admission_admit(
     config_json: &str,
     snapshot_json: &str,
     now_epoch_ms: u64,
     queued_since_epoch_ms: u64,
     tokens: u64,
+    tenant: Option<&str>,
 ) -> Result<String> {
     let (cfg, snap) = admission_inputs(config_json, snapshot_json)?;
-    let (a, next) =
-        crate::admission::admit(&cfg, &snap, now_epoch_ms, queued_since_epoch_ms, tokens);
+    let view = crate::fleet::FleetView {
+        tenant: tenant
+            .map(|t| {
+                crate::ids::Identifier::parse(t).map_err(|(code, m)| Error::at(code, "/tenant", m))
+            })
+            .transpose()?,
+        ..crate::fleet::FleetView::default()
+    };
+    let tenant = crate::fleet::tenant_in(&cfg, &view)?;
+    let (a, next) = crate::admission::admit_as(
+        &cfg,
+        &snap,
+        now_epoch_ms,
+        queued_since_epoch_ms,
+        tokens,
+        tenant.as_ref(),
+    );
     Ok(out(&AdmissionStep(a, next)))
 }
 

@@ -11,6 +11,7 @@ mod fleet;
 mod journal;
 mod machine;
 mod policy;
+mod receiver;
 mod requests;
 pub use fleet::{
     admission_admit, admission_observe, admission_release, breaker_admit, breaker_record,
@@ -29,9 +30,10 @@ pub use policy::{
     next_repair, plan_next, plan_next_compiled, price_cost, seal_compiled, validate_policy, verify,
     verify_repair_chain,
 };
+pub use receiver::{check_idempotency_header, http_request_sha256, http_response_sha256};
 pub use requests::{
     canonical_request, classify_http, idempotency_key_sha256, judge, lift_request, lower_request,
-    parse_retry_after, request_sha256, route_capabilities,
+    lower_routes, parse_retry_after, request_sha256, route_capabilities,
 };
 
 /// A document's or answer's canonical JSON (RFC 8785).

@@ -91,3 +91,14 @@ pub fn route_capabilities(request_json: &str, spec_json: &str) -> Result<String>
     let report = crate::lower::route_report(&request, &spec.routes, spec.provider_bound_parts)?;
     Ok(crate::canonical::to_jcs(&report))
 }
+
+/// `lower_routes`: for a logical request and a policy spec, the request
+/// lowered for each route that can serve it, in the spec's order:
+/// `{"routes": [{"route_id", "lowered"}]}`, `lowered` as [`lower_request`]
+/// answers ([`crate::lower::lowered_routes`]).
+pub fn lower_routes(request_json: &str, spec_json: &str) -> Result<String> {
+    let request = crate::request::parse_request(request_json)?;
+    let spec = from_str::<crate::builder::PolicySpec>(spec_json)?;
+    let routes = crate::lower::lowered_routes(&request, &spec.routes, spec.provider_bound_parts)?;
+    Ok(crate::canonical::to_jcs(&routes))
+}

@@ -5,9 +5,11 @@ use crate::admission::{self, AdmissionConfig, AdmissionSnapshot, LimitAnswer};
 use crate::breaker::{BreakerConfig, BreakerSnapshot};
 use crate::budget::{self, RetryBudgetConfig, RetryBudgetSnapshot};
 use crate::error::{Error, ErrorCode, Result};
-use crate::ids::Sha256Hex;
+use crate::ids::{Identifier, Sha256Hex};
 
-use super::{Admission, BudgetRef, BudgetUse, FleetSnapshots, FleetView, FleetWrites, LimitsRef};
+use super::{
+    Admission, BudgetRef, BudgetUse, FleetSnapshots, FleetView, FleetWrites, LimitsRef, Refusal,
+};
 
 /// The breaker snapshot of a release in a view, or a fresh one; checked.
 pub(crate) fn breaker_in(
@@ -59,6 +61,30 @@ pub(crate) fn reserved_tokens(cfg: &AdmissionConfig, view: &FleetView) -> Result
     }
 }
 
+/// The tenant a view names: present exactly when the limits have tenant
+/// shares, and one they list.
+pub(crate) fn tenant_in(cfg: &AdmissionConfig, view: &FleetView) -> Result<Option<Identifier>> {
+    match (&cfg.tenant_weights, &view.tenant) {
+        (Some(w), Some(t)) if w.weight(t).is_some() => Ok(Some(t.clone())),
+        (Some(_), Some(t)) => Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/tenant",
+            format!("tenant `{t}` is not in the admission limits' tenant_weights"),
+        )),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/tenant",
+            "the admission limits have tenant shares: the view names the call's tenant",
+        )),
+        (None, Some(_)) => Err(Error::at(
+            ErrorCode::InvalidValue,
+            "/tenant",
+            "a tenant named without tenant_weights in the admission limits",
+        )),
+    }
+}
+
 /// When an admission under limits is asked: the run clock and wall clock
 /// now, when the planned attempt first asked (wall clock), and the deadline
 /// (run clock).
@@ -92,20 +118,23 @@ pub(crate) fn limits_step(
     s: &AdmissionSnapshot,
     digest: Sha256Hex,
     tokens: Option<u64>,
+    tenant: Option<&Identifier>,
     clock: &LimitsClock,
 ) -> LimitsStep {
     let now = clock.now_epoch_ms;
     let since = clock.since_epoch_ms;
-    let (answer, next) = admission::admit(cfg, s, now, since, tokens.unwrap_or(0));
+    let (answer, next) = admission::admit_as(cfg, s, now, since, tokens.unwrap_or(0), tenant);
     // The run-clock time of a wall-clock instant, and whether it leaves room
     // before the deadline.
     let run_at = |t: u64| clock.at_ms.saturating_add(t.saturating_sub(now));
     let room = |t: u64| run_at(t) < clock.deadline_ms;
-    let refused = |start: Option<u64>| {
+    let refused = |start: Option<u64>, refusal: Option<Refusal>| {
         LimitsStep::Stop(LimitsRef {
             queue_wait_ms: now.saturating_sub(since),
+            refusal,
             snapshot_sha256: digest.clone(),
             start_epoch_ms: start,
+            tenant: tenant.cloned(),
             tokens,
         })
     };
@@ -113,20 +142,28 @@ pub(crate) fn limits_step(
         LimitAnswer::Admitted { start_epoch_ms } if room(start_epoch_ms) => LimitsStep::Admitted {
             limits: LimitsRef {
                 queue_wait_ms: start_epoch_ms.max(now).saturating_sub(since),
+                refusal: None,
                 snapshot_sha256: digest.clone(),
                 start_epoch_ms: Some(start_epoch_ms),
+                tenant: tenant.cloned(),
                 tokens,
             },
             write: next,
             start_at_ms: run_at(start_epoch_ms),
         },
-        LimitAnswer::Wait { until_epoch_ms } if room(until_epoch_ms) => {
+        LimitAnswer::Wait { until_epoch_ms } | LimitAnswer::OverShare { until_epoch_ms }
+            if room(until_epoch_ms) =>
+        {
             LimitsStep::Wait(until_epoch_ms)
         }
         LimitAnswer::Admitted { start_epoch_ms: t } | LimitAnswer::Wait { until_epoch_ms: t } => {
-            refused(Some(t))
+            refused(Some(t), None)
         }
-        LimitAnswer::Refused { earliest_epoch_ms } => refused(earliest_epoch_ms),
+        LimitAnswer::OverShare { until_epoch_ms: t }
+        | LimitAnswer::RefusedOverShare {
+            earliest_epoch_ms: t,
+        } => refused(Some(t), Some(Refusal::TenantOverShare)),
+        LimitAnswer::Refused { earliest_epoch_ms } => refused(earliest_epoch_ms, None),
     }
 }
 

@@ -29,7 +29,7 @@ mod admit;
 mod verify;
 
 pub(crate) use admit::{
-    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens,
+    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, tenant_in,
     Generations, LimitsClock, LimitsStep,
 };
 pub use verify::verify_admissions;
@@ -136,24 +136,42 @@ object!(BudgetRef {
     snapshot_sha256: doc,
 });
 
+/// Why admission limits refused, when it is more than the queue bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The tenant is over its share while others want the capacity
+    /// ([`crate::tenant_share`]; the code [`ErrorCode::TenantOverShare`]).
+    TenantOverShare,
+}
+
+names!(Refusal {
+    TenantOverShare => "tenant_over_share",
+});
+
 /// The admission limits an attempt was admitted under (or a stop refused
 /// by). Fields in canonical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitsRef {
     /// From the first ask to the admitted start (a stop: to the refusal), ms.
     pub queue_wait_ms: u64,
+    /// A stop's reason beyond the queue bound (`tenant_over_share`).
+    pub refusal: Option<Refusal>,
     /// Digest of the admission snapshot read.
     pub snapshot_sha256: Sha256Hex,
     /// The admitted start (a stop: the earliest, none when never), Unix ms.
     pub start_epoch_ms: Option<u64>,
+    /// The call's tenant, under tenant shares.
+    pub tenant: Option<Identifier>,
     /// Tokens reserved (with a token bucket).
     pub tokens: Option<u64>,
 }
 
 object!(LimitsRef {
     queue_wait_ms: u64,
+    refusal: opt_doc,
     snapshot_sha256: doc,
     start_epoch_ms: opt_u64,
+    tenant: opt_doc,
     tokens: opt_u64,
 });
 
@@ -394,6 +412,8 @@ pub struct FleetView {
     pub reserve_tokens: Option<u64>,
     /// The store could not be read.
     pub store_unavailable: bool,
+    /// The call's tenant, under tenant shares.
+    pub tenant: Option<Identifier>,
 }
 
 /// `{release: snapshot, …}`: each snapshot under the key it was read with.
@@ -438,6 +458,7 @@ impl Decode for FleetView {
         let budget = f.opt("budget");
         let reserve_tokens = f.opt("reserve_tokens");
         let store_unavailable: Option<bool> = f.opt("store_unavailable");
+        let tenant = f.opt("tenant");
         f.end()?;
         Ok(Self {
             admission: admission.unwrap_or_default(),
@@ -445,6 +466,7 @@ impl Decode for FleetView {
             budget,
             reserve_tokens,
             store_unavailable: store_unavailable.unwrap_or(false),
+            tenant,
         })
     }
 }

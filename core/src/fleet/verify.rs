@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ids::Sha256Hex;
 use crate::policy::CompiledPolicy;
 
-use super::{BudgetUse, FleetSnapshots, FleetStop, LimitsRef, Skip, StopReason};
+use super::{BudgetUse, FleetSnapshots, FleetStop, LimitsRef, Refusal, Skip, StopReason};
 
 fn drift(i: Option<usize>, path: String, msg: String) -> Error {
     let mut e = Error::at(ErrorCode::AdmissionDrift, path, msg);
@@ -72,27 +72,50 @@ fn check_limits(
             "an admission records its tokens exactly when the limits have a token bucket".into(),
         ));
     }
+    if cfg.tenant_weights.is_some() != limits.tenant.is_some()
+        || limits.tenant.as_ref().is_some_and(|t| {
+            cfg.tenant_weights
+                .as_ref()
+                .is_some_and(|w| w.weight(t).is_none())
+        })
+    {
+        return Err(drift(
+            i,
+            format!("{at}/tenant"),
+            "an admission records a listed tenant exactly when the limits have tenant shares"
+                .into(),
+        ));
+    }
     let tokens = limits.tokens.unwrap_or(0);
+    let tenant = limits.tenant.as_ref();
+    let over = Some(Refusal::TenantOverShare);
     let fits = match stop {
         None => {
             let start = limits.start_epoch_ms.unwrap_or(0);
             let since = start.saturating_sub(limits.queue_wait_ms);
-            admission::admit(cfg, s, now, since, tokens).0
+            admission::admit_as(cfg, s, now, since, tokens, tenant).0
                 == LimitAnswer::Admitted {
                     start_epoch_ms: start,
                 }
                 && since <= now
+                && limits.refusal.is_none()
         }
         Some((at_ms, deadline_ms)) => {
             let since = now.saturating_sub(limits.queue_wait_ms);
             let room = |t: u64| at_ms.saturating_add(t.saturating_sub(now)) < deadline_ms;
-            match admission::admit(cfg, s, now, since, tokens).0 {
+            match admission::admit_as(cfg, s, now, since, tokens, tenant).0 {
                 LimitAnswer::Admitted { start_epoch_ms: t }
                 | LimitAnswer::Wait { until_epoch_ms: t } => {
-                    !room(t) && limits.start_epoch_ms == Some(t)
+                    !room(t) && limits.start_epoch_ms == Some(t) && limits.refusal.is_none()
                 }
+                LimitAnswer::OverShare { until_epoch_ms: t } => {
+                    !room(t) && limits.start_epoch_ms == Some(t) && limits.refusal == over
+                }
+                LimitAnswer::RefusedOverShare {
+                    earliest_epoch_ms: t,
+                } => limits.start_epoch_ms == Some(t) && limits.refusal == over,
                 LimitAnswer::Refused { earliest_epoch_ms } => {
-                    limits.start_epoch_ms == earliest_epoch_ms
+                    limits.start_epoch_ms == earliest_epoch_ms && limits.refusal.is_none()
                 }
             }
         }

@@ -26,17 +26,18 @@
 //! Replay (`replay`) checks each round with the same rules: a second
 //! commit, a hedge before its threshold, after a result or beyond a bound,
 //! a loss mark that does not fit, a cancelled loser charged otherwise, each
-//! has its own code. [`HedgeSession`] is the live state machine a host
-//! drives: it answers "dispatch", "await (and hedge at T unless a result
-//! arrives first)", "cancel these" or the terminal, and resolves each round
-//! by the replay's own rules.
+//! has its own code. A live hedged run is a layer of the run machine
+//! ([`crate::machine`]): it answers "dispatch", "await (and hedge at T
+//! unless a result arrives first)", "cancel these" or the terminal, and
+//! resolves each round by the replay's own rules. [`HedgeSession`], which
+//! the hedge drivers hold, is a handle on that layer. This module keeps the
+//! section, the marks and summaries the documents carry, and the rules.
 
 mod round;
-mod session;
 
 #[cfg(feature = "lab")]
-pub use session::script;
-pub use session::{HedgeAdmitted, HedgeObserved, HedgeSession, HedgeStep};
+pub use crate::machine::hedge_script as script;
+pub use crate::machine::{HedgeAdmitted, HedgeObserved, HedgeSession, HedgeStep};
 
 pub(crate) use round::{plan_hedge, replay, resolve_round};
 

@@ -2,10 +2,10 @@
 //! of a fenced owner that never changes a decision.
 
 use super::event::JournalEvent;
-use super::replay::verify;
 use crate::canonical::{Encode, ObjectWriter, Sink};
 use crate::decode::names;
 use crate::error::{Error, ErrorCode, Result};
+use crate::machine::replay::verify;
 use crate::policy::CompiledPolicy;
 
 /// What an event offered for a journal is.

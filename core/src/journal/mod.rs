@@ -16,8 +16,10 @@
 //! event before it) and `prev_sha256`, the digest of the event before it
 //! ([`GENESIS_SHA256`] for seq 0): a hash chain.
 //!
-//! [`verify`] replays the events through the same run state machine as
-//! [`crate::evaluate()`] and refuses anything else with a coded error.
+//! The journal is the run machine's log: [`verify`] replays the events
+//! through the machine's replay ([`crate::machine::replay::Log`], over the
+//! same run as [`crate::evaluate()`]) and refuses anything else with a coded
+//! error.
 //! [`recover`] answers what a new owner does with a verified prefix:
 //! `resume` (append the next event; a `reserved` attempt was never sent),
 //! `reconcile` (an attempt was dispatched without an observation: ask the
@@ -32,26 +34,25 @@
 //! Everything here is pure: a store only holds the events.
 //!
 //! The module is split by concern: `event` (the documents, their encoding
-//! and decoding), `replay` ([`Replayed`] and [`verify`]), `recover`
-//! (reconciliation and [`recover`]), `writer` ([`Entry`], [`append`] and
-//! [`Writer`]) and `classify` ([`classify_append`]).
+//! and decoding), `recover` (reconciliation and [`recover`]), `writer`
+//! ([`Entry`], [`append`] and [`Writer`]) and `classify`
+//! ([`classify_append`]). The replay itself is the machine's
+//! ([`crate::machine::replay`]).
 
 use crate::limits::MAX_ATTEMPTS;
 
 mod classify;
 mod event;
-pub(crate) mod hedged;
 mod recover;
-mod replay;
 mod writer;
 
+pub use crate::machine::replay::{verify, Verified};
 pub use classify::{classify_append, Classified, EvidenceReason, Offer};
 pub use event::{Ending, EventKind, Journal, JournalEvent, JournalEventSchema, Payload, Sent};
 pub use recover::{
     poll_delay, recover, Answer, AnswerKind, Pending, Reconciliation, ReconciliationSchema,
     Recovery,
 };
-pub use replay::{verify, Replayed, Verified};
 pub use writer::{append, Entry, Writer};
 
 /// The `prev_sha256` of the event at seq 0.

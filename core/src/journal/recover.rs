@@ -3,7 +3,6 @@
 //! report the run done.
 
 use super::event::{EventKind, JournalEvent};
-use super::replay::{verify, Expect, Replayed};
 use super::{GENESIS_SHA256, MAX_POLLS};
 use crate::attempt::{Attempt, Reconciled};
 use crate::canonical::{Encode, ObjectWriter, Sink};
@@ -11,6 +10,7 @@ use crate::decode::{names, object};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Terminal};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
+use crate::machine::replay::{verify, Expect, Log};
 use crate::policy::CompiledPolicy;
 
 schema_marker!(
@@ -219,7 +219,7 @@ pub fn recover(
 /// [`recover`] from the replay of a verified journal.
 pub(super) fn recovered(
     cp: &CompiledPolicy,
-    r: &Replayed,
+    r: &Log,
     reconciliation: Option<&Reconciliation>,
 ) -> Result<Recovery> {
     let in_round = match &r.tip.expect {

@@ -7,7 +7,6 @@ use serde_json::Value;
 
 use super::event::{kind_of, need, non_empty, Ending, EventKind, JournalEvent, Payload, Raw, Sent};
 use super::recover::{recovered, Reconciliation, Recovery};
-use super::replay::{at_event, plan_drift, verify, Expect, Replayed};
 use crate::attempt::Attempt;
 use crate::canonical::digest_of;
 use crate::decode::{At, Decode};
@@ -15,6 +14,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch};
 use crate::fleet::{Admission, FleetStop};
 use crate::ids::{Identifier, Sha256Hex};
+use crate::machine::replay::{at_event, plan_drift, verify, Expect, Log};
 use crate::policy::CompiledPolicy;
 use crate::session::Session;
 
@@ -122,7 +122,7 @@ pub fn append(
 /// `/entry`, or `/entries/<k>` for the entry at `k` of a batch.
 fn built(
     cp: &CompiledPolicy,
-    r: &mut Replayed,
+    r: &mut Log,
     lease_generation: u64,
     entry: &Entry,
     batch: Option<usize>,
@@ -143,7 +143,7 @@ fn built(
 
 fn build(
     cp: &CompiledPolicy,
-    r: &mut Replayed,
+    r: &mut Log,
     i: usize,
     lease_generation: u64,
     entry: &Entry,
@@ -289,7 +289,7 @@ fn build(
 #[derive(Debug, Clone)]
 pub struct Writer {
     cp: Arc<CompiledPolicy>,
-    replayed: Replayed,
+    replayed: Log,
     lease_generation: u64,
 }
 
@@ -380,7 +380,7 @@ impl Writer {
     }
 
     /// The replay of the journal written so far.
-    pub fn replayed(&self) -> &Replayed {
+    pub fn replayed(&self) -> &Log {
         &self.replayed
     }
 

@@ -255,6 +255,7 @@ fn fleet_drive(
                 budget: budget.clone(),
                 reserve_tokens: None,
                 store_unavailable: step.get("store_down").is_some(),
+                tenant: None,
             };
             let admitted = session.admit(at_ms, at, &view)?;
             for b in &admitted.writes.breakers {
@@ -387,6 +388,13 @@ pub fn admission_session(
                 budget: None,
                 reserve_tokens: step.get("reserve_tokens").and_then(Value::as_u64),
                 store_unavailable: false,
+                tenant: match step.get("tenant").and_then(Value::as_str) {
+                    Some(t) => Some(
+                        crate::ids::Identifier::parse(t)
+                            .map_err(|(code, m)| crate::error::Error::at(code, "/tenant", m))?,
+                    ),
+                    None => None,
+                },
             };
             let admitted = session.admit(now, at, &view)?;
             for s in &admitted.writes.admission {

@@ -618,6 +618,43 @@ pub fn capable_routes(
         .collect())
 }
 
+/// The request lowered for every route of a spec that can serve it, in the
+/// spec's order, as JSON: `{"routes": [{"route_id", "lowered"}]}` (what each
+/// route's attempts send, `lowered` as [`Lowered::to_json`]). A route that
+/// cannot serve it is left out, as `build_policy` leaves it out, and
+/// `no_capable_route` when none can; a capable route whose release has no
+/// lowering settings is `missing_field` at `/routes/<i>/release/lowering`
+/// (a host that sends the lowered request needs every route's wire).
+pub fn lowered_routes(
+    request: &Request,
+    routes: &[crate::builder::RouteSpec],
+    bound: Option<BoundParts>,
+) -> Result<Value> {
+    let why = exclusions(request, routes, bound)?;
+    if !routes.is_empty() && why.iter().all(Option::is_some) {
+        capable_routes(request, routes.to_vec(), bound)?;
+    }
+    let mut out = Vec::new();
+    for (i, (r, e)) in routes.iter().zip(why).enumerate() {
+        if e.is_some() {
+            continue;
+        }
+        if r.release.lowering.is_none() {
+            return Err(Error::at(
+                ErrorCode::MissingField,
+                format!("/routes/{i}/release/lowering"),
+                format!(
+                    "route `{}` has no lowering settings: give its release `lowering` (its wire and what it takes) to send it the lowered request",
+                    r.route_id
+                ),
+            ));
+        }
+        let lowered = lower(request, &r.release, bound.unwrap_or_default())?;
+        out.push(json!({"route_id": r.route_id.as_str(), "lowered": lowered.to_json()}));
+    }
+    Ok(json!({ "routes": out }))
+}
+
 /// The capability answer for every route of a spec, as JSON:
 /// `{"routes": [{"route_id", "capable", "code"?, "path"?}]}`.
 pub fn route_report(

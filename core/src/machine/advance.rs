@@ -248,6 +248,10 @@ impl Machine {
         if let Some(b) = &obs.request_body_sha256 {
             self.session.set_request_body_sha256(b.clone());
         }
+        if let Some(m) = &obs.model {
+            self.session
+                .set_model(m.requested.clone(), m.served.clone());
+        }
         self.session.observe_stream(
             started_at_ms,
             obs.completed_at_ms,

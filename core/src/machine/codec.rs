@@ -192,6 +192,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
     let facts = f.opt("facts");
     let job_id = f.opt("job_id");
     let job_status = f.opt("job_status");
+    let model = f.opt("model");
     let ordinal = f.opt("ordinal");
     let reconciled = f.opt("reconciled");
     let request_body_sha256 = f.opt("request_body_sha256");
@@ -209,6 +210,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
         facts,
         job_id,
         job_status,
+        model,
         reconciled,
         request_body_sha256,
         usage,
@@ -238,6 +240,7 @@ impl Observation {
         if tagged {
             o.str("kind", "observed");
         }
+        o.opt_doc("model", self.model.as_ref());
         o.opt_u64("ordinal", self.ordinal);
         o.opt_doc("reconciled", self.reconciled.as_ref());
         o.opt_doc("request_body_sha256", self.request_body_sha256.as_ref())

@@ -2,10 +2,13 @@
 //!
 //! A hedged run is a sequence of rounds (see [`crate::hedge`]): the lead
 //! the ordinary plan gives, then, while no result of the round has arrived,
-//! hedge k at `lead start + k * delay_ms`. The decisions are the
-//! [`HedgeSession`]'s (when to hedge, on which route, which result decides,
-//! which attempts lose and what they cost), so a run driven through the
-//! machine reaches the receipt the hedge drivers reach on the same events.
+//! hedge k at `lead start + k * delay_ms`. The layer holds the open round
+//! and the run of the rounds resolved (`rounds`); its transitions (when to
+//! hedge, on which route, which result decides, which attempts lose and
+//! what they cost) follow the hedge rules of [`crate::hedge`]. The hedge
+//! drivers' [`HedgeSession`] is a handle on this same layer, moved by the
+//! same transitions, so a run driven through the machine reaches the
+//! receipt the hedge drivers reach on the same events.
 //!
 //! The protocol, beyond the plain machine's:
 //!
@@ -40,34 +43,51 @@
 
 use std::sync::Arc;
 
+mod admit;
+mod host;
 mod journal;
+mod rounds;
 mod store;
+#[cfg(all(test, feature = "lab"))]
+#[allow(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    reason = "a test: a missing value is a failure"
+)]
+mod tests;
+
+pub use admit::HedgeAdmitted;
+#[cfg(feature = "lab")]
+pub use host::script;
+pub use host::{HedgeObserved, HedgeSession};
+pub use rounds::HedgeStep;
 
 use super::fleet;
+use super::replay::round::{position, Position};
 use super::{Effect, Event, Machine, Observation, Options};
-use crate::attempt::Attempt;
+use crate::attempt::{Attempt, Attempts};
 use crate::error::{Error, ErrorCode, Result};
-use crate::evaluate::Dispatch;
-use crate::hedge::{HedgeSession, HedgeStep};
-use crate::journal::hedged::{position, Position};
+use crate::evaluate::{Dispatch, Run};
+use crate::fleet::{Admission, FleetSnapshots, Generations};
+use crate::hedge::HedgeSummary;
 use crate::journal::{Answer, AnswerKind, Entry, Pending, Reconciliation, Writer};
 use crate::observe::{Facts, Judgement};
 use crate::policy::CompiledPolicy;
-use crate::receipt::Bundle;
 
 /// Where the hedge layer is.
 #[derive(Debug, Clone)]
 enum Stage {
-    /// Look at the session's next step.
+    /// Look at the round's next step.
     Plan,
     /// Waiting for the read of an admission.
     Reading { reads: fleet::Reads, conflicts: u64 },
-    /// Waiting for the admission's writes; `before` is the session as it
+    /// Waiting for the admission's writes; `before` is the layer as it
     /// was before the admission, decided again after a conflict.
     Writing {
         conflicts: u64,
         count: u64,
-        before: Box<HedgeSession>,
+        before: Box<Layer>,
     },
     /// Waiting for the read of member `ordinal`'s breaker, to record its
     /// outcome there.
@@ -124,7 +144,7 @@ enum Stage {
 /// What follows a durable append.
 #[derive(Debug, Clone)]
 enum After {
-    /// Look at the session's next step.
+    /// Look at the round's next step.
     Plan,
     /// Send this member (its `reserved` + `dispatched` are durable).
     Send(Box<Dispatch>),
@@ -132,14 +152,28 @@ enum After {
     Done,
 }
 
-/// A hedged run's state inside the machine.
+/// A hedged run's state inside the machine: the rounds (what the hedge
+/// rules decided so far, `rounds`) and where the layer is in its protocol.
 #[derive(Debug, Clone)]
 pub(super) struct Layer {
-    session: HedgeSession,
+    policy: Arc<CompiledPolicy>,
+    /// The attempts of every resolved round.
+    attempts: Attempts,
+    /// The run of every resolved round.
+    run: Run,
+    summary: HedgeSummary,
+    /// The round in flight.
+    round: Option<rounds::Round>,
+    /// An admission of the next dispatch (lead or hedge), until it starts.
+    admitted: Option<(u64, Admission)>,
+    /// The next lead as admitted (moved on by routes a breaker skipped).
+    lead: Option<Dispatch>,
+    /// When the next lead first asked the admission limits (wall clock).
+    queued_since: Option<u64>,
+    snapshots: FleetSnapshots,
+    /// The generation of every budget snapshot read.
+    seen: Generations,
     stage: Stage,
-    /// The ordinal of the offered dispatch (lead or hedge) the fleet has
-    /// admitted, until it is sent.
-    admitted: Option<u64>,
     judgement: Option<Judgement>,
     /// The ordinal of the last attempt observed (its judgement is `judgement`).
     observed: Option<u64>,
@@ -176,18 +210,10 @@ impl Layer {
                 "a hedged run priced by usage is not yet a layer of the run machine",
             ));
         }
-        let mut layer = Self {
-            session: HedgeSession::start(Arc::clone(cp))?,
-            stage: Stage::Plan,
-            admitted: None,
-            judgement: None,
-            observed: None,
-            in_doubt: Vec::new(),
-            planned_nb: None,
-            settle: (Vec::new(), None),
-            reserved: false,
-            max_polls: options.max_polls.unwrap_or(super::DEFAULT_MAX_POLLS),
-        };
+        let mut layer = Self::new(
+            Arc::clone(cp),
+            options.max_polls.unwrap_or(super::DEFAULT_MAX_POLLS),
+        )?;
         let Some(writer) = journal else {
             return Ok(Some(Box::new(layer)));
         };
@@ -202,13 +228,13 @@ impl Layer {
             }
             Position::Round(round) => {
                 layer.in_doubt = round.in_flight().map(|m| m.plan.ordinal).collect();
-                layer.session = HedgeSession::resumed(Arc::clone(cp), run, attempts, Some(round))?;
+                layer.resume_from(run, attempts, Some(round));
                 return Ok(Some(Box::new(layer)));
             }
             Position::Done => Stage::Done,
         };
         if replayed.next_seq() > 0 {
-            layer.session = HedgeSession::resumed(Arc::clone(cp), run, attempts, None)?;
+            layer.resume_from(run, attempts, None);
         }
         Ok(Some(Box::new(layer)))
     }
@@ -217,19 +243,18 @@ impl Layer {
         self.judgement.as_ref()
     }
 
+    /// The lead planned next, when the run waits for one (no round in flight).
+    pub(super) fn planned(&self) -> Option<Dispatch> {
+        match self.next() {
+            HedgeStep::Dispatch(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// The last attempt observed, as recorded, and its judgement.
     pub(super) fn observed(&self) -> Option<(&Attempt, &Judgement)> {
-        let attempt = self.session.attempt(self.observed?)?;
+        let attempt = self.attempt(self.observed?)?;
         Some((attempt, self.judgement.as_ref()?))
-    }
-
-    pub(super) fn seal(&self) -> Result<Bundle> {
-        self.session.seal()
-    }
-
-    /// The hedge session the layer drives.
-    pub(super) fn session(&self) -> &HedgeSession {
-        &self.session
     }
 }
 
@@ -267,9 +292,9 @@ impl Machine {
             .ok_or_else(|| Error::new(ErrorCode::InvalidHedge, "the run is not hedged"))
     }
 
-    /// The hedge session of a hedged run.
-    pub fn hedge_session(&self) -> Option<&HedgeSession> {
-        self.hedge.as_deref().map(Layer::session)
+    /// The attempts of a hedged run's resolved rounds.
+    pub fn hedge_attempts(&self) -> Option<&Attempts> {
+        self.hedge.as_deref().map(Layer::attempts)
     }
 
     /// Whether the run is hedged (its observations name their ordinal).
@@ -332,10 +357,8 @@ impl Machine {
                         format!("the store write conflicted {conflicts} times in a row"),
                     ));
                 }
-                // Read again and decide again from the session as it was.
-                let layer = self.layer()?;
-                layer.session = *before;
-                layer.admitted = None;
+                // Read again and decide again from the layer as it was.
+                *self.layer()? = *before;
                 self.hedge_read(conflicts);
                 Ok(())
             }
@@ -409,7 +432,7 @@ impl Machine {
                 self.hedge_advance()
             }
             (Stage::Waiting { .. }, Event::Observed(obs)) => {
-                let flying = in_flight(&self.layer()?.session.next());
+                let flying = in_flight(&self.layer()?.next());
                 let ordinal = answered(&obs, &flying)?;
                 self.hedge_observe(ordinal, &obs)
             }
@@ -427,7 +450,7 @@ impl Machine {
                 }
                 self.clock(at_ms)?;
                 let layer = self.layer()?;
-                layer.session.cancelled(ordinal, at_ms)?;
+                layer.cancelled(ordinal, at_ms)?;
                 layer.settle = (Vec::new(), None);
                 layer.in_doubt.retain(|n| *n != ordinal);
                 self.hedge_settle(ordinal, 0)
@@ -531,8 +554,7 @@ impl Machine {
     fn send(&mut self, d: Dispatch) -> Result<()> {
         let now = self.now_ms;
         let layer = self.layer()?;
-        let next = layer.session.start_attempt(d.ordinal, now)?;
-        layer.admitted = None;
+        let next = layer.start_attempt(d.ordinal, now)?;
         let hedge_at_ms = due(&next);
         layer.stage = Stage::Waiting { hedge_at_ms };
         self.effect = Effect::Dispatch {
@@ -568,15 +590,19 @@ impl Machine {
                 "a hedged attempt is charged by `cost` (or its reservation) and is not streamed",
             ));
         }
+        if obs.model.is_some() {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                "/model",
+                "a hedged attempt does not record its model yet: leave `model` out",
+            ));
+        }
         let mut facts = obs.facts.clone().unwrap_or_else(Facts::returned);
         if facts.now_unix_ms == 0 {
             facts.now_unix_ms = self.epoch(obs.completed_at_ms);
         }
         let layer = self.layer()?;
-        let (judgement, _) =
-            layer
-                .session
-                .observe(ordinal, obs.completed_at_ms, obs.cost, &facts)?;
+        let (judgement, _) = layer.observe(ordinal, obs.completed_at_ms, obs.cost, &facts)?;
         layer.judgement = Some(judgement);
         layer.observed = Some(ordinal);
         layer.stage = Stage::Plan;
@@ -630,34 +656,35 @@ impl Machine {
                 };
                 Ok(())
             }
-            Stage::Done => match self.layer()?.session.next() {
+            Stage::Done => match self.layer()?.next() {
                 HedgeStep::Terminal { terminal } => {
                     self.effect = Effect::Done { terminal };
                     Ok(())
                 }
                 _ => Err(Error::new(
                     ErrorCode::RunNotTerminal,
-                    "the journal ended a run the session would continue",
+                    "the journal ended a run the hedge layer would continue",
                 )),
             },
             _ => Ok(()),
         }
     }
 
-    /// The session's next step as an effect.
+    /// The round's next step as an effect.
     fn hedge_plan(&mut self) -> Result<()> {
         let fleet = self.policy.policy.fleet.is_some();
         let journaled = self.journal.is_some();
         let now = self.now_ms;
         let layer = self.layer()?;
-        let step = layer.session.next();
+        let step = layer.next();
         // The dispatch on offer, when it is time to send it.
         let send = match &step {
             HedgeStep::Dispatch(d) if now >= d.not_before_ms => Some(d.clone()),
             HedgeStep::Await { hedge: Some(h), .. } if now >= h.not_before_ms => Some(h.clone()),
             _ => None,
         };
-        let unadmitted = |o: u64| fleet && layer.admitted != Some(o);
+        let admitted = layer.admitted.as_ref().map(|(n, _)| *n);
+        let unadmitted = |o: u64| fleet && admitted != Some(o);
         if let HedgeStep::Dispatch(d) = &step {
             // A lead is admitted before its wait, as in a plain run.
             if unadmitted(d.ordinal) {
@@ -686,7 +713,7 @@ impl Machine {
         let effect = match (step, send) {
             (step, Some(d)) if journaled => {
                 let dispatched = Entry::Dispatched {
-                    admission: layer.session.admitted_for(d.ordinal).cloned(),
+                    admission: layer.admitted_for(d.ordinal).cloned(),
                     started_at_ms: now,
                 };
                 // A lead is reserved as the core planned it (moved by any
@@ -711,7 +738,7 @@ impl Machine {
             }
             (_, Some(d)) => return self.send(d),
             (HedgeStep::Terminal { .. }, None) if journaled => {
-                let attempts = layer.session.attempts();
+                let attempts = layer.attempts();
                 let entry = Entry::Terminal {
                     cancelled_at_ms: attempts.cancelled_at_ms,
                     fleet_stop: attempts.fleet_stop.clone(),
@@ -761,15 +788,6 @@ impl Machine {
 fn due(step: &HedgeStep) -> Option<u64> {
     match step {
         HedgeStep::Await { hedge: Some(h), .. } => Some(h.not_before_ms),
-        _ => None,
-    }
-}
-
-/// The ordinal of the dispatch on offer (a lead or a hedge).
-fn offered_ordinal(step: &HedgeStep) -> Option<u64> {
-    match step {
-        HedgeStep::Dispatch(d) => Some(d.ordinal),
-        HedgeStep::Await { hedge: Some(h), .. } => Some(h.ordinal),
         _ => None,
     }
 }

@@ -69,6 +69,9 @@ use crate::receipt::Bundle;
 use crate::session::Session;
 
 pub use fleet::{Cas, Register, Row};
+#[cfg(feature = "lab")]
+pub use hedge::script as hedge_script;
+pub use hedge::{HedgeAdmitted, HedgeObserved, HedgeSession, HedgeStep};
 pub use protocol::{
     Effect, Event, JournalOptions, Observation, Options, DEFAULT_MAX_CONFLICTS, DEFAULT_MAX_POLLS,
 };
@@ -346,7 +349,7 @@ impl Machine {
     }
 
     /// The session the machine drives (attempts, decisions, snapshots
-    /// read); a hedged run's is [`Machine::hedge_session`].
+    /// read); a hedged run's attempts are [`Machine::hedge_attempts`].
     pub fn session(&self) -> &Session {
         &self.session
     }
@@ -356,10 +359,7 @@ impl Machine {
     /// or a hedged round is in flight.
     pub fn planned_dispatch(&self) -> Option<crate::evaluate::Dispatch> {
         if let Some(h) = &self.hedge {
-            return match h.session().next() {
-                crate::hedge::HedgeStep::Dispatch(d) => Some(d),
-                _ => None,
-            };
+            return h.planned();
         }
         match self.session.next() {
             crate::evaluate::Decision::Dispatch(d) => Some(d.clone()),

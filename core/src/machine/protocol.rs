@@ -137,6 +137,9 @@ pub struct Observation {
     /// answered when the host asked it by idempotency key in the same run
     /// (the attempt's outcome is the answer's: docs/JOBS.md).
     pub reconciled: Option<crate::attempt::Reconciled>,
+    /// The model the attempt asked for and the one the provider reported
+    /// (a side not learned is absent, never invented).
+    pub model: Option<crate::attempt::ModelRecord>,
     /// The SHA-256 of the request body sent (after lowering to its route).
     pub request_body_sha256: Option<Sha256Hex>,
     /// The usage the response reported, priced by the run's schedule.

@@ -22,7 +22,7 @@ use crate::policy::CompiledPolicy;
 pub struct Script {
     /// What each dispatch (a job's polls and cancel included) observes, in
     /// order: `{"after_ms", "facts"?, "deltas"?, "usage"?, "cost"?,
-    /// "used_tokens"?, "request_body_sha256"?, "job_id"?, "job_status"?}`
+    /// "used_tokens"?, "request_body_sha256"?, "model"?, "job_id"?, "job_status"?}`
     /// (in a hedged run, `after_ms` from its own start; `"late": true` on a
     /// loser waits for its result instead of cancelling it).
     pub attempts: Vec<Value>,
@@ -122,6 +122,7 @@ fn observation(step: &Value, now: u64) -> Result<Observation> {
             .and_then(Value::as_str)
             .map(str::to_owned),
         job_status: decoded(step.get("job_status"))?,
+        model: decoded(step.get("model"))?,
         reconciled: decoded(step.get("reconciled"))?,
         request_body_sha256: decoded(step.get("request_body_sha256"))?,
         usage: decoded(step.get("usage"))?,

@@ -9,9 +9,9 @@ use crate::breaker::{self, BreakerAdmission};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch};
 use crate::fleet::{
-    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, Admission,
-    BreakerRef, BudgetRef, FleetSnapshots, FleetStop, FleetView, FleetWrites, LimitsClock,
-    LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
+    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, tenant_in,
+    Admission, BreakerRef, BudgetRef, FleetSnapshots, FleetStop, FleetView, FleetWrites,
+    LimitsClock, LimitsRef, LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 
 use super::{Admitted, Pending, Session};
@@ -127,6 +127,7 @@ impl Session {
             )?;
             let digest = self.snapshots.keep_admission(&s);
             let tokens = reserved_tokens(cfg, view)?;
+            let tenant = tenant_in(cfg, view)?;
             let since = *self.queued_since.get_or_insert(now_epoch_ms);
             let clock = LimitsClock {
                 at_ms,
@@ -134,7 +135,7 @@ impl Session {
                 since_epoch_ms: since,
                 deadline_ms: plan.deadline_ms,
             };
-            match limits_step(cfg, &s, digest, tokens, &clock) {
+            match limits_step(cfg, &s, digest, tokens, tenant.as_ref(), &clock) {
                 LimitsStep::Admitted {
                     limits,
                     write,

@@ -24,7 +24,7 @@ impl Session {
 
     /// [`Session::resume_journal`] from the replay a journal's writer keeps
     /// (made under this session's policy: [`crate::journal::Writer::resume`]).
-    pub(crate) fn resume_replayed(&mut self, replayed: crate::journal::Replayed) -> Result<()> {
+    pub(crate) fn resume_replayed(&mut self, replayed: crate::machine::replay::Log) -> Result<()> {
         self.check_resumable(false)?;
         self.continue_replay(replayed);
         Ok(())
@@ -32,7 +32,7 @@ impl Session {
 
     /// [`Session::resume_replayed`] for the run machine, which admits a
     /// resumed run's next attempt under its fleet section.
-    pub(crate) fn resume_admitting(&mut self, replayed: crate::journal::Replayed) -> Result<()> {
+    pub(crate) fn resume_admitting(&mut self, replayed: crate::machine::replay::Log) -> Result<()> {
         self.check_resumable(true)?;
         let log = match &self.policy.policy.stream {
             Some(contract) => Some(crate::stream::log_of(contract.mode, &replayed)?),
@@ -82,7 +82,7 @@ impl Session {
         Ok(())
     }
 
-    fn continue_replay(&mut self, replayed: crate::journal::Replayed) {
+    fn continue_replay(&mut self, replayed: crate::machine::replay::Log) {
         let (run, attempts) = replayed.into_run();
         self.run = run;
         self.attempts = attempts;

@@ -287,7 +287,7 @@ impl EventLog {
 /// after it. An attempt whose received events the journal does not list (a
 /// journal written before the digests were journaled) cannot be resumed:
 /// `invalid_stream_contract`.
-pub(crate) fn log_of(mode: StreamMode, replayed: &crate::journal::Replayed) -> Result<EventLog> {
+pub(crate) fn log_of(mode: StreamMode, replayed: &crate::machine::replay::Log) -> Result<EventLog> {
     let digests = replayed.delta_digests();
     for (i, a) in replayed.attempts().attempts.iter().enumerate() {
         let received = a.stream.as_ref().map_or(0, |s| s.events);

@@ -1,11 +1,14 @@
 //! The fleet store's side of a hedged run: admitting the dispatch on offer
-//! (a lead or a hedge) and recording each member's outcome on its route's
-//! breaker.
+//! (a lead or a hedge), recording each member's outcome on its route's
+//! breaker and freeing its slot of the admission limits.
 
 use super::super::fleet::{self, Cas};
 use super::super::{Effect, Machine};
-use super::{offered_ordinal, Stage};
+use super::{Layer, Stage};
+use crate::admission::{self, AdmissionSnapshot};
+use crate::breaker;
 use crate::error::{Error, ErrorCode, Result};
+use crate::ids::Sha256Hex;
 
 impl Machine {
     /// Record member `ordinal`'s outcome on its route's breaker and free
@@ -13,7 +16,7 @@ impl Machine {
     /// it.
     pub(super) fn hedge_settle(&mut self, ordinal: u64, conflicts: u64) -> Result<()> {
         let fleet = self.policy.policy.fleet.clone();
-        let attempt = self.layer()?.session.attempt_of_ordinal(ordinal).cloned();
+        let attempt = self.layer()?.attempt_of_ordinal(ordinal).cloned();
         let (Some(f), Some(a)) = (fleet, attempt) else {
             return self.journal_observed(ordinal);
         };
@@ -44,7 +47,7 @@ impl Machine {
         let view = reads.view(rows, self.reserve_tokens)?;
         let now_epoch = self.epoch(self.now_ms);
         let layer = self.layer()?;
-        let Some(a) = layer.session.attempt_of_ordinal(ordinal).cloned() else {
+        let Some(a) = layer.attempt_of_ordinal(ordinal).cloned() else {
             return self.journal_observed(ordinal);
         };
         let mut writes = crate::fleet::FleetWrites::default();
@@ -52,15 +55,14 @@ impl Machine {
             let s = crate::fleet::breaker_in(cfg, &view, &a.route_release_sha256, now_epoch)?;
             writes
                 .breakers
-                .push(layer.session.breaker_after(ordinal, &s, now_epoch)?);
+                .push(layer.breaker_after(ordinal, &s, now_epoch)?);
         }
         if let Some(cfg) = &f.admission {
             if a.admission.as_ref().is_some_and(|adm| adm.limits.is_some()) {
                 let s = crate::fleet::admission_in(cfg, &view, &a.route_release_sha256, now_epoch)?;
                 let (headers, used) = &layer.settle;
-                if let Some(released) = layer
-                    .session
-                    .admission_release_of(ordinal, &s, now_epoch, *used, headers)?
+                if let Some(released) =
+                    layer.admission_release_of(ordinal, &s, now_epoch, *used, headers)?
                 {
                     writes.admission.push(released);
                 }
@@ -84,7 +86,7 @@ impl Machine {
     /// holds (a policy with admission limits), then end the run.
     pub(super) fn hedge_cancel(&mut self, at_ms: u64, conflicts: u64) -> Result<()> {
         let fleet = self.policy.policy.fleet.clone();
-        let held = self.layer()?.session.held_slot();
+        let held = self.layer()?.held_slot();
         let (Some(_), Some(release)) = (fleet, held) else {
             return self.hedge_cancelled(at_ms);
         };
@@ -108,7 +110,7 @@ impl Machine {
         let Some(f) = self.policy.policy.fleet.clone() else {
             return self.hedge_cancelled(at_ms);
         };
-        let (Some(cfg), Some(release)) = (&f.admission, self.layer()?.session.held_slot()) else {
+        let (Some(cfg), Some(release)) = (&f.admission, self.layer()?.held_slot()) else {
             return self.hedge_cancelled(at_ms);
         };
         let view = reads.view(rows, self.reserve_tokens)?;
@@ -116,9 +118,7 @@ impl Machine {
         let layer = self.layer()?;
         let s = crate::fleet::admission_in(cfg, &view, &release, now_epoch)?;
         let mut writes = crate::fleet::FleetWrites::default();
-        writes
-            .admission
-            .extend(layer.session.release_held(&s, now_epoch)?);
+        writes.admission.extend(layer.release_held(&s, now_epoch)?);
         let writes = reads.writes(&f, writes);
         if writes.is_empty() {
             return self.hedge_cancelled(at_ms);
@@ -136,7 +136,7 @@ impl Machine {
     /// End the run cancelled at `at_ms` (its slot, if any, freed).
     pub(super) fn hedge_cancelled(&mut self, at_ms: u64) -> Result<()> {
         let layer = self.layer()?;
-        layer.session.cancel(at_ms)?;
+        layer.cancel(at_ms)?;
         layer.admitted = None;
         layer.stage = Stage::Plan;
         self.hedge_advance()
@@ -175,13 +175,11 @@ impl Machine {
         let now_ms = self.now_ms;
         let now_epoch = self.epoch(now_ms);
         let layer = self.layer()?;
-        let step = layer.session.next();
-        let offered = offered_ordinal(&step);
-        let before = Box::new(layer.session.clone());
-        let admitted = layer.session.admit_layered(now_ms, now_epoch, &view)?;
+        let step = layer.next();
+        let before = Box::new(layer.clone());
+        let admitted = layer.admit_layered(now_ms, now_epoch, &view)?;
         if let Some(until) = admitted.wait_until_epoch_ms {
             // The admission limits are full: ask again then.
-            layer.admitted = None;
             layer.stage = Stage::Sleeping;
             self.effect = Effect::Sleep {
                 until_ms: until.saturating_sub(self.origin_epoch_ms),
@@ -191,9 +189,6 @@ impl Machine {
         if let crate::hedge::HedgeStep::Dispatch(d) = &step {
             layer.planned_nb = Some(d.not_before_ms);
         }
-        // Still on offer after the admission: admitted (a refused lead ends
-        // the run, a refused hedge is no longer offered).
-        layer.admitted = offered.filter(|o| offered_ordinal(&admitted.step) == Some(*o));
         let writes: Vec<Cas> = reads.writes(&cfg, admitted.writes);
         if writes.is_empty() {
             layer.stage = Stage::Plan;
@@ -207,5 +202,148 @@ impl Machine {
         };
         self.effect = Effect::Write { writes };
         Ok(())
+    }
+}
+
+impl Layer {
+    /// The next snapshot of attempt `ordinal`'s breaker after its outcome,
+    /// from the snapshot a host reads now (`now_epoch_ms`, wall clock): a
+    /// lead, a hedge and a cancelled loser each count on their route.
+    pub(super) fn breaker_after(
+        &self,
+        ordinal: u64,
+        snapshot: &crate::breaker::BreakerSnapshot,
+        now_epoch_ms: u64,
+    ) -> Result<crate::breaker::BreakerSnapshot> {
+        let cfg = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.breaker.as_ref())
+            .ok_or_else(|| {
+                Error::at(
+                    ErrorCode::AdmissionUnexpected,
+                    "/fleet/breaker",
+                    "the policy has no breaker",
+                )
+            })?;
+        let Some(a) = self.attempt_of_ordinal(ordinal) else {
+            return Err(Error::new(
+                ErrorCode::AdmissionMissing,
+                format!("attempt {ordinal} has not been observed"),
+            ));
+        };
+        snapshot.check(cfg, &a.route_release_sha256, "")?;
+        self.seen
+            .check(a.route_release_sha256.as_str(), snapshot.generation, "")?;
+        let probe = a
+            .admission
+            .as_ref()
+            .and_then(|adm| adm.breaker.as_ref())
+            .is_some_and(|b| b.probe);
+        let recorded = breaker::record(
+            cfg,
+            snapshot,
+            probe,
+            breaker::Health::of(&a.outcome),
+            now_epoch_ms,
+        );
+        let backoff = &self.policy.policy.backoff;
+        if backoff.retry_after_over_cap == Some(crate::policy::OverCap::SkipRoute) {
+            if let Some(hint) = a.outcome.retry_after_ms() {
+                if hint > backoff.retry_after_cap_ms {
+                    let until = now_epoch_ms.saturating_add(hint);
+                    return Ok(breaker::park(&recorded, until, now_epoch_ms));
+                }
+            }
+        }
+        Ok(recorded)
+    }
+}
+
+impl Layer {
+    /// The admission limits' snapshot of attempt `ordinal`'s key once it is
+    /// over (answered or cancelled): its slot freed, its reserved tokens
+    /// settled with `used_tokens`, then the rate-limit `headers` its
+    /// response carried applied. `None` when it holds no slot.
+    pub(super) fn admission_release_of(
+        &self,
+        ordinal: u64,
+        snapshot: &AdmissionSnapshot,
+        now_epoch_ms: u64,
+        used_tokens: Option<u64>,
+        headers: &[(String, String)],
+    ) -> Result<Option<AdmissionSnapshot>> {
+        let Some(cfg) = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.admission.as_ref())
+        else {
+            return Ok(None);
+        };
+        let Some(a) = self.attempt_of_ordinal(ordinal) else {
+            return Ok(None);
+        };
+        let Some(limits) = a.admission.as_ref().and_then(|adm| adm.limits.as_ref()) else {
+            return Ok(None);
+        };
+        snapshot.check(cfg, &a.route_release_sha256, "")?;
+        let released = admission::release(
+            cfg,
+            snapshot,
+            now_epoch_ms,
+            limits.tokens.unwrap_or(0),
+            used_tokens,
+        );
+        Ok(Some(if headers.is_empty() {
+            released
+        } else {
+            admission::observe(cfg, &released, headers, now_epoch_ms).0
+        }))
+    }
+
+    /// The route release whose admission-limits slot the admitted lead
+    /// holds before it is sent (a cancellation frees it).
+    pub(super) fn held_slot(&self) -> Option<Sha256Hex> {
+        let (n, adm) = self.admitted.as_ref()?;
+        adm.limits.as_ref()?;
+        self.lead
+            .as_ref()
+            .filter(|l| l.ordinal == *n)
+            .map(|l| l.route_release_sha256.clone())
+    }
+
+    /// The snapshot with the held lead's slot freed (nothing was sent).
+    pub(super) fn release_held(
+        &self,
+        snapshot: &AdmissionSnapshot,
+        now_epoch_ms: u64,
+    ) -> Result<Option<AdmissionSnapshot>> {
+        let Some(cfg) = self
+            .policy
+            .policy
+            .fleet
+            .as_ref()
+            .and_then(|f| f.admission.as_ref())
+        else {
+            return Ok(None);
+        };
+        let Some((_, adm)) = &self.admitted else {
+            return Ok(None);
+        };
+        let (Some(limits), Some(release)) = (adm.limits.as_ref(), self.held_slot()) else {
+            return Ok(None);
+        };
+        snapshot.check(cfg, &release, "")?;
+        Ok(Some(admission::release(
+            cfg,
+            snapshot,
+            now_epoch_ms,
+            limits.tokens.unwrap_or(0),
+            None,
+        )))
     }
 }

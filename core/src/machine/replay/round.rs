@@ -15,12 +15,12 @@
 //! round, once every member is observed, by the hedge replay's own rules
 //! (one decider, losers marked and charged as the policy says).
 
-use super::event::Sent;
-use super::replay::{at_event, plan_drift};
+use super::log::{at_event, plan_drift};
 use crate::attempt::{Attempt, Attempts};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Dispatch, Run};
 use crate::hedge::{decides, plan_hedge, resolve_round, HedgeMark, Loss};
+use crate::journal::Sent;
 use crate::policy::CompiledPolicy;
 
 /// One member of an open round: its plan, what was sent, what was observed.
@@ -244,8 +244,8 @@ pub(crate) enum Position<'a> {
 }
 
 /// Where the journal `r` replays stands.
-pub(crate) fn position(r: &super::Replayed) -> Result<Position<'_>> {
-    use super::replay::Expect;
+pub(crate) fn position(r: &super::Log) -> Result<Position<'_>> {
+    use super::log::Expect;
     Ok(match &r.tip.expect {
         Expect::Start => Position::Start,
         Expect::FirstDecision | Expect::Observed => Position::Decide,

@@ -1,13 +1,20 @@
-//! The replay of a journal prefix through the run state machine, and
-//! [`verify`].
+//! The machine's log replayed: a journal prefix checked event by event
+//! against the run it records ([`Log`]), and [`verify`].
+//!
+//! The journal is the run machine's log of answered effects. Replaying it
+//! rebuilds the run the machine was in (its attempts, its decisions, where
+//! its protocol stands) and refuses every event the machine would not have
+//! written, with a coded error; [`crate::machine::Machine::resume`] goes on
+//! from that state, and the machine's writer ([`crate::journal::Writer`])
+//! advances the same replay by each event it appends.
 
-use super::event::{Ending, EventKind, JournalEvent, Payload, Sent};
-use super::GENESIS_SHA256;
+use super::round::Round;
 use crate::attempt::{Attempt, Attempts};
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run, Terminal};
 use crate::ids::{Identifier, Sha256Hex};
+use crate::journal::{Ending, EventKind, JournalEvent, Payload, Sent, GENESIS_SHA256};
 use crate::policy::CompiledPolicy;
 
 /// What the replay expects next.
@@ -16,7 +23,7 @@ use crate::policy::CompiledPolicy;
     clippy::large_enum_variant,
     reason = "one per replay, replaced in place at every event"
 )]
-pub(super) enum Expect {
+pub(crate) enum Expect {
     /// Nothing yet: `created`.
     Start,
     /// After `created`: the first `decided`.
@@ -33,42 +40,42 @@ pub(super) enum Expect {
     /// After `observed`: `decided`.
     Observed,
     /// A hedged round in flight: a hedge's `reserved` or `dispatched`, or
-    /// a member's `observed` ([`super::hedged`]).
-    Round(Box<super::hedged::Round>),
+    /// a member's `observed` (`round`).
+    Round(Box<Round>),
     /// After `terminal`: nothing.
     Done,
 }
 
-/// The replay of a verified journal prefix.
+/// The machine's log replayed: the run a verified journal prefix records.
 #[derive(Debug, Clone)]
-pub struct Replayed {
-    pub(super) run: Run,
-    pub(super) attempts: Attempts,
+pub struct Log {
+    pub(crate) run: Run,
+    pub(crate) attempts: Attempts,
     /// Each attempt's delta digests, as its `observed` event lists them.
-    pub(super) deltas: Vec<Vec<Sha256Hex>>,
-    pub(super) tip: Tip,
+    pub(crate) deltas: Vec<Vec<Sha256Hex>>,
+    pub(crate) tip: Tip,
 }
 
 /// Where a replayed journal ends: what may come next, and what the next
 /// event's `seq`, chain and lease are checked against. It holds nothing
 /// that grows with the journal, so a batch of appends can put it back
-/// ([`super::Writer::append_all`]).
+/// ([`crate::journal::Writer::append_all`]).
 #[derive(Debug, Clone)]
-pub(super) struct Tip {
-    pub(super) expect: Expect,
-    pub(super) run_id: Option<Identifier>,
-    pub(super) lease_generation: u64,
+pub(crate) struct Tip {
+    pub(crate) expect: Expect,
+    pub(crate) run_id: Option<Identifier>,
+    pub(crate) lease_generation: u64,
     /// The digest of the last event ([`GENESIS_SHA256`] when empty),
     /// computed once when the event is replayed.
-    pub(super) head_sha256: String,
-    pub(super) last_kind: Option<EventKind>,
-    pub(super) len: u64,
-    pub(super) created_at_epoch_ms: Option<u64>,
-    pub(super) receipt_sha256: Option<Sha256Hex>,
+    pub(crate) head_sha256: String,
+    pub(crate) last_kind: Option<EventKind>,
+    pub(crate) len: u64,
+    pub(crate) created_at_epoch_ms: Option<u64>,
+    pub(crate) receipt_sha256: Option<Sha256Hex>,
 }
 
 /// The error of an attempt check, moved from `/attempts/<k>` to the event's attempt.
-pub(super) fn at_event(mut e: Error, i: usize, inner: &str) -> Error {
+pub(crate) fn at_event(mut e: Error, i: usize, inner: &str) -> Error {
     let path = e.path.take().unwrap_or_default();
     let rest = match path.strip_prefix("/attempts/") {
         Some(r) => r.find('/').map_or("", |k| r.get(k..).unwrap_or("")),
@@ -78,7 +85,7 @@ pub(super) fn at_event(mut e: Error, i: usize, inner: &str) -> Error {
     e
 }
 
-pub(super) fn plan_drift(i: usize, field: &str, msg: impl Into<String>) -> Error {
+pub(crate) fn plan_drift(i: usize, field: &str, msg: impl Into<String>) -> Error {
     Error::at(
         ErrorCode::JournalPlanDrift,
         format!("/events/{i}/{field}"),
@@ -86,7 +93,7 @@ pub(super) fn plan_drift(i: usize, field: &str, msg: impl Into<String>) -> Error
     )
 }
 
-impl Replayed {
+impl Log {
     /// An empty journal.
     pub fn new(cp: &CompiledPolicy) -> Self {
         Self {
@@ -144,7 +151,7 @@ impl Replayed {
 
     /// The kind of the next event to append when nothing outside the core
     /// is needed to write it, or the choices a host has.
-    pub(super) fn next_kind(&self) -> Option<EventKind> {
+    pub(crate) fn next_kind(&self) -> Option<EventKind> {
         match self.tip.expect {
             Expect::Start => Some(EventKind::Created),
             Expect::FirstDecision | Expect::Observed => Some(EventKind::Decided),
@@ -167,7 +174,7 @@ impl Replayed {
     /// changes, so on error the replay is unchanged. Its cost does not grow
     /// with the journal, except at the `terminal` event (once per run),
     /// which digests the attempts and the receipt.
-    pub(super) fn step(&mut self, cp: &CompiledPolicy, e: &JournalEvent, i: usize) -> Result<()> {
+    pub(crate) fn step(&mut self, cp: &CompiledPolicy, e: &JournalEvent, i: usize) -> Result<()> {
         let tip = &self.tip;
         if e.seq != tip.len {
             let (code, msg) = if e.seq < tip.len {
@@ -269,10 +276,7 @@ impl Replayed {
             (Expect::Reserved(planned), Payload::Dispatched(sent)) => {
                 check_sent(cp, planned, sent, i)?;
                 if cp.policy.hedge.is_some() {
-                    Expect::Round(Box::new(super::hedged::Round::open(
-                        planned.clone(),
-                        sent.clone(),
-                    )))
+                    Expect::Round(Box::new(Round::open(planned.clone(), sent.clone())))
                 } else {
                     Expect::Dispatched(planned.clone(), sent.clone())
                 }
@@ -639,8 +643,8 @@ fn check_sent(cp: &CompiledPolicy, planned: &Dispatch, s: &Sent, i: usize) -> Re
 }
 
 /// Verify a journal against a compiled policy: the replay of every event.
-pub fn verify(cp: &CompiledPolicy, events: &[JournalEvent]) -> Result<Replayed> {
-    let mut r = Replayed::new(cp);
+pub fn verify(cp: &CompiledPolicy, events: &[JournalEvent]) -> Result<Log> {
+    let mut r = Log::new(cp);
     for (i, e) in events.iter().enumerate() {
         r.step(cp, e, i)?;
     }
@@ -668,7 +672,7 @@ pub struct Verified {
     pub terminal: Option<Terminal>,
 }
 
-impl Replayed {
+impl Log {
     /// The summary of the replay.
     pub fn summary(&self) -> Verified {
         Verified {

@@ -1,20 +1,23 @@
 //! Fleet admission of a hedged run: the lead and each hedge admitted under
-//! the retry budget, limits and admission a host read from its store.
+//! the retry budget, breakers and admission limits a host read from its
+//! store.
 
 use std::sync::Arc;
 
 use crate::breaker::{self, BreakerAdmission};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::{
-    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, Admission,
-    BreakerRef, BudgetRef, FleetStop, FleetView, FleetWrites, LimitsClock, LimitsRef, LimitsStep,
-    OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
+    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, tenant_in,
+    Admission, BreakerRef, BudgetRef, FleetStop, FleetView, FleetWrites, LimitsClock, LimitsRef,
+    LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
 use crate::session::changed;
 
-use super::{HedgeAdmitted, HedgeSession, HedgeStep};
+use crate::canonical::{Encode, ObjectWriter, Sink};
 
-impl HedgeSession {
+use super::{HedgeStep, Layer};
+
+impl Layer {
     /// Admit the next dispatch (the lead, or the hedge on offer) under the
     /// fleet view a host read at `now_epoch_ms` (wall clock), `at_ms` on the
     /// run clock. A lead deposits into the retry budget when it is the first
@@ -24,8 +27,8 @@ impl HedgeSession {
     ///
     /// A policy with a breaker is refused here: its hedges are admitted and
     /// settled on their routes' breakers by the run machine's hedge layer
-    /// ([`crate::machine`]), which the hedge drivers do not drive yet.
-    pub fn admit(
+    /// through its events, which the hedge drivers do not drive yet.
+    pub(super) fn admit(
         &mut self,
         at_ms: u64,
         now_epoch_ms: u64,
@@ -49,8 +52,8 @@ impl HedgeSession {
         self.admit_layered(at_ms, now_epoch_ms, view)
     }
 
-    /// [`HedgeSession::admit`] for the run machine, breakers included.
-    pub(crate) fn admit_layered(
+    /// [`Layer::admit`] for the run machine, breakers included.
+    pub(super) fn admit_layered(
         &mut self,
         at_ms: u64,
         now_epoch_ms: u64,
@@ -193,6 +196,7 @@ impl HedgeSession {
                 )?;
                 let digest = self.snapshots.keep_admission(&s);
                 let tokens = reserved_tokens(cfg, view)?;
+                let tenant = tenant_in(cfg, view)?;
                 let since = if is_hedge {
                     now_epoch_ms
                 } else {
@@ -204,7 +208,7 @@ impl HedgeSession {
                     since_epoch_ms: since,
                     deadline_ms: plan.deadline_ms,
                 };
-                match limits_step(cfg, &s, digest, tokens, &clock) {
+                match limits_step(cfg, &s, digest, tokens, tenant.as_ref(), &clock) {
                     LimitsStep::Admitted {
                         limits,
                         write,
@@ -262,5 +266,27 @@ impl HedgeSession {
             writes,
             wait_until_epoch_ms: None,
         })
+    }
+}
+
+/// The answer of [`super::HedgeSession::admit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HedgeAdmitted {
+    /// What to do now (a refused hedge is no longer offered).
+    pub step: HedgeStep,
+    /// Snapshots to write back with compare-and-set.
+    pub writes: FleetWrites,
+    /// The admission limits are full: admit the lead again at this wall
+    /// clock (the run machine's hedge layer; absent otherwise).
+    pub wait_until_epoch_ms: Option<u64>,
+}
+
+impl Encode for HedgeAdmitted {
+    fn encode(&self, sink: &mut dyn Sink) {
+        ObjectWriter::new(sink)
+            .doc("step", &self.step)
+            .opt_u64("wait_until_epoch_ms", self.wait_until_epoch_ms)
+            .doc("writes", &self.writes)
+            .end();
     }
 }

@@ -1,11 +1,24 @@
-//! A run machine fed a recorded sequence of events: the effects it asked
-//! for, in order, and where it ended. This is how the composition vectors
-//! are checked in every language: the same events must draw the same
-//! effects, the same terminal and the same sealed bundle.
+//! Replays through the run machine.
+//!
+//! - The machine's log: a journal replayed event by event into the run it
+//!   records (`log`, [`Log`], [`verify`]; a hedged round's events, `round`).
+//!   Resuming a run is this replay, once; the writer advances it by each
+//!   append.
+//! - A transcript: a machine fed a recorded sequence of events, the effects
+//!   it asked for, in order, and where it ended ([`transcript`]). This is
+//!   how the composition vectors are checked in every language: the same
+//!   events must draw the same effects, the same terminal and the same
+//!   sealed bundle.
 
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+
+mod log;
+pub(crate) mod round;
+
+pub(crate) use log::{at_event, plan_drift, Expect};
+pub use log::{verify, Log, Verified};
 
 use super::{Event, JournalOptions, Machine, Options};
 use crate::canonical::{digest_of, to_value, Encode, ObjectWriter, Sink};

@@ -1,30 +1,28 @@
-//! The live state machine a host drives, event by event, its JSON-text
-//! boundary for the bindings, and the scripted session the vectors pin.
-
-use std::sync::Arc;
+//! The round state of the hedge layer and its transitions: which attempt
+//! is on offer (the lead, or the hedge due), what a start, an observation or
+//! a loser's cancellation does to the open round, and how a decided round is
+//! resolved into the run by the hedge rules ([`crate::hedge`]'s `plan_hedge`
+//! and `resolve_round`). The machine's events and the hedge drivers'
+//! [`super::HedgeSession`] both move the layer by these transitions alone.
 
 use crate::attempt::{Attempt, Attempts, AttemptsSchema};
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run, Terminal};
-use crate::fleet::{Admission, FleetSnapshots, FleetWrites, Generations};
+use crate::fleet::{Admission, FleetSnapshots, Generations};
+use crate::hedge::{
+    decides, plan_hedge, resolve_round, section, CancelledCost, HedgeMark, HedgeSummary, Loss,
+};
 use crate::observe::{judge_at, Facts, Judgement};
 use crate::outcome::{IndeterminateKind, Outcome};
 use crate::policy::CompiledPolicy;
 use crate::receipt::{Bundle, Receipt};
 
-mod admit;
-mod boundary;
-mod layered;
+use std::sync::Arc;
 
-#[cfg(feature = "lab")]
-pub use boundary::script;
-pub use boundary::HedgeObserved;
+use super::{Layer, Stage};
 
-use super::round::{plan_hedge, resolve_round};
-use super::{decides, section, CancelledCost, HedgeMark, HedgeSummary, Loss};
-
-/// What a host does next in a hedged run.
+/// What a host does next in a hedged run: the open round seen from outside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(
     clippy::large_enum_variant,
@@ -98,69 +96,29 @@ impl Encode for U {
 
 /// One attempt of the open round.
 #[derive(Debug, Clone)]
-struct Member {
-    plan: Dispatch,
-    started_at_ms: u64,
-    admission: Option<Admission>,
-    attempt: Option<Attempt>,
+pub(super) struct Member {
+    pub(super) plan: Dispatch,
+    pub(super) started_at_ms: u64,
+    pub(super) admission: Option<Admission>,
+    pub(super) attempt: Option<Attempt>,
 }
 
 /// The round in flight.
 #[derive(Debug, Clone, Default)]
-struct Round {
-    members: Vec<Member>,
+pub(super) struct Round {
+    pub(super) members: Vec<Member>,
     /// A result arrived (or the fleet refused a hedge): no more hedges.
-    closed: bool,
+    pub(super) closed: bool,
     /// The fleet refused a hedge of this round.
-    refused: bool,
+    pub(super) refused: bool,
     /// The ordinal that decided the round and when.
-    decided: Option<(u64, u64)>,
+    pub(super) decided: Option<(u64, u64)>,
 }
 
-/// A hedged run in progress, driven by a host event by event.
-#[derive(Debug, Clone)]
-pub struct HedgeSession {
-    policy: Arc<CompiledPolicy>,
-    attempts: Attempts,
-    run: Run,
-    summary: HedgeSummary,
-    round: Option<Round>,
-    /// An admission of the next dispatch (lead or hedge), until it starts.
-    admitted: Option<(u64, Admission)>,
-    /// The next lead as admitted (moved on by routes a breaker skipped).
-    lead: Option<Dispatch>,
-    /// When the next lead first asked the admission limits (wall clock).
-    queued_since: Option<u64>,
-    snapshots: FleetSnapshots,
-    /// The generation of every budget snapshot read.
-    seen: Generations,
-}
-
-/// The answer of [`HedgeSession::admit`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HedgeAdmitted {
-    /// What to do now (a refused hedge is no longer offered).
-    pub step: HedgeStep,
-    /// Snapshots to write back with compare-and-set.
-    pub writes: FleetWrites,
-    /// The admission limits are full: admit the lead again at this wall
-    /// clock (the run machine's hedge layer; absent otherwise).
-    pub wait_until_epoch_ms: Option<u64>,
-}
-
-impl Encode for HedgeAdmitted {
-    fn encode(&self, sink: &mut dyn Sink) {
-        ObjectWriter::new(sink)
-            .doc("step", &self.step)
-            .opt_u64("wait_until_epoch_ms", self.wait_until_epoch_ms)
-            .doc("writes", &self.writes)
-            .end();
-    }
-}
-
-impl HedgeSession {
-    /// Admit a logical request under a policy with a hedge section.
-    pub fn start(policy: Arc<CompiledPolicy>) -> Result<Self> {
+impl Layer {
+    /// A hedged run of `policy` with nothing dispatched yet, asking the
+    /// receiver at most `max_polls` times about a member in doubt.
+    pub(super) fn new(policy: Arc<CompiledPolicy>, max_polls: u64) -> Result<Self> {
         section(&policy)?;
         let mut run = Run::new(&policy);
         run.set_hedge(HedgeSummary::default());
@@ -180,22 +138,30 @@ impl HedgeSession {
             queued_since: None,
             snapshots: FleetSnapshots::default(),
             seen: Generations::default(),
+            stage: Stage::Plan,
+            judgement: None,
+            observed: None,
+            in_doubt: Vec::new(),
+            reserved: false,
+            max_polls,
+            planned_nb: None,
+            settle: (Vec::new(), None),
         })
     }
 
     /// The compiled policy.
-    pub fn policy(&self) -> &CompiledPolicy {
+    pub(super) fn policy(&self) -> &CompiledPolicy {
         &self.policy
     }
 
     /// The attempts of every resolved round.
-    pub fn attempts(&self) -> &Attempts {
+    pub(super) fn attempts(&self) -> &Attempts {
         &self.attempts
     }
 
     /// Attempt `ordinal` as recorded once observed or cancelled: in the
     /// round in flight or in a resolved one.
-    pub fn attempt(&self, ordinal: u64) -> Option<&Attempt> {
+    pub(super) fn attempt(&self, ordinal: u64) -> Option<&Attempt> {
         self.round
             .as_ref()
             .and_then(|r| r.members.iter().find(|m| m.plan.ordinal == ordinal))
@@ -220,7 +186,7 @@ impl HedgeSession {
     }
 
     /// What to do now.
-    pub fn next(&self) -> HedgeStep {
+    pub(super) fn next(&self) -> HedgeStep {
         let Some(round) = &self.round else {
             if let (Some(l), Decision::Dispatch(_)) = (&self.lead, self.run.next()) {
                 return HedgeStep::Dispatch(l.clone());
@@ -254,7 +220,7 @@ impl HedgeSession {
     /// `started_at_ms`. A start before the plan's `not_before_ms`, a hedge
     /// after a result of its round or one the plan does not offer is an error
     /// and changes nothing.
-    pub fn start_attempt(&mut self, ordinal: u64, started_at_ms: u64) -> Result<HedgeStep> {
+    pub(super) fn start_attempt(&mut self, ordinal: u64, started_at_ms: u64) -> Result<HedgeStep> {
         let index = self.attempts.attempts.len();
         let (plan, is_hedge) = match &self.round {
             None => match self.run.next() {
@@ -356,7 +322,7 @@ impl HedgeSession {
         Ok(self.next())
     }
 
-    fn member(&self, ordinal: u64) -> Result<(usize, &Member)> {
+    pub(super) fn member(&self, ordinal: u64) -> Result<(usize, &Member)> {
         let index = self.attempts.attempts.len();
         self.round
             .as_ref()
@@ -405,7 +371,7 @@ impl HedgeSession {
     /// core judges the facts and charges `cost` (the reservation when the
     /// host charged nothing). The first deciding result decides the round; a
     /// result after that is a late loser, kept and never adopted.
-    pub fn observe(
+    pub(super) fn observe(
         &mut self,
         ordinal: u64,
         completed_at_ms: u64,
@@ -466,7 +432,7 @@ impl HedgeSession {
 
     /// The host cancelled loser `ordinal` at `at_ms`, after the round was
     /// decided; it is charged as the policy's `cancelled_cost` says.
-    pub fn cancelled(&mut self, ordinal: u64, at_ms: u64) -> Result<HedgeStep> {
+    pub(super) fn cancelled(&mut self, ordinal: u64, at_ms: u64) -> Result<HedgeStep> {
         let h = section(&self.policy)?;
         let (i, m) = self.member(ordinal)?;
         let Some((_, c)) = self.round.as_ref().and_then(|r| r.decided) else {
@@ -497,7 +463,7 @@ impl HedgeSession {
         Ok(self.next())
     }
 
-    fn settle(
+    pub(super) fn settle(
         &mut self,
         ordinal: u64,
         attempt: Attempt,
@@ -537,7 +503,7 @@ impl HedgeSession {
     }
 
     /// Mark the run cancelled between rounds at `at_ms` (run clock).
-    pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
+    pub(super) fn cancel(&mut self, at_ms: u64) -> Result<()> {
         if self.round.is_some() {
             return Err(Error::at(
                 ErrorCode::CancelDrift,
@@ -552,7 +518,7 @@ impl HedgeSession {
     }
 
     /// The receipt of the finished run; an error while it could still dispatch.
-    pub fn receipt(&self) -> Result<Receipt> {
+    pub(super) fn receipt(&self) -> Result<Receipt> {
         if self.round.is_some() {
             return Err(Error::new(
                 ErrorCode::RunNotTerminal,
@@ -563,7 +529,7 @@ impl HedgeSession {
     }
 
     /// The bundle of the finished run: policy, attempts and receipt.
-    pub fn seal(&self) -> Result<Bundle> {
+    pub(in crate::machine) fn seal(&self) -> Result<Bundle> {
         let receipt = self.receipt()?;
         let mut bundle = Bundle::new(self.policy.policy.clone(), self.attempts.clone(), receipt);
         if self.policy.policy.fleet.is_some() {
@@ -581,12 +547,3 @@ fn reserved_with(run: &Run, plans: &[Dispatch]) -> u64 {
         .map(|d| d.reserve_cost)
         .fold(run.hedge_reserved(), u64::saturating_add)
 }
-
-#[cfg(all(test, feature = "lab"))]
-#[allow(
-    clippy::indexing_slicing,
-    clippy::panic,
-    clippy::unwrap_used,
-    reason = "a test: a missing value is a failure"
-)]
-mod tests;

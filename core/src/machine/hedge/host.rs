@@ -1,9 +1,17 @@
-//! The JSON-text boundary of a [`HedgeSession`] for the bindings, and the
-//! scripted session the `hedge_session` vectors pin.
+//! [`HedgeSession`]: the hedge drivers' handle on the machine's hedge layer,
+//! its JSON-text boundary for the bindings, and the scripted session the
+//! `hedge_session` vectors pin.
+//!
+//! A hedge driver answers each step itself (it sends, observes and cancels
+//! on its own clock) rather than through the machine's effects; the handle
+//! moves the layer by the same transitions the machine's events do, so there
+//! is one hedged run state, not two.
 
 use std::sync::Arc;
 
-use super::{HedgeSession, HedgeStep};
+use super::{HedgeAdmitted, HedgeStep, Layer};
+use crate::attempt::Attempts;
+use crate::breaker::BreakerSnapshot;
 #[cfg(feature = "lab")]
 use crate::canonical::digest_of;
 use crate::canonical::{Encode, ObjectWriter, Sink};
@@ -12,6 +20,111 @@ use crate::error::Result;
 use crate::error::{Error, ErrorCode};
 use crate::fleet::FleetView;
 use crate::observe::{Facts, Judgement};
+use crate::policy::CompiledPolicy;
+use crate::receipt::{Bundle, Receipt};
+
+/// A hedged run in progress, driven by a host event by event: a handle on
+/// the run machine's hedge layer.
+#[derive(Debug, Clone)]
+pub struct HedgeSession {
+    layer: Layer,
+}
+
+impl HedgeSession {
+    /// Admit a logical request under a policy with a hedge section.
+    pub fn start(policy: Arc<CompiledPolicy>) -> Result<Self> {
+        Ok(Self {
+            layer: Layer::new(policy, super::super::DEFAULT_MAX_POLLS)?,
+        })
+    }
+
+    /// The compiled policy.
+    pub fn policy(&self) -> &CompiledPolicy {
+        self.layer.policy()
+    }
+
+    /// The attempts of every resolved round.
+    pub fn attempts(&self) -> &Attempts {
+        self.layer.attempts()
+    }
+
+    /// What to do now.
+    pub fn next(&self) -> HedgeStep {
+        self.layer.next()
+    }
+
+    /// The host dispatched the planned lead or hedge `ordinal` at
+    /// `started_at_ms`. A start before the plan's `not_before_ms`, a hedge
+    /// after a result of its round or one the plan does not offer is an error
+    /// and changes nothing.
+    pub fn start_attempt(&mut self, ordinal: u64, started_at_ms: u64) -> Result<HedgeStep> {
+        self.layer.start_attempt(ordinal, started_at_ms)
+    }
+
+    /// The host observed attempt `ordinal` end at `completed_at_ms`: the
+    /// core judges the facts and charges `cost` (the reservation when the
+    /// host charged nothing). The first deciding result decides the round; a
+    /// result after that is a late loser, kept and never adopted.
+    pub fn observe(
+        &mut self,
+        ordinal: u64,
+        completed_at_ms: u64,
+        cost: Option<u64>,
+        facts: &Facts,
+    ) -> Result<(Judgement, HedgeStep)> {
+        self.layer.observe(ordinal, completed_at_ms, cost, facts)
+    }
+
+    /// The host cancelled loser `ordinal` at `at_ms`, after the round was
+    /// decided; it is charged as the policy's `cancelled_cost` says.
+    pub fn cancelled(&mut self, ordinal: u64, at_ms: u64) -> Result<HedgeStep> {
+        self.layer.cancelled(ordinal, at_ms)
+    }
+
+    /// Mark the run cancelled between rounds at `at_ms` (run clock).
+    pub fn cancel(&mut self, at_ms: u64) -> Result<()> {
+        self.layer.cancel(at_ms)
+    }
+
+    /// Admit the next dispatch (the lead, or the hedge on offer) under the
+    /// fleet view a host read at `now_epoch_ms` (wall clock), `at_ms` on the
+    /// run clock. A lead deposits into the retry budget when it is the first
+    /// attempt and withdraws otherwise; a hedge withdraws. A refused lead
+    /// ends the run (`stop_retry_budget`, `stop_store_unavailable`); a
+    /// refused hedge is not dispatched and the round takes no more hedges.
+    /// A policy with a breaker or admission limits is refused
+    /// (`invalid_hedge`): only the run machine settles members on them.
+    pub fn admit(
+        &mut self,
+        at_ms: u64,
+        now_epoch_ms: u64,
+        view: &FleetView,
+    ) -> Result<HedgeAdmitted> {
+        self.layer.admit(at_ms, now_epoch_ms, view)
+    }
+
+    /// The next snapshot of attempt `ordinal`'s breaker after its outcome,
+    /// from the snapshot a host reads now (`now_epoch_ms`, wall clock): a
+    /// lead, a hedge and a cancelled loser each count on their route.
+    pub fn breaker_after(
+        &self,
+        ordinal: u64,
+        snapshot: &BreakerSnapshot,
+        now_epoch_ms: u64,
+    ) -> Result<BreakerSnapshot> {
+        self.layer.breaker_after(ordinal, snapshot, now_epoch_ms)
+    }
+
+    /// The receipt of the finished run; an error while it could still dispatch.
+    pub fn receipt(&self) -> Result<Receipt> {
+        self.layer.receipt()
+    }
+
+    /// The bundle of the finished run: policy, attempts and receipt.
+    pub fn seal(&self) -> Result<Bundle> {
+        self.layer.seal()
+    }
+}
 
 /// Run a scripted hedged session, as the `hedge_session` vectors pin it.
 ///
@@ -141,7 +254,7 @@ impl HedgeSession {
 
     /// The attempts so far as JSON.
     pub fn attempts_json(&self) -> String {
-        crate::canonical::canonical_json(&self.attempts)
+        crate::canonical::canonical_json(self.attempts())
     }
 
     /// The receipt as JSON.

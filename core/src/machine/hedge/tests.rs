@@ -1,8 +1,16 @@
-//! Hedged sessions replayed to their receipts, under a retry budget and live.
+//! Hedged runs driven through the hedge drivers' handle, replayed to their
+//! receipts, under a retry budget and live.
 
-use super::*;
+use std::sync::Arc;
+
+use super::{HedgeSession, HedgeStep};
+use crate::error::ErrorCode;
+use crate::evaluate::Terminal;
 use crate::fleet::FleetView;
-use crate::outcome::RetryableKind;
+use crate::hedge::HedgeSummary;
+use crate::observe::Facts;
+use crate::outcome::{Outcome, RetryableKind};
+use crate::policy::CompiledPolicy;
 use serde_json::json;
 
 fn hedged() -> Arc<CompiledPolicy> {
