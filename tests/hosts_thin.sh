@@ -24,7 +24,13 @@
 #     class, a judgement's rule) or a journal event's kind: the loop carries
 #     effects out and answers them, the machine decides what comes next;
 #   - the live machine of the bindings (`LiveMachine`, `_core.Machine`)
-#     outside the host loops: one loop per language drives it.
+#     outside the host loops: one loop per language drives it;
+#   - a driver on the loop (the hedged runs, the async jobs, the journaled
+#     runs and the Temporal workflow helper: wasm/ts/{hedge,job,journaled,
+#     temporal}.ts, python/retryledger/{hedge,job,journaled,temporal}.py) that does not call the
+#     loop (`runLoop(` / `run_loop(`), or that steps a session itself
+#     (`session.next()`, `startAttempt`, a `new HedgeSession(`) or hands its
+#     run to the plain driver's loop (`runWithPolicy(`, `_run(`).
 # Allowed: the code tables generated from the core (wasm/ts/tables.ts,
 # python/retryledger/_tables.py, checked against the core by `make
 # tables-wasm` and the Python table test) and the TypeScript declarations of
@@ -39,6 +45,9 @@ LOOPS=(wasm/ts/loop.ts python/retryledger/_loop.py)
 LOOP_PATTERN='not_before_ms|delay_ms|reserve_cost|deadline_ms|retry_after|outcome|\.class\b|\["class"\]|\brule\b|"(created|reserved|dispatched|decided)"'
 MACHINE_PATTERN='LiveMachine|_core\.Machine\b'
 LOOP_FILES='^(wasm/ts/loop\.ts|python/retryledger/_loop\.py):'
+ON_LOOP=(wasm/ts/hedge.ts wasm/ts/job.ts wasm/ts/journaled.ts wasm/ts/temporal.ts
+  python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py python/retryledger/temporal.py)
+OWN_LOOP_PATTERN='session\.(next|startAttempt|start_attempt|observe|cancelled)\(|new HedgeSession\(|= HedgeSession\(|runWithPolicy\(|\b_run(_async)?\('
 
 check() {
   local root=$1 hits dir
@@ -75,6 +84,19 @@ check() {
     echo "$hits" >&2
     return 1
   fi
+  for f in "${ON_LOOP[@]}"; do
+    [ -f "$root/$f" ] || continue
+    if ! grep -qE 'runLoop\(|run_loop\(' "$root/$f"; then
+      echo "hosts-thin: $f does not run on the host loop" >&2
+      return 1
+    fi
+  done
+  hits=$(cd "$root" && for f in "${ON_LOOP[@]}"; do [ -f "$f" ] && grep -nHE "$OWN_LOOP_PATTERN" "$f"; done || true)
+  if [ -n "$hits" ]; then
+    echo "hosts-thin: a driver on the host loop steps a session or the plain driver's loop itself:" >&2
+    echo "$hits" >&2
+    return 1
+  fi
 }
 
 if [ "${1:-}" = "--self-test" ]; then
@@ -85,6 +107,8 @@ if [ "${1:-}" = "--self-test" ]; then
   printf '"retryledger.attempts.v1",\n' >"$tmp/wasm/ts/tables.ts"
   printf 'const m = b.LiveMachine.start(p, o);\n' >"$tmp/wasm/ts/loop.ts"
   printf 'machine = _core.Machine.start(p, o)\n' >"$tmp/python/retryledger/_loop.py"
+  printf 'return runLoop(machine, adapter);\n' >"$tmp/wasm/ts/hedge.ts"
+  printf 'run = pump(run_loop(machine, adapter), adapter)\n' >"$tmp/python/retryledger/job.py"
   check "$tmp" || { echo "hosts-thin self-test: a clean tree was refused" >&2; exit 1; }
   # Each violation in a file of its own, removed again after its check.
   for bad in \
@@ -119,6 +143,30 @@ if [ "${1:-}" = "--self-test" ]; then
     fi
     mv "$tmp/$file.clean" "$tmp/$file"
   done
+  # A driver on the loop that steps a session or the plain loop itself, or
+  # does not call the loop: appended to it (or it replaced), then restored.
+  for bad in \
+    'wasm/ts/hedge.ts:step = session.startAttempt(d.ordinal, now());' \
+    'wasm/ts/hedge.ts:const session = new HedgeSession(compiled);' \
+    'python/retryledger/job.py:return _run(compiled, dispatch, idempotency_key, **options)' \
+    'wasm/ts/job.ts:return await runWithPolicy(compiled, dispatch, options);'; do
+    file=${bad%%:*}
+    [ -f "$tmp/$file" ] && cp "$tmp/$file" "$tmp/$file.clean"
+    printf '%s\n' "${bad#*:}" >>"$tmp/$file"
+    if check "$tmp" 2>/dev/null; then
+      echo "hosts-thin self-test: not caught: $bad" >&2
+      exit 1
+    fi
+    if [ -f "$tmp/$file.clean" ]; then mv "$tmp/$file.clean" "$tmp/$file"; else rm "$tmp/$file"; fi
+  done
+  cp "$tmp/wasm/ts/hedge.ts" "$tmp/hedge.ts.clean"
+  printf 'for (;;) { step = await plan(); }\n' >"$tmp/wasm/ts/hedge.ts"
+  if check "$tmp" 2>/dev/null; then
+    echo "hosts-thin self-test: a driver off the host loop passed" >&2
+    exit 1
+  fi
+  mv "$tmp/hedge.ts.clean" "$tmp/wasm/ts/hedge.ts"
+  check "$tmp" || { echo "hosts-thin self-test: the restored tree was refused" >&2; exit 1; }
   rm "$tmp/wasm/ts/loop.ts"
   if check "$tmp" 2>/dev/null; then
     echo "hosts-thin self-test: a tree without the TypeScript host loop passed" >&2
@@ -130,9 +178,9 @@ if [ "${1:-}" = "--self-test" ]; then
     echo "hosts-thin self-test: a tree without python/retryledger passed" >&2
     exit 1
   fi
-  echo "hosts-thin self-test: ok (a clean tree passes; 12 violations, a missing host loop and a missing host directory are caught)"
+  echo "hosts-thin self-test: ok (a clean tree passes; 16 violations, a driver off the loop, a missing host loop and a missing host directory are caught)"
   exit 0
 fi
 
 check "${1:-$(cd "$(dirname "$0")/.." && pwd)}"
-echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, and the machine driven only by them)"
+echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, and the hedged, job, journaled and Temporal drivers on them)"

@@ -695,3 +695,41 @@ fn arbitrary_answers_to_a_hedged_run_are_coded_errors_or_verified_states() {
         "resumed {resumed}, refused {refused}"
     );
 }
+
+#[test]
+fn the_attempt_just_observed_is_known_before_its_round_is_resolved() {
+    let mut m = Machine::start(hedged(None), Options::default()).unwrap();
+    assert!(m.observed().is_none());
+    m.answer(Event::Clock { now_ms: 200 }).unwrap();
+    // The hedge wins while the lead is still in flight: the round is not
+    // resolved, and the hedge's attempt is the one observed.
+    m.answer(ok_at(Some(2), 300)).unwrap();
+    assert!(m.hedge_attempts().unwrap().attempts.is_empty());
+    let (attempt, judgement) = m.observed().unwrap();
+    assert_eq!((attempt.ordinal, attempt.completed_at_ms), (2, 300));
+    assert_eq!(judgement.outcome, attempt.outcome);
+    // The live handle's `observed` says the same.
+    let mut live =
+        api::LiveMachine::start(&hedged_policy_text(), r#"{"origin_epoch_ms":0}"#).unwrap();
+    live.answer_json(r#"{"kind":"clock","now_ms":200}"#)
+        .unwrap();
+    live.answer_json(
+        r#"{"kind":"observed","ordinal":2,"completed_at_ms":300,"facts":{"result":"returned"}}"#,
+    )
+    .unwrap();
+    let seen: Value = serde_json::from_str(&live.observed_json().unwrap()).unwrap();
+    assert_eq!(seen["attempt"]["ordinal"], json!(2));
+    assert_eq!(seen["judgement"]["outcome"], seen["attempt"]["outcome"]);
+}
+
+fn hedged_policy_text() -> String {
+    let mut p = retryledger_core::lab::reference_policy();
+    p["max_total_attempts"] = json!(6);
+    p["routes"][0]["max_attempts"] = json!(3);
+    p["routes"][1]["max_attempts"] = json!(3);
+    p["hedge"] = json!({
+        "cancelled_cost": "reserve", "cost_share_percent": 50, "delay_ms": 200,
+        "effects": "none", "max_hedges": 1, "routes": ["external-fallback"]
+    });
+    p.to_string()
+}

@@ -488,3 +488,120 @@ fn a_cancellation_journaled_with_the_cancels_reservation_resumes_to_the_cancel()
     let e = journal::verify(&cp, &tampered[..=first_reserved]).unwrap_err();
     assert_eq!(e.code, retryledger_core::ErrorCode::JournalPlanDrift);
 }
+
+fn answer_json(m: &mut Machine, event: Value) -> retryledger_core::error::Result<&Effect> {
+    m.answer(retryledger_core::decode::from_value(event).unwrap())
+}
+
+#[test]
+fn a_submit_whose_answer_was_lost_is_reconciled_in_the_run_and_its_job_polled() {
+    let cp = policy(false, false);
+    let mut m = Machine::start(Arc::clone(&cp), options(None, 0)).unwrap();
+    assert!(matches!(m.next(), Effect::Dispatch { .. }));
+    // The submit raised; the receiver, asked by idempotency key, holds the
+    // accepted job: the attempt is the acceptance and the job is polled.
+    let lost = json!({"kind": "observed", "completed_at_ms": 30, "reconciled": "succeeded",
+        "job_id": "job-9", "job_status": "queued",
+        "facts": {"result": "raised", "transport_error": "connection_reset"}});
+    // A reconciliation of an attempt that is not a job's is refused, nothing changed.
+    let mut plain = Machine::start(
+        Arc::new(
+            compile(retryledger_core::decode::from_value(lab::reference_policy()).unwrap())
+                .unwrap(),
+        ),
+        options(None, 0),
+    )
+    .unwrap();
+    let e = answer_json(&mut plain, lost.clone()).unwrap_err();
+    assert_eq!(
+        e.code,
+        retryledger_core::error::ErrorCode::JobRecordUnexpected
+    );
+    assert!(matches!(plain.next(), Effect::Dispatch { .. }));
+    let next = answer_json(&mut m, lost).unwrap().clone();
+    assert!(matches!(next, Effect::Sleep { .. }), "{next:?}");
+    let first = m.session().attempts().attempts[0].clone();
+    assert_eq!(
+        first.reconciled,
+        Some(retryledger_core::attempt::Reconciled::Succeeded)
+    );
+    m.answer(Event::Clock { now_ms: 1_000 }).unwrap();
+    let Effect::Poll { started_at_ms, .. } = m.next().clone() else {
+        panic!("a poll of the reconciled job: {:?}", m.next())
+    };
+    // A poll is not reconciled in the run.
+    let poll = json!({"kind": "observed", "completed_at_ms": started_at_ms + 10, "reconciled": "succeeded",
+        "job_id": "job-9", "job_status": "completed", "facts": {"result": "returned"}});
+    let e = answer_json(&mut m, poll).unwrap_err();
+    assert_eq!(
+        e.code,
+        retryledger_core::error::ErrorCode::JobRecordUnexpected
+    );
+    let done = json!({"kind": "observed", "completed_at_ms": started_at_ms + 10,
+        "job_id": "job-9", "job_status": "completed", "facts": {"result": "returned"}});
+    answer_json(&mut m, done).unwrap();
+    assert!(m.next().is_done());
+    let bundle = m.seal().unwrap();
+    verify_bundle(&bundle).unwrap();
+    assert_eq!(bundle.receipt.terminal, Terminal::Completed);
+    assert_eq!(bundle.receipt.job.as_ref().unwrap().submits, 1);
+}
+
+#[test]
+fn a_cancellation_before_a_send_cancels_the_run_and_nothing_is_sent() {
+    // A plain run: the dispatch is outstanding and the caller cancels
+    // before sending it: no attempt, `stop_cancelled`.
+    let plain = Arc::new(
+        compile(retryledger_core::decode::from_value(lab::reference_policy()).unwrap()).unwrap(),
+    );
+    let mut m = Machine::start(Arc::clone(&plain), options(None, 0)).unwrap();
+    assert!(matches!(m.next(), Effect::Dispatch { .. }));
+    m.answer(Event::Cancelled { at_ms: 5 }).unwrap();
+    assert!(m.next().is_done());
+    let bundle = m.seal().unwrap();
+    verify_bundle(&bundle).unwrap();
+    assert_eq!(bundle.receipt.terminal, Terminal::StopCancelled);
+    assert!(bundle.attempts.attempts.is_empty());
+    // Journaled, the `dispatched` is durable: the answer is the attempt's
+    // observation, a cancellation is refused and the effect stays.
+    let mut j = Machine::start(Arc::clone(&plain), options(Some(1), 0)).unwrap();
+    while !matches!(j.next(), Effect::Dispatch { .. }) {
+        j.answer(Event::Appended).unwrap();
+    }
+    let e = j.answer(Event::Cancelled { at_ms: 5 }).unwrap_err();
+    assert_eq!(e.code, retryledger_core::error::ErrorCode::UnexpectedEvent);
+    assert!(matches!(j.next(), Effect::Dispatch { .. }));
+    // A job: a poll not yet sent is cancelled like a dispatch, and the
+    // planned cancel of the job left running follows; that cancel is sent
+    // whatever the caller did.
+    let cp = policy(false, true);
+    let mut m = Machine::start(Arc::clone(&cp), options(None, 0)).unwrap();
+    answer_json(
+        &mut m,
+        json!({"kind": "observed", "completed_at_ms": 30, "job_id": "job-9",
+        "job_status": "queued", "facts": {"result": "returned"}}),
+    )
+    .unwrap();
+    while !matches!(m.next(), Effect::Poll { .. }) {
+        let Effect::Sleep { until_ms } = m.next().clone() else {
+            panic!("{:?}", m.next())
+        };
+        m.answer(Event::Clock { now_ms: until_ms }).unwrap();
+    }
+    let at = m.now_ms();
+    m.answer(Event::Cancelled { at_ms: at }).unwrap();
+    assert!(matches!(m.next(), Effect::Cancel { .. }), "{:?}", m.next());
+    let e = m.answer(Event::Cancelled { at_ms: at }).unwrap_err();
+    assert_eq!(e.code, retryledger_core::error::ErrorCode::UnexpectedEvent);
+    answer_json(
+        &mut m,
+        json!({"kind": "observed", "completed_at_ms": at + 5, "job_id": "job-9",
+        "facts": {"result": "returned"}}),
+    )
+    .unwrap();
+    assert!(m.next().is_done());
+    let bundle = m.seal().unwrap();
+    verify_bundle(&bundle).unwrap();
+    assert_eq!(bundle.receipt.terminal, Terminal::StopCancelled);
+    assert_eq!(bundle.attempts.attempts.len(), 2);
+}

@@ -17,6 +17,8 @@ this loop does not know is the coded error ``invalid_value`` at ``/kind``.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import json
 from typing import Any, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple
@@ -64,6 +66,11 @@ class Machine:
     def observed(self) -> Optional[Dict[str, Any]]:
         """The last attempt recorded and its judgement (``attempt``, ``judgement``)."""
         text = self._m.observed()
+        return None if text is None else dict(json.loads(text))
+
+    def planned(self) -> Optional[Dict[str, Any]]:
+        """The attempt the machine plans next (its dispatch), when one is: what a wait is for."""
+        text = self._m.planned()
         return None if text is None else dict(json.loads(text))
 
     @property
@@ -130,6 +137,17 @@ class Adapter:
         """Whether the caller cancelled the run (checked before each wait)."""
         return False
 
+    def cancel(self) -> None:
+        """The caller cancelled the run's task (:func:`pump_async` with
+        ``cancellable``): from now on :meth:`cancelled` says so."""
+        raise asyncio.CancelledError()
+
+    def cancelled_before_send(self) -> bool:
+        """Whether the caller cancelled before the attempt planned now is
+        sent (a run without a journal: the machine then cancels the run,
+        nothing sent)."""
+        return False
+
     def dispatch(self, effect: Dict[str, Any]) -> Any:
         """Send the attempt ``effect["dispatch"]``: its value, or raise."""
         raise NotImplementedError
@@ -144,6 +162,10 @@ class Adapter:
     def sleep(self, ms: int) -> Any:
         """Wait ``ms`` milliseconds of the run clock."""
         raise NotImplementedError
+
+    def cancel_attempt(self, ordinal: int) -> None:
+        """A hedged run: attempt ``ordinal`` lost its round and is cancelled
+        (under :func:`pump_async` its task is cancelled already)."""
 
     def read(self, keys: List[str]) -> List[Dict[str, Any]]:
         """One row ``{"document"?, "generation"}`` per key; raise
@@ -168,7 +190,9 @@ class Adapter:
         """The machine's next dispatch or terminal."""
 
     def on_sleep(self, sleep: Dict[str, Any]) -> None:
-        """A wait before an attempt: ``{"from_ms", "until_ms", "ms"}``."""
+        """A wait of the run clock: ``{"from_ms", "until_ms", "ms"}``, and
+        ``dispatch``, the attempt it waits for (absent for a wait that is not
+        before one, e.g. a reconciliation's)."""
 
     def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
         """An attempt as the core recorded it, and its judgement."""
@@ -187,15 +211,40 @@ Request = Tuple[str, Tuple[Any, ...]]
 Reply = Tuple[bool, Any]
 
 
+class _Settled(NamedTuple):
+    """An attempt that answered: its dispatch effect, when (run clock) and what."""
+
+    effect: Dict[str, Any]
+    ordinal: int
+    at: int
+    ok: bool
+    reply: Any
+
+
+class _Flights:
+    """The attempts in flight: sent, not yet observed or cancelled (a plain
+    run has at most one, a hedged run more). What the pump reports settled
+    waits in ``queue`` until the machine is answered with it; a dropped
+    attempt (a loser the machine cancelled) is never answered for."""
+
+    __slots__ = ("flying", "queue")
+
+    def __init__(self) -> None:
+        self.flying: Dict[int, Dict[str, Any]] = {}
+        self.queue: List[_Settled] = []
+
+
 def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, LoopResult]:
     """Drive ``machine`` to its end, yielding every call of ``adapter`` that
     does I/O to the pump: the one loop of the package."""
     value: Any = None
+    # The attempts in flight when the loop stops early are the pump's to cancel.
+    flights = _Flights()
     effect = machine.next()
-    if effect["kind"] in ("dispatch", "done"):
+    if effect["kind"] in _DECIDED:
         adapter.on_decision(_decision(effect))
     while effect["kind"] != "done":
-        event, got = yield from _effects(machine, adapter, effect)
+        event, got = yield from _effects(machine, adapter, flights, effect)
         if got is not _NOTHING:
             value = got
         effect = machine.answer(event)
@@ -203,7 +252,7 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
             seen = machine.observed()
             if seen is not None:
                 adapter.on_attempt(seen["attempt"], seen["judgement"])
-        if effect["kind"] in ("dispatch", "done"):
+        if effect["kind"] in _DECIDED:
             adapter.on_decision(_decision(effect))
     bundle, receipt_sha256, bundle_json = machine.sealed()
     receipt = bundle["receipt"]
@@ -215,6 +264,9 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
 
 _NOTHING = object()
 
+#: The effects a decision of the core is: an attempt to send (an async job's poll and cancel too), or the end.
+_DECIDED = frozenset({"dispatch", "poll", "cancel", "done"})
+
 
 def _decision(effect: Dict[str, Any]) -> Dict[str, Any]:
     if effect["kind"] == "done":
@@ -222,8 +274,43 @@ def _decision(effect: Dict[str, Any]) -> Dict[str, Any]:
     return dict(effect["dispatch"], kind="dispatch")
 
 
+def _observed(machine: Machine, adapter: Adapter, s: _Settled) -> Dict[str, Any]:
+    """The ``observed`` event of a settled attempt: its facts as the adapter
+    reads them, its ordinal and when it ended."""
+    fields = dict(adapter.observation(s.effect, s.ok, s.reply))
+    fields["ordinal"] = s.ordinal
+    fields["completed_at_ms"] = max(s.at, int(s.effect["started_at_ms"]), machine.now_ms)
+    fields["kind"] = "observed"
+    return fields
+
+
+def _settled_or_due(
+    machine: Machine, adapter: Adapter, flights: _Flights, until: Optional[int]
+) -> Generator[Request, Reply, Tuple[Dict[str, Any], Any]]:
+    """The next attempt to settle, or the clock once it reaches ``until``
+    with none settled (never while the caller has cancelled: then only the
+    attempts' own answers end the wait)."""
+    while True:
+        if flights.queue:
+            s = flights.queue.pop(0)
+            return _observed(machine, adapter, s), (s.reply if s.ok else _NOTHING)
+        timed = until is not None and not adapter.cancelled()
+        now = adapter.now_ms()
+        if until is not None and timed and now >= until:
+            return {"kind": "clock", "now_ms": max(now, machine.now_ms)}, _NOTHING
+        if not flights.flying:
+            raise _missing("wait", "/in_flight", "the machine waits for an attempt this loop never sent")
+        ok, reply = yield ("settle", ((until - now) if until is not None and timed else None,))
+        if not ok:
+            raise reply
+        for ordinal, at, good, answer in reply:
+            effect = flights.flying.pop(ordinal, None)
+            if effect is not None:
+                flights.queue.append(_Settled(effect, ordinal, at, good, answer))
+
+
 def _effects(
-    machine: Machine, adapter: Adapter, effect: Dict[str, Any]
+    machine: Machine, adapter: Adapter, flights: _Flights, effect: Dict[str, Any]
 ) -> Generator[Request, Reply, Tuple[Dict[str, Any], Any]]:
     """The event that answers ``effect``, and the value a dispatch or a
     reconciliation gave (``_NOTHING`` otherwise): every effect's I/O, in one place."""
@@ -232,7 +319,11 @@ def _effects(
         until = int(effect["until_ms"])
         now = adapter.now_ms()
         if now < until and not adapter.cancelled():
-            adapter.on_sleep({"from_ms": now, "until_ms": until, "ms": until - now})
+            sleep: Dict[str, Any] = {"from_ms": now, "until_ms": until, "ms": until - now}
+            planned = machine.planned()
+            if planned is not None:
+                sleep["dispatch"] = planned
+            adapter.on_sleep(sleep)
         while now < until:
             if adapter.cancelled():
                 return {"kind": "cancelled", "at_ms": now}, _NOTHING
@@ -243,12 +334,33 @@ def _effects(
         if adapter.cancelled():
             return {"kind": "cancelled", "at_ms": now}, _NOTHING
         return {"kind": "clock", "now_ms": now}, _NOTHING
-    if kind == "dispatch":
-        ok, reply = yield ("dispatch", (effect,))
-        fields = dict(adapter.observation(effect, ok, reply))
-        fields["completed_at_ms"] = max(adapter.now_ms(), int(effect["started_at_ms"]))
-        fields["kind"] = "observed"
-        return fields, (reply if ok else _NOTHING)
+    if kind in ("dispatch", "poll", "cancel"):
+        # Not sent yet: a caller's cancellation the adapter reports now stops
+        # the run here; the planned cancel of a job left running is sent
+        # whatever the caller did.
+        if kind != "cancel" and adapter.cancelled_before_send():
+            return {"kind": "cancelled", "at_ms": max(adapter.now_ms(), machine.now_ms)}, _NOTHING
+        flights.flying[int(effect["dispatch"]["ordinal"])] = effect
+        ok, reply = yield ("launch", (effect,))
+        if not ok:
+            raise reply
+        return (yield from _settled_or_due(machine, adapter, flights, effect.get("hedge_at_ms")))
+    if kind == "await":
+        return (yield from _settled_or_due(machine, adapter, flights, effect.get("hedge_at_ms")))
+    if kind == "cancel_attempts":
+        # A loser whose answer arrived already is answered for (late, never
+        # the run's value); else the first is cancelled now.
+        losers = [int(n) for n in effect["ordinals"]]
+        for i, s in enumerate(flights.queue):
+            if s.ordinal in losers:
+                del flights.queue[i]
+                return _observed(machine, adapter, s), _NOTHING
+        ordinal = losers[0]
+        if flights.flying.pop(ordinal, None) is not None:
+            ok, reply = yield ("drop", (ordinal,))
+            if not ok:
+                raise reply
+        return {"kind": "attempt_cancelled", "ordinal": ordinal, "at_ms": max(adapter.now_ms(), machine.now_ms)}, _NOTHING
     if kind == "read":
         ok, reply = yield ("read", (list(effect["keys"]),))
         if not ok:
@@ -281,7 +393,10 @@ def _effects(
 
 
 def pump(loop: Generator[Request, Reply, LoopResult], adapter: Adapter) -> LoopResult:
-    """Run the loop in this thread, calling the adapter's methods."""
+    """Run the loop in this thread, calling the adapter's methods. An attempt
+    is sent and answers before the next request: nothing else is in flight
+    meanwhile (a hedge is never due before its lead has answered)."""
+    settled: List[Tuple[int, int, bool, Any]] = []
     reply: Optional[Reply] = None
     while True:
         try:
@@ -290,29 +405,145 @@ def pump(loop: Generator[Request, Reply, LoopResult], adapter: Adapter) -> LoopR
             result: LoopResult = done.value
             return result
         try:
-            reply = (True, getattr(adapter, name)(*args))
+            if name == "launch":
+                effect = args[0]
+                try:
+                    answered: Tuple[bool, Any] = (True, adapter.dispatch(effect))
+                except Exception as exc:
+                    answered = (False, exc)
+                settled.append((int(effect["dispatch"]["ordinal"]), adapter.now_ms(), *answered))
+                reply = (True, None)
+            elif name == "settle":
+                if not settled and args[0] is not None:
+                    adapter.sleep(args[0])
+                reply = (True, settled)
+                settled = []
+            elif name == "drop":
+                settled = [s for s in settled if s[0] != args[0]]
+                adapter.cancel_attempt(args[0])
+                reply = (True, None)
+            else:
+                reply = (True, getattr(adapter, name)(*args))
         except Exception as exc:
             reply = (False, exc)
 
 
-async def pump_async(loop: Generator[Request, Reply, LoopResult], adapter: Adapter) -> LoopResult:
+async def pump_async(
+    loop: Generator[Request, Reply, LoopResult], adapter: Adapter, *, cancellable: bool = False
+) -> LoopResult:
     """Run the loop in a task, awaiting the adapter's methods that are
-    coroutine functions. A cancellation of the task propagates at once (an
-    attempt in flight is in doubt, as after a crash)."""
-    reply: Optional[Reply] = None
-    while True:
+    coroutine functions; each attempt is a task of its own, so that more
+    than one can be in flight (a hedged run). A cancellation of the task
+    propagates at once and cancels the attempts in flight (each is in
+    doubt, as after a crash); with ``cancellable`` it is the caller's
+    cancellation of the run instead (``adapter.cancel()``): the attempts in
+    flight are cancelled and observed so, a wait ends, and the machine says
+    how the run ends (the planned cancel of a job left running included)."""
+    tasks: Dict[int, "asyncio.Future[Any]"] = {}
+    ended: Dict[int, int] = {}
+    ready: List[Tuple[int, int, bool, Any]] = []
+
+    def launch(effect: Dict[str, Any]) -> None:
+        ordinal = int(effect["dispatch"]["ordinal"])
         try:
-            name, args = loop.send(reply) if reply is not None else next(loop)
-        except StopIteration as done:
-            result: LoopResult = done.value
-            return result
-        try:
-            got = getattr(adapter, name)(*args)
-            if inspect.isawaitable(got):
-                got = await got
-            reply = (True, got)
+            got = adapter.dispatch(effect)
         except Exception as exc:
-            reply = (False, exc)
+            ready.append((ordinal, adapter.now_ms(), False, exc))
+            return
+        if not inspect.isawaitable(got):
+            ready.append((ordinal, adapter.now_ms(), True, got))
+            return
+        task = asyncio.ensure_future(got)
+        tasks[ordinal] = task
+        task.add_done_callback(functools.partial(_ended_at, ended, ordinal, adapter))
+
+    async def settle(ms: Optional[int]) -> List[Tuple[int, int, bool, Any]]:
+        if not ready and not any(t.done() for t in tasks.values()):
+            # What has answered already settles before a timed wait starts.
+            if ms is not None:
+                await asyncio.sleep(0)
+            if not any(t.done() for t in tasks.values()):
+                waits: List["asyncio.Future[Any]"] = list(tasks.values())
+                sleeper = None
+                if ms is not None:
+                    sleeper = asyncio.ensure_future(_awaited(adapter.sleep(ms)))
+                    waits.append(sleeper)
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:
+                    if not cancellable:
+                        raise
+                    # The caller cancelled the run: the attempts in flight
+                    # are cancelled and answered for as cancelled.
+                    adapter.cancel()
+                    for t in tasks.values():
+                        t.cancel()
+                    if tasks:
+                        await asyncio.wait(list(tasks.values()))
+                finally:
+                    if sleeper is not None and not sleeper.done():
+                        sleeper.cancel()
+        out = list(ready)
+        ready.clear()
+        for ordinal, task in list(tasks.items()):
+            if not task.done():
+                continue
+            del tasks[ordinal]
+            at = ended.pop(ordinal, adapter.now_ms())
+            if task.cancelled():
+                out.append((ordinal, at, False, asyncio.CancelledError()))
+            elif task.exception() is not None:
+                out.append((ordinal, at, False, task.exception()))
+            else:
+                out.append((ordinal, at, True, task.result()))
+        return out
+
+    reply: Optional[Reply] = None
+    try:
+        while True:
+            try:
+                name, args = loop.send(reply) if reply is not None else next(loop)
+            except StopIteration as done:
+                result: LoopResult = done.value
+                return result
+            try:
+                if name == "launch":
+                    launch(args[0])
+                    got: Any = None
+                elif name == "settle":
+                    got = await settle(args[0])
+                elif name == "sleep" and cancellable:
+                    try:
+                        got = await _awaited(adapter.sleep(*args))
+                    except asyncio.CancelledError:
+                        adapter.cancel()  # the loop answers the wait `cancelled`
+                        got = None
+                elif name == "drop":
+                    task = tasks.pop(args[0], None)
+                    if task is not None:
+                        task.cancel()
+                    ready[:] = [r for r in ready if r[0] != args[0]]
+                    adapter.cancel_attempt(args[0])
+                    got = None
+                else:
+                    got = getattr(adapter, name)(*args)
+                if inspect.isawaitable(got):
+                    got = await got
+                reply = (True, got)
+            except Exception as exc:
+                reply = (False, exc)
+    finally:
+        for task in tasks.values():
+            task.cancel()
+
+
+def _ended_at(ended: Dict[int, int], ordinal: int, adapter: Adapter, _task: Any) -> None:
+    """When attempt ``ordinal`` settled, on the run clock."""
+    ended[ordinal] = adapter.now_ms()
+
+
+async def _awaited(x: Any) -> Any:
+    return (await x) if inspect.isawaitable(x) else x
 
 
 def store_read(store: Any, namespace: str, keys: List[str]) -> List[Dict[str, Any]]:

@@ -7,8 +7,9 @@ Its answer is always what to do now: ``dispatch`` (the round's lead, not
 before ``not_before_ms``), ``await`` (the attempts in flight; when ``hedge``
 is set, dispatch it at its ``not_before_ms`` unless a result arrives
 first), ``cancel`` (the round is decided: cancel these and report each) or
-``terminal``. :func:`run_hedged_async` hosts it with asyncio: one task per
-attempt, the losers cancelled; every decision is the core's.
+``terminal``. :func:`run_hedged_async` is an adapter of the host loop
+(docs/HOST_LOOP.md) over the run machine's hedge layer, pumped with asyncio:
+one task per attempt, the losers cancelled; every decision is the core's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,21 @@ from typing import Any, Awaitable, Callable, Dict, Generic, List, Mapping, Optio
 
 from . import _core
 from ._api import Document, Policy, call, check_integer, to_text
-from ._driver import Classifier, _checked, facts_of
+from ._driver import (
+    AttemptCallback,
+    Classifier,
+    DecisionCallback,
+    SleepCallback,
+    TerminalCallback,
+    _checked,
+    _fleet_for,
+    _monotonic_ms,
+    _wall_ms,
+    facts_of,
+)
+from ._loop import Adapter, Machine, pump_async, run_loop, store_read, store_write
+from .machine import HookedAdapter
+from .fleet import Fleet
 
 __all__ = ["HedgeAttempt", "HedgeRun", "HedgeSession", "run_hedged_async"]
 
@@ -119,7 +134,9 @@ class HedgeAttempt:
 
 @dataclass(frozen=True)
 class HedgeRun(Generic[T]):
-    """The result of :func:`run_hedged_async`."""
+    """The result of :func:`run_hedged_async`: the one result shape of every
+    driver (``value``, ``receipt``, ``receipt_sha256``, ``bundle``,
+    ``bundle_json``), and the winner's value as ``result`` too."""
 
     #: The winner's value; ``None`` unless the run completed.
     result: Optional[T]
@@ -129,6 +146,119 @@ class HedgeRun(Generic[T]):
     bundle_json: str
     #: Physical attempts dispatched.
     attempts: int
+    #: Lowercase hex SHA-256 of the receipt's canonical JSON.
+    receipt_sha256: str = ""
+
+    @property
+    def value(self) -> Optional[T]:
+        """The winner's value (the same as ``result``)."""
+        return self.result
+
+
+
+
+class _Hedged(HookedAdapter):
+    """A hedged run as the host loop's adapter: the caller's dispatch (each
+    attempt a task of the pump, wrapped in the run's deadline), the run
+    clock and sleep, the fleet store and the hooks."""
+
+    def __init__(
+        self,
+        compiled: Policy,
+        key: str,
+        send: Callable[[HedgeAttempt], Awaitable[Any]],
+        clock: Callable[[], float],
+        sleep: Optional[Callable[[float], Awaitable[None]]],
+        wall_clock: Callable[[], float],
+        classify: Optional[Classifier],
+        fleet: Optional[Fleet],
+        hooks: Tuple[
+            Optional[DecisionCallback], Optional[SleepCallback], Optional[AttemptCallback], Optional[TerminalCallback]
+        ],
+    ) -> None:
+        self.key = key
+        self.send = send
+        self.clock = clock
+        self.t0 = clock()
+        self.pause = sleep
+        self.wall_clock = wall_clock
+        self.classify = classify
+        self.fleet = fleet
+        if fleet is not None:
+            self.namespace = fleet.namespace
+        self.deadline_ms = int(compiled.document["deadline_ms"])
+        self.hooks = hooks
+        #: The attempts sent and not yet answered for, and their round's lead.
+        self.open: Set[int] = set()
+        #: The attempts cut at the run's deadline.
+        self.timed_out: Set[int] = set()
+        self.lead = 0
+        self.count = 0
+
+    def now_ms(self) -> int:
+        return max(0, int(self.clock() - self.t0))
+
+    def sleep(self, ms: int) -> Any:
+        if self.pause is not None:
+            return self.pause(ms)
+        return asyncio.sleep(ms / 1000)
+
+    def dispatch(self, effect: Dict[str, Any]) -> Any:
+        d = effect["dispatch"]
+        ordinal = int(d["ordinal"])
+        # A dispatch while none of the round is open is the round's lead;
+        # otherwise it hedges that lead.
+        hedges = self.lead if self.open else None
+        if hedges is None:
+            self.lead = ordinal
+        self.open.add(ordinal)
+        self.count += 1
+        remaining = max(0, self.deadline_ms - self.now_ms())
+        attempt = HedgeAttempt(
+            ordinal=ordinal,
+            route_id=d["route_id"],
+            idempotency_key=self.key,
+            hedges=hedges,
+            remaining_ms=remaining,
+            dispatch=d,
+        )
+        # The attempt is a task from now on, cut at the run's deadline (a
+        # timeout, as `asyncio.wait_for` would raise).
+        task = asyncio.ensure_future(self.send(attempt))
+        at_deadline = asyncio.get_running_loop().call_later(remaining / 1000, self._cut, ordinal, task)
+        task.add_done_callback(lambda _t: at_deadline.cancel())
+        return task
+
+    def _cut(self, ordinal: int, task: "asyncio.Future[Any]") -> None:
+        if not task.done():
+            self.timed_out.add(ordinal)
+            task.cancel()
+
+    def observation(self, effect: Dict[str, Any], ok: bool, reply: Any) -> Dict[str, Any]:
+        self.open.discard(int(effect["dispatch"]["ordinal"]))
+        if ok:
+            return {"facts": {"result": "returned"}}
+        if isinstance(reply, asyncio.CancelledError) and int(effect["dispatch"]["ordinal"]) in self.timed_out:
+            facts = facts_of(asyncio.TimeoutError(), classify=self.classify, now_unix_ms=int(self.wall_clock()))
+        elif isinstance(reply, asyncio.CancelledError):
+            facts = facts_of(reply, cancelled=True)
+        else:
+            facts = facts_of(reply, classify=self.classify, now_unix_ms=int(self.wall_clock()))
+        return {"facts": json.loads(facts.json)}
+
+    def cancel_attempt(self, ordinal: int) -> None:
+        self.open.discard(ordinal)
+
+    def read(self, keys: List[str]) -> List[Dict[str, Any]]:
+        if self.fleet is None:
+            return Adapter.read(self, keys)
+        return store_read(self.fleet.store, self.namespace, keys)
+
+    def write(self, writes: List[Dict[str, Any]]) -> int:
+        if self.fleet is None:
+            return Adapter.write(self, writes)
+        return store_write(self.fleet.store, self.namespace, writes)
+
 
 
 async def run_hedged_async(
@@ -139,122 +269,55 @@ async def run_hedged_async(
     key_scope: Optional[Tuple[str, str]] = None,
     now: Optional[Callable[[], int]] = None,
     classify: Optional[Classifier] = None,
+    clock: Optional[Callable[[], float]] = None,
+    sleep: Optional[Callable[[float], Awaitable[None]]] = None,
+    wall_clock: Optional[Callable[[], float]] = None,
+    fleet: Optional[Fleet] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> HedgeRun[T]:
     """Run one logical request under a policy with a hedge section: the lead
     at its earliest start, a hedge at each threshold the core offers unless a
     result arrived first, the first valid success kept, the losers' tasks
     cancelled (a loser that answered anyway is reported late). Exceptions of
-    ``dispatch`` are judged by the core like the plain driver's."""
-    t0 = time.monotonic()
-    clock = now if now is not None else (lambda: int((time.monotonic() - t0) * 1000))
+    ``dispatch`` are judged by the core like the plain driver's.
+
+    It runs on the host loop over the run machine's hedge layer
+    (docs/HOST_LOOP.md), with the options of every driver: ``now`` (the run
+    clock, ms since admission) or ``clock`` (monotonic ms) and ``sleep``
+    (awaited, ms), ``wall_clock`` (Unix ms), ``fleet`` (every lead and hedge
+    admitted first), and the hooks. Cancelling the task cancels the attempts
+    in flight and propagates at once."""
     compiled = _checked(policy, idempotency_key, key_scope)
-    session = HedgeSession(compiled)
-    deadline_ms = int(compiled.document["deadline_ms"])
-    tasks: Dict[int, "asyncio.Task[T]"] = {}
-    settled: "asyncio.Queue[tuple[int, int, asyncio.Task[T]]]" = asyncio.Queue()
-    values: Dict[int, T] = {}
-    cancelled_by_us: Set[int] = set()
-    count = 0
-
-    async def attempt(a: HedgeAttempt) -> T:
-        return await asyncio.wait_for(dispatch(a), timeout=max(0, deadline_ms - clock()) / 1000)
-
-    def launch(d: Dict[str, Any], hedges: Optional[int]) -> None:
-        nonlocal count
-        count += 1
-        a = HedgeAttempt(
-            ordinal=d["ordinal"],
-            route_id=d["route_id"],
-            idempotency_key=idempotency_key,
-            hedges=hedges,
-            remaining_ms=max(0, deadline_ms - clock()),
-            dispatch=d,
-        )
-        task = asyncio.ensure_future(attempt(a))
-        tasks[a.ordinal] = task
-        def done(t: "asyncio.Task[T]", n: int = a.ordinal) -> None:
-            if n not in cancelled_by_us:  # a cancelled loser is reported at its cancellation
-                settled.put_nowait((n, clock(), t))
-
-        task.add_done_callback(done)
-
-    def report(ordinal: int, at: int, task: "asyncio.Task[T]") -> Step:
-        if task.cancelled():
-            facts = facts_of(asyncio.CancelledError(), cancelled=True)
-            cancelled_step: Step = session.observe(ordinal, at, facts)["step"]
-            return cancelled_step
-        exc = task.exception()
-        if exc is None:
-            values[ordinal] = task.result()
-            ok_step: Step = session.observe(ordinal, at, {"result": "returned"})["step"]
-            return ok_step
-        facts = facts_of(exc, classify=classify, now_unix_ms=int(time.time() * 1000))
-        failed_step: Step = session.observe(ordinal, at, facts)["step"]
-        return failed_step
-
-    async def next_settled(until: Optional[int]) -> Optional[tuple[int, int, "asyncio.Task[T]"]]:
-        if not settled.empty():
-            return settled.get_nowait()
-        timeout = None if until is None else max(0, until - clock()) / 1000
-        try:
-            return await asyncio.wait_for(settled.get(), timeout=timeout)
-        except asyncio.TimeoutError:
-            return None
-
-    lead = 0
-    try:
-        step = session.next()
-        while step["kind"] != "terminal":
-            if step["kind"] == "dispatch":
-                d = step["dispatch"]
-                wait = d["not_before_ms"] - clock()
-                if wait > 0:
-                    await asyncio.sleep(wait / 1000)
-                lead = d["ordinal"]
-                step = session.start_attempt(d["ordinal"], max(clock(), d["not_before_ms"]))
-                launch(d, None)
-            elif step["kind"] == "await":
-                hedge = step.get("hedge")
-                got = await next_settled(None if hedge is None else hedge["not_before_ms"])
-                if got is not None:
-                    step = report(*got)
-                elif hedge is not None and clock() >= hedge["not_before_ms"]:
-                    step = session.start_attempt(hedge["ordinal"], clock())
-                    launch(hedge, lead)
-            else:
-                # A loser whose answer already arrived is reported late; the
-                # others are cancelled and reported at once (a dispatch that
-                # swallows its cancellation cannot hold the run).
-                losers = set(step["ordinals"])
-                pending: List[tuple[int, int, "asyncio.Task[T]"]] = []
-                late: Optional[tuple[int, int, "asyncio.Task[T]"]] = None
-                while not settled.empty():
-                    item = settled.get_nowait()
-                    if late is None and item[0] in losers:
-                        late = item
-                    else:
-                        pending.append(item)
-                for item in pending:
-                    settled.put_nowait(item)
-                if late is not None:
-                    step = report(*late)
-                    continue
-                for n in step["ordinals"]:
-                    cancelled_by_us.add(n)
-                    tasks[n].cancel()
-                    step = session.cancelled(n, clock())
-        sealed = session.seal()
-        receipt: Dict[str, Any] = sealed["bundle"]["receipt"]
-        winner = receipt.get("hedge", {}).get("winner_ordinal")
-        return HedgeRun(
-            result=None if winner is None else values.get(winner),
-            terminal=str(step["terminal"]),
-            receipt=receipt,
-            bundle=sealed["bundle"],
-            bundle_json=sealed["bundle_json"],
-            attempts=count,
-        )
-    finally:
-        for t in tasks.values():
-            if not t.done():
-                t.cancel()
+    used = _fleet_for(compiled, fleet)
+    run_clock: Callable[[], float] = (lambda: float(now())) if now is not None else (clock or _monotonic_ms)
+    adapter = _Hedged(
+        compiled,
+        idempotency_key,
+        dispatch,
+        run_clock,
+        sleep,
+        wall_clock or _wall_ms,
+        classify,
+        used,
+        (on_decision, on_sleep, on_attempt, on_terminal),
+    )
+    if now is not None:
+        adapter.t0 = 0.0
+    wall = wall_clock or _wall_ms
+    options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(wall()) - adapter.now_ms())}
+    if used is not None:
+        options["max_conflicts"] = used.max_conflicts
+    machine = Machine.start(compiled, options)
+    run = await pump_async(run_loop(machine, adapter), adapter)
+    return HedgeRun(
+        result=run.value,
+        terminal=run.terminal,
+        receipt=run.receipt,
+        bundle=run.bundle,
+        bundle_json=run.bundle_json,
+        attempts=adapter.count,
+        receipt_sha256=run.receipt_sha256,
+    )

@@ -2,8 +2,9 @@
 
 A policy with an ``async_job`` section runs one logical request as a job the
 provider holds (OpenAI Responses with ``background=True``, Anthropic Message
-Batches). :func:`run_job` hosts the core's plan: every dispatch is a submit
-or a poll of the accepted job, when and as often as the core says; a submit
+Batches). :func:`run_job` hosts the core's plan, an adapter of the host loop
+over the run machine's job layer (docs/HOST_LOOP.md): every dispatch is a
+submit or a poll of the accepted job, when and as often as the core says; a submit
 whose answer was lost stops ``stop_indeterminate`` and is never sent again.
 Under the section's ``cancel_left_running`` the core plans the cancel of a
 job the run would leave running, and ``calls.cancel`` is that step (recorded
@@ -18,21 +19,36 @@ provider after sealing, unrecorded.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import json
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generic, Mapping, Optional, Tuple, TypeVar, Union
 
+from . import _core
 from ._api import Document, Policy, _policy_of
 from ._driver import (
     AttemptError,
+    Classifier,
+    MachineStep,
     RunCancelledError,
     RunResult,
     RunStoppedError,
     Step,
-    run as _run,
-    run_async as _run_async,
+    UnrecognizedDispatchError,
+    _async_sleep_ms,
+    _checked,
+    _monotonic_ms,
+    _schedule_for,
+    _sleep_ms,
+    _wall_ms,
+    facts_of,
 )
-from ._errors import PolicyError
+from ._errors import DecodeError, PolicyError
 from ._integration import require_max_retries_zero
+from ._loop import LoopResult, Machine, pump, pump_async, run_loop
+from .machine import HookedAdapter
+from .journaled import _MachineSealed
 
 __all__ = [
     "JobAnswer",
@@ -111,6 +127,229 @@ def _job_policy(policy: Union[Policy, Document], cancel: Optional[Callable[..., 
     return compiled, planned
 
 
+class _JobStep(MachineStep):
+    """The :class:`Step` of a job's attempt: the job id and status it
+    reports, and a lost submit's reconciliation, go into the ``observed``
+    event with what every step reports."""
+
+    _job: Optional[Tuple[Optional[str], Optional[str]]] = None
+    _reconciled: Optional[str] = None
+
+    def job(self, id: Optional[str], status: Optional[str]) -> None:
+        self._job = (id, status)
+
+    def reconciled(self, answer: str) -> None:
+        self._reconciled = answer
+
+    def observation(self, ok: bool, reply: Any, classify: Optional[Classifier], now_unix_ms: int) -> Dict[str, Any]:
+        fields = super().observation(ok, reply, classify, now_unix_ms)
+        if self._job is not None:
+            if self._job[0] is not None:
+                fields["job_id"] = self._job[0]
+            if self._job[1] is not None:
+                fields["job_status"] = self._job[1]
+        if self._reconciled is not None:
+            fields["reconciled"] = self._reconciled
+        return fields
+
+
+_RUN_OPTIONS = frozenset(
+    {"classify", "clock", "sleep", "wall_clock", "on_attempt", "on_cancel", "key_scope", "price_schedule",
+     "fleet", "reserve_tokens", "on_decision", "on_sleep", "on_terminal", "checks", "repair", "request"}
+)
+
+
+class _JobRun(HookedAdapter):
+    """An async job as the host loop's adapter: each ``dispatch``, ``poll``
+    and ``cancel`` effect is the provider call it names, with the job id the
+    submit's answer gave; what each answered goes back in the observation,
+    and the core decides what comes next."""
+
+    def __init__(self, calls: Any, idempotency_key: str, schedule: Optional[str], options: Mapping[str, Any], sync: bool) -> None:
+        unknown = sorted(set(options) - _RUN_OPTIONS)
+        if unknown:
+            raise TypeError(f"run_job() got an unexpected keyword argument {unknown[0]!r}")
+        if options.get("repair") is not None:
+            raise DecodeError("invalid_value", "an async job's run is not repaired", "/repair")
+        self.calls = calls
+        self.key = idempotency_key
+        self.schedule = schedule
+        self.classify: Optional[Classifier] = options.get("classify")
+        self.clock: Callable[[], float] = options.get("clock") or _monotonic_ms
+        self.t0 = self.clock()
+        self.pause = options.get("sleep") or (_sleep_ms if sync else _async_sleep_ms)
+        self.wall_clock: Callable[[], float] = options.get("wall_clock") or _wall_ms
+        self.checks = options.get("checks")
+        self.hooks = (options.get("on_decision"), options.get("on_sleep"), options.get("on_attempt"), options.get("on_terminal"))
+        self.step: Optional[_JobStep] = None
+        self.job_id: Optional[str] = None
+        self.last: Any = None
+        self.last_error: Optional[BaseException] = None
+        self.rule: Any = None
+        self.was_cancelled = False
+
+    def now_ms(self) -> int:
+        return max(0, int(self.clock() - self.t0))
+
+    def sleep(self, ms: int) -> Any:
+        return self.pause(ms)
+
+    def cancelled(self) -> bool:
+        return self.was_cancelled
+
+    def cancel(self) -> None:
+        self.was_cancelled = True
+
+    def cancelled_before_send(self) -> bool:
+        return self.was_cancelled
+
+    def dispatch(self, effect: Dict[str, Any]) -> Any:
+        step = _JobStep(effect, self.key, self.schedule)
+        self.step = step
+        kind = effect["kind"]
+        calls = self.calls
+        if kind == "cancel":
+            # The planned cancel of the job the run leaves running: sent once,
+            # its outcome recorded; the job's last answer stays the run's.
+            assert self.job_id is not None and calls.cancel is not None
+            job_id = self.job_id
+
+            def cancelled(_: Any) -> Any:
+                step.job(job_id, None)
+                return self.last
+
+            return _then(calls.cancel(job_id), cancelled)
+        if kind == "poll":
+            # The core plans polls only after an acceptance, which set the id.
+            assert self.job_id is not None
+            job_id = self.job_id
+
+            def polled(answer: JobAnswer[Any]) -> JobAnswer[Any]:
+                step.job(job_id, answer.status)
+                self.last = answer
+                return answer
+
+            return _then(_call(lambda: calls.poll(job_id, step)), polled)
+
+        def accepted(answer: JobAnswer[Any]) -> JobAnswer[Any]:
+            step.job(answer.id, answer.status)
+            if answer.id is not None:
+                self.job_id = answer.id
+            self.last = answer
+            return answer
+
+        def lost(e: BaseException) -> Any:
+            if calls.reconcile is None:
+                raise e
+
+            def found(f: "Reconciliation[Any]") -> JobAnswer[Any]:
+                step.reconciled(f.answer)
+                if f.answer != "succeeded" or f.job is None:
+                    raise e
+                return f.job
+
+            return _then(calls.reconcile(step, e), found)
+
+        return _then(_call(lambda: calls.submit(step), lost), accepted)
+
+    def observation(self, effect: Dict[str, Any], ok: bool, reply: Any) -> Dict[str, Any]:
+        step = self.step
+        assert step is not None
+        cancelled = effect["kind"] != "cancel" and self.was_cancelled
+        if ok:
+            self.last_error = None
+        else:
+            self.last_error = reply
+        if not ok and (cancelled or isinstance(reply, asyncio.CancelledError)):
+            fields = step.observation(True, None, None, 0)
+            fields["facts"] = facts_of(reply, cancelled=True).to_dict()
+            return fields
+        fields = step.observation(ok, reply, self.classify, max(0, int(self.wall_clock())))
+        if ok and self.checks is not None and effect["kind"] != "cancel":
+            try:
+                verdicts = [check(reply) for check in self.checks]
+                fields["facts"] = _core.Facts(result="returned", output_checks=verdicts).to_dict()
+            except Exception as e:
+                # A check that raises leaves the attempt unrecognized.
+                self.last_error = e
+                fields["facts"] = {"result": "raised", "error_types": ["OutputCheckError"]}
+        return fields
+
+    def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
+        self.rule = judgement["rule"]
+        super().on_attempt(attempt, judgement)
+
+
+def _call(f: Callable[[], Any], on_error: Optional[Callable[[BaseException], Any]] = None) -> Any:
+    """``f()``, or ``on_error`` of what it raised (awaited when ``f`` gave a coroutine)."""
+    try:
+        got = f()
+    except Exception as e:
+        if on_error is None:
+            raise
+        return on_error(e)
+    if inspect.isawaitable(got):
+
+        async def awaited() -> Any:
+            try:
+                value = await got
+            except Exception as e:
+                if on_error is None:
+                    raise
+                value = on_error(e)
+            return (await value) if inspect.isawaitable(value) else value
+
+        return awaited()
+    return got
+
+
+def _then(got: Any, f: Callable[[Any], Any]) -> Any:
+    """``f`` of ``got``, awaited first when it is awaitable."""
+    if inspect.isawaitable(got):
+
+        async def awaited() -> Any:
+            value = await got
+            out = f(value)
+            return (await out) if inspect.isawaitable(out) else out
+
+        return awaited()
+    return f(got)
+
+
+def _start(policy: Union[Policy, Document], calls: Any, idempotency_key: str, options: Mapping[str, Any], sync: bool) -> Tuple[Machine, _JobRun]:
+    compiled, _ = _job_policy(policy, calls.cancel)
+    compiled = _checked(compiled, idempotency_key, options.get("key_scope"))
+    schedule = _schedule_for(compiled, options.get("price_schedule"))
+    adapter = _JobRun(calls, idempotency_key, schedule, options, sync)
+    machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(adapter.wall_clock()) - adapter.now_ms())}
+    if schedule is not None:
+        machine_options["price_schedule"] = json.loads(schedule)
+    return Machine.start(compiled, machine_options), adapter
+
+
+def _ended(adapter: _JobRun, run: LoopResult) -> RunResult[Any]:
+    """The run's result, or the error it ended with (cancelled, unrecognized, stopped)."""
+    sealed: Any = _MachineSealed(run)
+    if run.terminal == "completed":
+        return RunResult(run.value, sealed)
+    count = run.receipt["attempt_count"]
+    message = f"run ended with {run.terminal} after {count} attempt{'s' if count != 1 else ''}"
+    if adapter.was_cancelled:
+        raise RunCancelledError(sealed)
+    if adapter.rule == "unrecognized":
+        raise UnrecognizedDispatchError(sealed, f"{message}; unrecognized {type(adapter.last_error).__name__}") from adapter.last_error
+    raise RunStoppedError(sealed, message) from adapter.last_error
+
+
+def _left_running(adapter: _JobRun, receipt: Mapping[str, Any]) -> bool:
+    """The core's receipt says the job is left running and no cancel of it
+    was planned: it is cancelled now, unrecorded."""
+    job = receipt.get("job") or {}
+    return bool(
+        job.get("left_running") and "cancel" not in job and adapter.job_id is not None and adapter.calls.cancel is not None
+    )
+
+
 def run_job(
     policy: Union[Policy, Document],
     calls: JobCalls[R],
@@ -123,54 +362,14 @@ def run_job(
     raises :class:`RunStoppedError` otherwise. Under ``cancel_left_running``
     the planned cancel of a job the run would leave running is sent through
     ``calls.cancel`` and recorded; without it a job the run left running is
-    cancelled after sealing (when ``calls.cancel`` is given), unrecorded."""
-    compiled, planned_cancel = _job_policy(policy, calls.cancel)
-    job_id: Optional[str] = None
-    last: Optional[JobAnswer[R]] = None
-
-    def dispatch(step: Step) -> JobAnswer[R]:
-        nonlocal job_id, last
-        planned = step.plan.job
-        if planned is None:
-            raise TypeError("run_job needs a policy with an async_job section")
-        if planned["kind"] == "cancel":
-            # The planned cancel of the job the run leaves running: sent
-            # once, its outcome recorded; the run then ends with the
-            # terminal that planned it. The job's last answer stays the run's.
-            assert job_id is not None and calls.cancel is not None and last is not None
-            calls.cancel(job_id)
-            step.job(job_id, None)
-            return last
-        if planned["kind"] == "submit":
-            try:
-                answer = calls.submit(step)
-            except Exception as e:
-                if calls.reconcile is None:
-                    raise
-                found = calls.reconcile(step, e)
-                step.reconciled(found.answer)
-                if found.answer != "succeeded" or found.job is None:
-                    raise
-                answer = found.job
-            step.job(answer.id, answer.status)
-            if answer.id is not None:
-                job_id = answer.id
-            last = answer
-            return answer
-        # The core plans polls only after an acceptance, which set the id.
-        assert job_id is not None
-        answer = calls.poll(job_id, step)
-        step.job(job_id, answer.status)
-        last = answer
-        return answer
-
-    try:
-        return _run(compiled, dispatch, idempotency_key, **options)
-    except RunStoppedError as e:
-        job = e.receipt.get("job") or {}
-        if not planned_cancel and job.get("left_running") and job_id is not None and calls.cancel is not None:
-            calls.cancel(job_id)
-        raise
+    cancelled after sealing (when ``calls.cancel`` is given), unrecorded. The
+    run goes through the host loop over the run machine's job layer."""
+    machine, adapter = _start(policy, calls, idempotency_key, options, True)
+    run = pump(run_loop(machine, adapter), adapter)
+    if run.terminal != "completed" and _left_running(adapter, run.receipt):
+        assert calls.cancel is not None and adapter.job_id is not None
+        calls.cancel(adapter.job_id)
+    return _ended(adapter, run)
 
 
 @dataclass(frozen=True)
@@ -196,48 +395,17 @@ async def run_job_async(
     after the planned cancel was sent through ``calls.cancel`` and recorded
     as the run's last attempt; without it the job is cancelled after sealing
     (when ``calls.cancel`` is given), unrecorded."""
-    compiled, planned_cancel = _job_policy(policy, calls.cancel)
-    job_id: Optional[str] = None
-    last: Optional[JobAnswer[R]] = None
-
-    async def dispatch(step: Step) -> JobAnswer[R]:
-        nonlocal job_id, last
-        planned = step.plan.job
-        if planned is None:
-            raise TypeError("run_job_async needs a policy with an async_job section")
-        if planned["kind"] == "cancel":
-            assert job_id is not None and calls.cancel is not None and last is not None
-            await calls.cancel(job_id)
-            step.job(job_id, None)
-            return last
-        if planned["kind"] == "submit":
-            try:
-                answer = await calls.submit(step)
-            except Exception as e:
-                if calls.reconcile is None:
-                    raise
-                found = await calls.reconcile(step, e)
-                step.reconciled(found.answer)
-                if found.answer != "succeeded" or found.job is None:
-                    raise
-                answer = found.job
-            step.job(answer.id, answer.status)
-            if answer.id is not None:
-                job_id = answer.id
-            last = answer
-            return answer
-        assert job_id is not None
-        answer = await calls.poll(job_id, step)
-        step.job(job_id, answer.status)
-        last = answer
-        return answer
-
+    machine, adapter = _start(policy, calls, idempotency_key, options, False)
+    run = await pump_async(run_loop(machine, adapter), adapter, cancellable=True)
+    if run.terminal != "completed" and _left_running(adapter, run.receipt):
+        assert calls.cancel is not None and adapter.job_id is not None
+        await calls.cancel(adapter.job_id)
     try:
-        return await _run_async(compiled, dispatch, idempotency_key, **options)
-    except (RunStoppedError, RunCancelledError) as e:
-        job = e.receipt.get("job") or {}
-        if not planned_cancel and job.get("left_running") and job_id is not None and calls.cancel is not None:
-            await calls.cancel(job_id)
+        return _ended(adapter, run)
+    except RunCancelledError as error:
+        on_cancel = options.get("on_cancel")
+        if on_cancel is not None:
+            on_cancel(error)
         raise
 
 

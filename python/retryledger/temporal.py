@@ -1,5 +1,5 @@
 """Temporal as the one retry owner's host: the workflow holds the core's
-Session, sleeps on durable timers and runs each attempt as one activity
+run machine, sleeps on durable timers and runs each attempt as one activity
 execution whose own retries are off (docs/TEMPORAL.md).
 
     from retryledger import temporal as rt
@@ -22,8 +22,9 @@ execution whose own retries are off (docs/TEMPORAL.md).
 What runs where:
 
 * In the workflow (deterministic, replayed from history): the policy's
-  validation, every ``session.next()`` and ``session.observe()``, the timers
-  until each attempt's ``not_before_ms`` and the seal. The core is passed
+  validation and the run machine, driven by the host loop
+  (docs/HOST_LOOP.md: sleep on a workflow timer, dispatch as one activity
+  execution), the timers until each attempt's ``not_before_ms`` and the seal. The core is passed
   through the workflow sandbox (:func:`workflow_runner`): it has no I/O, no
   clock and no randomness of its own, so running it in the workflow is
   deterministic and nothing else is needed to replay it. The run clock is
@@ -77,6 +78,7 @@ from . import _core
 from ._api import Document, Policy, call, check_integer, to_text
 from ._driver import Classifier, _checked, _schedule_for, facts_of
 from ._errors import DriftError, PolicyError, RetryledgerError
+from ._loop import Adapter, Machine, pump_async, run_loop
 
 __all__ = [
     "ONE_ATTEMPT",
@@ -416,78 +418,100 @@ async def run_attempts(
         schedule = _schedule_for(compiled, price_schedule)
     except RetryledgerError as e:
         raise _coded(e) from None
-    session = compiled.session()
+    adapter = _WorkflowRun(activity_fn, idempotency_key, list(args), schedule, one, start_to_close_timeout, heartbeat_timeout, task_queue)
+    options: Dict[str, Any] = {"origin_epoch_ms": int(workflow.now().timestamp() * 1000)}
     if schedule is not None:
-        session.set_price_schedule(schedule)
-    t0 = workflow.time_ns()
-    value: Any = None
-    cancelled = False
-    while True:
-        plan = session.next()
-        if isinstance(plan, _core.Terminal):
-            break
-        now = _run_ms(t0)
-        try:
-            while now < plan.not_before_ms:
-                await workflow.sleep(timedelta(milliseconds=plan.not_before_ms - now))
-                now = _run_ms(t0)
-        except asyncio.CancelledError:
-            # Cancelled between attempts: recorded as the run's cancellation.
-            cancelled = True
-            break
+        options["price_schedule"] = json.loads(schedule)
+    try:
+        machine = Machine.start(compiled, options)
+        run = await pump_async(run_loop(machine, adapter), adapter, cancellable=True)
+    except RetryledgerError as e:
+        raise _coded(e) from None
+    value = run.value.value if run.value is not None else None
+    return RunOutput(terminal=run.terminal, receipt_sha256=run.receipt_sha256, bundle_json=run.bundle_json, value=value)
+
+
+class _WorkflowRun(Adapter):
+    """A workflow's run as the host loop's adapter: the run clock on
+    workflow time, a wait on a workflow timer, each attempt one activity
+    execution (its report the attempt's facts), and the workflow's
+    cancellation as the caller's."""
+
+    def __init__(
+        self,
+        activity_fn: Union[str, Callable[..., Any]],
+        idempotency_key: str,
+        args: List[Any],
+        schedule: Optional[str],
+        retry_policy: RetryPolicy,
+        start_to_close_timeout: timedelta,
+        heartbeat_timeout: Optional[timedelta],
+        task_queue: Optional[str],
+    ) -> None:
+        self.activity_fn = activity_fn
+        self.key = idempotency_key
+        self.args = args
+        self.schedule = schedule
+        self.retry_policy = retry_policy
+        self.start_to_close_timeout = start_to_close_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self.task_queue = task_queue
+        self.t0 = workflow.time_ns()
+        self.was_cancelled = False
+
+    def now_ms(self) -> int:
+        return _run_ms(self.t0)
+
+    def cancelled(self) -> bool:
+        return self.was_cancelled
+
+    def cancel(self) -> None:
+        self.was_cancelled = True
+
+    def cancelled_before_send(self) -> bool:
+        return self.was_cancelled
+
+    async def sleep(self, ms: int) -> None:
+        await workflow.sleep(timedelta(milliseconds=ms))
+
+    def dispatch(self, effect: Dict[str, Any]) -> Any:
         data = AttemptInput(
-            plan=plan.to_dict(),
-            idempotency_key=idempotency_key,
-            started_at_ms=now,
-            args=list(args),
-            price_schedule=schedule,
+            plan=dict(effect["dispatch"], kind="dispatch"),
+            idempotency_key=self.key,
+            started_at_ms=int(effect["started_at_ms"]),
+            args=list(self.args),
+            price_schedule=self.schedule,
         )
-        report: Optional[AttemptReport] = None
+        return workflow.execute_activity(
+            self.activity_fn,  # type: ignore[arg-type]  # a name or the activity function
+            data,
+            start_to_close_timeout=self.start_to_close_timeout,
+            heartbeat_timeout=self.heartbeat_timeout,
+            retry_policy=self.retry_policy,
+            task_queue=self.task_queue,
+            result_type=AttemptReport,
+        )
+
+    def observation(self, effect: Dict[str, Any], ok: bool, reply: Any) -> Dict[str, Any]:
         wall = int(workflow.now().timestamp() * 1000)
-        try:
-            report = await workflow.execute_activity(
-                activity_fn,  # type: ignore[arg-type]  # a name or the activity function
-                data,
-                start_to_close_timeout=start_to_close_timeout,
-                heartbeat_timeout=heartbeat_timeout,
-                retry_policy=one,
-                task_queue=task_queue,
-                result_type=AttemptReport,
-            )
-            facts = _core.Facts(**json.loads(report.facts))
-        except asyncio.CancelledError:
-            # Cancelled during the attempt: judged as cancelled (never retried).
-            cancelled = True
-            facts = _core.Facts(result="raised", cancelled=True, now_unix_ms=wall)
-        except Exception as exc:  # the activity execution itself failed (timeout, worker lost, cancelled)
-            cancelled = isinstance(getattr(exc, "cause", None), TemporalCancelledError)
-            facts = facts_of(exc, cancelled=cancelled, now_unix_ms=int(workflow.now().timestamp() * 1000))
-        completed = _run_ms(t0)
-        cost = None
-        if report is not None:
-            if report.request_body_sha256 is not None:
-                call(session.set_request_body_sha256, report.request_body_sha256)
-            if report.usage is not None:
-                call(session.add_usage, report.usage)
-            cost = report.cost
-        try:
-            call(session.observe, now, max(completed, now), cost, facts)
-        except RetryledgerError as e:
-            raise _coded(e) from None
-        if session.terminal == "completed" and report is not None:
-            value = report.value
-            break
-        if cancelled:
-            break
-    if cancelled and session.terminal is None:
-        session.cancel(_run_ms(t0))
-    sealed = session.seal()
-    return RunOutput(
-        terminal=sealed.terminal,
-        receipt_sha256=sealed.receipt_sha256,
-        bundle_json=sealed.bundle_json,
-        value=value,
-    )
+        if not ok:
+            if isinstance(reply, asyncio.CancelledError):
+                # Cancelled during the attempt: judged as cancelled (never retried).
+                self.was_cancelled = True
+                return {"facts": {"result": "raised", "cancelled": True, "now_unix_ms": wall}}
+            # The activity execution itself failed (timeout, worker lost, cancelled).
+            cancelled = isinstance(getattr(reply, "cause", None), TemporalCancelledError)
+            self.was_cancelled = self.was_cancelled or cancelled
+            return {"facts": facts_of(reply, cancelled=cancelled, now_unix_ms=wall).to_dict()}
+        report: AttemptReport = reply
+        fields: Dict[str, Any] = {"facts": json.loads(report.facts)}
+        if report.cost is not None:
+            fields["cost"] = report.cost
+        if report.usage is not None:
+            fields["usage"] = json.loads(report.usage)
+        if report.request_body_sha256 is not None:
+            fields["request_body_sha256"] = report.request_body_sha256
+        return fields
 
 
 @workflow.defn(name="retryledger.run")

@@ -80,6 +80,11 @@ impl PyMachine {
         self.inner.observed_json()
     }
 
+    /// The attempt planned next as JSON, when one is (what a wait is for).
+    fn planned(&self) -> Option<String> {
+        self.inner.planned_json()
+    }
+
     /// The run clock as last read, ms.
     #[getter]
     fn now_ms(&self) -> u64 {

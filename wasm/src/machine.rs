@@ -72,6 +72,11 @@ impl WasmMachine {
         self.inner.observed_json()
     }
 
+    /// The attempt planned next as JSON, when one is (what a wait is for).
+    pub fn planned(&self) -> Option<String> {
+        self.inner.planned_json()
+    }
+
     /// The run clock as last read, ms.
     pub fn now_ms(&self) -> f64 {
         num(self.inner.now_ms())

@@ -192,6 +192,7 @@ export {
   type LoopAdapter,
   type LoopReconcileAnswer,
   type LoopResult,
+  type LoopSleep,
   type MachineOptions,
   type StoreRowDoc,
 } from "./loop.js";

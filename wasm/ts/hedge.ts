@@ -8,14 +8,31 @@
  * `not_before_ms`), `await` (the attempts in flight; when `hedge` is set,
  * dispatch it at its `not_before_ms` unless a result arrives first),
  * `cancel` (the round is decided: abort these and report each) or
- * `terminal`. `runHedged` hosts it: concurrent dispatch, an AbortSignal per
+ * `terminal`. `runHedged` is an adapter of the host loop (docs/HOST_LOOP.md)
+ * over the run machine's hedge layer: concurrent dispatch, an AbortSignal per
  * attempt, the losers aborted; every decision is the core's.
  */
 
 import { call, CompiledPolicy, compiledOf, toText, type Input } from "./core.js";
-import { checkedKey } from "./driver.js";
-import { factsOf, type Classifier } from "./facts.js";
-import type { Attempt, Attempts, Bundle, DispatchDecision, Facts, FleetView, FleetWrites, Judgement, Policy, Receipt, Terminal } from "./types.js";
+import { checkedKey, checkFleet } from "./driver.js";
+import type { Classifier } from "./facts.js";
+import type { Fleet } from "./fleet.js";
+import { loopHooks } from "./machine.js";
+import type { RunHooks } from "./hooks.js";
+import {
+  Machine,
+  raisedFacts,
+  runLoop,
+  storeRead,
+  storeWrite,
+  type CasDoc,
+  type DispatchEffect,
+  type LoopAdapter,
+  type LoopSleep,
+  type MachineOptions,
+  type StoreRowDoc,
+} from "./loop.js";
+import type { Attempt, Attempts, Bundle, Decision, DispatchDecision, Facts, FleetView, FleetWrites, Judgement, Policy, Receipt, Terminal } from "./types.js";
 
 /** The policy's `hedge` section (docs/HEDGING.md). */
 export interface HedgeSection {
@@ -168,42 +185,179 @@ export interface HedgeAttempt {
   hedges?: number | undefined;
   /** Milliseconds left before the run's deadline when this attempt started. */
   remainingMs: number;
-  /** Aborted when the attempt loses its round, or at the run's deadline. */
+  /** Aborted when the attempt loses its round, at the run's deadline, or when the caller's signal aborts. */
   signal: AbortSignal;
   /** The planned dispatch. */
   dispatch: HedgeDispatch;
 }
 
-/** Options of `runHedged`. */
-export interface HedgeRunOptions {
+/** Options of `runHedged`: the options every driver takes. */
+export interface HedgeRunOptions extends RunHooks {
   /** The raw idempotency key; its digest must be the policy's `idempotency_key_sha256`. */
   idempotencyKey: string;
   /** The key's scope, when the policy's key digest is scoped. */
   keyScope?: { tenant: string; operation: string } | undefined;
-  /** The run clock, ms since admission (default: `performance.now()` from the call). */
+  /** The run clock, ms since admission (takes precedence over `clock`). */
   now?: (() => number) | undefined;
+  /** Monotonic milliseconds (default `performance.now`); the run clock starts at its first reading. */
+  clock?: (() => number) | undefined;
+  /** Wait `ms` milliseconds, returning early when `signal` aborts (default: a timer). */
+  sleep?: ((ms: number, signal: AbortSignal) => Promise<void>) | undefined;
+  /** Wall clock in Unix ms, for HTTP-date Retry-After hints (default `Date.now`). */
+  wallClock?: (() => number) | undefined;
+  /** Stops the run: between rounds (`stop_cancelled`), or aborts the attempts in flight. */
+  signal?: AbortSignal | undefined;
   /** The caller's classify hook for raised errors. */
   classify?: Classifier | undefined;
+  /** The fleet the run belongs to (required when the policy has a `fleet` section): every lead and hedge is admitted first. */
+  fleet?: Fleet | undefined;
 }
 
-/** The result of `runHedged`. */
+/** The result of `runHedged`: the one result shape of every driver, and the winner's value as `result`. */
 export interface HedgeRun<T> {
   /** The winner's value; `undefined` unless the run completed. */
+  value: T | undefined;
+  /** The same as `value`. */
   result: T | undefined;
   terminal: Terminal;
   receipt: HedgedReceipt;
+  receipt_sha256: string;
   bundle: Bundle;
   bundle_json: string;
   /** Physical attempts dispatched. */
   attempts: number;
 }
 
-interface Settled<T> {
-  ordinal: number;
-  at: number;
-  ok: boolean;
-  value?: T;
-  error?: unknown;
+function pause(ms: number, signals: readonly (AbortSignal | undefined)[]): Promise<void> {
+  return new Promise((resolve) => {
+    const live = signals.filter((s): s is AbortSignal => s !== undefined);
+    if (live.some((s) => s.aborted)) {
+      resolve();
+      return;
+    }
+    const done = (): void => {
+      clearTimeout(timer);
+      for (const s of live) s.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    for (const s of live) s.addEventListener("abort", done, { once: true });
+  });
+}
+
+/**
+ * A hedged run as the host loop's adapter: the caller's dispatch, one
+ * AbortController per attempt (a loser's aborted when the machine cancels
+ * it, every one at the run's deadline or the caller's signal), the run
+ * clock, the fleet store and the hooks.
+ */
+class Hedged<T> implements LoopAdapter<T> {
+  readonly #controllers = new Map<number, { controller: AbortController; timer: ReturnType<typeof setTimeout> | undefined }>();
+  /** The attempts sent and not yet answered for, and the lead of the round they belong to. */
+  readonly #open = new Set<number>();
+  #lead = 0;
+  count = 0;
+  readonly #now: () => number;
+
+  constructor(
+    readonly compiled: CompiledPolicy,
+    readonly key: string,
+    readonly send: (attempt: HedgeAttempt) => Promise<T>,
+    readonly options: HedgeRunOptions,
+  ) {
+    if (options.now !== undefined) {
+      this.#now = options.now;
+    } else {
+      const clock = options.clock ?? ((): number => performance.now());
+      const t0 = clock();
+      this.#now = () => clock() - t0;
+    }
+    const fleet = options.fleet;
+    if (fleet !== undefined) {
+      this.read = (keys: string[]): Promise<StoreRowDoc[]> => storeRead(fleet.store, fleet.namespace, keys);
+      this.write = (writes: CasDoc[]): Promise<number> => storeWrite(fleet.store, fleet.namespace, writes);
+    }
+    Object.assign(this, loopHooks(options));
+  }
+
+  read?: (keys: string[]) => Promise<StoreRowDoc[]>;
+  write?: (writes: CasDoc[]) => Promise<number>;
+  onDecision?: (decision: Record<string, unknown>) => void;
+  onSleep?: (sleep: LoopSleep) => void;
+  onAttempt?: (attempt: Record<string, unknown>, judgement: Record<string, unknown>) => void;
+  onTerminal?: (receipt: Receipt) => void;
+
+  nowMs(): number {
+    return Math.max(0, Math.floor(this.#now()));
+  }
+
+  cancelled(): boolean {
+    return this.options.signal?.aborted === true;
+  }
+
+  sleep(ms: number, wake?: AbortSignal): Promise<void> {
+    const signals = [wake, this.options.signal];
+    if (this.options.sleep === undefined) return pause(ms, signals);
+    const both = new AbortController();
+    const stop = (): void => both.abort();
+    for (const s of signals) {
+      if (s?.aborted === true) stop();
+      else s?.addEventListener("abort", stop, { once: true });
+    }
+    return this.options.sleep(ms, both.signal).finally(() => {
+      for (const s of signals) s?.removeEventListener("abort", stop);
+    });
+  }
+
+  dispatch(effect: DispatchEffect): Promise<T> {
+    const d = effect.dispatch as unknown as HedgeDispatch;
+    // A dispatch while none of the round is open is the round's lead;
+    // otherwise it hedges that lead.
+    const hedges = this.#open.size === 0 ? undefined : this.#lead;
+    if (hedges === undefined) this.#lead = d.ordinal;
+    this.#open.add(d.ordinal);
+    this.count += 1;
+    const remaining = Math.max(0, this.compiled.policy.deadline_ms - this.nowMs());
+    const controller = new AbortController();
+    const abort = (): void => controller.abort(this.options.signal?.reason);
+    const caller = this.options.signal;
+    if (caller?.aborted === true) abort();
+    else caller?.addEventListener("abort", abort, { once: true });
+    // A deadline beyond a host timer's reach needs no timer.
+    const timer = remaining <= 2_147_483_647 ? setTimeout(() => controller.abort(), remaining) : undefined;
+    this.#controllers.set(d.ordinal, { controller, timer });
+    const attempt: HedgeAttempt = { ordinal: d.ordinal, routeId: d.route_id, idempotencyKey: this.key, hedges, remainingMs: remaining, signal: controller.signal, dispatch: d };
+    let sent: Promise<T>;
+    try {
+      sent = Promise.resolve(this.send(attempt));
+    } catch (e) {
+      sent = Promise.reject(e);
+    }
+    return sent.finally(() => {
+      clearTimeout(timer);
+      caller?.removeEventListener("abort", abort);
+    });
+  }
+
+  observation(effect: DispatchEffect, ok: boolean, reply: unknown): Record<string, unknown> {
+    const ordinal = (effect.dispatch as unknown as HedgeDispatch).ordinal;
+    this.#settled(ordinal);
+    if (ok) return { facts: { result: "returned" } };
+    const wall = this.options.wallClock ?? Date.now;
+    return { facts: raisedFacts(reply, { classify: this.options.classify, nowUnixMs: wall(), cancelled: this.cancelled() }) };
+  }
+
+  cancelAttempt(ordinal: number): void {
+    this.#controllers.get(ordinal)?.controller.abort();
+    this.#settled(ordinal);
+  }
+
+  #settled(ordinal: number): void {
+    this.#open.delete(ordinal);
+    const c = this.#controllers.get(ordinal);
+    if (c !== undefined) clearTimeout(c.timer);
+    this.#controllers.delete(ordinal);
+  }
 }
 
 /**
@@ -211,132 +365,36 @@ interface Settled<T> {
  * its earliest start, a hedge at each threshold the core offers unless a
  * result arrived first, the first valid success kept, the losers aborted
  * (a loser that answered anyway is reported late). Errors of the dispatch
- * function are judged by the core like the plain driver's.
+ * function are judged by the core like the plain driver's. It runs on the
+ * host loop over the run machine's hedge layer (docs/HOST_LOOP.md), with
+ * the options and the result shape of every driver.
  */
 export async function runHedged<T>(
   policy: Input<Policy> | CompiledPolicy,
   dispatch: (attempt: HedgeAttempt) => Promise<T>,
   options: HedgeRunOptions,
 ): Promise<HedgeRun<T>> {
-  const t0 = performance.now();
-  const now = options.now ?? (() => Math.floor(performance.now() - t0));
   const compiled = compiledOf(policy);
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
-  const session = new HedgeSession(compiled);
-  const deadline = compiled.policy.deadline_ms;
-  const controllers = new Map<number, AbortController>();
-  const deadlineTimers = new Map<number, ReturnType<typeof setTimeout>>();
-  const values = new Map<number, T>();
-  const queue: Settled<T>[] = [];
-  const aborted = new Set<number>();
-  let wake: (() => void) | undefined;
-  let count = 0;
-
-  const launch = (d: HedgeDispatch, hedges: number | undefined): void => {
-    const controller = new AbortController();
-    controllers.set(d.ordinal, controller);
-    count += 1;
-    const untilDeadline = setTimeout(() => controller.abort(), Math.max(0, deadline - now()));
-    deadlineTimers.set(d.ordinal, untilDeadline);
-    const attempt: HedgeAttempt = {
-      ordinal: d.ordinal,
-      routeId: d.route_id,
-      idempotencyKey: key,
-      hedges,
-      remainingMs: Math.max(0, deadline - now()),
-      signal: controller.signal,
-      dispatch: d,
-    };
-    const settle = (s: Omit<Settled<T>, "at" | "ordinal">): void => {
-      clearTimeout(untilDeadline);
-      if (aborted.has(d.ordinal)) return; // reported cancelled already
-      queue.push({ ordinal: d.ordinal, at: now(), ...s });
-      wake?.();
-    };
-    Promise.resolve()
-      .then(() => dispatch(attempt))
-      .then(
-        (value) => settle({ ok: true, value }),
-        (error: unknown) => settle({ ok: false, error }),
-      );
-  };
-
-  const waitFor = async (until: number | undefined): Promise<void> => {
-    if (queue.length > 0) return;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    await new Promise<void>((resolve) => {
-      wake = resolve;
-      if (until !== undefined) timer = setTimeout(resolve, Math.max(0, until - now()));
-    });
-    wake = undefined;
-    if (timer !== undefined) clearTimeout(timer);
-  };
-
-  const report = (s: Settled<T>): HedgeStep => {
-    if (s.ok) {
-      values.set(s.ordinal, s.value as T);
-      return session.observe(s.ordinal, s.at, { result: "returned" }).step;
-    }
-    const facts = factsOf(s.error, { classify: options.classify, nowUnixMs: Date.now() });
-    return session.observe(s.ordinal, s.at, facts).step;
-  };
-
-  let lead = 0;
+  checkFleet(compiled.policy, options.fleet);
+  const adapter = new Hedged(compiled, key, dispatch, options);
+  const wall = options.fleet !== undefined ? () => (options.fleet as Fleet).now() : (options.wallClock ?? Date.now);
+  const machineOptions: MachineOptions = { origin_epoch_ms: Math.max(0, Math.floor(wall()) - adapter.nowMs()) };
+  if (options.fleet !== undefined) machineOptions.max_conflicts = options.fleet.maxConflicts;
+  const machine = Machine.start(compiled, machineOptions);
   try {
-    let step = session.next();
-    for (;;) {
-      if (step.kind === "terminal") break;
-      if (step.kind === "dispatch") {
-        const d = step.dispatch;
-        const wait = d.not_before_ms - now();
-        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-        lead = d.ordinal;
-        step = session.startAttempt(d.ordinal, Math.max(now(), d.not_before_ms));
-        launch(d, undefined);
-        continue;
-      }
-      if (step.kind === "await") {
-        const hedge = step.hedge;
-        await waitFor(hedge?.not_before_ms);
-        const s = queue.shift();
-        if (s !== undefined) {
-          step = report(s);
-          continue;
-        }
-        if (hedge !== undefined && now() >= hedge.not_before_ms) {
-          step = session.startAttempt(hedge.ordinal, now());
-          launch(hedge, lead);
-        }
-        continue;
-      }
-      // cancel: a loser whose answer already arrived is reported late; the
-      // others are aborted and reported cancelled at once (a dispatch that
-      // ignores its signal cannot hold the run; what it returns is dropped).
-      const late = queue.findIndex((s) => step.kind === "cancel" && step.ordinals.includes(s.ordinal));
-      if (late >= 0) {
-        const [s] = queue.splice(late, 1);
-        if (s !== undefined) step = report(s);
-        continue;
-      }
-      for (const o of step.ordinals) {
-        aborted.add(o);
-        controllers.get(o)?.abort();
-        clearTimeout(deadlineTimers.get(o));
-        step = session.cancelled(o, now());
-      }
-    }
-    const { bundle, bundle_json } = session.seal();
-    const receipt = bundle.receipt as HedgedReceipt;
-    const winner = receipt.hedge?.winner_ordinal;
+    const run = await runLoop(machine, adapter);
     return {
-      result: winner === undefined ? undefined : values.get(winner),
-      terminal: step.terminal,
-      receipt,
-      bundle,
-      bundle_json,
-      attempts: count,
+      value: run.value,
+      result: run.value,
+      terminal: run.terminal as Terminal,
+      receipt: run.receipt as HedgedReceipt,
+      receipt_sha256: run.receipt_sha256,
+      bundle: run.bundle,
+      bundle_json: run.bundle_json,
+      attempts: adapter.count,
     };
   } finally {
-    session.free();
+    machine.free();
   }
 }

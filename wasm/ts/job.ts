@@ -2,13 +2,17 @@
  * Provider asynchronous jobs (docs/JOBS.md): the documents of the policy's
  * `async_job` section, what a dispatch of a job is, what an attempt
  * records, and the receipt's summary. The core decides every step; a host
- * reports the job id and status it saw with `Session.setJob`.
+ * reports the job id and status it saw with `Session.setJob`. `runJob` is an
+ * adapter of the host loop over the run machine's job layer.
  */
-import { CompiledPolicy, compilePolicy, type Input } from "./core.js";
-import { runWithPolicy, type RunOptions, type RunResult, type Step } from "./driver.js";
-import { PolicyError, RunStoppedError } from "./errors.js";
+import { checkPriceSchedule, CompiledPolicy, compilePolicy, toText, type Input } from "./core.js";
+import { AttemptStep, checkedKey, checkFleet, type RunOptions, type RunResult, type Step } from "./driver.js";
+import { DecodeError, PolicyError, RunCancelledError, RunStoppedError, UnrecognizedDispatchError } from "./errors.js";
 import { AttemptError } from "./facts.js";
-import type { Policy, Sha256Hex } from "./types.js";
+import { loopHooks, type LoopHooks } from "./machine.js";
+import { Machine, raisedFacts, Reports, runLoop, type DispatchEffect, type LoopAdapter, type LoopResult, type LoopSleep, type MachineOptions } from "./loop.js";
+import type { Session } from "./session.js";
+import type { Attempt, Decision, DispatchDecision, Judgement, Policy, Receipt, Sealed, Sha256Hex, Terminal } from "./types.js";
 
 /** A job's status as the provider reports it (an Anthropic batch that `ended` is `completed`). */
 export type JobStatus = "queued" | "in_progress" | "completed" | "failed" | "cancelled" | "incomplete" | "expired";
@@ -102,6 +106,184 @@ export type JobReconciliation<R> =
   | { answer: "succeeded"; id: string; status: JobStatus; value: R }
   | { answer: "failed_no_effect" | "unknown" };
 
+/** A dispatch signal that never fires: the planned cancel's (sent whatever the caller did). */
+let quiet: AbortSignal | undefined;
+
+const defaultSleep = (ms: number, signal: AbortSignal | undefined): Promise<void> =>
+  new Promise((resolve) => {
+    if (signal?.aborted === true) {
+      resolve();
+      return;
+    }
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+
+/**
+ * An async job as the host loop's adapter: each `dispatch`, `poll` and
+ * `cancel` effect is the provider call it names, with the job id the
+ * submit's answer gave; what each answered (the job id and status, a lost
+ * submit's reconciliation) goes back in the observation, and the core
+ * decides what comes next.
+ */
+class JobRun<R> implements LoopAdapter<JobAnswer<R>> {
+  readonly #t0: number;
+  readonly #clock: () => number;
+  readonly #controller: AbortController | undefined;
+  #step: AttemptStep | undefined;
+  #reports: Reports | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  jobId: string | undefined;
+  last: JobAnswer<R> | undefined;
+  lastError: unknown;
+  lastRule: unknown;
+  succeeded = false;
+  cancelled_ = false;
+
+  constructor(
+    readonly compiled: CompiledPolicy,
+    readonly key: string,
+    readonly calls: JobCalls<R>,
+    readonly options: RunOptions,
+    readonly schedule: string | undefined,
+  ) {
+    this.#clock = options.clock ?? ((): number => performance.now());
+    this.#t0 = this.#clock();
+    // One signal serves every attempt: it fires at the run's deadline or when the caller's does.
+    this.#controller = new AbortController();
+    const signal = options.signal;
+    if (signal !== undefined) {
+      const onAbort = (): void => this.#controller?.abort(signal.reason);
+      if (signal.aborted) onAbort();
+      else signal.addEventListener("abort", onAbort, { once: true });
+    }
+    const { onAttempt, ...hooks } = loopHooks(options);
+    this.#onAttempt = onAttempt;
+    Object.assign(this, hooks);
+  }
+
+  readonly #onAttempt: LoopHooks["onAttempt"];
+  onDecision?: NonNullable<LoopHooks["onDecision"]>;
+  onSleep?: NonNullable<LoopHooks["onSleep"]>;
+  onTerminal?: NonNullable<LoopHooks["onTerminal"]>;
+
+  onAttempt(attempt: Record<string, unknown>, judgement: Record<string, unknown>): void {
+    this.lastRule = judgement["rule"];
+    this.#onAttempt?.(attempt, judgement);
+  }
+
+  nowMs(): number {
+    return Math.max(0, Math.floor(this.#clock() - this.#t0));
+  }
+
+  /** Whether the caller cancelled (the loop asks before each wait and send; once seen, the run ends cancelled). */
+  cancelled(): boolean {
+    if (this.options.signal?.aborted !== true) return false;
+    this.cancelled_ = true;
+    return true;
+  }
+
+  cancelledBeforeSend(): boolean {
+    return this.cancelled();
+  }
+
+  sleep(ms: number): Promise<void> {
+    const signal = this.options.signal;
+    return this.options.sleep !== undefined ? this.options.sleep(ms, signal) : defaultSleep(ms, signal);
+  }
+
+  /** The attempt's signal: the run's (its deadline, the caller's), or one that never fires for the planned cancel. */
+  #signal(effect: DispatchEffect, startedAt: number): AbortSignal {
+    if (effect.kind === "cancel") return (quiet ??= new AbortController().signal);
+    const c = this.#controller as AbortController;
+    const remaining = this.compiled.policy.deadline_ms - startedAt;
+    if (!c.signal.aborted) {
+      if (remaining <= 0) c.abort(new DOMException("the run's deadline passed during the attempt", "TimeoutError"));
+      else if (this.#timer === undefined && remaining <= 2_147_483_647) {
+        this.#timer = setTimeout(() => c.abort(new DOMException("the run's deadline passed during the attempt", "TimeoutError")), remaining);
+      }
+    }
+    return c.signal;
+  }
+
+  async dispatch(effect: DispatchEffect): Promise<JobAnswer<R>> {
+    const decision = { ...effect.dispatch, kind: "dispatch" } as unknown as DispatchDecision;
+    const reports = new Reports(this.schedule, decision.route_release_sha256);
+    const step = new AttemptStep(decision, this.key, effect.started_at_ms, reports as unknown as Session, this.schedule !== undefined);
+    this.#step = step;
+    this.#reports = reports;
+    const signal = this.#signal(effect, effect.started_at_ms);
+    if (effect.kind === "cancel") {
+      // The planned cancel of the job the run leaves running: sent once, its
+      // outcome recorded; the run's last answer stays the job's.
+      const id = this.jobId as string;
+      await (this.calls.cancel as (id: string) => unknown)(id);
+      reportJob(step, id, undefined);
+      return this.last as JobAnswer<R>;
+    }
+    if (effect.kind === "dispatch") {
+      let answer: JobAnswer<R>;
+      try {
+        answer = await this.calls.submit(step, signal);
+      } catch (e) {
+        if (this.calls.reconcile === undefined || step.reconciled === undefined) throw e;
+        const found = await this.calls.reconcile(step, e);
+        step.reconciled(found.answer);
+        if (found.answer !== "succeeded") throw e;
+        answer = { id: found.id, status: found.status, value: found.value };
+      }
+      reportJob(step, answer.id, answer.status);
+      if (answer.id !== undefined) this.jobId = answer.id;
+      this.last = answer;
+      return answer;
+    }
+    // The core plans polls only after an acceptance, which set the id.
+    const id = this.jobId as string;
+    const answer = await this.calls.poll(id, step, signal);
+    reportJob(step, id, answer.status);
+    this.last = answer;
+    return answer;
+  }
+
+  observation(effect: DispatchEffect, ok: boolean, reply: unknown): Record<string, unknown> {
+    const step = this.#step as AttemptStep;
+    step.open = false;
+    const fields: Record<string, unknown> = {};
+    if (ok) {
+      this.succeeded = true;
+      this.lastError = undefined;
+      const checks = this.options.checks;
+      if (checks !== undefined && effect.kind !== "cancel") {
+        try {
+          fields["facts"] = { result: "returned", output_checks: checks.map((c) => c.check(reply)) };
+        } catch (e) {
+          // A check that throws leaves the attempt unrecognized.
+          this.lastError = e;
+          fields["facts"] = { result: "raised", error_types: ["OutputCheckError"] };
+        }
+      }
+    } else {
+      this.succeeded = false;
+      this.lastError = reply;
+      const aborted = effect.kind !== "cancel" && this.cancelled();
+      if (aborted) this.cancelled_ = true;
+      const wall = this.options.wallClock ?? Date.now;
+      fields["facts"] = raisedFacts(reply, { classify: this.options.classify, outputDelivered: step.delivered, cancelled: aborted, nowUnixMs: wall() });
+    }
+    if (step.charged !== undefined) fields["cost"] = step.charged;
+    return (this.#reports as Reports).fields(fields);
+  }
+
+  done(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+  }
+}
+
 /**
  * Run one logical request as a provider's asynchronous job under a policy
  * with an `async_job` section: submit once, then poll by the job's id when
@@ -113,7 +295,9 @@ export type JobReconciliation<R> =
  * still running (the receipt's `job.left_running`), `calls.cancel` cancels
  * it before the rejection, unrecorded. A caller's cancellation (`signal`)
  * of a run whose job is still running is followed by that planned cancel
- * too, sent once; the run then rejects with `RunCancelledError`.
+ * too, sent once; the run then rejects with `RunCancelledError`. The run
+ * goes through the host loop over the run machine's job layer
+ * (docs/HOST_LOOP.md).
  */
 export async function runJob<R>(
   policy: Input<Policy> | CompiledPolicy,
@@ -126,60 +310,48 @@ export async function runJob<R>(
     throw new PolicyError("invalid_async_job", "invalid_async_job at /async_job: a job runs under a policy with an async_job section", { path: "/async_job" });
   }
   if (compiled.policy.fleet !== undefined) {
-    // The run machine admits a job's submit under a fleet; this driver
-    // admits nothing, so it refuses before any request.
     throw new PolicyError("invalid_async_job", "invalid_async_job at /fleet: the job driver admits nothing: a job under a fleet section runs through the run machine", { path: "/fleet" });
   }
-  const planned = section.cancel_left_running === true;
-  if (planned) checkCancelling(calls);
-  let jobId: string | undefined;
-  let last: JobAnswer<R> | undefined;
-  const dispatch = async (step: Step, signal: AbortSignal): Promise<JobAnswer<R>> => {
-    const job = step.decision.job;
-    if (job === undefined) {
-      throw new TypeError("runJob needs a policy with an async_job section");
-    }
-    if (job.kind === "cancel") {
-      // The planned cancel of the job the run leaves running: sent once, its
-      // outcome recorded; the run then ends with the terminal that planned it.
-      // It may start at or after the deadline, so it takes no run signal.
-      const id = jobId as string;
-      await (calls.cancel as (id: string) => unknown)(id);
-      reportJob(step, id, undefined);
-      // The run's last answer stays the job's (the rejection's `result`).
-      return last as JobAnswer<R>;
-    }
-    if (job.kind === "submit") {
-      let answer: JobAnswer<R>;
-      try {
-        answer = await calls.submit(step, signal);
-      } catch (e) {
-        if (calls.reconcile === undefined || step.reconciled === undefined) throw e;
-        const found = await calls.reconcile(step, e);
-        step.reconciled(found.answer);
-        if (found.answer !== "succeeded") throw e;
-        answer = { id: found.id, status: found.status, value: found.value };
-      }
-      reportJob(step, answer.id, answer.status);
-      if (answer.id !== undefined) jobId = answer.id;
-      last = answer;
-      return answer;
-    }
-    // The core plans polls only after an acceptance, which set the id.
-    const id = jobId as string;
-    const answer = await calls.poll(id, step, signal);
-    reportJob(step, id, answer.status);
-    last = answer;
-    return answer;
-  };
-  try {
-    return await runWithPolicy(compiled, dispatch, options);
-  } catch (e) {
-    if (!planned && e instanceof RunStoppedError && e.receipt.job?.left_running === true && jobId !== undefined && calls.cancel !== undefined) {
-      await calls.cancel(jobId);
-    }
-    throw e;
+  if (options.repair !== undefined) {
+    throw new DecodeError("invalid_value", "invalid_value at /repair: an async job's run is not repaired", { path: "/repair" });
   }
+  // The caller's calls, checked before any request: the run may plan a cancel.
+  if (section.cancel_left_running === true) checkCancelling(calls);
+  const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
+  checkFleet(compiled.policy, options.fleet);
+  let schedule: string | undefined;
+  if (options.priceSchedule !== undefined) {
+    schedule = toText(options.priceSchedule);
+    checkPriceSchedule(compiled.policy, schedule);
+  }
+  const adapter = new JobRun(compiled, key, calls, options, schedule);
+  const wall = options.wallClock ?? Date.now;
+  const machineOptions: MachineOptions = { origin_epoch_ms: Math.max(0, Math.floor(wall()) - adapter.nowMs()) };
+  if (schedule !== undefined) machineOptions.price_schedule = JSON.parse(schedule) as object;
+  const machine = Machine.start(compiled, machineOptions);
+  let run: LoopResult<JobAnswer<R>>;
+  try {
+    run = await runLoop(machine, adapter);
+  } finally {
+    adapter.done();
+    machine.free();
+  }
+  const sealed: Sealed = { terminal: run.terminal as Terminal, receipt: run.receipt, receipt_sha256: run.receipt_sha256, bundle: run.bundle, bundle_json: run.bundle_json };
+  if (sealed.terminal === "completed") return { result: run.value as JobAnswer<R>, receipt: sealed.receipt, bundle: sealed.bundle, sealed };
+  // The core's receipt says the job is left running and no cancel of it was planned: it is cancelled now, unrecorded.
+  const job = sealed.receipt.job;
+  if (job?.left_running === true && job.cancel === undefined && adapter.jobId !== undefined && calls.cancel !== undefined) {
+    await calls.cancel(adapter.jobId);
+  }
+  const n = sealed.receipt.attempt_count;
+  const last = adapter.lastError;
+  const text = last instanceof Error ? `${last.name}: ${last.message}` : String(last);
+  const because = last === undefined ? "" : `; last error: ${text.length > 200 ? `${text.slice(0, 200)}…` : text}`;
+  const message = `run stopped with ${sealed.terminal} after ${n} attempt${n === 1 ? "" : "s"}${because}`;
+  if (adapter.cancelled_) throw new RunCancelledError<JobAnswer<R>>(message, { sealed, cause: options.signal?.reason });
+  if (adapter.lastRule === "unrecognized") throw new UnrecognizedDispatchError<JobAnswer<R>>(message, { sealed, cause: last });
+  const details = adapter.succeeded ? { sealed, cause: last, result: adapter.last as JobAnswer<R> } : { sealed, cause: last };
+  throw new RunStoppedError<JobAnswer<R>>(message, details);
 }
 
 /**

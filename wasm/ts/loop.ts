@@ -12,13 +12,16 @@
  * Every effect is handled in `carryOut` alone, so a new effect of the
  * machine is a new branch there and a new adapter method; an effect of a
  * kind this loop does not know is the coded `DecodeError` `invalid_value` at
- * `/kind`.
+ * `/kind`. More than one attempt may be in flight (a hedged run's `dispatch`
+ * and `await`, answered by whichever settles first or by the clock when a
+ * hedge falls due; its `cancel_attempts`); an async job's `poll` and
+ * `cancel` are sent like a dispatch.
  */
 
 import { call, CompiledPolicy, judge, priceCost, toText, type Input, type RawBindings, type RawCompiled } from "./core.js";
 import { DecodeError, HttpError } from "./errors.js";
 import { factsText, minimalFacts, type FactsOptions } from "./facts.js";
-import type { MachineEffect, MachineEvent } from "./machine.js";
+import type { LoopSleepDoc, MachineEffect, MachineEvent } from "./machine.js";
 import { StoreUnavailableError, type FleetStore, type StoreDocument } from "./stores/store.js";
 import type { Bundle, Facts, Receipt } from "./types.js";
 
@@ -28,6 +31,7 @@ interface RawMachine {
   done(): boolean;
   answer(event: string): string;
   observed(): string | undefined;
+  planned(): string | undefined;
   now_ms(): number;
   seal(): string;
   sealed(): string;
@@ -112,6 +116,12 @@ export class Machine {
     return text === undefined ? undefined : (JSON.parse(text) as { attempt: Record<string, unknown>; judgement: Record<string, unknown> });
   }
 
+  /** The attempt the machine plans next (its dispatch), when one is: what a wait is for. */
+  planned(): Record<string, unknown> | undefined {
+    const text = this.#raw.planned();
+    return text === undefined ? undefined : (JSON.parse(text) as Record<string, unknown>);
+  }
+
   /** The run clock as the machine last read it, ms. */
   get nowMs(): number {
     return this.#raw.now_ms();
@@ -122,9 +132,13 @@ export class Machine {
     return JSON.parse(call(() => this.#raw.seal())) as Bundle;
   }
 
-  /** The finished run's bundle and its receipt's digest. */
-  sealed(): { bundle: Bundle; receipt_sha256: string } {
-    return JSON.parse(call(() => this.#raw.sealed())) as { bundle: Bundle; receipt_sha256: string };
+  /** The finished run's bundle, its receipt's digest and the bundle's canonical JSON. */
+  sealed(): { bundle: Bundle; receipt_sha256: string; bundle_json: string } {
+    const text = call(() => this.#raw.sealed());
+    // `{"bundle":<bundle>,"receipt_sha256":"<64 hex>"}`, canonical.
+    const bundle_json = text.slice('{"bundle":'.length, text.length - ',"receipt_sha256":"'.length - 64 - 2);
+    const both = JSON.parse(text) as { bundle: Bundle; receipt_sha256: string };
+    return { ...both, bundle_json };
   }
 
   /** Free the module's memory of the run. */
@@ -140,12 +154,14 @@ export interface LoopResult<T> {
   readonly receipt: Receipt;
   readonly receipt_sha256: string;
   readonly bundle: Bundle;
+  /** The bundle's canonical JSON (what `verifyBundle` reads). */
+  readonly bundle_json: string;
   /** How the run ended. */
   readonly terminal: string;
 }
 
-/** A planned dispatch, as the machine's `dispatch` effect names it. */
-export type DispatchEffect = MachineEffect & { kind: "dispatch"; dispatch: Record<string, unknown>; started_at_ms: number };
+/** A planned attempt, as the machine's `dispatch` effect names it (or an async job's `poll` or `cancel`). */
+export type DispatchEffect = MachineEffect & { kind: "dispatch" | "poll" | "cancel"; dispatch: Record<string, unknown>; started_at_ms: number };
 
 /**
  * What a driver supplies: the I/O of each effect, the run clock and the
@@ -164,8 +180,15 @@ export interface LoopAdapter<T> {
    * `observed` event's fields but `kind` and `completed_at_ms`.
    */
   observation(effect: DispatchEffect, ok: boolean, reply: unknown): Record<string, unknown>;
-  /** Wait `ms` milliseconds of the run clock. */
-  sleep(ms: number): Promise<void> | void;
+  /** Wait `ms` milliseconds of the run clock (returning early when `wake` aborts: an attempt answered first). */
+  sleep(ms: number, wake?: AbortSignal): Promise<void> | void;
+  /** A hedged run: abort attempt `ordinal`, a loser of its round (what it gives later is dropped). */
+  cancelAttempt?(ordinal: number): void;
+  /**
+   * Whether the caller cancelled before the attempt planned now is sent (a
+   * run without a journal: the machine then cancels the run, nothing sent).
+   */
+  cancelledBeforeSend?(): boolean;
   /** One row `{document?, generation}` per key; throw `StoreUnavailableError` when unreachable. */
   read?(keys: string[]): Promise<StoreRowDoc[]> | StoreRowDoc[];
   /** Compare-and-set in order, stopping at the first refused: how many were written. */
@@ -175,10 +198,13 @@ export interface LoopAdapter<T> {
   /** Ask the receiver about an attempt in doubt. */
   reconcile?(attempt: Record<string, unknown>, poll: number): Promise<LoopReconcileAnswer<T>> | LoopReconcileAnswer<T>;
   onDecision?(decision: Record<string, unknown>): void;
-  onSleep?(sleep: { from_ms: number; until_ms: number; ms: number }): void;
+  onSleep?(sleep: LoopSleep): void;
   onAttempt?(attempt: Record<string, unknown>, judgement: Record<string, unknown>): void;
   onTerminal?(receipt: Receipt): void;
 }
+
+/** A wait of the run clock, and the attempt it waits for (absent for a wait that is not before one, e.g. a reconciliation's). */
+export type LoopSleep = LoopSleepDoc;
 
 /** A fleet register as read. */
 export interface StoreRowDoc {
@@ -206,41 +232,154 @@ function missing(what: string, path: string, message: string): DecodeError {
 
 const NOTHING = Symbol("nothing");
 
+/** The effects a decision of the core is: an attempt to send (an async job's poll and cancel too), or the end. */
+const DECIDED: ReadonlySet<string> = new Set(["dispatch", "poll", "cancel", "done"]);
+
 function decisionOf(effect: MachineEffect): Record<string, unknown> {
   if (effect.kind === "done") return { kind: "terminal", terminal: effect["terminal"] };
   return { ...(effect["dispatch"] as Record<string, unknown>), kind: "dispatch" };
 }
 
+/** An attempt sent and not yet answered for, then what it gave. */
+interface Settled {
+  readonly effect: DispatchEffect;
+  readonly ordinal: number;
+  /** The run clock when it settled. */
+  readonly at: number;
+  readonly ok: boolean;
+  readonly reply: unknown;
+}
+
+/**
+ * The attempts in flight: sent, not yet observed or cancelled. A plain run
+ * has at most one; a hedged run more (docs/HEDGING.md). What settles waits
+ * in `queue` until the machine is answered with it; a dropped attempt (a
+ * loser the machine cancelled) is never answered for.
+ */
+class Flights<T> {
+  readonly queue: Settled[] = [];
+  readonly flying = new Set<number>();
+  #wake: (() => void) | undefined;
+
+  constructor(readonly adapter: LoopAdapter<T>) {}
+
+  launch(effect: DispatchEffect): void {
+    const ordinal = effect.dispatch["ordinal"] as number;
+    this.flying.add(ordinal);
+    const settle = (ok: boolean, reply: unknown): void => {
+      if (!this.flying.delete(ordinal)) return; // dropped: cancelled already
+      this.queue.push({ effect, ordinal, at: this.adapter.nowMs(), ok, reply });
+      this.#wake?.();
+    };
+    let sent: Promise<T>;
+    try {
+      sent = Promise.resolve(this.adapter.dispatch(effect));
+    } catch (e) {
+      sent = Promise.reject(e);
+    }
+    sent.then(
+      (value) => settle(true, value),
+      (error: unknown) => settle(false, error),
+    );
+  }
+
+  /** Attempt `ordinal` is cancelled: whatever it gives later is dropped. */
+  drop(ordinal: number): void {
+    if (this.flying.delete(ordinal)) this.adapter.cancelAttempt?.(ordinal);
+  }
+
+  /**
+   * The next settled attempt, or `undefined` once the run clock reaches
+   * `until` with none settled (never while the caller has cancelled: then
+   * only the attempts' own answers end the wait).
+   */
+  async next(until: number | undefined): Promise<Settled | undefined> {
+    let yielded = false;
+    for (;;) {
+      const s = this.queue.shift();
+      if (s !== undefined) return s;
+      const cancelled = this.adapter.cancelled?.() === true;
+      const timed = until !== undefined && !cancelled;
+      const now = this.adapter.nowMs();
+      if (timed && now >= until) return undefined;
+      if (this.flying.size === 0) throw missing("wait", "/in_flight", "the machine waits for an attempt this loop never sent");
+      if (timed && !yielded) {
+        // An attempt that has its answer already settles before the wait
+        // starts (on an injected clock, the wait would move the clock first).
+        yielded = true;
+        await yieldToHost();
+        continue;
+      }
+      const woken = new AbortController();
+      const waits: Promise<unknown>[] = [new Promise<void>((resolve) => (this.#wake = resolve))];
+      if (timed) waits.push(Promise.resolve(this.adapter.sleep(until - now, woken.signal)));
+      await Promise.race(waits);
+      this.#wake = undefined;
+      woken.abort();
+    }
+  }
+}
+
+/** Let the host run what is ready (settled promises, I/O callbacks) before a timed wait. */
+function yieldToHost(): Promise<void> {
+  const immediate = (globalThis as { setImmediate?: (f: () => void) => unknown }).setImmediate;
+  return new Promise((resolve) => (immediate !== undefined ? immediate(resolve) : setTimeout(resolve, 0)));
+}
+
 /** Drive `machine` to its end through `adapter`: the one loop of the package. */
 export async function runLoop<T>(machine: Machine, adapter: LoopAdapter<T>): Promise<LoopResult<T>> {
   let value: T | undefined;
-  let effect = machine.next();
-  if (effect.kind === "dispatch" || effect.kind === "done") adapter.onDecision?.(decisionOf(effect));
-  while (effect.kind !== "done") {
-    const [event, got] = await carryOut(adapter, effect);
-    if (got !== NOTHING) value = got as T;
-    effect = machine.answer(event);
-    if (event.kind === "observed" && adapter.onAttempt !== undefined) {
-      const seen = machine.observed();
-      if (seen !== undefined) adapter.onAttempt(seen.attempt, seen.judgement);
+  const flights = new Flights(adapter);
+  try {
+    let effect = machine.next();
+    if (DECIDED.has(effect.kind)) adapter.onDecision?.(decisionOf(effect));
+    while (effect.kind !== "done") {
+      const [event, got] = await carryOut(machine, adapter, flights, effect);
+      if (got !== NOTHING) value = got as T;
+      effect = machine.answer(event);
+      if (event.kind === "observed" && adapter.onAttempt !== undefined) {
+        const seen = machine.observed();
+        if (seen !== undefined) adapter.onAttempt(seen.attempt, seen.judgement);
+      }
+      if (DECIDED.has(effect.kind)) adapter.onDecision?.(decisionOf(effect));
     }
-    if (effect.kind === "dispatch" || effect.kind === "done") adapter.onDecision?.(decisionOf(effect));
+  } finally {
+    for (const ordinal of [...flights.flying]) flights.drop(ordinal);
   }
-  const { bundle, receipt_sha256 } = machine.sealed();
+  const { bundle, receipt_sha256, bundle_json } = machine.sealed();
   const receipt = bundle.receipt;
   adapter.onTerminal?.(receipt);
   const terminal = receipt.terminal;
-  return { value: terminal === "completed" ? value : undefined, receipt, receipt_sha256, bundle, terminal };
+  return { value: terminal === "completed" ? value : undefined, receipt, receipt_sha256, bundle, bundle_json, terminal };
+}
+
+/** The `observed` event of a settled attempt: its facts as the adapter reads them, its ordinal and when it ended. */
+function observedOf<T>(machine: Machine, adapter: LoopAdapter<T>, s: Settled): MachineEvent {
+  const fields = adapter.observation(s.effect, s.ok, s.reply);
+  const completed = Math.max(s.at, s.effect.started_at_ms, machine.nowMs);
+  return { ...fields, kind: "observed", ordinal: s.ordinal, completed_at_ms: completed } as MachineEvent;
+}
+
+/** The answer to a dispatch or an await: the next attempt to settle, or the clock when a hedge fell due first. */
+async function settledOrDue<T>(machine: Machine, adapter: LoopAdapter<T>, flights: Flights<T>, until: number | undefined): Promise<[MachineEvent, unknown]> {
+  const s = await flights.next(until);
+  if (s === undefined) return [{ kind: "clock", now_ms: Math.max(adapter.nowMs(), machine.nowMs) }, NOTHING];
+  return [observedOf(machine, adapter, s), s.ok ? s.reply : NOTHING];
 }
 
 /** The event that answers `effect`, and the value a dispatch or a reconciliation gave: every effect's I/O, in one place. */
-async function carryOut<T>(adapter: LoopAdapter<T>, effect: MachineEffect): Promise<[MachineEvent, unknown]> {
+async function carryOut<T>(machine: Machine, adapter: LoopAdapter<T>, flights: Flights<T>, effect: MachineEffect): Promise<[MachineEvent, unknown]> {
   switch (effect.kind) {
     case "sleep": {
       const until = effect["until_ms"] as number;
       let now = adapter.nowMs();
       const cancelled = (): boolean => adapter.cancelled?.() === true;
-      if (now < until && !cancelled()) adapter.onSleep?.({ from_ms: now, until_ms: until, ms: until - now });
+      if (now < until && !cancelled() && adapter.onSleep !== undefined) {
+        const sleep: LoopSleep = { from_ms: now, until_ms: until, ms: until - now };
+        const planned = machine.planned();
+        if (planned !== undefined) sleep.dispatch = planned;
+        adapter.onSleep(sleep);
+      }
       while (now < until && !cancelled()) {
         await adapter.sleep(until - now);
         now = adapter.nowMs();
@@ -248,19 +387,31 @@ async function carryOut<T>(adapter: LoopAdapter<T>, effect: MachineEffect): Prom
       if (cancelled()) return [{ kind: "cancelled", at_ms: now }, NOTHING];
       return [{ kind: "clock", now_ms: now }, NOTHING];
     }
-    case "dispatch": {
-      const d = effect as DispatchEffect;
-      let ok = true;
-      let reply: unknown;
-      try {
-        reply = await adapter.dispatch(d);
-      } catch (e) {
-        ok = false;
-        reply = e;
+    case "dispatch":
+    case "poll": {
+      // Not sent yet: a caller's cancellation the adapter reports now stops the run here.
+      if (adapter.cancelledBeforeSend?.() === true) return [{ kind: "cancelled", at_ms: Math.max(adapter.nowMs(), machine.nowMs) }, NOTHING];
+      flights.launch(effect as DispatchEffect);
+      return settledOrDue(machine, adapter, flights, effect["hedge_at_ms"] as number | undefined);
+    }
+    case "cancel":
+      // The planned cancel of a job left running: sent whatever the caller did.
+      flights.launch(effect as DispatchEffect);
+      return settledOrDue(machine, adapter, flights, undefined);
+    case "await":
+      return settledOrDue(machine, adapter, flights, effect["hedge_at_ms"] as number | undefined);
+    case "cancel_attempts": {
+      // A loser whose answer arrived already is answered for (late, never
+      // the run's value); else the first is cancelled now.
+      const losers = effect["ordinals"] as number[];
+      const late = flights.queue.findIndex((s) => losers.includes(s.ordinal));
+      if (late >= 0) {
+        const [s] = flights.queue.splice(late, 1);
+        return [observedOf(machine, adapter, s as Settled), NOTHING];
       }
-      const fields = adapter.observation(d, ok, reply);
-      const event = { ...fields, kind: "observed", completed_at_ms: Math.max(adapter.nowMs(), d.started_at_ms) } as MachineEvent;
-      return [event, ok ? reply : NOTHING];
+      const ordinal = losers[0] as number;
+      flights.drop(ordinal);
+      return [{ kind: "attempt_cancelled", ordinal, at_ms: Math.max(adapter.nowMs(), machine.nowMs) }, NOTHING];
     }
     case "read": {
       if (adapter.read === undefined) throw missing("read", "/fleet", "the policy has a fleet section: pass a fleet store");
@@ -351,18 +502,26 @@ export class Reports {
     this.requestBodySha256 = digest;
   }
 
-  setJob(): void {
-    throw new DecodeError("invalid_value", "invalid_value at /async_job: an async job is not yet a layer of the run machine", { path: "/async_job" });
+  /** An async job: the job id and status the answer reported (the core keeps only the id's SHA-256). */
+  setJob(id: string | undefined, status: string | undefined): void {
+    this.job = { id, status };
   }
 
-  setReconciled(): void {
-    this.setJob();
+  /** An async job's submit whose answer was lost: the receiver's answer, asked by idempotency key. */
+  setReconciled(answer: string): void {
+    this.reconciled = answer;
   }
+
+  job: { id: string | undefined; status: string | undefined } | undefined;
+  reconciled: string | undefined;
 
   /** The `observed` event's fields these reports add. */
   fields(into: Record<string, unknown>): Record<string, unknown> {
     if (this.usage !== undefined) into["usage"] = this.usage;
     if (this.requestBodySha256 !== undefined) into["request_body_sha256"] = this.requestBodySha256;
+    if (this.job?.id !== undefined) into["job_id"] = this.job.id;
+    if (this.job?.status !== undefined) into["job_status"] = this.job.status;
+    if (this.reconciled !== undefined) into["reconciled"] = this.reconciled;
     return into;
   }
 }

@@ -13,6 +13,8 @@
  */
 
 import { call, toText, type Input, type RawBindings } from "./core.js";
+import { callHook, copied, type PlannedSleep, type RunHooks } from "./hooks.js";
+import type { Attempt, Decision, Judgement, Receipt } from "./types.js";
 
 /** An effect the machine asks of its host, tagged by `kind`. */
 export type MachineEffect = {
@@ -69,4 +71,49 @@ export function machineTranscript(
   const j = journal === undefined ? undefined : toText(journal);
   const e = toText(events);
   return JSON.parse(call((b: RawBindings) => (b as unknown as MachineBindings).machine_transcript(p, o, j, e))) as MachineTranscript;
+}
+
+/** A wait of the run clock as the host loop reports it, and the attempt it waits for (absent for another wait). */
+export interface LoopSleepDoc {
+  from_ms: number;
+  until_ms: number;
+  ms: number;
+  dispatch?: Record<string, unknown>;
+}
+
+/** A driver's `PlannedSleep` of a wait before a planned attempt (none for another wait, e.g. a reconciliation's). */
+export function plannedSleepOf(s: LoopSleepDoc): PlannedSleep | undefined {
+  const d = s.dispatch as { ordinal: number; route_id: string } | undefined;
+  if (d === undefined) return undefined;
+  return { ordinal: d.ordinal, route_id: d.route_id, at_ms: s.from_ms, not_before_ms: s.until_ms, sleep_ms: s.ms };
+}
+
+/** The host loop's hook methods of a driver (`LoopAdapter`'s). */
+export interface LoopHooks {
+  onDecision?(decision: Record<string, unknown>): void;
+  onSleep?(sleep: LoopSleepDoc): void;
+  onAttempt?(attempt: Record<string, unknown>, judgement: Record<string, unknown>): void;
+  onTerminal?(receipt: Receipt): void;
+}
+
+/**
+ * The loop's hooks of a caller's `RunHooks`, as every driver on the loop
+ * calls them: copies of the documents, a wait before an attempt as its
+ * `PlannedSleep` (no call for another wait), what a hook throws a `HookWarning`.
+ */
+export function loopHooks(hooks: RunHooks): LoopHooks {
+  const { onDecision, onSleep, onAttempt, onTerminal } = hooks;
+  const out: LoopHooks = {};
+  if (onDecision !== undefined) out.onDecision = (d) => callHook("onDecision", onDecision, copied(d) as unknown as Decision);
+  if (onSleep !== undefined) {
+    out.onSleep = (s) => {
+      const planned = plannedSleepOf(s);
+      if (planned !== undefined) callHook("onSleep", onSleep, planned);
+    };
+  }
+  if (onAttempt !== undefined) {
+    out.onAttempt = (a, j) => callHook("onAttempt", onAttempt, copied(a) as unknown as Attempt, copied(j) as unknown as Judgement);
+  }
+  if (onTerminal !== undefined) out.onTerminal = (r) => callHook("onTerminal", onTerminal, copied(r));
+  return out;
 }

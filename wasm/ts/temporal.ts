@@ -11,9 +11,10 @@
  *
  * The workflow isolate runs the core itself: this module instantiates the
  * WebAssembly module in the isolate from bytes bundled with the workflow
- * code, so the Session lives in the workflow, each `next` and `observe` is a
- * deterministic call replayed with the history, and no decision needs a
- * local activity. What that takes, and why each is safe:
+ * code, so the run machine lives in the workflow and is driven by the host
+ * loop (docs/HOST_LOOP.md: sleep on a workflow timer, dispatch as one
+ * activity execution), each `next` and `answer` a deterministic call
+ * replayed with the history, and no decision needs a local activity. What that takes, and why each is safe:
  *
  * - the module's bytes come with the workflow bundle (`pkg-web/retryledger_wasm_base64.js`,
  *   generated at build time as base64; the isolate has no `fs`, `fetch` or
@@ -37,7 +38,8 @@ import { DriftError, RetryledgerError } from "./errors.js";
 import { factsOf } from "./facts.js";
 import { MODULE_BASE64 } from "../pkg-web/retryledger_wasm_base64.js";
 import { checkRetryPolicy, type AttemptInput, type AttemptReport, type RunOutput } from "./temporal-common.js";
-import type { Facts, Policy, PriceSchedule } from "./types.js";
+import { Machine, runLoop, type DispatchEffect, type LoopAdapter, type LoopResult, type MachineOptions } from "./loop.js";
+import type { DispatchDecision, Facts, Policy, PriceSchedule } from "./types.js";
 
 export { ONE_ATTEMPT, checkRetryPolicy, type AttemptInput, type AttemptReport, type RunOutput } from "./temporal-common.js";
 
@@ -109,10 +111,10 @@ function coded(e: unknown): unknown {
 }
 
 /** The facts of an activity execution that did not report (timed out, its worker lost, not found). */
-function failureFacts(e: ActivityFailure): string {
+function failureFacts(e: ActivityFailure): Facts {
   const facts: Facts = factsOf(e, { nowUnixMs: Date.now() });
   if (e.cause instanceof TimeoutFailure) facts.transport_error = "timeout";
-  return JSON.stringify(facts);
+  return facts;
 }
 
 /**
@@ -175,64 +177,87 @@ export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutpu
     ...(options.taskQueue === undefined ? {} : { taskQueue: options.taskQueue }),
   });
   const attempt = activities[options.activity] as (input: AttemptInput) => Promise<AttemptReport>;
-  const session = compiled.session();
+  const adapter = new WorkflowRun(attempt, key, options.args ?? [], schedule !== undefined);
   try {
-    if (schedule !== undefined) session.setPriceSchedule(schedule);
-    const t0 = Date.now();
-    const now = (): number => Math.max(0, Date.now() - t0);
-    let value: unknown;
-    let cancelled = false;
-    for (;;) {
-      const decision = session.next();
-      if (decision.kind === "terminal") break;
-      let t = now();
-      try {
-        while (t < decision.not_before_ms) {
-          await sleep(decision.not_before_ms - t);
-          t = now();
-        }
-      } catch (e) {
-        if (!isCancellation(e)) throw e;
-        // Cancelled between attempts: recorded as the run's cancellation.
-        cancelled = true;
-        break;
-      }
-      let report: AttemptReport | undefined;
-      let facts: string;
-      try {
-        report = await attempt({ decision, idempotencyKey: key, startedAtMs: t, args: options.args ?? [], priced: schedule !== undefined });
-        facts = report.facts;
-      } catch (e) {
-        if (isCancellation(e)) {
-          // Cancelled during the attempt: judged as cancelled (never retried).
-          cancelled = true;
-          facts = JSON.stringify({ cancelled: true, now_unix_ms: Date.now(), result: "raised" });
-        } else if (e instanceof ActivityFailure) {
-          facts = failureFacts(e);
-        } else {
-          throw e;
-        }
-      }
-      const completed = Math.max(now(), t);
-      if (report?.requestBodySha256 !== undefined) session.setRequestBodySha256(report.requestBodySha256);
-      if (report?.usage !== undefined) session.addUsage(report.usage);
-      session.observe({ started_at_ms: t, completed_at_ms: completed, cost: report?.cost, facts });
-      if (session.terminal === "completed" && report !== undefined) {
-        value = report.value;
-        break;
-      }
-      if (cancelled) break;
+    const machineOptions: MachineOptions = { origin_epoch_ms: adapter.t0 };
+    if (schedule !== undefined) machineOptions.price_schedule = JSON.parse(schedule) as object;
+    const machine = Machine.start(compiled, machineOptions);
+    let run: LoopResult<AttemptReport>;
+    try {
+      run = await runLoop(machine, adapter);
+    } finally {
+      machine.free();
     }
-    if (cancelled && session.terminal === null) session.cancel(now());
-    const sealed = session.seal();
-    const out: RunOutput = { terminal: sealed.terminal, receiptSha256: sealed.receipt_sha256, bundleJson: sealed.bundle_json };
-    if (value !== undefined) out.value = value;
+    const out: RunOutput = { terminal: run.terminal, receiptSha256: run.receipt_sha256, bundleJson: run.bundle_json };
+    if (run.value?.value !== undefined) out.value = run.value.value;
     return out;
   } catch (e) {
     throw coded(e);
   } finally {
-    session.free();
     compiled.free();
+  }
+}
+
+/**
+ * A workflow's run as the host loop's adapter: the run clock on the
+ * workflow's deterministic time, a wait on a workflow timer, each attempt
+ * one activity execution (its report the attempt's facts), and the
+ * workflow's cancellation as the caller's.
+ */
+class WorkflowRun implements LoopAdapter<AttemptReport> {
+  readonly t0 = Date.now();
+  #cancelled = false;
+
+  constructor(
+    readonly attempt: (input: AttemptInput) => Promise<AttemptReport>,
+    readonly key: string,
+    readonly args: unknown[],
+    readonly priced: boolean,
+  ) {}
+
+  nowMs(): number {
+    return Math.max(0, Date.now() - this.t0);
+  }
+
+  cancelled(): boolean {
+    return this.#cancelled;
+  }
+
+  cancelledBeforeSend(): boolean {
+    return this.#cancelled;
+  }
+
+  async sleep(ms: number): Promise<void> {
+    try {
+      await sleep(ms);
+    } catch (e) {
+      if (!isCancellation(e)) throw e;
+      // Cancelled between attempts: the loop answers the wait `cancelled`.
+      this.#cancelled = true;
+    }
+  }
+
+  dispatch(effect: DispatchEffect): Promise<AttemptReport> {
+    const decision = { ...effect.dispatch, kind: "dispatch" } as unknown as DispatchDecision;
+    return this.attempt({ decision, idempotencyKey: this.key, startedAtMs: effect.started_at_ms, args: this.args, priced: this.priced });
+  }
+
+  observation(_effect: DispatchEffect, ok: boolean, reply: unknown): Record<string, unknown> {
+    if (!ok) {
+      if (isCancellation(reply)) {
+        // Cancelled during the attempt: judged as cancelled (never retried).
+        this.#cancelled = true;
+        return { facts: { cancelled: true, now_unix_ms: Date.now(), result: "raised" } };
+      }
+      if (reply instanceof ActivityFailure) return { facts: failureFacts(reply) };
+      throw reply;
+    }
+    const report = reply as AttemptReport;
+    const fields: Record<string, unknown> = { facts: JSON.parse(report.facts) as Facts };
+    if (report.cost !== undefined) fields["cost"] = report.cost;
+    if (report.usage !== undefined) fields["usage"] = report.usage;
+    if (report.requestBodySha256 !== undefined) fields["request_body_sha256"] = report.requestBodySha256;
+    return fields;
   }
 }
 

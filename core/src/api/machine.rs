@@ -102,14 +102,20 @@ impl LiveMachine {
     /// The last attempt recorded and how its observation was judged:
     /// `{"attempt", "judgement"}` as JSON, or `None` before the first.
     pub fn observed_json(&self) -> Option<String> {
-        let attempt = self.machine.session().attempts().attempts.last()?;
-        let judgement = self.machine.judgement()?;
+        let (attempt, judgement) = self.machine.observed()?;
         let mut text = String::from("{\"attempt\":");
         text.push_str(&out(attempt));
         text.push_str(",\"judgement\":");
         text.push_str(&out(judgement));
         text.push('}');
         Some(text)
+    }
+
+    /// The attempt the machine plans next (its dispatch) as JSON, or `None`
+    /// when none is planned (the run is over, or a hedged round is in
+    /// flight): what a host's hook says a wait is for.
+    pub fn planned_json(&self) -> Option<String> {
+        self.machine.planned_dispatch().map(|d| out(&d))
     }
 
     /// The run clock as the machine last read it, ms.

@@ -196,6 +196,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
     let job_status = f.opt("job_status");
     let model = f.opt("model");
     let ordinal = f.opt("ordinal");
+    let reconciled = f.opt("reconciled");
     let request_body_sha256 = f.opt("request_body_sha256");
     let usage = f.opt("usage");
     let used_tokens = f.opt("used_tokens");
@@ -212,6 +213,7 @@ fn observation(f: &mut Fields<'_>) -> Result<Observation> {
         job_id,
         job_status,
         model,
+        reconciled,
         request_body_sha256,
         usage,
         used_tokens,
@@ -242,6 +244,7 @@ impl Observation {
         }
         o.opt_doc("model", self.model.as_ref());
         o.opt_u64("ordinal", self.ordinal);
+        o.opt_doc("reconciled", self.reconciled.as_ref());
         o.opt_doc("request_body_sha256", self.request_body_sha256.as_ref())
             .opt_doc("usage", self.usage.as_ref())
             .opt_u64("used_tokens", self.used_tokens)

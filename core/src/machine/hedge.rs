@@ -66,7 +66,7 @@ pub use rounds::HedgeStep;
 use super::fleet;
 use super::replay::round::{position, Position};
 use super::{Effect, Event, Machine, Observation, Options};
-use crate::attempt::Attempts;
+use crate::attempt::{Attempt, Attempts};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Dispatch, Run};
 use crate::fleet::{Admission, FleetSnapshots, Generations};
@@ -175,6 +175,8 @@ pub(super) struct Layer {
     seen: Generations,
     stage: Stage,
     judgement: Option<Judgement>,
+    /// The ordinal of the last attempt observed (its judgement is `judgement`).
+    observed: Option<u64>,
     /// A resumed round's members in flight: nobody waits for their result,
     /// the receiver is asked.
     in_doubt: Vec<u64>,
@@ -239,6 +241,20 @@ impl Layer {
 
     pub(super) fn judgement(&self) -> Option<&Judgement> {
         self.judgement.as_ref()
+    }
+
+    /// The lead planned next, when the run waits for one (no round in flight).
+    pub(super) fn planned(&self) -> Option<Dispatch> {
+        match self.next() {
+            HedgeStep::Dispatch(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The last attempt observed, as recorded, and its judgement.
+    pub(super) fn observed(&self) -> Option<(&Attempt, &Judgement)> {
+        let attempt = self.attempt(self.observed?)?;
+        Some((attempt, self.judgement.as_ref()?))
     }
 }
 
@@ -589,6 +605,7 @@ impl Machine {
         let layer = self.layer()?;
         let (judgement, _) = layer.observe(ordinal, obs.completed_at_ms, obs.cost, &facts)?;
         layer.judgement = Some(judgement);
+        layer.observed = Some(ordinal);
         layer.stage = Stage::Plan;
         layer.settle = (facts.headers.clone(), obs.used_tokens);
         self.now_ms = obs.completed_at_ms;

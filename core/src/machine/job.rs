@@ -59,6 +59,13 @@ pub(super) fn note(session: &mut Session, obs: &Observation, facts: &mut Facts) 
     };
     let reported = obs.job_id.is_some() || obs.job_status.is_some();
     let Some(step) = step else {
+        if obs.reconciled.is_some() {
+            return Err(Error::at(
+                ErrorCode::JobRecordUnexpected,
+                "/reconciled",
+                "a reconciliation for an attempt that is not a job's submit",
+            ));
+        }
         if reported {
             return Err(Error::at(
                 ErrorCode::JobRecordUnexpected,
@@ -83,6 +90,16 @@ pub(super) fn note(session: &mut Session, obs: &Observation, facts: &mut Facts) 
         // The final result failed its check: the answer is judged by it,
         // and a failed attempt records no job status.
         status = None;
+    }
+    if let Some(answer) = obs.reconciled {
+        if step.kind != JobKind::Submit {
+            return Err(Error::at(
+                ErrorCode::JobRecordUnexpected,
+                "/reconciled",
+                "only a job's submit is reconciled in the run: a poll or a cancel is not",
+            ));
+        }
+        session.set_reconciled(answer);
     }
     if reported {
         session.set_job(obs.job_id.as_deref(), status);

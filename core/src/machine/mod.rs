@@ -360,6 +360,29 @@ impl Machine {
         &self.session
     }
 
+    /// The attempt the machine plans next (a wait before it, its admission
+    /// or its send is what comes), or `None` when none is: the run is over,
+    /// or a hedged round is in flight.
+    pub fn planned_dispatch(&self) -> Option<crate::evaluate::Dispatch> {
+        if let Some(h) = &self.hedge {
+            return h.planned();
+        }
+        match self.session.next() {
+            crate::evaluate::Decision::Dispatch(d) => Some(d.clone()),
+            crate::evaluate::Decision::Terminal { .. } => None,
+        }
+    }
+
+    /// The last attempt observed, as recorded, and how it was judged (a
+    /// hedged run's too, before its round is resolved).
+    pub fn observed(&self) -> Option<(&crate::attempt::Attempt, &Judgement)> {
+        if let Some(h) = &self.hedge {
+            return h.observed();
+        }
+        let attempt = self.session.attempts().attempts.last()?;
+        Some((attempt, self.judgement.as_ref()?))
+    }
+
     /// How the last observation was judged (its rule, and for a stream what
     /// the host does with the consumer's events).
     pub fn judgement(&self) -> Option<&Judgement> {

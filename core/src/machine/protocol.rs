@@ -137,6 +137,10 @@ pub struct Observation {
     pub job_id: Option<String>,
     /// An async job: the job's status in the provider's answer.
     pub job_status: Option<JobStatus>,
+    /// An async job's submit whose answer was lost: what the receiver
+    /// answered when the host asked it by idempotency key in the same run
+    /// (the attempt's outcome is the answer's: docs/JOBS.md).
+    pub reconciled: Option<crate::attempt::Reconciled>,
     /// The model the attempt asked for and the one the provider reported
     /// (a side not learned is absent, never invented).
     pub model: Option<crate::attempt::ModelRecord>,

@@ -123,6 +123,7 @@ fn observation(step: &Value, now: u64) -> Result<Observation> {
             .map(str::to_owned),
         job_status: decoded(step.get("job_status"))?,
         model: decoded(step.get("model"))?,
+        reconciled: decoded(step.get("reconciled"))?,
         request_body_sha256: decoded(step.get("request_body_sha256"))?,
         usage: decoded(step.get("usage"))?,
         used_tokens: step.get("used_tokens").and_then(Value::as_u64),

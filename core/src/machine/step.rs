@@ -99,6 +99,17 @@ impl Machine {
                 self.clock(at_ms)?;
                 self.cancel(at_ms)
             }
+            // The caller cancelled before the attempt was sent (nothing went
+            // out): a run without a journal, whose `dispatched` is not
+            // durable yet, is cancelled as between attempts. The planned
+            // cancel of a job left running is sent whatever the caller did.
+            (Stage::InFlight { .. }, Event::Cancelled { at_ms })
+                if self.journal.is_none()
+                    && matches!(self.effect, Effect::Dispatch { .. } | Effect::Poll { .. }) =>
+            {
+                self.clock(at_ms)?;
+                self.cancel(at_ms)
+            }
             (Stage::InFlight { started_at_ms }, Event::Observed(obs)) => {
                 self.observe(started_at_ms, *obs)
             }

@@ -140,6 +140,7 @@ impl Layer {
             seen: Generations::default(),
             stage: Stage::Plan,
             judgement: None,
+            observed: None,
             in_doubt: Vec::new(),
             reserved: false,
             max_polls,
@@ -156,6 +157,16 @@ impl Layer {
     /// The attempts of every resolved round.
     pub(super) fn attempts(&self) -> &Attempts {
         &self.attempts
+    }
+
+    /// Attempt `ordinal` as recorded once observed or cancelled: in the
+    /// round in flight or in a resolved one.
+    pub(super) fn attempt(&self, ordinal: u64) -> Option<&Attempt> {
+        self.round
+            .as_ref()
+            .and_then(|r| r.members.iter().find(|m| m.plan.ordinal == ordinal))
+            .and_then(|m| m.attempt.as_ref())
+            .or_else(|| self.attempts.attempts.iter().find(|a| a.ordinal == ordinal))
     }
 
     fn next_hedge(&self, round: &Round) -> Option<Dispatch> {
