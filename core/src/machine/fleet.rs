@@ -6,7 +6,7 @@
 //! generation)` and `compare_and_set(key, expected_generation, document)`.
 //! The keys are the core's: `breaker/<release>`, `budget/<scope>`,
 //! `admission/<release>[/<tenant>[/<principal>]]` and `key_pool/<name>`
-//! (the key pool layer, [`super::keypool`]; a host may put them under
+//! (the key pool layer, `machine/keypool.rs`; a host may put them under
 //! a namespace of its own). Generations are the store's (0 for a key it does
 //! not hold); the machine writes each document expecting the generation it
 //! read.
