@@ -9,9 +9,12 @@
 //! - [`select`]: which key the next attempt uses. A key that answered
 //!   401 or 403 is disabled until the pool's configuration changes; a
 //!   rate-limited key cools until its hint (or `cool_ms`); a key whose quota
-//!   cannot clear is parked for `park_ms`. Among the usable keys the least
-//!   recently limited is taken, then the least recently used, so keys are
-//!   shared in turn and never drained one after another. With an affinity
+//!   cannot clear is parked for `park_ms`. Among the usable keys the one
+//!   least recently touched is taken: a key's recency is the later of its
+//!   last use and its last limit, so a key that was just limited goes to
+//!   the back of the line and every use does too. Keys are shared in turn
+//!   and never drained one after another (ties: the least recently
+//!   limited, then the configuration's order). With an affinity
 //!   (the key a session used before, for prompt caching) the session keeps
 //!   its key while it is usable and moves when it is not.
 //! - [`record`]: what an attempt's outcome says about its key. A rate limit
@@ -504,9 +507,10 @@ pub fn select_for_start(
             .enumerate()
             .filter(|(_, k)| usable(k))
             .min_by_key(|(i, k)| {
+                let limited = k.last_limited_at_epoch_ms.unwrap_or(0);
                 (
-                    k.last_limited_at_epoch_ms.unwrap_or(0),
-                    k.last_used_at_epoch_ms.unwrap_or(0),
+                    limited.max(k.last_used_at_epoch_ms.unwrap_or(0)),
+                    limited,
                     *i,
                 )
             })

@@ -134,8 +134,8 @@ fn with(mut v: Value, pointer: &str, new: Value) -> Value {
 pub fn family() -> Family {
     let mut f = Family::new(
         "key_pool",
-        "key_pool_select / key_pool_record / key_sha256: one provider's API keys as a pool (retryledger.key_pool.v1, one register per pool): the key an attempt uses (least recently limited, then least recently used, with a session's affinity), what an answer says about its key (401/403 disable it until the configuration changes, a rate limit cools it and its account's keys until the hint, an exhausted quota parks them), a key named by the SHA-256 of its secret.",
-        "keys taken in turn from a fresh pool and never drained in order; affinity kept and moved; cooling with and without a hint, shared by an account; parking; refusal by 401 and 403; waiting for the first key to clear and no usable key; holds lifted by time; a changed configuration re-enables, adds and forgets keys; a clock behind the snapshot; answers that say nothing of the key; bad configurations, snapshots, keys, statuses and outcomes; the run machine with a route's key pool: the key selected with each admission and named on the dispatch, the answer recorded by compare-and-set (alone and under a breaker, a retry budget, admission limits, all three, a journal), a 401/403 key never taken again, the least recently used key, affinity kept and moved, a wait for the first key to cool, no usable key (all disabled, or not before the deadline), a changed configuration, a fallback route without a pool, store conflicts and outages, a snapshot of another pool; the policy rules of key_pools and a route's key_pool",
+        "key_pool_select / key_pool_record / key_sha256: one provider's API keys as a pool (retryledger.key_pool.v1, one register per pool): the key an attempt uses (the usable key least recently used or limited, with a session's affinity), what an answer says about its key (401/403 disable it until the configuration changes, a rate limit cools it and its account's keys until the hint, an exhausted quota parks them), a key named by the SHA-256 of its secret.",
+        "keys taken in turn from a fresh pool and never drained in order, also after every key was limited once; affinity kept and moved; cooling with and without a hint, shared by an account; parking; refusal by 401 and 403; waiting for the first key to clear and no usable key; holds lifted by time; a changed configuration re-enables, adds and forgets keys; a clock behind the snapshot; answers that say nothing of the key; bad configurations, snapshots, keys, statuses and outcomes; the run machine with a route's key pool: the key selected with each admission and named on the dispatch, the answer recorded by compare-and-set (alone and under a breaker, a retry budget, admission limits, all three, a journal), a 401/403 key never taken again, the least recently used key, affinity kept and moved, a wait for the first key to cool, no usable key (all disabled, or not before the deadline), a changed configuration, a fallback route without a pool, store conflicts and outages, a snapshot of another pool; the policy rules of key_pools and a route's key_pool",
     );
     let cfg = config();
     let cfg_t = &cfg;
@@ -617,6 +617,57 @@ pub fn family() -> Family {
         T0,
         "error",
     );
+    in_turn_after_limits(&mut f);
     crate::key_pool_machine::cases(&mut f);
     f
+}
+
+/// After every key of a pool has been limited once and cooled, keys are
+/// still taken in turn: each use sends a key to the back of the line, so
+/// the key limited longest ago is not drained before the next one.
+fn in_turn_after_limits(f: &mut Family) {
+    let keys: Vec<Value> = (0..4).map(|n| json!({"key_sha256": key(n)})).collect();
+    let cfg = json!({
+        "cool_ms": 1_000,
+        "keys": keys,
+        "name": "own-quota-keys",
+        "park_ms": 3_600_000,
+    });
+    let steps: Vec<(usize, Value, Option<u64>, u64)> = (0..4)
+        .map(|n| (n, limited(Some(100)), Some(429), T0 + n as u64))
+        .collect();
+    let mut snap = after(&cfg, &steps);
+    let start = T0 + 10_000;
+    let mut taken = Vec::new();
+    for i in 0..8_u64 {
+        let answer =
+            api::key_pool_select(&t(&cfg), Some(&t(&snap)), start + i, None).expect("select");
+        let v: Value = serde_json::from_str(&answer).expect("json");
+        let k = v["selection"]["key_sha256"]
+            .as_str()
+            .expect("a key")
+            .to_owned();
+        let n = (0..4).find(|n| key(*n) == k).expect("a pool key");
+        if i < 4 {
+            select(
+                f,
+                &format!("after_every_key_was_limited_turn_{i}_takes_key_{n}"),
+                &cfg,
+                Some(&snap),
+                start + i,
+                None,
+                &chosen(n),
+            );
+        }
+        taken.push(n);
+        snap = snapshot_of(&answer);
+    }
+    // Never the same key twice in a row, each key twice in eight turns.
+    assert!(
+        taken.windows(2).all(|w| w[0] != w[1]),
+        "drained in order: {taken:?}"
+    );
+    for n in 0..4 {
+        assert_eq!(taken.iter().filter(|k| **k == n).count(), 2, "{taken:?}");
+    }
 }
