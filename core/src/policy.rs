@@ -56,7 +56,26 @@ pub struct Backoff {
     pub retry_after_cap_ms: u64,
     /// What a hint above the cap does; absent is `clamp`.
     pub retry_after_over_cap: Option<OverCap>,
+    /// What an account quota that cannot clear within the run
+    /// (`quota_exhausted`) does; absent is `stop`.
+    pub quota_exhausted: Option<QuotaExhausted>,
 }
+
+/// What a `quota_exhausted` answer does: the route's account cannot serve
+/// the request within the run, but another provider's route may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaExhausted {
+    /// Stop `stop_non_retryable` (as every non-retryable answer does).
+    Stop,
+    /// Leave the route: the next route by priority is planned at once
+    /// (backoff only); with none left, stop `stop_non_retryable`.
+    SkipRoute,
+}
+
+names!(QuotaExhausted {
+    Stop => "stop",
+    SkipRoute => "skip_route",
+});
 
 /// What a Retry-After hint above `retry_after_cap_ms` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -292,6 +311,7 @@ names!(DataBoundary {
 object!(Backoff {
     base_ms: u64,
     max_ms: u64,
+    quota_exhausted: opt_doc,
     retry_after_cap_ms: u64,
     retry_after_over_cap: opt_doc,
 });

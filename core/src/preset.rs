@@ -53,6 +53,7 @@ impl Preset {
             max_ms,
             retry_after_cap_ms,
             retry_after_over_cap: None,
+            quota_exhausted: None,
         }
     }
 

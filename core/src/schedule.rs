@@ -162,6 +162,7 @@ mod tests {
             max_ms: max,
             retry_after_cap_ms: 2_000,
             retry_after_over_cap: None,
+            quota_exhausted: None,
         }
     }
 
@@ -190,6 +191,7 @@ mod tests {
             max_ms: u64::MAX,
             retry_after_cap_ms: 0,
             retry_after_over_cap: None,
+            quota_exhausted: None,
         };
         assert_eq!(exponential_ms(&huge, 3), u64::MAX);
     }

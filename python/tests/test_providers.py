@@ -355,3 +355,33 @@ def test_a_client_of_another_sdk_is_refused_before_any_request(serve: Any) -> No
         providers.run(REQUEST, spec(["openai", "anthropic", "google"]), given, KEY)
     assert (info.value.code, info.value.path) == ("invalid_type", "/clients/google")
     assert server.received == []
+
+
+# OpenAI's 429 for an account whose quota is spent: `quota_exhausted`.
+SPENT: Dict[str, Any] = {
+    "status": 429,
+    "body": {"error": {"type": "insufficient_quota", "code": "insufficient_quota", "message": "You exceeded your current quota."}},
+}
+
+
+def test_a_spent_quota_falls_back_to_another_provider_under_skip_route(serve: Any) -> None:
+    server = serve({"openai": [SPENT], "google": [GEMINI_OK]})
+    base = spec(["openai", "google"])
+    document = {**base, "backoff": {**base["backoff"], "quota_exhausted": "skip_route"}}
+    clock = FakeClock()
+    result = providers.run(REQUEST, document, clients(server), KEY, clock=clock, sleep=clock.sleep)
+    assert result.value.text == "A migration timed out."
+    schedule = result.receipt["schedule"]
+    assert [(e["route_id"], e["outcome"]) for e in schedule] == [("openai", "quota_exhausted"), ("google", "success")]
+    # One request to the spent account, none repeated: the route was left at once.
+    assert [r.provider for r in server.received] == ["openai", "google"]
+    assert result.receipt["attempt_count"] == len(server.received)
+    assert retryledger.verify_bundle(result.bundle)["kind"] == "verified"
+
+
+def test_a_spent_quota_stops_the_run_by_default(serve: Any) -> None:
+    server = serve({"openai": [SPENT], "google": [GEMINI_OK]})
+    with pytest.raises(retryledger.RunStoppedError) as stopped:
+        providers.run(REQUEST, spec(["openai", "google"]), clients(server), KEY, clock=FakeClock(), sleep=FakeClock().sleep)
+    assert stopped.value.terminal == "stop_non_retryable"
+    assert [r.provider for r in server.received] == ["openai"]

@@ -65,6 +65,10 @@ export interface Backoff {
   max_ms: number;
   /** Cap on a server's Retry-After hint, ms. */
   retry_after_cap_ms: number;
+  /** What a hint above the cap does (absent: `clamp`). */
+  retry_after_over_cap?: "clamp" | "skip_route" | "stop";
+  /** What a `quota_exhausted` answer does (absent: `stop`); `skip_route` plans the next route at once. */
+  quota_exhausted?: "stop" | "skip_route";
 }
 
 /** Replayable jitter, tagged by `mode`. */

@@ -14,7 +14,7 @@ pub fn family() -> Family {
     let mut f = Family::new(
         "plan",
         "plan_next: every decision branch and terminal, the order of the checks, and drift in observed attempts.",
-        "plan_next after every outcome kind, each terminal (completed, stop_non_retryable, stop_indeterminate, stop_total_attempts, stop_route_exhausted, stop_cost_budget spent and reserved, stop_deadline late and before dispatch, stop_cancelled), boundaries (cost equal to the maximum, reservation that exactly fits, completion one ms before the deadline), the check order (deadline before cost before outcome; total attempts before route exhaustion; reservation before deadline), Retry-After above the cap under clamp, skip_route and stop (stop_retry_after), and each drift code in its check order",
+        "plan_next after every outcome kind, each terminal (completed, stop_non_retryable, stop_indeterminate, stop_total_attempts, stop_route_exhausted, stop_cost_budget spent and reserved, stop_deadline late and before dispatch, stop_cancelled), boundaries (cost equal to the maximum, reservation that exactly fits, completion one ms before the deadline), the check order (deadline before cost before outcome; total attempts before route exhaustion; reservation before deadline), Retry-After above the cap under clamp, skip_route and stop (stop_retry_after), quota_exhausted under stop (the default) and skip_route, and each drift code in its check order",
     );
     let r = reference();
     let pt = t(&r);
@@ -509,8 +509,72 @@ pub fn family() -> Family {
         )])),
         "invalid_value",
     );
+    quota_cases(&mut f);
     in_progress_cases(&mut f);
     f
+}
+
+/// `quota_exhausted` (an account quota that cannot clear within the run):
+/// `stop_non_retryable` by default; under `quota_exhausted: skip_route` the
+/// next route at once (another provider's account may serve the request),
+/// and `stop_non_retryable` when none is left.
+fn quota_cases(f: &mut Family) {
+    let quota = Outcome::NonRetryable {
+        kind: NonRetryableKind::QuotaExhausted,
+    };
+    for (name, mode, routes, want) in [
+        (
+            "quota_exhausted_stops_by_default",
+            None,
+            2,
+            "stop_non_retryable",
+        ),
+        (
+            "quota_exhausted_stop",
+            Some("stop"),
+            2,
+            "stop_non_retryable",
+        ),
+        (
+            "quota_exhausted_skip_route_falls_back_at_once",
+            Some("skip_route"),
+            2,
+            "external-fallback",
+        ),
+        (
+            "quota_exhausted_skip_route_without_a_route_left_stops",
+            Some("skip_route"),
+            1,
+            "stop_non_retryable",
+        ),
+    ] {
+        let mut p = reference();
+        if let Some(mode) = mode {
+            set(&mut p, "/backoff/quota_exhausted", json!(mode));
+        }
+        if routes == 1 {
+            p["routes"].as_array_mut().expect("routes").truncate(1);
+        }
+        let attempts = run(&p, &[s(quota, 100, 0)]);
+        f.plan(name, &t(&p), &t(&attempts), want);
+    }
+    let mut p = reference();
+    set(&mut p, "/backoff/quota_exhausted", json!("skip_route"));
+    let attempts = run(&p, &[s(quota, 100, 0)]);
+    f.plan(
+        "quota_exhausted_skip_route_waits_the_backoff_only",
+        &t(&p),
+        &t(&attempts),
+        "not_before_ms\":200",
+    );
+    f.policy(
+        "quota_exhausted_unknown_mode",
+        &t(&policy_with(&[(
+            "/backoff/quota_exhausted",
+            json!("retry"),
+        )])),
+        "invalid_value",
+    );
 }
 
 /// `in_progress` (a 409 with a hint to a keyed request): asked again on the

@@ -7,8 +7,8 @@ use crate::attempt::Attempt;
 use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::BudgetUse;
 use crate::job::JobKind;
-use crate::outcome::{Outcome, RetryableKind};
-use crate::policy::CompiledPolicy;
+use crate::outcome::{NonRetryableKind, Outcome, RetryableKind};
+use crate::policy::{CompiledPolicy, QuotaExhausted};
 use crate::receipt::ScheduleEntry;
 use crate::stream::Continuation;
 
@@ -365,6 +365,11 @@ impl Run {
             Some(next) => next,
             None => match a.outcome {
                 Outcome::Success => stop(Terminal::Completed),
+                Outcome::NonRetryable {
+                    kind: NonRetryableKind::QuotaExhausted,
+                } if p.backoff.quota_exhausted == Some(QuotaExhausted::SkipRoute) => {
+                    self.plan_past_quota(cp, priority, route_ordinal, a.completed_at_ms)
+                }
                 Outcome::NonRetryable { .. } => stop(Terminal::StopNonRetryable),
                 Outcome::Indeterminate { .. } => stop(Terminal::StopIndeterminate),
                 Outcome::Retryable {

@@ -106,6 +106,55 @@ impl Run {
         }
         // The hint is the failed route's: another route waits the backoff only.
         let hint = if leave { None } else { hint };
+        self.plan_on(
+            cp,
+            (next_priority, next_ordinal),
+            route_ordinal,
+            completed,
+            hint,
+        )
+    }
+
+    /// Plan after a `quota_exhausted` answer on `priority` (its
+    /// `route_ordinal`-th attempt, completed at `completed`) under
+    /// `quota_exhausted: skip_route`: the route's account cannot serve the
+    /// request within the run, so the next route by priority is planned at
+    /// once (backoff only); with none left, `stop_non_retryable`.
+    pub(super) fn plan_past_quota(
+        &self,
+        cp: &CompiledPolicy,
+        priority: usize,
+        route_ordinal: u64,
+        completed: u64,
+    ) -> Decision {
+        let terminal = |terminal| Decision::Terminal { terminal };
+        if self.count >= cp.policy.max_total_attempts {
+            return terminal(Terminal::StopTotalAttempts);
+        }
+        let next = priority.saturating_add(1);
+        // A route that answered `in_progress` holds an effect whose fate
+        // the run does not know: never leave it.
+        if self.pinned.is_some_and(|p| p != next) {
+            return terminal(Terminal::StopIndeterminate);
+        }
+        if cp.route_at(next).is_none() {
+            return terminal(Terminal::StopNonRetryable);
+        }
+        self.plan_on(cp, (next, 1), route_ordinal, completed, None)
+    }
+
+    /// The dispatch of `(priority, ordinal)` after the failed attempt
+    /// `route_ordinal` completed at `completed`, waiting the backoff (raised
+    /// to `hint` when the next attempt is on the same route).
+    fn plan_on(
+        &self,
+        cp: &CompiledPolicy,
+        (next_priority, next_ordinal): (usize, u64),
+        route_ordinal: u64,
+        completed: u64,
+        hint: Option<u64>,
+    ) -> Decision {
+        let p = &cp.policy;
         let latest_delay = p.deadline_ms.saturating_sub(1).saturating_sub(completed);
         let d = next_delay(
             &p.backoff,
