@@ -205,9 +205,14 @@ def test_four_keys_one_revoked_one_limited(backend: str, tmp_path: Path) -> None
     # The first run takes the first key, is refused (401: not retryable) and stops.
     assert terminals[0] == "stop_non_retryable"
     assert all(t == "completed" for t in terminals[1:]), terminals
-    # The squeezed run: both healthy keys limited, then the limited key again.
-    assert [s for _, _, s in seen[in_turn : in_turn + 3]] == [429, 429, 200]
-    assert keys[in_turn + 2] == LIMITED
+    # The squeezed run: a healthy key limited, then the key least recently
+    # touched (the other healthy key, limited in its turn, or the limited
+    # key again, its hint long past) until one answers; no key twice.
+    squeezed = seen[in_turn:]
+    end = next(i for i, (_, _, status) in enumerate(squeezed) if status == 200)
+    assert 1 <= end <= 2, squeezed
+    assert all(status == 429 and key in SECRETS[2:] for key, _, status in squeezed[:end]), squeezed
+    assert len({key for key, _, _ in squeezed[: end + 1]}) == end + 1, "a key asked twice in one run"
     # The revoked key: used once, never again.
     first_401 = next(i for i, (k, _, s) in enumerate(seen) if k == REVOKED and s == 401)
     assert REVOKED not in keys[first_401 + 1 :], "the revoked key is never sent again"
