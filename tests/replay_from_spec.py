@@ -577,6 +577,9 @@ class Run:
             self.next = judged
         elif cls == "success":
             self.next = terminal("completed")
+        elif (cls == "non_retryable" and a["outcome"].get("kind") == "quota_exhausted"
+              and p["backoff"].get("quota_exhausted") == "skip_route"):
+            self.next = self.plan_past_quota(priority, d["route_ordinal"], a["completed_at_ms"])
         elif cls == "non_retryable":
             self.next = terminal("stop_non_retryable")
         elif cls == "indeterminate":
@@ -590,6 +593,21 @@ class Run:
             if self.pinned is not None and self.next["kind"] == "terminal":
                 self.next = terminal("stop_indeterminate")
         self.plan_cancel(a["completed_at_ms"])
+
+    def plan_past_quota(self, priority, route_ordinal, completed):
+        # A spent quota under skip_route: the next route at once (backoff
+        # only), stop_non_retryable when none is left.
+        p = self.p
+        if self.count >= p["max_total_attempts"]:
+            return terminal("stop_total_attempts")
+        nxt = priority + 1
+        if self.pinned is not None and nxt != self.pinned:
+            return terminal("stop_indeterminate")
+        if nxt >= len(self.cp["routes"]):
+            return terminal("stop_non_retryable")
+        latest = max(p["deadline_ms"] - 1 - completed, 0)
+        d = next_delay(p, route_ordinal, None, self.last_sample, self.count + 1, latest)
+        return self.admit(nxt, 1, min(completed + d["delay_ms"], U64_MAX), d)
 
     def plan_in_progress(self, priority, route_ordinal, completed, hint):
         # Ask again on the same route whatever its bound; the hint is always
