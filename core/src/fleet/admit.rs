@@ -250,3 +250,57 @@ pub(crate) fn budget_in(
         None => Ok(RetryBudgetSnapshot::fresh(cfg.scope.clone(), now)),
     }
 }
+
+/// The next snapshot of `attempt`'s breaker after its outcome, from the
+/// snapshot a host reads now (`now_epoch_ms`, wall clock), checked against
+/// the generations `seen` before. A wait longer than the cap under
+/// `retry_after_over_cap: skip_route` parks the route for every run until
+/// the server's time (the run leaves it).
+pub(crate) fn breaker_after_attempt(
+    policy: &crate::policy::CompiledPolicy,
+    seen: &Generations,
+    attempt: &crate::attempt::Attempt,
+    snapshot: &BreakerSnapshot,
+    now_epoch_ms: u64,
+) -> Result<BreakerSnapshot> {
+    let cfg = policy
+        .policy
+        .fleet
+        .as_ref()
+        .and_then(|f| f.breaker.as_ref())
+        .ok_or_else(|| {
+            Error::at(
+                ErrorCode::AdmissionUnexpected,
+                "/fleet/breaker",
+                "the policy has no breaker",
+            )
+        })?;
+    snapshot.check(cfg, &attempt.route_release_sha256, "")?;
+    seen.check(
+        attempt.route_release_sha256.as_str(),
+        snapshot.generation,
+        "",
+    )?;
+    let probe = attempt
+        .admission
+        .as_ref()
+        .and_then(|adm| adm.breaker.as_ref())
+        .is_some_and(|b| b.probe);
+    let recorded = crate::breaker::record(
+        cfg,
+        snapshot,
+        probe,
+        crate::breaker::Health::of(&attempt.outcome),
+        now_epoch_ms,
+    );
+    let backoff = &policy.policy.backoff;
+    if backoff.retry_after_over_cap == Some(crate::policy::OverCap::SkipRoute) {
+        if let Some(hint) = attempt.outcome.retry_after_ms() {
+            if hint > backoff.retry_after_cap_ms {
+                let until = now_epoch_ms.saturating_add(hint);
+                return Ok(crate::breaker::park(&recorded, until, now_epoch_ms));
+            }
+        }
+    }
+    Ok(recorded)
+}

@@ -29,8 +29,8 @@ mod admit;
 mod verify;
 
 pub(crate) use admit::{
-    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, tenant_in,
-    Generations, LimitsClock, LimitsStep,
+    admission_in, breaker_after_attempt, breaker_in, budget_admission, budget_in, limits_step,
+    reserved_tokens, tenant_in, Generations, LimitsClock, LimitsStep,
 };
 pub use verify::verify_admissions;
 

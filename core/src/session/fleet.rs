@@ -109,31 +109,21 @@ impl Session {
         let mut skips = Vec::new();
         if let Some(cfg) = &fleet.breaker {
             loop {
-                let s = breaker_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
-                self.seen
-                    .saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
-                let digest = self.snapshots.keep_breaker(&s);
-                let (answer, next) = breaker::admit(cfg, &s, now_epoch_ms);
-                match answer {
-                    BreakerAdmission::Admitted { probe } => {
-                        admission.breaker = Some(BreakerRef {
-                            generation: s.generation,
-                            probe,
-                            snapshot_sha256: digest,
-                        });
-                        if changed(&next, &s) {
-                            writes.breakers.push(next);
-                        }
+                let step = breaker_step(
+                    cfg,
+                    view,
+                    (&plan.route_release_sha256, &plan.route_id),
+                    now_epoch_ms,
+                    (&mut self.seen, &mut self.snapshots),
+                    &mut writes,
+                )?;
+                match step {
+                    Ok(admitted) => {
+                        admission.breaker = Some(admitted);
                         break;
                     }
-                    BreakerAdmission::Rejected { .. } => {
-                        if changed(&next, &s) {
-                            writes.breakers.push(next);
-                        }
-                        skips.push(Skip {
-                            route_id: plan.route_id.clone(),
-                            snapshot_sha256: digest,
-                        });
+                    Err(skip) => {
+                        skips.push(skip);
                         match self.run.skip_route(&self.policy, &plan) {
                             Some(p) => plan = p,
                             None => {
@@ -305,52 +295,13 @@ impl Session {
         snapshot: &crate::breaker::BreakerSnapshot,
         now_epoch_ms: u64,
     ) -> Result<crate::breaker::BreakerSnapshot> {
-        let cfg = self
-            .policy
-            .policy
-            .fleet
-            .as_ref()
-            .and_then(|f| f.breaker.as_ref())
-            .ok_or_else(|| {
-                Error::at(
-                    ErrorCode::AdmissionUnexpected,
-                    "/fleet/breaker",
-                    "the policy has no breaker",
-                )
-            })?;
         let Some(a) = self.attempts.attempts.last() else {
             return Err(Error::new(
                 ErrorCode::AdmissionMissing,
                 "no attempt has been observed",
             ));
         };
-        snapshot.check(cfg, &a.route_release_sha256, "")?;
-        self.seen
-            .check(a.route_release_sha256.as_str(), snapshot.generation, "")?;
-        let probe = a
-            .admission
-            .as_ref()
-            .and_then(|adm| adm.breaker.as_ref())
-            .is_some_and(|b| b.probe);
-        let recorded = breaker::record(
-            cfg,
-            snapshot,
-            probe,
-            breaker::Health::of(&a.outcome),
-            now_epoch_ms,
-        );
-        // A wait longer than the cap under skip_route: the route is left by
-        // this run and parked for every run until the server's time.
-        let backoff = &self.policy.policy.backoff;
-        if backoff.retry_after_over_cap == Some(crate::policy::OverCap::SkipRoute) {
-            if let Some(hint) = a.outcome.retry_after_ms() {
-                if hint > backoff.retry_after_cap_ms {
-                    let until = now_epoch_ms.saturating_add(hint);
-                    return Ok(breaker::park(&recorded, until, now_epoch_ms));
-                }
-            }
-        }
-        Ok(recorded)
+        crate::fleet::breaker_after_attempt(&self.policy, &self.seen, a, snapshot, now_epoch_ms)
     }
 
     /// The next admission snapshot of an admitted attempt's key once the
@@ -435,6 +386,42 @@ impl Session {
             _ => Ok(released),
         }
     }
+}
+
+/// A route's breaker asked to admit an attempt on `release`: the snapshot
+/// read from `view` (its generation checked against `seen`, the snapshot
+/// kept for the bundle), the breaker's answer, and its next snapshot queued
+/// in `writes` when it changed. Admitted: the attempt's breaker reference;
+/// rejected: the skip the run records.
+pub(crate) fn breaker_step(
+    cfg: &crate::breaker::BreakerConfig,
+    view: &FleetView,
+    (release, route_id): (&crate::ids::Sha256Hex, &crate::ids::Identifier),
+    now_epoch_ms: u64,
+    (seen, snapshots): (
+        &mut crate::fleet::Generations,
+        &mut crate::fleet::FleetSnapshots,
+    ),
+    writes: &mut FleetWrites,
+) -> Result<std::result::Result<BreakerRef, Skip>> {
+    let s = breaker_in(cfg, view, release, now_epoch_ms)?;
+    seen.saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
+    let digest = snapshots.keep_breaker(&s);
+    let (answer, next) = breaker::admit(cfg, &s, now_epoch_ms);
+    if changed(&next, &s) {
+        writes.breakers.push(next);
+    }
+    Ok(match answer {
+        BreakerAdmission::Admitted { probe } => Ok(BreakerRef {
+            generation: s.generation,
+            probe,
+            snapshot_sha256: digest,
+        }),
+        BreakerAdmission::Rejected { .. } => Err(Skip {
+            route_id: route_id.clone(),
+            snapshot_sha256: digest,
+        }),
+    })
 }
 
 /// Whether a snapshot changed beyond its clock (only then is it written back).

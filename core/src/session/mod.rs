@@ -27,7 +27,7 @@ mod fleet;
 mod resume;
 mod stream;
 
-pub(crate) use fleet::changed;
+pub(crate) use fleet::breaker_step;
 
 /// A run in progress.
 #[derive(Debug, Clone)]

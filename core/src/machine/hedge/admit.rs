@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use crate::breaker::{self, BreakerAdmission};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fleet::{
-    admission_in, breaker_in, budget_admission, budget_in, limits_step, reserved_tokens, tenant_in,
-    Admission, BreakerRef, BudgetRef, FleetStop, FleetView, FleetWrites, LimitsClock, LimitsRef,
-    LimitsStep, OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
+    admission_in, budget_admission, budget_in, limits_step, reserved_tokens, tenant_in, Admission,
+    BudgetRef, FleetStop, FleetView, FleetWrites, LimitsClock, LimitsRef, LimitsStep,
+    OnStoreUnavailable, Skip, Skips, StopReason, StoreStatus,
 };
-use crate::session::changed;
+use crate::session::breaker_step;
 
 use crate::canonical::{Encode, ObjectWriter, Sink};
 
@@ -137,24 +136,20 @@ impl Layer {
             // whose route does not admit is not sent.
             if let Some(cfg) = &fleet.breaker {
                 loop {
-                    let s = breaker_in(cfg, view, &plan.route_release_sha256, now_epoch_ms)?;
-                    self.seen
-                        .saw(s.route_release_sha256.as_str(), s.generation, "/breakers")?;
-                    let digest = self.snapshots.keep_breaker(&s);
-                    let (answer, next) = breaker::admit(cfg, &s, now_epoch_ms);
-                    match answer {
-                        BreakerAdmission::Admitted { probe } => {
-                            admission.breaker = Some(BreakerRef {
-                                generation: s.generation,
-                                probe,
-                                snapshot_sha256: digest,
-                            });
-                            if changed(&next, &s) {
-                                writes.breakers.push(next);
-                            }
+                    let step = breaker_step(
+                        cfg,
+                        view,
+                        (&plan.route_release_sha256, &plan.route_id),
+                        now_epoch_ms,
+                        (&mut self.seen, &mut self.snapshots),
+                        &mut writes,
+                    )?;
+                    match step {
+                        Ok(admitted) => {
+                            admission.breaker = Some(admitted);
                             break;
                         }
-                        BreakerAdmission::Rejected { .. } if is_hedge => {
+                        Err(_) if is_hedge => {
                             return refused(
                                 self,
                                 StopReason::CircuitOpen,
@@ -162,14 +157,8 @@ impl Layer {
                                 Vec::new(),
                             );
                         }
-                        BreakerAdmission::Rejected { .. } => {
-                            if changed(&next, &s) {
-                                writes.breakers.push(next);
-                            }
-                            skips.push(Skip {
-                                route_id: plan.route_id.clone(),
-                                snapshot_sha256: digest,
-                            });
+                        Err(skip) => {
+                            skips.push(skip);
                             match self.run.skip_route(&self.policy, &plan) {
                                 Some(p) => plan = p,
                                 None => {

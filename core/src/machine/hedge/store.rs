@@ -6,7 +6,6 @@ use super::super::fleet::{self, Cas};
 use super::super::{Effect, Machine};
 use super::{Layer, Stage};
 use crate::admission::{self, AdmissionSnapshot};
-use crate::breaker;
 use crate::error::{Error, ErrorCode, Result};
 use crate::ids::Sha256Hex;
 
@@ -215,50 +214,13 @@ impl Layer {
         snapshot: &crate::breaker::BreakerSnapshot,
         now_epoch_ms: u64,
     ) -> Result<crate::breaker::BreakerSnapshot> {
-        let cfg = self
-            .policy
-            .policy
-            .fleet
-            .as_ref()
-            .and_then(|f| f.breaker.as_ref())
-            .ok_or_else(|| {
-                Error::at(
-                    ErrorCode::AdmissionUnexpected,
-                    "/fleet/breaker",
-                    "the policy has no breaker",
-                )
-            })?;
         let Some(a) = self.attempt_of_ordinal(ordinal) else {
             return Err(Error::new(
                 ErrorCode::AdmissionMissing,
                 format!("attempt {ordinal} has not been observed"),
             ));
         };
-        snapshot.check(cfg, &a.route_release_sha256, "")?;
-        self.seen
-            .check(a.route_release_sha256.as_str(), snapshot.generation, "")?;
-        let probe = a
-            .admission
-            .as_ref()
-            .and_then(|adm| adm.breaker.as_ref())
-            .is_some_and(|b| b.probe);
-        let recorded = breaker::record(
-            cfg,
-            snapshot,
-            probe,
-            breaker::Health::of(&a.outcome),
-            now_epoch_ms,
-        );
-        let backoff = &self.policy.policy.backoff;
-        if backoff.retry_after_over_cap == Some(crate::policy::OverCap::SkipRoute) {
-            if let Some(hint) = a.outcome.retry_after_ms() {
-                if hint > backoff.retry_after_cap_ms {
-                    let until = now_epoch_ms.saturating_add(hint);
-                    return Ok(breaker::park(&recorded, until, now_epoch_ms));
-                }
-            }
-        }
-        Ok(recorded)
+        crate::fleet::breaker_after_attempt(&self.policy, &self.seen, a, snapshot, now_epoch_ms)
     }
 }
 
