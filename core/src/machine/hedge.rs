@@ -338,25 +338,10 @@ impl Machine {
                 },
                 Event::Written { written },
             ) => {
-                if written > count {
-                    return Err(Error::at(
-                        ErrorCode::InvalidValue,
-                        "/written",
-                        format!("{written} writes reported of {count} asked"),
-                    ));
-                }
-                if written == count {
+                let Some(conflicts) = self.unwritten(written, count, conflicts)? else {
                     self.layer()?.stage = Stage::Plan;
                     return self.hedge_advance();
-                }
-                let conflicts = conflicts.saturating_add(1);
-                if conflicts > self.max_conflicts {
-                    return Err(Error::at(
-                        ErrorCode::StoreConflict,
-                        "/written",
-                        format!("the store write conflicted {conflicts} times in a row"),
-                    ));
-                }
+                };
                 // Read again and decide again from the layer as it was.
                 *self.layer()? = *before;
                 self.hedge_read(conflicts);
@@ -394,24 +379,9 @@ impl Machine {
                 },
                 Event::Written { written },
             ) => {
-                if written > count {
-                    return Err(Error::at(
-                        ErrorCode::InvalidValue,
-                        "/written",
-                        format!("{written} writes reported of {count} asked"),
-                    ));
-                }
-                if written == count {
+                let Some(conflicts) = self.unwritten(written, count, conflicts)? else {
                     return self.hedge_cancelled(at_ms);
-                }
-                let conflicts = conflicts.saturating_add(1);
-                if conflicts > self.max_conflicts {
-                    return Err(Error::at(
-                        ErrorCode::StoreConflict,
-                        "/written",
-                        format!("the store write conflicted {conflicts} times in a row"),
-                    ));
-                }
+                };
                 self.hedge_cancel(at_ms, conflicts)
             }
             (
@@ -480,24 +450,9 @@ impl Machine {
                 },
                 Event::Written { written },
             ) => {
-                if written > count {
-                    return Err(Error::at(
-                        ErrorCode::InvalidValue,
-                        "/written",
-                        format!("{written} writes reported of {count} asked"),
-                    ));
-                }
-                if written == count {
+                let Some(conflicts) = self.unwritten(written, count, conflicts)? else {
                     return self.journal_observed(ordinal);
-                }
-                let conflicts = conflicts.saturating_add(1);
-                if conflicts > self.max_conflicts {
-                    return Err(Error::at(
-                        ErrorCode::StoreConflict,
-                        "/written",
-                        format!("the store write conflicted {conflicts} times in a row"),
-                    ));
-                }
+                };
                 self.hedge_settle(ordinal, conflicts)
             }
             (Stage::Appending(after), Event::Appended) => {

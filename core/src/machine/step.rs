@@ -54,24 +54,9 @@ impl Machine {
                 },
                 Event::Written { written },
             ) => {
-                if written > count {
-                    return Err(Error::at(
-                        ErrorCode::InvalidValue,
-                        "/written",
-                        format!("{written} writes reported of {count} asked"),
-                    ));
-                }
-                if written == count {
+                let Some(conflicts) = self.unwritten(written, count, conflicts)? else {
                     return self.then(then);
-                }
-                let conflicts = conflicts.saturating_add(1);
-                if conflicts > self.max_conflicts {
-                    return Err(Error::at(
-                        ErrorCode::StoreConflict,
-                        "/written",
-                        format!("the store write conflicted {conflicts} times in a row"),
-                    ));
-                }
+                };
                 // Read again and decide again under the fresh state.
                 let reads = match why {
                     ReadFor::Admission => self.admission_reads(),
@@ -205,6 +190,38 @@ impl Machine {
             then,
         };
         Ok(())
+    }
+
+    /// What a store's answer to a compare-and-set of `count` documents
+    /// leaves: `None` when every write went through, else the conflicts in
+    /// a row so far (a write lost to another writer: read again and decide
+    /// again); `store_conflict` past the bound, `invalid_value` for more
+    /// writes than asked.
+    pub(super) fn unwritten(
+        &self,
+        written: u64,
+        count: u64,
+        conflicts: u64,
+    ) -> Result<Option<u64>> {
+        if written > count {
+            return Err(Error::at(
+                ErrorCode::InvalidValue,
+                "/written",
+                format!("{written} writes reported of {count} asked"),
+            ));
+        }
+        if written == count {
+            return Ok(None);
+        }
+        let conflicts = conflicts.saturating_add(1);
+        if conflicts > self.max_conflicts {
+            return Err(Error::at(
+                ErrorCode::StoreConflict,
+                "/written",
+                format!("the store write conflicted {conflicts} times in a row"),
+            ));
+        }
+        Ok(Some(conflicts))
     }
 
     pub(super) fn append(&mut self, entries: &[Entry], then: Then) -> Result<()> {
