@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -170,3 +173,56 @@ class RedisServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.kill()
+
+
+class Server:
+    """A loopback HTTP server for fleet tests: every request is held
+    ``hold_s`` and answered 200. Logs each request's arrival (Unix ms), its
+    ``X-Run`` and ``X-Tenant`` headers, and counts the most requests held at
+    once."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.log: List[Tuple[float, str, str]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+                arrived = time.time() * 1000
+                with server.lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.log.append((arrived, self.headers.get("X-Run", ""), self.headers.get("X-Tenant", "")))
+                time.sleep(server.hold_s)
+                with server.lock:
+                    server.in_flight -= 1
+                body = b"ok"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http.daemon_threads = True
+        self.thread: Optional[threading.Thread] = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.server_address[1]}/model"
+
+    def __enter__(self) -> "Server":
+        self.thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.05})
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        if self.thread is not None:
+            self.thread.join(timeout=10)

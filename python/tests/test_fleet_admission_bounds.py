@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
-from fleet_support import HERE, make_store, namespace, redis_url
+from fleet_support import HERE, Server, make_store, namespace, redis_url
 
 from conftest import make_policy
 
@@ -29,58 +27,6 @@ SECONDS = 4.0
 WAIT_S = 90
 
 
-class Server:
-    """A loopback HTTP server: every request is held HOLD_S (long enough
-    that 20 requests per second would overlap 5 deep, so the in-flight cap
-    binds) and answered 200. Logs each request's arrival (Unix ms) and run
-    id, and counts the most requests held at once."""
-
-    HOLD_S = 0.25
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.log: List[Tuple[float, str]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
-                arrived = time.time() * 1000
-                with server.lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                    server.log.append((arrived, self.headers.get("X-Run", "")))
-                time.sleep(Server.HOLD_S)
-                with server.lock:
-                    server.in_flight -= 1
-                body = b"ok"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self.thread: Optional[threading.Thread] = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}/model"
-
-    def __enter__(self) -> "Server":
-        self.thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.05})
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-        if self.thread is not None:
-            self.thread.join(timeout=10)
 
 
 def most_in_window(times: List[float], window_ms: float) -> int:
@@ -111,7 +57,7 @@ def test_eight_processes_never_exceed_the_cap_nor_the_rate(tmp_path: Path) -> No
     go = tmp_path / "go"
     readies = [tmp_path / f"ready-{i}" for i in range(WORKERS)]
     outs = [tmp_path / f"out-{i}.json" for i in range(WORKERS)]
-    with Server() as server:
+    with Server(hold_s=0.25) as server:
         children = [
             subprocess.Popen(
                 [sys.executable, str(CHILD), redis_url(), ns, str(policy_path), str(SECONDS), str(r), str(go), str(o), server.url],
@@ -141,7 +87,7 @@ def test_eight_processes_never_exceed_the_cap_nor_the_rate(tmp_path: Path) -> No
         peak = server.max_in_flight
     docs = [json.loads(o.read_text(encoding="utf-8")) for o in outs]
     rows = [row for d in docs for row in d["rows"]]
-    arrivals = {run: at for at, run in log}
+    arrivals = {run: at for at, run, _ in log}
     completed = [r for r in rows if r["terminal"] == "completed"]
 
     # 1. Never more than the cap at once, and the cap was reached.
@@ -162,11 +108,11 @@ def test_eight_processes_never_exceed_the_cap_nor_the_rate(tmp_path: Path) -> No
         # A window of w ms holds at most BURST + (w - 1) * rate / 1000 starts.
         allowed = BURST + (w - 1) * PER_SECOND // 1000
         assert planned <= allowed, (w, planned, allowed)
-        seen = most_in_window([at for at, _ in log], w)
+        seen = most_in_window([at for at, _, _ in log], w)
         allowed_seen = BURST + int((w - 1 + lag) * PER_SECOND // 1000)
         assert seen <= allowed_seen, (w, seen, allowed_seen, lag)
         windows[w] = (planned, seen, allowed)
-    span_s = (max(at for at, _ in log) - min(at for at, _ in log)) / 1000
+    span_s = (max(at for at, _, _ in log) - min(at for at, _, _ in log)) / 1000
     assert len(log) <= BURST + span_s * PER_SECOND + 1
 
     # 3. Queue waits add up with the server's log: no request reached the

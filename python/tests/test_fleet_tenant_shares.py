@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,7 +24,7 @@ from retryledger import RetryledgerError, RunStoppedError, Step
 from retryledger.fleet import Fleet
 from retryledger.stores import MemoryStore
 
-from fleet_support import HERE, make_store, namespace, redis_url
+from fleet_support import HERE, Server, make_store, namespace, redis_url
 
 from conftest import KEY, FakeClock, make_policy
 
@@ -130,50 +128,6 @@ def test_the_fleet_checks_its_tenant() -> None:
         Fleet(MemoryStore(), tenant="")
 
 
-class Server:
-    """A loopback HTTP server: every request is held HOLD_S and answered
-    200; logs each request's arrival (Unix ms), run id and tenant."""
-
-    HOLD_S = 0.01
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.log: List[Tuple[float, str, str]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
-                arrived = time.time() * 1000
-                with server.lock:
-                    server.log.append((arrived, self.headers.get("X-Run", ""), self.headers.get("X-Tenant", "")))
-                time.sleep(Server.HOLD_S)
-                body = b"ok"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.http.daemon_threads = True
-        self.thread: Optional[threading.Thread] = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}/model"
-
-    def __enter__(self) -> "Server":
-        self.thread = threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.05})
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-        if self.thread is not None:
-            self.thread.join(timeout=10)
 
 
 def test_a_noisy_tenant_at_ten_times_its_share_starves_no_other(tmp_path: Path) -> None:
@@ -193,7 +147,7 @@ def test_a_noisy_tenant_at_ten_times_its_share_starves_no_other(tmp_path: Path) 
     assert len(plan) == 8
     readies = [tmp_path / f"ready-{i}" for i in range(len(plan))]
     outs = [tmp_path / f"out-{i}.json" for i in range(len(plan))]
-    with Server() as server:
+    with Server(hold_s=0.01) as server:
         children = [
             subprocess.Popen(
                 [
