@@ -10,7 +10,8 @@ import { generateText, streamText, generateObject, Output, tool, jsonSchema } fr
 import { createOpenAI } from "@ai-sdk/openai";
 import { createAnthropic } from "@ai-sdk/anthropic";
 
-import { PolicyError, RunStoppedError, digest, checkOn, outputCheck } from "../dist/index.js";
+import { PolicyError, RunStoppedError, digest, checkOn } from "../dist/index.js";
+import { hasN } from "./frameworks-support.mjs";
 import { retryledgerModel, harnessOwned, aiSdkText } from "../dist/ai-sdk.js";
 import { KEY, policyWith } from "./helpers.mjs";
 import { sseServer } from "./sse-loopback.mjs";
@@ -157,19 +158,6 @@ test("a tool call through the fallback keeps the tool binding", async () => {
     await server.close();
   }
 });
-
-/** A check that the answer is JSON with an integer `n`. */
-const hasN = outputCheck(
-  (text) => {
-    try {
-      const v = JSON.parse(String(text));
-      return Number.isInteger(v?.n) ? true : ["n is not an integer"];
-    } catch {
-      return ["not JSON"];
-    }
-  },
-  { validator: "has_n" },
-);
 
 test("structured output that fails its schema once is repaired (a new logical request)", async () => {
   const server = await sseServer({ [PRIMARY]: [{ text: '{"n": "seven"}' }, { text: '{"n": 7}' }] });

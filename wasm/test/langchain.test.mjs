@@ -10,7 +10,8 @@ import { ChatOpenAI } from "@langchain/openai";
 import { ChatAnthropic } from "@langchain/anthropic";
 import { StateGraph, MessagesAnnotation, START, END } from "@langchain/langgraph";
 
-import { PolicyError, RunStoppedError, digest, checkOn, outputCheck } from "../dist/index.js";
+import { PolicyError, RunStoppedError, digest, checkOn } from "../dist/index.js";
+import { hasN } from "./frameworks-support.mjs";
 import { RetryledgerChatModel, messageText, assertNoGraphRetries } from "../dist/langchain.js";
 import { KEY, policyWith } from "./helpers.mjs";
 import { sseServer } from "./sse-loopback.mjs";
@@ -159,19 +160,6 @@ test("bound tools reach the fallback route and its tool call comes back", async 
     await server.close();
   }
 });
-
-/** A check that the answer is JSON with an integer `n`. */
-const hasN = outputCheck(
-  (text) => {
-    try {
-      const v = JSON.parse(String(text));
-      return Number.isInteger(v?.n) ? true : ["n is not an integer"];
-    } catch {
-      return ["not JSON"];
-    }
-  },
-  { validator: "has_n" },
-);
 
 test("structured output that fails its schema once is repaired (a new logical request)", async () => {
   const server = await sseServer({ [PRIMARY]: [{ text: '{"n": "seven"}' }, { text: '{"n": 7}' }] });
