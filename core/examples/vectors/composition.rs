@@ -364,20 +364,9 @@ fn stream_crash_cases(f: &mut Family) {
             crashed["crash_after_appends"] = json!(k);
             let name = format!("{prefix}_{mode}_journal_crash_after_{k}_appends");
             let (journal, now) = case(f, &name, &p, &options(true), None, &crashed, "ok");
-            let kind = |e: &JournalEvent| e.payload.kind();
-            if journal
-                .last()
-                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Terminal)
-            {
+            let Some((in_doubt, observed)) = crash_point(&journal) else {
                 continue;
-            }
-            let in_doubt = journal
-                .last()
-                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Dispatched);
-            let observed = journal
-                .iter()
-                .filter(|e| kind(e) == retryledger_core::journal::EventKind::Observed)
-                .count();
+            };
             // An attempt with no effect is sent again: its step replays.
             let rest: Vec<Value> = script["attempts"].as_array().unwrap()[observed..].to_vec();
             let mut opts = options(true);
@@ -502,20 +491,9 @@ fn job_cases(f: &mut Family) {
             crashed["crash_after_appends"] = json!(k);
             let name = format!("{fleet_name}_journal_job_crash_after_{k}_appends");
             let (journal, now) = case(f, &name, &p, &options(true), None, &crashed, "ok");
-            let kind = |e: &JournalEvent| e.payload.kind();
-            if journal
-                .last()
-                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Terminal)
-            {
+            let Some((in_doubt, observed)) = crash_point(&journal) else {
                 continue;
-            }
-            let in_doubt = journal
-                .last()
-                .is_some_and(|e| kind(e) == retryledger_core::journal::EventKind::Dispatched);
-            let observed = journal
-                .iter()
-                .filter(|e| kind(e) == retryledger_core::journal::EventKind::Observed)
-                .count();
+            };
             let rest: Vec<Value> = script["attempts"].as_array().unwrap()[observed..].to_vec();
             let mut opts = options(true);
             opts["journal"]["lease_generation"] = json!(2);
@@ -665,4 +643,21 @@ fn refusal_cases(f: &mut Family) {
         ],
         "ok",
     );
+}
+
+/// Where a crashed run's journal stopped: `None` when it holds the terminal
+/// (no crash), else whether an attempt was left in doubt (dispatched, not
+/// observed) and how many attempts were observed.
+fn crash_point(journal: &[JournalEvent]) -> Option<(bool, usize)> {
+    use retryledger_core::journal::EventKind;
+    let kind = |e: &JournalEvent| e.payload.kind();
+    let last = journal.last().map(kind);
+    if last == Some(EventKind::Terminal) {
+        return None;
+    }
+    let observed = journal
+        .iter()
+        .filter(|e| kind(e) == EventKind::Observed)
+        .count();
+    Some((last == Some(EventKind::Dispatched), observed))
 }
