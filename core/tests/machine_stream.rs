@@ -305,3 +305,89 @@ fn delta_digests_that_do_not_hash_to_the_record_are_refused() {
     let refused = Machine::resume(Arc::clone(&cp), &chained, options(2, 100)).unwrap_err();
     assert_eq!(refused.code, ErrorCode::InvalidStreamContract);
 }
+
+/// Drive a run without a journal through `answers` (one observation per
+/// dispatch), collecting each dispatch effect's stream plan as JSON.
+fn plans(cp: &Arc<CompiledPolicy>, answers: &[Value]) -> Vec<Value> {
+    let mut m = Machine::start(
+        Arc::clone(cp),
+        Options {
+            origin_epoch_ms: ORIGIN,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let mut now = 0;
+    let mut answers = answers.iter();
+    loop {
+        let effect = m.next().clone();
+        let event = match &effect {
+            Effect::Done { .. } => break,
+            Effect::Sleep { until_ms } => {
+                now = *until_ms;
+                Event::Clock { now_ms: now }
+            }
+            Effect::Dispatch { .. } => {
+                let doc = retryledger_core::canonical::to_value(&effect);
+                out.push(doc["stream"].clone());
+                let mut answer = answers.next().unwrap().clone();
+                now += answer["after_ms"].as_u64().unwrap();
+                answer.as_object_mut().unwrap().remove("after_ms");
+                answer["kind"] = json!("observed");
+                answer["completed_at_ms"] = json!(now);
+                <Event as retryledger_core::decode::Decode>::decode(
+                    &answer,
+                    &retryledger_core::decode::At::Root,
+                )
+                .unwrap()
+            }
+            other => panic!("unexpected effect {other:?}"),
+        };
+        m.answer(event).unwrap();
+    }
+    out
+}
+
+#[test]
+fn a_streamed_dispatch_carries_its_plan() {
+    let cut = json!({"after_ms": 40, "deltas": CUT, "facts": {
+        "error_types": ["APIConnectionError", "APIError"], "result": "raised",
+        "stream": facts(CUT, false, Some(("resp-1", 2)))}});
+    let ok = json!({"after_ms": 60, "deltas": TEXT,
+        "facts": {"result": "returned", "stream": facts(TEXT, true, None)}});
+    // A fresh live attempt holds events without text; its resumption does not.
+    let live = plans(&policy("continuation", false), &[cut.clone(), ok.clone()]);
+    assert_eq!(live.len(), 2);
+    assert_eq!(
+        live[0],
+        json!({"deliver": "live", "first_event_by_ms": 1_000, "hold_without_text": 256,
+            "idle_timeout_ms": 500, "max_response_bytes": 65_536})
+    );
+    assert_eq!(live[1]["hold_without_text"], json!(0));
+    assert_eq!(live[1]["deliver"], json!("live"));
+    // The first event is due a first-byte timeout after the attempt's start.
+    let start = live[1]["first_event_by_ms"].as_u64().unwrap();
+    assert!(start >= 1_040, "{start}");
+    // Buffered: nothing delivered before the commit, nothing held.
+    let buffered = plans(&policy("buffer", false), &[cut, ok]);
+    assert_eq!(buffered[0]["deliver"], json!("buffer"));
+    assert_eq!(buffered[0]["hold_without_text"], json!(0));
+    assert_eq!(buffered[1]["hold_without_text"], json!(0));
+}
+
+#[test]
+fn a_streamed_run_needs_a_stream_contract() {
+    let plain = Arc::new(
+        compile(retryledger_core::decode::from_value(lab::reference_policy()).unwrap()).unwrap(),
+    );
+    let streams = Options {
+        origin_epoch_ms: ORIGIN,
+        stream: true,
+        ..Options::default()
+    };
+    let err = Machine::start(plain, streams.clone()).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidStreamContract);
+    assert_eq!(err.path.as_deref(), Some("/stream"));
+    assert!(Machine::start(policy("tentative", false), streams).is_ok());
+}

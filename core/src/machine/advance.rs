@@ -106,8 +106,15 @@ impl Machine {
                 Stage::Send => {
                     let dispatch = self.planned()?;
                     self.effect = job::effect(dispatch, self.now_ms);
-                    if let Effect::Dispatch { key, .. } = &mut self.effect {
+                    if let Effect::Dispatch {
+                        key,
+                        stream,
+                        dispatch,
+                        ..
+                    } = &mut self.effect
+                    {
                         *key = self.pools.send();
+                        *stream = stream::plan(&self.policy, dispatch, self.now_ms);
                     }
                     self.stage = Stage::InFlight {
                         started_at_ms: self.now_ms,

@@ -74,12 +74,14 @@ impl Encode for Effect {
                 started_at_ms,
                 hedge_at_ms,
                 key,
+                stream,
             } => o
                 .doc("dispatch", dispatch)
                 .opt_u64("hedge_at_ms", *hedge_at_ms)
                 .opt_doc("key", key.as_ref())
                 .str("kind", "dispatch")
-                .u64("started_at_ms", *started_at_ms),
+                .u64("started_at_ms", *started_at_ms)
+                .opt_doc("stream", stream.as_ref()),
             Self::Poll {
                 dispatch,
                 started_at_ms,

@@ -517,6 +517,7 @@ impl Machine {
             started_at_ms: now,
             hedge_at_ms,
             key: None,
+            stream: None,
         };
         Ok(())
     }

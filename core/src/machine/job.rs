@@ -46,6 +46,7 @@ pub(super) fn effect(dispatch: Dispatch, started_at_ms: u64) -> Effect {
             started_at_ms,
             hedge_at_ms: None,
             key: None,
+            stream: None,
         },
     }
 }

@@ -323,6 +323,7 @@ impl Machine {
                 format!("max_polls must be in 1..={}", crate::journal::MAX_POLLS),
             ));
         }
+        stream::check(&policy, options.stream)?;
         let hedge = hedge::Layer::of(&policy, options, journal.as_ref().map(|(w, _)| w))?;
         let mut m = Self {
             keys: fleet::Keys::of(&policy),

@@ -64,6 +64,8 @@ pub enum Effect {
         /// A route with a key pool: the key to send it with, by digest
         /// (the host holds the secret).
         key: Option<KeyChoice>,
+        /// A stream contract: how the host reads and delivers the stream.
+        stream: Option<super::stream::Plan>,
     },
     /// A hedged run: wait for the observation of any attempt in flight
     /// ([`Event::Observed`] naming its `ordinal`), or, when `hedge_at_ms`
@@ -261,4 +263,7 @@ pub struct Options {
     /// The key a session used before (prompt caching): a pooled route keeps
     /// it while it is usable.
     pub key_affinity: Option<Sha256Hex>,
+    /// The host delivers a stream: a policy without a stream contract is
+    /// refused (`invalid_stream_contract` at `/stream`).
+    pub stream: bool,
 }

@@ -73,6 +73,7 @@ impl Decode for Options {
         let origin_epoch_ms = f.req("origin_epoch_ms");
         let price_schedule: Option<PriceSchedule> = f.opt("price_schedule");
         let reserve_tokens = f.opt("reserve_tokens");
+        let stream: Option<bool> = f.opt("stream");
         f.end()?;
         let Some(origin_epoch_ms) = origin_epoch_ms else {
             return Err(f.incomplete());
@@ -86,6 +87,7 @@ impl Decode for Options {
             max_polls,
             max_conflicts,
             key_affinity,
+            stream: stream.unwrap_or(false),
         })
     }
 }
@@ -102,8 +104,11 @@ impl Encode for Options {
         }
         o.u64("origin_epoch_ms", self.origin_epoch_ms)
             .opt_doc("price_schedule", self.price_schedule.as_deref())
-            .opt_u64("reserve_tokens", self.reserve_tokens)
-            .end();
+            .opt_u64("reserve_tokens", self.reserve_tokens);
+        if self.stream {
+            o.bool("stream", true);
+        }
+        o.end();
     }
 }
 
