@@ -49,8 +49,9 @@ pub struct Plan {
     /// The bound on the attempt's delta text and on any one event, bytes.
     pub max_response_bytes: u64,
     /// The run clock by which the first event must arrive, ms (the
-    /// first-byte timeout after the start, capped by the deadline).
-    pub first_event_by_ms: u64,
+    /// first-byte timeout after the start, capped by the deadline); absent:
+    /// the deadline alone.
+    pub first_event_by_ms: Option<u64>,
     /// The longest wait between two events, ms (each wait capped by the
     /// deadline); absent: the deadline alone.
     pub idle_timeout_ms: Option<u64>,
@@ -60,7 +61,7 @@ impl Encode for Plan {
     fn encode(&self, sink: &mut dyn Sink) {
         ObjectWriter::new(sink)
             .str("deliver", if self.live { "live" } else { "buffer" })
-            .u64("first_event_by_ms", self.first_event_by_ms)
+            .opt_u64("first_event_by_ms", self.first_event_by_ms)
             .u64("hold_without_text", self.hold_without_text)
             .opt_u64("idle_timeout_ms", self.idle_timeout_ms)
             .u64("max_response_bytes", self.max_response_bytes)
@@ -75,7 +76,7 @@ pub(super) fn plan(cp: &CompiledPolicy, d: &Dispatch, started_at_ms: u64) -> Opt
     let live = c.mode.is_live();
     let first = c
         .first_byte_timeout_ms
-        .map_or(d.deadline_ms, |t| started_at_ms.saturating_add(t));
+        .map(|t| started_at_ms.saturating_add(t).min(d.deadline_ms));
     Some(Plan {
         live,
         hold_without_text: if live && d.continuation.is_none() {
@@ -84,7 +85,7 @@ pub(super) fn plan(cp: &CompiledPolicy, d: &Dispatch, started_at_ms: u64) -> Opt
             0
         },
         max_response_bytes: c.max_response_bytes,
-        first_event_by_ms: first.min(d.deadline_ms),
+        first_event_by_ms: first,
         idle_timeout_ms: c.idle_timeout_ms,
     })
 }
