@@ -21,14 +21,26 @@ import asyncio
 import functools
 import inspect
 import json
-from typing import Any, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, AsyncGenerator, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import _core
 from ._api import call
 from ._errors import DecodeError
 from .stores import StoreUnavailableError
 
-__all__ = ["Adapter", "LoopResult", "Machine", "run_loop", "pump", "pump_async", "store_read", "store_write"]
+__all__ = [
+    "Adapter",
+    "Answer",
+    "LoopResult",
+    "Machine",
+    "run_loop",
+    "pump",
+    "pump_async",
+    "pump_items",
+    "pump_items_async",
+    "store_read",
+    "store_write",
+]
 
 
 class Machine:
@@ -128,6 +140,8 @@ class Adapter:
 
     #: The namespace the fleet store's keys go under (``<namespace>/breaker/...``).
     namespace: str = "retryledger"
+    #: The run's result once a pump of items ended it (:func:`pump_items`).
+    result: Optional[LoopResult] = None
 
     def now_ms(self) -> int:
         """The run clock, ms (never lower than a reading before it)."""
@@ -199,6 +213,14 @@ class Adapter:
 
     def on_terminal(self, receipt: Dict[str, Any]) -> None:
         """The sealed run's receipt."""
+
+    # A driver that hands its caller items as the run goes (:func:`pump_items`).
+    def posted(self) -> List[Any]:
+        """The items to hand the caller now (taken: emptied)."""
+        return []
+
+    def leave(self) -> None:
+        """The caller stopped taking items: the run goes on to its end without them."""
 
 
 def _missing(what: str, path: str, message: str) -> DecodeError:
@@ -567,3 +589,144 @@ def store_write(store: Any, namespace: str, writes: List[Dict[str, Any]]) -> int
             break
         written += 1
     return written
+
+
+class Answer(NamedTuple):
+    """The last item of a dispatch's async generator (:func:`pump_items_async`): the attempt's answer."""
+
+    value: Any
+
+
+def pump_items(loop: Generator[Request, Reply, LoopResult], adapter: Adapter) -> Generator[Any, None, LoopResult]:
+    """:func:`pump` for a driver that hands its caller items as the run goes
+    (a stream's events): a ``dispatch`` that answers with a generator
+    yields its items to the caller and its return value is the attempt's
+    answer; what the adapter ``posted()`` after each step is yielded too. A
+    caller that stops taking items (the generator closed) is the adapter's
+    ``leave()``: nothing more is yielded and the run goes on to its end."""
+    out: List[Any] = []
+    settled: List[Tuple[int, int, bool, Any]] = []
+    reply: Optional[Reply] = None
+    items: Optional[Generator[Any, None, Any]] = None
+    ordinal = 0
+    left = False
+    result: Optional[LoopResult] = None
+    while True:
+        # The one place items reach the caller.
+        while out:
+            item = out.pop(0)
+            if left:
+                continue
+            try:
+                yield item
+            except GeneratorExit:
+                left = True
+                out.clear()
+                adapter.leave()
+        if items is not None:
+            try:
+                out.append(next(items))
+                continue
+            except StopIteration as end:
+                settled.append((ordinal, adapter.now_ms(), True, end.value))
+            except Exception as exc:
+                settled.append((ordinal, adapter.now_ms(), False, exc))
+            items = None
+            reply = (True, None)
+        if result is not None:
+            return result
+        try:
+            name, args = loop.send(reply) if reply is not None else next(loop)
+        except StopIteration as done:
+            result = adapter.result = done.value
+            out.extend(adapter.posted())
+            continue
+        out.extend(adapter.posted())
+        try:
+            if name == "launch":
+                ordinal = int(args[0]["dispatch"]["ordinal"])
+                try:
+                    got = adapter.dispatch(args[0])
+                except Exception as exc:
+                    settled.append((ordinal, adapter.now_ms(), False, exc))
+                else:
+                    if inspect.isgenerator(got):
+                        items = got  # type: ignore[assignment]
+                        continue
+                    settled.append((ordinal, adapter.now_ms(), True, got))
+                reply = (True, None)
+            elif name == "settle":
+                if not settled and args[0] is not None:
+                    adapter.sleep(args[0])
+                reply = (True, settled)
+                settled = []
+            else:
+                reply = (True, getattr(adapter, name)(*args))
+        except Exception as exc:
+            reply = (False, exc)
+
+
+async def pump_items_async(loop: Generator[Request, Reply, LoopResult], adapter: Adapter) -> AsyncGenerator[Any, None]:
+    """:func:`pump_items` awaiting the adapter: a ``dispatch`` may answer
+    with an async generator whose items are yielded, its last item the
+    attempt's :class:`Answer`. The caller's cancellation of its task during
+    a wait is the adapter's ``cancel()`` (the wait ends and the machine says
+    how the run ends); ``adapter.result`` is the run's once the items end."""
+    out: List[Any] = []
+    settled: List[Tuple[int, int, bool, Any]] = []
+    reply: Optional[Reply] = None
+    left = False
+    while True:
+        while out:
+            item = out.pop(0)
+            if left:
+                continue
+            try:
+                yield item
+            except GeneratorExit:
+                left = True
+                out.clear()
+                adapter.leave()
+        try:
+            name, args = loop.send(reply) if reply is not None else next(loop)
+        except StopIteration as done:
+            adapter.result = done.value
+            for item in [] if left else adapter.posted():
+                yield item
+            return
+        out.extend(adapter.posted())
+        try:
+            if name == "launch":
+                ordinal = int(args[0]["dispatch"]["ordinal"])
+                got: Any = adapter.dispatch(args[0])
+                if inspect.isasyncgen(got):
+                    async for item in got:
+                        if isinstance(item, Answer):
+                            got = item.value
+                            break
+                        if left:
+                            continue
+                        try:
+                            yield item
+                        except GeneratorExit:
+                            left = True
+                            adapter.leave()
+                elif inspect.isawaitable(got):
+                    got = await got
+                settled.append((ordinal, adapter.now_ms(), True, got))
+                reply = (True, None)
+            elif name == "settle":
+                if not settled and args[0] is not None:
+                    await _awaited(adapter.sleep(args[0]))
+                reply = (True, settled)
+                settled = []
+            elif name == "sleep":
+                try:
+                    await _awaited(adapter.sleep(*args))
+                except asyncio.CancelledError:
+                    adapter.cancel()  # the loop answers the wait `cancelled`
+                reply = (True, None)
+            else:
+                reply = (True, await _awaited(getattr(adapter, name)(*args)))
+        except Exception as exc:
+            reply = (False, exc)

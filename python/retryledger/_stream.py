@@ -1,13 +1,19 @@
-"""The streaming drivers: hosts of the core's stream contract (docs/STREAMING.md).
+"""The streaming drivers: hosts of the core's stream contract (docs/STREAMING.md),
+as adapters of the host loop (docs/HOST_LOOP.md).
 
-``run_stream`` and ``run_stream_async`` host the same session as ``run`` and
-``run_async`` (same options, same errors), for a ``dispatch(step)`` that
-returns the provider's stream (an iterable of provider events; for the async
-driver an async iterable, or an awaitable of one). They read each stream,
-extract its facts (events, bytes of delta text, the provider's sequence
-numbers, response id, terminal and usage events, protocol violations), hand
-them to ``session.observe`` with one delta text per provider event, and
-yield the consumer's events, :class:`StreamEvent`, exactly as the core logs
+``run_stream`` and ``run_stream_async`` run on the one loop over the core's
+run machine, with the options of every driver on it (fleet, hooks, clock and
+sleep, key scope, price schedule, task cancellation), for a
+``dispatch(step)`` that returns the provider's stream (an iterable of
+provider events; for the async driver an async iterable, or an awaitable of
+one). The machine plans each attempt; its ``dispatch`` effect carries the
+attempt's stream plan (deliver live or buffered, how many events without
+text to hold back until the first text, when the first event is due, the
+idle limit and the byte bound). The adapter reads the stream under it,
+extracts its facts (events, bytes of delta text, the provider's sequence
+numbers, response id, terminal and usage events, protocol violations) and
+answers the machine with one delta text per provider event, and the
+consumer receives its events, :class:`StreamEvent`, exactly as the core logs
 them (``retryledger.stream_event.v1``, the sealed bundle's ``stream_events``):
 
 * every provider event is a ``delta`` (``data`` is the provider event,
@@ -15,10 +21,10 @@ them (``retryledger.stream_event.v1``, the sealed bundle's ``stream_events``):
   as it arrives under ``tentative``, ``continuation`` and ``restart``;
   ``committed`` under ``buffer``, delivered only once the run completed;
 * in live modes a fresh attempt's events without text (a role chunk,
-  ``response.created``, ``message_start``, ``ping``) are held back until its
-  first text, then delivered in order before it (or at the end of a stream
-  without text): a stream that breaks before any text delivered nothing, so
-  its retry is invisible (its facts report no events);
+  ``response.created``, ``message_start``, ``ping``) are held back, as the
+  plan says, until its first text, then delivered in order before it (or at
+  the end of a stream with its terminal event): a stream that breaks before
+  any text delivered nothing, so its retry is invisible;
 * ``commit`` once, when the run completes;
 * ``invalidate`` when the core voids a failed attempt's events, before any
   event of a later attempt; a run that does not complete then raises what
@@ -32,12 +38,12 @@ A :class:`StreamReader` tells the driver what a provider event means; the
 default reads ``str`` items (each one a delta, the end of iteration is the
 terminal event). The host detects protocol violations (a sequence number that
 does not increase, a resumption that does not start right after
-``starting_after``, one event or the whole response over the contract's
+``starting_after``, one event or the whole response over the plan's
 ``max_response_bytes``, a JSON decode error mid-stream, impossible usage),
 stops reading, closes the stream and reports the violation; memory stays
 bounded by ``max_response_bytes``.
 
-Timeouts (``first_byte_timeout_ms`` until the first provider event,
+Timeouts (the first event by the plan's ``first_event_by_ms``, then
 ``idle_timeout_ms`` between events, each capped by the run's deadline): the
 async driver arms one timer per attempt, re-armed from the last event, and
 cancels its own read only when the stream was really idle that long. The sync
@@ -64,16 +70,16 @@ from typing import (
     Any,
     AsyncGenerator,
     AsyncIterator,
-    Generator,
     Awaitable,
     Callable,
     Dict,
+    Generator,
     Iterable,
     Iterator,
     List,
+    Literal,
     Mapping,
     Optional,
-    Literal,
     Protocol,
     Tuple,
     TypeVar,
@@ -86,23 +92,26 @@ from ._driver import (
     AttemptCallback,
     Classifier,
     DecisionCallback,
+    MachineStep,
     RunCancelledError,
     RunStoppedError,
     SleepCallback,
-    Step,
     TerminalCallback,
-    _SYNC_LOOP,
-    _Host,
-    _call_hook,
-    _Sealed,
+    UnrecognizedDispatchError,
     _async_sleep_ms,
     _checked,
+    _fleet_for,
     _monotonic_ms,
     _schedule_for,
     _sleep_ms,
+    _wall_ms,
+    facts_of,
 )
-from ._errors import PolicyError
+from ._errors import RetryledgerError
+from ._loop import Adapter, Answer, LoopResult, Machine, pump_items, pump_items_async, run_loop, store_read, store_write
 from .fleet import Fleet
+from .journaled import _MachineSealed
+from .machine import HookedAdapter
 
 
 __all__ = [
@@ -262,14 +271,12 @@ class StreamTimeoutError(TimeoutError):
     the run's deadline): the stream was closed and the attempt is a ``timeout``."""
 
 
-class StreamStep(Step):
+class StreamStep(MachineStep):
     """A planned streamed attempt: a :class:`Step` with the stream's timing
     and the planned continuation."""
 
-    __slots__ = ("first_byte_timeout_s", "idle_timeout_s")
-
-    first_byte_timeout_s: Optional[float]
-    idle_timeout_s: Optional[float]
+    first_byte_timeout_s: Optional[float] = None
+    idle_timeout_s: Optional[float] = None
 
     @property
     def continuation(self) -> Optional[Dict[str, Any]]:
@@ -280,49 +287,16 @@ class StreamStep(Step):
     @property
     def timeout_s(self) -> float:
         """The read timeout to give the SDK, seconds: the longer of the
-        first-byte and idle timeouts the contract sets, capped by what is left
+        first-event and idle limits the plan sets, capped by what is left
         of the run's deadline (that alone without either)."""
         left = self.remaining_ms / 1000.0
         limits = [t for t in (self.first_byte_timeout_s, self.idle_timeout_s) if t is not None]
         return min(max(limits), left) if limits else left
 
 
-# ---- the run objects ---------------------------------------------------------
-
-
-class _StreamHost(_Host):
-    """The session and hooks of a streamed run, recording deltas with each attempt."""
-
-    __slots__ = ()
-
-    def observe(
-        self,
-        step: Step,
-        now: float,
-        facts: _core.Facts,
-        deltas: Optional[List[str]],
-        error: Optional[BaseException],
-    ) -> _core.Judgement:
-        if error is not None:
-            self.last_error = error
-        started = step.started_at_ms
-        completed = int(now)
-        self.judgement = judgement = self.session.observe(
-            started, completed if completed > started else started, step._cost, facts, deltas
-        )
-        if self.fleet is not None:
-            self.recorded(step.plan.route_release_sha256, step._tokens, step._rate_limits)
-        if self.on_attempt is not None:
-            _call_hook("on_attempt", self.on_attempt, self.session.attempts["attempts"][-1], judgement)
-        return judgement
-
-
-#: At most this many events without text are held back before an attempt's first text.
-_MAX_HELD = 256
-
-
 class _Reading:
-    """What one attempt's stream said so far (the facts' ``stream`` part)."""
+    """What one attempt's stream said so far (the facts' ``stream`` part),
+    read under the machine's stream plan."""
 
     __slots__ = (
         "deltas",
@@ -333,15 +307,13 @@ class _Reading:
         "usage",
         "usage_event",
         "violation",
-        "buffer",
-        "holding",
+        "hold",
         "held",
-        "ready",
         "ordinal",
+        "opened",
     )
 
-    def __init__(self, holding: bool, response_id: Optional[str], ordinal: int) -> None:
-        #: The attempt's ordinal.
+    def __init__(self, hold: int, response_id: Optional[str], ordinal: int) -> None:
         self.ordinal = ordinal
         self.deltas: List[str] = []
         self.bytes = 0
@@ -352,27 +324,10 @@ class _Reading:
         self.usage: Optional[Dict[str, Any]] = None
         self.usage_event = False
         self.violation: Optional[str] = None
-        #: Buffer mode: the events, delivered once the run completes.
-        self.buffer: List[Tuple[Any, str]] = []
-        #: Live modes, a fresh attempt: events without text are held back until the first text.
-        self.holding = holding
+        #: Events without text held back until the first text, at most ``hold`` (the plan's).
+        self.hold = hold
         self.held: List[Any] = []
-        #: Held events released with the first text, to yield before it.
-        self.ready: List[StreamEvent] = []
-
-    def take_ready(self) -> List[StreamEvent]:
-        """The released held events, to yield now (emptied)."""
-        ready, self.ready = self.ready, []
-        return ready
-
-    def drop_held(self) -> None:
-        """The attempt ended before its first text: the held events never
-        reached the consumer, so nothing was delivered."""
-        self.held = []
-        self.deltas = []
-        self.last_sequence = None
-        self.terminal = False
-        self.usage_event = False
+        self.opened = False
 
     def facts(self) -> Dict[str, Any]:
         part: Dict[str, Any] = {
@@ -388,10 +343,6 @@ class _Reading:
         if self.violation is not None:
             part["violation"] = self.violation
         return part
-
-
-def _with_stream(facts: _core.Facts, reading: _Reading) -> _core.Facts:
-    return _Facts(**facts.to_dict(), stream=reading.facts())
 
 
 def _usage_ok(units: Mapping[str, Any]) -> bool:
@@ -412,348 +363,6 @@ def _is_malformed(exc: BaseException) -> bool:
         e = e.__cause__ or e.__context__
         seen += 1
     return False
-
-
-class _Run(_Sealed):
-    """What the sync and async stream runs share: options and the sealed run."""
-
-    _sealed: _core.Sealed
-    _core: _Core
-
-    def __init__(self) -> None:
-        self._done = False
-
-    def _seal(self) -> None:
-        self._sealed = self._core.host.sealed()
-        self._done = True
-
-    def _stop(self) -> None:
-        """After the iterator was closed: a run that has not ended is cancelled and sealed."""
-        if not self._done:
-            session = self._core.host.session
-            if session.terminal is None:
-                session.cancel(0)
-            self._seal()
-
-    def _cancel(
-        self, step: Optional[StreamStep], reading: Optional[_Reading], exc: BaseException, clock: Callable[[], float], t0: float
-    ) -> None:
-        """The consumer left (or the task was cancelled): the attempt in flight
-        is judged as cancelled, or the run cancelled between attempts; sealed."""
-        if step is not None:
-            self._core.settle(step, clock() - t0, reading, exc, cancelled=True)
-        else:
-            session = self._core.host.session
-            if session.terminal is None:
-                at = int(clock() - t0)
-                session.cancel(at if at > 0 else 0)
-        self._seal()
-
-    def _finish(self) -> None:
-        """After the last attempt: sealed; raises what ``run`` raises when the run did not complete."""
-        core = self._core
-        failure = core.end()
-        if failure is None:
-            self._seal()
-            return
-        self._sealed = failure._sealed
-        self._done = True
-        raise failure from core.host.last_error
-
-    @property
-    def sealed(self) -> bool:
-        """Whether the run has ended and been sealed."""
-        return self._done
-
-    def _require(self) -> None:
-        if not self._done:
-            raise RuntimeError("the stream run has not ended yet: iterate it to the end (or close it) first")
-
-    @property
-    def terminal(self) -> str:
-        self._require()
-        return self._sealed.terminal
-
-    @property
-    def receipt(self) -> Dict[str, Any]:
-        self._require()
-        return self._sealed.receipt
-
-    @property
-    def receipt_sha256(self) -> str:
-        self._require()
-        return self._sealed.receipt_sha256
-
-    @property
-    def bundle_json(self) -> str:
-        self._require()
-        return self._sealed.bundle_json
-
-    @property
-    def bundle(self) -> Dict[str, Any]:
-        self._require()
-        return super().bundle
-
-
-class _Plan:
-    """The per-run constants the reading loops use."""
-
-    __slots__ = ("mode", "live", "max_bytes", "first_byte_ms", "idle_ms", "status")
-
-    def __init__(self, compiled: Policy) -> None:
-        contract = compiled.document.get("stream")
-        if not isinstance(contract, dict):
-            raise PolicyError(
-                "invalid_stream_contract",
-                "the policy has no stream contract: add a stream section (mode, max_response_bytes) to stream a run",
-                "/stream",
-            )
-        self.mode: str = contract["mode"]
-        self.live = self.mode != "buffer"
-        self.max_bytes: int = contract["max_response_bytes"]
-        self.first_byte_ms: Optional[int] = contract.get("first_byte_timeout_ms")
-        self.idle_ms: Optional[int] = contract.get("idle_timeout_ms")
-        self.status = "tentative" if self.live else "committed"
-
-
-def _step(plan: _core.Dispatch, key: str, now: float, schedule: Optional[str], p: _Plan, session: _core.Session) -> StreamStep:
-    step = StreamStep(plan, key, int(now) if now > 0 else 0, schedule, session)
-    step.first_byte_timeout_s = None if p.first_byte_ms is None else p.first_byte_ms / 1000.0
-    step.idle_timeout_s = None if p.idle_ms is None else p.idle_ms / 1000.0
-    return step
-
-
-class _Core:
-    """The reading state shared by the sync and async loops for one run."""
-
-    __slots__ = (
-        "host",
-        "p",
-        "reader",
-        "schedule",
-        "key",
-        "sequence",
-        "live",
-        "max_bytes",
-        "r_text",
-        "r_sequence",
-        "r_response_id",
-        "r_is_terminal",
-        "r_usage",
-        "r_all",
-    )
-
-    def __init__(self, host: _StreamHost, p: _Plan, reader: Any, schedule: Optional[str], key: str) -> None:
-        self.host = host
-        self.p = p
-        self.reader = reader
-        self.live = p.live
-        self.max_bytes = p.max_bytes
-        self.r_text: Callable[[Any], str] = reader.text
-        self.r_sequence: Callable[[Any], Optional[int]] = reader.sequence
-        self.r_response_id: Callable[[Any], Optional[str]] = reader.response_id
-        self.r_is_terminal: Callable[[Any], bool] = reader.is_terminal
-        self.r_usage: Callable[[Any], Optional[Mapping[str, Any]]] = reader.usage
-        self.r_all: Optional[Callable[[Any], Tuple[str, Optional[int], bool, Optional[Mapping[str, Any]]]]] = getattr(
-            reader, "read", None
-        )
-        self.schedule = schedule
-        self.key = key
-        #: The consumer's sequence: events yielded (or logged) so far.
-        self.sequence = 0
-
-    def settle(
-        self, step: StreamStep, now: float, reading: Optional[_Reading], error: Optional[BaseException], cancelled: bool = False
-    ) -> List[StreamEvent]:
-        """Judge the attempt; the events the consumer receives after it."""
-        host = self.host
-        if reading is not None and reading.held:
-            reading.drop_held()
-        if reading is not None and reading.usage is not None and reading.violation is None and self.schedule is not None:
-            try:
-                step.usage(reading.usage)
-            except Exception as exc:  # usage the schedule refuses: the attempt ends as an error
-                error = exc
-        if reading is not None and reading.usage is not None and step._tokens is None:
-            # The stream's usage settles the attempt's token reservation (admission limits).
-            counts = reading.usage.values()
-            step.tokens_used(sum(v for v in counts if isinstance(v, int) and not isinstance(v, bool) and v > 0))
-        if error is None and not cancelled:
-            facts = _Facts(result="returned") if reading is None else _Facts(result="returned", stream=reading.facts())
-        elif reading is not None and reading.violation is not None and not cancelled:
-            facts = _Facts(result="raised", error_types=["StreamProtocolError"], stream=reading.facts())
-        elif isinstance(error, StreamTimeoutError) and not cancelled:
-            part = None if reading is None else reading.facts()
-            facts = _Facts(result="raised", error_types=["StreamTimeoutError"], transport_error="timeout", stream=part)
-        else:
-            assert error is not None
-            base = host.facts(step, error, cancelled=cancelled)
-            facts = base if reading is None else _with_stream(base, reading)
-        judgement = host.observe(step, now, facts, None if reading is None else reading.deltas, None if cancelled else error)
-        action = judgement.stream
-        ordinal = step.ordinal
-        out: List[StreamEvent] = []
-        if action == "commit":
-            if not self.p.live and reading is not None:
-                for data, text in reading.buffer:
-                    self.sequence += 1
-                    out.append(_event("delta", "committed", ordinal, self.sequence, data, text))
-                reading.buffer = []
-            self.sequence += 1
-            out.append(_event("commit", "committed", ordinal, self.sequence))
-        elif action == "invalidate":
-            self.sequence += 1
-            out.append(_event("invalidate", "invalidated", ordinal, self.sequence))
-        return out
-
-    def reading(self, step: StreamStep) -> _Reading:
-        """The reading state of a stream that opened: a resumption knows its
-        response id; a fresh attempt of a live mode holds back events without
-        text until its first text."""
-        c = step.plan.continuation
-        if c is not None:
-            return _Reading(False, c["response_id"], step.plan.ordinal)
-        return _Reading(self.p.live, None, step.plan.ordinal)
-
-    def read(self, reading: Optional[_Reading], step: StreamStep, ev: Any) -> Optional[StreamEvent]:
-        """Take one provider event: the consumer's event (live modes), or
-        ``None`` (buffered, or held back). Raises :class:`StreamProtocolError`
-        on a violation (the event is not taken)."""
-        assert reading is not None
-        r_all = self.r_all
-        if r_all is not None:
-            text, seq, terminal, units = r_all(ev)
-        else:
-            text = self.r_text(ev)
-            seq = self.r_sequence(ev)
-            terminal = self.r_is_terminal(ev)
-            units = self.r_usage(ev)
-        if type(text) is not str and not isinstance(text, str):
-            raise StreamProtocolError("malformed_event", "the reader's delta text is not a str")
-        total = self.total(reading, text)
-        if seq is not None:
-            last = reading.last_sequence
-            if last is None:
-                c = step.plan.continuation
-                if c is not None and seq != c["starting_after"] + 1:
-                    raise StreamProtocolError(
-                        "sequence_gap" if seq > c["starting_after"] else "sequence_back",
-                        f"a resumption after {c['starting_after']} started at {seq}",
-                    )
-            elif seq <= last:
-                raise StreamProtocolError("sequence_back", f"sequence number {seq} after {last}")
-        if units is not None:
-            if not _usage_ok(units):
-                raise StreamProtocolError("impossible_usage", "usage counts must be nonnegative integers")
-            reading.usage = dict(units) if reading.usage is None else {**reading.usage, **units}
-            reading.usage_event = True
-        if reading.response_id is None:
-            reading.response_id = self.r_response_id(ev)
-        if seq is not None:
-            reading.last_sequence = seq
-        if terminal:
-            reading.terminal = True
-        return self.take(reading, step, ev, text, total)
-
-    def read_plain(self, reading: Optional[_Reading], step: StreamStep, ev: Any) -> Optional[StreamEvent]:
-        """:meth:`read` for the default reader (``str`` deltas: no sequence
-        numbers, id, usage or terminal event to ask about)."""
-        assert reading is not None
-        if type(ev) is not str:
-            raise StreamProtocolError("malformed_event", f"expected a str delta, got {type(ev).__name__}")
-        return self.take(reading, step, ev, ev, self.total(reading, ev))
-
-    def total(self, reading: _Reading, text: str) -> int:
-        """The attempt's bytes with ``text``; raises :class:`StreamProtocolError`
-        when the event or the response is over ``max_response_bytes``."""
-        n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        limit = self.max_bytes
-        if n > limit:
-            raise StreamProtocolError("event_too_large", f"one event of {n} bytes over max_response_bytes {limit}")
-        total = reading.bytes + n
-        if total > limit:
-            raise StreamProtocolError("response_too_large", f"over max_response_bytes {limit}")
-        return total
-
-    def take(self, reading: _Reading, step: StreamStep, ev: Any, text: str, total: int) -> Optional[StreamEvent]:
-        """Record a checked event's delta: the consumer's event (live modes),
-        or ``None`` (buffered, or held back)."""
-        reading.bytes = total
-        reading.deltas.append(text)
-        if self.live:
-            if reading.holding:
-                if not text and len(reading.held) < _MAX_HELD:
-                    reading.held.append(ev)
-                    return None
-                self.release(reading, step)
-            self.sequence = sequence = self.sequence + 1
-            out = _new(StreamEvent)
-            _kind_slot(out, "delta")
-            _status_slot(out, "tentative")
-            _attempt_slot(out, reading.ordinal)
-            _sequence_slot(out, sequence)
-            _data_slot(out, ev)
-            _text_slot(out, text)
-            return out
-        reading.buffer.append((ev, text))
-        return None
-
-    def release(self, reading: _Reading, step: StreamStep) -> None:
-        """Deliver the held events (into ``reading.ready``, in order)."""
-        reading.holding = False
-        ordinal = step.plan.ordinal
-        for ev in reading.held:
-            self.sequence += 1
-            reading.ready.append(_event("delta", "tentative", ordinal, self.sequence, ev, ""))
-        reading.held = []
-
-    def ended(self, reading: _Reading, step: StreamStep) -> List[StreamEvent]:
-        """The iteration ended normally: the held events, delivered now."""
-        if getattr(self.reader, "terminal_at_end", False):
-            reading.terminal = True
-        if reading.held:
-            self.release(reading, step)
-        return reading.take_ready()
-
-    def opened(
-        self, step: StreamStep
-    ) -> Tuple[_Reading, Callable[[Optional[_Reading], StreamStep, Any], Optional[StreamEvent]], float, float]:
-        """A stream opened: its reading state, the read function for the
-        reader, the deadline and when the wait for the first event expires
-        (run clock, ms)."""
-        t_deadline = float(step.plan.deadline_ms)
-        return (
-            self.reading(step),
-            self.read_plain if self.reader is _TEXT_READER else self.read,
-            t_deadline,
-            _limit_ms(self.p, True, float(step.started_at_ms), t_deadline),
-        )
-
-    def failed(self, reading: _Reading, exc: Exception) -> Exception:
-        """Reading the stream raised ``exc``: a protocol violation (the
-        host's, or a JSON decode error along its chain) is noted in the
-        reading; ``exc`` is the attempt's error."""
-        if isinstance(exc, StreamProtocolError):
-            reading.violation = exc.violation
-        elif _is_malformed(exc):
-            reading.violation = "malformed_event"
-        return exc
-
-    def end(self) -> Union[None, RunStoppedError]:
-        """After the last attempt: ``None`` when the run completed, else the error to raise."""
-        session = self.host.session
-        if session.terminal == "completed":
-            return None
-        return self.host.failure()
-
-
-def _limit_ms(p: _Plan, first: bool, since: float, t_deadline: float) -> float:
-    """When (run clock, ms) a wait for an event that began at ``since`` expires."""
-    limit = p.first_byte_ms if first else p.idle_ms
-    if limit is None:
-        return t_deadline
-    until = since + limit
-    return until if until < t_deadline else t_deadline
 
 
 def _close(stream: Any) -> None:
@@ -778,120 +387,408 @@ async def _aclose(stream: Any) -> None:
             pass
 
 
-def _late(core: _Core, now: float, until: float, t_deadline: float, ev: Any) -> bool:
-    """An event that came after its wait expired (a terminal event after the
-    deadline alone is taken: the core judges a late success)."""
-    if now <= until:
-        return False
-    if until >= t_deadline and core.reader.is_terminal(ev):
-        return False
-    return True
+class _Left(Exception):
+    """The consumer stopped reading during the attempt."""
 
 
-class StreamRun(_Run):
-    """A streamed run (:func:`run_stream`): iterate it once for the consumer's
-    :class:`StreamEvent` objects; afterwards ``terminal``, ``receipt``,
-    ``bundle`` and ``bundle_json`` describe the sealed run. ``close()`` (or
-    leaving a ``with`` block) stops it early."""
+class _Streamed(HookedAdapter):
+    """A streamed run as the host loop's adapter: each ``dispatch`` opens the
+    caller's stream and reads it under the machine's stream plan (a
+    generator of the consumer's events, answering with the attempt's
+    facts); after each observation the core's judgement says whether the
+    pending output is committed or invalidated (:meth:`posted`)."""
 
     def __init__(
         self,
-        core: _Core,
-        dispatch: Callable[[StreamStep], Iterable[Any]],
+        key: str,
+        send: Callable[[StreamStep], Any],
+        reader: Any,
+        schedule: Optional[str],
         clock: Callable[[], float],
-        sleep: Callable[[float], None],
+        sleep: Callable[[float], Any],
+        wall_clock: Callable[[], float],
+        classify: Optional[Classifier],
+        fleet: Optional[Fleet],
+        hooks: Tuple[Any, Any, Any, Any],
     ) -> None:
-        super().__init__()
-        self._core = core
-        self._dispatch = dispatch
-        self._clock = clock
-        self._sleep = sleep
-        #: The iterator, weakly: a consumer that breaks and drops it closes it.
-        self._gen: Optional["weakref.ref[Generator[StreamEvent, None, None]]"] = None
-        self._iterated = False
+        self.key = key
+        self.send = send
+        self.reader = reader
+        self.plain = reader is _TEXT_READER
+        self.terminal_at_end = bool(getattr(reader, "terminal_at_end", False))
+        self.r_all: Optional[Callable[[Any], Tuple[str, Optional[int], bool, Optional[Mapping[str, Any]]]]] = getattr(
+            reader, "read", None
+        )
+        self.schedule = schedule
+        self.clock = clock
+        self.t0 = clock()
+        self.last = 0
+        self.pause = sleep
+        self.wall_clock = wall_clock
+        self.classify = classify
+        self.fleet = fleet
+        if fleet is not None:
+            self.namespace = fleet.namespace
+        self.hooks = hooks
+        #: The consumer's sequence: events handed out (or dropped after it left).
+        self.sequence = 0
+        self.out: List[StreamEvent] = []
+        #: Buffered events of the attempt read last, delivered with its commit.
+        self.buffer: List[Tuple[Any, str]] = []
+        self.left = False
+        self.was_cancelled = False
+        self.last_error: Optional[BaseException] = None
+        self.rule: Any = None
+        self.step: Optional[StreamStep] = None
+        self.result: Optional[LoopResult] = None
+        self.checker: Optional[_core.Session] = None
 
-    def __iter__(self) -> Iterator[StreamEvent]:
-        if self._iterated:
-            raise RuntimeError("a stream run is iterated once")
-        self._iterated = True
-        gen = self._events()
-        self._gen = weakref.ref(gen)
-        return gen
+    def now_ms(self) -> int:
+        t = int(self.clock() - self.t0)
+        if t > self.last:
+            self.last = t
+        return self.last
 
-    def close(self) -> None:
-        """Stop the run early: the provider stream is closed and the in-flight
-        attempt recorded as cancelled (nothing happens once the run has ended)."""
-        gen = self._gen() if self._gen is not None else None
-        if gen is not None:
-            gen.close()
-        self._stop()
+    def sleep(self, ms: int) -> Any:
+        return self.pause(ms)
 
-    def __enter__(self) -> "StreamRun":
-        return self
+    def cancelled(self) -> bool:
+        return self.was_cancelled or self.left
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def cancelled_before_send(self) -> bool:
+        return self.cancelled()
 
-    def _events(self) -> Generator[StreamEvent, None, None]:
-        core = self._core
-        host = core.host
-        clock = self._clock
-        sleep = self._sleep
-        t0 = clock()
-        step: Optional[StreamStep] = None
+    def cancel(self) -> None:
+        self.was_cancelled = True
+
+    def leave(self) -> None:
+        self.left = True
+
+    def read(self, keys: List[str]) -> List[Dict[str, Any]]:
+        if self.fleet is None:
+            return Adapter.read(self, keys)
+        return store_read(self.fleet.store, self.namespace, keys)
+
+    def write(self, writes: List[Dict[str, Any]]) -> int:
+        if self.fleet is None:
+            return Adapter.write(self, writes)
+        return store_write(self.fleet.store, self.namespace, writes)
+
+    #: The consumer's task was cancelled: it takes no more events.
+    silent = False
+
+    def posted(self) -> List[Any]:
+        out, self.out = self.out, []
+        return [] if self.silent else out
+
+    def event(self, kind: str, status: str, attempt: int, data: Any = None, text: Optional[str] = None) -> StreamEvent:
+        self.sequence += 1
+        return _event(kind, status, attempt, self.sequence, data, text)
+
+    announced = 0
+
+    def on_decision(self, decision: Dict[str, Any]) -> None:
+        # A dispatch is announced once: before the wait for it, when there is one.
+        if decision.get("kind") == "dispatch":
+            if decision["ordinal"] == self.announced:
+                return
+            self.announced = int(decision["ordinal"])
+        HookedAdapter.on_decision(self, decision)
+
+    def on_sleep(self, sleep: Dict[str, Any]) -> None:
+        d = sleep.get("dispatch")
+        if d is not None:
+            self.on_decision(dict(d, kind="dispatch"))
+        HookedAdapter.on_sleep(self, sleep)
+
+    def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
+        self.rule = judgement.get("rule")
+        HookedAdapter.on_attempt(self, attempt, judgement)
+        ordinal = int(attempt["ordinal"])
+        action = judgement.get("stream")
+        if action == "commit":
+            for data, text in self.buffer:
+                self.out.append(self.event("delta", "committed", ordinal, data, text))
+            self.out.append(self.event("commit", "committed", ordinal))
+        elif action == "invalidate":
+            self.out.append(self.event("invalidate", "invalidated", ordinal))
+        self.buffer = []
+
+    # ---- one attempt ------------------------------------------------------
+
+    def start(self, effect: Dict[str, Any]) -> Tuple[StreamStep, _Reading, Dict[str, Any]]:
+        plan = effect["stream"]
+        step = StreamStep(effect, self.key, self.schedule)
+        # A policy bound from a template checks each SDK call against its request (request_drift).
+        step._session = self.checker
+        started = step.started_at_ms
+        first = plan.get("first_event_by_ms")
+        idle = plan.get("idle_timeout_ms")
+        step.first_byte_timeout_s = None if first is None else (first - started) / 1000.0
+        step.idle_timeout_s = None if idle is None else idle / 1000.0
+        self.step = step
+        c = step.continuation
+        reading = _Reading(int(plan["hold_without_text"]), None if c is None else c["response_id"], step.ordinal)
+        return step, reading, plan
+
+    def take(self, reading: _Reading, step: StreamStep, plan: Dict[str, Any], ev: Any) -> List[StreamEvent]:
+        """Take one provider event: the consumer's events now (none when
+        buffered or held back). Raises :class:`StreamProtocolError` on a
+        violation (the event is not taken)."""
+        if self.plain:
+            if type(ev) is not str:
+                raise StreamProtocolError("malformed_event", f"expected a str delta, got {type(ev).__name__}")
+            text, seq, terminal, units = ev, None, False, None
+        elif self.r_all is not None:
+            text, seq, terminal, units = self.r_all(ev)
+        else:
+            r = self.reader
+            text, seq, terminal, units = r.text(ev), r.sequence(ev), r.is_terminal(ev), r.usage(ev)
+        if not isinstance(text, str):
+            raise StreamProtocolError("malformed_event", "the reader's delta text is not a str")
+        n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        limit = int(plan["max_response_bytes"])
+        if n > limit:
+            raise StreamProtocolError("event_too_large", f"one event of {n} bytes over max_response_bytes {limit}")
+        if reading.bytes + n > limit:
+            raise StreamProtocolError("response_too_large", f"over max_response_bytes {limit}")
+        if seq is not None:
+            last = reading.last_sequence
+            if last is None:
+                c = step.continuation
+                if c is not None and seq != c["starting_after"] + 1:
+                    raise StreamProtocolError(
+                        "sequence_gap" if seq > c["starting_after"] else "sequence_back",
+                        f"a resumption after {c['starting_after']} started at {seq}",
+                    )
+            elif seq <= last:
+                raise StreamProtocolError("sequence_back", f"sequence number {seq} after {last}")
+        if units is not None:
+            if not _usage_ok(units):
+                raise StreamProtocolError("impossible_usage", "usage counts must be nonnegative integers")
+            reading.usage = dict(units) if reading.usage is None else {**reading.usage, **units}
+            reading.usage_event = True
+        if reading.response_id is None and not self.plain:
+            reading.response_id = self.reader.response_id(ev)
+        if seq is not None:
+            reading.last_sequence = seq
+        if terminal:
+            reading.terminal = True
+        reading.bytes += n
+        reading.deltas.append(text)
+        if plan["deliver"] != "live":
+            self.buffer.append((ev, text))
+            return []
+        out: List[StreamEvent] = []
+        if reading.hold:
+            if not text and len(reading.held) < reading.hold:
+                reading.held.append(ev)
+                return out
+            out = self.release(reading)
+        out.append(self.event("delta", "tentative", reading.ordinal, ev, text))
+        return out
+
+    def release(self, reading: _Reading) -> List[StreamEvent]:
+        """Deliver the held events, in order."""
+        reading.hold = 0
+        out = [self.event("delta", "tentative", reading.ordinal, ev, "") for ev in reading.held]
+        reading.held = []
+        return out
+
+    def ended(self, reading: _Reading) -> List[StreamEvent]:
+        """The iteration ended normally: held events are delivered with the terminal event."""
+        if self.terminal_at_end:
+            reading.terminal = True
+        return self.release(reading) if reading.held and reading.terminal else []
+
+    def answer(self, step: StreamStep, reading: _Reading, error: Optional[BaseException], cancelled: bool) -> Dict[str, Any]:
+        """The ``observed`` event's fields of the attempt."""
+        if reading.held:
+            # Ended before its first text: the held events never reached the consumer.
+            reading.held = []
+            reading.deltas = []
+            reading.last_sequence = None
+            reading.terminal = False
+            reading.usage_event = False
+        if isinstance(error, StreamProtocolError):
+            reading.violation = error.violation
+        elif error is not None and not cancelled and _is_malformed(error):
+            reading.violation = "malformed_event"
+        if reading.usage is not None and reading.violation is None and self.schedule is not None:
+            try:
+                step.usage(reading.usage)
+            except Exception as exc:  # usage the schedule refuses: the attempt ends as an error
+                error = exc
+        if reading.usage is not None and step._tokens is None:
+            # The stream's usage settles the attempt's token reservation (admission limits).
+            step.tokens_used(sum(v for v in reading.usage.values() if isinstance(v, int) and not isinstance(v, bool) and v > 0))
+        part = reading.facts() if reading.opened else None
+        if error is None and not cancelled:
+            facts: Dict[str, Any] = {"result": "returned"}
+        elif reading.violation is not None and not cancelled:
+            facts = {"result": "raised", "error_types": ["StreamProtocolError"]}
+        elif isinstance(error, StreamTimeoutError) and not cancelled:
+            facts = {"result": "raised", "error_types": ["StreamTimeoutError"], "transport_error": "timeout"}
+        else:
+            assert error is not None
+            if step._refused is not None:
+                raise step._refused
+            if isinstance(error, RetryledgerError) and hasattr(error, "_facts") and not cancelled:
+                facts = error._facts.to_dict()
+            else:
+                ms = int(self.wall_clock())
+                facts = facts_of(
+                    error,
+                    classify=None if cancelled else self.classify,
+                    output_delivered=step._delivered,
+                    cancelled=cancelled,
+                    now_unix_ms=ms if ms > 0 else 0,
+                ).to_dict()
+        if part is not None:
+            facts["stream"] = part
+        if error is not None and not cancelled:
+            self.last_error = error
+        fields = step.observation(True, None, None, 0)
+        fields["facts"] = facts
+        if reading.deltas:
+            fields["deltas"] = reading.deltas
+        if step._tokens is not None:
+            fields["used_tokens"] = step._tokens
+        return fields
+
+    def observation(self, effect: Dict[str, Any], ok: bool, reply: Any) -> Dict[str, Any]:
+        if not ok:
+            raise reply
+        return reply  # type: ignore[no-any-return]
+
+    def dispatch(self, effect: Dict[str, Any]) -> Generator[StreamEvent, None, Dict[str, Any]]:
+        """Open and read the stream (sync): the consumer's events, then the observation."""
+        step, reading, plan = self.start(effect)
+        deadline = int(step.plan.deadline_ms)
+        idle = plan.get("idle_timeout_ms")
+        until = plan.get("first_event_by_ms", deadline)
+        error: Optional[BaseException] = None
+        cancelled = False
         stream: Any = None
-        reading: Optional[_Reading] = None
         try:
-            while True:
-                plan, now = _SYNC_LOOP.next_attempt(host, clock, t0, sleep)
-                if isinstance(plan, _Terminal):
-                    break
-                step = _step(plan, core.key, now, core.schedule, core.p, core.host.session)
-                reading = None
-                error: Optional[BaseException] = None
-                try:
-                    stream = self._dispatch(step)
-                    it = iter(stream)
-                except Exception as exc:
-                    error = exc
-                if error is None:
-                    reading, read, t_deadline, until = core.opened(step)
-                    idle = core.p.idle_ms
-                    try:
-                        for ev in it:
-                            now = clock() - t0
-                            if now > until and _late(core, now, until, t_deadline, ev):
-                                raise StreamTimeoutError("no stream event within the first-byte or idle timeout")
-                            out = read(reading, step, ev)
-                            if out is not None:
-                                if reading.ready:
-                                    yield from reading.take_ready()
-                                yield out
-                            if idle is not None:
-                                # The wait for the next event starts when the consumer is done.
-                                until = clock() - t0 + idle
-                                if until > t_deadline:
-                                    until = t_deadline
-                            elif until != t_deadline:
-                                until = t_deadline
-                        yield from core.ended(reading, step)
-                    except Exception as exc:
-                        error = core.failed(reading, exc)
-                        _close(stream)
-                    stream = None
-                done, step = step, None
-                events = core.settle(done, clock() - t0, reading, error)
-                reading = None
-                for out in events:
+            stream = self.send(step)
+            it = iter(stream)
+            reading.opened = True
+            for ev in it:
+                now = self.now_ms()
+                if now > until and not (until >= deadline and self._is_terminal(ev)):
+                    raise StreamTimeoutError("no stream event within the first-byte or idle timeout")
+                for out in self.take(reading, step, plan, ev):
+                    if self.left:
+                        raise _Left()
                     yield out
-        except GeneratorExit:
-            if self._done:
-                raise
-            if stream is not None:
-                _close(stream)
-            self._cancel(step, reading, GeneratorExit(), clock, t0)
-            raise
-        self._finish()
+                if self.left:
+                    raise _Left()
+                now = self.now_ms()
+                until = deadline if idle is None else min(now + idle, deadline)
+            for out in self.ended(reading):
+                yield out
+        except _Left:
+            cancelled = True
+            error = _Left()
+            _close(stream)
+        except Exception as exc:
+            error = exc
+            _close(stream)
+        return self.answer(step, reading, error, cancelled)
+
+    def _is_terminal(self, ev: Any) -> bool:
+        return not self.plain and bool(self.reader.is_terminal(ev))
+
+    async def dispatch_async(self, effect: Dict[str, Any]) -> AsyncGenerator[Any, None]:
+        """Open and read the stream (async): the consumer's events, then the observation's :class:`Answer`."""
+        step, reading, plan = self.start(effect)
+        deadline_ms = int(step.plan.deadline_ms)
+        idle = plan.get("idle_timeout_ms")
+        first = plan.get("first_event_by_ms")
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        now = self.now_ms()
+        dog = _Watchdog(
+            loop,
+            task,
+            None if first is None else max(0, first - now) / 1000.0,
+            None if idle is None else idle / 1000.0,
+            loop.time() + max(0, deadline_ms - now) / 1000.0,
+        )
+        error: Optional[BaseException] = None
+        cancelled = False
+        stream: Any = None
+        until = first if first is not None else deadline_ms
+        try:
+            try:
+                opened = self.send(step)
+                if inspect.isawaitable(opened):
+                    opened = await opened
+                stream = opened
+                if hasattr(stream, "__aiter__"):
+                    ait = stream.__aiter__()
+                    sync_it = None
+                else:
+                    sync_it = iter(stream)
+                reading.opened = True
+                while True:
+                    dog.since = loop.time()
+                    dog.waiting = True
+                    if sync_it is None:
+                        try:
+                            ev = await ait.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    else:
+                        try:
+                            ev = next(sync_it)
+                        except StopIteration:
+                            break
+                        # A blocking iterable: the timer cannot interrupt it; check after the event.
+                        t = self.now_ms()
+                        if t > until and not (until >= deadline_ms and self._is_terminal(ev)):
+                            raise StreamTimeoutError("no stream event within the first-byte or idle timeout")
+                    dog.waiting = False
+                    if dog.first:
+                        dog.first_event()
+                    for out in self.take(reading, step, plan, ev):
+                        if not self.left:
+                            yield out
+                    if self.left:
+                        raise _Left()
+                    if sync_it is not None:
+                        t = self.now_ms()
+                        until = deadline_ms if idle is None else min(t + idle, deadline_ms)
+                dog.waiting = False
+                for out in self.ended(reading):
+                    if not self.left:
+                        yield out
+            except asyncio.CancelledError:
+                if not dog.fired:
+                    # The caller cancelled the task: the attempt is cancelled, the run ends.
+                    self.was_cancelled = self.silent = True
+                    cancelled = True
+                    error = asyncio.CancelledError()
+                else:
+                    _uncancel(task)
+                    error = StreamTimeoutError(
+                        "no stream event within the first-byte or idle timeout"
+                        if reading.opened
+                        else "the stream did not open within the first-byte timeout"
+                    )
+                await _aclose(stream)
+            except _Left:
+                cancelled = True
+                error = _Left()
+                await _aclose(stream)
+            except Exception as exc:
+                error = exc
+                await _aclose(stream)
+        finally:
+            dog.stop()
+        yield Answer(self.answer(step, reading, error, cancelled))
 
 
 class _Watchdog:
@@ -900,11 +797,13 @@ class _Watchdog:
 
     __slots__ = ("loop", "task", "first_s", "idle_s", "deadline", "since", "waiting", "first", "fired", "handle")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: "asyncio.Task[Any]", p: _Plan, deadline: float) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, task: "asyncio.Task[Any]", first_s: Optional[float], idle_s: Optional[float], deadline: float
+    ) -> None:
         self.loop = loop
         self.task = task
-        self.first_s = None if p.first_byte_ms is None else p.first_byte_ms / 1000.0
-        self.idle_s = None if p.idle_ms is None else p.idle_ms / 1000.0
+        self.first_s = first_s
+        self.idle_s = idle_s
         self.deadline = deadline
         self.since = loop.time()
         self.waiting = True
@@ -960,25 +859,135 @@ def _uncancel(task: "asyncio.Task[Any]") -> None:
         uncancel()
 
 
+class _Run:
+    """What the sync and async stream runs share: the machine, the adapter and the sealed run."""
+
+    def __init__(self, machine: Machine, adapter: _Streamed) -> None:
+        self._machine = machine
+        self._adapter = adapter
+        self._result: Optional[LoopResult] = None
+
+    def _end(self, result: LoopResult) -> List[StreamEvent]:
+        """The run ended: sealed; the events the core logged past those handed out."""
+        self._result = result
+        a = self._adapter
+        out: List[StreamEvent] = []
+        for e in result.bundle.get("stream_events") or []:
+            if e["sequence"] > a.sequence and not a.left and not a.silent:
+                out.append(a.event(e["kind"], e["status"], int(e["attempt_ordinal"])))
+        return out
+
+    def _failure(self) -> Optional[BaseException]:
+        """After the last event: ``None`` when the run completed (or the consumer left), else the error to raise."""
+        result = self._result
+        a = self._adapter
+        if result is None or result.terminal == "completed" or a.left:
+            return None
+        sealed: Any = _MachineSealed(result)
+        if a.was_cancelled:
+            return RunCancelledError(sealed)
+        count = result.receipt["attempt_count"]
+        message = f"run ended with {result.terminal} after {count} attempt{'s' if count != 1 else ''}"
+        if a.rule == "unrecognized":
+            return UnrecognizedDispatchError(sealed, f"{message}; unrecognized {type(a.last_error).__name__}")
+        return RunStoppedError(sealed, message)
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the run has ended and been sealed."""
+        return self._result is not None
+
+    def _require(self) -> LoopResult:
+        if self._result is None:
+            raise RuntimeError("the stream run has not ended yet: iterate it to the end (or close it) first")
+        return self._result
+
+    @property
+    def terminal(self) -> str:
+        return self._require().terminal
+
+    @property
+    def receipt(self) -> Dict[str, Any]:
+        return self._require().receipt
+
+    @property
+    def receipt_sha256(self) -> str:
+        return self._require().receipt_sha256
+
+    @property
+    def bundle_json(self) -> str:
+        return self._require().bundle_json
+
+    @property
+    def bundle(self) -> Dict[str, Any]:
+        return self._require().bundle
+
+
+class StreamRun(_Run):
+    """A streamed run (:func:`run_stream`): iterate it once for the consumer's
+    :class:`StreamEvent` objects; afterwards ``terminal``, ``receipt``,
+    ``bundle`` and ``bundle_json`` describe the sealed run. ``close()`` (or
+    leaving a ``with`` block) stops it early."""
+
+    def __init__(self, machine: Machine, adapter: _Streamed) -> None:
+        super().__init__(machine, adapter)
+        #: The iterator, weakly: a consumer that breaks and drops it closes it.
+        self._gen: Optional["weakref.ref[Generator[StreamEvent, None, None]]"] = None
+        self._iterated = False
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        if self._iterated:
+            raise RuntimeError("a stream run is iterated once")
+        self._iterated = True
+        gen = self._events()
+        self._gen = weakref.ref(gen)
+        return gen
+
+    def close(self) -> None:
+        """Stop the run early: the provider stream is closed and the in-flight
+        attempt recorded as cancelled (nothing happens once the run has ended)."""
+        gen = self._gen() if self._gen is not None else None
+        if gen is not None:
+            gen.close()
+        if self._result is None:
+            # Never iterated: the run is cancelled before its first attempt.
+            self._adapter.leave()
+            for _ in self._events():
+                pass
+
+    def __enter__(self) -> "StreamRun":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _events(self) -> Generator[StreamEvent, None, None]:
+        a = self._adapter
+        a.t0 = a.clock()
+        try:
+            result = yield from pump_items(run_loop(self._machine, a), a)
+        except GeneratorExit:
+            # The consumer left: the run went on to its end without it.
+            if a.result is not None:
+                self._end(a.result)
+            raise
+        left = a.left
+        tail = self._end(result)
+        if not left:
+            yield from tail
+        failure = self._failure()
+        if failure is not None:
+            raise failure from self._adapter.last_error
+
+
 class AsyncStreamRun(_Run):
     """A streamed run (:func:`run_stream_async`): ``async for`` over it once for
     the consumer's :class:`StreamEvent` objects; afterwards ``terminal``,
     ``receipt``, ``bundle`` and ``bundle_json`` describe the sealed run.
     ``aclose()`` (or leaving an ``async with`` block) stops it early."""
 
-    def __init__(
-        self,
-        core: _Core,
-        dispatch: Callable[[StreamStep], Any],
-        clock: Callable[[], float],
-        sleep: Callable[[float], Awaitable[None]],
-        on_cancel: Optional[Callable[[RunCancelledError], None]],
-    ) -> None:
-        super().__init__()
-        self._core = core
-        self._dispatch = dispatch
-        self._clock = clock
-        self._sleep = sleep
+    def __init__(self, machine: Machine, adapter: _Streamed, on_cancel: Optional[Callable[[RunCancelledError], None]]) -> None:
+        super().__init__(machine, adapter)
         self._on_cancel = on_cancel
         #: The iterator (an async generator is closed by ``aclose``, not by dropping it).
         self._gen: Optional[AsyncGenerator[StreamEvent, None]] = None
@@ -995,7 +1004,11 @@ class AsyncStreamRun(_Run):
         gen = self._gen
         if gen is not None:
             await gen.aclose()
-        self._stop()
+        if self._result is None:
+            self._adapter.leave()
+            self._gen = None
+            async for _ in self._events():
+                pass
 
     async def __aenter__(self) -> "AsyncStreamRun":
         return self
@@ -1004,139 +1017,68 @@ class AsyncStreamRun(_Run):
         await self.aclose()
 
     async def _events(self) -> AsyncGenerator[StreamEvent, None]:
-        core = self._core
-        host = core.host
-        clock = self._clock
-        loop = asyncio.get_running_loop()
-        t0 = clock()
-        step: Optional[StreamStep] = None
-        stream: Any = None
-        reading: Optional[_Reading] = None
-        dog: Optional[_Watchdog] = None
+        a = self._adapter
+        a.t0 = a.clock()
+        items = pump_items_async(run_loop(self._machine, a), a)
         try:
-            while True:
-                plan, now = await host.next_attempt_async(clock, t0, self._sleep)
-                if isinstance(plan, _Terminal):
-                    break
-                step = _step(plan, core.key, now, core.schedule, core.p, core.host.session)
-                reading = None
-                error: Optional[BaseException] = None
-                task = asyncio.current_task()
-                assert task is not None
-                dog = _Watchdog(loop, task, core.p, loop.time() + (plan.deadline_ms - now) / 1000.0)
-                try:
-                    try:
-                        opened = self._dispatch(step)
-                        if inspect.isawaitable(opened):
-                            opened = await opened
-                        stream = opened
-                        if hasattr(stream, "__aiter__"):
-                            ait = stream.__aiter__()
-                            anext_ = ait.__anext__
-                            sync_it = None
-                        else:
-                            sync_it = iter(stream)
-                    except asyncio.CancelledError:
-                        if not dog.fired:
-                            raise
-                        _uncancel(task)
-                        error = StreamTimeoutError("the stream did not open within the first-byte timeout")
-                    except Exception as exc:
-                        error = exc
-                    if error is None:
-                        reading, read, t_deadline, until = core.opened(step)
-                        idle = core.p.idle_ms
-                        try:
-                            while True:
-                                dog.since = loop.time()
-                                dog.waiting = True
-                                if sync_it is None:
-                                    try:
-                                        ev = await anext_()
-                                    except StopAsyncIteration:
-                                        break
-                                else:
-                                    try:
-                                        ev = next(sync_it)
-                                    except StopIteration:
-                                        break
-                                dog.waiting = False
-                                if dog.first:
-                                    dog.first_event()
-                                if sync_it is not None:
-                                    # A blocking iterable: the timer cannot interrupt it; check after the event.
-                                    now = clock() - t0
-                                    if now > until and _late(core, now, until, t_deadline, ev):
-                                        raise StreamTimeoutError("no stream event within the first-byte or idle timeout")
-                                out = read(reading, step, ev)
-                                if out is not None:
-                                    if reading.ready:
-                                        for held in reading.take_ready():
-                                            yield held
-                                    yield out
-                                if sync_it is not None:
-                                    now = clock() - t0
-                                    until = t_deadline if idle is None else min(now + idle, t_deadline)
-                            dog.waiting = False
-                            for held in core.ended(reading, step):
-                                yield held
-                        except asyncio.CancelledError:
-                            if not dog.fired:
-                                raise
-                            _uncancel(task)
-                            error = StreamTimeoutError("no stream event within the first-byte or idle timeout")
-                            await _aclose(stream)
-                        except Exception as exc:
-                            error = core.failed(reading, exc)
-                            await _aclose(stream)
-                        stream = None
-                finally:
-                    dog.stop()
-                done, step = step, None
-                events = core.settle(done, clock() - t0, reading, error)
-                reading = None
-                for out in events:
-                    yield out
+            async for ev in items:
+                yield ev
         except GeneratorExit:
-            if dog is not None:
-                dog.stop()
-            if self._done:
-                raise
-            if stream is not None:
-                await _aclose(stream)
-            self._cancel(step, reading, GeneratorExit(), clock, t0)
+            # The consumer left: the run goes on to its end without it.
+            a.leave()
+            async for _ in items:
+                pass
+            if a.result is not None:
+                self._end(a.result)
             raise
-        except asyncio.CancelledError as cancelled:
-            if stream is not None:
-                await _aclose(stream)
-            self._cancel(step, reading, cancelled, clock, t0)
-            error_ = RunCancelledError(self._sealed)
-            if self._on_cancel is not None:
-                self._on_cancel(error_)
-            raise error_ from cancelled
-        self._finish()
+        left = a.left
+        for ev in self._end(a.result):  # type: ignore[arg-type]
+            if not left:
+                yield ev
+        failure = self._failure()
+        if isinstance(failure, RunCancelledError) and self._on_cancel is not None:
+            self._on_cancel(failure)
+        if failure is not None:
+            raise failure from a.last_error
 
 
-def _prepare(
+def _start(
     policy: Union[Policy, Document],
+    send: Callable[[StreamStep], Any],
     idempotency_key: str,
     reader: Optional[Any],
-    classify: Optional[Classifier],
-    wall_clock: Optional[Callable[[], float]],
-    on_attempt: Optional[AttemptCallback],
-    key_scope: Optional[Tuple[str, str]],
-    price_schedule: Optional[Document],
-    fleet: Optional[Fleet] = None,
-    reserve_tokens: Optional[int] = None,
-    hooks: Tuple[Optional[DecisionCallback], Optional[SleepCallback], Optional[TerminalCallback]] = (None, None, None),
-) -> _Core:
-    compiled = _checked(policy, idempotency_key, key_scope)
-    p = _Plan(compiled)
-    schedule = _schedule_for(compiled, price_schedule)
-    host = _StreamHost(compiled, classify, wall_clock, on_attempt, fleet, reserve_tokens, hooks)
+    options: Dict[str, Any],
+    sleep: Callable[[float], Any],
+) -> Tuple[Machine, _Streamed]:
+    compiled = _checked(policy, idempotency_key, options["key_scope"])
+    fleet = _fleet_for(compiled, options["fleet"])
+    schedule = _schedule_for(compiled, options["price_schedule"])
+    wall = options["wall_clock"] or _wall_ms
+    adapter = _Streamed(
+        idempotency_key,
+        send,
+        _TEXT_READER if reader is None else reader,
+        schedule,
+        options["clock"] or _monotonic_ms,
+        sleep,
+        wall,
+        options["classify"],
+        fleet,
+        (options["on_decision"], options["on_sleep"], options["on_attempt"], options["on_terminal"]),
+    )
+    adapter.checker = compiled._compiled.session()
+    machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(wall()) - adapter.now_ms()), "stream": True}
     if schedule is not None:
-        host.session.set_price_schedule(schedule)
-    return _Core(host, p, _TEXT_READER if reader is None else reader, schedule, idempotency_key)
+        machine_options["price_schedule"] = json.loads(schedule)
+    reserve = options["reserve_tokens"]
+    if reserve is None and fleet is not None:
+        reserve = getattr(fleet, "reserve_tokens", None)
+    if reserve is not None:
+        machine_options["reserve_tokens"] = reserve
+    if fleet is not None:
+        machine_options["max_conflicts"] = fleet.max_conflicts
+    # The core refuses a policy without a stream contract here, before any dispatch.
+    return Machine.start(compiled, machine_options), adapter
 
 
 def run_stream(
@@ -1168,11 +1110,9 @@ def run_stream(
     key and schedule are checked here, before anything is dispatched; the
     options (``fleet`` too: each attempt admitted before its stream opens) are
     :func:`retryledger.run`'s."""
-    core = _prepare(
-        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens,
-        (on_decision, on_sleep, on_terminal),
-    )
-    return StreamRun(core, dispatch, clock or _monotonic_ms, sleep or _sleep_ms)
+    options = dict(locals())
+    machine, adapter = _start(policy, dispatch, idempotency_key, reader, options, sleep or _sleep_ms)
+    return StreamRun(machine, adapter)
 
 
 def run_stream_async(
@@ -1201,8 +1141,7 @@ def run_stream_async(
     events. Cancelling the consuming task while it waits on the run records
     the cancellation and raises :class:`RunCancelledError` (``on_cancel``
     receives it first)."""
-    core = _prepare(
-        policy, idempotency_key, reader, classify, wall_clock, on_attempt, key_scope, price_schedule, fleet, reserve_tokens,
-        (on_decision, on_sleep, on_terminal),
-    )
-    return AsyncStreamRun(core, dispatch, clock or _monotonic_ms, sleep or _async_sleep_ms, on_cancel)
+    options = dict(locals())
+    machine, adapter = _start(policy, dispatch, idempotency_key, reader, options, sleep or _async_sleep_ms)
+    adapter.dispatch = adapter.dispatch_async  # type: ignore[method-assign,assignment]
+    return AsyncStreamRun(machine, adapter, on_cancel)
