@@ -452,6 +452,10 @@ class _Streamed(HookedAdapter):
     def sleep(self, ms: int) -> Any:
         return self.pause(ms)
 
+    def begin(self) -> None:
+        """The run begins (its first iteration): the run clock starts at 0."""
+        self.t0 = self.clock()
+
     def cancelled(self) -> bool:
         return self.was_cancelled or self.left
 
@@ -963,7 +967,7 @@ class StreamRun(_Run):
 
     def _events(self) -> Generator[StreamEvent, None, None]:
         a = self._adapter
-        a.t0 = a.clock()
+        a.begin()
         try:
             result = yield from pump_items(run_loop(self._machine, a), a)
         except GeneratorExit:
@@ -1018,7 +1022,7 @@ class AsyncStreamRun(_Run):
 
     async def _events(self) -> AsyncGenerator[StreamEvent, None]:
         a = self._adapter
-        a.t0 = a.clock()
+        a.begin()
         items = pump_items_async(run_loop(self._machine, a), a)
         try:
             async for ev in items:
@@ -1054,20 +1058,27 @@ def _start(
     fleet = _fleet_for(compiled, options["fleet"])
     schedule = _schedule_for(compiled, options["price_schedule"])
     wall = options["wall_clock"] or _wall_ms
+    now = options["now"]
     adapter = _Streamed(
         idempotency_key,
         send,
         _TEXT_READER if reader is None else reader,
         schedule,
-        options["clock"] or _monotonic_ms,
+        (lambda: float(now())) if now is not None else (options["clock"] or _monotonic_ms),
         sleep,
         wall,
         options["classify"],
         fleet,
         (options["on_decision"], options["on_sleep"], options["on_attempt"], options["on_terminal"]),
     )
+    if now is not None:
+        # The caller's run clock (ms since admission): never re-zeroed.
+        adapter.t0 = 0.0
+        adapter.begin = lambda: None  # type: ignore[method-assign]
     adapter.checker = compiled._compiled.session()
     machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(wall()) - adapter.now_ms()), "stream": True}
+    if now is not None:
+        machine_options["now_ms"] = adapter.now_ms()
     if schedule is not None:
         machine_options["price_schedule"] = json.loads(schedule)
     reserve = options["reserve_tokens"]
@@ -1088,6 +1099,7 @@ def run_stream(
     *,
     reader: Optional[StreamReader[E]] = None,
     classify: Optional[Classifier] = None,
+    now: Optional[Callable[[], int]] = None,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], None]] = None,
     wall_clock: Optional[Callable[[], float]] = None,
@@ -1109,7 +1121,8 @@ def run_stream(
     (or :class:`UnrecognizedDispatchError`) after its last event. The policy,
     key and schedule are checked here, before anything is dispatched; the
     options (``fleet`` too: each attempt admitted before its stream opens) are
-    :func:`retryledger.run`'s."""
+    :func:`retryledger.run`'s, and ``now``, the run clock (ms since
+    admission), as :func:`retryledger.run_hedged_async` takes it."""
     options = dict(locals())
     machine, adapter = _start(policy, dispatch, idempotency_key, reader, options, sleep or _sleep_ms)
     return StreamRun(machine, adapter)
@@ -1122,6 +1135,7 @@ def run_stream_async(
     *,
     reader: Optional[StreamReader[Any]] = None,
     classify: Optional[Classifier] = None,
+    now: Optional[Callable[[], int]] = None,
     clock: Optional[Callable[[], float]] = None,
     sleep: Optional[Callable[[float], Awaitable[None]]] = None,
     wall_clock: Optional[Callable[[], float]] = None,

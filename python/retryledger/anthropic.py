@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping,
 
 from .checks import OutputCheck, answer_checks as _answer_checks, anthropic_parts
 from ._api import Document, Policy
-from ._driver import AttemptCallback, RunCancelledError, RunResult, Step
+from ._driver import AttemptCallback, DecisionCallback, RunCancelledError, RunResult, SleepCallback, Step, TerminalCallback
 from ._integration import (
     IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER,
     Params as Params,
@@ -254,6 +254,10 @@ def run_stream(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    now: Optional[Callable[[], int]] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> StreamRun:
     """:func:`retryledger.run_stream` over ``Anthropic`` clients, one per route
     id: ``call(client, step)`` opens the stream with the route's client
@@ -263,6 +267,7 @@ def run_stream(
         _run_stream, policy, clients, call, idempotency_key, reader,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
         price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        now=now, on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
     )
 
 
@@ -282,12 +287,17 @@ def run_stream_async(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    now: Optional[Callable[[], int]] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> AsyncStreamRun:
     """:func:`retryledger.run_stream_async` over ``AsyncAnthropic`` clients."""
     return _SDK.stream(
         _run_stream_async, policy, clients, call, idempotency_key, reader,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
         price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        now=now, on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
     )
 
 

@@ -68,7 +68,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequ
 
 from .checks import OutputCheck, answer_checks as _answer_checks, openai_parts
 from ._api import Document, Policy
-from ._driver import AttemptCallback, RunCancelledError, RunResult, Step
+from ._driver import AttemptCallback, DecisionCallback, RunCancelledError, RunResult, SleepCallback, Step, TerminalCallback
 from .hedge import HedgeAttempt, HedgeRun
 from ._integration import (
     IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER,
@@ -345,6 +345,10 @@ def run_stream(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    now: Optional[Callable[[], int]] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> StreamRun:
     """:func:`retryledger.run_stream` over openai clients, one per route id:
     ``call(client, step)`` opens the stream with the route's client (carrying
@@ -354,6 +358,7 @@ def run_stream(
         _run_stream, policy, clients, call, idempotency_key, reader,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt,
         price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        now=now, on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
     )
 
 
@@ -373,6 +378,10 @@ def run_stream_async(
     fleet: Optional[Fleet] = None,
     key_scope: Optional[Tuple[str, str]] = None,
     reserve_tokens: Optional[int] = None,
+    now: Optional[Callable[[], int]] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> AsyncStreamRun:
     """:func:`retryledger.run_stream_async` over ``AsyncOpenAI`` clients, one
     per route id: ``call(client, step)`` returns (an awaitable of) the SDK's
@@ -381,6 +390,7 @@ def run_stream_async(
         _run_stream_async, policy, clients, call, idempotency_key, reader,
         clock=clock, sleep=sleep, wall_clock=wall_clock, on_attempt=on_attempt, on_cancel=on_cancel,
         price_schedule=price_schedule, fleet=fleet, key_scope=key_scope, reserve_tokens=reserve_tokens,
+        now=now, on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
     )
 
 

@@ -230,3 +230,79 @@ def test_async_responses_continuation() -> None:
     assert numbers == list(range(0, len(numbers)))
     assert "".join(e.text or "" for e in deltas) == DEFAULT_TEXT
     check_sealed(run, events)
+
+
+# ---- the options of every driver on the host loop ------------------------------------
+
+
+class RunClock:
+    """A caller's run clock (ms since admission), moved only by its sleeps."""
+
+    def __init__(self, start: int) -> None:
+        self.t = start
+        self.slept: List[int] = []
+
+    def __call__(self) -> int:
+        return self.t
+
+    def sleep(self, ms: float) -> None:
+        self.slept.append(int(ms))
+        self.t += int(ms)
+
+    async def asleep(self, ms: float) -> None:
+        self.sleep(ms)
+
+
+def test_now_is_the_run_clock_of_a_stream() -> None:
+    clock = RunClock(1_000)
+    with SSEServer({PRIMARY: [{"cut_after": 3}, {}]}) as server:
+        run = rl_openai.stream_chat_completions(
+            policy("tentative"), clients(server), CHAT, KEY, now=clock, sleep=clock.sleep
+        )
+        events, error = consume(run)
+    assert error is None and run.terminal == "completed"
+    first, second = run.bundle["attempts"]["attempts"]
+    # The run began 1000 ms after admission: its clock is the caller's, never re-zeroed.
+    assert first["started_at_ms"] == 1_000 and first["completed_at_ms"] == 1_000
+    assert clock.slept and second["started_at_ms"] == 1_000 + sum(clock.slept)
+    assert text_of(events, 2) == DEFAULT_TEXT
+    check_sealed(run, events)
+
+
+def test_now_is_the_run_clock_of_an_async_stream() -> None:
+    clock = RunClock(2_500)
+    with SSEServer({PRIMARY: [{"cut_after": 2}, {}]}) as server:
+
+        async def main() -> Tuple[Any, List[StreamEvent]]:
+            run = rl_openai.stream_chat_completions_async(
+                policy("tentative"), async_clients(server), CHAT, KEY, now=clock, sleep=clock.asleep
+            )
+            return run, [ev async for ev in run]
+
+        run, events = asyncio.run(main())
+    assert run.terminal == "completed"
+    first, second = run.bundle["attempts"]["attempts"]
+    assert first["started_at_ms"] == 2_500
+    assert second["started_at_ms"] == 2_500 + sum(clock.slept) > 2_500
+    check_sealed(run, events)
+
+
+def test_the_openai_stream_takes_the_hooks() -> None:
+    clock = RunClock(0)
+    log: List[Tuple[str, Any]] = []
+    with SSEServer({PRIMARY: [{"cut_after": 3}, {}]}) as server:
+        run = rl_openai.stream_chat_completions(
+            policy("tentative"), clients(server), CHAT, KEY, now=clock, sleep=clock.sleep,
+            on_decision=lambda d: log.append(("decision", d)),
+            on_sleep=lambda s: log.append(("sleep", s)),
+            on_attempt=lambda a, j: log.append(("attempt", j.stream)),
+            on_terminal=lambda r: log.append(("terminal", r["terminal"])),
+        )
+        events, error = consume(run)
+    assert error is None
+    assert [k for k, _ in log] == ["decision", "attempt", "decision", "sleep", "attempt", "decision", "terminal"]
+    assert [v for k, v in log if k == "attempt"] == ["invalidate", "commit"]
+    [sleep] = [v for k, v in log if k == "sleep"]
+    assert sleep["ordinal"] == 2 and sleep["sleep_ms"] == sum(clock.slept)
+    assert log[-1] == ("terminal", "completed")
+    check_sealed(run, events)
