@@ -63,6 +63,8 @@ export interface MachineOptions {
   max_conflicts?: number;
   /** The key digest a session used before: a pooled route keeps it while it is usable. */
   key_affinity?: string;
+  /** The host delivers a stream: a policy without a stream contract is refused (`invalid_stream_contract`). */
+  stream?: boolean;
 }
 
 /**

@@ -1,41 +1,41 @@
 /**
  * `runStream`: `runWithPolicy` for a dispatch that returns a stream of
- * provider events (docs/STREAMING.md).
+ * provider events (docs/STREAMING.md), as an adapter of the host loop
+ * (docs/HOST_LOOP.md).
  *
- * The driver asks the Session for the next decision, waits until
- * `not_before_ms`, calls `dispatch(step, signal)` for an async iterable of
- * provider events, reads each event with the `reader` (its text, sequence
- * number, response id, terminal flag and usage), detects protocol violations
- * and timeouts itself, and has the Session judge the attempt with its stream
- * facts and delta texts. The consumer iterates the run and receives exactly
- * the events of the run's event log (`retryledger.stream_event.v1`), in
- * order: `delta` events (tentative as they arrive in the live modes,
- * committed after the commit decision under `buffer`), one `commit` when the
- * run completes, an `invalidate` whenever pending output is void.
+ * The machine plans each attempt; its `dispatch` effect carries the
+ * attempt's stream plan (deliver live or buffered, how many events without
+ * text to hold back until the first text, when the first event is due, the
+ * idle limit and the byte bound). The adapter calls `dispatch(step, signal)`
+ * for an async iterable of provider events, reads each event with the
+ * `reader` (its text, sequence number, response id, terminal flag and
+ * usage), detects protocol violations and timeouts, and answers the machine
+ * with the attempt's stream facts and delta texts. The consumer iterates the
+ * run and receives exactly the events of the run's event log
+ * (`retryledger.stream_event.v1`), in order: `delta` events (tentative as
+ * they arrive in the live modes, committed after the commit under `buffer`),
+ * one `commit` when the run completes, an `invalidate` whenever pending
+ * output is void. The provider stream is read only as fast as the consumer
+ * takes its events.
  *
  * Timeouts use one lazy watchdog per attempt: a single timer (the injected
- * `sleep`) armed for the earliest limit (first byte, idle since the last
- * event, the run's deadline) and re-armed from the last event's time when it
- * wakes early; each event only records its arrival time. On expiry the
- * dispatch's AbortSignal fires, the provider stream is closed without
- * waiting for it, and the pending read is abandoned, so a stream that ignores
- * the signal cannot hang the run.
+ * `sleep`) armed for the earliest limit (the first event, idle since the
+ * last event, the run's deadline) and re-armed from the last event's time
+ * when it wakes early; each event only records its arrival time. On expiry
+ * the dispatch's AbortSignal fires, the provider stream is closed without
+ * waiting for it, and the pending read is abandoned, so a stream that
+ * ignores the signal cannot hang the run.
  */
 
-import { CompiledPolicy, compiledOf, checkPriceSchedule, toText, utf8Length, type Input } from "./core.js";
+import { CompiledPolicy, compiledOf, checkPriceSchedule, judge, toText, utf8Length, type Input } from "./core.js";
 import { factsOf, type Classifier } from "./facts.js";
 import { AttemptStep, checkedKey, checkFleet, type Step } from "./driver.js";
 import type { Fleet } from "./fleet.js";
-import {
-  DecodeError,
-  HttpError,
-  PolicyError,
-  RunCancelledError,
-  RunStoppedError,
-  UnrecognizedDispatchError,
-} from "./errors.js";
-import { sealAndRelease, type Session } from "./session.js";
-import { callHook, copied, plannedSleep, type RunHooks } from "./hooks.js";
+import { DecodeError, HttpError, RunCancelledError, RunStoppedError, UnrecognizedDispatchError } from "./errors.js";
+import type { Session } from "./session.js";
+import type { RunHooks } from "./hooks.js";
+import { loopHooks } from "./machine.js";
+import { Machine, Reports, runLoop, storeRead, storeWrite, type CasDoc, type DispatchEffect, type LoopAdapter, type LoopSleep, type MachineOptions, type StoreRowDoc } from "./loop.js";
 import type {
   Attempt,
   Bundle,
@@ -92,6 +92,8 @@ export interface StreamRunOptions<E> extends RunHooks {
   keyScope?: { tenant: string; operation: string };
   /** Stops the run: between attempts (`stop_cancelled`) or during one (that attempt is cancelled). */
   signal?: AbortSignal;
+  /** The run clock, ms since the run began (takes precedence over `clock`). */
+  now?: () => number;
   /** Monotonic milliseconds (default `performance.now`); the run clock starts at its first reading. */
   clock?: () => number;
   /** Wait `ms` milliseconds, returning early when `signal` aborts (default: a timer); also the watchdog's timer. */
@@ -145,12 +147,19 @@ export class StreamProtocolError extends Error {
   }
 }
 
-const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 const MAX_TIMER_MS = 2_147_483_647;
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 /** The core's bound on a run's event log. */
 const MAX_STREAM_EVENTS = 100_000;
 
-const defaultClock = (): number => performance.now();
+/** How the machine says to read one streamed attempt (the `stream` of its `dispatch` effect). */
+interface StreamPlan {
+  deliver: "live" | "buffer";
+  hold_without_text: number;
+  max_response_bytes: number;
+  first_event_by_ms?: number;
+  idle_timeout_ms?: number;
+}
 
 function defaultSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve) => {
@@ -182,8 +191,8 @@ function validUsage(u: unknown): u is Usage {
 class StreamAttemptStep extends AttemptStep implements StreamStep {
   readonly continuation: Continuation | undefined;
 
-  constructor(decision: DispatchDecision, key: string, startedAt: number, session: Session, priced: boolean) {
-    super(decision, key, startedAt, session, priced);
+  constructor(decision: DispatchDecision, key: string, startedAt: number, reports: Reports, priced: boolean) {
+    super(decision, key, startedAt, reports as unknown as Session, priced);
     this.continuation = decision.continuation;
   }
 }
@@ -224,11 +233,7 @@ class InFlight {
     this.#reading?.(FIRED);
   }
 
-  /**
-   * The stream's next event, or `FIRED` once the attempt's watchdog or the
-   * caller's signal fired (one promise per read; nothing accumulates on
-   * `fired`).
-   */
+  /** The stream's next event, or `FIRED` once the watchdog, the caller's signal or the consumer stopped the attempt. */
   read<E>(it: AsyncIterator<E>): Promise<IteratorResult<E> | Fired> {
     return new Promise<IteratorResult<E> | Fired>((resolve, reject) => {
       if (this.stop !== undefined) {
@@ -274,6 +279,478 @@ function errorTypeCodes(error: unknown, facts: Facts): void {
     }
   } catch {
     // Properties that throw when read: nothing more to report.
+  }
+}
+
+/**
+ * Facts the core refuses (a response id that is not an identifier, a header
+ * value it cannot decode) are replaced by the ones that are certain, so an
+ * odd provider never breaks the run.
+ */
+function certainFacts(facts: Facts): Facts {
+  try {
+    judge(JSON.stringify(facts));
+    return facts;
+  } catch (e) {
+    if (!(e instanceof DecodeError || e instanceof HttpError)) throw e;
+  }
+  const certain: Facts = { result: facts.result };
+  if (facts.cancelled === true) certain.cancelled = true;
+  if (facts.response_bytes_received === true) certain.response_bytes_received = true;
+  if (facts.transport_error !== undefined) certain.transport_error = facts.transport_error;
+  if (facts.stream !== undefined) {
+    const { response_id: _, ...stream } = facts.stream;
+    certain.stream = stream;
+  }
+  return certain;
+}
+
+const END: unique symbol = Symbol("end");
+
+/**
+ * The consumer's events between the loop and the consumer. `deliver` waits
+ * until the consumer has taken the event and asked for the next one (the
+ * provider stream is read no faster than that); `post` queues an event
+ * without waiting. Once the consumer has left, events are dropped.
+ */
+class Outbox<E> {
+  readonly #queue: StreamRunEvent<E>[] = [];
+  #taker: ((ev: StreamRunEvent<E> | typeof END) => void) | undefined;
+  #waiter: (() => void) | undefined;
+  #ended = false;
+  left = false;
+  /** Events of the consumer's stream so far (the log's length). */
+  sequence = 0;
+
+  post(ev: Omit<StreamRunEvent<E>, "sequence">): void {
+    if (this.left) return;
+    const full = { ...ev, sequence: ++this.sequence } as StreamRunEvent<E>;
+    const taker = this.#taker;
+    this.#taker = undefined;
+    if (taker !== undefined) taker(full);
+    else this.#queue.push(full);
+  }
+
+  deliver(ev: Omit<StreamRunEvent<E>, "sequence">): Promise<void> {
+    this.post(ev);
+    if (this.left) return Promise.resolve();
+    return new Promise((resolve) => (this.#waiter = resolve));
+  }
+
+  /** The consumer asks for its next event (`END` once the run ended and every event was taken). */
+  take(): Promise<StreamRunEvent<E> | typeof END> {
+    const waiter = this.#waiter;
+    this.#waiter = undefined;
+    waiter?.();
+    const ev = this.#queue.shift();
+    if (ev !== undefined) return Promise.resolve(ev);
+    if (this.#ended) return Promise.resolve(END);
+    return new Promise((resolve) => (this.#taker = resolve));
+  }
+
+  /** The run ended: the consumer takes what is queued, then `END`. */
+  end(): void {
+    this.#ended = true;
+    const taker = this.#taker;
+    this.#taker = undefined;
+    taker?.(this.#queue.shift() ?? END);
+  }
+
+  /** The consumer stopped reading: nothing more is queued, no delivery waits. */
+  leave(): void {
+    this.left = true;
+    this.#queue.length = 0;
+    const waiter = this.#waiter;
+    this.#waiter = undefined;
+    waiter?.();
+  }
+}
+
+/** What one streamed attempt read: the observation's facts and delta texts. */
+interface Read {
+  facts: Facts;
+  deltas: string[];
+  usage: Usage | undefined;
+}
+
+/**
+ * A streamed run as the host loop's adapter: each `dispatch` opens the
+ * caller's stream and reads it under the machine's stream plan, delivering
+ * the consumer's events as it goes; after each observation the core's
+ * judgement says whether the pending output is committed or invalidated.
+ */
+class Streamed<E> implements LoopAdapter<Read> {
+  readonly outbox = new Outbox<E>();
+  #now: () => number;
+  #last = 0;
+  #current: InFlight | undefined;
+  #step: StreamAttemptStep | undefined;
+  #reports: Reports | undefined;
+  /** Buffered events of the attempt read last, delivered with its commit. */
+  #buffered: { data: E; text: string }[] = [];
+  lastError: unknown;
+  lastRule: unknown;
+  cancelledByCaller = false;
+  readonly #reader: StreamReader<E>;
+  readonly #onAttempt: ((attempt: Record<string, unknown>, judgement: Record<string, unknown>) => void) | undefined;
+
+  constructor(
+    readonly key: string,
+    readonly send: StreamDispatchFn<E>,
+    readonly options: StreamRunOptions<E>,
+    readonly schedule: string | undefined,
+  ) {
+    this.#now = options.now ?? this.#fromClock();
+    this.#reader = (options.reader ?? textReader) as StreamReader<E>;
+    const fleet = options.fleet;
+    if (fleet !== undefined) {
+      this.read = (keys: string[]): Promise<StoreRowDoc[]> => storeRead(fleet.store, fleet.namespace, keys);
+      this.write = (writes: CasDoc[]): Promise<number> => storeWrite(fleet.store, fleet.namespace, writes);
+    }
+    const { onAttempt, onDecision, onSleep, onTerminal } = loopHooks(options);
+    this.#onAttempt = onAttempt;
+    if (onTerminal !== undefined) this.onTerminal = onTerminal;
+    if (onDecision !== undefined || onSleep !== undefined) {
+      // A dispatch is announced once: before the wait for it, when there is one.
+      const announce = (d: Record<string, unknown>): void => {
+        if (d["kind"] === "dispatch") {
+          if (d["ordinal"] === this.#announced) return;
+          this.#announced = d["ordinal"] as number;
+        }
+        onDecision?.(d);
+      };
+      this.onDecision = announce;
+      this.onSleep = (s) => {
+        if (s.dispatch !== undefined) announce({ ...s.dispatch, kind: "dispatch" });
+        onSleep?.(s);
+      };
+    }
+    options.signal?.addEventListener("abort", this.#onAbort);
+  }
+
+  #announced = 0;
+  /** The model the attempt in flight asked for and the one the provider reported. */
+  #model: Record<string, string> | undefined;
+
+  #fromClock(): () => number {
+    const clock = this.options.clock ?? ((): number => performance.now());
+    const t0 = clock();
+    return () => clock() - t0;
+  }
+
+  /** The run begins (its first iteration): the run clock starts at 0. */
+  begin(): void {
+    if (this.options.now === undefined) this.#now = this.#fromClock();
+  }
+  onDecision?: (decision: Record<string, unknown>) => void;
+  onSleep?: (sleep: LoopSleep) => void;
+  onTerminal?: (receipt: Receipt) => void;
+  /** A policy bound from a template: each SDK call is checked against its request (`request_drift`). */
+  checker: Session | undefined;
+
+  read?: (keys: string[]) => Promise<StoreRowDoc[]>;
+  write?: (writes: CasDoc[]) => Promise<number>;
+
+  readonly #onAbort = (): void => this.#current?.fire("cancelled", this.options.signal?.reason);
+
+  nowMs(): number {
+    const t = Math.floor(this.#now());
+    if (t > this.#last && t <= Number.MAX_SAFE_INTEGER) this.#last = t;
+    return this.#last;
+  }
+
+  /** The caller's signal aborted, or the consumer left. */
+  cancelled(): boolean {
+    if (this.options.signal?.aborted === true) this.cancelledByCaller = true;
+    return this.cancelledByCaller || this.outbox.left;
+  }
+
+  cancelledBeforeSend(): boolean {
+    return this.cancelled();
+  }
+
+  sleep(ms: number, wake?: AbortSignal): Promise<void> {
+    const sleep = this.options.sleep ?? defaultSleep;
+    return sleep(ms, wake ?? this.options.signal);
+  }
+
+  /** The consumer stopped reading: the attempt in flight is cancelled. */
+  leave(): void {
+    this.outbox.leave();
+    this.#current?.fire("abandoned", new DOMException("the consumer stopped reading", "AbortError"));
+  }
+
+  done(): void {
+    this.options.signal?.removeEventListener("abort", this.#onAbort);
+    this.checker?.free();
+  }
+
+  onAttempt(attempt: Record<string, unknown>, judgement: Record<string, unknown>): void {
+    this.lastRule = judgement["rule"];
+    this.#onAttempt?.(attempt, judgement);
+    const ordinal = attempt["ordinal"] as number;
+    switch (judgement["stream"]) {
+      case "commit":
+        for (const b of this.#buffered) this.outbox.post({ kind: "delta", status: "committed", attempt: ordinal, data: b.data, text: b.text });
+        this.outbox.post({ kind: "commit", status: "committed", attempt: ordinal });
+        break;
+      case "invalidate":
+        this.outbox.post({ kind: "invalidate", status: "invalidated", attempt: ordinal });
+        break;
+      default:
+    }
+    this.#buffered = [];
+  }
+
+  /** The watchdog of one attempt: one timer at a time, re-armed from the last event when it wakes early. */
+  async #watch(f: InFlight, plan: StreamPlan, deadline: number): Promise<void> {
+    const ws = f.watch.signal;
+    const idle = plan.idle_timeout_ms;
+    while (!ws.aborted) {
+      const due = f.events === 0 ? (plan.first_event_by_ms ?? deadline) : idle === undefined ? deadline : Math.min(deadline, f.lastAt + idle);
+      const t = this.nowMs();
+      if (t >= due) {
+        f.fire("timeout", timeoutReason());
+        return;
+      }
+      const nap = new AbortController();
+      f.nap = nap;
+      f.napDue = due;
+      await (this.options.sleep ?? defaultSleep)(Math.min(due - t, MAX_TIMER_MS), nap.signal);
+    }
+  }
+
+  async dispatch(effect: DispatchEffect): Promise<Read> {
+    const plan = effect["stream"] as StreamPlan;
+    const decision = { ...effect.dispatch, kind: "dispatch" } as unknown as DispatchDecision;
+    const startedAt = effect.started_at_ms;
+    const reports = new Reports(this.schedule, decision.route_release_sha256);
+    const checker = this.checker;
+    if (checker !== undefined) {
+      Object.assign(reports, {
+        checkSent: (path: string, body: string | Uint8Array): void => checker.checkSent(path, body),
+        // The core checks the names (a served name it does not take throws, and is left unknown).
+        setModel: (requested: string | undefined, served: string | undefined): void => {
+          checker.setModel(requested, served);
+          const model: Record<string, string> = {};
+          if (requested !== undefined) model["requested"] = requested;
+          if (served !== undefined) model["served"] = served;
+          this.#model = model;
+        },
+      });
+    }
+    this.#model = undefined;
+    const step = new StreamAttemptStep(decision, this.key, startedAt, reports, this.schedule !== undefined);
+    this.#step = step;
+    this.#reports = reports;
+    const ordinal = step.ordinal;
+    const cont = step.continuation;
+    const live = plan.deliver === "live";
+    const maxBytes = plan.max_response_bytes;
+    const reader = this.#reader;
+    const readSequence = reader.sequence?.bind(reader);
+    const readResponseId = reader.responseId?.bind(reader);
+    const readTerminal = reader.terminal?.bind(reader);
+    const readUsage = reader.usage?.bind(reader);
+    const outbox = this.outbox;
+
+    const f = new InFlight(startedAt);
+    this.#current = f;
+    if (this.options.signal?.aborted === true) f.fire("cancelled", this.options.signal.reason);
+    else void this.#watch(f, plan, decision.deadline_ms);
+
+    const texts: string[] = [];
+    // Events without text held back (as the plan says) until the first text.
+    const held: E[] = [];
+    let holding = plan.hold_without_text > 0;
+    let bytes = 0;
+    let lastSeq: number | undefined;
+    let deliveredSeq: number | undefined;
+    let responseId: string | undefined;
+    let terminal = false;
+    let usageSeen = false;
+    let lastUsage: Usage | undefined;
+    let violation: StreamViolation | undefined;
+    let opened = false;
+    let ended = false;
+    let raised = false;
+    let error: unknown;
+    let it: AsyncIterator<E> | undefined;
+    const release = async (): Promise<void> => {
+      holding = false;
+      for (const h of held) {
+        texts.push("");
+        await outbox.deliver({ kind: "delta", status: "tentative", attempt: ordinal, data: h, text: "" });
+      }
+      held.length = 0;
+    };
+
+    try {
+      let src = this.send(step, f.controller.signal) as unknown;
+      if (typeof (src as Promise<unknown> | null)?.then === "function") {
+        const p = src as Promise<unknown>;
+        src = await Promise.race([p, f.fired]);
+        // A stream that opens after the attempt ended is closed at once.
+        if (src === FIRED) p.then((late) => closeQuietly(iteratorOf(late)), () => undefined);
+      }
+      if (src !== FIRED) {
+        it = iteratorOf(src);
+        if (it === undefined) throw new TypeError("dispatch must return an async iterable of provider events");
+        opened = true;
+        for (;;) {
+          const r = await f.read(it);
+          if (r === FIRED || f.stop !== undefined) break;
+          if (r.done === true) {
+            ended = true;
+            break;
+          }
+          const at = this.nowMs();
+          f.lastAt = at;
+          // The first event switches from the first-event limit to the idle
+          // limit: re-arm the timer when the idle limit ends sooner.
+          const idle = plan.idle_timeout_ms;
+          if (f.events++ === 0 && idle !== undefined && at + idle < f.napDue) f.nap?.abort();
+          const ev = r.value;
+          const raw: unknown = reader.text(ev);
+          const text = typeof raw === "string" ? raw : "";
+          const n = text.length === 0 ? 0 : utf8Length(text);
+          if (n > maxBytes) {
+            violation = "event_too_large";
+            break;
+          }
+          if (bytes + n > maxBytes || texts.length + held.length >= MAX_STREAM_EVENTS) {
+            violation = "response_too_large";
+            break;
+          }
+          if (readSequence !== undefined) {
+            const s = readSequence(ev);
+            if (s !== undefined) {
+              if (lastSeq === undefined) {
+                if (cont !== undefined && s !== cont.starting_after + 1) {
+                  violation = "sequence_gap";
+                  break;
+                }
+              } else if (!(s > lastSeq)) {
+                violation = "sequence_back";
+                break;
+              }
+              if (!Number.isSafeInteger(s) || s < 0) {
+                violation = "malformed_event";
+                break;
+              }
+              lastSeq = s;
+            }
+          }
+          if (readUsage !== undefined) {
+            const u = readUsage(ev);
+            if (u !== undefined) {
+              if (!validUsage(u)) {
+                violation = "impossible_usage";
+                break;
+              }
+              usageSeen = true;
+              // Reports add up by kind, a later count of a kind replacing an earlier one (counts are cumulative).
+              lastUsage = lastUsage === undefined ? u : { ...lastUsage, ...u };
+            }
+          }
+          if (readResponseId !== undefined && responseId === undefined) {
+            const id = readResponseId(ev);
+            if (typeof id === "string" && id !== "") responseId = id;
+          }
+          if (readTerminal !== undefined && readTerminal(ev) === true) terminal = true;
+          if (holding) {
+            if (text === "" && held.length < plan.hold_without_text) {
+              held.push(ev);
+              continue;
+            }
+            await release();
+          }
+          texts.push(text);
+          bytes += n;
+          deliveredSeq = lastSeq;
+          if (live) await outbox.deliver({ kind: "delta", status: "tentative", attempt: ordinal, data: ev, text });
+          else this.#buffered.push({ data: ev, text });
+        }
+        // A whole response without any text: its held events are its output.
+        if (ended && (terminal || readTerminal === undefined) && held.length > 0) {
+          await release();
+          deliveredSeq = lastSeq;
+        }
+      }
+    } catch (e) {
+      raised = true;
+      error = e;
+    }
+    f.end();
+    this.#current = undefined;
+    const stop = f.stop;
+    // A timeout after the terminal event: the response is whole, close the stream.
+    const late = stop === "timeout" && terminal;
+    if (stop !== undefined || violation !== undefined || raised) {
+      f.controller.abort(stop === undefined ? new DOMException("the stream was closed", "AbortError") : undefined);
+      closeQuietly(it);
+    }
+    if (raised && opened && violation === undefined && error instanceof SyntaxError) violation = "malformed_event";
+    if (ended && readTerminal === undefined) terminal = true;
+
+    let facts: Facts;
+    if (violation !== undefined) {
+      error = new StreamProtocolError(violation);
+      facts = factsOf(error);
+    } else if (stop === "cancelled" || stop === "abandoned") {
+      if (stop === "cancelled") this.cancelledByCaller = true;
+      facts = factsOf(error, { cancelled: true, outputDelivered: step.delivered });
+    } else if (stop === "timeout" && !late) {
+      error = timeoutReason();
+      facts = { result: "raised", transport_error: "timeout" };
+    } else if (raised) {
+      const aborted = this.options.signal?.aborted === true;
+      if (aborted) this.cancelledByCaller = true;
+      const wall = this.options.wallClock ?? Date.now;
+      facts = factsOf(error, { classify: this.options.classify, outputDelivered: step.delivered, cancelled: aborted, nowUnixMs: wall() });
+      errorTypeCodes(error, facts);
+    } else {
+      facts = { result: "returned" };
+      error = undefined;
+    }
+    if (opened) {
+      const s: StreamFacts = { bytes, events: texts.length, terminal_event: terminal, usage_event: usageSeen };
+      if (deliveredSeq !== undefined) s.last_sequence = deliveredSeq;
+      if (responseId !== undefined) s.response_id = responseId;
+      if (violation !== undefined) s.violation = violation;
+      facts.stream = s;
+    }
+    this.lastError = error;
+    return { facts: certainFacts(facts), deltas: texts, usage: lastUsage };
+  }
+
+  observation(_effect: DispatchEffect, _ok: boolean, reply: unknown): Record<string, unknown> {
+    const step = this.#step as StreamAttemptStep;
+    const reports = this.#reports as Reports;
+    // A call the attempt refused to send (`request_drift`) ends the run, whatever the SDK wrapped it in.
+    if (this.checker?.refused !== undefined) throw this.checker.refused;
+    const { facts, deltas, usage } = reply as Read;
+    if (usage !== undefined && this.schedule !== undefined) {
+      try {
+        reports.addUsage(usage);
+      } catch {
+        // Usage the schedule cannot price is not charged: the reserve stands.
+      }
+    }
+    // The stream's usage settles the attempt's token reservation (admission limits).
+    if (usage !== undefined && step.tokens === undefined) {
+      let total = 0;
+      for (const v of Object.values(usage)) if (Number.isSafeInteger(v) && v > 0) total += v;
+      if (Number.isSafeInteger(total)) step.tokensUsed(total);
+    }
+    step.open = false;
+    const fields: Record<string, unknown> = { facts };
+    // A lone surrogate (a pair split between two events) is U+FFFD in the record, as its UTF-8 is.
+    if (deltas.length > 0) fields["deltas"] = deltas.map((t) => t.replace(LONE_SURROGATE, "\ufffd"));
+    if (step.charged !== undefined) fields["cost"] = step.charged;
+    if (step.tokens !== undefined) fields["used_tokens"] = step.tokens;
+    if (this.#model !== undefined) fields["model"] = this.#model;
+    return reports.fields(fields);
   }
 }
 
@@ -325,11 +802,6 @@ export function runStream<E = string>(
 ): StreamRun<E> {
   if (typeof dispatch !== "function") throw new TypeError("dispatch must be a function");
   const compiled = compiledOf(policy);
-  if (compiled.policy.stream === undefined) {
-    throw new PolicyError("invalid_stream_contract", "invalid_stream_contract at /stream: runStream needs a policy with a stream section", {
-      path: "/stream",
-    });
-  }
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
   checkFleet(compiled.policy, options.fleet);
   let schedule: string | undefined;
@@ -337,438 +809,72 @@ export function runStream<E = string>(
     schedule = toText(options.priceSchedule);
     checkPriceSchedule(compiled.policy, schedule);
   }
-  const run: Run<E> = new Run<E>(drive(compiled, dispatch, options, key, schedule, (s) => (run.sealed = s)));
+  const adapter = new Streamed(key, dispatch, options, schedule);
+  adapter.checker = compiled.session();
+  const fleet = options.fleet;
+  const wall = fleet !== undefined ? () => fleet.now() : (options.wallClock ?? Date.now);
+  const machineOptions: MachineOptions = { origin_epoch_ms: Math.max(0, Math.floor(wall()) - adapter.nowMs()), stream: true };
+  // The caller's run clock (ms since admission) is not re-zeroed: the machine starts at its reading.
+  if (options.now !== undefined) machineOptions.now_ms = adapter.nowMs();
+  if (schedule !== undefined) machineOptions.price_schedule = JSON.parse(schedule) as object;
+  const reserve = options.reserveTokens ?? fleet?.reserveTokens;
+  if (reserve !== undefined) machineOptions.reserve_tokens = reserve;
+  if (fleet !== undefined) machineOptions.max_conflicts = fleet.maxConflicts;
+  // The core refuses a policy without a stream contract here, before any dispatch.
+  const machine = Machine.start(compiled, machineOptions);
+  const run: Run<E> = new Run<E>(events(compiled, machine, adapter, (s) => (run.sealed = s)));
   return run;
 }
 
-async function* drive<E>(
-  compiled: CompiledPolicy,
-  dispatch: StreamDispatchFn<E>,
-  options: StreamRunOptions<E>,
-  key: string,
-  schedule: string | undefined,
-  setSealed: (s: Sealed) => void,
-): AsyncGenerator<StreamRunEvent<E>> {
-  const contract = compiled.policy.stream!;
-  const live = contract.mode !== "buffer";
-  const maxBytes = contract.max_response_bytes;
-  const firstByteMs = contract.first_byte_timeout_ms;
-  const idleMs = contract.idle_timeout_ms;
-  const deadlineMs = compiled.policy.deadline_ms;
-  const reader = (options.reader ?? textReader) as StreamReader<E>;
-  const readText = reader.text.bind(reader);
-  const readSequence = reader.sequence?.bind(reader);
-  const readResponseId = reader.responseId?.bind(reader);
-  const readTerminal = reader.terminal?.bind(reader);
-  const readUsage = reader.usage?.bind(reader);
-  const clock = options.clock ?? defaultClock;
-  const sleep = options.sleep ?? defaultSleep;
-  const wallClock = options.wallClock ?? Date.now;
-  const classify = options.classify;
-  const onAttempt = options.onAttempt;
-  const { onDecision, onSleep, onTerminal } = options;
-  const signal = options.signal;
-  const fleet = options.fleet;
-
-  const t0 = clock();
-  let last = 0;
-  const now = (): number => {
-    const t = Math.floor(clock() - t0);
-    if (t > last && t <= MAX_SAFE) last = t;
-    return last;
-  };
-
-  let current: InFlight | undefined;
-  const onAbort = (): void => current?.fire("cancelled", signal?.reason);
-  signal?.addEventListener("abort", onAbort);
-
-  /** The watchdog of one attempt: one timer at a time, re-armed from the last event when it wakes early. */
-  const watch = async (f: InFlight): Promise<void> => {
-    const ws = f.watch.signal;
-    while (!ws.aborted) {
-      const limit = f.events === 0 ? firstByteMs : idleMs;
-      const due = limit === undefined ? deadlineMs : Math.min(deadlineMs, f.lastAt + limit);
-      const t = now();
-      if (t >= due) {
-        f.fire("timeout", timeoutReason());
-        return;
-      }
-      const nap = new AbortController();
-      f.nap = nap;
-      f.napDue = due;
-      await sleep(Math.min(due - t, MAX_TIMER_MS), nap.signal);
-    }
-  };
-
-  const session: Session = compiled.session();
-  if (schedule !== undefined) session.setPriceSchedule(schedule);
-  let sequence = 0; // events yielded (the log's length)
-  let pending = 0; // live deltas neither committed nor invalidated
-  let lastOrdinal = 0;
-  let lastError: unknown;
-  let lastRule: string | undefined;
-  let cancelled = false;
-  let cancelReason: unknown;
+async function* events<E>(compiled: CompiledPolicy, machine: Machine, adapter: Streamed<E>, setSealed: (s: Sealed) => void): AsyncGenerator<StreamRunEvent<E>> {
+  const outbox = adapter.outbox;
+  adapter.begin();
   let sealed: Sealed | undefined;
-  let finished = false;
-  let failed = false;
-  // The attempt in flight, for a consumer that leaves mid-attempt.
-  let flight: { step: StreamAttemptStep; it: AsyncIterator<E> | undefined; facts: () => StreamFacts | undefined; texts: string[]; lens: number[] } | undefined;
-
+  let failure: { error: unknown } | undefined;
+  const running = runLoop(machine, adapter).then(
+    (r) => {
+      // One decoded policy serves every run of a compiled policy (as the plain driver's bundles).
+      r.bundle.policy = compiled.policy;
+      sealed = { terminal: r.terminal as Terminal, receipt: r.receipt, receipt_sha256: r.receipt_sha256, bundle: r.bundle, bundle_json: r.bundle_json };
+      setSealed(sealed);
+      // What the core logged past the events delivered (a cancellation's invalidate).
+      for (const e of r.bundle.stream_events ?? []) {
+        if (e.sequence > outbox.sequence) outbox.post({ kind: e.kind, status: e.status, attempt: e.attempt_ordinal });
+      }
+    },
+    (e: unknown) => {
+      failure = { error: e };
+    },
+  );
+  const finished = running.finally(() => {
+    adapter.done();
+    machine.free();
+    outbox.end();
+  });
+  let completed = false;
   try {
     for (;;) {
-      let decision = session.next();
-      if (onDecision !== undefined) callHook("onDecision", onDecision, copied(decision));
-      if (decision.kind === "terminal") break;
-      let notBefore = decision.not_before_ms;
-      let t = now();
-      if (onSleep !== undefined && t < notBefore && !signal?.aborted) callHook("onSleep", onSleep, plannedSleep(decision, t));
-      while (t < notBefore && !signal?.aborted) {
-        await sleep(notBefore - t, signal);
-        t = now();
-      }
-      // Whether an admission slot is held by a dispatch not yet made.
-      let slotHeld = false;
-      if (fleet !== undefined && !signal?.aborted) {
-        // Admitted against the fleet's store: perhaps on a later route, or the fleet's terminal.
-        let answer = await fleet.admit(session, t, options.reserveTokens);
-        // The admission limits' in-flight cap is full: admit again when they say.
-        while (answer.wait_until_epoch_ms !== undefined && !signal?.aborted) {
-          await sleep(Math.max(1, answer.wait_until_epoch_ms - fleet.now()), signal);
-          t = now();
-          answer = await fleet.admit(session, t, options.reserveTokens);
-        }
-        if (answer.decision.kind === "terminal") continue;
-        slotHeld = answer.wait_until_epoch_ms === undefined;
-        decision = session.next() as DispatchDecision;
-        notBefore = decision.not_before_ms;
-        t = now();
-        while (t < notBefore && !signal?.aborted) {
-          await sleep(notBefore - t, signal);
-          t = now();
-        }
-      }
-      if (signal?.aborted) {
-        cancelled = true;
-        cancelReason = signal.reason;
-        // Admitted and never dispatched: its admission slot is released.
-        if (fleet !== undefined && slotHeld) await fleet.release(session, decision.route_release_sha256).catch(() => undefined);
-        session.cancel(now());
-        if (pending > 0) {
-          pending = 0;
-          yield { kind: "invalidate", status: "invalidated", attempt: lastOrdinal, sequence: ++sequence };
-        }
-        continue;
-      }
-
-      const startedAt = t;
-      const step = new StreamAttemptStep(decision, key, startedAt, session, schedule !== undefined);
-      const ordinal = step.ordinal;
-      lastOrdinal = ordinal;
-      const cont = step.continuation;
-      const f = new InFlight(startedAt);
-      current = f;
-      if (signal?.aborted) f.fire("cancelled", signal.reason);
-      else void watch(f);
-
-      const texts: string[] = [];
-      const lens: number[] = []; // each text's UTF-8 bytes, counted once
-      const buffered: E[] = [];
-      // Live, a fresh attempt holds its events without text (a role chunk,
-      // `response.created`, `message_start`) until its first event with text:
-      // a stream cut before any output then reaches the consumer not at all.
-      const held: E[] = [];
-      let holding = live && cont === undefined;
-      let bytes = 0;
-      let lastSeq: number | undefined;
-      let deliveredSeq: number | undefined;
-      let responseId: string | undefined;
-      let terminal = false;
-      let usageSeen = false;
-      let lastUsage: Usage | undefined;
-      let violation: StreamViolation | undefined;
-      let opened = false;
-      let ended = false;
-      let raised = false;
-      let error: unknown;
-      let it: AsyncIterator<E> | undefined;
-      const streamFacts = (): StreamFacts | undefined => {
-        if (!opened) return undefined;
-        const s: StreamFacts = { bytes, events: texts.length, terminal_event: terminal, usage_event: usageSeen };
-        if (deliveredSeq !== undefined) s.last_sequence = deliveredSeq;
-        if (responseId !== undefined) s.response_id = responseId;
-        if (violation !== undefined) s.violation = violation;
-        return s;
-      };
-      flight = { step, it: undefined, facts: streamFacts, texts, lens };
-
-      try {
-        let src = dispatch(step, f.controller.signal) as unknown;
-        if (typeof (src as Promise<unknown> | null)?.then === "function") {
-          const p = src as Promise<unknown>;
-          src = await Promise.race([p, f.fired]);
-          if (src === FIRED) {
-            // A stream that opens after the attempt ended is closed at once.
-            p.then((late) => closeQuietly(iteratorOf(late)), () => undefined);
-          }
-        }
-        if (src !== FIRED) {
-          it = iteratorOf(src);
-          if (it === undefined) throw new TypeError("dispatch must return an async iterable of provider events");
-          flight.it = it;
-          opened = true;
-          for (;;) {
-            const r = await f.read(it);
-            if (r === FIRED || f.stop !== undefined) break;
-            if (r.done === true) {
-              ended = true;
-              break;
-            }
-            const at = now();
-            f.lastAt = at;
-            // The first event switches from the first-byte limit to the idle
-            // limit: re-arm the timer when the idle limit ends sooner.
-            if (f.events++ === 0 && idleMs !== undefined && at + idleMs < f.napDue) f.nap?.abort();
-            const ev = r.value;
-            const raw: unknown = readText(ev);
-            const text = typeof raw === "string" ? raw : "";
-            const n = text.length === 0 ? 0 : utf8Length(text);
-            if (n > maxBytes) {
-              violation = "event_too_large";
-              break;
-            }
-            if (bytes + n > maxBytes || texts.length >= MAX_STREAM_EVENTS) {
-              violation = "response_too_large";
-              break;
-            }
-            if (readSequence !== undefined) {
-              const s = readSequence(ev);
-              if (s !== undefined) {
-                if (lastSeq === undefined) {
-                  if (cont !== undefined && s !== cont.starting_after + 1) {
-                    violation = "sequence_gap";
-                    break;
-                  }
-                } else if (!(s > lastSeq)) {
-                  violation = "sequence_back";
-                  break;
-                }
-                if (!Number.isSafeInteger(s) || s < 0) {
-                  violation = "malformed_event";
-                  break;
-                }
-                lastSeq = s;
-              }
-            }
-            if (readUsage !== undefined) {
-              const u = readUsage(ev);
-              if (u !== undefined) {
-                if (!validUsage(u)) {
-                  violation = "impossible_usage";
-                  break;
-                }
-                usageSeen = true;
-                // Reports add up by kind, a later count of a kind replacing an earlier one (counts are cumulative).
-                lastUsage = lastUsage === undefined ? u : { ...lastUsage, ...u };
-              }
-            }
-            if (readResponseId !== undefined && responseId === undefined) {
-              const id = readResponseId(ev);
-              if (typeof id === "string" && id !== "") responseId = id;
-            }
-            if (readTerminal !== undefined && readTerminal(ev) === true) terminal = true;
-            if (holding && text === "") {
-              held.push(ev);
-              continue;
-            }
-            if (holding) {
-              holding = false;
-              for (const h of held) {
-                texts.push("");
-                lens.push(0);
-                pending++;
-                yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: h, text: "" };
-              }
-              held.length = 0;
-            }
-            texts.push(text);
-            lens.push(n);
-            bytes += n;
-            deliveredSeq = lastSeq;
-            if (live) {
-              pending++;
-              yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: ev, text };
-            } else {
-              buffered.push(ev);
-            }
-          }
-          // A whole response without any text: its held events are its output.
-          if (ended && (terminal || readTerminal === undefined) && held.length > 0) {
-            for (const h of held) {
-              texts.push("");
-              lens.push(0);
-              pending++;
-              yield { kind: "delta", status: "tentative", attempt: ordinal, sequence: ++sequence, data: h, text: "" };
-            }
-            held.length = 0;
-            deliveredSeq = lastSeq;
-          }
-        }
-      } catch (e) {
-        raised = true;
-        error = e;
-      }
-      f.end();
-      current = undefined;
-      flight = undefined;
-      const stop = f.stop;
-      // A timeout after the terminal event: the response is whole, close the stream.
-      const late = stop === "timeout" && terminal;
-      if (stop !== undefined || violation !== undefined || raised) {
-        f.controller.abort(stop === undefined ? new DOMException("the stream was closed", "AbortError") : undefined);
-        closeQuietly(it);
-      }
-      if (raised && opened && violation === undefined && error instanceof SyntaxError) violation = "malformed_event";
-      if (ended && readTerminal === undefined) terminal = true;
-      if (lastUsage !== undefined && schedule !== undefined) {
-        try {
-          step.usage(lastUsage);
-        } catch {
-          // Usage the schedule cannot price is not charged: the reserve stands.
-        }
-      }
-      // The stream's usage settles the attempt's token reservation (admission limits).
-      if (lastUsage !== undefined && step.tokens === undefined) {
-        let total = 0;
-        for (const v of Object.values(lastUsage)) if (Number.isSafeInteger(v) && v > 0) total += v;
-        if (Number.isSafeInteger(total)) step.tokensUsed(total);
-      }
-      step.open = false;
-      const completedAt = now();
-
-      let facts: Facts;
-      if (violation !== undefined) {
-        error = new StreamProtocolError(violation);
-        facts = factsOf(error);
-      } else if (stop === "cancelled") {
-        cancelled = true;
-        cancelReason = signal?.reason;
-        facts = factsOf(error, { cancelled: true, outputDelivered: step.delivered });
-      } else if (stop === "timeout" && !late) {
-        error = timeoutReason();
-        facts = { result: "raised", transport_error: "timeout" };
-      } else if (raised) {
-        const aborted = signal?.aborted === true;
-        if (aborted) {
-          cancelled = true;
-          cancelReason = signal?.reason;
-        }
-        facts = factsOf(error, { classify, outputDelivered: step.delivered, cancelled: aborted, nowUnixMs: wallClock() });
-        errorTypeCodes(error, facts);
-      } else {
-        facts = { result: "returned" };
-        error = undefined;
-      }
-      const sf = streamFacts();
-      if (sf !== undefined) facts.stream = sf;
-      lastError = error;
-      const judgement = observe(session, startedAt, completedAt, step.charged, facts, texts, lens);
-      lastRule = judgement.rule;
-      if (fleet !== undefined) await fleet.record(session, step.routeReleaseSha256, step.tokens, step.rateLimits);
-      if (onAttempt !== undefined) callHook("onAttempt", onAttempt, session.lastAttempt() as Attempt, copied(judgement));
-
-      switch (judgement.stream) {
-        case "commit":
-          pending = 0;
-          for (let i = 0; i < buffered.length; i++) {
-            yield { kind: "delta", status: "committed", attempt: ordinal, sequence: ++sequence, data: buffered[i] as E, text: texts[i] as string };
-          }
-          buffered.length = 0;
-          yield { kind: "commit", status: "committed", attempt: ordinal, sequence: ++sequence };
-          break;
-        case "invalidate":
-          pending = 0;
-          yield { kind: "invalidate", status: "invalidated", attempt: ordinal, sequence: ++sequence };
-          break;
-        case "continue":
-          break;
-        default:
-          pending = 0;
-      }
+      const ev = await outbox.take();
+      if (ev === END) break;
+      yield ev;
     }
-    sealed = sealAndRelease(session);
-    setSealed(sealed);
-    finished = true;
-    if (onTerminal !== undefined) callHook("onTerminal", onTerminal, copied(sealed.receipt));
-  } catch (e) {
-    failed = true;
-    throw e;
+    completed = true;
   } finally {
-    signal?.removeEventListener("abort", onAbort);
-    const f = current;
-    current = undefined;
-    if (!finished) {
-      // The consumer left (break, return) or something threw: close the
-      // provider stream, record the in-flight attempt as cancelled, seal.
-      if (f !== undefined) {
-        f.fire("abandoned", new DOMException("the consumer stopped reading", "AbortError"));
-        closeQuietly(flight?.it);
-      }
-      if (!failed) {
-        try {
-          if (flight !== undefined) {
-            flight.step.open = false;
-            const facts: Facts = { result: "raised", cancelled: true };
-            const sf = flight.facts();
-            if (sf !== undefined) facts.stream = sf;
-            observe(session, flight.step.startedAtMs, now(), flight.step.charged, facts, flight.texts, flight.lens);
-            // Its breaker too: a half-open probe left unrecorded would hold its place.
-            if (fleet !== undefined) await fleet.record(session, flight.step.routeReleaseSha256, flight.step.tokens, flight.step.rateLimits).catch(() => undefined);
-          }
-          if (session.terminal === null) session.cancel(now());
-          sealed = sealAndRelease(session);
-          setSealed(sealed);
-          if (onTerminal !== undefined) callHook("onTerminal", onTerminal, copied(sealed.receipt));
-        } catch {
-          sealed = undefined;
-        }
-      }
-      if (sealed === undefined) session.free();
-    }
+    // The consumer left (break, return) or something threw: the attempt in flight is cancelled and the run sealed.
+    if (!completed) adapter.leave();
+    await finished;
   }
-
+  if (failure !== undefined) throw failure.error;
   const done = sealed as Sealed;
   const terminal = done.terminal;
   if (terminal === "completed") return;
   const n = done.receipt.attempt_count;
+  const lastError = adapter.lastError;
   const because = lastError === undefined ? "" : `; last error: ${errorText(lastError)}`;
   const message = `run stopped with ${terminal} after ${n} attempt${n === 1 ? "" : "s"}${because}`;
-  if (cancelled) throw new RunCancelledError(message, { sealed: done, cause: cancelReason });
-  if (lastRule === "unrecognized") throw new UnrecognizedDispatchError(message, { sealed: done, cause: lastError });
+  if (adapter.cancelledByCaller) throw new RunCancelledError(message, { sealed: done, cause: adapter.options.signal?.reason });
+  if (adapter.lastRule === "unrecognized") throw new UnrecognizedDispatchError(message, { sealed: done, cause: lastError });
   throw new RunStoppedError(message, { sealed: done, cause: lastError });
-}
-
-/**
- * Record an attempt. Facts the core refuses (a response id that is not an
- * identifier, a header value it cannot decode) are replaced by the ones that
- * are certain, so an odd provider never breaks the run.
- */
-function observe(session: Session, started: number, completed: number, cost: number | undefined, facts: Facts, deltas: string[], bytes: number[]): Judgement {
-  if (session.refused !== undefined) throw session.refused;
-  try {
-    return session.observe({ started_at_ms: started, completed_at_ms: completed, cost, facts, deltas, delta_bytes: bytes });
-  } catch (e) {
-    if (!(e instanceof DecodeError || e instanceof HttpError)) throw e;
-    const certain: Facts = { result: facts.result };
-    if (facts.cancelled === true) certain.cancelled = true;
-    if (facts.response_bytes_received === true) certain.response_bytes_received = true;
-    if (facts.transport_error !== undefined) certain.transport_error = facts.transport_error;
-    if (facts.stream !== undefined) {
-      const { response_id: _, ...stream } = facts.stream;
-      certain.stream = stream;
-    }
-    return session.observe({ started_at_ms: started, completed_at_ms: completed, cost, facts: certain, deltas, delta_bytes: bytes });
-  }
 }
 
 function iteratorOf<E>(src: unknown): AsyncIterator<E> | undefined {
