@@ -365,3 +365,46 @@ test("chat: a consumer that stops early closes the provider stream and the run i
     await server.close();
   }
 });
+
+test("now: the run clock is the caller's (ms since admission), never re-zeroed, and its sleeps are the caller's", async () => {
+  const server = await sseServer({ "private-primary": [{ cutAfter: 2 }, {}] });
+  let t = 1500;
+  /** @type {number[]} */
+  const slept = [];
+  /** @type {string[]} */
+  const seen = [];
+  try {
+    const run = /** @type {any} */ (
+      runStreamWithOpenAI(streamPolicy("tentative"), clients(server), chat, {
+        idempotencyKey: KEY,
+        now: () => t,
+        // The run's waits move the caller's clock; the stream's watchdog (it passes a signal) waits for its end.
+        sleep: async (/** @type {number} */ ms, /** @type {AbortSignal | undefined} */ signal) => {
+          if (signal !== undefined) {
+            await new Promise((resolve) => (signal.aborted ? resolve(undefined) : signal.addEventListener("abort", resolve, { once: true })));
+            return;
+          }
+          slept.push(ms);
+          t += ms;
+        },
+        onDecision: (d) => seen.push(d.kind),
+        onSleep: (s) => seen.push(`sleep:${s.ordinal}`),
+        onAttempt: (_a, j) => seen.push(`attempt:${j.stream}`),
+        onTerminal: (r) => seen.push(`terminal:${r.terminal}`),
+      })
+    );
+    const { events, error } = await collect(run);
+    assert.equal(error, undefined);
+    const [first, second] = run.bundle.attempts.attempts;
+    assert.equal(first.started_at_ms, 1500);
+    assert.equal(first.completed_at_ms, 1500);
+    const backoff = slept.reduce((a, b) => a + b, 0);
+    assert.ok(backoff > 0);
+    assert.equal(second.started_at_ms, 1500 + backoff);
+    assert.deepEqual(seen, ["dispatch", "attempt:invalidate", "dispatch", "sleep:2", "attempt:commit", "terminal", "terminal:completed"]);
+    assert.equal(textOf(events, 2), DEFAULT_TEXT);
+    checkLog(run.sealed, events);
+  } finally {
+    await server.close();
+  }
+});
