@@ -26,11 +26,13 @@
 #   - the live machine of the bindings (`LiveMachine`, `_core.Machine`)
 #     outside the host loops: one loop per language drives it;
 #   - a driver on the loop (the hedged runs, the async jobs, the journaled
-#     runs and the Temporal workflow helper: wasm/ts/{hedge,job,journaled,
-#     temporal}.ts, python/retryledger/{hedge,job,journaled,temporal}.py) that does not call the
-#     loop (`runLoop(` / `run_loop(`), or that steps a session itself
-#     (`session.next()`, `startAttempt`, a `new HedgeSession(`) or hands its
-#     run to the plain driver's loop (`runWithPolicy(`, `_run(`).
+#     runs, the Temporal workflow helper and the streams: wasm/ts/{hedge,job,
+#     journaled,temporal,stream}.ts, python/retryledger/{hedge,job,journaled,
+#     temporal,_stream}.py) that does not call the loop (`runLoop(` /
+#     `run_loop(`), or that steps a session itself (`session.next()`,
+#     `startAttempt`, a `new HedgeSession(`, the plain driver's
+#     `next_attempt`) or hands its run to the plain driver's loop
+#     (`runWithPolicy(`, `_run(`).
 # Allowed: the code tables generated from the core (wasm/ts/tables.ts,
 # python/retryledger/_tables.py, checked against the core by `make
 # tables-wasm` and the Python table test) and the TypeScript declarations of
@@ -45,9 +47,10 @@ LOOPS=(wasm/ts/loop.ts python/retryledger/_loop.py)
 LOOP_PATTERN='not_before_ms|delay_ms|reserve_cost|deadline_ms|retry_after|outcome|\.class\b|\["class"\]|\brule\b|"(created|reserved|dispatched|decided)"'
 MACHINE_PATTERN='LiveMachine|_core\.Machine\b'
 LOOP_FILES='^(wasm/ts/loop\.ts|python/retryledger/_loop\.py):'
-ON_LOOP=(wasm/ts/hedge.ts wasm/ts/job.ts wasm/ts/journaled.ts wasm/ts/temporal.ts
-  python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py python/retryledger/temporal.py)
-OWN_LOOP_PATTERN='session\.(next|startAttempt|start_attempt|observe|cancelled)\(|new HedgeSession\(|= HedgeSession\(|runWithPolicy\(|\b_run(_async)?\('
+ON_LOOP=(wasm/ts/hedge.ts wasm/ts/job.ts wasm/ts/journaled.ts wasm/ts/temporal.ts wasm/ts/stream.ts
+  python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py python/retryledger/temporal.py
+  python/retryledger/_stream.py)
+OWN_LOOP_PATTERN='session\.(next|startAttempt|start_attempt|observe|cancelled)\(|new HedgeSession\(|= HedgeSession\(|runWithPolicy\(|\b_run(_async)?\(|\bnext_attempt(_async)?\('
 
 check() {
   local root=$1 hits dir
@@ -149,7 +152,9 @@ if [ "${1:-}" = "--self-test" ]; then
     'wasm/ts/hedge.ts:step = session.startAttempt(d.ordinal, now());' \
     'wasm/ts/hedge.ts:const session = new HedgeSession(compiled);' \
     'python/retryledger/job.py:return _run(compiled, dispatch, idempotency_key, **options)' \
-    'wasm/ts/job.ts:return await runWithPolicy(compiled, dispatch, options);'; do
+    'wasm/ts/job.ts:return await runWithPolicy(compiled, dispatch, options);' \
+    'wasm/ts/stream.ts:let decision = session.next();' \
+    'python/retryledger/_stream.py:plan, now = _SYNC_LOOP.next_attempt(host, clock, t0, sleep)'; do
     file=${bad%%:*}
     [ -f "$tmp/$file" ] && cp "$tmp/$file" "$tmp/$file.clean"
     printf '%s\n' "${bad#*:}" >>"$tmp/$file"
@@ -178,9 +183,9 @@ if [ "${1:-}" = "--self-test" ]; then
     echo "hosts-thin self-test: a tree without python/retryledger passed" >&2
     exit 1
   fi
-  echo "hosts-thin self-test: ok (a clean tree passes; 16 violations, a driver off the loop, a missing host loop and a missing host directory are caught)"
+  echo "hosts-thin self-test: ok (a clean tree passes; 18 violations, a driver off the loop, a missing host loop and a missing host directory are caught)"
   exit 0
 fi
 
 check "${1:-$(cd "$(dirname "$0")/.." && pwd)}"
-echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, and the hedged, job, journaled and Temporal drivers on them)"
+echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, and the hedged, job, journaled, Temporal and stream drivers on them)"
