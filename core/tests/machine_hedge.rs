@@ -221,6 +221,7 @@ fn a_hedge_is_a_dispatch_while_the_lead_is_in_flight() {
         hedge_at_ms: None,
         started_at_ms: 200,
         key: None,
+        stream: None,
     } = m.next().clone()
     else {
         panic!("the hedge: {:?}", m.next())
