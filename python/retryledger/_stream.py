@@ -398,19 +398,7 @@ class _Streamed(HookedAdapter):
     facts); after each observation the core's judgement says whether the
     pending output is committed or invalidated (:meth:`posted`)."""
 
-    def __init__(
-        self,
-        key: str,
-        send: Callable[[StreamStep], Any],
-        reader: Any,
-        schedule: Optional[str],
-        clock: Callable[[], float],
-        sleep: Callable[[float], Any],
-        wall_clock: Callable[[], float],
-        classify: Optional[Classifier],
-        fleet: Optional[Fleet],
-        hooks: Tuple[Any, Any, Any, Any],
-    ) -> None:
+    def __init__(self, key: str, send: Callable[[StreamStep], Any], reader: Any, schedule: Optional[str], o: Dict[str, Any]) -> None:
         self.key = key
         self.send = send
         self.reader = reader
@@ -420,16 +408,19 @@ class _Streamed(HookedAdapter):
             reader, "read", None
         )
         self.schedule = schedule
-        self.clock = clock
-        self.t0 = clock()
+        now = o["now"]
+        # The caller's run clock (ms since admission) is never re-zeroed.
+        self.clock: Callable[[], float] = (lambda: float(now())) if now is not None else (o["clock"] or _monotonic_ms)
+        self.fixed = now is not None
+        self.t0 = 0.0 if self.fixed else self.clock()
         self.last = 0
-        self.pause = sleep
-        self.wall_clock = wall_clock
-        self.classify = classify
-        self.fleet = fleet
-        if fleet is not None:
-            self.namespace = fleet.namespace
-        self.hooks = hooks
+        self.pause: Callable[[float], Any] = o["sleep"]
+        self.wall_clock: Callable[[], float] = o["wall_clock"] or _wall_ms
+        self.classify: Optional[Classifier] = o["classify"]
+        self.fleet: Optional[Fleet] = o["fleet"]
+        if self.fleet is not None:
+            self.namespace = self.fleet.namespace
+        self.hooks = (o["on_decision"], o["on_sleep"], o["on_attempt"], o["on_terminal"])
         #: The consumer's sequence: events handed out (or dropped after it left).
         self.sequence = 0
         self.out: List[StreamEvent] = []
@@ -439,7 +430,6 @@ class _Streamed(HookedAdapter):
         self.was_cancelled = False
         self.last_error: Optional[BaseException] = None
         self.rule: Any = None
-        self.step: Optional[StreamStep] = None
         self.result: Optional[LoopResult] = None
         self.checker: Optional[_core.Session] = None
 
@@ -454,7 +444,8 @@ class _Streamed(HookedAdapter):
 
     def begin(self) -> None:
         """The run begins (its first iteration): the run clock starts at 0."""
-        self.t0 = self.clock()
+        if not self.fixed:
+            self.t0 = self.clock()
 
     def cancelled(self) -> bool:
         return self.was_cancelled or self.left
@@ -530,7 +521,6 @@ class _Streamed(HookedAdapter):
         idle = plan.get("idle_timeout_ms")
         step.first_byte_timeout_s = None if first is None else (first - started) / 1000.0
         step.idle_timeout_s = None if idle is None else idle / 1000.0
-        self.step = step
         c = step.continuation
         reading = _Reading(int(plan["hold_without_text"]), None if c is None else c["response_id"], step.ordinal)
         return step, reading, plan
@@ -1057,27 +1047,11 @@ def _start(
     compiled = _checked(policy, idempotency_key, options["key_scope"])
     fleet = _fleet_for(compiled, options["fleet"])
     schedule = _schedule_for(compiled, options["price_schedule"])
-    wall = options["wall_clock"] or _wall_ms
-    now = options["now"]
-    adapter = _Streamed(
-        idempotency_key,
-        send,
-        _TEXT_READER if reader is None else reader,
-        schedule,
-        (lambda: float(now())) if now is not None else (options["clock"] or _monotonic_ms),
-        sleep,
-        wall,
-        options["classify"],
-        fleet,
-        (options["on_decision"], options["on_sleep"], options["on_attempt"], options["on_terminal"]),
-    )
-    if now is not None:
-        # The caller's run clock (ms since admission): never re-zeroed.
-        adapter.t0 = 0.0
-        adapter.begin = lambda: None  # type: ignore[method-assign]
+    options["fleet"], options["sleep"] = fleet, sleep
+    adapter = _Streamed(idempotency_key, send, _TEXT_READER if reader is None else reader, schedule, options)
     adapter.checker = compiled._compiled.session()
-    machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(wall()) - adapter.now_ms()), "stream": True}
-    if now is not None:
+    machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(adapter.wall_clock()) - adapter.now_ms()), "stream": True}
+    if adapter.fixed:
         machine_options["now_ms"] = adapter.now_ms()
     if schedule is not None:
         machine_options["price_schedule"] = json.loads(schedule)
