@@ -10,7 +10,7 @@ import { AttemptStep, checkedKey, checkFleet, type RunOptions, type RunResult, t
 import { DecodeError, PolicyError, RunCancelledError, RunStoppedError, UnrecognizedDispatchError } from "./errors.js";
 import { AttemptError } from "./facts.js";
 import { loopHooks, type LoopHooks } from "./machine.js";
-import { Machine, raisedFacts, Reports, runLoop, type DispatchEffect, type LoopAdapter, type LoopResult, type LoopSleep, type MachineOptions } from "./loop.js";
+import { Machine, raisedFacts, Reports, runLoop, sleepFor, type DispatchEffect, type LoopAdapter, type LoopResult, type LoopSleep, type MachineOptions } from "./loop.js";
 import type { Session } from "./session.js";
 import type { Attempt, Decision, DispatchDecision, Judgement, Policy, Receipt, Sealed, Sha256Hex, Terminal } from "./types.js";
 
@@ -109,21 +109,6 @@ export type JobReconciliation<R> =
 /** A dispatch signal that never fires: the planned cancel's (sent whatever the caller did). */
 let quiet: AbortSignal | undefined;
 
-const defaultSleep = (ms: number, signal: AbortSignal | undefined): Promise<void> =>
-  new Promise((resolve) => {
-    if (signal?.aborted === true) {
-      resolve();
-      return;
-    }
-    const done = (): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
-
 /**
  * An async job as the host loop's adapter: each `dispatch`, `poll` and
  * `cancel` effect is the provider call it names, with the job id the
@@ -194,7 +179,7 @@ class JobRun<R> implements LoopAdapter<JobAnswer<R>> {
 
   sleep(ms: number): Promise<void> {
     const signal = this.options.signal;
-    return this.options.sleep !== undefined ? this.options.sleep(ms, signal) : defaultSleep(ms, signal);
+    return this.options.sleep !== undefined ? this.options.sleep(ms, signal) : sleepFor(ms, signal);
   }
 
   /** The attempt's signal: the run's (its deadline, the caller's), or one that never fires for the planned cancel. */

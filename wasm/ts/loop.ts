@@ -452,6 +452,20 @@ async function carryOut<T>(machine: Machine, adapter: LoopAdapter<T>, flights: F
   }
 }
 
+/** Wait `ms` milliseconds, ending early when `signal` aborts: the drivers' default `sleep`. */
+export function sleepFor(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted === true) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
 /** A fleet read from a register store (`get`): one row per key, under `namespace`. */
 export async function storeRead(store: FleetStore, namespace: string, keys: readonly string[]): Promise<StoreRowDoc[]> {
   const rows: StoreRowDoc[] = [];

@@ -35,7 +35,7 @@ import { DecodeError, HttpError, RunCancelledError, RunStoppedError, Unrecognize
 import type { Session } from "./session.js";
 import type { RunHooks } from "./hooks.js";
 import { loopHooks } from "./machine.js";
-import { Machine, Reports, runLoop, storeRead, storeWrite, type CasDoc, type DispatchEffect, type LoopAdapter, type LoopSleep, type MachineOptions, type StoreRowDoc } from "./loop.js";
+import { Machine, Reports, runLoop, sleepFor, storeRead, storeWrite, type CasDoc, type DispatchEffect, type LoopAdapter, type LoopSleep, type MachineOptions, type StoreRowDoc } from "./loop.js";
 import type {
   Attempt,
   Bundle,
@@ -159,24 +159,6 @@ interface StreamPlan {
   max_response_bytes: number;
   first_event_by_ms?: number;
   idle_timeout_ms?: number;
-}
-
-function defaultSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) {
-      resolve();
-      return;
-    }
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      resolve();
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 const textReader: StreamReader<unknown> = { text: (e) => (typeof e === "string" ? e : "") };
@@ -470,7 +452,7 @@ class Streamed<E> implements LoopAdapter<Read> {
   }
 
   sleep(ms: number, wake?: AbortSignal): Promise<void> {
-    const sleep = this.options.sleep ?? defaultSleep;
+    const sleep = this.options.sleep ?? sleepFor;
     return sleep(ms, wake ?? this.options.signal);
   }
 
@@ -516,7 +498,7 @@ class Streamed<E> implements LoopAdapter<Read> {
       const nap = new AbortController();
       f.nap = nap;
       f.napDue = due;
-      await (this.options.sleep ?? defaultSleep)(Math.min(due - t, MAX_TIMER_MS), nap.signal);
+      await (this.options.sleep ?? sleepFor)(Math.min(due - t, MAX_TIMER_MS), nap.signal);
     }
   }
 
