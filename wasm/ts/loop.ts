@@ -63,6 +63,8 @@ export interface MachineOptions {
   max_conflicts?: number;
   /** The key digest a session used before: a pooled route keeps it while it is usable. */
   key_affinity?: string;
+  /** The call's tenant under tenant shares (ignored by a policy without them). */
+  tenant?: string;
 }
 
 /**

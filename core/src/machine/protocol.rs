@@ -261,4 +261,8 @@ pub struct Options {
     /// The key a session used before (prompt caching): a pooled route keeps
     /// it while it is usable.
     pub key_affinity: Option<Sha256Hex>,
+    /// The call's tenant under tenant shares (`fleet.admission.tenant_weights`,
+    /// docs/FLEET.md "Fair tenants"): its admissions are made on its share.
+    /// Ignored by a policy without shares, as the drivers' `Fleet` does.
+    pub tenant: Option<Identifier>,
 }

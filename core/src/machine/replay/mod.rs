@@ -73,6 +73,7 @@ impl Decode for Options {
         let origin_epoch_ms = f.req("origin_epoch_ms");
         let price_schedule: Option<PriceSchedule> = f.opt("price_schedule");
         let reserve_tokens = f.opt("reserve_tokens");
+        let tenant = f.opt("tenant");
         f.end()?;
         let Some(origin_epoch_ms) = origin_epoch_ms else {
             return Err(f.incomplete());
@@ -86,6 +87,7 @@ impl Decode for Options {
             max_polls,
             max_conflicts,
             key_affinity,
+            tenant,
         })
     }
 }
@@ -103,6 +105,7 @@ impl Encode for Options {
         o.u64("origin_epoch_ms", self.origin_epoch_ms)
             .opt_doc("price_schedule", self.price_schedule.as_deref())
             .opt_u64("reserve_tokens", self.reserve_tokens)
+            .opt_doc("tenant", self.tenant.as_ref())
             .end();
     }
 }
