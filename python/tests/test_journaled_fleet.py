@@ -154,8 +154,8 @@ def test_tenant_shares_name_the_fleets_tenant_in_a_journaled_run() -> None:
     )
     assert result.terminal == "completed"
     release = result.bundle["attempts"]["attempts"][0]["route_release_sha256"]
-    admission, _ = store.get(f"retryledger/admission/{release}")
-    assert admission is not None and [t["tenant"] for t in admission["tenants"]] == ["b"]
+    held: Any = store.get(f"retryledger/admission/{release}")[0]
+    assert held is not None and [t["tenant"] for t in held["tenants"]] == ["b"]
     # Without the call's tenant the core refuses the first admission, coded.
     with pytest.raises(retryledger.RetryledgerError) as info:
         run_journaled(policy, lambda s: "ok", KEY, store=MemoryStore(), run_id="t-2", clock=clock, sleep=clock.sleep, fleet=Fleet(MemoryStore()))
