@@ -34,8 +34,8 @@ from ._driver import (
     _wall_ms,
     facts_of,
 )
-from ._loop import Adapter, Machine, pump_async, run_loop, store_read, store_write
-from .machine import HookedAdapter
+from ._loop import Machine, pump_async, run_loop
+from .machine import FleetAdapter, fleet_options
 from .fleet import Fleet
 
 __all__ = ["HedgeAttempt", "HedgeRun", "HedgeSession", "run_hedged_async"]
@@ -157,7 +157,7 @@ class HedgeRun(Generic[T]):
 
 
 
-class _Hedged(HookedAdapter):
+class _Hedged(FleetAdapter):
     """A hedged run as the host loop's adapter: the caller's dispatch (each
     attempt a task of the pump, wrapped in the run's deadline), the run
     clock and sleep, the fleet store and the hooks."""
@@ -183,9 +183,7 @@ class _Hedged(HookedAdapter):
         self.pause = sleep
         self.wall_clock = wall_clock
         self.classify = classify
-        self.fleet = fleet
-        if fleet is not None:
-            self.namespace = fleet.namespace
+        self.use_fleet(fleet)
         self.deadline_ms = int(compiled.document["deadline_ms"])
         self.hooks = hooks
         #: The attempts sent and not yet answered for, and their round's lead.
@@ -249,15 +247,6 @@ class _Hedged(HookedAdapter):
     def cancel_attempt(self, ordinal: int) -> None:
         self.open.discard(ordinal)
 
-    def read(self, keys: List[str]) -> List[Dict[str, Any]]:
-        if self.fleet is None:
-            return Adapter.read(self, keys)
-        return store_read(self.fleet.store, self.namespace, keys)
-
-    def write(self, writes: List[Dict[str, Any]]) -> int:
-        if self.fleet is None:
-            return Adapter.write(self, writes)
-        return store_write(self.fleet.store, self.namespace, writes)
 
 
 
@@ -307,9 +296,7 @@ async def run_hedged_async(
     if now is not None:
         adapter.t0 = 0.0
     wall = wall_clock or _wall_ms
-    options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(wall()) - adapter.now_ms())}
-    if used is not None:
-        options["max_conflicts"] = used.max_conflicts
+    options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(wall()) - adapter.now_ms()), **fleet_options(used)}
     machine = Machine.start(compiled, options)
     run = await pump_async(run_loop(machine, adapter), adapter)
     return HedgeRun(

@@ -37,10 +37,26 @@ from typing import Any, Awaitable, Callable, Dict, Generic, List, Mapping, Optio
 
 from . import _core
 from ._api import Document, Policy
-from ._driver import Classifier, MachineStep, Step, _async_sleep_ms, _checked, _schedule_for, _sleep_ms, _wall_ms
+from ._driver import (
+    AttemptCallback,
+    Classifier,
+    DecisionCallback,
+    MachineStep,
+    SleepCallback,
+    Step,
+    TerminalCallback,
+    _async_sleep_ms,
+    _checked,
+    _fleet_for,
+    _schedule_for,
+    _sleep_ms,
+    _wall_ms,
+)
 from ._errors import DecodeError, RetryledgerError
-from ._loop import Adapter, LoopResult, Machine, pump, pump_async, run_loop
+from ._loop import LoopResult, Machine, pump, pump_async, run_loop
+from .fleet import Fleet
 from .journal import journal_classify
+from .machine import FleetAdapter, fleet_options
 from .stores import LEASE_LOST, Log, Store
 
 __all__ = [
@@ -250,11 +266,15 @@ class JournaledStopError(_Outcome, RetryledgerError):
         )
 
 
-class _Owner(Adapter):
+#: A journaled run's hooks: ``on_decision``, ``on_sleep``, ``on_attempt``, ``on_terminal``.
+Hooks = Tuple[Optional[DecisionCallback], Optional[SleepCallback], Optional[AttemptCallback], Optional[TerminalCallback]]
+
+
+class _Owner(FleetAdapter):
     """One owner of a run, as the host loop's adapter: its lease generation,
     the journal as read, the durable append (lease check, append, refusal
-    classified), the run clock on the journal's origin, and the caller's
-    dispatch, sleep and reconcile."""
+    classified), the run clock on the journal's origin, the caller's
+    dispatch, sleep and reconcile, the fleet store and the hooks."""
 
     def __init__(
         self,
@@ -285,6 +305,7 @@ class _Owner(Adapter):
         self.calls: Any = None
         self.answers: Any = None
         self.pause: Any = None
+        self.options: Dict[str, Any] = {}
 
     def machine(self, clock: Callable[[], float], max_polls: int) -> Machine:
         """The run machine of this owner: started on an empty journal (the
@@ -292,6 +313,7 @@ class _Owner(Adapter):
         options: Dict[str, Any] = {
             "journal": {"run_id": self.run_id, "lease_generation": self.generation},
             "max_polls": max_polls,
+            **fleet_options(self.fleet),
         }
         if self.schedule is not None:
             options["price_schedule"] = json.loads(self.schedule)
@@ -412,12 +434,14 @@ def _prepared(
     clock: Callable[[], float],
     sleep: Any,
     max_polls: int,
+    hooks: Hooks,
 ) -> Tuple[Machine, _Owner]:
     owner.idempotency_key = idempotency_key
     owner.calls = dispatch
     owner.answers = reconcile
     owner.classify = classify
     owner.pause = sleep
+    owner.hooks = hooks
     return owner.machine(clock, max_polls), owner
 
 
@@ -438,12 +462,8 @@ def _store_of(store: object) -> Any:
 
 
 def _compiled(policy: Union[Policy, Document], idempotency_key: str, key_scope: Optional[Tuple[str, str]]) -> Policy:
-    compiled = _checked(policy, idempotency_key, key_scope)
-    # The core says which policies a journal can carry (no fleet section, no
-    # stream contract: their snapshots and event log are not in a journal),
-    # before anything is claimed or written.
-    compiled.session().resume_journal("[]")
-    return compiled
+    # What a journal can carry is the run machine's to say, when it starts.
+    return _checked(policy, idempotency_key, key_scope)
 
 
 def _check_polls(max_polls: object) -> None:
@@ -463,10 +483,12 @@ def _open(
     log: Optional[str],
     lease: Optional[str],
     price_schedule: Optional[Document],
+    fleet: Optional[Fleet],
 ) -> _Owner:
     """Claim a new run: its lease at generation 1 and an empty journal, then ``created``."""
     compiled = _compiled(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
+    used = _fleet_for(compiled, fleet)
     store = _store_of(store)
     log = journal_log(run_id) if log is None else log
     lease = lease_key(run_id) if lease is None else lease
@@ -482,7 +504,9 @@ def _open(
     if store.read(log, 0):
         raise RunExistsError(f"the journal {log} already holds events: resume() takes a run over")
     # The run machine opens the journal (`created` and `decided`).
-    return _Owner(compiled, store, run_id, log, lease, generation, [], on_append, schedule)
+    owner = _Owner(compiled, store, run_id, log, lease, generation, [], on_append, schedule)
+    owner.use_fleet(used)
+    return owner
 
 
 def _raise_lease(store: Any, run_id: str, lease: str, current: int) -> int:
@@ -508,12 +532,14 @@ def _take_over(
     log: Optional[str],
     lease: Optional[str],
     price_schedule: Optional[Document],
+    fleet: Optional[Fleet],
 ) -> _Owner:
     """Take a run over: the lease raised by compare-and-set, the journal read
     and verified. A run claimed but never created (its owner died between the
     claim and ``created``: nothing was sent) is started from the beginning."""
     compiled = _compiled(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
+    used = _fleet_for(compiled, fleet)
     store = _store_of(store)
     log = journal_log(run_id) if log is None else log
     lease = lease_key(run_id) if lease is None else lease
@@ -527,7 +553,9 @@ def _take_over(
     # The owner's writer verifies the journal before anything is written.
     # The run machine verifies the journal before anything is written, and
     # starts the run of an empty one.
-    return _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
+    owner = _Owner(compiled, store, run_id, log, lease, generation, events, on_append, schedule)
+    owner.use_fleet(used)
+    return owner
 
 
 def run_journaled(
@@ -547,6 +575,11 @@ def run_journaled(
     log: Optional[str] = None,
     lease: Optional[str] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> JournaledResult[T]:
     """Run one logical request with its journal in ``store``: the value and
     sealed run, or :class:`JournaledStopError`.
@@ -561,10 +594,16 @@ def run_journaled(
     ``created``; nothing was sent): that run is taken over (the lease
     generation raised) and started here.
     ``price_schedule`` prices the usage a step reports (``step.usage``), as
-    in :func:`retryledger.run`; a resumed run must be given the same one."""
+    in :func:`retryledger.run`; a resumed run must be given the same one.
+    ``fleet`` (a :class:`retryledger.Fleet`, required by a policy with a
+    fleet section) admits every attempt as the plain driver does: the
+    journal holds each attempt's admission, and a resumed run admits again
+    under the fleet it is given (the same tenant under tenant shares). The
+    hooks ``on_decision``, ``on_sleep``, ``on_attempt`` and ``on_terminal``
+    are the plain driver's (docs/HOST_LOOP.md)."""
     clock = _wall_ms if clock is None else clock
-    owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
-    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, _sleep_ms if sleep is None else sleep, max_polls)
+    owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule, fleet)
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, _sleep_ms if sleep is None else sleep, max_polls, (on_decision, on_sleep, on_attempt, on_terminal))
     return _ended(owner, pump(run_loop(machine, adapter), adapter))
 
 
@@ -585,6 +624,11 @@ def resume(
     log: Optional[str] = None,
     lease: Optional[str] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> JournaledResult[T]:
     """Take a run over and finish it: raise the lease generation by
     compare-and-set, read and verify the journal (the core refuses an
@@ -598,8 +642,8 @@ def resume(
     neither a lease nor a journal is :class:`RunNotFoundError`, nothing
     written."""
     clock = _wall_ms if clock is None else clock
-    owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
-    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, _sleep_ms if sleep is None else sleep, max_polls)
+    owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule, fleet)
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, _sleep_ms if sleep is None else sleep, max_polls, (on_decision, on_sleep, on_attempt, on_terminal))
     return _ended(owner, pump(run_loop(machine, adapter), adapter))
 
 
@@ -620,6 +664,11 @@ async def run_journaled_async(
     log: Optional[str] = None,
     lease: Optional[str] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> JournaledResult[T]:
     """:func:`run_journaled` for coroutines: ``dispatch`` and ``sleep`` (ms)
     are awaited, ``reconcile`` may be either. The store's appends are made
@@ -628,9 +677,9 @@ async def run_journaled_async(
     is in flight leaves it in doubt in the journal, as a crash would:
     :func:`resume_async` reconciles it."""
     clock = _wall_ms if clock is None else clock
-    owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
+    owner = _open(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule, fleet)
     pause = _async_sleep_ms if sleep is None else sleep
-    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, pause, max_polls)
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, pause, max_polls, (on_decision, on_sleep, on_attempt, on_terminal))
     return _ended(owner, await pump_async(run_loop(machine, adapter), adapter))
 
 
@@ -651,10 +700,15 @@ async def resume_async(
     log: Optional[str] = None,
     lease: Optional[str] = None,
     price_schedule: Optional[Document] = None,
+    fleet: Optional[Fleet] = None,
+    on_decision: Optional[DecisionCallback] = None,
+    on_sleep: Optional[SleepCallback] = None,
+    on_attempt: Optional[AttemptCallback] = None,
+    on_terminal: Optional[TerminalCallback] = None,
 ) -> JournaledResult[T]:
     """:func:`resume` for coroutines (see :func:`run_journaled_async`)."""
     clock = _wall_ms if clock is None else clock
-    owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule)
+    owner = _take_over(policy, idempotency_key, store, run_id, clock, on_append, key_scope, max_polls, log, lease, price_schedule, fleet)
     pause = _async_sleep_ms if sleep is None else sleep
-    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, pause, max_polls)
+    machine, adapter = _prepared(owner, idempotency_key, dispatch, reconcile, classify, clock, pause, max_polls, (on_decision, on_sleep, on_attempt, on_terminal))
     return _ended(owner, await pump_async(run_loop(machine, adapter), adapter))

@@ -18,7 +18,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from . import _core
 from ._api import Document, _loads, call, to_text
 from ._driver import _call_hook
-from ._loop import Adapter
+from ._loop import Adapter, store_read, store_write
+from .fleet import Fleet
 
 __all__ = ["Judgement", "machine_transcript", "planned_sleep"]
 
@@ -118,3 +119,41 @@ class HookedAdapter(Adapter):
     def on_terminal(self, receipt: Dict[str, Any]) -> None:
         if self.hooks[3] is not None:
             _call_hook("on_terminal", self.hooks[3], json.loads(json.dumps(receipt)))
+
+
+class FleetAdapter(HookedAdapter):
+    """A hooked adapter that reads and writes the registers of a run's
+    :class:`~retryledger.fleet.Fleet` under its namespace (``fleet`` is
+    ``None`` for a policy without a fleet section: a read is then the loop's
+    coded refusal)."""
+
+    fleet: Optional[Fleet] = None
+
+    def use_fleet(self, fleet: Optional[Fleet]) -> None:
+        """Admit this run's attempts through ``fleet``."""
+        self.fleet = fleet
+        if fleet is not None:
+            self.namespace = fleet.namespace
+
+    def read(self, keys: List[str]) -> List[Dict[str, Any]]:
+        if self.fleet is None:
+            return Adapter.read(self, keys)
+        return store_read(self.fleet.store, self.namespace, keys)
+
+    def write(self, writes: List[Dict[str, Any]]) -> int:
+        if self.fleet is None:
+            return Adapter.write(self, writes)
+        return store_write(self.fleet.store, self.namespace, writes)
+
+
+def fleet_options(fleet: Optional[Fleet]) -> Dict[str, Any]:
+    """The run machine's options a fleet sets: its conflict bound, its token
+    reservation and the call's tenant (under tenant shares)."""
+    if fleet is None:
+        return {}
+    options: Dict[str, Any] = {"max_conflicts": fleet.max_conflicts}
+    if fleet.reserve_tokens is not None:
+        options["reserve_tokens"] = fleet.reserve_tokens
+    if fleet.tenant is not None:
+        options["tenant"] = fleet.tenant
+    return options

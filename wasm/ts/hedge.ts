@@ -17,14 +17,12 @@ import { call, CompiledPolicy, compiledOf, toText, type Input } from "./core.js"
 import { checkedKey, checkFleet } from "./driver.js";
 import type { Classifier } from "./facts.js";
 import type { Fleet } from "./fleet.js";
-import { loopHooks } from "./machine.js";
+import { fleetMachineOptions, loopFleet, loopHooks } from "./machine.js";
 import type { RunHooks } from "./hooks.js";
 import {
   Machine,
   raisedFacts,
   runLoop,
-  storeRead,
-  storeWrite,
   type CasDoc,
   type DispatchEffect,
   type LoopAdapter,
@@ -272,12 +270,7 @@ class Hedged<T> implements LoopAdapter<T> {
       const t0 = clock();
       this.#now = () => clock() - t0;
     }
-    const fleet = options.fleet;
-    if (fleet !== undefined) {
-      this.read = (keys: string[]): Promise<StoreRowDoc[]> => storeRead(fleet.store, fleet.namespace, keys);
-      this.write = (writes: CasDoc[]): Promise<number> => storeWrite(fleet.store, fleet.namespace, writes);
-    }
-    Object.assign(this, loopHooks(options));
+    Object.assign(this, loopFleet(options.fleet), loopHooks(options));
   }
 
   read?: (keys: string[]) => Promise<StoreRowDoc[]>;
@@ -379,8 +372,7 @@ export async function runHedged<T>(
   checkFleet(compiled.policy, options.fleet);
   const adapter = new Hedged(compiled, key, dispatch, options);
   const wall = options.fleet !== undefined ? () => (options.fleet as Fleet).now() : (options.wallClock ?? Date.now);
-  const machineOptions: MachineOptions = { origin_epoch_ms: Math.max(0, Math.floor(wall()) - adapter.nowMs()) };
-  if (options.fleet !== undefined) machineOptions.max_conflicts = options.fleet.maxConflicts;
+  const machineOptions: MachineOptions = { origin_epoch_ms: Math.max(0, Math.floor(wall()) - adapter.nowMs()), ...fleetMachineOptions(options.fleet) };
   const machine = Machine.start(compiled, machineOptions);
   try {
     const run = await runLoop(machine, adapter);

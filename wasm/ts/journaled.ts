@@ -28,11 +28,14 @@
  */
 
 import { CompiledPolicy, compiledOf, checkPriceSchedule, toText, type Input } from "./core.js";
-import { AttemptStep, type Step } from "./driver.js";
+import { AttemptStep, checkFleet, type Step } from "./driver.js";
 import { DecodeError, DriftError, RetryledgerError } from "./errors.js";
 import type { Classifier } from "./facts.js";
+import type { Fleet } from "./fleet.js";
+import type { RunHooks } from "./hooks.js";
 import { journalClassify, type JournalEvent, type PendingAttempt } from "./journal.js";
-import { Machine, Reports, raisedFacts, runLoop, type DispatchEffect, type LoopAdapter, type LoopReconcileAnswer, type LoopResult, type MachineOptions } from "./loop.js";
+import { Machine, Reports, raisedFacts, runLoop, type CasDoc, type DispatchEffect, type LoopAdapter, type LoopReconcileAnswer, type LoopResult, type LoopSleep, type MachineOptions, type StoreRowDoc } from "./loop.js";
+import { fleetMachineOptions, loopFleet, loopHooks } from "./machine.js";
 import { LEASE_LOST, type AppendLog, type FencedAppendAnswer, type FleetStore } from "./stores/store.js";
 import type { Session } from "./session.js";
 import type { Bundle, DispatchDecision, Policy, PriceSchedule, Receipt, Terminal } from "./types.js";
@@ -129,7 +132,7 @@ export class JournaledStopError extends RetryledgerError implements JournaledEnd
   }
 }
 
-export interface JournaledOptions {
+export interface JournaledOptions extends RunHooks {
   /** The raw idempotency key; its digest must be the policy's. */
   idempotencyKey: string;
   /** The key's scope, when the policy's key digest is scoped. */
@@ -159,6 +162,13 @@ export interface JournaledOptions {
    * a resumed run must be given the same one.
    */
   priceSchedule?: Input<PriceSchedule>;
+  /**
+   * The fleet the run belongs to (required when the policy has a `fleet`
+   * section): every attempt is admitted first, as `runWithPolicy` does. The
+   * journal holds each attempt's admission; a resumed run admits again
+   * under the fleet it is given (the same tenant under tenant shares).
+   */
+  fleet?: Fleet | undefined;
 }
 
 /** The default log name of a run's journal. */
@@ -193,11 +203,25 @@ class Owner<T> implements LoopAdapter<T> {
     /** The run's price schedule as JSON text, checked against the policy. */
     readonly schedule: string | undefined,
     readonly loop: Loop<T>,
-  ) {}
+  ) {
+    Object.assign(this, loopFleet(loop.fleet), loopHooks(loop.hooks));
+  }
+
+  read?: (keys: string[]) => Promise<StoreRowDoc[]>;
+  write?: (writes: CasDoc[]) => Promise<number>;
+  onDecision?: (decision: Record<string, unknown>) => void;
+  onSleep?: (sleep: LoopSleep) => void;
+  onAttempt?: (attempt: Record<string, unknown>, judgement: Record<string, unknown>) => void;
+  onTerminal?: (receipt: Receipt) => void;
 
   /** The run machine of this owner: started on an empty journal (its run clock's origin is now), else resumed from the journal. */
   machine(): Machine {
-    const options: MachineOptions = { origin_epoch_ms: 0, journal: { run_id: this.runId, lease_generation: this.generation }, max_polls: this.loop.maxPolls };
+    const options: MachineOptions = {
+      origin_epoch_ms: 0,
+      journal: { run_id: this.runId, lease_generation: this.generation },
+      max_polls: this.loop.maxPolls,
+      ...fleetMachineOptions(this.loop.fleet),
+    };
     if (this.schedule !== undefined) options.price_schedule = JSON.parse(this.schedule) as object;
     const first = this.events[0];
     if (first === undefined) {
@@ -300,6 +324,8 @@ interface Loop<T> {
   clock: () => number;
   sleep: (ms: number) => Promise<void>;
   maxPolls: number;
+  fleet: Fleet | undefined;
+  hooks: RunHooks;
 }
 
 /** The run through the host loop, as both entry points end it. */
@@ -331,15 +357,8 @@ function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptio
   if (!compiled.acceptsKey(options.idempotencyKey, options.keyScope)) {
     throw new DriftError("idempotency_key_drift", "the idempotency key's digest differs from the policy's idempotency_key_sha256", { path: "/idempotency_key_sha256" });
   }
-  // The core says which policies a journal can carry (no fleet section, no
-  // stream contract: their snapshots and event log are not in a journal),
-  // before anything is claimed or written.
-  const probe = compiled.session();
-  try {
-    probe.resumeJournal("[]");
-  } finally {
-    probe.free();
-  }
+  // Before anything is claimed or written: the fleet a fleet section needs.
+  checkFleet(compiled.policy, options.fleet);
   const polls = options.maxPolls ?? 5;
   if (!Number.isSafeInteger(polls) || polls < 1 || polls > 100) throw new DecodeError("invalid_value", "maxPolls is an integer in 1..=100", { path: "/max_polls" });
   const store = options.store as unknown as Record<string, unknown>;
@@ -363,9 +382,11 @@ function loopOf<T>(dispatch: (step: JournalStep) => Promise<T> | T, options: Jou
     key: options.idempotencyKey,
     reconcile: options.reconcile,
     classify: options.classify,
-    clock: options.clock ?? Date.now,
+    clock: options.clock ?? (options.fleet !== undefined ? (): number => (options.fleet as Fleet).now() : Date.now),
     sleep: options.sleep ?? defaultSleep,
     maxPolls: options.maxPolls ?? 5,
+    fleet: options.fleet,
+    hooks: options,
   };
 }
 

@@ -65,6 +65,8 @@ export interface MachineOptions {
   key_affinity?: string;
   /** The host delivers a stream: a policy without a stream contract is refused (`invalid_stream_contract`). */
   stream?: boolean;
+  /** The call's tenant under tenant shares (ignored by a policy without them). */
+  tenant?: string;
 }
 
 /**

@@ -14,6 +14,8 @@
 
 import { call, toText, type Input, type RawBindings } from "./core.js";
 import { callHook, copied, type PlannedSleep, type RunHooks } from "./hooks.js";
+import type { Fleet } from "./fleet.js";
+import { storeRead, storeWrite, type CasDoc, type MachineOptions, type StoreRowDoc } from "./loop.js";
 import type { Attempt, Decision, Judgement, Receipt } from "./types.js";
 
 /** An effect the machine asks of its host, tagged by `kind`. */
@@ -115,5 +117,29 @@ export function loopHooks(hooks: RunHooks): LoopHooks {
     out.onAttempt = (a, j) => callHook("onAttempt", onAttempt, copied(a) as unknown as Attempt, copied(j) as unknown as Judgement);
   }
   if (onTerminal !== undefined) out.onTerminal = (r) => callHook("onTerminal", onTerminal, copied(r));
+  return out;
+}
+
+/** The fleet store's register I/O of a loop adapter, under the fleet's namespace. */
+export interface LoopFleet {
+  read(keys: string[]): Promise<StoreRowDoc[]>;
+  write(writes: CasDoc[]): Promise<number>;
+}
+
+/** A loop adapter's `read` and `write` through `fleet` (none without a fleet: the loop's coded refusal then). */
+export function loopFleet(fleet: Fleet | undefined): Partial<LoopFleet> {
+  if (fleet === undefined) return {};
+  return {
+    read: (keys) => storeRead(fleet.store, fleet.namespace, keys),
+    write: (writes) => storeWrite(fleet.store, fleet.namespace, writes),
+  };
+}
+
+/** The run machine's options a fleet sets: its conflict bound, its token reservation and the call's tenant. */
+export function fleetMachineOptions(fleet: Fleet | undefined): Pick<MachineOptions, "max_conflicts" | "reserve_tokens" | "tenant"> {
+  if (fleet === undefined) return {};
+  const out: Pick<MachineOptions, "max_conflicts" | "reserve_tokens" | "tenant"> = { max_conflicts: fleet.maxConflicts };
+  if (fleet.reserveTokens !== undefined) out.reserve_tokens = fleet.reserveTokens;
+  if (fleet.tenant !== undefined) out.tenant = fleet.tenant;
   return out;
 }

@@ -253,7 +253,12 @@ impl Reads {
     /// The view of what the store answered, `rows` in the order of the
     /// keys; each document decoded as its register's type. The generations
     /// are kept for the writes that follow.
-    pub(crate) fn view(&mut self, rows: &[Row], reserve_tokens: Option<u64>) -> Result<FleetView> {
+    pub(crate) fn view(
+        &mut self,
+        rows: &[Row],
+        reserve_tokens: Option<u64>,
+        tenant: Option<&Identifier>,
+    ) -> Result<FleetView> {
         if rows.len() != self.keys.len() {
             return Err(Error::at(
                 ErrorCode::InvalidValue,
@@ -267,6 +272,7 @@ impl Reads {
         }
         let mut view = FleetView {
             reserve_tokens,
+            tenant: tenant.cloned(),
             ..FleetView::default()
         };
         let mut generations = Vec::with_capacity(rows.len());

@@ -174,6 +174,8 @@ pub struct Machine {
     origin_epoch_ms: u64,
     now_ms: u64,
     reserve_tokens: Option<u64>,
+    /// The call's tenant, kept only under tenant shares (the view names it).
+    tenant: Option<Identifier>,
     max_conflicts: u64,
     /// A resumed run whose `reserved` event is written: the next append is
     /// `dispatched` alone.
@@ -325,6 +327,7 @@ impl Machine {
         }
         stream::check(&policy, options.stream)?;
         let hedge = hedge::Layer::of(&policy, options, journal.as_ref().map(|(w, _)| w))?;
+        let tenant = shared_tenant(&policy, options.tenant.as_ref());
         let mut m = Self {
             keys: fleet::Keys::of(&policy),
             hedge,
@@ -335,6 +338,7 @@ impl Machine {
             origin_epoch_ms: options.origin_epoch_ms,
             now_ms: options.now_ms,
             reserve_tokens: options.reserve_tokens,
+            tenant,
             max_conflicts: options.max_conflicts.unwrap_or(DEFAULT_MAX_CONFLICTS),
             reserved,
             planned_not_before_ms: None,
@@ -442,6 +446,20 @@ impl Machine {
     fn epoch(&self, at_ms: u64) -> u64 {
         self.origin_epoch_ms.saturating_add(at_ms)
     }
+}
+
+/// The call's tenant as the admissions name it: kept under tenant shares
+/// (the policy's `fleet.admission.tenant_weights`), dropped otherwise, as
+/// the drivers' fleet view does (the core then refuses a missing or an
+/// unlisted tenant at the first admission).
+fn shared_tenant(cp: &CompiledPolicy, tenant: Option<&Identifier>) -> Option<Identifier> {
+    let shares = cp
+        .policy
+        .fleet
+        .as_ref()
+        .and_then(|f| f.admission.as_ref())
+        .is_some_and(|a| a.tenant_weights.is_some());
+    tenant.filter(|_| shares).cloned()
 }
 
 /// The sections the machine layers today; the others keep their own

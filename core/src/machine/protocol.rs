@@ -266,4 +266,8 @@ pub struct Options {
     /// The host delivers a stream: a policy without a stream contract is
     /// refused (`invalid_stream_contract` at `/stream`).
     pub stream: bool,
+    /// The call's tenant under tenant shares (`fleet.admission.tenant_weights`,
+    /// docs/FLEET.md "Fair tenants"): its admissions are made on its share.
+    /// Ignored by a policy without shares, as the drivers' `Fleet` does.
+    pub tenant: Option<Identifier>,
 }

@@ -29,7 +29,7 @@ impl Machine {
                 ..FleetView::default()
             }
         } else {
-            reads.view(rows, self.reserve_tokens)?
+            reads.view(rows, self.reserve_tokens, self.tenant.as_ref())?
         };
         let now_epoch = self.epoch(self.now_ms);
         match why {

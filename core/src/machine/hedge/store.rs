@@ -43,7 +43,7 @@ impl Machine {
         let Some(f) = self.policy.policy.fleet.clone() else {
             return self.journal_observed(ordinal);
         };
-        let view = reads.view(rows, self.reserve_tokens)?;
+        let view = reads.view(rows, self.reserve_tokens, self.tenant.as_ref())?;
         let now_epoch = self.epoch(self.now_ms);
         let layer = self.layer()?;
         let Some(a) = layer.attempt_of_ordinal(ordinal).cloned() else {
@@ -112,7 +112,7 @@ impl Machine {
         let (Some(cfg), Some(release)) = (&f.admission, self.layer()?.held_slot()) else {
             return self.hedge_cancelled(at_ms);
         };
-        let view = reads.view(rows, self.reserve_tokens)?;
+        let view = reads.view(rows, self.reserve_tokens, self.tenant.as_ref())?;
         let now_epoch = self.epoch(self.now_ms);
         let layer = self.layer()?;
         let s = crate::fleet::admission_in(cfg, &view, &release, now_epoch)?;
@@ -169,7 +169,7 @@ impl Machine {
                 ..crate::fleet::FleetView::default()
             }
         } else {
-            reads.view(rows, self.reserve_tokens)?
+            reads.view(rows, self.reserve_tokens, self.tenant.as_ref())?
         };
         let now_ms = self.now_ms;
         let now_epoch = self.epoch(now_ms);

@@ -74,6 +74,7 @@ impl Decode for Options {
         let price_schedule: Option<PriceSchedule> = f.opt("price_schedule");
         let reserve_tokens = f.opt("reserve_tokens");
         let stream: Option<bool> = f.opt("stream");
+        let tenant = f.opt("tenant");
         f.end()?;
         let Some(origin_epoch_ms) = origin_epoch_ms else {
             return Err(f.incomplete());
@@ -88,6 +89,7 @@ impl Decode for Options {
             max_conflicts,
             key_affinity,
             stream: stream.unwrap_or(false),
+            tenant,
         })
     }
 }
@@ -108,7 +110,7 @@ impl Encode for Options {
         if self.stream {
             o.bool("stream", true);
         }
-        o.end();
+        o.opt_doc("tenant", self.tenant.as_ref()).end();
     }
 }
 
