@@ -227,6 +227,31 @@ pub fn cases(f: &mut Family, p: &str) {
     assert!(text.contains("key_refused"), "the refusal journaled");
     assert!(!text.contains("sk-test-key"), "no secret in any document");
 
+    // Under fail_open with the store unreachable throughout, the run still
+    // never sends a key it saw refused: its own refusals are applied to the
+    // fresh pool it selects from.
+    let open = t(&policy_with(&[
+        (
+            "/fleet",
+            fleet(json!({"on_store_unavailable": "fail_open"})),
+        ),
+        ("/routes/0/key_pool", json!(POOL)),
+    ]));
+    case(
+        f,
+        "machine_pool_fail_open_store_down_never_resends_a_refused_key",
+        &open,
+        &options(false),
+        None,
+        &json!({"attempts": [status(401, None), ok(false)], "unavailable": [0, 1, 2, 3]}),
+        "completed",
+    );
+    assert_eq!(dispatched(f), vec![some(0), some(1)]);
+    assert!(
+        pool_writes(f).is_empty(),
+        "nothing written without the store"
+    );
+
     // A refusal counts against the run's total attempts.
     let short = t(&policy_with(&[
         ("/fleet", fleet(json!({}))),

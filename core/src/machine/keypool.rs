@@ -24,15 +24,17 @@
 //!
 //! Within a run the session keeps the key its last attempt used while the
 //! key is usable (the options' `key_affinity` before the first). A store
-//! that cannot be read under `fail_open` admits from a fresh snapshot and
-//! writes nothing (the attempt records the unavailable store); a write that
-//! keeps conflicting is `store_conflict`, as for every register.
+//! that cannot be read under `fail_open` admits from a fresh snapshot with
+//! the keys this run saw refused disabled in it (the judge never lets a run
+//! send a refused key again) and writes nothing (the attempt records the
+//! unavailable store); a write that keeps conflicting is `store_conflict`,
+//! as for every register.
 
 use crate::error::Result;
 use crate::ids::Identifier;
 use crate::ids::Sha256Hex;
 use crate::keypool::{
-    self, KeyChoice, KeyPoolConfig, KeyPoolSnapshot, KeyRef, KeySignal, Selection,
+    self, KeyChoice, KeyPoolConfig, KeyPoolSnapshot, KeyRef, KeyRefusal, KeySignal, Selection,
 };
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
@@ -104,14 +106,19 @@ impl Layer {
         release: &Sha256Hex,
         reads: &Reads,
         (now_epoch_ms, start_epoch_ms): (u64, u64),
-        unavailable: bool,
+        (unavailable, refused): (bool, &[(KeyRef, KeyRefusal)]),
     ) -> Result<Pick> {
         self.chosen = None;
         let Some(cfg) = pool_of(cp, release) else {
             return Ok(Pick::None);
         };
         let snapshot = if unavailable {
-            KeyPoolSnapshot::fresh(cfg)
+            let mut fresh = KeyPoolSnapshot::fresh(cfg);
+            for (key, why) in refused.iter().filter(|(k, _)| k.pool == cfg.name) {
+                let signal = KeySignal::Refused(*why);
+                fresh = keypool::record(cfg, &fresh, &key.key_sha256, signal, now_epoch_ms)?;
+            }
+            fresh
         } else {
             read(cfg, reads)?
         };

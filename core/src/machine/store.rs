@@ -87,12 +87,24 @@ impl Machine {
         let release = d.route_release_sha256.clone();
         let start_epoch = self.epoch(d.not_before_ms.max(self.now_ms));
         let policy = std::sync::Arc::clone(&self.policy);
+        // The keys this run saw refused (a store read under fail_open holds
+        // no record of them).
+        let refused: Vec<_> = self
+            .session
+            .attempts()
+            .attempts
+            .iter()
+            .filter_map(|a| {
+                let key = a.admission.as_ref()?.key.clone()?;
+                Some((key, a.key_refused?))
+            })
+            .collect();
         self.pools.select(
             &policy,
             &release,
             reads,
             (now_epoch, start_epoch),
-            unavailable,
+            (unavailable, &refused),
         )
     }
 
