@@ -280,6 +280,15 @@ class Run:
         self.injected = 0  # attempts marked injected_fault
         self.in_progress = 0  # in_progress answers in a row
         self.pinned = None  # the priority of the route that answered in_progress
+        # Key pools (section 9): refused-key attempts per route (not against
+        # its bound) and the keys refused for the whole run.
+        self.refused = [0] * len(cp["routes"])
+        self.refused_keys = []
+        self.fleet = None
+        if "fleet" in self.p:
+            self.fleet = {"admitted_without_store": 0, "probes": 0, "routes_skipped": 0, "withdrawals": 0}
+            if "admission" in self.p["fleet"]:
+                self.fleet["queue_wait_ms"] = 0
         # An async job (section 8): the accepted job's digest, counts, last status.
         self.job = None
         if "async_job" in self.p:
@@ -452,7 +461,8 @@ class Run:
         if over_cap and mode == "stop":
             return terminal("stop_retry_after")
         leave = over_cap and mode == "skip_route"
-        if self.per_route[priority] < self.cp["routes"][priority]["max_attempts"] and not leave:
+        used = self.per_route[priority] - self.refused[priority]
+        if used < self.cp["routes"][priority]["max_attempts"] and not leave:
             nxt, nxt_ord = priority, route_ordinal + 1
         else:
             nxt, nxt_ord = priority + 1, 1
@@ -472,6 +482,10 @@ class Run:
         def drift(code, field):
             return Fail(code, "/attempts/%d/%s" % (i, field), i)
 
+        # Section 9: only a non-retryable answer to a pool key refuses the key.
+        keyed = "key" in (a.get("admission") or {})
+        if "key_refused" in a and not (keyed and a["outcome"]["class"] == "non_retryable"):
+            raise drift("admission_drift", "key_refused")
         if d["kind"] == "terminal":
             kind = (a.get("job") or {}).get("kind")
             if self.job is not None and kind == "cancel":
@@ -483,6 +497,8 @@ class Run:
             if self.job is not None and kind == "submit" and self.job["accepted"] is not None:
                 raise drift("job_resubmit", "job/kind")
             raise drift("attempt_after_terminal", "ordinal")
+        if "fleet" in self.p:
+            self.check_key(d, a, drift)
         for field, code in [
             ("route_id", "route_drift"),
             ("route_release_sha256", "release_drift"),
@@ -523,6 +539,60 @@ class Run:
             raise drift("completed_before_started", "completed_at_ms")
         return d
 
+    def pool_of(self, route_id):
+        return [r for r in self.cp["routes"] if r["route_id"] == route_id][0].get("key_pool")
+
+    def pool_config(self, name):
+        return [c for c in self.p["fleet"].get("key_pools", []) if c["name"] == name][0]
+
+    def check_key(self, d, a, drift):
+        # Section 9: an admission records a key of its route's pool exactly
+        # when the route names one; never a key refused earlier in the run.
+        pool, key = self.pool_of(d["route_id"]), (a.get("admission") or {}).get("key")
+        if pool is None and key is None:
+            return
+        if pool is None or key is None or key["pool"] != pool:
+            raise drift("admission_drift", "admission/key")
+        if key["key_sha256"] not in [k["key_sha256"] for k in self.pool_config(pool)["keys"]]:
+            raise drift("admission_drift", "admission/key")
+        if key["key_sha256"] in self.refused_keys:
+            raise drift("admission_drift", "admission/key")
+
+    def plan_next_key(self, priority, route_ordinal, completed):
+        # Section 9: the same route and per-route ordinal at once.
+        if self.count >= self.p["max_total_attempts"]:
+            return terminal("stop_total_attempts")
+        return self.admit(priority, route_ordinal, completed, {"delay_ms": 0, "retry_after_floor_ms": 0, "jitter": None})
+
+    def count_fleet(self, a):
+        adm = a.get("admission")
+        if self.fleet is None or adm is None:
+            return
+        f = self.fleet
+        f["admitted_without_store"] += 1 if "store" in adm else 0
+        f["probes"] += 1 if (adm.get("breaker") or {}).get("probe") else 0
+        if "queue_wait_ms" in f and "limits" in adm:
+            f["queue_wait_ms"] += adm["limits"]["queue_wait_ms"]
+        f["routes_skipped"] += len(adm.get("skipped", []))
+        f["withdrawals"] += 1 if (adm.get("budget") or {}).get("kind") == "withdraw" else 0
+
+    def fleet_stop(self, stop):
+        # Only the key pool's stop is specified here (section 9).
+        bad = Fail("admission_drift", "/fleet_stop")
+        if "fleet" not in self.p:
+            raise Fail("admission_unexpected", "/fleet_stop")
+        if self.next["kind"] == "terminal" or stop["at_ms"] < self.finished_at_ms or stop.get("skipped"):
+            raise bad
+        if ("key_pool" in stop) != (stop["reason"] == "no_usable_key"):
+            raise bad
+        if stop["reason"] != "no_usable_key":
+            raise Fail("unsupported", "/fleet_stop/reason")
+        pool = self.pool_of(self.next["route_id"])
+        if pool is None or stop["key_pool"] != pool:
+            raise bad
+        self.finished_at_ms = stop["at_ms"]
+        self.next = terminal("stop_no_usable_key")
+
     def observe(self, a, d, i):
         p = self.p
         priority = [r["route_id"] for r in self.cp["routes"]].index(a["route_id"])
@@ -536,6 +606,12 @@ class Run:
             raise Fail("arithmetic_overflow", "/attempts/%d/cost" % i, i)
         if not poll:  # polls count against max_polls only, the cancel against nothing
             self.per_route[priority] += 1
+        if "key_refused" in a:
+            self.refused[priority] += 1
+            key = a["admission"]["key"]
+            if "disable_ms" not in self.pool_config(key["pool"]) and key["key_sha256"] not in self.refused_keys:
+                self.refused_keys.append(key["key_sha256"])
+        self.count_fleet(a)
         self.count += 1
         if "jitter_sample_ms" in d:
             self.last_sample = d["jitter_sample_ms"]
@@ -560,6 +636,10 @@ class Run:
                 entry[f] = d[f]
         if "reconciled" in a:
             entry["reconciled"] = a["reconciled"]
+        if "key_refused" in a:
+            entry["key_refused"] = a["key_refused"]
+        if "key" in (a.get("admission") or {}):
+            entry["key_sha256"] = a["admission"]["key"]["key_sha256"]
         self.schedule.append(entry)
         cls = a["outcome"]["class"]
         asked = cls == "retryable" and a["outcome"]["kind"] == "in_progress"
@@ -577,6 +657,8 @@ class Run:
             self.next = judged
         elif cls == "success":
             self.next = terminal("completed")
+        elif cls == "non_retryable" and "key_refused" in a:
+            self.next = self.plan_next_key(priority, d["route_ordinal"], a["completed_at_ms"])
         elif (cls == "non_retryable" and a["outcome"].get("kind") == "quota_exhausted"
               and p["backoff"].get("quota_exhausted") == "skip_route"):
             self.next = self.plan_past_quota(priority, d["route_ordinal"], a["completed_at_ms"])
@@ -661,6 +743,8 @@ class Run:
         }
         if final is not None:
             r["final_route_id"] = final["route_id"]
+        if self.fleet is not None:
+            r["fleet"] = dict(self.fleet)
         if self.injected:
             r["injected_faults"] = self.injected
         if self.job is not None:
@@ -694,6 +778,8 @@ def replay(cp, attempts):
     for i, a in enumerate(listed[split:], start=split):
         d = run.check(a, i)
         run.observe(a, d, i)
+    if "fleet_stop" in attempts:
+        run.fleet_stop(attempts["fleet_stop"])
     return run
 
 
@@ -1040,11 +1126,15 @@ def check_spec(root):
     return len(examples) - failed, failed
 
 
-FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage", "faults", "repair", "job"]
+FAMILIES = ["jitter", "schedule", "plan", "evaluate", "policy", "verify", "digest", "usage", "faults", "repair", "job",
+            "key_pool"]
 # repair.json: only its runs (plan, evaluate, verify: the output_check rule,
 # a refusal that stops without a fallback); output checks judged from facts,
 # the repair section and repair chains are docs/REPAIR.md's, not this page's.
-FAMILY_OPS = {"repair": {"plan_next", "evaluate", "verify_bundle"}}
+FAMILY_OPS = {"repair": {"plan_next", "evaluate", "verify_bundle"},
+              # key_pool.json: only its sealed runs (section 9: the key rules of
+              # the judge); the pool's own transitions and the machine are not here.
+              "key_pool": {"evaluate", "verify_bundle"}}
 # Ops this script implements; a family's other cases (sessions) are skipped.
 OPS = {"validate_policy", "plan_next", "evaluate", "verify_bundle", "digest"}
 

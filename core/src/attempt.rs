@@ -120,6 +120,11 @@ pub struct Attempt {
     /// What the attempt was of an async job (submit or poll, the job's id
     /// digest, its reported status), when the policy has an `async_job` section.
     pub job: Option<crate::job::JobRecord>,
+    /// Set when the provider refused the pool key the attempt was sent
+    /// with (`unauthorized`: 401, `forbidden`: 403): the run goes on with
+    /// another key of the pool ([`crate::keypool`]); absent otherwise, so
+    /// existing digests are unchanged.
+    pub key_refused: Option<crate::keypool::KeyRefusal>,
     /// Digest of the logical request sent.
     pub logical_request_sha256: Sha256Hex,
     /// The model the attempt asked for and the one the provider reported
@@ -177,6 +182,7 @@ object!(Attempt {
     injected_fault: opt_doc,
     jitter_sample_ms: opt_u64,
     job: opt_doc,
+    key_refused: opt_doc,
     logical_request_sha256: doc,
     model: opt_doc,
     ordinal: u64,

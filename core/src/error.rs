@@ -329,9 +329,6 @@ codes! {
     ClockBackwards => "clock_backwards", Run;
     /// A policy section that is not yet a layer of the run machine.
     MachineLayerMissing => "machine_layer_missing", Run;
-    /// No key of a route's pool is usable before the run's deadline (every
-    /// key disabled, or cooling or parked past it).
-    NoUsableKey => "no_usable_key", Run;
 
     /// An event's `prev_sha256` is not the digest of the event before it (or the genesis value).
     JournalChainBroken => "journal_chain_broken", Journal;

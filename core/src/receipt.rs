@@ -53,6 +53,12 @@ pub struct ScheduleEntry {
     pub jitter_min_ms: Option<u64>,
     /// Jitter sample.
     pub jitter_sample_ms: Option<u64>,
+    /// Why the provider refused the pool key the attempt was sent with
+    /// (`unauthorized`, `forbidden`); absent otherwise.
+    pub key_refused: Option<crate::keypool::KeyRefusal>,
+    /// The digest of the pool key the attempt was sent with (never the
+    /// secret); absent when its route names no key pool.
+    pub key_sha256: Option<Sha256Hex>,
     /// The requested and served model the attempt records; absent when it
     /// records none.
     pub model: Option<crate::attempt::ModelRecord>,
@@ -187,6 +193,8 @@ object!(ScheduleEntry {
     jitter_max_ms: opt_u64,
     jitter_min_ms: opt_u64,
     jitter_sample_ms: opt_u64,
+    key_refused: opt_doc,
+    key_sha256: opt_doc,
     model: opt_doc,
     not_before_ms: u64,
     ordinal: u64,

@@ -373,6 +373,7 @@ fn drive(policy: Policy, steps: &[StepSpec], cancel_lag: u64) -> Result<Driven, 
             output_check: None,
             jitter_sample_ms: d.jitter_sample_ms,
             job: None,
+            key_refused: None,
             logical_request_sha256: d.logical_request_sha256,
             model: None,
             ordinal: d.ordinal,
@@ -680,9 +681,11 @@ fn generated_runs_reach_every_terminal() {
     eprintln!("terminals {terminals:?}, fallback used {fallbacks}, floor applied {floors}, jitter draws by mode {jittered:?}");
     // The fleet's terminals need a fleet section and snapshots, and
     // stop_retry_after a hint over the cap under `stop` or `skip_route`:
-    // the fleet and admission vectors and the over-cap property below reach them.
+    // the fleet, admission and key pool vectors and the over-cap property
+    // below reach them.
     let fleet = [
         Terminal::StopAdmission,
+        Terminal::StopNoUsableKey,
         Terminal::StopCircuitOpen,
         Terminal::StopRetryBudget,
         Terminal::StopStoreUnavailable,

@@ -149,7 +149,6 @@ ErrorCode = Literal[
     "unexpected_event",
     "clock_backwards",
     "machine_layer_missing",
-    "no_usable_key",
     "journal_chain_broken",
     "journal_seq_gap",
     "journal_seq_repeat",
@@ -291,7 +290,6 @@ ERROR_CODES: Dict[ErrorCode, ErrorFamily] = {
     "unexpected_event": "run",
     "clock_backwards": "run",
     "machine_layer_missing": "run",
-    "no_usable_key": "run",
     "journal_chain_broken": "journal",
     "journal_seq_gap": "journal",
     "journal_seq_repeat": "journal",
@@ -329,6 +327,7 @@ Terminal = Literal[
     "stop_store_unavailable",
     "stop_retry_after",
     "stop_admission",
+    "stop_no_usable_key",
 ]
 
 #: How a run ends.
@@ -346,6 +345,7 @@ TERMINALS: Tuple[Terminal, ...] = (
     "stop_store_unavailable",
     "stop_retry_after",
     "stop_admission",
+    "stop_no_usable_key",
 )
 
 #: An outcome class.

@@ -74,18 +74,24 @@ def pool_config(
     cool_ms: int,
     park_ms: int,
     accounts: Optional[Mapping[str, str]] = None,
+    disable_ms: Optional[int] = None,
 ) -> Dict[str, Any]:
     """A pool's configuration (the fleet section's ``key_pools`` entry) of
     every key of ``keys``: digests only. ``accounts`` maps a key's digest to
     the account whose quota it draws on (keys of one account cool and park
-    together). The core checks it when the policy is compiled."""
+    together). ``disable_ms`` bounds how long a refused key (401, 403) stays
+    disabled; ``None``: until the configuration changes. The core checks it
+    when the policy is compiled."""
     entries: List[Dict[str, Any]] = []
     for digest in keys.digests:
         entry: Dict[str, Any] = {"key_sha256": digest}
         if accounts is not None and digest in accounts:
             entry["account"] = accounts[digest]
         entries.append(entry)
-    return {"cool_ms": cool_ms, "keys": entries, "name": name, "park_ms": park_ms}
+    config: Dict[str, Any] = {"cool_ms": cool_ms, "keys": entries, "name": name, "park_ms": park_ms}
+    if disable_ms is not None:
+        config["disable_ms"] = disable_ms
+    return config
 
 
 class PooledStep(MachineStep):
@@ -195,9 +201,12 @@ def run_pooled(
     the caller's session used before (kept while usable). ``clock`` is the
     wall clock in Unix ms, ``sleep`` takes ms. A store that cannot be read
     raises :class:`~retryledger.stores.StoreUnavailableError` and the
-    policy's ``on_store_unavailable`` decides; a pool with no usable key
-    before the deadline raises the core's ``no_usable_key``; writes that keep
-    conflicting raise ``store_conflict``. The idempotency key must be the
+    policy's ``on_store_unavailable`` decides. A 401 or 403 disables the key
+    and the run goes on with another key of the pool; a pool with no usable
+    key (every key refused, or none before the deadline) ends the run sealed
+    with the terminal ``stop_no_usable_key`` (the attempts before it in the
+    bundle, each naming its key by digest). Writes that keep conflicting
+    raise ``store_conflict``. The idempotency key must be the
     one whose digest the policy carries."""
     compiled = _checked(policy, idempotency_key)
     wall = _wall_ms if clock is None else clock

@@ -79,3 +79,31 @@ def test_bad_arguments_are_coded() -> None:
     with pytest.raises(DecodeError) as e:
         retryledger.key_pool_record(cfg, None, cfg["keys"][0]["key_sha256"], {"class": "success"}, EPOCH, status=-1)
     assert e.value.code == "integer_out_of_range"
+
+
+def test_a_refused_key_records_its_reason_and_disable_ms_lets_it_back() -> None:
+    from retryledger.keypool import KeyRing, pool_config
+
+    ring = KeyRing(SECRETS)
+    timed = pool_config("openai-keys", ring, cool_ms=1_000, park_ms=60_000, disable_ms=5_000)
+    first = timed["keys"][0]["key_sha256"]
+    refused = {"class": "non_retryable", "kind": "policy_denied"}
+    held = retryledger.key_pool_record(timed, None, first, refused, EPOCH, status=403)
+    assert held["keys"][0]["state"] == "disabled"
+    assert held["keys"][0]["reason"] == "forbidden"
+    assert held["keys"][0]["until_epoch_ms"] == EPOCH + 5_000
+    early = retryledger.key_pool_select(timed, held, EPOCH + 4_999, first)
+    assert early["selection"]["key_sha256"] != first, "held until disable_ms has passed"
+    back = retryledger.key_pool_select(timed, held, EPOCH + 5_000, first)
+    assert back["selection"]["key_sha256"] == first
+    assert "reason" not in back["snapshot"]["keys"][0]
+    # Without disable_ms: disabled until the configuration changes.
+    plain = pool_config("openai-keys", ring, cool_ms=1_000, park_ms=60_000)
+    revoked = retryledger.key_pool_record(plain, None, first, {"class": "non_retryable", "kind": "rejected"}, EPOCH, status=401)
+    assert revoked["keys"][0]["reason"] == "unauthorized" and "until_epoch_ms" not in revoked["keys"][0]
+    assert retryledger.key_pool_select(plain, revoked, EPOCH + 86_400_000, first)["selection"]["key_sha256"] != first
+    rotated = pool_config("openai-keys", ring, cool_ms=2_000, park_ms=60_000)
+    assert retryledger.key_pool_select(rotated, revoked, EPOCH + 1, first)["selection"]["key_sha256"] == first
+    with pytest.raises(PolicyError) as e:
+        retryledger.key_pool_select(dict(plain, disable_ms=0), None, EPOCH)
+    assert e.value.code == "invalid_key_pool"

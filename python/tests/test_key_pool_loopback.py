@@ -6,7 +6,10 @@ run machine, their pool state in a real store (memory, SQLite, Redis,
 PostgreSQL): the revoked key is never sent again, the limited one not before
 its hint (a last run finds the two healthy keys limited too, and only then
 goes back to it), the keys are taken in turn (never one drained after
-another), and no secret appears in any stored row, journal event or bundle."""
+another), and no secret appears in any stored row, journal event or bundle.
+The revoked key's 401 does not end its run: the run goes on at once with
+another key of the pool, and each attempt records its key by digest. A pool
+whose every key is refused ends its run sealed, ``stop_no_usable_key``."""
 
 from __future__ import annotations
 
@@ -202,9 +205,20 @@ def test_four_keys_one_revoked_one_limited(backend: str, tmp_path: Path) -> None
         seen = list(provider.seen)
 
     keys = [k for k, _, _ in seen]
-    # The first run takes the first key, is refused (401: not retryable) and stops.
-    assert terminals[0] == "stop_non_retryable"
-    assert all(t == "completed" for t in terminals[1:]), terminals
+    # The first run takes the first key, is refused (401) and goes on at
+    # once with another key of the pool: every run completes.
+    assert all(t == "completed" for t in terminals), terminals
+    assert keys[0] == REVOKED and keys[1] != REVOKED
+    assert seen[1][1] - seen[0][1] < 1.0, "no backoff after a refused key"
+    first_bundle = json.loads(documents[0])
+    first_attempts = first_bundle["attempts"]["attempts"]
+    assert first_attempts[0]["key_refused"] == "unauthorized"
+    assert first_attempts[0]["admission"]["key"]["key_sha256"] == ring.digest_of(REVOKED)
+    assert [a["admission"]["key"]["key_sha256"] for a in first_attempts] == [
+        ring.digest_of(k) for k in keys[: len(first_attempts)]
+    ], "each attempt records the key it was sent with"
+    assert first_bundle["receipt"]["schedule"][0]["key_sha256"] == ring.digest_of(REVOKED)
+    assert "fleet_stop" not in first_bundle["attempts"]
     # The squeezed run: a healthy key limited, then the key least recently
     # touched (the other healthy key, limited in its turn, or the limited
     # key again, its hint long past) until one answers; no key twice.
@@ -262,6 +276,47 @@ def _journaled_run(store: Any, ring: KeyRing, policy: Dict[str, Any], url: str, 
     events = [entry.text for entry in store.read(log)]
     assert len(events) >= 4 and adapter.sent and adapter.sent[0] is not None
     return events + [result.bundle_json]
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_every_key_refused_ends_the_run_sealed(backend: str, tmp_path: Path) -> None:
+    """Three keys the provider refuses (401): the run sends each once, in
+    turn and without a backoff, then ends sealed with ``stop_no_usable_key``
+    (its bundle verifies and keeps the three attempts, each naming its key by
+    digest); the next run sends nothing and ends the same way."""
+    import retryledger
+
+    store = make_store(backend, tmp_path)
+    ns = namespace()
+    gone = [REVOKED, "sk-live-gone-0005", "sk-live-gone-0006"]
+    ring = KeyRing(gone)
+    policy = pooled_policy(ring)
+    with Provider() as provider:
+        runs = [
+            run_pooled(policy, lambda step: call(provider.url, step), KEY, store=store, keys=ring, namespace=ns)
+            for _ in range(2)
+        ]
+        seen = list(provider.seen)
+    assert [s for _, _, s in seen] == [401, 401, 401]
+    assert sorted(k for k, _, _ in seen) == sorted(gone), "each key once"
+    first, second = runs
+    assert first.terminal == second.terminal == "stop_no_usable_key"
+    attempts = first.bundle["attempts"]["attempts"]
+    assert [a["admission"]["key"]["key_sha256"] for a in attempts] == [ring.digest_of(k) for k, _, _ in seen]
+    assert [a["key_refused"] for a in attempts] == ["unauthorized"] * 3
+    assert [a["route_ordinal"] for a in attempts] == [1, 1, 1], "a refused key spends no route attempt"
+    stop = first.bundle["attempts"]["fleet_stop"]
+    assert stop["reason"] == "no_usable_key" and stop["key_pool"] == "provider-keys"
+    assert second.bundle["attempts"]["attempts"] == []
+    for run in runs:
+        verdict = retryledger.verify_bundle(run.bundle)
+        assert verdict["kind"] == "verified" and verdict["terminal"] == "stop_no_usable_key", verdict
+        for secret in gone:
+            assert secret not in run.bundle_json
+    document, _ = store.get(f"{ns}/key_pool/provider-keys")
+    assert document is not None, "the pool is in the store"
+    assert [k["state"] for k in document["keys"]] == ["disabled"] * 3
+    assert [k["reason"] for k in document["keys"]] == ["unauthorized"] * 3
 
 
 def test_a_digest_the_ring_does_not_hold_is_coded() -> None:

@@ -4,7 +4,9 @@
 // Runs one after another on the run machine (`runPooled`), the pool in a
 // memory, a SQLite, a Redis and a PostgreSQL store: the revoked key is never sent again, the limited
 // one not before its hint, the keys are taken in turn, and no secret appears
-// in any stored row or bundle.
+// in any stored row or bundle. The revoked key's 401 does not end its run: the
+// run goes on at once with another key, each attempt naming its key by digest;
+// a pool whose every key is refused ends its run sealed, `stop_no_usable_key`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -89,6 +91,8 @@ for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
     const documents = [];
     /** @type {string[]} */
     const terminals = [];
+    /** @type {any[]} */
+    const bundles = [];
     const one = async () => {
       const run = await rl.runPooled(
         policy,
@@ -99,6 +103,7 @@ for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
         { idempotencyKey: KEY, store, keys: ring, namespace: ns },
       );
       terminals.push(run.terminal);
+      bundles.push(run.bundle);
       documents.push(JSON.stringify(run.bundle), JSON.stringify(run.receipt));
     };
     try {
@@ -107,8 +112,18 @@ for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
       state.squeeze = true;
       await one();
       const keys = seen.map((s) => s.key);
-      assert.equal(terminals[0], "stop_non_retryable");
-      assert.deepEqual(terminals.slice(1), Array(6).fill("completed"));
+      // The 401 moves the first run at once to another key: every run completes.
+      assert.deepEqual(terminals, Array(7).fill("completed"));
+      assert.equal(keys[0], REVOKED);
+      assert.ok((seen[1]?.at ?? 0) - (seen[0]?.at ?? 0) < 1_000, "no backoff after a refused key");
+      const firstAttempts = bundles[0].attempts.attempts;
+      assert.equal(firstAttempts[0].key_refused, "unauthorized");
+      assert.deepEqual(
+        firstAttempts.map((/** @type {any} */ a) => a.admission.key.key_sha256),
+        keys.slice(0, firstAttempts.length).map((k) => rl.keySha256(k)),
+        "each attempt records the key it was sent with",
+      );
+      assert.equal(bundles[0].receipt.schedule[0].key_sha256, rl.keySha256(SECRETS[0] ?? ""));
       // The revoked key: once.
       assert.equal(keys.filter((k) => k === REVOKED).length, 1, "the revoked key is never sent again");
       // The limited key: again only after its hint.
@@ -141,6 +156,52 @@ for (const backend of ["memory", "sqlite", "redis", "postgres"]) {
     }
   });
 }
+
+test("every key refused: the run ends sealed, stop_no_usable_key", async () => {
+  const gone = ["sk-live-revoked-0001", "sk-live-gone-0005", "sk-live-gone-0006"];
+  const ring = new rl.KeyRing(gone);
+  const pool = rl.poolConfig("provider-keys", ring, { coolMs: 1_000, parkMs: 60_000 });
+  const policy = policyWith((p) => {
+    p.fleet = /** @type {any} */ ({ key_pools: [pool], on_store_unavailable: "fail_closed" });
+    for (const r of p.routes) /** @type {any} */ (r).key_pool = "provider-keys";
+  });
+  const store = new rl.MemoryStore();
+  const ns = namespace("pool-gone");
+  const { server, seen } = provider();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(undefined)));
+  const address = /** @type {import("node:net").AddressInfo} */ (server.address());
+  const url = `http://127.0.0.1:${address.port}/v1/chat`;
+  try {
+    const one = () =>
+      rl.runPooled(policy, (_step, key) => call(url, /** @type {any} */ (key).apiKey), { idempotencyKey: KEY, store, keys: ring, namespace: ns });
+    const first = await one();
+    const second = await one();
+    assert.deepEqual(seen.map((s) => s.status), [401, 401, 401]);
+    assert.deepEqual([...seen.map((s) => s.key)].sort(), [...gone].sort(), "each key once");
+    for (const run of [first, second]) {
+      assert.equal(run.terminal, "stop_no_usable_key");
+      const verdict = rl.verifyBundle(run.bundle);
+      assert.equal(verdict.kind, "verified");
+      for (const secret of gone) assert.ok(!JSON.stringify(run.bundle).includes(secret), "a secret in a bundle");
+    }
+    const attempts = /** @type {any} */ (first.bundle).attempts;
+    assert.deepEqual(
+      attempts.attempts.map((/** @type {any} */ a) => a.admission.key.key_sha256),
+      seen.map((s) => rl.keySha256(s.key)),
+    );
+    assert.deepEqual(attempts.attempts.map((/** @type {any} */ a) => a.key_refused), Array(3).fill("unauthorized"));
+    assert.deepEqual(attempts.attempts.map((/** @type {any} */ a) => a.route_ordinal), [1, 1, 1], "a refused key spends no route attempt");
+    assert.equal(attempts.fleet_stop.reason, "no_usable_key");
+    assert.equal(attempts.fleet_stop.key_pool, "provider-keys");
+    assert.deepEqual(/** @type {any} */ (second.bundle).attempts.attempts, []);
+    const { document } = await store.get(`${ns}/key_pool/provider-keys`);
+    const stored = /** @type {any} */ (document);
+    assert.ok(stored !== null, "the pool is in the store");
+    assert.deepEqual(stored.keys.map((/** @type {any} */ k) => k.reason), Array(3).fill("unauthorized"));
+  } finally {
+    server.close();
+  }
+});
 
 test("a plain fleet run of a pooled policy is refused before anything is sent", async () => {
   const ring = new rl.KeyRing(SECRETS);

@@ -70,3 +70,29 @@ test("bad arguments are coded", () => {
     (e) => e instanceof rl.PolicyError && e.code === "key_not_in_pool",
   );
 });
+
+test("a refused key records its reason; disable_ms lets it back, a configuration change too", () => {
+  const ring = new rl.KeyRing(SECRETS);
+  const timed = rl.poolConfig("openai-keys", ring, { coolMs: 1_000, parkMs: 60_000, disableMs: 5_000 });
+  const [first = ""] = timed.keys.map((k) => k.key_sha256);
+  const held = rl.keyPoolRecord(timed, null, first, { class: "non_retryable", kind: "policy_denied" }, EPOCH, 403);
+  assert.equal(held.keys[0]?.state, "disabled");
+  assert.equal(held.keys[0]?.reason, "forbidden");
+  assert.equal(held.keys[0]?.until_epoch_ms, EPOCH + 5_000);
+  assert.notEqual(keyOf(rl.keyPoolSelect(timed, held, EPOCH + 4_999, first)), first, "held until disable_ms has passed");
+  const back = rl.keyPoolSelect(timed, held, EPOCH + 5_000, first);
+  assert.equal(keyOf(back), first);
+  assert.equal(back.snapshot.keys[0]?.reason, undefined);
+  // Without disable_ms the key stays disabled until the configuration changes.
+  const plain = rl.poolConfig("openai-keys", ring, { coolMs: 1_000, parkMs: 60_000 });
+  const revoked = rl.keyPoolRecord(plain, null, first, { class: "non_retryable", kind: "rejected" }, EPOCH, 401);
+  assert.equal(revoked.keys[0]?.reason, "unauthorized");
+  assert.equal(revoked.keys[0]?.until_epoch_ms, undefined);
+  assert.notEqual(keyOf(rl.keyPoolSelect(plain, revoked, EPOCH + 86_400_000, first)), first);
+  const rotated = rl.poolConfig("openai-keys", ring, { coolMs: 2_000, parkMs: 60_000 });
+  assert.equal(keyOf(rl.keyPoolSelect(rotated, revoked, EPOCH + 1, first)), first, "a changed configuration re-enables it");
+  assert.throws(
+    () => rl.keyPoolSelect({ ...plain, disable_ms: 0 }, null, EPOCH),
+    (e) => e instanceof rl.PolicyError && e.code === "invalid_key_pool",
+  );
+});

@@ -78,6 +78,7 @@ export {
   type PooledOptions,
   type PooledResult,
   type KeyPoolSelectResult,
+  type KeyRefusal,
   type KeyState,
   type PoolKey,
 } from "./keypool.js";

@@ -20,6 +20,8 @@ export interface PoolKey {
 export interface KeyPoolConfig {
   /** How long a rate-limited key cools when the answer gave no hint, ms. */
   cool_ms: number;
+  /** How long a refused key (401, 403) stays disabled, ms; absent: until the configuration changes. */
+  disable_ms?: number;
   keys: PoolKey[];
   /** The pool's name: its register is `key_pool/<name>`. */
   name: string;
@@ -27,11 +29,16 @@ export interface KeyPoolConfig {
   park_ms: number;
 }
 
+/** Why the provider refused a pool key: `unauthorized` (401) or `forbidden` (403). */
+export type KeyRefusal = "unauthorized" | "forbidden";
+
 /** One key's state in a pool snapshot. */
 export interface KeyState {
   key_sha256: Sha256Hex;
   last_limited_at_epoch_ms?: number;
   last_used_at_epoch_ms?: number;
+  /** Why a disabled key was refused: `unauthorized` (401) or `forbidden` (403). */
+  reason?: KeyRefusal;
   state: "healthy" | "cooling" | "parked" | "disabled";
   until_epoch_ms?: number;
 }
@@ -168,12 +175,18 @@ export class KeyRing {
  * every key of `ring`: digests only. `accounts` maps a key's digest to the
  * account whose quota it draws on.
  */
-export function poolConfig(name: string, ring: KeyRing, options: { coolMs: number; parkMs: number; accounts?: Record<string, string> }): KeyPoolConfig {
+export function poolConfig(
+  name: string,
+  ring: KeyRing,
+  options: { coolMs: number; parkMs: number; accounts?: Record<string, string>; disableMs?: number },
+): KeyPoolConfig {
   const keys: PoolKey[] = ring.digests.map((d) => {
     const account = options.accounts?.[d];
     return account === undefined ? { key_sha256: d } : { account, key_sha256: d };
   });
-  return { cool_ms: options.coolMs, keys, name, park_ms: options.parkMs };
+  const config: KeyPoolConfig = { cool_ms: options.coolMs, keys, name, park_ms: options.parkMs };
+  if (options.disableMs !== undefined) config.disable_ms = options.disableMs;
+  return config;
 }
 
 /** The key an attempt of a pooled run is sent with (absent on a route without a pool). */
@@ -262,9 +275,12 @@ class Pooled<T> implements LoopAdapter<T> {
  * Run one logical request on the run machine with its fleet state in
  * `options.store`: each attempt on a pooled route is sent with the key the
  * core chose (`dispatch`'s second argument: the secret from `options.keys`).
- * Which key, when, and what an answer does to a key are the core's. A pool
- * with no usable key before the deadline throws the core's `no_usable_key`;
- * writes that keep conflicting `store_conflict`.
+ * Which key, when, and what an answer does to a key are the core's: a 401
+ * or 403 disables the key and the run goes on with another key of the pool;
+ * a pool with no usable key (every key refused, or none before the deadline)
+ * ends the run sealed, terminal `stop_no_usable_key` (the attempts before it
+ * in the bundle, each naming its key by digest); writes that keep
+ * conflicting throw `store_conflict`.
  */
 export async function runPooled<T>(
   policy: Input<Policy> | CompiledPolicy,

@@ -164,7 +164,6 @@ export const RUN_CODES = [
   "unexpected_event",
   "clock_backwards",
   "machine_layer_missing",
-  "no_usable_key",
 ] as const;
 /** One of the core's error codes of the `run` family. */
 export type RunCode = (typeof RUN_CODES)[number];
@@ -325,7 +324,6 @@ export const ERROR_CODE_FAMILY: { readonly [C in ErrorCode]: ErrorFamily } = {
   unexpected_event: "run",
   clock_backwards: "run",
   machine_layer_missing: "run",
-  no_usable_key: "run",
   journal_chain_broken: "journal",
   journal_seq_gap: "journal",
   journal_seq_repeat: "journal",
@@ -363,6 +361,7 @@ export const TERMINALS = [
   "stop_store_unavailable",
   "stop_retry_after",
   "stop_admission",
+  "stop_no_usable_key",
 ] as const;
 /** How a run ends. */
 export type Terminal = (typeof TERMINALS)[number];

@@ -158,6 +158,8 @@ export interface Attempt {
   jitter_sample_ms?: number;
   /** What the attempt was of an async job (docs/JOBS.md). */
   job?: import("./job.js").JobRecord;
+  /** The provider refused the pool key the attempt was sent with (401 `unauthorized`, 403 `forbidden`): the run went on with another key. */
+  key_refused?: import("./keypool.js").KeyRefusal;
   logical_request_sha256: Sha256Hex;
   /** The model the attempt asked for and the one the provider reported; a side not learned is absent (docs/LOWERING.md). */
   model?: ModelRecord;
@@ -249,6 +251,10 @@ export interface ScheduleEntry {
   jitter_max_ms?: number;
   jitter_min_ms?: number;
   jitter_sample_ms?: number;
+  /** The provider refused the attempt's pool key (401 `unauthorized`, 403 `forbidden`). */
+  key_refused?: import("./keypool.js").KeyRefusal;
+  /** The digest of the pool key the attempt was sent with (never the secret); absent without a pool. */
+  key_sha256?: Sha256Hex;
   /** The model asked for and the one served, when the host reported them. */
   model?: ModelRecord;
   not_before_ms: number;
@@ -851,19 +857,23 @@ export interface Admission {
   admitted_at_epoch_ms: number;
   breaker?: BreakerRef;
   budget?: BudgetRef;
+  /** The key of its route's key pool the attempt was sent with, by digest (absent when the route names no pool). */
+  key?: { key_sha256: Sha256Hex; pool: Identifier };
   limits?: LimitsRef;
   skipped?: Skip[];
   /** Set when the store was unavailable and the policy fails open. */
   store?: "unavailable";
 }
 
-export type FleetStopReason = "admission" | "circuit_open" | "retry_budget" | "store_unavailable";
+export type FleetStopReason = "admission" | "circuit_open" | "retry_budget" | "store_unavailable" | "no_usable_key";
 
 /** The fleet's refusal of the next dispatch (on the attempts document). */
 export interface FleetStop {
   at_epoch_ms: number;
   at_ms: number;
   budget?: BudgetRef;
+  /** The key pool with no usable key (`no_usable_key`). */
+  key_pool?: Identifier;
   limits?: LimitsRef;
   reason: FleetStopReason;
   skipped?: Skip[];

@@ -15,15 +15,15 @@ use crate::common::{policy_with, t, NOW_2026};
 use crate::composition::{breaker, budget, case, full_budget, limits, ok, options, status};
 use crate::family::Family;
 
-const POOL: &str = "openai-keys";
-const REGISTER: &str = "key_pool/openai-keys";
+pub(crate) const POOL: &str = "openai-keys";
+pub(crate) const REGISTER: &str = "key_pool/openai-keys";
 
-fn key(n: usize) -> String {
+pub(crate) fn key(n: usize) -> String {
     api::key_sha256(&format!("sk-test-key-{n}")).expect("key")
 }
 
 /// Four keys: 0 and 1 share account `acct-a`, 2 and 3 have their own quota.
-fn pool() -> Value {
+pub(crate) fn pool() -> Value {
     json!({
         "cool_ms": 1_000,
         "keys": [
@@ -38,7 +38,7 @@ fn pool() -> Value {
 }
 
 /// The fleet section `extra` with the pool added.
-fn fleet(mut extra: Value) -> Value {
+pub(crate) fn fleet(mut extra: Value) -> Value {
     extra["key_pools"] = json!([pool()]);
     if extra.get("on_store_unavailable").is_none() {
         extra["on_store_unavailable"] = json!("fail_closed");
@@ -48,7 +48,7 @@ fn fleet(mut extra: Value) -> Value {
 
 /// The reference policy with `fleet`, its primary route taking its keys
 /// from the pool (the fallback its host's own key).
-fn policy(fleet: Value) -> String {
+pub(crate) fn policy(fleet: Value) -> String {
     t(&policy_with(&[
         ("/fleet", fleet),
         ("/routes/0/key_pool", json!(POOL)),
@@ -57,7 +57,7 @@ fn policy(fleet: Value) -> String {
 
 /// A pool snapshot after recording `steps` (key, outcome, status, at)
 /// from a fresh pool.
-fn snapshot_after(steps: &[(usize, Value, Option<u64>, u64)]) -> Value {
+pub(crate) fn snapshot_after(steps: &[(usize, Value, Option<u64>, u64)]) -> Value {
     let mut snap: Option<Value> = None;
     for (k, o, st, at) in steps {
         let text = snap.as_ref().map(t);
@@ -68,16 +68,31 @@ fn snapshot_after(steps: &[(usize, Value, Option<u64>, u64)]) -> Value {
     snap.expect("a step")
 }
 
-fn refused() -> Value {
+pub(crate) fn refused() -> Value {
     json!({"class": "non_retryable", "kind": "rejected"})
 }
 
-fn limited(ms: u64) -> Value {
+pub(crate) fn limited(ms: u64) -> Value {
     json!({"class": "retryable", "kind": "rate_limited", "retry_after_ms": ms})
 }
 
+/// The run clock of each dispatch effect, in order.
+fn dispatch_starts(f: &Family) -> Vec<u64> {
+    let case = f.cases.last().expect("a case");
+    let v = serde_json::to_value(case).expect("case");
+    let effects = v["expect"]["ok"]["effects"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    effects
+        .iter()
+        .filter(|e| e["kind"] == "dispatch")
+        .filter_map(|e| e["started_at_ms"].as_u64())
+        .collect()
+}
+
 /// The keys the run's dispatch effects named, in order (`None`: no key).
-fn dispatched(f: &Family) -> Vec<Option<String>> {
+pub(crate) fn dispatched(f: &Family) -> Vec<Option<String>> {
     let case = f.cases.last().expect("a case");
     let v = serde_json::to_value(case).expect("case");
     let effects = v["expect"]["ok"]["effects"]
@@ -97,7 +112,7 @@ fn last_pool_write(f: &Family) -> Option<Value> {
 }
 
 /// Every pool snapshot the run wrote, in order.
-fn pool_writes(f: &Family) -> Vec<Value> {
+pub(crate) fn pool_writes(f: &Family) -> Vec<Value> {
     let case = f.cases.last().expect("a case");
     let v = serde_json::to_value(case).expect("case");
     let effects = v["expect"]["ok"]["effects"]
@@ -113,14 +128,14 @@ fn pool_writes(f: &Family) -> Vec<Value> {
         .collect()
 }
 
-fn state_of(snapshot: &Value, n: usize) -> String {
+pub(crate) fn state_of(snapshot: &Value, n: usize) -> String {
     snapshot["keys"][n]["state"]
         .as_str()
         .unwrap_or("")
         .to_owned()
 }
 
-fn some(n: usize) -> Option<String> {
+pub(crate) fn some(n: usize) -> Option<String> {
     Some(key(n))
 }
 
@@ -224,35 +239,51 @@ pub fn cases(f: &mut Family) {
     assert_eq!(dispatched(f), vec![some(0), some(0)]);
     assert!(t(&serde_json::to_value(f.cases.last().expect("case")).expect("v")).contains("kept"));
 
-    // A 401 disables the key in the store; the run stops (not retryable).
+    // A 401 disables the key in the store with its reason; the attempt
+    // is `key_refused` and the run goes on at once with another key of the
+    // pool, on the same route and per-route ordinal.
     case(
         f,
         "machine_pool_401_disables_the_key",
         &p,
         &options(false),
         None,
-        &json!({"attempts": [status(401, None)]}),
-        "stop_non_retryable",
+        &json!({"attempts": [status(401, None), ok(false)]}),
+        "completed",
     );
-    let snap = last_pool_write(f).expect("the pool written");
-    assert_eq!(state_of(&snap, 0), "disabled");
+    assert_eq!(dispatched(f), vec![some(0), some(1)]);
+    let snap = pool_writes(f)
+        .into_iter()
+        .find(|s| state_of(s, 0) == "disabled")
+        .expect("the refusal written");
+    assert_eq!(snap["keys"][0]["reason"], "unauthorized");
     assert_eq!(
         state_of(&snap, 1),
         "healthy",
         "a refusal is the key's alone"
     );
+    assert_eq!(
+        dispatch_starts(f),
+        vec![0, 30],
+        "no backoff after a refusal"
+    );
 
-    // A 403 likewise, after a 503 on another key.
+    // A 403 likewise (`forbidden`).
     case(
         f,
         "machine_pool_403_disables_the_key",
         &p,
         &options(false),
         None,
-        &json!({"attempts": [status(403, None)]}),
-        "stop_non_retryable",
+        &json!({"attempts": [status(403, None), ok(false)]}),
+        "completed",
     );
-    assert_eq!(state_of(&last_pool_write(f).expect("pool"), 0), "disabled");
+    assert_eq!(dispatched(f), vec![some(0), some(1)]);
+    let snap = pool_writes(f)
+        .into_iter()
+        .find(|s| state_of(s, 0) == "disabled")
+        .expect("the refusal written");
+    assert_eq!(snap["keys"][0]["reason"], "forbidden");
 
     // The next run never takes the disabled key.
     let disabled0 = snapshot_after(&[(0, refused(), Some(401), NOW_2026 - 10)]);
@@ -337,7 +368,7 @@ pub fn cases(f: &mut Family) {
     );
     assert_eq!(dispatched(f), vec![some(0)]);
 
-    // ... and past the deadline: no_usable_key.
+    // ... and past the deadline: the run ends sealed, stop_no_usable_key.
     let past = snapshot_after(&[
         (0, limited(60_000), Some(429), NOW_2026),
         (2, limited(60_000), Some(429), NOW_2026),
@@ -350,9 +381,10 @@ pub fn cases(f: &mut Family) {
         &options(false),
         None,
         &json!({"attempts": [ok(false)], "store": {REGISTER: past}}),
-        "no_usable_key",
+        "stop_no_usable_key",
     );
-    // Every key disabled: no_usable_key.
+    assert!(dispatched(f).is_empty());
+    // Every key disabled: stop_no_usable_key.
     let none = snapshot_after(&[
         (0, refused(), Some(401), NOW_2026),
         (1, refused(), Some(401), NOW_2026),
@@ -366,8 +398,9 @@ pub fn cases(f: &mut Family) {
         &options(false),
         None,
         &json!({"attempts": [ok(false)], "store": {REGISTER: none.clone()}}),
-        "no_usable_key",
+        "stop_no_usable_key",
     );
+    assert!(dispatched(f).is_empty());
     // A changed configuration re-enables them.
     let mut longer = pool();
     longer["cool_ms"] = json!(2_000);
@@ -460,6 +493,8 @@ pub fn cases(f: &mut Family) {
         &json!({"attempts": [ok(false)], "store": {REGISTER: other}}),
         "snapshot_key_mismatch",
     );
+
+    crate::key_pool_refusal::cases(f, &p);
 
     // The policy rules of a route's key pool.
     f.policy("policy_fleet_of_key_pools_alone", &p, "ok");

@@ -45,6 +45,7 @@ mod job;
 mod journal;
 mod key_pool;
 mod key_pool_machine;
+mod key_pool_refusal;
 mod lift;
 mod lowering;
 mod observe;

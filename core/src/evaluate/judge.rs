@@ -26,6 +26,7 @@ fn sends_request(a: &Attempt) -> bool {
 
 impl Run {
     pub(crate) fn check(&self, cp: &CompiledPolicy, a: &Attempt, i: usize) -> Result<Dispatch> {
+        Self::check_key_refused(a, i)?;
         let d: Dispatch = match &self.next {
             Decision::Dispatch(d) => self.admitted(cp, d.clone(), a, i)?,
             Decision::Terminal { terminal } => {
@@ -263,6 +264,7 @@ impl Run {
         if let Some(slot) = self.per_route.get_mut(priority).filter(|_| !job_step) {
             *slot = slot.saturating_add(1);
         }
+        self.note_refusal(cp, a, priority);
         if a.injected_fault == Some(true) {
             self.injected = self.injected.saturating_add(1);
         }
@@ -307,6 +309,12 @@ impl Run {
             jitter_max_ms: d.jitter_max_ms,
             jitter_min_ms: d.jitter_min_ms,
             jitter_sample_ms: d.jitter_sample_ms,
+            key_refused: a.key_refused,
+            key_sha256: a
+                .admission
+                .as_ref()
+                .and_then(|adm| adm.key.as_ref())
+                .map(|k| k.key_sha256.clone()),
             model: a.model.clone(),
             not_before_ms: d.not_before_ms,
             ordinal: d.ordinal,
@@ -365,6 +373,9 @@ impl Run {
             Some(next) => next,
             None => match a.outcome {
                 Outcome::Success => stop(Terminal::Completed),
+                Outcome::NonRetryable { .. } if a.key_refused.is_some() => {
+                    self.plan_next_key(cp, priority, route_ordinal, a.completed_at_ms)
+                }
                 Outcome::NonRetryable {
                     kind: NonRetryableKind::QuotaExhausted,
                 } if p.backoff.quota_exhausted == Some(QuotaExhausted::SkipRoute) => {

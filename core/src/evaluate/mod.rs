@@ -35,6 +35,7 @@ use crate::schedule::{Delay, JitterDraw};
 use crate::stream::{Continuation, StreamAction, Streaming};
 
 mod judge;
+mod keys;
 mod plan;
 mod seal;
 
@@ -77,6 +78,9 @@ pub enum Terminal {
     /// The fleet's admission limits do not admit the next dispatch within
     /// the queue bound, or early enough to leave room before the deadline.
     StopAdmission,
+    /// The planned route's key pool has no usable key: every key was
+    /// refused (401, 403), or none clears before the deadline.
+    StopNoUsableKey,
 }
 
 names!(Terminal {
@@ -93,6 +97,7 @@ names!(Terminal {
     StopStoreUnavailable => "stop_store_unavailable",
     StopRetryAfter => "stop_retry_after",
     StopAdmission => "stop_admission",
+    StopNoUsableKey => "stop_no_usable_key",
 });
 
 /// The next attempt to dispatch, and not before when.
@@ -152,6 +157,7 @@ impl Dispatch {
             injected_fault: None,
             jitter_sample_ms: self.jitter_sample_ms,
             job: None,
+            key_refused: None,
             logical_request_sha256: self.logical_request_sha256.clone(),
             model: None,
             ordinal: self.ordinal,
@@ -391,6 +397,12 @@ pub(crate) struct Run {
     /// The route (by priority) that answered `in_progress`: the run never
     /// leaves it, since its receiver holds the first request's effect.
     pinned: Option<usize>,
+    /// Per route (by priority), the attempts whose pool key the provider
+    /// refused: counted in `per_route`, not against the route's bound.
+    refused: Vec<u64>,
+    /// Keys refused in this run that stay disabled for its whole length
+    /// (their pool sets no `disable_ms`): never sent again.
+    refused_keys: Vec<Sha256Hex>,
 }
 
 impl Run {
@@ -424,6 +436,8 @@ impl Run {
             job: cp.policy.async_job.as_ref().map(|_| JobState::new(cp)),
             in_progress: 0,
             pinned: None,
+            refused: vec![0; cp.policy.routes.len()],
+            refused_keys: Vec::new(),
         };
         let first = Delay {
             delay_ms: 0,
@@ -456,9 +470,15 @@ impl Run {
         self.spent
     }
 
-    /// Attempts so far on the route at `priority`.
+    /// Attempts so far on the route at `priority` that count against its
+    /// bound (every one but those whose pool key was refused).
     pub(crate) fn used_on(&self, priority: usize) -> u64 {
-        self.per_route.get(priority).copied().unwrap_or(0)
+        let refused = self.refused.get(priority).copied().unwrap_or(0);
+        self.per_route
+            .get(priority)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(refused)
     }
 
     /// After a hedged round: the route of the attempt that decided it and

@@ -72,7 +72,7 @@ impl Run {
                 terminal: Terminal::StopTotalAttempts,
             };
         }
-        let used = self.per_route.get(priority).copied().unwrap_or(0);
+        let used = self.used_on(priority);
         let bound = cp.route_at(priority).map_or(0, |r| r.max_attempts);
         // A hint above the cap: clamp it (below), stop, or leave the route.
         let over_cap = hint.is_some_and(|h| h > p.backoff.retry_after_cap_ms);
@@ -261,7 +261,7 @@ impl Run {
             .routes()
             .enumerate()
             .skip(from.saturating_add(1))
-            .map(|(p, r)| (p, self.per_route.get(p).copied().unwrap_or(0), r))
+            .map(|(p, r)| (p, self.used_on(p), r))
             .find(|(_, used, r)| *used < r.max_attempts)
             .map(|(p, used, _)| (p, used))?;
         let delay = Delay {
@@ -330,6 +330,7 @@ impl Run {
                     "only a fail_open policy admits without its store, and then reads no snapshot",
                 );
             }
+            self.check_key(cp, fleet, &d, adm, i)?;
             return Ok(d);
         }
         let mut plan = d;
@@ -388,6 +389,7 @@ impl Run {
                 "a first attempt deposits into the retry budget and every later one withdraws",
             );
         }
+        self.check_key(cp, fleet, &plan, adm, i)?;
         Ok(plan)
     }
 
@@ -425,7 +427,16 @@ impl Run {
                 None => exhausted = k.saturating_add(1) == skips.len(),
             }
         }
+        if stop.key_pool.is_some() != (stop.reason == StopReason::NoUsableKey) {
+            return bad("a fleet stop names a key pool exactly when no key of it is usable");
+        }
         let terminal = match stop.reason {
+            StopReason::NoUsableKey if !exhausted && self.names_pool(cp, &plan, stop) => {
+                Terminal::StopNoUsableKey
+            }
+            StopReason::NoUsableKey => {
+                return bad("only the planned route's key pool can have no usable key")
+            }
             StopReason::CircuitOpen if exhausted => Terminal::StopCircuitOpen,
             StopReason::CircuitOpen => return bad("a route is left that was not tried"),
             StopReason::RetryBudget

@@ -236,6 +236,10 @@ pub struct Admission {
     pub breaker: Option<BreakerRef>,
     /// The retry budget.
     pub budget: Option<BudgetRef>,
+    /// The key of its route's key pool it was sent with (a digest, never
+    /// the secret); absent when the route names no pool, so existing
+    /// digests are unchanged.
+    pub key: Option<crate::keypool::KeyRef>,
     /// The admission limits.
     pub limits: Option<LimitsRef>,
     /// Routes skipped before it (open breakers).
@@ -248,6 +252,7 @@ object!(Admission {
     admitted_at_epoch_ms: u64,
     breaker: opt_doc,
     budget: opt_doc,
+    key: opt_doc,
     limits: opt_doc,
     skipped: opt_doc,
     store: opt_doc,
@@ -265,6 +270,9 @@ pub enum StopReason {
     RetryBudget,
     /// The store is unavailable and the policy fails closed.
     StoreUnavailable,
+    /// The planned route's key pool has no usable key: every key is
+    /// disabled, or the first to clear does so at or after the deadline.
+    NoUsableKey,
 }
 
 names!(StopReason {
@@ -272,6 +280,7 @@ names!(StopReason {
     CircuitOpen => "circuit_open",
     RetryBudget => "retry_budget",
     StoreUnavailable => "store_unavailable",
+    NoUsableKey => "no_usable_key",
 });
 
 /// The fleet's refusal of the next dispatch (on the attempts document).
@@ -284,6 +293,8 @@ pub struct FleetStop {
     pub at_ms: u64,
     /// The budget snapshot that refused (retry_budget).
     pub budget: Option<BudgetRef>,
+    /// The key pool that had no usable key (no_usable_key).
+    pub key_pool: Option<Identifier>,
     /// The admission snapshot that refused (admission).
     pub limits: Option<LimitsRef>,
     /// Why.
@@ -296,6 +307,7 @@ object!(FleetStop {
     at_epoch_ms: u64,
     at_ms: u64,
     budget: opt_doc,
+    key_pool: opt_doc,
     limits: opt_doc,
     reason: doc,
     skipped: opt_doc,

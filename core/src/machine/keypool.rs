@@ -8,23 +8,34 @@
 //! none) goes through [`keypool::select`]: the key chosen rides on the
 //! dispatch effect by digest (the host holds the secrets), and the
 //! snapshot with the key's use recorded is written back with
-//! compare-and-set after the breakers and before the admission limits. A
+//! compare-and-set after the breakers and before the admission limits; the
+//! attempt's admission records the key (`admission.key`, its digest). A
 //! pool with no usable key now but one that clears before the deadline
 //! sleeps until then and admits again (nothing written); one that does
-//! not is `no_usable_key`. After the observation the settlement records
-//! the answer ([`keypool::record`]: 401/403 disable the key, a rate limit
-//! cools the account's keys until the hint, an exhausted quota parks them)
-//! and writes the snapshot back when it changed.
+//! not (every key disabled, or the first clears at or after the deadline)
+//! ends the run sealed: the fleet stop `no_usable_key` names the pool and
+//! the terminal is `stop_no_usable_key`, the attempts before it kept.
+//! After the observation the settlement records the answer
+//! ([`keypool::record`]: 401/403 disable the key with its reason, a rate
+//! limit cools the account's keys until the hint, an exhausted quota parks
+//! them) and writes the snapshot back when it changed. A 401 or 403 to a
+//! pool key also marks the attempt `key_refused`: the judge goes on with
+//! the same route at once, and the next admission takes another key.
 //!
 //! Within a run the session keeps the key its last attempt used while the
 //! key is usable (the options' `key_affinity` before the first). A store
-//! that cannot be read under `fail_open` admits from a fresh snapshot and
-//! writes nothing (the attempt records the unavailable store); a write that
-//! keeps conflicting is `store_conflict`, as for every register.
+//! that cannot be read under `fail_open` admits from a fresh snapshot with
+//! the keys this run saw refused disabled in it (the judge never lets a run
+//! send a refused key again) and writes nothing (the attempt records the
+//! unavailable store); a write that keeps conflicting is `store_conflict`,
+//! as for every register.
 
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::Result;
+use crate::ids::Identifier;
 use crate::ids::Sha256Hex;
-use crate::keypool::{self, KeyChoice, KeyPoolConfig, KeyPoolSnapshot, KeySignal, Selection};
+use crate::keypool::{
+    self, KeyChoice, KeyPoolConfig, KeyPoolSnapshot, KeyRef, KeyRefusal, KeySignal, Selection,
+};
 use crate::outcome::Outcome;
 use crate::policy::CompiledPolicy;
 
@@ -48,9 +59,11 @@ pub(super) enum Pick {
     None,
     /// Send with this key; write this snapshot back (none when the store
     /// was unavailable).
-    Key(Option<KeyPoolSnapshot>),
+    Key(KeyRef, Option<KeyPoolSnapshot>),
     /// No key is usable before this time (Unix ms).
     Wait(u64),
+    /// Every key of this pool is disabled: nothing clears by waiting.
+    NoKey(Identifier),
 }
 
 /// The pool `release`'s route names.
@@ -93,14 +106,19 @@ impl Layer {
         release: &Sha256Hex,
         reads: &Reads,
         (now_epoch_ms, start_epoch_ms): (u64, u64),
-        unavailable: bool,
+        (unavailable, refused): (bool, &[(KeyRef, KeyRefusal)]),
     ) -> Result<Pick> {
         self.chosen = None;
         let Some(cfg) = pool_of(cp, release) else {
             return Ok(Pick::None);
         };
         let snapshot = if unavailable {
-            KeyPoolSnapshot::fresh(cfg)
+            let mut fresh = KeyPoolSnapshot::fresh(cfg);
+            for (key, why) in refused.iter().filter(|(k, _)| k.pool == cfg.name) {
+                let signal = KeySignal::Refused(*why);
+                fresh = keypool::record(cfg, &fresh, &key.key_sha256, signal, now_epoch_ms)?;
+            }
+            fresh
         } else {
             read(cfg, reads)?
         };
@@ -115,16 +133,20 @@ impl Layer {
                 key_sha256,
                 affinity,
             } => {
+                let key = KeyRef {
+                    key_sha256: key_sha256.clone(),
+                    pool: cfg.name.clone(),
+                };
                 self.chosen = Some(KeyChoice {
                     affinity,
                     key_sha256,
                     pool: cfg.name.clone(),
                 });
                 let write = (!unavailable && next != snapshot).then_some(next);
-                Ok(Pick::Key(write))
+                Ok(Pick::Key(key, write))
             }
             Selection::Wait { until_epoch_ms } => Ok(Pick::Wait(until_epoch_ms)),
-            Selection::NoUsableKey => Err(no_usable_key(cfg, "every key is disabled")),
+            Selection::NoUsableKey => Ok(Pick::NoKey(cfg.name.clone())),
         }
     }
 
@@ -158,15 +180,6 @@ impl Layer {
         let next = keypool::record(cfg, &snapshot, &sent.key_sha256, signal, now_epoch_ms)?;
         Ok((next != snapshot).then_some(next))
     }
-}
-
-/// `no_usable_key` for pool `cfg`.
-pub(super) fn no_usable_key(cfg: &KeyPoolConfig, why: &str) -> Error {
-    Error::at(
-        ErrorCode::NoUsableKey,
-        "/fleet/key_pools",
-        format!("no key of pool `{}` is usable: {why}", cfg.name.as_str()),
-    )
 }
 
 /// The pool `release`'s route names, for an error.

@@ -44,8 +44,12 @@ impl Machine {
                 }
                 let pool = match self.select_key(&reads, now_epoch, unavailable)? {
                     keypool::Pick::None => None,
-                    keypool::Pick::Key(write) => write,
+                    keypool::Pick::Key(key, write) => {
+                        self.session.set_admission_key(key);
+                        write
+                    }
                     keypool::Pick::Wait(until) => return self.wait_for_key(until),
+                    keypool::Pick::NoKey(pool) => return self.no_usable_key(pool, now_epoch),
                 };
                 let writes = reads.writes_with_pool(&fleet, admitted.writes, pool);
                 self.write(reads, why, conflicts, writes, Then::Plan)
@@ -83,35 +87,55 @@ impl Machine {
         let release = d.route_release_sha256.clone();
         let start_epoch = self.epoch(d.not_before_ms.max(self.now_ms));
         let policy = std::sync::Arc::clone(&self.policy);
+        // The keys this run saw refused (a store read under fail_open holds
+        // no record of them).
+        let refused: Vec<_> = self
+            .session
+            .attempts()
+            .attempts
+            .iter()
+            .filter_map(|a| {
+                let key = a.admission.as_ref()?.key.clone()?;
+                Some((key, a.key_refused?))
+            })
+            .collect();
         self.pools.select(
             &policy,
             &release,
             reads,
             (now_epoch, start_epoch),
-            unavailable,
+            (unavailable, &refused),
         )
     }
 
     /// No key of the admitted route's pool is usable before `until` (Unix
     /// ms): sleep until then and admit again (nothing was written), unless
-    /// that is past the deadline.
+    /// that is at or past the deadline (`stop_no_usable_key`).
     fn wait_for_key(&mut self, until: u64) -> Result<()> {
         let until_ms = until.saturating_sub(self.origin_epoch_ms);
-        let deadline_ms = self.policy.policy.deadline_ms;
-        if until_ms >= deadline_ms {
+        if until_ms >= self.policy.policy.deadline_ms {
             let release = self.planned()?.route_release_sha256;
-            let why = format!(
-                "the first key clears at {until_ms} ms on the run clock, at or after the deadline at {deadline_ms} ms"
-            );
-            return Err(match keypool::pool_named(&self.policy, &release) {
-                Some(cfg) => keypool::no_usable_key(cfg, &why),
-                None => Error::new(ErrorCode::NoUsableKey, why),
-            });
+            let Some(cfg) = keypool::pool_named(&self.policy, &release) else {
+                return Err(Error::new(
+                    ErrorCode::AdmissionUnexpected,
+                    "a wait for a key on a route without a key pool",
+                ));
+            };
+            let pool = cfg.name.clone();
+            return self.no_usable_key(pool, self.epoch(self.now_ms));
         }
         self.session.forget_admission();
         self.effect = Effect::Sleep { until_ms };
         self.stage = Stage::Sleeping(Then::Plan);
         Ok(())
+    }
+
+    /// The admitted route's pool `pool` has no usable key: the run ends
+    /// sealed, `stop_no_usable_key` (nothing of the admission is written).
+    fn no_usable_key(&mut self, pool: crate::ids::Identifier, now_epoch: u64) -> Result<()> {
+        self.session
+            .stop_no_usable_key(self.now_ms, now_epoch, pool)?;
+        self.then(Then::Plan)
     }
 
     /// The writes that settle the last attempt (its breaker's record, its

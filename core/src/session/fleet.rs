@@ -88,6 +88,7 @@ impl Session {
             admitted_at_epoch_ms: now_epoch_ms,
             breaker: None,
             budget: None,
+            key: None,
             limits: None,
             skipped: None,
             store: None,
@@ -260,6 +261,38 @@ impl Session {
         }
     }
 
+    /// Record the key of the route's pool the admitted attempt is sent
+    /// with (the run machine selects it with the admission).
+    pub(crate) fn set_admission_key(&mut self, key: crate::keypool::KeyRef) {
+        if let Some(p) = self.pending.as_mut() {
+            p.admission.key = Some(key);
+        }
+    }
+
+    /// End the run before the admitted attempt is sent: the planned
+    /// route's pool `pool` has no usable key (`stop_no_usable_key`). The
+    /// routes the admission skipped are the stop's.
+    pub(crate) fn stop_no_usable_key(
+        &mut self,
+        at_ms: u64,
+        at_epoch_ms: u64,
+        pool: crate::ids::Identifier,
+    ) -> Result<()> {
+        let skips = self
+            .pending
+            .take()
+            .and_then(|p| p.admission.skipped)
+            .map_or_else(Vec::new, |s| s.0);
+        self.stop_with(
+            at_ms,
+            at_epoch_ms,
+            StopReason::NoUsableKey,
+            skips,
+            (None, None, Some(pool)),
+        )
+        .map(|_| ())
+    }
+
     fn stop(
         &mut self,
         at_ms: u64,
@@ -268,10 +301,26 @@ impl Session {
         skips: Vec<Skip>,
         (budget, limits): (Option<BudgetRef>, Option<LimitsRef>),
     ) -> Result<Admitted> {
+        self.stop_with(at_ms, at_epoch_ms, reason, skips, (budget, limits, None))
+    }
+
+    fn stop_with(
+        &mut self,
+        at_ms: u64,
+        at_epoch_ms: u64,
+        reason: StopReason,
+        skips: Vec<Skip>,
+        (budget, limits, key_pool): (
+            Option<BudgetRef>,
+            Option<LimitsRef>,
+            Option<crate::ids::Identifier>,
+        ),
+    ) -> Result<Admitted> {
         let stop = FleetStop {
             at_epoch_ms,
             at_ms,
             budget,
+            key_pool,
             limits,
             reason,
             skipped: (!skips.is_empty()).then_some(Skips(skips)),

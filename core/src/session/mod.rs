@@ -53,6 +53,9 @@ pub struct Session {
 #[derive(Debug, Clone, Default)]
 struct Notes {
     usage: Option<Units>,
+    /// The HTTP status the attempt in flight answered with: a 401 or 403 to
+    /// a pool key refuses the key ([`crate::keypool`]).
+    status: Option<u64>,
     request_body_sha256: Option<Sha256Hex>,
     /// The failed output check that decided the attempt in flight.
     output_check: Option<crate::output::OutputCheckRecord>,
@@ -344,8 +347,16 @@ impl Session {
         };
         // A reconciled attempt's outcome is the one its answer stands for.
         let outcome = self.notes.reconciled.map_or(outcome, |r| r.outcome());
+        let keyed = admission.as_ref().is_some_and(|a| a.key.is_some());
+        let key_refused = (keyed && matches!(outcome, Outcome::NonRetryable { .. }))
+            .then(|| {
+                let status = self.notes.status.and_then(|s| u16::try_from(s).ok());
+                crate::keypool::KeyRefusal::of_status(status)
+            })
+            .flatten();
         let attempt = Attempt {
             admission,
+            key_refused,
             injected_fault: injected.then_some(true),
             job: d
                 .job

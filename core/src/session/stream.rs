@@ -97,6 +97,7 @@ impl Session {
             ..facts.clone()
         };
         let mut judgement = judge_at(&judged, completed_at_ms >= deadline_ms)?;
+        self.notes.status = judged.status;
         self.notes.output_check = if judgement.rule == crate::observe::Rule::OutputCheck {
             crate::output::judge_checks(&judged.output_checks).map(|(_, record)| record)
         } else {

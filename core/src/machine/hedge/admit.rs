@@ -83,6 +83,7 @@ impl Layer {
         let mut skips: Vec<Skip> = Vec::new();
         let mut limits_write = None;
         let mut admission = Admission {
+            key: None,
             admitted_at_epoch_ms: now_epoch_ms,
             breaker: None,
             budget: None,
@@ -107,6 +108,7 @@ impl Layer {
                 });
             }
             let stop = FleetStop {
+                key_pool: None,
                 at_epoch_ms: now_epoch_ms,
                 at_ms,
                 budget,

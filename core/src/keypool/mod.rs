@@ -19,7 +19,11 @@
 //!   its key while it is usable and moves when it is not.
 //! - [`record`]: what an attempt's outcome says about its key. A rate limit
 //!   or an exhausted quota applies to every key of the same account (they
-//!   share one quota); an invalid key only to itself.
+//!   share one quota); a refused key (401 `unauthorized`, 403 `forbidden`)
+//!   only to itself: it is disabled with that reason until an operator
+//!   changes the pool's configuration (rotates, removes or re-adds a key,
+//!   or any other change), or, when the pool sets `disable_ms`, until that
+//!   much time has passed — whichever comes first.
 //!
 //! Every change raises the generation. Time never goes back for a pool: a
 //! clock behind `updated_at_epoch_ms` counts as that time.
@@ -61,6 +65,10 @@ object!(PoolKey {
 pub struct KeyPoolConfig {
     /// How long a rate-limited key cools when the answer gave no hint, ms.
     pub cool_ms: u64,
+    /// How long a refused key (401, 403) stays disabled, ms. Absent (the
+    /// default): until the pool's configuration changes, as a revoked key
+    /// does not come back by itself.
+    pub disable_ms: Option<u64>,
     /// The keys, in the order ties are broken.
     pub keys: Vec<PoolKey>,
     /// The pool's name: its register is `key_pool/<name>`.
@@ -71,6 +79,7 @@ pub struct KeyPoolConfig {
 
 object!(KeyPoolConfig {
     cool_ms: u64,
+    disable_ms: opt_u64,
     keys: list(MAX_KEYS),
     name: doc,
     park_ms: u64,
@@ -105,7 +114,11 @@ impl KeyPoolConfig {
                 );
             }
         }
-        for (field, v) in [("cool_ms", self.cool_ms), ("park_ms", self.park_ms)] {
+        for (field, v) in [
+            ("cool_ms", self.cool_ms),
+            ("park_ms", self.park_ms),
+            ("disable_ms", self.disable_ms.unwrap_or(1)),
+        ] {
             if v == 0 || v > MAX_HOLD_MS {
                 return bad(field, format!("{field} must be in 1..={MAX_HOLD_MS}"));
             }
@@ -214,9 +227,51 @@ pub enum KeyHealth {
     /// Its quota cannot clear soon: usable again at `until_epoch_ms`.
     Parked,
     /// The provider refused the key itself (401 or 403): unusable until
-    /// the pool's configuration changes.
+    /// the pool's configuration changes (or, with `disable_ms`, until
+    /// `until_epoch_ms`).
     Disabled,
 }
+
+/// Why the provider refused a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRefusal {
+    /// HTTP 401: the key is invalid, revoked or expired.
+    Unauthorized,
+    /// HTTP 403: the key is valid but not allowed (disabled, region,
+    /// organization, project).
+    Forbidden,
+}
+
+names!(KeyRefusal {
+    Unauthorized => "unauthorized",
+    Forbidden => "forbidden",
+});
+
+impl KeyRefusal {
+    /// The refusal an HTTP status stands for (401, 403).
+    pub fn of_status(status: Option<u16>) -> Option<Self> {
+        match status {
+            Some(401) => Some(Self::Unauthorized),
+            Some(403) => Some(Self::Forbidden),
+            _ => None,
+        }
+    }
+}
+
+/// The key an attempt was sent with, as its admission records it: the
+/// digest, never the secret. Fields in canonical order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRef {
+    /// The key's digest.
+    pub key_sha256: Sha256Hex,
+    /// The pool it was taken from.
+    pub pool: Identifier,
+}
+
+object!(KeyRef {
+    key_sha256: doc,
+    pool: doc,
+});
 
 names!(KeyHealth {
     Healthy => "healthy",
@@ -234,6 +289,8 @@ pub struct KeyState {
     pub last_limited_at_epoch_ms: Option<u64>,
     /// When the key was last selected (absent: never).
     pub last_used_at_epoch_ms: Option<u64>,
+    /// Why a disabled key was refused (absent on every other key).
+    pub reason: Option<KeyRefusal>,
     /// Its health.
     pub state: KeyHealth,
     /// When a cooling or parked key is usable again.
@@ -244,6 +301,7 @@ object!(KeyState {
     key_sha256: doc,
     last_limited_at_epoch_ms: opt_u64,
     last_used_at_epoch_ms: opt_u64,
+    reason: opt_doc,
     state: doc,
     until_epoch_ms: opt_u64,
 });
@@ -254,6 +312,7 @@ impl KeyState {
             key_sha256: key.clone(),
             last_limited_at_epoch_ms: None,
             last_used_at_epoch_ms: None,
+            reason: None,
             state: KeyHealth::Healthy,
             until_epoch_ms: None,
         }
@@ -353,11 +412,19 @@ impl KeyPoolSnapshot {
                 ));
             }
             let holds = matches!(k.state, KeyHealth::Cooling | KeyHealth::Parked);
-            if holds != k.until_epoch_ms.is_some() {
+            let may_hold = holds || k.state == KeyHealth::Disabled;
+            if (holds && k.until_epoch_ms.is_none()) || (!may_hold && k.until_epoch_ms.is_some()) {
                 return Err(Error::at(
                     ErrorCode::InvalidSnapshot,
                     here("until_epoch_ms"),
-                    "until_epoch_ms is given for a cooling or parked key, and only for one",
+                    "until_epoch_ms is given for a cooling or parked key (and may be for a disabled one), and only for those",
+                ));
+            }
+            if k.reason.is_some() && k.state != KeyHealth::Disabled {
+                return Err(Error::at(
+                    ErrorCode::InvalidSnapshot,
+                    here("reason"),
+                    "only a disabled key records why it was refused",
                 ));
             }
         }
@@ -445,6 +512,8 @@ fn current(cfg: &KeyPoolConfig, snapshot: &KeyPoolSnapshot, now: u64) -> KeyPool
                     .unwrap_or_else(|| KeyState::fresh(&k.key_sha256));
                 if s.state == KeyHealth::Disabled {
                     s.state = KeyHealth::Healthy;
+                    s.reason = None;
+                    s.until_epoch_ms = None;
                 }
                 s
             })
@@ -454,6 +523,7 @@ fn current(cfg: &KeyPoolConfig, snapshot: &KeyPoolSnapshot, now: u64) -> KeyPool
     for k in &mut next.keys {
         if k.until_epoch_ms.is_some_and(|u| u <= now) {
             k.state = KeyHealth::Healthy;
+            k.reason = None;
             k.until_epoch_ms = None;
         }
     }
@@ -544,7 +614,7 @@ pub enum KeySignal {
     /// Nothing about the key (a success, or a failure of something else).
     None,
     /// The provider refused the key itself (HTTP 401 or 403).
-    Refused,
+    Refused(KeyRefusal),
     /// Rate limited, with the answer's hint (ms) if it gave one.
     Limited(Option<u64>),
     /// A quota that cannot clear within a run.
@@ -555,8 +625,8 @@ impl KeySignal {
     /// The signal of an attempt's outcome and HTTP status (when it had
     /// one): 401 and 403 refuse the key, whatever the outcome's kind.
     pub fn of(outcome: &Outcome, status: Option<u16>) -> Self {
-        if matches!(status, Some(401 | 403)) {
-            return Self::Refused;
+        if let Some(why) = KeyRefusal::of_status(status) {
+            return Self::Refused(why);
         }
         match outcome {
             Outcome::Retryable {
@@ -596,10 +666,12 @@ pub fn record(
     let mut next = current(cfg, snapshot, now);
     let hold = match signal {
         KeySignal::None => None,
-        KeySignal::Refused => {
+        KeySignal::Refused(why) => {
+            let until = cfg.disable_ms.map(|ms| now.saturating_add(ms));
             for k in next.keys.iter_mut().filter(|k| &k.key_sha256 == key) {
                 k.state = KeyHealth::Disabled;
-                k.until_epoch_ms = None;
+                k.reason = Some(why);
+                k.until_epoch_ms = until;
             }
             None
         }
@@ -631,146 +703,4 @@ pub fn record(
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
-    use super::*;
-    use crate::canonical::sha256_hex;
-
-    fn key(n: u8) -> Sha256Hex {
-        Sha256Hex::computed(sha256_hex(&[n]))
-    }
-
-    fn pool(accounts: &[Option<&str>]) -> KeyPoolConfig {
-        KeyPoolConfig {
-            cool_ms: 1_000,
-            keys: accounts
-                .iter()
-                .enumerate()
-                .map(|(i, a)| PoolKey {
-                    account: a.map(|a| Identifier::parse(a).unwrap()),
-                    key_sha256: key(u8::try_from(i).unwrap()),
-                })
-                .collect(),
-            name: Identifier::parse("openai").unwrap(),
-            park_ms: 60_000,
-        }
-    }
-
-    fn picked(s: &Selection) -> Sha256Hex {
-        match s {
-            Selection::Key { key_sha256, .. } => key_sha256.clone(),
-            other => panic!("no key: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn keys_are_taken_in_turn_not_drained_in_order() {
-        let cfg = pool(&[None, None, None, None]);
-        let mut snap = KeyPoolSnapshot::fresh(&cfg);
-        let mut seen = Vec::new();
-        for t in 1..=8 {
-            let (s, next) = select(&cfg, &snap, t, None);
-            seen.push(picked(&s));
-            snap = next;
-        }
-        let first: Vec<_> = seen[..4].to_vec();
-        for k in 0..4 {
-            assert!(first.contains(&key(k)), "every key once in four calls");
-        }
-        assert_eq!(&seen[4..], &first[..], "then the same turn again");
-    }
-
-    #[test]
-    fn a_key_cooling_until_the_start_is_usable_by_it_and_held_for_others() {
-        let cfg = pool(&[None, None]);
-        let snap = KeyPoolSnapshot::fresh(&cfg);
-        let limited = |ms| KeySignal::Limited(Some(ms));
-        let snap = record(&cfg, &snap, &key(0), limited(4_000), 1_000).unwrap();
-        let snap = record(&cfg, &snap, &key(1), limited(1_000), 1_000).unwrap();
-        // Chosen at 2 000 for a start at 2 000: key 1's hold has ended.
-        let (s, _) = select_for_start(&cfg, &snap, 2_000, 2_000, None);
-        assert_eq!(picked(&s), key(1));
-        // Chosen at 1 500 for a start at 5 000: both usable, the least
-        // recently limited first (a tie: the configuration's order).
-        let (s, next) = select_for_start(&cfg, &snap, 1_500, 5_000, None);
-        assert_eq!(picked(&s), key(0));
-        assert_eq!(
-            next.keys[0].state,
-            KeyHealth::Cooling,
-            "held for every other run"
-        );
-        assert_eq!(next.keys[0].last_used_at_epoch_ms, Some(1_500));
-        assert_eq!(next.updated_at_epoch_ms, 1_500);
-        // For a start at 3 000 only key 1 has cooled.
-        let (s, _) = select_for_start(&cfg, &snap, 1_500, 3_000, None);
-        assert_eq!(picked(&s), key(1));
-        // For a start at 1 500 neither: the first clears at 2 000.
-        let (s, _) = select_for_start(&cfg, &snap, 1_500, 1_500, None);
-        assert_eq!(
-            s,
-            Selection::Wait {
-                until_epoch_ms: 2_000
-            }
-        );
-    }
-
-    #[test]
-    fn a_limit_cools_the_account_and_a_refusal_disables_until_the_config_changes() {
-        let cfg = pool(&[Some("a"), Some("a"), None]);
-        let snap = KeyPoolSnapshot::fresh(&cfg);
-        let limited = Outcome::Retryable {
-            kind: RetryableKind::RateLimited,
-            retry_after_ms: Some(5_000),
-            retry_after_source: None,
-        };
-        let snap = record(
-            &cfg,
-            &snap,
-            &key(0),
-            KeySignal::of(&limited, Some(429)),
-            100,
-        )
-        .unwrap();
-        assert_eq!(snap.keys[0].state, KeyHealth::Cooling);
-        assert_eq!(snap.keys[1].until_epoch_ms, Some(5_100));
-        assert_eq!(snap.keys[2].state, KeyHealth::Healthy);
-        let (s, snap) = select(&cfg, &snap, 200, Some(&key(0)));
-        assert_eq!(
-            s,
-            Selection::Key {
-                key_sha256: key(2),
-                affinity: Some(Affinity::Moved)
-            }
-        );
-        let refused = Outcome::NonRetryable {
-            kind: NonRetryableKind::Rejected,
-        };
-        let snap = record(
-            &cfg,
-            &snap,
-            &key(2),
-            KeySignal::of(&refused, Some(401)),
-            300,
-        )
-        .unwrap();
-        let (s, _) = select(&cfg, &snap, 400, None);
-        assert_eq!(
-            s,
-            Selection::Wait {
-                until_epoch_ms: 5_100
-            }
-        );
-        let (s, _) = select(&cfg, &snap, 5_100, Some(&key(1)));
-        assert_eq!(
-            s,
-            Selection::Key {
-                key_sha256: key(1),
-                affinity: Some(Affinity::Kept)
-            }
-        );
-        let mut changed = cfg.clone();
-        changed.cool_ms = 2_000;
-        let (s, _) = select(&changed, &snap, 400, None);
-        assert_eq!(picked(&s), key(2), "a new configuration re-enables the key");
-    }
-}
+mod tests;
