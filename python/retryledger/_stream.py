@@ -101,7 +101,6 @@ from ._driver import (
     _schedule_for,
     _sleep_ms,
 )
-from ._errors import PolicyError
 from .fleet import Fleet
 
 
@@ -501,13 +500,9 @@ class _Plan:
     __slots__ = ("mode", "live", "max_bytes", "first_byte_ms", "idle_ms", "status")
 
     def __init__(self, compiled: Policy) -> None:
-        contract = compiled.document.get("stream")
-        if not isinstance(contract, dict):
-            raise PolicyError(
-                "invalid_stream_contract",
-                "the policy has no stream contract: add a stream section (mode, max_response_bytes) to stream a run",
-                "/stream",
-            )
+        # A streamed run needs a stream section: the core's rule (invalid_stream_contract otherwise).
+        compiled._compiled.require_driver("stream")
+        contract = compiled.document["stream"]
         self.mode: str = contract["mode"]
         self.live = self.mode != "buffer"
         self.max_bytes: int = contract["max_response_bytes"]
