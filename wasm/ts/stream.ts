@@ -29,7 +29,6 @@ import type { Fleet } from "./fleet.js";
 import {
   DecodeError,
   HttpError,
-  PolicyError,
   RunCancelledError,
   RunStoppedError,
   UnrecognizedDispatchError,
@@ -325,13 +324,10 @@ export function runStream<E = string>(
 ): StreamRun<E> {
   if (typeof dispatch !== "function") throw new TypeError("dispatch must be a function");
   const compiled = compiledOf(policy);
-  if (compiled.policy.stream === undefined) {
-    throw new PolicyError("invalid_stream_contract", "invalid_stream_contract at /stream: runStream needs a policy with a stream section", {
-      path: "/stream",
-    });
-  }
+  // A streamed run needs a stream section: the core's rule (invalid_stream_contract otherwise).
+  compiled.requireDriver("stream");
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
-  checkFleet(compiled.policy, options.fleet);
+  checkFleet(compiled, options.fleet);
   let schedule: string | undefined;
   if (options.priceSchedule !== undefined) {
     schedule = toText(options.priceSchedule);
