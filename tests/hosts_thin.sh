@@ -32,7 +32,13 @@
 #     `run_loop(`), or that steps a session itself (`session.next()`,
 #     `startAttempt`, a `new HedgeSession(`, the plain driver's
 #     `next_attempt`) or hands its run to the plain driver's loop
-#     (`runWithPolicy(`, `_run(`).
+#     (`runWithPolicy(`, `_run(`);
+#   - a host-side policy refusal: a section of the policy read (`policy.fleet`,
+#     `document.get("stream")`, `"fleet" in compiled.document`, ...) and a
+#     coded error thrown or raised within the next lines. What a driver needs
+#     or cannot carry, and whether a fleet fits, is the core's to refuse
+#     (`requireDriver` / `require_driver`, `requireFleet` / `require_fleet`,
+#     `requireJobCalls` / `require_job_calls`; docs/COMPOSITION.md).
 # Allowed: the code tables generated from the core (wasm/ts/tables.ts,
 # python/retryledger/_tables.py, checked against the core by `make
 # tables-wasm` and the Python table test) and the TypeScript declarations of
@@ -50,6 +56,14 @@ LOOP_FILES='^(wasm/ts/loop\.ts|python/retryledger/_loop\.py):'
 ON_LOOP=(wasm/ts/hedge.ts wasm/ts/job.ts wasm/ts/journaled.ts wasm/ts/temporal.ts wasm/ts/stream.ts
   python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py python/retryledger/temporal.py
   python/retryledger/_stream.py)
+SECTIONS='fleet|stream|hedge|async_job|repair'
+SECTION_READ='policy\.('"$SECTIONS"')([^A-Za-z_]|$)|(document|doc)(\.get\(|\[)"('"$SECTIONS"')"|"('"$SECTIONS"')" (not )?in [A-Za-z_.]*(document|doc)([^A-Za-z_]|$)'
+# A section read, then a coded error thrown or raised within the next 6 lines.
+REFUSAL_AWK='FNR == 1 { armed = 0 }
+{
+  if ($0 ~ ENVIRON["SECTION_READ"]) { armed = 6; at = FNR; what = $0 } else if (armed > 0) armed--
+  if (armed > 0 && $0 ~ /(throw new [A-Za-z]*Error\(|raise [A-Za-z]*Error\()/) { printf "%s:%d:%s\n", FILENAME, at, what; armed = 0 }
+}'
 OWN_LOOP_PATTERN='session\.(next|startAttempt|start_attempt|observe|cancelled)\(|new HedgeSession\(|= HedgeSession\(|runWithPolicy\(|\b_run(_async)?\(|\bnext_attempt(_async)?\('
 
 check() {
@@ -97,6 +111,13 @@ check() {
   hits=$(cd "$root" && for f in "${ON_LOOP[@]}"; do [ -f "$f" ] && grep -nHE "$OWN_LOOP_PATTERN" "$f"; done || true)
   if [ -n "$hits" ]; then
     echo "hosts-thin: a driver on the host loop steps a session or the plain driver's loop itself:" >&2
+    echo "$hits" >&2
+    return 1
+  fi
+  hits=$(cd "$root" && find wasm/ts python/retryledger -maxdepth 1 \( -name '*.ts' -o -name '*.py' \) -print0 | sort -z |
+    SECTION_READ="$SECTION_READ" xargs -0 awk "$REFUSAL_AWK" | grep -vE "$ALLOWED" || true)
+  if [ -n "$hits" ]; then
+    echo "hosts-thin: a policy refused in a host (the core's requireDriver / require_driver, requireFleet / require_fleet):" >&2
     echo "$hits" >&2
     return 1
   fi
@@ -164,6 +185,31 @@ if [ "${1:-}" = "--self-test" ]; then
     fi
     if [ -f "$tmp/$file.clean" ]; then mv "$tmp/$file.clean" "$tmp/$file"; else rm "$tmp/$file"; fi
   done
+  # A policy refused in a host: a section read, then a coded error.
+  for bad in \
+    'wasm/ts/temporal.ts:if (compiled.policy.fleet !== undefined) {\n  throw new DriftError("admission_missing", "no fleet store in a workflow", { path: "/fleet" });\n}' \
+    'wasm/ts/job.ts:const section = compiled.policy.async_job;\nif (section === undefined) {\n  throw new PolicyError("invalid_async_job", "a job needs an async_job section", { path: "/async_job" });\n}' \
+    'python/retryledger/temporal.py:if "stream" in compiled.document:\n    raise DriftError("stream_record_missing", "no stream record in a workflow", "/stream")' \
+    'python/retryledger/_driver.py:if fleet is not None and compiled.document.get("fleet") is None:\n    raise DriftError("admission_unexpected", "a fleet without a section", "/fleet")' \
+    'python/retryledger/langchain.py:mode = (call.policy.document.get("stream") or {}).get("mode")\nif mode in ("tentative", "continuation"):\n    raise PolicyError("stream_mode_unsupported", "no take-back", "/stream/mode")'; do
+    file=${bad%%:*}
+    [ -f "$tmp/$file" ] && cp "$tmp/$file" "$tmp/$file.clean"
+    printf '%b\n' "${bad#*:}" >>"$tmp/$file"
+    # A driver file on the loop needs the loop call, so that only the refusal is the violation.
+    printf 'return runLoop(machine, adapter); run_loop(machine, adapter)\n' >>"$tmp/$file"
+    if check "$tmp" 2>"$tmp/why"; then
+      echo "hosts-thin self-test: not caught: $bad" >&2
+      exit 1
+    fi
+    grep -q "a policy refused in a host" "$tmp/why" || { echo "hosts-thin self-test: caught for another reason: $bad" >&2; cat "$tmp/why" >&2; exit 1; }
+    if [ -f "$tmp/$file.clean" ]; then mv "$tmp/$file.clean" "$tmp/$file"; else rm "$tmp/$file"; fi
+  done
+  # The core's check in their place passes, and so does a section read with no refusal after it.
+  cp "$tmp/wasm/ts/hedge.ts" "$tmp/hedge.ts.clean" && cp "$tmp/python/retryledger/job.py" "$tmp/job.py.clean"
+  printf '%s\n' 'compiled.requireDriver("workflow");' 'const contract = compiled.policy.stream;' 'const live = contract?.mode !== "buffer";' >>"$tmp/wasm/ts/hedge.ts"
+  printf '%s\n' 'compiled._compiled.require_fleet(fleet is not None)' 'contract = compiled.document["stream"]' >>"$tmp/python/retryledger/job.py"
+  check "$tmp" || { echo "hosts-thin self-test: the core's refusals in place of a host's were refused" >&2; exit 1; }
+  mv "$tmp/hedge.ts.clean" "$tmp/wasm/ts/hedge.ts" && mv "$tmp/job.py.clean" "$tmp/python/retryledger/job.py"
   cp "$tmp/wasm/ts/hedge.ts" "$tmp/hedge.ts.clean"
   printf 'for (;;) { step = await plan(); }\n' >"$tmp/wasm/ts/hedge.ts"
   if check "$tmp" 2>/dev/null; then
@@ -183,9 +229,9 @@ if [ "${1:-}" = "--self-test" ]; then
     echo "hosts-thin self-test: a tree without python/retryledger passed" >&2
     exit 1
   fi
-  echo "hosts-thin self-test: ok (a clean tree passes; 18 violations, a driver off the loop, a missing host loop and a missing host directory are caught)"
+  echo "hosts-thin self-test: ok (a clean tree passes; 23 violations (5 of them policy refusals in a host), a driver off the loop, a missing host loop and a missing host directory are caught)"
   exit 0
 fi
 
 check "${1:-$(cd "$(dirname "$0")/.." && pwd)}"
-echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, and the hedged, job, journaled, Temporal and stream drivers on them)"
+echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, the hedged, job, journaled, Temporal and stream drivers on them, and no policy refused in a host)"

@@ -63,6 +63,7 @@ pub mod error;
 pub mod evaluate;
 pub mod fleet;
 pub mod hedge;
+pub mod host;
 pub mod http;
 mod httpdate;
 pub mod idempotency;

@@ -919,24 +919,14 @@ def _schedule_for(compiled: Policy, price_schedule: Optional[Document]) -> Optio
 
 
 def _fleet_for(compiled: Policy, fleet: Optional[Fleet]) -> Optional[Fleet]:
-    """The fleet a run admits through: ``fleet`` when the policy has a fleet
-    section (none otherwise: a fleet given to a policy without one is unused).
-    A policy with a fleet section needs a fleet: :class:`DriftError`
-    ``admission_missing`` before anything is dispatched."""
-    if fleet is not None:
-        if not isinstance(fleet, Fleet):
-            raise DriftError("invalid_type", "fleet= takes a retryledger.fleet.Fleet", "/fleet")
-        return fleet if fleet.uses(compiled) else None
-    document = compiled._document
-    if document is None:
-        document = compiled.document
-    if "fleet" in document:
-        raise DriftError(
-            "admission_missing",
-            "the policy has a fleet section: pass fleet= (a retryledger.fleet.Fleet) to admit each attempt",
-            "/fleet",
-        )
-    return None
+    """The fleet a run admits through, checked by the core before anything is
+    dispatched (``CompiledPolicy::require_fleet``): a policy with a fleet
+    section needs one (:class:`DriftError` ``admission_missing``), and a
+    fleet given to a policy without one is refused (``admission_unexpected``)."""
+    if fleet is not None and not isinstance(fleet, Fleet):
+        raise DriftError("invalid_type", "fleet= takes a retryledger.fleet.Fleet", "/fleet")
+    compiled._compiled.require_fleet(fleet is not None)
+    return fleet
 
 
 def _reserve(tokens: Optional[int]) -> Optional[int]:

@@ -695,10 +695,9 @@ class Fleet:
         self._cache.clear()
 
     def uses(self, policy: Policy) -> bool:
-        """Whether the policy has a fleet section (the drivers admit only then;
-        a section of key pools alone too, so that the core refuses the pooled
-        policy, whose keys only the run machine selects:
-        :func:`retryledger.keypool.run_pooled`)."""
+        """Whether the policy has a fleet section (a section of key pools
+        alone too). The drivers admit only then, and the core refuses a fleet
+        given to a policy without one (``admission_unexpected``)."""
         shape = self._shape(policy)
         return shape.breaker or shape.scope is not None or shape.admission or "key_pools" in (policy.document.get("fleet") or {})
 

@@ -23,7 +23,7 @@ import asyncio
 import inspect
 import json
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, Generic, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generic, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import _core
 from ._api import Document, Policy, _policy_of
@@ -38,16 +38,19 @@ from ._driver import (
     UnrecognizedDispatchError,
     _async_sleep_ms,
     _checked,
+    _fleet_for,
     _monotonic_ms,
+    _reserve,
     _schedule_for,
     _sleep_ms,
     _wall_ms,
     facts_of,
 )
-from ._errors import DecodeError, PolicyError
+from ._errors import DecodeError
 from ._integration import require_max_retries_zero
 from ._loop import LoopResult, Machine, pump, pump_async, run_loop
-from .machine import HookedAdapter
+from .fleet import Fleet
+from .machine import FleetAdapter, fleet_options
 from .journaled import _MachineSealed
 
 __all__ = [
@@ -104,27 +107,14 @@ class Reconciliation(Generic[R]):
     job: Optional[JobAnswer[R]] = None
 
 
-def _job_policy(policy: Union[Policy, Document], cancel: Optional[Callable[..., Any]]) -> Tuple[Policy, bool]:
-    """The compiled policy, refused (``invalid_async_job``) without an
-    ``async_job`` section, with a ``fleet`` section, or with
-    ``cancel_left_running`` and no ``calls.cancel``; and whether the core
-    plans the cancel."""
+def _job_policy(policy: Union[Policy, Document], cancel: Optional[Callable[..., Any]]) -> Policy:
+    """The compiled policy, refused by the core (``invalid_async_job``)
+    without an ``async_job`` section or with ``cancel_left_running`` and no
+    ``calls.cancel``."""
     compiled = _policy_of(policy)
-    section = compiled.document.get("async_job")
-    if section is None:
-        raise PolicyError("invalid_async_job", "a job runs under a policy with an async_job section", "/async_job")
-    if compiled.document.get("fleet") is not None:
-        # The run machine admits a job's submit under a fleet; this driver
-        # admits nothing, so it refuses before any request.
-        raise PolicyError("invalid_async_job", "the job driver admits nothing: a job under a fleet section runs through the run machine", "/fleet")
-    planned = section.get("cancel_left_running") is True
-    if planned and cancel is None:
-        raise PolicyError(
-            "invalid_async_job",
-            "the run plans the cancel of a job left running: calls.cancel is required",
-            "/async_job/cancel_left_running",
-        )
-    return compiled, planned
+    compiled._compiled.require_driver("job")
+    compiled._compiled.require_job_calls(cancel is not None)
+    return compiled
 
 
 class _JobStep(MachineStep):
@@ -150,6 +140,8 @@ class _JobStep(MachineStep):
                 fields["job_status"] = self._job[1]
         if self._reconciled is not None:
             fields["reconciled"] = self._reconciled
+        if self._tokens is not None:
+            fields["used_tokens"] = self._tokens
         return fields
 
 
@@ -159,13 +151,15 @@ _RUN_OPTIONS = frozenset(
 )
 
 
-class _JobRun(HookedAdapter):
+class _JobRun(FleetAdapter):
     """An async job as the host loop's adapter: each ``dispatch``, ``poll``
     and ``cancel`` effect is the provider call it names, with the job id the
     submit's answer gave; what each answered goes back in the observation,
     and the core decides what comes next."""
 
-    def __init__(self, calls: Any, idempotency_key: str, schedule: Optional[str], options: Mapping[str, Any], sync: bool) -> None:
+    def __init__(
+        self, calls: Any, idempotency_key: str, schedule: Optional[str], options: Mapping[str, Any], sync: bool, fleet: Optional[Fleet]
+    ) -> None:
         unknown = sorted(set(options) - _RUN_OPTIONS)
         if unknown:
             raise TypeError(f"run_job() got an unexpected keyword argument {unknown[0]!r}")
@@ -181,6 +175,9 @@ class _JobRun(HookedAdapter):
         self.wall_clock: Callable[[], float] = options.get("wall_clock") or _wall_ms
         self.checks = options.get("checks")
         self.hooks = (options.get("on_decision"), options.get("on_sleep"), options.get("on_attempt"), options.get("on_terminal"))
+        # Under a fleet section the submit is admitted against the fleet's
+        # store (the machine's `read` and `write`); polls and the cancel are not.
+        self.use_fleet(fleet)
         self.step: Optional[_JobStep] = None
         self.job_id: Optional[str] = None
         self.last: Any = None
@@ -317,13 +314,18 @@ def _then(got: Any, f: Callable[[Any], Any]) -> Any:
 
 
 def _start(policy: Union[Policy, Document], calls: Any, idempotency_key: str, options: Mapping[str, Any], sync: bool) -> Tuple[Machine, _JobRun]:
-    compiled, _ = _job_policy(policy, calls.cancel)
+    compiled = _job_policy(policy, calls.cancel)
     compiled = _checked(compiled, idempotency_key, options.get("key_scope"))
+    fleet = _fleet_for(compiled, options.get("fleet"))
     schedule = _schedule_for(compiled, options.get("price_schedule"))
-    adapter = _JobRun(calls, idempotency_key, schedule, options, sync)
+    adapter = _JobRun(calls, idempotency_key, schedule, options, sync, fleet)
     machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(adapter.wall_clock()) - adapter.now_ms())}
     if schedule is not None:
         machine_options["price_schedule"] = json.loads(schedule)
+    machine_options.update(fleet_options(fleet))
+    reserve = _reserve(options.get("reserve_tokens"))
+    if fleet is not None and reserve is not None:
+        machine_options["reserve_tokens"] = reserve
     return Machine.start(compiled, machine_options), adapter
 
 
@@ -362,8 +364,12 @@ def run_job(
     raises :class:`RunStoppedError` otherwise. Under ``cancel_left_running``
     the planned cancel of a job the run would leave running is sent through
     ``calls.cancel`` and recorded; without it a job the run left running is
-    cancelled after sealing (when ``calls.cancel`` is given), unrecorded. The
-    run goes through the host loop over the run machine's job layer."""
+    cancelled after sealing (when ``calls.cancel`` is given), unrecorded.
+    Under a fleet section (``fleet=``, required then) the submit is admitted
+    against the fleet's store like any attempt (its route's breaker, the
+    retry budget, admission limits) and its outcome settled there; polls and
+    the cancel ask about the job the provider holds and are not admitted.
+    The run goes through the host loop over the run machine's job layer."""
     machine, adapter = _start(policy, calls, idempotency_key, options, True)
     run = pump(run_loop(machine, adapter), adapter)
     if run.terminal != "completed" and _left_running(adapter, run.receipt):

@@ -462,8 +462,10 @@ def _store_of(store: object) -> Any:
 
 
 def _compiled(policy: Union[Policy, Document], idempotency_key: str, key_scope: Optional[Tuple[str, str]]) -> Policy:
-    # What a journal can carry is the run machine's to say, when it starts.
-    return _checked(policy, idempotency_key, key_scope)
+    compiled = _checked(policy, idempotency_key, key_scope)
+    # What this driver carries is the core's to say, before anything is claimed.
+    compiled._compiled.require_driver("journaled")
+    return compiled
 
 
 def _check_polls(max_polls: object) -> None:

@@ -349,14 +349,8 @@ class RetryledgerChatModel(BaseChatModel):
                 "/options/checks",
             )
         call = self._call(messages, stop, kwargs.pop("idempotency_key", None))
-        mode = (call.policy.document.get("stream") or {}).get("mode")
-        if mode in ("tentative", "continuation"):
-            raise PolicyError(
-                "stream_mode_unsupported",
-                f"a LangChain stream cannot take back delivered chunks: use the stream mode "
-                f"'buffer' or 'restart', not {mode!r}",
-                "/stream/mode",
-            )
+        # The stream modes a LangChain stream cannot carry are the core's rule (invalid_stream_contract).
+        call.policy._compiled.require_driver("langchain")
         return call
 
     @staticmethod

@@ -265,13 +265,8 @@ class RetryledgerModel(FallbackModel):
                 "/options/checks",
             )
         call = CallPolicy(self._spec, self._request_document(messages, model_request_parameters), None, self._key_scope, self._template)
-        mode = (call.policy.document.get("stream") or {}).get("mode")
-        if mode == "continuation":
-            raise PolicyError(
-                "stream_mode_unsupported",
-                "a Pydantic AI response is not resumed across attempts: use the stream mode 'buffer', 'tentative' or 'restart'",
-                "/stream/mode",
-            )
+        # The stream modes a Pydantic AI stream cannot carry are the core's rule (invalid_stream_contract).
+        call.policy._compiled.require_driver("pydantic_ai")
         finals: Dict[int, ModelResponse] = {}
 
         async def dispatch(step: StreamStep) -> AsyncIterator[Any]:

@@ -182,6 +182,13 @@ class RunOutput:
         value: Dict[str, Any] = json.loads(self.bundle_json)
         return value
 
+    @property
+    def receipt(self) -> Dict[str, Any]:
+        """The sealed receipt as a plain dict (the one result shape: value,
+        receipt, ``receipt_sha256``, bundle; ``otel.record`` takes it)."""
+        value: Dict[str, Any] = self.bundle["receipt"]
+        return value
+
 
 @dataclass
 class RunInput:
@@ -395,26 +402,17 @@ async def run_attempts(
     activity execution (``activity_fn``: an activity made with
     :func:`attempt_activity`, or its name), record its facts and return the
     sealed run. Coded errors (a retry policy of more than one attempt, a
-    policy or key the core refuses, a fleet section) fail the workflow with an
-    ``ApplicationError`` whose type is the code, before the first dispatch (a
-    policy with a stream contract: ``stream_record_missing``)."""
+    policy or key the core refuses, a section the core says a workflow
+    cannot carry: a fleet ``admission_missing``, a stream contract
+    ``stream_record_missing``, an async job ``invalid_async_job``) fail the
+    workflow with an ``ApplicationError`` whose type is the code, before the
+    first dispatch."""
     try:
         one = check_retry_policy(retry_policy)
         compiled = _checked(policy, idempotency_key)
-        if "fleet" in compiled.document:
-            raise DriftError(
-                "admission_missing",
-                "a policy with a fleet section needs a fleet store, which a workflow does not reach: "
-                "admit from an activity-hosted driver instead",
-                "/fleet",
-            )
-        if "stream" in compiled.document:
-            raise DriftError(
-                "stream_record_missing",
-                "a policy with a stream contract needs a stream record per attempt, which an activity that "
-                "reports once it has ended cannot give: stream with run_stream outside a workflow",
-                "/stream",
-            )
+        # What a workflow's I/O cannot carry (a fleet store, a stream record,
+        # a job's id) is the core's refusal (docs/COMPOSITION.md, "What a driver carries").
+        compiled._compiled.require_driver("workflow")
         schedule = _schedule_for(compiled, price_schedule)
     except RetryledgerError as e:
         raise _coded(e) from None

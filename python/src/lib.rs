@@ -1560,6 +1560,28 @@ impl Compiled {
         )
     }
 
+    /// Refuse, before any dispatch, a fleet that does not fit the policy:
+    /// `given` is whether the caller passed one (`admission_missing`,
+    /// `admission_unexpected`).
+    fn require_fleet(&self, given: bool) -> PyResult<()> {
+        lift(self.inner.require_fleet(given))
+    }
+
+    /// Refuse, before any dispatch, a section the driver named `driver`
+    /// cannot carry (docs/COMPOSITION.md, "What a driver carries").
+    fn require_driver(&self, driver: &str) -> PyResult<()> {
+        lift(
+            retryledger_core::host::Driver::parse(driver)
+                .and_then(|d| self.inner.require_driver(d)),
+        )
+    }
+
+    /// Refuse, before any dispatch, an async job without a cancel call
+    /// under `cancel_left_running` (`invalid_async_job`).
+    fn require_job_calls(&self, has_cancel: bool) -> PyResult<()> {
+        lift(self.inner.require_job_calls(has_cancel))
+    }
+
     /// A run of this policy with no attempt yet.
     fn session(slf: Py<Self>, py: Python<'_>) -> PySession {
         PySession {

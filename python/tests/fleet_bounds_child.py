@@ -72,6 +72,9 @@ def main(argv: List[str]) -> None:
         time.sleep(0.001)  # a failing call takes a little time
         raise retryledger.AttemptError.retryable("unavailable")
 
+    # The control's policy has no fleet section: it runs without the fleet
+    # (a fleet given to it would be refused, admission_unexpected).
+    used = fleet if "fleet" in policy.document else None
     Path(ready).write_text("ready", encoding="utf-8")
     deadline = time.monotonic() + 60
     while not Path(go).exists():
@@ -81,7 +84,7 @@ def main(argv: List[str]) -> None:
     end = time.monotonic() + float(seconds)
     while time.monotonic() < end:
         try:
-            r = retryledger.run(policy, dispatch, KEY, fleet=fleet)
+            r = retryledger.run(policy, dispatch, KEY, fleet=used)
             terminal, bundle = r.terminal, r.bundle
         except retryledger.RunStoppedError as e:
             terminal, bundle = e.terminal, e.bundle

@@ -162,13 +162,26 @@ def test_a_fleet_policy_without_a_fleet_is_refused_before_dispatch() -> None:
     assert routes == []
 
 
-def test_a_fleet_is_unused_by_a_policy_without_a_fleet_section() -> None:
+def test_a_fleet_given_to_a_policy_without_a_fleet_section_is_refused_before_dispatch() -> None:
+    # The core's rule, as in TypeScript: such a fleet would admit nothing.
     store = MemoryStore()
-    clock = FakeClock()
-    r = retryledger.run(make_policy(), lambda step: "ok", KEY, fleet=Fleet(store), clock=clock, sleep=clock.sleep)
-    assert r.terminal == "completed"
-    assert "admission" not in r.bundle["attempts"]["attempts"][0]
+    routes: List[str] = []
+    with pytest.raises(retryledger.DriftError) as info:
+        retryledger.run(make_policy(), serving(routes), KEY, fleet=Fleet(store))
+    assert (info.value.code, info.value.path) == ("admission_unexpected", "/fleet")
+    with pytest.raises(retryledger.DriftError) as info:
+        asyncio.run(retryledger.run_async(make_policy(), serving_async(routes), KEY, fleet=Fleet(store)))
+    assert (info.value.code, info.value.path) == ("admission_unexpected", "/fleet")
+    assert routes == []
     assert store._data == {}
+
+
+def serving_async(routes: List[str]) -> Any:
+    async def dispatch(step: Step) -> str:
+        routes.append(step.route_id)
+        return "done"
+
+    return dispatch
 
 
 class DownStore:

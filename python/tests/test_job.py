@@ -310,20 +310,6 @@ def test_async_background_response_and_lost_create_answer(server_factory: Any) -
     asyncio.run(main())
 
 
-def test_run_job_refuses_a_job_under_a_fleet_before_any_request(server_factory: Any) -> None:
-    server = server_factory([{"status": 200}], ["completed"])
-    policy = job_policy(3)
-    policy["fleet"] = {
-        "breaker": {"consecutive_failures": 2, "half_open_probes": 1, "open_ms": 1_000},
-        "on_store_unavailable": "fail_closed",
-    }
-    with pytest.raises(retryledger.PolicyError) as info:
-        run_job(policy, openai_responses_job(client_for(server), PARAMS), KEY)
-    assert info.value.code == "invalid_async_job"
-    assert info.value.path == "/fleet"
-    assert server.creates == 0
-
-
 def test_run_job_refuses_a_policy_without_async_job(server_factory: Any) -> None:
     server = server_factory([{"status": 200}], ["completed"])
     with pytest.raises(retryledger.PolicyError) as info:

@@ -263,7 +263,9 @@ def test_usage_and_the_request_body_are_recorded_and_survive_a_takeover() -> Non
     assert drift.value.code == "request_body_drift"
 
 
-@pytest.mark.parametrize("section, code", [("fleet", "admission_missing"), ("stream", "invalid_stream_contract")])
+@pytest.mark.parametrize(
+    "section, code", [("fleet", "admission_missing"), ("stream", "invalid_stream_contract"), ("job", "invalid_async_job")]
+)
 def test_a_policy_a_journal_cannot_carry_is_refused_before_anything_is_written(section: str, code: str) -> None:
     vectors = json.loads((ROOT / f"tests/vectors/{section}.json").read_text())["cases"]
     policy = next(json.loads(c["input"]["policy"]) for c in vectors if "policy" in c["input"])

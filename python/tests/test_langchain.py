@@ -154,7 +154,7 @@ def test_a_stream_mode_that_takes_output_back_is_refused(server: SSEServer) -> N
     tentative = spec(stream={**STREAM, "mode": "tentative"})
     with pytest.raises(retryledger.RetryledgerError) as info:
         list(model(server, policy_spec=tentative).stream("x"))
-    assert info.value.code == "stream_mode_unsupported"
+    assert info.value.code == "invalid_stream_contract"
     assert server.count() == 0
 
 

@@ -35,8 +35,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 import retryledger
 from retryledger import temporal as rt
+from retryledger.otel import RunTelemetry
 
 from conftest import KEY, make_policy
 from loopback import Reply, ScriptedServer
@@ -66,6 +71,17 @@ def stream_policy_json() -> str:
     assert "stream" in policy
     policy["idempotency_key_sha256"] = make_policy()["idempotency_key_sha256"]
     return retryledger.Policy(policy).json
+
+
+def fleet_policy_json() -> str:
+    """The reference policy with a fleet section (a breaker)."""
+    breaker = {"consecutive_failures": 2, "half_open_probes": 1, "open_ms": 1_000}
+    return retryledger.Policy(make_policy(fleet={"breaker": breaker, "on_store_unavailable": "fail_closed"})).json
+
+
+def job_policy_json() -> str:
+    """The reference policy with an async_job section."""
+    return retryledger.Policy(make_policy(async_job={"max_polls": 3, "poll_base_ms": 100, "poll_max_ms": 1_000})).json
 
 
 def server(script: List[Reply]) -> ScriptedServer:
@@ -318,6 +334,18 @@ def test_an_activity_retry_policy_of_more_than_one_attempt_is_refused() -> None:
                     )
                 assert isinstance(failed.value.cause, ApplicationError)
                 assert failed.value.cause.type == "stream_record_missing"
+                # A fleet section and an async job: the core's refusals of a
+                # workflow driver (docs/COMPOSITION.md), before any dispatch.
+                for refused_policy, code in ((fleet_policy_json(), "admission_missing"), (job_policy_json(), "invalid_async_job")):
+                    with pytest.raises(WorkflowFailureError) as failed:
+                        await client.execute_workflow(
+                            rt.RetryledgerWorkflow.run,
+                            rt.RunInput(policy=refused_policy, activity="loopback_attempt", idempotency_key=KEY, args=[srv.base()]),
+                            id=f"w-{uuid.uuid4().hex}",
+                            task_queue=task_queue,
+                        )
+                    cause = failed.value.cause
+                    assert isinstance(cause, ApplicationError) and cause.type == code and cause.non_retryable
                 refused = srv.count()
                 # And runs with one attempt per activity.
                 out = await client.execute_workflow(
@@ -330,6 +358,14 @@ def test_an_activity_retry_policy_of_more_than_one_attempt_is_refused() -> None:
             srv.stop()
         assert refused == 0
         assert out.terminal == "completed" and json.loads(out.bundle_json)["receipt"]["attempt_count"] == 1
+        # The one result shape: value, receipt, receipt_sha256, bundle; otel.record takes it.
+        assert out.receipt == out.bundle["receipt"] and retryledger.digest(out.receipt) == out.receipt_sha256
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        spans = RunTelemetry(provider.get_tracer("test")).record(out)
+        assert spans.run.attributes["retryledger.receipt_sha256"] == out.receipt_sha256
+        assert [s.name for s in exporter.get_finished_spans()].count(spans.run.name) == 1
 
     asyncio.run(main())
 

@@ -265,3 +265,19 @@ test("driver options reach the run: onAttempt sees every attempt, onTerminal the
     await server.close();
   }
 });
+
+test("a stream mode the AI SDK cannot carry is the core's refusal, when the model is built", () => {
+  const stub = { specificationVersion: "v2", provider: "stub", modelId: "stub", supportedUrls: {}, doGenerate: async () => ({}), doStream: async () => ({}) };
+  const models = { [PRIMARY]: stub, [FALLBACK]: stub };
+  for (const mode of ["tentative", "continuation"]) {
+    const refused = policy((p) => (p.stream = { mode: /** @type {any} */ (mode), max_response_bytes: 1 << 20 }));
+    assert.throws(
+      () => retryledgerModel({ routes: /** @type {any} */ (models), policy: refused, idempotencyKey: KEY }),
+      (/** @type {any} */ e) => e instanceof PolicyError && e.code === "invalid_stream_contract" && e.path === "/stream/mode" && e.message.includes(`\`${mode}\``),
+    );
+  }
+  for (const mode of ["buffer", "restart"]) {
+    const taken = policy((p) => (p.stream = { mode: /** @type {any} */ (mode), max_response_bytes: 1 << 20 }));
+    assert.ok(retryledgerModel({ routes: /** @type {any} */ (models), policy: taken, idempotencyKey: KEY }));
+  }
+});

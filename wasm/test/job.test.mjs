@@ -273,25 +273,6 @@ test("runJob refuses a policy without an async_job section before any request", 
   }
 });
 
-test("runJob refuses a job under a fleet section before any request (the run machine admits it)", async () => {
-  const server = await responsesServer({ submit: [{ status: 200 }], polls: ["completed"] });
-  try {
-    const client = new OpenAI({ apiKey: "test-key", baseURL: server.base, maxRetries: 0 });
-    const policy = jobPolicy(3);
-    policy.fleet = {
-      breaker: { consecutive_failures: 2, half_open_probes: 1, open_ms: 1_000 },
-      on_store_unavailable: "fail_closed",
-    };
-    await assert.rejects(
-      rl.runJob(policy, rl.openaiResponsesJob(client, PARAMS), { idempotencyKey: KEY }),
-      (/** @type {any} */ e) => e.code === "invalid_async_job" && e.path === "/fleet",
-    );
-    assert.equal(server.seen.creates, 0);
-  } finally {
-    await server.close();
-  }
-});
-
 test("a response status outside the documented set is a protocol violation, never retried", async () => {
   const server = await responsesServer({ submit: [{ status: 200, body: { id: JOB, object: "response", status: "paused", output: [] } }], polls: ["completed"] });
   try {

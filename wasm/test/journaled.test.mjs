@@ -246,7 +246,7 @@ test("usage and the request body are recorded by the core's session and survive 
 });
 
 test("a policy a journal cannot carry is refused by the core before anything is written", async () => {
-  for (const [file, code] of /** @type {const} */ ([["fleet.json", "admission_missing"], ["stream.json", "invalid_stream_contract"]])) {
+  for (const [file, code] of /** @type {const} */ ([["fleet.json", "admission_missing"], ["stream.json", "invalid_stream_contract"], ["job.json", "invalid_async_job"]])) {
     const store = new rl.MemoryStore();
     await assert.rejects(
       rl.runJournaled(vectorPolicy(file), async () => "ok", { idempotencyKey: KEY, store, runId: "p-1" }),

@@ -24,7 +24,10 @@ import { Client, Connection, WorkflowFailedError } from "@temporalio/client";
 import { ApplicationFailure } from "@temporalio/common";
 import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode } from "@temporalio/worker";
 
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+
 import * as rl from "../dist/index.js";
+import { runTelemetry } from "../dist/otel.js";
 import { ActivityStep, bundlerOptions, checkRetryPolicy } from "../dist/temporal-worker.js";
 import { KEY, policyWith } from "./helpers.mjs";
 import { scriptedServer } from "./loopback.mjs";
@@ -43,6 +46,24 @@ function temporalGate() {
   return { address: "", skip: "TEMPORAL_ADDRESS is not set (run under tests/servers/with-temporal.sh)" };
 }
 const gate = temporalGate();
+
+/** The reference policy with a fleet section (a breaker). */
+function fleetPolicyText() {
+  return JSON.stringify(
+    policyWith((p) => {
+      p.fleet = { breaker: { consecutive_failures: 2, half_open_probes: 1, open_ms: 1_000 }, on_store_unavailable: "fail_closed" };
+    }),
+  );
+}
+
+/** The reference policy with an async_job section. */
+function jobPolicyText() {
+  return JSON.stringify(
+    policyWith((p) => {
+      p.async_job = { max_polls: 3, poll_base_ms: 100, poll_max_ms: 1_000 };
+    }),
+  );
+}
 
 /** Three attempts on the primary route, a two-minute deadline, hints up to a minute. */
 function policyText() {
@@ -323,6 +344,21 @@ test("Temporal: an activity retry policy of more than one attempt is refused bef
         }),
         (/** @type {any} */ e) => e instanceof WorkflowFailedError && e.cause instanceof ApplicationFailure && e.cause.type === "stream_record_missing",
       );
+      // A fleet section and an async job: the core's refusals of a workflow
+      // driver (docs/COMPOSITION.md), before any dispatch.
+      for (const [refusedPolicy, code] of [
+        [fleetPolicyText(), "admission_missing"],
+        [jobPolicyText(), "invalid_async_job"],
+      ]) {
+        await assert.rejects(
+          client.workflow.execute("retryledgerRun", {
+            taskQueue,
+            workflowId: `w-${randomUUID()}`,
+            args: [{ policy: refusedPolicy, activity: "loopbackAttempt", idempotencyKey: KEY, args: [srv.base] }],
+          }),
+          (/** @type {any} */ e) => e instanceof WorkflowFailedError && e.cause instanceof ApplicationFailure && e.cause.type === code && e.cause.nonRetryable === true,
+        );
+      }
       const refused = srv.seen.length;
       // And runs with one attempt per activity.
       /** @type {import("../dist/temporal.js").RunOutput} */
@@ -340,6 +376,16 @@ test("Temporal: an activity retry policy of more than one attempt is refused bef
   assert.equal(refused, 0);
   assert.equal(out.terminal, "completed");
   assert.equal(JSON.parse(out.bundleJson).receipt.attempt_count, 1);
+  // The one result shape of every driver (value, receipt, receipt_sha256, bundle): otel.record takes it.
+  assert.deepEqual(out.receipt, out.bundle.receipt);
+  assert.equal(rl.digest(out.receipt), out.receipt_sha256);
+  assert.equal(out.receiptSha256, out.receipt_sha256);
+  assert.equal(rl.verifyBundle(out.bundle_json).kind, "verified");
+  const exporter = new InMemorySpanExporter();
+  const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  const spans = runTelemetry({ tracer: provider.getTracer("test") }).record(out);
+  assert.equal(spans.run.attributes["retryledger.receipt_sha256"], out.receipt_sha256);
+  assert.equal(exporter.getFinishedSpans().filter((s) => s.name === spans.run.name).length, 1);
   await client.connection.close();
 });
 

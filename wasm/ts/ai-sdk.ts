@@ -470,14 +470,8 @@ export function retryledgerModel(options: RetryledgerModelOptions): RetryledgerL
  * `continuation`): the AI SDK has no way to take back a part it was given.
  */
 function checkRoutes(compiled: CompiledPolicy, routes: Readonly<Record<string, AISdkLanguageModel>>): void {
-  const mode = compiled.policy.stream?.mode;
-  if (mode === "tentative" || mode === "continuation") {
-    throw new PolicyError(
-      "invalid_stream_contract",
-      `invalid_stream_contract at /stream/mode: the AI SDK cannot withdraw or resume delivered parts; use buffer or restart, not ${mode}`,
-      { path: "/stream/mode" },
-    );
-  }
+  // The stream modes the AI SDK cannot carry are the core's rule (invalid_stream_contract).
+  compiled.requireDriver("ai_sdk");
   const missing = compiled.policy.routes.map((r) => r.route_id).filter((id) => !Object.hasOwn(routes, id));
   if (missing.length > 0) {
     throw new DecodeError("missing_field", `missing_field at /routes: no AI SDK model for route(s) ${missing.join(", ")}`, { path: `/routes/${missing[0] ?? ""}` });

@@ -46,6 +46,9 @@ export interface RawCompiled {
   journal_classify(events: string, event: string): string;
   journal_writer(events: string, leaseGeneration: number): RawJournalWriter;
   require_clients(routeIds: string[]): void;
+  require_fleet(given: boolean): void;
+  require_driver(driver: string): void;
+  require_job_calls(hasCancel: boolean): void;
   free(): void;
 }
 
@@ -555,6 +558,35 @@ export class CompiledPolicy {
   requireClients(routeIds: readonly string[]): void {
     const ids = routeIds.map(String);
     this.callRaw((raw) => raw.require_clients(ids));
+  }
+
+  /**
+   * Refuse, before any dispatch, a fleet that does not fit the policy:
+   * `given` is whether the caller passed one. Throws `DriftError`
+   * `admission_missing` (a fleet section without a fleet) or
+   * `admission_unexpected` (a fleet without a fleet section), at `/fleet`.
+   */
+  requireFleet(given: boolean): void {
+    this.callRaw((raw) => raw.require_fleet(given));
+  }
+
+  /**
+   * Refuse, before any dispatch, a policy the driver named `driver` cannot
+   * run (a section it needs or cannot carry, a stream mode it cannot
+   * carry): the core's coded error at `/<section>` or `/stream/mode`
+   * (docs/COMPOSITION.md, "What a driver carries").
+   */
+  requireDriver(driver: "workflow" | "job" | "stream" | "journaled" | "ai_sdk" | "langchain" | "pydantic_ai"): void {
+    this.callRaw((raw) => raw.require_driver(driver));
+  }
+
+  /**
+   * Refuse, before any dispatch, an async job whose calls have no `cancel`
+   * under `cancel_left_running` (the run may plan that cancel): `PolicyError`
+   * `invalid_async_job` at `/async_job/cancel_left_running`.
+   */
+  requireJobCalls(hasCancel: boolean): void {
+    this.callRaw((raw) => raw.require_job_calls(hasCancel));
   }
 
   planNext(attempts: Input<Attempts>): Decision {

@@ -192,21 +192,13 @@ export interface RunOptions extends RunHooks {
 }
 
 /**
- * A policy with a fleet section needs a fleet (and one without, none):
- * checked before any dispatch.
+ * A policy with a fleet section needs a fleet (`admission_missing`), and a
+ * fleet given to a policy without one is refused (`admission_unexpected`):
+ * the core's rule, checked before any dispatch.
  * @internal
  */
-export function checkFleet(policy: Policy, fleet: Fleet | undefined): void {
-  if (policy.fleet !== undefined && fleet === undefined) {
-    throw new DriftError("admission_missing", "admission_missing at /fleet: the policy has a fleet section; pass `fleet` in the run options", {
-      path: "/fleet",
-    });
-  }
-  if (policy.fleet === undefined && fleet !== undefined) {
-    throw new DriftError("admission_unexpected", "admission_unexpected at /fleet: a fleet was given but the policy has no fleet section", {
-      path: "/fleet",
-    });
-  }
+export function checkFleet(compiled: CompiledPolicy, fleet: Fleet | undefined): void {
+  compiled.requireFleet(fleet !== undefined);
 }
 
 /** A completed run: dispatch's result and the sealed run. */
@@ -528,7 +520,7 @@ async function drive<T>(compiled: CompiledPolicy, dispatch: DispatchFn<T>, optio
   const deadlineMs = compiled.policy.deadline_ms;
   const fleet = options.fleet;
   const checks = options.checks !== undefined && options.checks.length > 0 ? options.checks : undefined;
-  checkFleet(compiled.policy, fleet);
+  checkFleet(compiled, fleet);
 
   const t0 = clock();
   let last = 0;

@@ -369,7 +369,7 @@ export async function runHedged<T>(
 ): Promise<HedgeRun<T>> {
   const compiled = compiledOf(policy);
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
-  checkFleet(compiled.policy, options.fleet);
+  checkFleet(compiled, options.fleet);
   const adapter = new Hedged(compiled, key, dispatch, options);
   const wall = options.fleet !== undefined ? () => (options.fleet as Fleet).now() : (options.wallClock ?? Date.now);
   const machineOptions: MachineOptions = { origin_epoch_ms: Math.max(0, Math.floor(wall()) - adapter.nowMs()), ...fleetMachineOptions(options.fleet) };

@@ -9,8 +9,21 @@ import { checkPriceSchedule, CompiledPolicy, compilePolicy, toText, type Input }
 import { AttemptStep, checkedKey, checkFleet, type RunOptions, type RunResult, type Step } from "./driver.js";
 import { DecodeError, PolicyError, RunCancelledError, RunStoppedError, UnrecognizedDispatchError } from "./errors.js";
 import { AttemptError } from "./facts.js";
-import { loopHooks, type LoopHooks } from "./machine.js";
-import { Machine, raisedFacts, Reports, runLoop, sleepFor, type DispatchEffect, type LoopAdapter, type LoopResult, type LoopSleep, type MachineOptions } from "./loop.js";
+import { fleetMachineOptions, loopFleet, loopHooks, type LoopHooks } from "./machine.js";
+import {
+  Machine,
+  raisedFacts,
+  Reports,
+  runLoop,
+  sleepFor,
+  type CasDoc,
+  type DispatchEffect,
+  type LoopAdapter,
+  type LoopResult,
+  type LoopSleep,
+  type MachineOptions,
+  type StoreRowDoc,
+} from "./loop.js";
 import type { Session } from "./session.js";
 import type { Attempt, Decision, DispatchDecision, Judgement, Policy, Receipt, Sealed, Sha256Hex, Terminal } from "./types.js";
 
@@ -147,11 +160,16 @@ class JobRun<R> implements LoopAdapter<JobAnswer<R>> {
       if (signal.aborted) onAbort();
       else signal.addEventListener("abort", onAbort, { once: true });
     }
+    // Under a fleet section the submit is admitted against the fleet's store
+    // (the machine's `read` and `write`); polls and the cancel are not.
+    Object.assign(this, loopFleet(options.fleet));
     const { onAttempt, ...hooks } = loopHooks(options);
     this.#onAttempt = onAttempt;
     Object.assign(this, hooks);
   }
 
+  read?: (keys: string[]) => Promise<StoreRowDoc[]>;
+  write?: (writes: CasDoc[]) => Promise<number>;
   readonly #onAttempt: LoopHooks["onAttempt"];
   onDecision?: NonNullable<LoopHooks["onDecision"]>;
   onSleep?: NonNullable<LoopHooks["onSleep"]>;
@@ -261,6 +279,7 @@ class JobRun<R> implements LoopAdapter<JobAnswer<R>> {
       fields["facts"] = raisedFacts(reply, { classify: this.options.classify, outputDelivered: step.delivered, cancelled: aborted, nowUnixMs: wall() });
     }
     if (step.charged !== undefined) fields["cost"] = step.charged;
+    if (step.tokens !== undefined) fields["used_tokens"] = step.tokens;
     return (this.#reports as Reports).fields(fields);
   }
 
@@ -280,9 +299,13 @@ class JobRun<R> implements LoopAdapter<JobAnswer<R>> {
  * still running (the receipt's `job.left_running`), `calls.cancel` cancels
  * it before the rejection, unrecorded. A caller's cancellation (`signal`)
  * of a run whose job is still running is followed by that planned cancel
- * too, sent once; the run then rejects with `RunCancelledError`. The run
- * goes through the host loop over the run machine's job layer
- * (docs/HOST_LOOP.md).
+ * too, sent once; the run then rejects with `RunCancelledError`. Under a
+ * fleet section (`options.fleet`, required then) the submit is admitted
+ * against the fleet's store like any attempt (its route's breaker, the
+ * retry budget, admission limits) and its outcome settled there; polls and
+ * the cancel ask about the job the provider holds and are not admitted.
+ * The run goes through the host loop over the run machine's job layer
+ * (docs/HOST_LOOP.md), with every option of `runWithPolicy` but `repair`.
  */
 export async function runJob<R>(
   policy: Input<Policy> | CompiledPolicy,
@@ -290,29 +313,28 @@ export async function runJob<R>(
   options: RunOptions,
 ): Promise<RunResult<JobAnswer<R>>> {
   const compiled = policy instanceof CompiledPolicy ? policy : compilePolicy(policy);
-  const section = compiled.policy.async_job;
-  if (section === undefined) {
-    throw new PolicyError("invalid_async_job", "invalid_async_job at /async_job: a job runs under a policy with an async_job section", { path: "/async_job" });
-  }
-  if (compiled.policy.fleet !== undefined) {
-    throw new PolicyError("invalid_async_job", "invalid_async_job at /fleet: the job driver admits nothing: a job under a fleet section runs through the run machine", { path: "/fleet" });
-  }
+  // A job runs under an async_job section: the core's rule (invalid_async_job otherwise).
+  compiled.requireDriver("job");
   if (options.repair !== undefined) {
     throw new DecodeError("invalid_value", "invalid_value at /repair: an async job's run is not repaired", { path: "/repair" });
   }
-  // The caller's calls, checked before any request: the run may plan a cancel.
-  if (section.cancel_left_running === true) checkCancelling(calls);
+  // The caller's calls, checked by the core before any request: the run may plan a cancel.
+  compiled.requireJobCalls(typeof calls.cancel === "function");
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
-  checkFleet(compiled.policy, options.fleet);
+  checkFleet(compiled, options.fleet);
   let schedule: string | undefined;
   if (options.priceSchedule !== undefined) {
     schedule = toText(options.priceSchedule);
     checkPriceSchedule(compiled.policy, schedule);
   }
   const adapter = new JobRun(compiled, key, calls, options, schedule);
-  const wall = options.wallClock ?? Date.now;
+  const fleet = options.fleet;
+  // Under a fleet the run's wall clock is the fleet's (its documents' `*_epoch_ms`).
+  const wall = fleet !== undefined ? (): number => fleet.now() : (options.wallClock ?? Date.now);
   const machineOptions: MachineOptions = { origin_epoch_ms: Math.max(0, Math.floor(wall()) - adapter.nowMs()) };
   if (schedule !== undefined) machineOptions.price_schedule = JSON.parse(schedule) as object;
+  Object.assign(machineOptions, fleetMachineOptions(fleet));
+  if (fleet !== undefined && options.reserveTokens !== undefined) machineOptions.reserve_tokens = options.reserveTokens;
   const machine = Machine.start(compiled, machineOptions);
   let run: LoopResult<JobAnswer<R>>;
   try {
@@ -337,20 +359,6 @@ export async function runJob<R>(
   if (adapter.lastRule === "unrecognized") throw new UnrecognizedDispatchError<JobAnswer<R>>(message, { sealed, cause: last });
   const details = adapter.succeeded ? { sealed, cause: last, result: adapter.last as JobAnswer<R> } : { sealed, cause: last };
   throw new RunStoppedError<JobAnswer<R>>(message, details);
-}
-
-/**
- * What `cancel_left_running` needs of a run, checked before any request:
- * `calls.cancel`.
- */
-function checkCancelling<R>(calls: JobCalls<R>): void {
-  if (typeof calls.cancel !== "function") {
-    throw new PolicyError(
-      "invalid_async_job",
-      "invalid_async_job at /async_job/cancel_left_running: the run plans the cancel of a job left running: calls.cancel is required",
-      { path: "/async_job/cancel_left_running" },
-    );
-  }
 }
 
 function reportJob(step: Step, id: string | undefined, status: JobStatus | undefined): void {

@@ -357,8 +357,10 @@ function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptio
   if (!compiled.acceptsKey(options.idempotencyKey, options.keyScope)) {
     throw new DriftError("idempotency_key_drift", "the idempotency key's digest differs from the policy's idempotency_key_sha256", { path: "/idempotency_key_sha256" });
   }
-  // Before anything is claimed or written: the fleet a fleet section needs.
-  checkFleet(compiled.policy, options.fleet);
+  // Before anything is claimed or written: what this driver carries and
+  // the fleet a fleet section needs, as the core says.
+  compiled.requireDriver("journaled");
+  checkFleet(compiled, options.fleet);
   const polls = options.maxPolls ?? 5;
   if (!Number.isSafeInteger(polls) || polls < 1 || polls > 100) throw new DecodeError("invalid_value", "maxPolls is an integer in 1..=100", { path: "/max_polls" });
   const store = options.store as unknown as Record<string, unknown>;

@@ -784,8 +784,10 @@ export function runStream<E = string>(
 ): StreamRun<E> {
   if (typeof dispatch !== "function") throw new TypeError("dispatch must be a function");
   const compiled = compiledOf(policy);
+  // A streamed run needs a stream section: the core's rule (invalid_stream_contract otherwise).
+  compiled.requireDriver("stream");
   const key = checkedKey(compiled, options?.idempotencyKey, options?.keyScope);
-  checkFleet(compiled.policy, options.fleet);
+  checkFleet(compiled, options.fleet);
   let schedule: string | undefined;
   if (options.priceSchedule !== undefined) {
     schedule = toText(options.priceSchedule);

@@ -7,7 +7,7 @@
 
 import type { RetryPolicy } from "@temporalio/common";
 import { PolicyError } from "./errors.js";
-import type { DispatchDecision } from "./types.js";
+import type { Bundle, DispatchDecision, Receipt } from "./types.js";
 
 /** The only activity retry policy attempts run under. */
 export const ONE_ATTEMPT: Readonly<RetryPolicy> = Object.freeze({ maximumAttempts: 1 });
@@ -60,13 +60,25 @@ export interface AttemptReport {
   requestBodySha256?: string;
 }
 
-/** The workflow's result: the sealed run. */
+/**
+ * The workflow's result: the sealed run, in the one result shape of every
+ * driver (value, receipt, `receipt_sha256`, bundle), so `otel.record` and the
+ * inspector take it. Plain JSON: it crosses Temporal's data converter.
+ */
 export interface RunOutput {
   /** How the run ended (`completed`, `stop_route_exhausted`, ...). */
   terminal: string;
+  /** The sealed receipt. */
+  receipt: Receipt;
   /** SHA-256 of the receipt's canonical JSON. */
+  receipt_sha256: string;
+  /** The bundle (policy, attempts, receipt). */
+  bundle: Bundle;
+  /** The bundle as canonical JSON (what `verifyBundle` reads). */
+  bundle_json: string;
+  /** `receipt_sha256`, under its earlier name. */
   receiptSha256: string;
-  /** The bundle (policy, attempts, receipt) as canonical JSON. */
+  /** `bundle_json`, under its earlier name. */
   bundleJson: string;
   /** The successful attempt's value, for a completed run. */
   value?: unknown;

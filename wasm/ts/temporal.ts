@@ -121,9 +121,12 @@ function failureFacts(e: ActivityFailure): Facts {
  * Run one logical request from workflow code: plan each attempt with the
  * core, sleep on a workflow timer until its `not_before_ms`, run it as one
  * activity execution under a retry policy of one attempt, record its facts
- * and return the sealed run. Coded errors before the first dispatch (a retry
- * policy of more than one attempt, a policy or key the core refuses, a fleet
- * section) fail the workflow with an `ApplicationFailure` whose type is the code.
+ * and return the sealed run (the one result shape of every driver: value,
+ * receipt, `receipt_sha256`, bundle; `otel.record` takes it). Coded errors
+ * before the first dispatch (a retry policy of more than one attempt, a
+ * policy or key the core refuses, a section the core says a workflow cannot
+ * carry: a fleet, a stream contract, an async job) fail the workflow with an
+ * `ApplicationFailure` whose type is the code.
  * A cancelled workflow records its cancellation (between attempts as the
  * run's `cancelled_at_ms`, during one as that attempt's `cancelled` fact)
  * and resolves with its sealed run like any other.
@@ -148,20 +151,9 @@ export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutpu
         { path: "/idempotency_key_sha256" },
       );
     }
-    if (compiled.policy.fleet !== undefined) {
-      throw new DriftError(
-        "admission_missing",
-        "admission_missing at /fleet: a policy with a fleet section needs a fleet store, which a workflow does not reach",
-        { path: "/fleet" },
-      );
-    }
-    if (compiled.policy.stream !== undefined) {
-      throw new DriftError(
-        "stream_record_missing",
-        "stream_record_missing at /stream: a policy with a stream contract needs a stream record per attempt, which an activity that reports once it has ended cannot give; stream with runStream outside a workflow",
-        { path: "/stream" },
-      );
-    }
+    // What a workflow's I/O cannot carry (a fleet store, a stream record, a
+    // job's id) is the core's refusal (docs/COMPOSITION.md, "What a driver carries").
+    compiled.requireDriver("workflow");
     if (options.priceSchedule !== undefined) {
       schedule = toText(options.priceSchedule);
       checkPriceSchedule(compiled.policy, schedule);
@@ -188,7 +180,15 @@ export async function runAttempts(options: RunAttemptsOptions): Promise<RunOutpu
     } finally {
       machine.free();
     }
-    const out: RunOutput = { terminal: run.terminal, receiptSha256: run.receipt_sha256, bundleJson: run.bundle_json };
+    const out: RunOutput = {
+      terminal: run.terminal,
+      receipt: run.receipt,
+      receipt_sha256: run.receipt_sha256,
+      bundle: run.bundle,
+      bundle_json: run.bundle_json,
+      receiptSha256: run.receipt_sha256,
+      bundleJson: run.bundle_json,
+    };
     if (run.value?.value !== undefined) out.value = run.value.value;
     return out;
   } catch (e) {
