@@ -95,6 +95,7 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
             1,
             Entry::Dispatched {
                 admission: None,
+                snapshots: None,
                 started_at_ms: a.started_at_ms,
             },
         );
@@ -170,6 +171,7 @@ proptest! {
                 Payload::Reserved { .. } => Entry::Reserved { dispatch: None, cancelled_at_ms: None },
                 Payload::Dispatched(sent) => Entry::Dispatched {
                     admission: None,
+                    snapshots: None,
                     started_at_ms: sent.started_at_ms,
                 },
                 Payload::Observed { attempt, .. } => Entry::Observed { attempt: attempt.clone(), delta_digests: Vec::new() },

@@ -51,6 +51,7 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
             &mut w,
             Entry::Dispatched {
                 admission: None,
+                snapshots: None,
                 started_at_ms: a.started_at_ms,
             },
         );
@@ -95,6 +96,7 @@ fn entry_of(e: &JournalEvent) -> Entry {
         },
         Payload::Dispatched(sent) => Entry::Dispatched {
             admission: sent.admission.clone(),
+            snapshots: sent.snapshots.clone(),
             started_at_ms: sent.started_at_ms,
         },
         Payload::Observed {
@@ -140,6 +142,7 @@ fn refused(next: &JournalEvent) -> Vec<Entry> {
         }
         Payload::Dispatched(sent) if sent.not_before_ms > 0 => out.push(Entry::Dispatched {
             admission: None,
+            snapshots: None,
             started_at_ms: sent.not_before_ms - 1,
         }),
         Payload::Observed { attempt, .. } => {
@@ -408,6 +411,7 @@ fn an_attempt_whose_cost_the_run_cannot_add_is_refused_without_a_trace() {
             },
             Entry::Dispatched {
                 admission: None,
+                snapshots: None,
                 started_at_ms: a.started_at_ms,
             },
         ])

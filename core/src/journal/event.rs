@@ -9,7 +9,7 @@ use crate::canonical::{Encode, ObjectWriter, Sink};
 use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Terminal};
-use crate::fleet::{Admission, FleetStop};
+use crate::fleet::{Admission, FleetSnapshots, FleetStop};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 
 schema_marker!(
@@ -58,6 +58,12 @@ pub struct Sent {
     pub route_id: Identifier,
     /// The route release.
     pub route_release_sha256: Sha256Hex,
+    /// The fleet snapshots its admission names (its skipped routes'
+    /// breakers then its route's, its budget, its admission limits), so a
+    /// run resumed from the journal seals a bundle that carries them;
+    /// absent when the admission names none (no fleet section, or
+    /// admitted without the store).
+    pub snapshots: Option<FleetSnapshots>,
     /// When it was sent (run clock).
     pub started_at_ms: u64,
 }
@@ -211,6 +217,9 @@ impl Encode for JournalEvent {
                 f.push(("ordinal", Val::U64(s.ordinal)));
                 f.push(("route_id", Val::Doc(&s.route_id)));
                 f.push(("route_release_sha256", Val::Doc(&s.route_release_sha256)));
+                if let Some(snapshots) = &s.snapshots {
+                    f.push(("snapshots", Val::Doc(snapshots)));
+                }
                 f.push(("started_at_ms", Val::U64(s.started_at_ms)));
             }
             Payload::Observed {
@@ -278,6 +287,7 @@ pub(super) struct Raw {
     pub(super) route_release_sha256: Option<Sha256Hex>,
     pub(super) run_id: Option<Identifier>,
     pub(super) seq: Option<u64>,
+    pub(super) snapshots: Option<FleetSnapshots>,
     pub(super) started_at_ms: Option<u64>,
     pub(super) terminal: Option<Terminal>,
 }
@@ -330,6 +340,7 @@ impl Raw {
                 "route_release_sha256" => get!(route_release_sha256),
                 "run_id" => get!(run_id),
                 "seq" => get!(seq),
+                "snapshots" => get!(snapshots),
                 "started_at_ms" => get!(started_at_ms),
                 "terminal" => get!(terminal),
                 "kind" => {
@@ -386,7 +397,7 @@ impl Decode for JournalEvent {
                     "route_release_sha256",
                     "started_at_ms",
                 ],
-                &["admission"],
+                &["admission", "snapshots"],
             ),
             EventKind::Observed => (&["attempt"], &["delta_digests"]),
             EventKind::Decided => (&["decision"], &[]),
@@ -414,6 +425,7 @@ impl Decode for JournalEvent {
                 ordinal: need(r.ordinal, at)?,
                 route_id: need(r.route_id, at)?,
                 route_release_sha256: need(r.route_release_sha256, at)?,
+                snapshots: r.snapshots,
                 started_at_ms: need(r.started_at_ms, at)?,
             }),
             EventKind::Observed => Payload::Observed {

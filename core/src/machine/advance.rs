@@ -85,6 +85,7 @@ impl Machine {
                     }
                     let dispatched = Entry::Dispatched {
                         admission: self.session.admission().cloned(),
+                        snapshots: self.session.admission_snapshots(),
                         started_at_ms: self.now_ms,
                     };
                     if self.reserved {

@@ -219,6 +219,8 @@ impl Layer {
         };
         let replayed = writer.replayed();
         let (run, attempts) = replayed.clone().into_run();
+        // The snapshots the journaled admissions read, sealed with the run.
+        layer.snapshots = replayed.snapshots().clone();
         layer.stage = match position(replayed)? {
             Position::Start => Stage::Open,
             Position::Decide => Stage::Decide,
@@ -668,8 +670,10 @@ impl Machine {
         }
         let effect = match (step, send) {
             (step, Some(d)) if journaled => {
+                let admission = layer.admitted_for(d.ordinal).cloned();
                 let dispatched = Entry::Dispatched {
-                    admission: layer.admitted_for(d.ordinal).cloned(),
+                    snapshots: admission.as_ref().and_then(|a| layer.snapshots.named_by(a)),
+                    admission,
                     started_at_ms: now,
                 };
                 // A lead is reserved as the core planned it (moved by any
