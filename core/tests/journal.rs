@@ -92,6 +92,7 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
         Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         },
     );
     events
@@ -148,6 +149,7 @@ fn finish(
                     EventKind::Terminal => Entry::Terminal {
                         cancelled_at_ms: None,
                         fleet_stop: None,
+                        snapshots: None,
                     },
                     EventKind::Created | EventKind::Observed => panic!("unexpected {next:?}"),
                 };
@@ -528,6 +530,7 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         },
     );
     let r = verify(&cp, &events).unwrap();

@@ -124,6 +124,7 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
             Entry::Terminal {
                 cancelled_at_ms: None,
                 fleet_stop: None,
+                snapshots: None,
             },
         );
     }
@@ -175,7 +176,7 @@ proptest! {
                     started_at_ms: sent.started_at_ms,
                 },
                 Payload::Observed { attempt, .. } => Entry::Observed { attempt: attempt.clone(), delta_digests: Vec::new() },
-                Payload::Terminal(_) => Entry::Terminal { cancelled_at_ms: None, fleet_stop: None },
+                Payload::Terminal(_) => Entry::Terminal { cancelled_at_ms: None, fleet_stop: None, snapshots: None },
             };
             let built = writer.append(&entry).unwrap();
             prop_assert_eq!(digest_of(&built), digest_of(e));

@@ -73,6 +73,7 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
         Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         },
     );
     assert_eq!(events.len(), 15);
@@ -109,6 +110,7 @@ fn entry_of(e: &JournalEvent) -> Entry {
         Payload::Terminal(end) => Entry::Terminal {
             cancelled_at_ms: end.cancelled_at_ms,
             fleet_stop: end.fleet_stop.clone(),
+            snapshots: end.snapshots.clone(),
         },
     }
 }
@@ -123,6 +125,7 @@ fn refused(next: &JournalEvent) -> Vec<Entry> {
         out.push(Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         });
     }
     if next.seq > 0 {
@@ -235,6 +238,7 @@ fn a_replay_refusing_an_event_is_unchanged_by_it() {
         .append(&Entry::Terminal {
             cancelled_at_ms: Some(attempt.completed_at_ms + 1),
             fleet_stop: None,
+            snapshots: None,
         })
         .unwrap();
     let Payload::Terminal(end) = &cancel.payload else {
@@ -446,6 +450,7 @@ fn an_attempt_whose_cost_the_run_cannot_add_is_refused_without_a_trace() {
     w.append(&Entry::Terminal {
         cancelled_at_ms: None,
         fleet_stop: None,
+        snapshots: None,
     })
     .unwrap();
     assert_eq!(w.replayed().attempts(), &attempts);

@@ -404,3 +404,43 @@ fn an_observed_model_is_recorded_by_the_machine_and_journaled() {
     };
     assert_eq!(refused, Some(ErrorCode::MissingField));
 }
+
+/// A journaled fleet run the fleet stopped (every route's breaker open),
+/// resumed from its whole journal: the resumed machine seals a bundle
+/// that verifies.
+#[test]
+fn a_fleet_stopped_journal_resumed_when_done_seals_a_verified_bundle() {
+    let cp = policy(|p| p["fleet"] = fleet());
+    let open = |release: &str| {
+        json!({
+            "consecutive_failures": 0, "generation": 1, "opened_at_epoch_ms": ORIGIN,
+            "probe_successes": 0, "probes_in_flight": 0, "route_release_sha256": release,
+            "schema": "retryledger.breaker.v1", "state": "open", "updated_at_epoch_ms": ORIGIN,
+            "window_failures": 0, "window_start_epoch_ms": ORIGIN, "window_total": 0
+        })
+    };
+    let mut script = reference_script();
+    for r in &cp.policy.routes {
+        let release = r.route_release_sha256.as_str();
+        script
+            .store
+            .insert(format!("breaker/{release}"), open(release));
+    }
+    let mut m = Machine::start(Arc::clone(&cp), options(true)).unwrap();
+    let full = play(&mut m, &script, Vec::new());
+    assert!(full.error.is_none(), "{:?}", full.error);
+    let bundle = m.seal().unwrap();
+    assert_eq!(
+        bundle.receipt.terminal,
+        retryledger_core::Terminal::StopCircuitOpen
+    );
+    assert_verified(&bundle, "the first owner");
+    let mut opts = options(true);
+    opts.journal.as_mut().unwrap().lease_generation = 2;
+    opts.now_ms = full.now_ms;
+    let resumed = Machine::resume(Arc::clone(&cp), &full.journal, opts).unwrap();
+    assert!(resumed.next().is_done());
+    let again = resumed.seal().unwrap();
+    assert_eq!(digest_of(&again.receipt), digest_of(&bundle.receipt));
+    assert_verified(&again, "resumed when done");
+}

@@ -575,6 +575,7 @@ fn a_hedged_journal_written_one_attempt_at_a_time_still_verifies() {
         .append(&Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         })
         .unwrap();
     let journal::Payload::Terminal(ending) = &end.payload else {

@@ -62,6 +62,8 @@ export type JournalEvent =
       cancelled_at_ms?: number;
       fleet_stop?: FleetStop;
       receipt_sha256: Sha256Hex;
+      /** The fleet snapshots its `fleet_stop` names (absent when it names none). */
+      snapshots?: FleetSnapshots;
       terminal: Terminal;
     });
 
@@ -72,7 +74,7 @@ export type JournalEntry =
   | { kind: "dispatched"; admission?: Admission; snapshots?: FleetSnapshots; started_at_ms: number }
   | { kind: "observed"; attempt: Attempt }
   | { kind: "decided" }
-  | { kind: "terminal"; cancelled_at_ms?: number; fleet_stop?: FleetStop };
+  | { kind: "terminal"; cancelled_at_ms?: number; fleet_stop?: FleetStop; snapshots?: FleetSnapshots };
 
 /** What `journalVerify` found. */
 export interface JournalVerified {

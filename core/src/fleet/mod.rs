@@ -32,8 +32,8 @@ pub(crate) use admit::{
     admission_in, breaker_after_attempt, breaker_in, budget_admission, budget_in, limits_step,
     reserved_tokens, tenant_in, Generations, LimitsClock, LimitsStep,
 };
-pub(crate) use verify::check_carried;
 pub use verify::verify_admissions;
+pub(crate) use verify::{check_carried, check_stop_carried};
 
 /// What happens when the store cannot be read or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -481,7 +481,18 @@ impl FleetSnapshots {
     /// store, or by no layer that reads one); a snapshot not kept here is
     /// left out (the journal then refuses the event, `snapshot_missing`).
     pub fn named_by(&self, admission: &Admission) -> Option<Self> {
-        let named = Named::of(admission);
+        self.picked(Named::of(admission))
+    }
+
+    /// The snapshots a fleet stop names, from those kept: its skipped
+    /// routes' breakers (each once), its budget, its admission limits —
+    /// what the journal's `terminal` event carries. `None` when it names
+    /// none.
+    pub fn named_by_stop(&self, stop: &FleetStop) -> Option<Self> {
+        self.picked(Named::of_stop(stop))
+    }
+
+    fn picked(&self, named: Named) -> Option<Self> {
         if named.is_empty() {
             return None;
         }
@@ -581,6 +592,20 @@ impl Named {
             .extend(a.budget.as_ref().map(|b| b.snapshot_sha256.clone()));
         n.admissions
             .extend(a.limits.as_ref().map(|l| l.snapshot_sha256.clone()));
+        n
+    }
+
+    fn of_stop(stop: &FleetStop) -> Self {
+        let mut n = Self::default();
+        for s in stop.skipped.iter().flat_map(|s| s.0.iter()) {
+            if !n.breakers.contains(&s.snapshot_sha256) {
+                n.breakers.push(s.snapshot_sha256.clone());
+            }
+        }
+        n.budgets
+            .extend(stop.budget.as_ref().map(|b| b.snapshot_sha256.clone()));
+        n.admissions
+            .extend(stop.limits.as_ref().map(|l| l.snapshot_sha256.clone()));
         n
     }
 

@@ -250,21 +250,71 @@ pub(crate) fn check_carried(
     at: &str,
 ) -> Result<()> {
     let named = adm.map(Named::of).unwrap_or_default();
-    let (Some(adm), Some(carried)) = (adm.filter(|_| !named.is_empty()), carried) else {
-        return match (named.is_empty(), carried) {
-            (true, None) => Ok(()),
-            (true, Some(_)) => Err(Error::at(
-                ErrorCode::InvalidValue,
-                format!("{at}/snapshots"),
-                "snapshots are omitted when the admission names none",
-            )),
-            (false, _) => Err(Error::at(
-                ErrorCode::SnapshotMissing,
-                format!("{at}/snapshots"),
-                "the event does not carry the snapshots its admission read",
-            )),
-        };
+    match (adm, carried_as_named(named, carried, at)?) {
+        (Some(adm), Some(carried)) => {
+            check_admission(cp, adm, release, carried, None, &format!("{at}/admission"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Check the snapshots a journal's `terminal` event at `at` carries for
+/// its fleet stop, as [`check_carried`] does for an admission: exactly
+/// those the stop names, and the stop (of `attempts`, which end with it)
+/// replays under them with the snapshots the admissions before it read
+/// (`kept`), as a bundle's does.
+pub(crate) fn check_stop_carried(
+    cp: &CompiledPolicy,
+    attempts: &Attempts,
+    kept: &FleetSnapshots,
+    carried: Option<&FleetSnapshots>,
+    at: &str,
+) -> Result<()> {
+    let named = attempts
+        .fleet_stop
+        .as_ref()
+        .map(Named::of_stop)
+        .unwrap_or_default();
+    let Some(carried) = carried_as_named(named, carried, at)? else {
+        return Ok(());
     };
+    let mut all = kept.clone();
+    all.keep_all(carried);
+    verify_admissions(cp, attempts, &all).map_err(|e| {
+        let path = e.path.clone().unwrap_or_default();
+        let inner = path.strip_prefix("/attempts").unwrap_or(&path).to_owned();
+        Error {
+            path: Some(format!("{at}{inner}")),
+            attempt_index: None,
+            ..e
+        }
+    })
+}
+
+/// `carried` when it is exactly the snapshots `named` (in its order, each
+/// once); `None` when nothing is named and nothing carried.
+fn carried_as_named<'a>(
+    named: Named,
+    carried: Option<&'a FleetSnapshots>,
+    at: &str,
+) -> Result<Option<&'a FleetSnapshots>> {
+    let Some(carried) = carried else {
+        if named.is_empty() {
+            return Ok(None);
+        }
+        return Err(Error::at(
+            ErrorCode::SnapshotMissing,
+            format!("{at}/snapshots"),
+            "the event does not carry the snapshots its fleet record read",
+        ));
+    };
+    if named.is_empty() {
+        return Err(Error::at(
+            ErrorCode::InvalidValue,
+            format!("{at}/snapshots"),
+            "snapshots are omitted when the fleet record names none",
+        ));
+    }
     let got = carried.digests();
     if got != named {
         let absent = |n: &[Sha256Hex], g: &[Sha256Hex]| n.iter().any(|d| !g.contains(d));
@@ -279,10 +329,10 @@ pub(crate) fn check_carried(
         return Err(Error::at(
             code,
             format!("{at}/snapshots"),
-            "the event carries the snapshots its admission names, each once, in the order it names them",
+            "the event carries the snapshots its fleet record names, each once, in the order it names them",
         ));
     }
-    check_admission(cp, adm, release, carried, None, &format!("{at}/admission"))
+    Ok(Some(carried))
 }
 
 /// Replay every admission of a run against the snapshots its bundle carries.

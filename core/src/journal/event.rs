@@ -79,6 +79,9 @@ pub struct Ending {
     pub fleet_stop: Option<FleetStop>,
     /// Digest of the receipt.
     pub receipt_sha256: Sha256Hex,
+    /// The fleet snapshots its `fleet_stop` names (absent when it names
+    /// none), so a run resumed from the journal seals them.
+    pub snapshots: Option<FleetSnapshots>,
     /// How the run ended.
     pub terminal: Terminal,
 }
@@ -241,6 +244,9 @@ impl Encode for JournalEvent {
                     f.push(("fleet_stop", Val::Doc(s)));
                 }
                 f.push(("receipt_sha256", Val::Doc(&e.receipt_sha256)));
+                if let Some(snapshots) = &e.snapshots {
+                    f.push(("snapshots", Val::Doc(snapshots)));
+                }
                 f.push(("terminal", Val::Doc(&e.terminal)));
             }
         }
@@ -403,7 +409,7 @@ impl Decode for JournalEvent {
             EventKind::Decided => (&["decision"], &[]),
             EventKind::Terminal => (
                 &["attempts_sha256", "receipt_sha256", "terminal"],
-                &["cancelled_at_ms", "fleet_stop"],
+                &["cancelled_at_ms", "fleet_stop", "snapshots"],
             ),
         };
         let mut required: Vec<&'static str> = COMMON.to_vec();
@@ -440,6 +446,7 @@ impl Decode for JournalEvent {
                 cancelled_at_ms: r.cancelled_at_ms,
                 fleet_stop: r.fleet_stop,
                 receipt_sha256: need(r.receipt_sha256, at)?,
+                snapshots: r.snapshots,
                 terminal: need(r.terminal, at)?,
             }),
         };

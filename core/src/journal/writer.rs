@@ -66,6 +66,8 @@ pub enum Entry {
         cancelled_at_ms: Option<u64>,
         /// Set when the fleet refused the next dispatch.
         fleet_stop: Option<FleetStop>,
+        /// The fleet snapshots that refusal names (absent when none).
+        snapshots: Option<FleetSnapshots>,
     },
 }
 
@@ -78,7 +80,7 @@ impl Decode for Entry {
             EventKind::Dispatched => (&["kind", "started_at_ms"], &["admission", "snapshots"]),
             EventKind::Observed => (&["attempt", "kind"], &["delta_digests"]),
             EventKind::Decided => (&["kind"], &[]),
-            EventKind::Terminal => (&["kind"], &["cancelled_at_ms", "fleet_stop"]),
+            EventKind::Terminal => (&["kind"], &["cancelled_at_ms", "fleet_stop", "snapshots"]),
         };
         let r = Raw::read(v, at, req, opt)?;
         Ok(match kind {
@@ -103,6 +105,7 @@ impl Decode for Entry {
             EventKind::Terminal => Entry::Terminal {
                 cancelled_at_ms: r.cancelled_at_ms,
                 fleet_stop: r.fleet_stop,
+                snapshots: r.snapshots,
             },
         })
     }
@@ -226,6 +229,7 @@ fn build(
         Entry::Terminal {
             cancelled_at_ms,
             fleet_stop,
+            snapshots,
         } => {
             let mut run = r.run.clone();
             let mut attempts = r.attempts.clone();
@@ -256,6 +260,7 @@ fn build(
                 cancelled_at_ms: *cancelled_at_ms,
                 fleet_stop: fleet_stop.clone(),
                 receipt_sha256: Sha256Hex::computed(digest_of(&receipt)),
+                snapshots: snapshots.clone(),
                 terminal,
             })
         }

@@ -701,6 +701,10 @@ impl Machine {
                 let attempts = layer.attempts();
                 let entry = Entry::Terminal {
                     cancelled_at_ms: attempts.cancelled_at_ms,
+                    snapshots: attempts
+                        .fleet_stop
+                        .as_ref()
+                        .and_then(|s| layer.snapshots.named_by_stop(s)),
                     fleet_stop: attempts.fleet_stop.clone(),
                 };
                 return self.hedge_append(&[entry], After::Done);

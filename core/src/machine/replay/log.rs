@@ -348,7 +348,7 @@ impl Log {
                 ex @ (Expect::Planned | Expect::Reserved(_) | Expect::Ended),
                 Payload::Terminal(end),
             ) => {
-                receipt_sha256 = Some(end_run(run, attempts, cp, ex, end, i)?);
+                receipt_sha256 = Some(end_run(run, attempts, snapshots, cp, ex, end, i)?);
                 Expect::Done
             }
             _ => {
@@ -360,12 +360,16 @@ impl Log {
             }
         };
         // Checked: nothing below can fail.
-        if let Payload::Dispatched(Sent {
-            snapshots: Some(carried),
-            ..
-        }) = &e.payload
-        {
-            snapshots.keep_all(carried);
+        match &e.payload {
+            Payload::Dispatched(Sent {
+                snapshots: Some(carried),
+                ..
+            })
+            | Payload::Terminal(Ending {
+                snapshots: Some(carried),
+                ..
+            }) => snapshots.keep_all(carried),
+            _ => {}
         }
         if let Payload::Created {
             created_at_epoch_ms,
@@ -526,9 +530,11 @@ fn observe(
 /// Check the `terminal` event's end of the run and give its receipt
 /// digest; a cancellation or a fleet stop ends the run and its attempts
 /// (on copies, committed once everything is checked: once per run).
+#[allow(clippy::too_many_arguments)]
 fn end_run(
     run: &mut Run,
     attempts: &mut Attempts,
+    kept: &FleetSnapshots,
     cp: &CompiledPolicy,
     expect: &Expect,
     end: &Ending,
@@ -571,6 +577,7 @@ fn end_run(
         }
     };
     let (r, a) = ended.as_ref().map_or((&*run, &*attempts), |(r, a)| (r, a));
+    crate::fleet::check_stop_carried(cp, a, kept, end.snapshots.as_ref(), &format!("/events/{i}"))?;
     let Some(terminal) = r.terminal() else {
         return Err(plan_drift(i, "terminal", "the run has not ended"));
     };
