@@ -464,6 +464,7 @@ fn long_journal(attempts: usize) -> (Arc<CompiledPolicy>, Vec<JournalEvent>, Vec
         });
         entries.push(Entry::Dispatched {
             admission: None,
+            snapshots: None,
             started_at_ms: a.started_at_ms,
         });
         entries.push(Entry::Observed {

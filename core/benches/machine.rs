@@ -161,17 +161,40 @@ fn machine(c: &mut Criterion) {
     g.finish();
 }
 
-/// Median wall time of `f` per call, over interleaved rounds.
-fn median_per_call(rounds: &mut [Vec<f64>], fs: &[&dyn Fn()], calls: u32) {
+/// CPU time of this thread so far, ns (Linux `/proc/thread-self/schedstat`;
+/// `None` elsewhere).
+fn cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Wall and CPU time of `f` per call, over interleaved rounds: the CPU
+/// time (this thread's) is what the run costs when other processes share
+/// the machine, the wall time what a caller waits.
+fn per_call(wall: &mut [Vec<f64>], cpu: &mut [Vec<f64>], fs: &[&dyn Fn()], calls: u32) {
     for _ in 0..15 {
         for (i, f) in fs.iter().enumerate() {
+            let c = cpu_ns();
             let t = Instant::now();
             for _ in 0..calls {
                 f();
             }
-            rounds[i].push(t.elapsed().as_secs_f64() / f64::from(calls));
+            wall[i].push(t.elapsed().as_secs_f64() / f64::from(calls));
+            if let (Some(a), Some(b)) = (c, cpu_ns()) {
+                cpu[i].push((b - a) as f64 * 1e-9 / f64::from(calls));
+            }
         }
     }
+}
+
+/// The median of `r`, per attempt of a run of `attempts`, µs (NaN when
+/// nothing was measured).
+fn median_per_attempt(r: &mut [f64], attempts: u32) -> f64 {
+    if r.is_empty() {
+        return f64::NAN;
+    }
+    r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    r[r.len() / 2] * 1e6 / f64::from(attempts)
 }
 
 fn summary() {
@@ -186,36 +209,37 @@ fn summary() {
         &|| replay(&fleet),
         &|| replay(&both),
     ];
-    let mut rounds = vec![Vec::new(); fs.len()];
-    median_per_call(&mut rounds, &fs, 2_000);
-    let med: Vec<f64> = rounds
+    let mut wall = vec![Vec::new(); fs.len()];
+    let mut cpu = vec![Vec::new(); fs.len()];
+    per_call(&mut wall, &mut cpu, &fs, 2_000);
+    let w: Vec<f64> = wall
         .iter_mut()
-        .map(|r| {
-            r.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            r[r.len() / 2] * 1e6 / f64::from(plain.attempts)
-        })
+        .map(|r| median_per_attempt(r, plain.attempts))
+        .collect();
+    let c: Vec<f64> = cpu
+        .iter_mut()
+        .map(|r| median_per_attempt(r, plain.attempts))
         .collect();
     println!();
-    println!("machine, per attempt of the reference run (medians of 15 interleaved rounds, µs):");
-    println!(
-        "  session alone (observe, no fleet)            {:>7.2}",
-        med[0]
-    );
-    println!(
-        "  machine, plain                               {:>7.2}  ({:.2}× the session)",
-        med[1],
-        med[1] / med[0]
-    );
-    println!(
-        "  machine, fleet (breaker, budget, limits)     {:>7.2}  ({:.2}× the session; target ≤ 2 µs)",
-        med[2],
-        med[2] / med[0]
-    );
-    println!(
-        "  machine, fleet + journal (two appends each)  {:>7.2}  ({:.2}× the session)",
-        med[3],
-        med[3] / med[0]
-    );
+    println!("machine, per attempt of the reference run (medians of 15 interleaved rounds, µs; wall, then CPU of this thread):");
+    let rows = [
+        "session alone (observe, no fleet)           ",
+        "machine, plain                              ",
+        "machine, fleet (breaker, budget, limits)    ",
+        "machine, fleet + journal (two appends each) ",
+    ];
+    for (i, name) in rows.iter().enumerate() {
+        let note = match i {
+            0 => String::new(),
+            2 => format!(
+                "  ({:.2}× the session, {:.2}× the plain machine, CPU; target ≤ 2 µs)",
+                c[i] / c[0],
+                c[i] / c[1]
+            ),
+            _ => format!("  ({:.2}× the session, CPU)", c[i] / c[0]),
+        };
+        println!("  {name} {:>7.2}  {:>7.2}{note}", w[i], c[i]);
+    }
 }
 
 criterion_group! {

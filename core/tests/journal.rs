@@ -66,6 +66,7 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
             1,
             Entry::Dispatched {
                 admission: None,
+                snapshots: None,
                 started_at_ms: a.started_at_ms,
             },
         );
@@ -91,6 +92,7 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
         Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         },
     );
     events
@@ -140,12 +142,14 @@ fn finish(
                     },
                     EventKind::Dispatched => Entry::Dispatched {
                         admission: None,
+                        snapshots: None,
                         started_at_ms: dispatch.unwrap().not_before_ms,
                     },
                     EventKind::Decided => Entry::Decided,
                     EventKind::Terminal => Entry::Terminal {
                         cancelled_at_ms: None,
                         fleet_stop: None,
+                        snapshots: None,
                     },
                     EventKind::Created | EventKind::Observed => panic!("unexpected {next:?}"),
                 };
@@ -431,17 +435,72 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         1,
         &Entry::Dispatched {
             admission: None,
+            snapshots: None,
             started_at_ms: 0,
         },
     )
     .unwrap_err();
     assert_eq!(e.code, ErrorCode::AdmissionMissing);
+    // The admission's snapshots travel with it: without them (or with
+    // one it does not name) the event is refused.
+    let named = session
+        .fleet_snapshots()
+        .named_by(attempt.admission.as_ref().unwrap());
+    assert_eq!(named.as_ref().map(|s| s.breakers.len()), Some(2));
+    let bare = append(
+        &cp,
+        &events,
+        1,
+        &Entry::Dispatched {
+            admission: attempt.admission.clone(),
+            snapshots: None,
+            started_at_ms: 0,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        (bare.code, bare.path.as_deref()),
+        (ErrorCode::SnapshotMissing, Some("/entry/snapshots"))
+    );
+    let mut swapped = named.clone().unwrap();
+    swapped.breakers.reverse();
+    let e = append(
+        &cp,
+        &events,
+        1,
+        &Entry::Dispatched {
+            admission: attempt.admission.clone(),
+            snapshots: Some(swapped),
+            started_at_ms: 0,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.code, e.path.as_deref()),
+        (ErrorCode::InvalidValue, Some("/entry/snapshots"))
+    );
+    let mut forged = named.clone().unwrap();
+    forged.breakers[0].opened_at_epoch_ms = None;
+    forged.breakers[0].state = retryledger_core::breaker::BreakerState::Closed;
+    let e = append(
+        &cp,
+        &events,
+        1,
+        &Entry::Dispatched {
+            admission: attempt.admission.clone(),
+            snapshots: Some(forged),
+            started_at_ms: 0,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::SnapshotMissing);
     push(
         &cp,
         &mut events,
         1,
         Entry::Dispatched {
             admission: attempt.admission.clone(),
+            snapshots: named,
             started_at_ms: 0,
         },
     );
@@ -471,6 +530,7 @@ fn a_fleet_run_journals_its_admission_and_recovers_it() {
         Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         },
     );
     let r = verify(&cp, &events).unwrap();

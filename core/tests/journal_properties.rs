@@ -95,6 +95,7 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
             1,
             Entry::Dispatched {
                 admission: None,
+                snapshots: None,
                 started_at_ms: a.started_at_ms,
             },
         );
@@ -123,6 +124,7 @@ fn journal(cp: &Arc<CompiledPolicy>, steps: &[Step]) -> Vec<JournalEvent> {
             Entry::Terminal {
                 cancelled_at_ms: None,
                 fleet_stop: None,
+                snapshots: None,
             },
         );
     }
@@ -170,10 +172,11 @@ proptest! {
                 Payload::Reserved { .. } => Entry::Reserved { dispatch: None, cancelled_at_ms: None },
                 Payload::Dispatched(sent) => Entry::Dispatched {
                     admission: None,
+                    snapshots: None,
                     started_at_ms: sent.started_at_ms,
                 },
                 Payload::Observed { attempt, .. } => Entry::Observed { attempt: attempt.clone(), delta_digests: Vec::new() },
-                Payload::Terminal(_) => Entry::Terminal { cancelled_at_ms: None, fleet_stop: None },
+                Payload::Terminal(_) => Entry::Terminal { cancelled_at_ms: None, fleet_stop: None, snapshots: None },
             };
             let built = writer.append(&entry).unwrap();
             prop_assert_eq!(digest_of(&built), digest_of(e));

@@ -51,6 +51,7 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
             &mut w,
             Entry::Dispatched {
                 admission: None,
+                snapshots: None,
                 started_at_ms: a.started_at_ms,
             },
         );
@@ -72,6 +73,7 @@ fn reference_journal(cp: &Arc<CompiledPolicy>) -> Vec<JournalEvent> {
         Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         },
     );
     assert_eq!(events.len(), 15);
@@ -95,6 +97,7 @@ fn entry_of(e: &JournalEvent) -> Entry {
         },
         Payload::Dispatched(sent) => Entry::Dispatched {
             admission: sent.admission.clone(),
+            snapshots: sent.snapshots.clone(),
             started_at_ms: sent.started_at_ms,
         },
         Payload::Observed {
@@ -107,6 +110,7 @@ fn entry_of(e: &JournalEvent) -> Entry {
         Payload::Terminal(end) => Entry::Terminal {
             cancelled_at_ms: end.cancelled_at_ms,
             fleet_stop: end.fleet_stop.clone(),
+            snapshots: end.snapshots.clone(),
         },
     }
 }
@@ -121,6 +125,7 @@ fn refused(next: &JournalEvent) -> Vec<Entry> {
         out.push(Entry::Terminal {
             cancelled_at_ms: None,
             fleet_stop: None,
+            snapshots: None,
         });
     }
     if next.seq > 0 {
@@ -140,6 +145,7 @@ fn refused(next: &JournalEvent) -> Vec<Entry> {
         }
         Payload::Dispatched(sent) if sent.not_before_ms > 0 => out.push(Entry::Dispatched {
             admission: None,
+            snapshots: None,
             started_at_ms: sent.not_before_ms - 1,
         }),
         Payload::Observed { attempt, .. } => {
@@ -232,6 +238,7 @@ fn a_replay_refusing_an_event_is_unchanged_by_it() {
         .append(&Entry::Terminal {
             cancelled_at_ms: Some(attempt.completed_at_ms + 1),
             fleet_stop: None,
+            snapshots: None,
         })
         .unwrap();
     let Payload::Terminal(end) = &cancel.payload else {
@@ -408,6 +415,7 @@ fn an_attempt_whose_cost_the_run_cannot_add_is_refused_without_a_trace() {
             },
             Entry::Dispatched {
                 admission: None,
+                snapshots: None,
                 started_at_ms: a.started_at_ms,
             },
         ])
@@ -442,6 +450,7 @@ fn an_attempt_whose_cost_the_run_cannot_add_is_refused_without_a_trace() {
     w.append(&Entry::Terminal {
         cancelled_at_ms: None,
         fleet_stop: None,
+        snapshots: None,
     })
     .unwrap();
     assert_eq!(w.replayed().attempts(), &attempts);

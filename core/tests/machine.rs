@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use retryledger_core::canonical::{digest_of, to_value};
 use retryledger_core::error::ErrorCode;
-use retryledger_core::machine::script::{play, play_resume, play_start, Script};
+use retryledger_core::machine::script::{play, play_start, Script};
 use retryledger_core::machine::{Effect, Event, JournalOptions, Machine, Options};
-use retryledger_core::{compile, journal, lab, verify_bundle, CompiledPolicy};
+use retryledger_core::{compile, journal, lab, verify_bundle, CompiledPolicy, Verdict};
 use serde_json::{json, Value};
 
 const ORIGIN: u64 = 1_780_000_000_000;
@@ -96,7 +96,10 @@ fn the_reference_run_through_the_machine_is_the_sessions_receipt() {
     // The machine starts each attempt at its earliest start, as the lab does.
     let reference = lab::reference_bundle().unwrap();
     assert_eq!(digest_of(&bundle.receipt), digest_of(&reference.receipt));
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
 }
 
 #[test]
@@ -142,10 +145,21 @@ fn fleet_and_journal_compose_and_a_resumed_run_admits_again() {
     assert!(full.store[&breaker_key].1 >= 1);
 }
 
+/// A sealed bundle replays to its receipt, every admission under the
+/// snapshots it carries (a drift is a verdict, not an error).
+fn assert_verified(bundle: &retryledger_core::Bundle, at: &str) {
+    let verdict = verify_bundle(bundle).unwrap();
+    assert!(
+        matches!(verdict, Verdict::Verified { .. }),
+        "{at}: {verdict:?}"
+    );
+}
+
 /// Crash a journaled run after every number of appends and resume it
 /// (reconciling an attempt in doubt as `failed_no_effect`): the run always
-/// finishes, its journal verifies, and an attempt is sent again only after
-/// such a reconciliation.
+/// finishes, its journal and its sealed bundle verify (the bundle's receipt
+/// is the one the journal's `terminal` event holds), and an attempt is sent
+/// again only after such a reconciliation.
 fn crash_everywhere(cp: &Arc<CompiledPolicy>, script: &Script) {
     let full = play_start(cp, options(true), script).unwrap();
     assert!(full.error.is_none(), "{:?}", full.error);
@@ -196,7 +210,8 @@ fn crash_everywhere(cp: &Arc<CompiledPolicy>, script: &Script) {
         let mut opts = options(true);
         opts.journal.as_mut().unwrap().lease_generation = 2;
         opts.now_ms = crashed.now_ms;
-        let resumed = play_resume(cp, opts, crashed.journal.clone(), &rest).unwrap();
+        let mut m = Machine::resume(Arc::clone(cp), &crashed.journal, opts).unwrap();
+        let resumed = play(&mut m, &rest, crashed.journal.clone());
         assert!(
             resumed.error.is_none(),
             "resume at {k}: {:?}",
@@ -204,7 +219,14 @@ fn crash_everywhere(cp: &Arc<CompiledPolicy>, script: &Script) {
         );
         assert!(!resumed.crashed);
         journal::verify(cp, &resumed.journal).unwrap();
-        assert!(sealed_receipt(&resumed.journal).is_some(), "resume at {k}");
+        assert!(m.next().is_done(), "resume at {k}");
+        let bundle = m.seal().unwrap();
+        assert_verified(&bundle, &format!("resume at {k}"));
+        assert_eq!(
+            sealed_receipt(&resumed.journal),
+            Some(digest_of(&bundle.receipt)),
+            "resume at {k}"
+        );
         // Every attempt sent again follows a `failed_no_effect` answer.
         let reconciled = resumed
             .journal
@@ -364,7 +386,10 @@ fn an_observed_model_is_recorded_by_the_machine_and_journaled() {
             receipt["schedule"][2]["model"]["served"],
             json!("claude-sonnet-4-5-20250929")
         );
-        verify_bundle(&bundle).unwrap();
+        assert!(matches!(
+            verify_bundle(&bundle).unwrap(),
+            retryledger_core::Verdict::Verified { .. }
+        ));
         if journaled {
             journal::verify(&cp, &played.journal).unwrap();
         }
@@ -378,4 +403,44 @@ fn an_observed_model_is_recorded_by_the_machine_and_journaled() {
         Ok(p) => p.error.map(|e| e.code),
     };
     assert_eq!(refused, Some(ErrorCode::MissingField));
+}
+
+/// A journaled fleet run the fleet stopped (every route's breaker open),
+/// resumed from its whole journal: the resumed machine seals a bundle
+/// that verifies.
+#[test]
+fn a_fleet_stopped_journal_resumed_when_done_seals_a_verified_bundle() {
+    let cp = policy(|p| p["fleet"] = fleet());
+    let open = |release: &str| {
+        json!({
+            "consecutive_failures": 0, "generation": 1, "opened_at_epoch_ms": ORIGIN,
+            "probe_successes": 0, "probes_in_flight": 0, "route_release_sha256": release,
+            "schema": "retryledger.breaker.v1", "state": "open", "updated_at_epoch_ms": ORIGIN,
+            "window_failures": 0, "window_start_epoch_ms": ORIGIN, "window_total": 0
+        })
+    };
+    let mut script = reference_script();
+    for r in &cp.policy.routes {
+        let release = r.route_release_sha256.as_str();
+        script
+            .store
+            .insert(format!("breaker/{release}"), open(release));
+    }
+    let mut m = Machine::start(Arc::clone(&cp), options(true)).unwrap();
+    let full = play(&mut m, &script, Vec::new());
+    assert!(full.error.is_none(), "{:?}", full.error);
+    let bundle = m.seal().unwrap();
+    assert_eq!(
+        bundle.receipt.terminal,
+        retryledger_core::Terminal::StopCircuitOpen
+    );
+    assert_verified(&bundle, "the first owner");
+    let mut opts = options(true);
+    opts.journal.as_mut().unwrap().lease_generation = 2;
+    opts.now_ms = full.now_ms;
+    let resumed = Machine::resume(Arc::clone(&cp), &full.journal, opts).unwrap();
+    assert!(resumed.next().is_done());
+    let again = resumed.seal().unwrap();
+    assert_eq!(digest_of(&again.receipt), digest_of(&bundle.receipt));
+    assert_verified(&again, "resumed when done");
 }

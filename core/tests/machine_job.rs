@@ -126,7 +126,10 @@ fn a_job_through_the_machine_is_submitted_then_polled_and_reaches_the_sessions_r
         }
     }
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::Completed);
     // The accepted submit's failing check was not judged.
     assert!(bundle
@@ -168,7 +171,10 @@ fn a_jobs_output_checks_run_on_its_final_result_only() {
     let cp = policy(false, false);
     let (_, m) = effects_of(&cp, options(None, 0), &script(true));
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::StopNonRetryable);
     let checked: Vec<_> = bundle
         .attempts
@@ -199,7 +205,10 @@ fn a_caller_cancellation_cancels_the_accepted_job() {
         Some(Effect::Cancel { .. })
     ));
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::StopCancelled);
     let job = bundle.receipt.job.as_ref().unwrap();
     assert!(!job.left_running);
@@ -210,7 +219,10 @@ fn under_a_fleet_the_submit_is_admitted_and_the_polls_are_not() {
     let cp = policy(true, false);
     let (effects, m) = effects_of(&cp, options(None, 0), &script(false));
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::Completed);
     for a in &bundle.attempts.attempts {
         let submit = a.job.as_ref().unwrap().kind == JobKind::Submit;
@@ -292,7 +304,13 @@ fn crash_everywhere(cp: &Arc<CompiledPolicy>, answer: &str) {
         );
         journal::verify(cp, &resumed.journal).unwrap();
         let bundle = m.seal().unwrap();
-        verify_bundle(&bundle).unwrap_or_else(|e| panic!("resume at {k}: {e:?}"));
+        assert!(
+            matches!(
+                verify_bundle(&bundle).unwrap_or_else(|e| panic!("resume at {k}: {e:?}")),
+                retryledger_core::Verdict::Verified { .. }
+            ),
+            "resume at {k}"
+        );
         let jobs: Vec<_> = bundle
             .attempts
             .attempts
@@ -459,7 +477,10 @@ fn a_cancellation_journaled_with_the_cancels_reservation_resumes_to_the_cancel()
     assert!(resumed.error.is_none(), "{:?}", resumed.error);
     journal::verify(&cp, &resumed.journal).unwrap();
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::StopCancelled);
     assert_eq!(
         bundle
@@ -542,7 +563,10 @@ fn a_submit_whose_answer_was_lost_is_reconciled_in_the_run_and_its_job_polled() 
     answer_json(&mut m, done).unwrap();
     assert!(m.next().is_done());
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::Completed);
     assert_eq!(bundle.receipt.job.as_ref().unwrap().submits, 1);
 }
@@ -559,7 +583,10 @@ fn a_cancellation_before_a_send_cancels_the_run_and_nothing_is_sent() {
     m.answer(Event::Cancelled { at_ms: 5 }).unwrap();
     assert!(m.next().is_done());
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::StopCancelled);
     assert!(bundle.attempts.attempts.is_empty());
     // Journaled, the `dispatched` is durable: the answer is the attempt's
@@ -601,7 +628,10 @@ fn a_cancellation_before_a_send_cancels_the_run_and_nothing_is_sent() {
     .unwrap();
     assert!(m.next().is_done());
     let bundle = m.seal().unwrap();
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(bundle.receipt.terminal, Terminal::StopCancelled);
     assert_eq!(bundle.attempts.attempts.len(), 2);
 }

@@ -113,7 +113,10 @@ fn crash_everywhere(cp: &Arc<CompiledPolicy>, script: &Script, answer: &str) {
     let full = play(&mut full_m, script, Vec::new());
     assert!(full.error.is_none(), "{:?}", full.error);
     let full_bundle = full_m.seal().unwrap();
-    verify_bundle(&full_bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&full_bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
     assert_eq!(commits(&full_bundle), 1);
     // The streamed attempts' delta digests are journaled with them.
     let listed: usize = full
@@ -174,7 +177,11 @@ fn crash_everywhere(cp: &Arc<CompiledPolicy>, script: &Script, answer: &str) {
         assert!(!resumed.crashed);
         journal::verify(cp, &resumed.journal).unwrap();
         let bundle = m.seal().unwrap();
-        verify_bundle(&bundle).unwrap_or_else(|e| panic!("resume at {k}: {e:?}"));
+        let verdict = verify_bundle(&bundle).unwrap_or_else(|e| panic!("resume at {k}: {e:?}"));
+        assert!(
+            matches!(verdict, retryledger_core::Verdict::Verified { .. }),
+            "resume at {k}: {verdict:?}"
+        );
         assert!(commits(&bundle) <= 1, "resume at {k}");
         // An attempt in doubt is sent again only after `failed_no_effect`.
         let again = dispatches(&resumed);
@@ -267,7 +274,10 @@ fn a_reconciled_success_of_a_cut_stream_is_never_committed() {
         Some(retryledger_core::attempt::Reconciled::SucceededStreamLost)
     );
     assert_eq!(commits(&bundle), 0);
-    verify_bundle(&bundle).unwrap();
+    assert!(matches!(
+        verify_bundle(&bundle).unwrap(),
+        retryledger_core::Verdict::Verified { .. }
+    ));
 }
 
 #[test]

@@ -22,7 +22,7 @@
 import { call, CompiledPolicy, compiledOf, toText, type Input, type RawBindings, type RawCompiled, type RawJournalWriter } from "./core.js";
 import { DecodeError } from "./errors.js";
 import type { Session } from "./session.js";
-import type { Admission, Attempt, Decision, DispatchDecision, FleetStop, Identifier, Policy, Sha256Hex, Terminal } from "./types.js";
+import type { Admission, Attempt, Decision, DispatchDecision, FleetSnapshots, FleetStop, Identifier, Policy, Sha256Hex, Terminal } from "./types.js";
 
 /** A planned dispatch, as a `reserved` event holds it (a dispatch decision without its `kind`). */
 export type Dispatch = Omit<DispatchDecision, "kind">;
@@ -50,6 +50,8 @@ export type JournalEvent =
       ordinal: number;
       route_id: Identifier;
       route_release_sha256: Sha256Hex;
+      /** The fleet snapshots its admission names (absent when it names none). */
+      snapshots?: FleetSnapshots;
       started_at_ms: number;
     })
   | (EventBase & { kind: "observed"; attempt: Attempt })
@@ -60,6 +62,8 @@ export type JournalEvent =
       cancelled_at_ms?: number;
       fleet_stop?: FleetStop;
       receipt_sha256: Sha256Hex;
+      /** The fleet snapshots its `fleet_stop` names (absent when it names none). */
+      snapshots?: FleetSnapshots;
       terminal: Terminal;
     });
 
@@ -67,10 +71,10 @@ export type JournalEvent =
 export type JournalEntry =
   | { kind: "created"; created_at_epoch_ms: number; run_id: Identifier }
   | { kind: "reserved"; dispatch?: Dispatch }
-  | { kind: "dispatched"; admission?: Admission; started_at_ms: number }
+  | { kind: "dispatched"; admission?: Admission; snapshots?: FleetSnapshots; started_at_ms: number }
   | { kind: "observed"; attempt: Attempt }
   | { kind: "decided" }
-  | { kind: "terminal"; cancelled_at_ms?: number; fleet_stop?: FleetStop };
+  | { kind: "terminal"; cancelled_at_ms?: number; fleet_stop?: FleetStop; snapshots?: FleetSnapshots };
 
 /** What `journalVerify` found. */
 export interface JournalVerified {

@@ -20,7 +20,9 @@ pub(crate) fn breaker_in(
 ) -> Result<BreakerSnapshot> {
     match view.breakers.iter().find(|(key, _)| key == release) {
         Some((key, s)) => {
-            s.check(cfg, release, &format!("/breakers/{}", key.as_str()))?;
+            // The path is made only for an error (the check runs per admission).
+            s.check(cfg, release, "")
+                .map_err(|e| e.under(&format!("/breakers/{}", key.as_str())))?;
             Ok(s.clone())
         }
         None => Ok(BreakerSnapshot::fresh(release.clone(), now)),
@@ -36,7 +38,8 @@ pub(crate) fn admission_in(
 ) -> Result<AdmissionSnapshot> {
     match view.admission.iter().find(|(key, _)| key == release) {
         Some((key, s)) => {
-            s.check(cfg, release, &format!("/admission/{}", key.as_str()))?;
+            s.check(cfg, release, "")
+                .map_err(|e| e.under(&format!("/admission/{}", key.as_str())))?;
             Ok(s.clone())
         }
         None => Ok(AdmissionSnapshot::fresh(cfg, release.clone(), now)),

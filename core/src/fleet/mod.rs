@@ -33,6 +33,7 @@ pub(crate) use admit::{
     reserved_tokens, tenant_in, Generations, LimitsClock, LimitsStep,
 };
 pub use verify::verify_admissions;
+pub(crate) use verify::{check_carried, check_stop_carried};
 
 /// What happens when the store cannot be read or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,7 +338,14 @@ object!(FleetSummary {
 });
 
 /// The snapshots a bundle carries: every one an admission read.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// A run keeps each snapshot once, with its digest (computed once, when the
+/// snapshot is first kept): an admission under a snapshot already kept
+/// hashes nothing. The digests are a cache of what the run hashed, each
+/// beside a copy of the snapshot it is the digest of, so a list changed
+/// after the fact is hashed again rather than trusted; a decoded document
+/// has none, and its look-ups hash what it carries.
+#[derive(Debug, Clone, Default)]
 pub struct FleetSnapshots {
     /// Admission snapshots (omitted when none).
     pub admissions: Vec<AdmissionSnapshot>,
@@ -345,7 +353,29 @@ pub struct FleetSnapshots {
     pub breakers: Vec<BreakerSnapshot>,
     /// Retry budget snapshots.
     pub budgets: Vec<RetryBudgetSnapshot>,
+    /// Each snapshot hashed, with its digest.
+    digests: Kept,
 }
+
+/// The snapshots a run hashed, with their digests, list by list.
+#[derive(Debug, Clone, Default)]
+struct Kept {
+    admissions: Vec<(AdmissionSnapshot, Sha256Hex)>,
+    breakers: Vec<(BreakerSnapshot, Sha256Hex)>,
+    budgets: Vec<(RetryBudgetSnapshot, Sha256Hex)>,
+}
+
+/// The documents alone: two values carrying the same snapshots are equal
+/// whatever digests either has cached.
+impl PartialEq for FleetSnapshots {
+    fn eq(&self, other: &Self) -> bool {
+        self.admissions == other.admissions
+            && self.breakers == other.breakers
+            && self.budgets == other.budgets
+    }
+}
+
+impl Eq for FleetSnapshots {}
 
 impl Decode for FleetSnapshots {
     fn decode(v: &Value, at: &At<'_>) -> Result<Self> {
@@ -361,6 +391,7 @@ impl Decode for FleetSnapshots {
             admissions: admissions.unwrap_or_default(),
             breakers,
             budgets,
+            digests: Kept::default(),
         })
     }
 }
@@ -377,44 +408,221 @@ impl Encode for FleetSnapshots {
     }
 }
 
+/// The digest of `s`: the one hashed before for an equal snapshot, else
+/// computed now.
+fn digest_in<T: Encode + PartialEq>(kept: &[(T, Sha256Hex)], s: &T) -> Sha256Hex {
+    kept.iter()
+        .find(|(k, _)| k == s)
+        .map_or_else(|| Sha256Hex::computed(digest_of(s)), |(_, d)| d.clone())
+}
+
+/// Keep `s` in `list` once; its digest, hashed only when no equal snapshot
+/// was (`digest` when the caller has it).
+fn keep<T: Encode + PartialEq + Clone>(
+    list: &mut Vec<T>,
+    kept: &mut Vec<(T, Sha256Hex)>,
+    s: &T,
+    digest: Option<Sha256Hex>,
+) -> Sha256Hex {
+    let known = kept.iter().find(|(k, _)| k == s).map(|(_, d)| d.clone());
+    let d = match (known, digest) {
+        (Some(d), _) => d,
+        (None, digest) => {
+            let d = digest.unwrap_or_else(|| Sha256Hex::computed(digest_of(s)));
+            kept.push((s.clone(), d.clone()));
+            d
+        }
+    };
+    if !list.iter().any(|k| k == s) {
+        list.push(s.clone());
+    }
+    d
+}
+
+/// The snapshot of `list` whose digest is `d`.
+fn find<'a, T: Encode + PartialEq>(
+    list: &'a [T],
+    kept: &[(T, Sha256Hex)],
+    d: &Sha256Hex,
+) -> Option<&'a T> {
+    list.iter().find(|s| digest_in(kept, *s) == *d)
+}
+
 impl FleetSnapshots {
     /// Keep a breaker snapshot (once); its digest.
     pub(crate) fn keep_breaker(&mut self, s: &BreakerSnapshot) -> Sha256Hex {
-        let d = Sha256Hex::computed(digest_of(s));
-        if !self.breakers.iter().any(|b| b == s) {
-            self.breakers.push(s.clone());
-        }
-        d
+        keep(&mut self.breakers, &mut self.digests.breakers, s, None)
     }
 
     /// Keep a budget snapshot (once); its digest.
     pub(crate) fn keep_budget(&mut self, s: &RetryBudgetSnapshot) -> Sha256Hex {
-        let d = Sha256Hex::computed(digest_of(s));
-        if !self.budgets.iter().any(|b| b == s) {
-            self.budgets.push(s.clone());
-        }
-        d
+        keep(&mut self.budgets, &mut self.digests.budgets, s, None)
     }
 
     /// Keep an admission snapshot (once); its digest.
     pub(crate) fn keep_admission(&mut self, s: &AdmissionSnapshot) -> Sha256Hex {
-        let d = Sha256Hex::computed(digest_of(s));
-        if !self.admissions.iter().any(|b| b == s) {
-            self.admissions.push(s.clone());
+        keep(&mut self.admissions, &mut self.digests.admissions, s, None)
+    }
+
+    /// Keep every snapshot of `other` (each once), with the digests it
+    /// has hashed.
+    pub(crate) fn keep_all(&mut self, other: &Self) {
+        for s in &other.breakers {
+            let d = digest_in(&other.digests.breakers, s);
+            keep(&mut self.breakers, &mut self.digests.breakers, s, Some(d));
         }
-        d
+        for s in &other.budgets {
+            let d = digest_in(&other.digests.budgets, s);
+            keep(&mut self.budgets, &mut self.digests.budgets, s, Some(d));
+        }
+        for s in &other.admissions {
+            let d = digest_in(&other.digests.admissions, s);
+            keep(
+                &mut self.admissions,
+                &mut self.digests.admissions,
+                s,
+                Some(d),
+            );
+        }
+    }
+
+    /// The snapshots `admission` names, from those kept: its skipped
+    /// routes' breakers then its route's (each once), its budget, its
+    /// admission limits — what a journal's `dispatched` event of its
+    /// attempt carries. `None` when it names none (admitted without the
+    /// store, or by no layer that reads one); a snapshot not kept here is
+    /// left out (the journal then refuses the event, `snapshot_missing`).
+    pub fn named_by(&self, admission: &Admission) -> Option<Self> {
+        self.picked(Named::of(admission))
+    }
+
+    /// The snapshots a fleet stop names, from those kept: its skipped
+    /// routes' breakers (each once), its budget, its admission limits —
+    /// what the journal's `terminal` event carries. `None` when it names
+    /// none.
+    pub fn named_by_stop(&self, stop: &FleetStop) -> Option<Self> {
+        self.picked(Named::of_stop(stop))
+    }
+
+    fn picked(&self, named: Named) -> Option<Self> {
+        if named.is_empty() {
+            return None;
+        }
+        let mut out = Self::default();
+        for d in &named.breakers {
+            if let Some(s) = self.breaker(d) {
+                keep(
+                    &mut out.breakers,
+                    &mut out.digests.breakers,
+                    s,
+                    Some(d.clone()),
+                );
+            }
+        }
+        for d in &named.budgets {
+            if let Some(s) = self.budget(d) {
+                keep(
+                    &mut out.budgets,
+                    &mut out.digests.budgets,
+                    s,
+                    Some(d.clone()),
+                );
+            }
+        }
+        for d in &named.admissions {
+            if let Some(s) = self.admission(d) {
+                keep(
+                    &mut out.admissions,
+                    &mut out.digests.admissions,
+                    s,
+                    Some(d.clone()),
+                );
+            }
+        }
+        Some(out)
+    }
+
+    /// The digest of every snapshot carried, list by list.
+    fn digests(&self) -> Named {
+        Named {
+            breakers: self
+                .breakers
+                .iter()
+                .map(|s| digest_in(&self.digests.breakers, s))
+                .collect(),
+            budgets: self
+                .budgets
+                .iter()
+                .map(|s| digest_in(&self.digests.budgets, s))
+                .collect(),
+            admissions: self
+                .admissions
+                .iter()
+                .map(|s| digest_in(&self.digests.admissions, s))
+                .collect(),
+        }
     }
 
     fn admission(&self, d: &Sha256Hex) -> Option<&AdmissionSnapshot> {
-        self.admissions.iter().find(|s| digest_of(*s) == d.as_str())
+        find(&self.admissions, &self.digests.admissions, d)
     }
 
     fn breaker(&self, d: &Sha256Hex) -> Option<&BreakerSnapshot> {
-        self.breakers.iter().find(|s| digest_of(*s) == d.as_str())
+        find(&self.breakers, &self.digests.breakers, d)
     }
 
     fn budget(&self, d: &Sha256Hex) -> Option<&RetryBudgetSnapshot> {
-        self.budgets.iter().find(|s| digest_of(*s) == d.as_str())
+        find(&self.budgets, &self.digests.budgets, d)
+    }
+}
+
+/// The snapshot digests an admission names, list by list, each once, in
+/// the order it names them.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Named {
+    breakers: Vec<Sha256Hex>,
+    budgets: Vec<Sha256Hex>,
+    admissions: Vec<Sha256Hex>,
+}
+
+impl Named {
+    fn of(a: &Admission) -> Self {
+        let mut n = Self::default();
+        if a.store.is_some() {
+            return n;
+        }
+        let skipped = a.skipped.iter().flat_map(|s| s.0.iter());
+        for d in skipped
+            .map(|s| &s.snapshot_sha256)
+            .chain(a.breaker.as_ref().map(|b| &b.snapshot_sha256))
+        {
+            if !n.breakers.contains(d) {
+                n.breakers.push(d.clone());
+            }
+        }
+        n.budgets
+            .extend(a.budget.as_ref().map(|b| b.snapshot_sha256.clone()));
+        n.admissions
+            .extend(a.limits.as_ref().map(|l| l.snapshot_sha256.clone()));
+        n
+    }
+
+    fn of_stop(stop: &FleetStop) -> Self {
+        let mut n = Self::default();
+        for s in stop.skipped.iter().flat_map(|s| s.0.iter()) {
+            if !n.breakers.contains(&s.snapshot_sha256) {
+                n.breakers.push(s.snapshot_sha256.clone());
+            }
+        }
+        n.budgets
+            .extend(stop.budget.as_ref().map(|b| b.snapshot_sha256.clone()));
+        n.admissions
+            .extend(stop.limits.as_ref().map(|l| l.snapshot_sha256.clone()));
+        n
+    }
+
+    fn is_empty(&self) -> bool {
+        self.breakers.is_empty() && self.budgets.is_empty() && self.admissions.is_empty()
     }
 }
 

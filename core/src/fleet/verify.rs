@@ -8,7 +8,9 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ids::Sha256Hex;
 use crate::policy::CompiledPolicy;
 
-use super::{BudgetUse, FleetSnapshots, FleetStop, LimitsRef, Refusal, Skip, StopReason};
+use super::{
+    Admission, BudgetUse, FleetSnapshots, FleetStop, LimitsRef, Named, Refusal, Skip, StopReason,
+};
 
 fn drift(i: Option<usize>, path: String, msg: String) -> Error {
     let mut e = Error::at(ErrorCode::AdmissionDrift, path, msg);
@@ -162,6 +164,177 @@ fn planned_for_stop(
     Some(d)
 }
 
+/// Replay one admission of an attempt on `release` against `snapshots`
+/// (errors at `at`, for the attempt at index `i` when it is one).
+fn check_admission(
+    cp: &CompiledPolicy,
+    adm: &Admission,
+    release: &Sha256Hex,
+    snapshots: &FleetSnapshots,
+    i: Option<usize>,
+    at: &str,
+) -> Result<()> {
+    let Some(fleet) = &cp.policy.fleet else {
+        return Ok(());
+    };
+    let now = adm.admitted_at_epoch_ms;
+    if adm.store.is_some() {
+        return Ok(());
+    }
+    if let (Some(cfg), Some(l)) = (&fleet.admission, &adm.limits) {
+        check_limits(
+            cfg,
+            snapshots,
+            l,
+            release,
+            now,
+            None,
+            (i, &format!("{at}/limits")),
+        )?;
+    }
+    if let Some(cfg) = &fleet.breaker {
+        for (k, skip) in adm.skipped.iter().flat_map(|s| s.0.iter()).enumerate() {
+            check_skip(
+                cp,
+                cfg,
+                snapshots,
+                skip,
+                now,
+                i,
+                &format!("{at}/skipped/{k}"),
+            )?;
+        }
+        if let Some(b) = &adm.breaker {
+            let Some(s) = snapshots.breaker(&b.snapshot_sha256) else {
+                return Err(missing(i, format!("{at}/breaker/snapshot_sha256")));
+            };
+            s.check(cfg, release, &format!("{at}/breaker"))?;
+            let (answer, _) = breaker::admit(cfg, s, now);
+            if answer != (BreakerAdmission::Admitted { probe: b.probe })
+                || s.generation != b.generation
+            {
+                return Err(drift(
+                    i,
+                    format!("{at}/breaker"),
+                    "the breaker snapshot does not give this admission".into(),
+                ));
+            }
+        }
+    }
+    if let (Some(cfg), Some(b)) = (&fleet.retry_budget, &adm.budget) {
+        let Some(s) = snapshots.budget(&b.snapshot_sha256) else {
+            return Err(missing(i, format!("{at}/budget/snapshot_sha256")));
+        };
+        s.check(cfg, &format!("{at}/budget"))?;
+        if b.kind == BudgetUse::Withdraw && !budget::withdraw(cfg, s, now).0 {
+            return Err(drift(
+                i,
+                format!("{at}/budget"),
+                "the budget snapshot does not cover this withdrawal".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Check the snapshots a journal's `dispatched` event at `at` carries for
+/// its admission of an attempt on `release`: exactly those the admission
+/// names (its skipped routes' breakers then its route's, each once, its
+/// budget, its admission limits; omitted when it names none), and the
+/// admission replays under them as a bundle's does.
+pub(crate) fn check_carried(
+    cp: &CompiledPolicy,
+    adm: Option<&Admission>,
+    release: &Sha256Hex,
+    carried: Option<&FleetSnapshots>,
+    at: &str,
+) -> Result<()> {
+    let named = adm.map(Named::of).unwrap_or_default();
+    match (adm, carried_as_named(named, carried, at)?) {
+        (Some(adm), Some(carried)) => {
+            check_admission(cp, adm, release, carried, None, &format!("{at}/admission"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Check the snapshots a journal's `terminal` event at `at` carries for
+/// its fleet stop, as [`check_carried`] does for an admission: exactly
+/// those the stop names, and the stop (of `attempts`, which end with it)
+/// replays under them with the snapshots the admissions before it read
+/// (`kept`), as a bundle's does.
+pub(crate) fn check_stop_carried(
+    cp: &CompiledPolicy,
+    attempts: &Attempts,
+    kept: &FleetSnapshots,
+    carried: Option<&FleetSnapshots>,
+    at: &str,
+) -> Result<()> {
+    let named = attempts
+        .fleet_stop
+        .as_ref()
+        .map(Named::of_stop)
+        .unwrap_or_default();
+    let Some(carried) = carried_as_named(named, carried, at)? else {
+        return Ok(());
+    };
+    let mut all = kept.clone();
+    all.keep_all(carried);
+    verify_admissions(cp, attempts, &all).map_err(|e| {
+        let path = e.path.clone().unwrap_or_default();
+        let inner = path.strip_prefix("/attempts").unwrap_or(&path).to_owned();
+        Error {
+            path: Some(format!("{at}{inner}")),
+            attempt_index: None,
+            ..e
+        }
+    })
+}
+
+/// `carried` when it is exactly the snapshots `named` (in its order, each
+/// once); `None` when nothing is named and nothing carried.
+fn carried_as_named<'a>(
+    named: Named,
+    carried: Option<&'a FleetSnapshots>,
+    at: &str,
+) -> Result<Option<&'a FleetSnapshots>> {
+    let Some(carried) = carried else {
+        if named.is_empty() {
+            return Ok(None);
+        }
+        return Err(Error::at(
+            ErrorCode::SnapshotMissing,
+            format!("{at}/snapshots"),
+            "the event does not carry the snapshots its fleet record read",
+        ));
+    };
+    if named.is_empty() {
+        return Err(Error::at(
+            ErrorCode::InvalidValue,
+            format!("{at}/snapshots"),
+            "snapshots are omitted when the fleet record names none",
+        ));
+    }
+    let got = carried.digests();
+    if got != named {
+        let absent = |n: &[Sha256Hex], g: &[Sha256Hex]| n.iter().any(|d| !g.contains(d));
+        let code = if absent(&named.breakers, &got.breakers)
+            || absent(&named.budgets, &got.budgets)
+            || absent(&named.admissions, &got.admissions)
+        {
+            ErrorCode::SnapshotMissing
+        } else {
+            ErrorCode::InvalidValue
+        };
+        return Err(Error::at(
+            code,
+            format!("{at}/snapshots"),
+            "the event carries the snapshots its fleet record names, each once, in the order it names them",
+        ));
+    }
+    Ok(Some(carried))
+}
+
 /// Replay every admission of a run against the snapshots its bundle carries.
 pub fn verify_admissions(
     cp: &CompiledPolicy,
@@ -174,63 +347,7 @@ pub fn verify_admissions(
     for (i, a) in attempts.attempts.iter().enumerate() {
         let Some(adm) = &a.admission else { continue };
         let at = format!("/attempts/attempts/{i}/admission");
-        let now = adm.admitted_at_epoch_ms;
-        if adm.store.is_some() {
-            continue;
-        }
-        if let (Some(cfg), Some(l)) = (&fleet.admission, &adm.limits) {
-            check_limits(
-                cfg,
-                snapshots,
-                l,
-                &a.route_release_sha256,
-                now,
-                None,
-                (Some(i), &format!("{at}/limits")),
-            )?;
-        }
-        if let Some(cfg) = &fleet.breaker {
-            for (k, skip) in adm.skipped.iter().flat_map(|s| s.0.iter()).enumerate() {
-                check_skip(
-                    cp,
-                    cfg,
-                    snapshots,
-                    skip,
-                    now,
-                    Some(i),
-                    &format!("{at}/skipped/{k}"),
-                )?;
-            }
-            if let Some(b) = &adm.breaker {
-                let Some(s) = snapshots.breaker(&b.snapshot_sha256) else {
-                    return Err(missing(Some(i), format!("{at}/breaker/snapshot_sha256")));
-                };
-                s.check(cfg, &a.route_release_sha256, &format!("{at}/breaker"))?;
-                let (answer, _) = breaker::admit(cfg, s, now);
-                if answer != (BreakerAdmission::Admitted { probe: b.probe })
-                    || s.generation != b.generation
-                {
-                    return Err(drift(
-                        Some(i),
-                        format!("{at}/breaker"),
-                        "the breaker snapshot does not give this admission".into(),
-                    ));
-                }
-            }
-        }
-        if let (Some(cfg), Some(b)) = (&fleet.retry_budget, &adm.budget) {
-            let Some(s) = snapshots.budget(&b.snapshot_sha256) else {
-                return Err(missing(Some(i), format!("{at}/budget/snapshot_sha256")));
-            };
-            s.check(cfg, &format!("{at}/budget"))?;
-            if b.kind == BudgetUse::Withdraw && !budget::withdraw(cfg, s, now).0 {
-                return Err(drift(
-                    Some(i),
-                    format!("{at}/budget"),
-                    "the budget snapshot does not cover this withdrawal".into(),
-                ));
-            }
-        }
+        check_admission(cp, adm, &a.route_release_sha256, snapshots, Some(i), &at)?;
     }
     if let Some(stop) = &attempts.fleet_stop {
         let at = "/attempts/fleet_stop";

@@ -9,7 +9,7 @@ use crate::canonical::{Encode, ObjectWriter, Sink};
 use crate::decode::{decode_list, decode_tag, names, pick, At, Decode, Fields};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Terminal};
-use crate::fleet::{Admission, FleetStop};
+use crate::fleet::{Admission, FleetSnapshots, FleetStop};
 use crate::ids::{schema_marker, Identifier, Sha256Hex};
 
 schema_marker!(
@@ -58,6 +58,12 @@ pub struct Sent {
     pub route_id: Identifier,
     /// The route release.
     pub route_release_sha256: Sha256Hex,
+    /// The fleet snapshots its admission names (its skipped routes'
+    /// breakers then its route's, its budget, its admission limits), so a
+    /// run resumed from the journal seals a bundle that carries them;
+    /// absent when the admission names none (no fleet section, or
+    /// admitted without the store).
+    pub snapshots: Option<FleetSnapshots>,
     /// When it was sent (run clock).
     pub started_at_ms: u64,
 }
@@ -73,6 +79,9 @@ pub struct Ending {
     pub fleet_stop: Option<FleetStop>,
     /// Digest of the receipt.
     pub receipt_sha256: Sha256Hex,
+    /// The fleet snapshots its `fleet_stop` names (absent when it names
+    /// none), so a run resumed from the journal seals them.
+    pub snapshots: Option<FleetSnapshots>,
     /// How the run ended.
     pub terminal: Terminal,
 }
@@ -211,6 +220,9 @@ impl Encode for JournalEvent {
                 f.push(("ordinal", Val::U64(s.ordinal)));
                 f.push(("route_id", Val::Doc(&s.route_id)));
                 f.push(("route_release_sha256", Val::Doc(&s.route_release_sha256)));
+                if let Some(snapshots) = &s.snapshots {
+                    f.push(("snapshots", Val::Doc(snapshots)));
+                }
                 f.push(("started_at_ms", Val::U64(s.started_at_ms)));
             }
             Payload::Observed {
@@ -232,6 +244,9 @@ impl Encode for JournalEvent {
                     f.push(("fleet_stop", Val::Doc(s)));
                 }
                 f.push(("receipt_sha256", Val::Doc(&e.receipt_sha256)));
+                if let Some(snapshots) = &e.snapshots {
+                    f.push(("snapshots", Val::Doc(snapshots)));
+                }
                 f.push(("terminal", Val::Doc(&e.terminal)));
             }
         }
@@ -278,6 +293,7 @@ pub(super) struct Raw {
     pub(super) route_release_sha256: Option<Sha256Hex>,
     pub(super) run_id: Option<Identifier>,
     pub(super) seq: Option<u64>,
+    pub(super) snapshots: Option<FleetSnapshots>,
     pub(super) started_at_ms: Option<u64>,
     pub(super) terminal: Option<Terminal>,
 }
@@ -330,6 +346,7 @@ impl Raw {
                 "route_release_sha256" => get!(route_release_sha256),
                 "run_id" => get!(run_id),
                 "seq" => get!(seq),
+                "snapshots" => get!(snapshots),
                 "started_at_ms" => get!(started_at_ms),
                 "terminal" => get!(terminal),
                 "kind" => {
@@ -386,13 +403,13 @@ impl Decode for JournalEvent {
                     "route_release_sha256",
                     "started_at_ms",
                 ],
-                &["admission"],
+                &["admission", "snapshots"],
             ),
             EventKind::Observed => (&["attempt"], &["delta_digests"]),
             EventKind::Decided => (&["decision"], &[]),
             EventKind::Terminal => (
                 &["attempts_sha256", "receipt_sha256", "terminal"],
-                &["cancelled_at_ms", "fleet_stop"],
+                &["cancelled_at_ms", "fleet_stop", "snapshots"],
             ),
         };
         let mut required: Vec<&'static str> = COMMON.to_vec();
@@ -414,6 +431,7 @@ impl Decode for JournalEvent {
                 ordinal: need(r.ordinal, at)?,
                 route_id: need(r.route_id, at)?,
                 route_release_sha256: need(r.route_release_sha256, at)?,
+                snapshots: r.snapshots,
                 started_at_ms: need(r.started_at_ms, at)?,
             }),
             EventKind::Observed => Payload::Observed {
@@ -428,6 +446,7 @@ impl Decode for JournalEvent {
                 cancelled_at_ms: r.cancelled_at_ms,
                 fleet_stop: r.fleet_stop,
                 receipt_sha256: need(r.receipt_sha256, at)?,
+                snapshots: r.snapshots,
                 terminal: need(r.terminal, at)?,
             }),
         };

@@ -12,7 +12,7 @@ use crate::canonical::digest_of;
 use crate::decode::{At, Decode};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch};
-use crate::fleet::{Admission, FleetStop};
+use crate::fleet::{Admission, FleetSnapshots, FleetStop};
 use crate::ids::{Identifier, Sha256Hex};
 use crate::machine::replay::{at_event, plan_drift, verify, Expect, Log};
 use crate::policy::CompiledPolicy;
@@ -44,6 +44,9 @@ pub enum Entry {
     Dispatched {
         /// Its admission (a policy with a fleet section).
         admission: Option<Admission>,
+        /// The fleet snapshots its admission names (absent when it names
+        /// none).
+        snapshots: Option<FleetSnapshots>,
         /// When it is sent (run clock).
         started_at_ms: u64,
     },
@@ -63,6 +66,8 @@ pub enum Entry {
         cancelled_at_ms: Option<u64>,
         /// Set when the fleet refused the next dispatch.
         fleet_stop: Option<FleetStop>,
+        /// The fleet snapshots that refusal names (absent when none).
+        snapshots: Option<FleetSnapshots>,
     },
 }
 
@@ -72,10 +77,10 @@ impl Decode for Entry {
         let (req, opt): (&[&'static str], &[&'static str]) = match kind {
             EventKind::Created => (&["created_at_epoch_ms", "kind", "run_id"], &[]),
             EventKind::Reserved => (&["kind"], &["cancelled_at_ms", "dispatch"]),
-            EventKind::Dispatched => (&["kind", "started_at_ms"], &["admission"]),
+            EventKind::Dispatched => (&["kind", "started_at_ms"], &["admission", "snapshots"]),
             EventKind::Observed => (&["attempt", "kind"], &["delta_digests"]),
             EventKind::Decided => (&["kind"], &[]),
-            EventKind::Terminal => (&["kind"], &["cancelled_at_ms", "fleet_stop"]),
+            EventKind::Terminal => (&["kind"], &["cancelled_at_ms", "fleet_stop", "snapshots"]),
         };
         let r = Raw::read(v, at, req, opt)?;
         Ok(match kind {
@@ -89,6 +94,7 @@ impl Decode for Entry {
             },
             EventKind::Dispatched => Entry::Dispatched {
                 admission: r.admission,
+                snapshots: r.snapshots,
                 started_at_ms: need(r.started_at_ms, at)?,
             },
             EventKind::Observed => Entry::Observed {
@@ -99,6 +105,7 @@ impl Decode for Entry {
             EventKind::Terminal => Entry::Terminal {
                 cancelled_at_ms: r.cancelled_at_ms,
                 fleet_stop: r.fleet_stop,
+                snapshots: r.snapshots,
             },
         })
     }
@@ -182,6 +189,7 @@ fn build(
         }
         Entry::Dispatched {
             admission,
+            snapshots,
             started_at_ms,
         } => {
             let d = match &r.tip.expect {
@@ -204,6 +212,7 @@ fn build(
                 ordinal: d.ordinal,
                 route_id: d.route_id.clone(),
                 route_release_sha256: d.route_release_sha256.clone(),
+                snapshots: snapshots.clone(),
                 started_at_ms: *started_at_ms,
             })
         }
@@ -220,6 +229,7 @@ fn build(
         Entry::Terminal {
             cancelled_at_ms,
             fleet_stop,
+            snapshots,
         } => {
             let mut run = r.run.clone();
             let mut attempts = r.attempts.clone();
@@ -250,6 +260,7 @@ fn build(
                 cancelled_at_ms: *cancelled_at_ms,
                 fleet_stop: fleet_stop.clone(),
                 receipt_sha256: Sha256Hex::computed(digest_of(&receipt)),
+                snapshots: snapshots.clone(),
                 terminal,
             })
         }
@@ -392,8 +403,9 @@ impl Writer {
 
 /// Whether a batch's appends from the first of `rest` on can be put back by
 /// restoring the replay's tip alone. Only `observed` and `terminal` change
-/// the run and its attempts, and an event that is refused changes nothing;
-/// so it holds unless one of them is followed by an entry that may be
+/// the run and its attempts (and a `dispatched` that carries snapshots the
+/// replay's snapshots), and an event that is refused changes nothing; so
+/// it holds unless one of them is followed by an entry that may be
 /// refused. An `observed` followed by its `decided` alone is not: that
 /// event is built from the run the observation left (its decision, seq,
 /// chain and lease), which is what its check compares.
@@ -403,6 +415,10 @@ fn undone_by_tip(rest: &[Entry]) -> bool {
         [
             Entry::Observed { .. }
                 | Entry::Terminal { .. }
+                | Entry::Dispatched {
+                    snapshots: Some(_),
+                    ..
+                }
                 | Entry::Reserved {
                     cancelled_at_ms: Some(_),
                     ..

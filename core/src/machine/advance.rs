@@ -50,6 +50,10 @@ impl Machine {
                             let attempts = self.session.attempts();
                             let entry = Entry::Terminal {
                                 cancelled_at_ms: attempts.cancelled_at_ms,
+                                snapshots: attempts
+                                    .fleet_stop
+                                    .as_ref()
+                                    .and_then(|s| self.session.fleet_snapshots().named_by_stop(s)),
                                 fleet_stop: attempts.fleet_stop.clone(),
                             };
                             if self.journal.is_some() {
@@ -85,6 +89,7 @@ impl Machine {
                     }
                     let dispatched = Entry::Dispatched {
                         admission: self.session.admission().cloned(),
+                        snapshots: self.session.admission_snapshots(),
                         started_at_ms: self.now_ms,
                     };
                     if self.reserved {

@@ -488,7 +488,10 @@ pub fn drive(data: &[u8]) -> Result<Reached, String> {
         let bundle = m
             .seal()
             .map_err(|e| format!("a done machine does not seal: {e:?}"))?;
-        verify_bundle(&bundle).map_err(|e| format!("a sealed bundle does not verify: {e:?}"))?;
+        match verify_bundle(&bundle) {
+            Ok(crate::receipt::Verdict::Verified { .. }) => {}
+            other => return Err(format!("a sealed bundle does not verify: {other:?}")),
+        }
         reached.done = true;
     }
     if journaled {

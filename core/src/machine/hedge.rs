@@ -219,6 +219,8 @@ impl Layer {
         };
         let replayed = writer.replayed();
         let (run, attempts) = replayed.clone().into_run();
+        // The snapshots the journaled admissions read, sealed with the run.
+        layer.snapshots = replayed.snapshots().clone();
         layer.stage = match position(replayed)? {
             Position::Start => Stage::Open,
             Position::Decide => Stage::Decide,
@@ -669,8 +671,10 @@ impl Machine {
         }
         let effect = match (step, send) {
             (step, Some(d)) if journaled => {
+                let admission = layer.admitted_for(d.ordinal).cloned();
                 let dispatched = Entry::Dispatched {
-                    admission: layer.admitted_for(d.ordinal).cloned(),
+                    snapshots: admission.as_ref().and_then(|a| layer.snapshots.named_by(a)),
+                    admission,
                     started_at_ms: now,
                 };
                 // A lead is reserved as the core planned it (moved by any
@@ -698,6 +702,10 @@ impl Machine {
                 let attempts = layer.attempts();
                 let entry = Entry::Terminal {
                     cancelled_at_ms: attempts.cancelled_at_ms,
+                    snapshots: attempts
+                        .fleet_stop
+                        .as_ref()
+                        .and_then(|s| layer.snapshots.named_by_stop(s)),
                     fleet_stop: attempts.fleet_stop.clone(),
                 };
                 return self.hedge_append(&[entry], After::Done);

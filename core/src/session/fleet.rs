@@ -22,6 +22,13 @@ impl Session {
         &self.snapshots
     }
 
+    /// The snapshots the admission held for the planned attempt names
+    /// (what its journal's `dispatched` event carries); `None` when there
+    /// is no admission or it names none.
+    pub(crate) fn admission_snapshots(&self) -> Option<FleetSnapshots> {
+        self.admission().and_then(|a| self.snapshots.named_by(a))
+    }
+
     /// Admit the planned attempt under the fleet view a host read from its
     /// store at `now_epoch_ms` (wall clock), `at_ms` on the run clock. A
     /// route whose breaker refuses is skipped (the plan moves to the next

@@ -38,6 +38,9 @@ impl Session {
             Some(contract) => Some(crate::stream::log_of(contract.mode, &replayed)?),
             None => None,
         };
+        // The snapshots the journaled admissions read: the bundle of the
+        // continued run carries them with its attempts.
+        self.snapshots = replayed.snapshots().clone();
         self.continue_replay(replayed);
         if let Some(log) = log {
             self.log = log;

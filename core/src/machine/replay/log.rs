@@ -13,6 +13,7 @@ use crate::attempt::{Attempt, Attempts};
 use crate::canonical::{digest_of, Encode, ObjectWriter, Sink};
 use crate::error::{Error, ErrorCode, Result};
 use crate::evaluate::{Decision, Dispatch, Run, Terminal};
+use crate::fleet::FleetSnapshots;
 use crate::ids::{Identifier, Sha256Hex};
 use crate::journal::{Ending, EventKind, JournalEvent, Payload, Sent, GENESIS_SHA256};
 use crate::policy::CompiledPolicy;
@@ -53,6 +54,8 @@ pub struct Log {
     pub(crate) attempts: Attempts,
     /// Each attempt's delta digests, as its `observed` event lists them.
     pub(crate) deltas: Vec<Vec<Sha256Hex>>,
+    /// The fleet snapshots the `dispatched` events carry, each once.
+    pub(crate) snapshots: FleetSnapshots,
     pub(crate) tip: Tip,
 }
 
@@ -100,6 +103,7 @@ impl Log {
             run: Run::new(cp),
             attempts: Attempts::default(),
             deltas: Vec::new(),
+            snapshots: FleetSnapshots::default(),
             tip: Tip {
                 expect: Expect::Start,
                 run_id: None,
@@ -131,6 +135,12 @@ impl Log {
     /// The replayed run and its attempts, for a session that continues it.
     pub(crate) fn into_run(self) -> (Run, Attempts) {
         (self.run, self.attempts)
+    }
+
+    /// The fleet snapshots the journal's admissions named, each once: what
+    /// a run continuing it seals with the bundle of its attempts so far.
+    pub(crate) fn snapshots(&self) -> &FleetSnapshots {
+        &self.snapshots
     }
 
     /// The stream action the replay took after each attempt (and a cancellation).
@@ -222,6 +232,7 @@ impl Log {
             run,
             attempts,
             deltas,
+            snapshots,
             tip,
         } = self;
         let mut receipt_sha256 = None;
@@ -337,7 +348,7 @@ impl Log {
                 ex @ (Expect::Planned | Expect::Reserved(_) | Expect::Ended),
                 Payload::Terminal(end),
             ) => {
-                receipt_sha256 = Some(end_run(run, attempts, cp, ex, end, i)?);
+                receipt_sha256 = Some(end_run(run, attempts, snapshots, cp, ex, end, i)?);
                 Expect::Done
             }
             _ => {
@@ -349,6 +360,17 @@ impl Log {
             }
         };
         // Checked: nothing below can fail.
+        match &e.payload {
+            Payload::Dispatched(Sent {
+                snapshots: Some(carried),
+                ..
+            })
+            | Payload::Terminal(Ending {
+                snapshots: Some(carried),
+                ..
+            }) => snapshots.keep_all(carried),
+            _ => {}
+        }
         if let Payload::Created {
             created_at_epoch_ms,
             ..
@@ -508,9 +530,11 @@ fn observe(
 /// Check the `terminal` event's end of the run and give its receipt
 /// digest; a cancellation or a fleet stop ends the run and its attempts
 /// (on copies, committed once everything is checked: once per run).
+#[allow(clippy::too_many_arguments)]
 fn end_run(
     run: &mut Run,
     attempts: &mut Attempts,
+    kept: &FleetSnapshots,
     cp: &CompiledPolicy,
     expect: &Expect,
     end: &Ending,
@@ -553,6 +577,7 @@ fn end_run(
         }
     };
     let (r, a) = ended.as_ref().map_or((&*run, &*attempts), |(r, a)| (r, a));
+    crate::fleet::check_stop_carried(cp, a, kept, end.snapshots.as_ref(), &format!("/events/{i}"))?;
     let Some(terminal) = r.terminal() else {
         return Err(plan_drift(i, "terminal", "the run has not ended"));
     };
@@ -620,7 +645,7 @@ fn check_sent(cp: &CompiledPolicy, planned: &Dispatch, s: &Sent, i: usize) -> Re
             ),
         ));
     }
-    match (&cp.policy.fleet, &s.admission) {
+    let admitted = match (&cp.policy.fleet, &s.admission) {
         // A job's polls and its cancel are not admitted.
         (Some(_), None) if !crate::job::admitted_step(planned) => Ok(()),
         (Some(_), Some(_)) if !crate::job::admitted_step(planned) => Err(Error::at(
@@ -639,7 +664,15 @@ fn check_sent(cp: &CompiledPolicy, planned: &Dispatch, s: &Sent, i: usize) -> Re
             "an admission the policy has no fleet for",
         )),
         _ => Ok(()),
-    }
+    };
+    admitted?;
+    crate::fleet::check_carried(
+        cp,
+        s.admission.as_ref(),
+        &planned.route_release_sha256,
+        s.snapshots.as_ref(),
+        &format!("/events/{i}"),
+    )
 }
 
 /// Verify a journal against a compiled policy: the replay of every event.

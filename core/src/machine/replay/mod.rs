@@ -158,8 +158,18 @@ pub fn transcript(
             Ok(bundle) => {
                 out.insert("receipt_sha256".into(), json!(digest_of(&bundle.receipt)));
                 out.insert("bundle_sha256".into(), json!(digest_of(&bundle)));
-                if let Err(e) = verify_bundle(&bundle) {
-                    out.insert("error".into(), error_at(&e, None));
+                match verify_bundle(&bundle) {
+                    Ok(crate::receipt::Verdict::Verified { .. }) => {}
+                    // A sealed bundle that drifts is the machine's error.
+                    Ok(crate::receipt::Verdict::Drift { code, path, .. }) => {
+                        out.insert(
+                            "error".into(),
+                            json!({"code": code, "event": null, "path": path}),
+                        );
+                    }
+                    Err(e) => {
+                        out.insert("error".into(), error_at(&e, None));
+                    }
                 }
             }
             Err(e) => {
