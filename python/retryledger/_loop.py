@@ -128,6 +128,9 @@ class Adapter:
 
     #: The namespace the fleet store's keys go under (``<namespace>/breaker/...``).
     namespace: str = "retryledger"
+    #: Announce each planned attempt (``on_decision``) before its wait and
+    #: admission, not at its send.
+    announces_plans: bool = False
 
     def now_ms(self) -> int:
         """The run clock, ms (never lower than a reading before it)."""
@@ -241,8 +244,12 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
     # The attempts in flight when the loop stops early are the pump's to cancel.
     flights = _Flights()
     effect = machine.next()
-    if effect["kind"] in _DECIDED:
-        adapter.on_decision(_decision(effect))
+    # Each planned attempt is announced once, at the first effect before it
+    # (its wait, its admission, its send).
+    hooked = type(adapter).on_decision is not Adapter.on_decision
+    announced: List[Any] = [None]
+    if hooked:
+        _announce(machine, adapter, effect, announced)
     while effect["kind"] != "done":
         event, got = yield from _effects(machine, adapter, flights, effect)
         if got is not _NOTHING:
@@ -252,8 +259,8 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
             seen = machine.observed()
             if seen is not None:
                 adapter.on_attempt(seen["attempt"], seen["judgement"])
-        if effect["kind"] in _DECIDED:
-            adapter.on_decision(_decision(effect))
+        if hooked:
+            _announce(machine, adapter, effect, announced)
     bundle, receipt_sha256, bundle_json = machine.sealed()
     receipt = bundle["receipt"]
     adapter.on_terminal(receipt)
@@ -266,6 +273,25 @@ _NOTHING = object()
 
 #: The effects a decision of the core is: an attempt to send (an async job's poll and cancel too), or the end.
 _DECIDED = frozenset({"dispatch", "poll", "cancel", "done"})
+
+
+def _announce(machine: Machine, adapter: Adapter, effect: Dict[str, Any], announced: List[Any]) -> None:
+    """``on_decision`` once per planned attempt (at its send, or with
+    ``announces_plans`` at the first effect before it), and with the run's end."""
+    if effect["kind"] in _DECIDED or not adapter.announces_plans:
+        if effect["kind"] not in _DECIDED:
+            return
+        ordinal = None if effect["kind"] == "done" else effect["dispatch"]["ordinal"]
+        if effect["kind"] != "done" and ordinal == announced[0]:
+            return
+        announced[0] = ordinal
+        adapter.on_decision(_decision(effect))
+        return
+    planned = machine.planned()
+    if planned is None or planned["ordinal"] == announced[0]:
+        return
+    announced[0] = planned["ordinal"]
+    adapter.on_decision(dict(planned, kind="dispatch"))
 
 
 def _decision(effect: Dict[str, Any]) -> Dict[str, Any]:
