@@ -197,4 +197,4 @@ if [ "${1:-}" = "--self-test" ]; then
 fi
 
 check "${1:-$(cd "$(dirname "$0")/.." && pwd)}"
-echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no repair key made in a host; no decision field in the host loops, the machine driven only by them, and the plain, hedged, job, journaled and Temporal drivers on them)"
+echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no repair key made in a host; no decision field in the host loops, the machine driven only by them, and the hedged, job, journaled, Temporal and Python async plain drivers on them)"

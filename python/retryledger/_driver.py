@@ -1200,8 +1200,7 @@ class _Host:
         return RunStoppedError(sealed, message)
 
 
-#: The sync driver's loop over the session (python/src/drive.rs), made
-#: once: a run with a fleet, and the sync stream driver's step.
+#: The sync driver's loop (python/src/drive.rs), made once.
 _SYNC_LOOP = _core.SyncLoop(Step, AttemptError, _RETURNED)
 
 
@@ -1263,21 +1262,8 @@ def run(
             on_attempt=on_attempt, price_schedule=price_schedule, fleet=fleet,
             on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
         )
-    if fleet is None:
-        from ._plain import run_plain
-
-        return run_plain(
-            policy,
-            dispatch,
-            idempotency_key,
-            {
-                "classify": classify, "clock": clock, "sleep": sleep, "wall_clock": wall_clock, "on_attempt": on_attempt,
-                "key_scope": key_scope, "price_schedule": price_schedule, "fleet": fleet, "reserve_tokens": reserve_tokens,
-                "on_decision": on_decision, "on_sleep": on_sleep, "on_terminal": on_terminal, "checks": checks,
-            },
-        )
-    # A fleet run keeps the session's loop (its admissions through the
-    # fleet's one check-and-set) until the machine's fleet layer does.
+    # The sync run keeps the session's loop in the extension: on the
+    # machine it costs more than its speed line allows (docs/HOST_LOOP.md).
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:

@@ -21,7 +21,7 @@ import asyncio
 import functools
 import inspect
 import json
-from typing import Any, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from . import _core
 from ._api import call
@@ -44,9 +44,10 @@ class Machine:
         self._m = machine
 
     @classmethod
-    def start(cls, policy: Any, options: Mapping[str, Any]) -> "Machine":
-        """A run of ``policy`` (a document, its JSON text or a compiled policy) under ``options``."""
-        return cls(call(_core.Machine.start, _policy_text(policy), json.dumps(dict(options))))
+    def start(cls, policy: Any, options: Union[str, Mapping[str, Any]]) -> "Machine":
+        """A run of ``policy`` (a document, its JSON text or a compiled policy) under ``options`` (or their JSON text)."""
+        text = options if isinstance(options, str) else json.dumps(dict(options))
+        return cls(call(_core.Machine.start, _policy_text(policy), text))
 
     @classmethod
     def resume(cls, policy: Any, options: Mapping[str, Any], journal: List[Dict[str, Any]]) -> "Machine":

@@ -1,4 +1,4 @@
-"""The plain drivers (``run``, ``run_async``) as adapters of the host loop
+"""The async plain driver (``run_async``) as an adapter of the host loop
 (docs/HOST_LOOP.md): the caller's dispatch once per planned attempt, the
 run clock and sleep and the hooks; what each attempt reported (cost,
 usage, request body, model, tokens) goes back in its observation, and the
@@ -9,29 +9,25 @@ one check-and-set."""
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from . import _core
 from ._api import Document, Policy
 from ._driver import (
-    AttemptError,
     MachineStep,
     RunCancelledError,
     RunResult,
     RunStoppedError,
-    Step,
     UnrecognizedDispatchError,
     _async_sleep_ms,
     _checked,
     _fleet_for,
     _monotonic_ms,
     _schedule_for,
-    _sleep_ms,
     _wall_ms,
     facts_of,
 )
-from ._loop import LoopResult, Machine, pump, pump_async, run_loop
+from ._loop import LoopResult, Machine, pump_async, run_loop
 from .journaled import _MachineSealed
 from .machine import HookedAdapter
 
@@ -51,7 +47,6 @@ class _Plain(HookedAdapter):
         send: Callable[[Any], Any],
         schedule: Optional[str],
         options: Mapping[str, Any],
-        sync: bool,
     ) -> None:
         self.compiled = compiled
         self.key = key
@@ -60,7 +55,7 @@ class _Plain(HookedAdapter):
         self.classify = options.get("classify")
         self.clock: Callable[[], float] = options.get("clock") or _monotonic_ms
         self.t0 = self.clock()
-        self.pause = options.get("sleep") or (_sleep_ms if sync else _async_sleep_ms)
+        self.pause = options.get("sleep") or _async_sleep_ms
         self.wall_clock: Callable[[], float] = options.get("wall_clock") or _wall_ms
         checks = options.get("checks")
         self.checks = tuple(checks) if checks else None
@@ -86,14 +81,6 @@ class _Plain(HookedAdapter):
 
     def cancelled_before_send(self) -> bool:
         return self.was_cancelled
-
-    def step_for(self, plan: Any, started_at_ms: int) -> MachineStep:
-        """The step of the attempt ``plan`` (a dispatch as the machine planned it) started then."""
-        step = MachineStep.__new__(MachineStep)
-        Step.__init__(step, plan, self.key, started_at_ms, self.schedule, None)
-        step._compiled = self.compiled._compiled
-        self.step = step
-        return step
 
     def dispatch(self, effect: Dict[str, Any]) -> Any:
         step = MachineStep(effect, self.key, self.schedule)
@@ -140,17 +127,17 @@ class _Plain(HookedAdapter):
 
 
 def _start(
-    policy: Union[Policy, Document], dispatch: Callable[[Any], Any], idempotency_key: str, options: Mapping[str, Any], sync: bool
+    policy: Union[Policy, Document], dispatch: Callable[[Any], Any], idempotency_key: str, options: Mapping[str, Any]
 ) -> Tuple[Machine, _Plain]:
     compiled = _checked(policy, idempotency_key, options.get("key_scope"))
     schedule = _schedule_for(compiled, options.get("price_schedule"))
     # A policy with a fleet section needs a fleet (``admission_missing``);
     # a fleet run keeps the session's loop (``_driver``).
     _fleet_for(compiled, None)
-    adapter = _Plain(compiled, idempotency_key, dispatch, schedule, options, sync)
-    machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(adapter.wall_clock()) - adapter.now_ms())}
-    if schedule is not None:
-        machine_options["price_schedule"] = json.loads(schedule)
+    adapter = _Plain(compiled, idempotency_key, dispatch, schedule, options)
+    origin = max(0, int(adapter.wall_clock()) - adapter.now_ms())
+    # The options' JSON, written here: the one field of a run without a price schedule.
+    machine_options = f'{{"origin_epoch_ms":{origin}}}' if schedule is None else f'{{"origin_epoch_ms":{origin},"price_schedule":{schedule}}}'
     return Machine.start(compiled, machine_options), adapter
 
 
@@ -168,42 +155,13 @@ def _ended(adapter: _Plain, run: LoopResult) -> RunResult[Any]:
     raise RunStoppedError(sealed, message) from adapter.last_error
 
 
-def run_plain(
-    policy: Union[Policy, Document], dispatch: Callable[[Any], Any], idempotency_key: str, options: Mapping[str, Any]
-) -> RunResult[Any]:
-    """``run`` on the host loop, pumped in this thread: a run with no hook,
-    output check or fleet through the extension's pump of the machine
-    (``pump_plain``: its sleeps and plain dispatches with no JSON), the
-    rest, and any other effect, through the generator's pump."""
-    machine, adapter = _start(policy, dispatch, idempotency_key, options, True)
-    if adapter.checks is None and adapter.hooks == (None, None, None, None):
-        raw = machine._m
-        done, value = raw.pump_plain(adapter, dispatch, adapter.clock, adapter.t0, adapter.pause, AttemptError)
-        if done:
-            session = raw.take_session(adapter.compiled._compiled)
-            if session is not None:
-                return _sealed_end(adapter, session.seal(), value, raw.judged_by())
-    return _ended(adapter, pump(run_loop(machine, adapter), adapter))
-
-
-def _sealed_end(adapter: _Plain, sealed: _core.Sealed, value: Any, rule: Optional[str]) -> RunResult[Any]:
-    """The result of a run the extension pumped, or the error it ended with."""
-    if sealed.terminal == "completed":
-        return RunResult(value, sealed)
-    count = sealed.receipt["attempt_count"]
-    message = f"run ended with {sealed.terminal} after {count} attempt{'s' if count != 1 else ''}"
-    if rule == "unrecognized":
-        raise UnrecognizedDispatchError(sealed, f"{message}; unrecognized {type(adapter.last_error).__name__}") from adapter.last_error
-    raise RunStoppedError(sealed, message) from adapter.last_error
-
-
 async def run_plain_async(
     policy: Union[Policy, Document], dispatch: Callable[[Any], Any], idempotency_key: str, options: Mapping[str, Any]
 ) -> RunResult[Any]:
     """``run_async`` on the host loop: a cancellation of the task is the
     caller's cancellation of the run (the attempt in flight is judged
     cancelled, and the machine says how the run ends)."""
-    machine, adapter = _start(policy, dispatch, idempotency_key, options, False)
+    machine, adapter = _start(policy, dispatch, idempotency_key, options)
     run = await pump_async(run_loop(machine, adapter), adapter, cancellable=True)
     try:
         return _ended(adapter, run)

@@ -30,7 +30,7 @@ pub(crate) struct SyncLoop {
 
 /// A run-clock reading as the core's integer ms: Python's `int()` of it,
 /// checked like any integer the core takes (`integer`'s codes).
-pub(crate) fn whole(x: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+fn whole(x: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
     if let Ok(f) = x.cast::<PyFloat>() {
         let v = f.value();
         // In range: the truncation `int()` makes.

@@ -667,7 +667,8 @@ fn repair_step(
 fn check_model(requested: Option<&str>, served: Option<&str>) -> PyResult<()> {
     for (name, path) in [(requested, "/model/requested"), (served, "/model/served")] {
         if let Some(s) = name {
-            retryledger_core::ids::Identifier::parse(s).map_err(|(code, m)| coded(code, path, &m))?;
+            retryledger_core::ids::Identifier::parse(s)
+                .map_err(|(code, m)| coded(code, path, &m))?;
         }
     }
     Ok(())

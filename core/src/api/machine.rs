@@ -81,29 +81,6 @@ impl LiveMachine {
         })
     }
 
-    /// The machine itself: its outstanding effect as a value, for a
-    /// binding that hands the common effects across as numbers.
-    pub fn machine(&self) -> &crate::machine::Machine {
-        &self.machine
-    }
-
-    /// Answer the outstanding effect with an event already decoded (a
-    /// binding's compact answer): the same checks as [`Self::answer_json`].
-    pub fn answer(&mut self, event: crate::machine::Event) -> Result<()> {
-        self.machine.answer(event).map(|_| ())
-    }
-
-    /// The finished run's session ([`crate::machine::Machine::into_session`]).
-    pub fn into_session(self) -> Option<crate::Session> {
-        self.machine.into_session()
-    }
-
-    /// The finished run's session, the machine kept
-    /// ([`crate::machine::Machine::take_session`]).
-    pub fn take_session(&mut self) -> Option<crate::Session> {
-        self.machine.take_session()
-    }
-
     /// The outstanding effect as JSON (tagged by `kind`).
     pub fn next_json(&self) -> String {
         out(self.machine.next())

@@ -360,25 +360,6 @@ impl Machine {
         &self.session
     }
 
-    /// The finished run's session, for a host that seals it itself (the
-    /// plain run's sealed receipt and lazily read bundle); `None` for a
-    /// hedged run, whose attempts are its hedge layer's, or before the run
-    /// is over.
-    pub fn into_session(self) -> Option<Session> {
-        (self.hedge.is_none() && self.effect.is_done()).then_some(self.session)
-    }
-
-    /// [`Machine::into_session`] for a host that keeps the machine: the
-    /// session is taken and the machine holds a fresh one of the same
-    /// policy (it is over; nothing is asked of it again).
-    pub fn take_session(&mut self) -> Option<Session> {
-        if self.hedge.is_some() || !self.effect.is_done() {
-            return None;
-        }
-        let fresh = Session::start(Arc::clone(&self.policy));
-        Some(std::mem::replace(&mut self.session, fresh))
-    }
-
     /// The attempt the machine plans next (a wait before it, its admission
     /// or its send is what comes), or `None` when none is: the run is over,
     /// or a hedged round is in flight.
