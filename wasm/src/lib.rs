@@ -386,43 +386,6 @@ pub fn price_cost(schedule: &str, route_release_sha256: &str, usage: &str) -> Ou
     lift(api::price_cost(schedule, route_release_sha256, usage).map(|c| c as f64))
 }
 
-/// `check_model`: the model names an attempt reports (`/model/requested`,
-/// `/model/served`), each an identifier or absent.
-#[wasm_bindgen]
-pub fn check_model(requested: Option<String>, served: Option<String>) -> Out<()> {
-    for (name, path) in [(requested, "/model/requested"), (served, "/model/served")] {
-        if let Some(s) = name {
-            lift(
-                retryledger_core::ids::Identifier::parse(&s)
-                    .map(|_| ())
-                    .map_err(|(code, m)| Error::at(code, path, m)),
-            )?;
-        }
-    }
-    Ok(())
-}
-
-impl Compiled {
-    /// The logical request a template bound, if any.
-    pub(crate) fn bound_request(&self) -> Option<&retryledger_core::request::Request> {
-        self.request.as_deref()
-    }
-}
-
-#[wasm_bindgen]
-impl Compiled {
-    /// Check an SDK call a run of this policy is about to send (its URL
-    /// path and JSON body) against the logical request a template bound:
-    /// `request_drift` when it lifts to another one; nothing to check for
-    /// a policy given whole.
-    pub fn check_sent(&self, url_path: &str, body: &[u8]) -> Out<()> {
-        match self.bound_request() {
-            Some(request) => lift(retryledger_core::lift::check_sent(request, url_path, body)),
-            None => Ok(()),
-        }
-    }
-}
-
 /// `lift_request`: the logical request (canonical JSON) of an SDK call's parameters.
 #[wasm_bindgen]
 pub fn lift_request(call: &str, params: &str) -> Out<String> {
@@ -1184,11 +1147,6 @@ impl WasmSession {
             Ok(text)
         };
         lift(run())
-    }
-
-    /// The run's price schedule as canonical JSON, once set.
-    pub fn price_schedule_json(&self) -> Option<String> {
-        self.session.price_schedule().map(canonical_json)
     }
 
     /// Report usage (JSON units by kind) of the attempt in flight: what the

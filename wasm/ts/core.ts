@@ -126,7 +126,6 @@ export interface RawBindings {
   judge(facts: string): string;
   next_repair(links: string, requestSha256: string, idempotencyKeySha256: string, startedAtMs: number): string;
   repair_step(links: string, rootKey: string, tenant: string | undefined, operation: string | undefined): string;
-  check_model(requested: string | undefined, served: string | undefined): void;
   verify_repair_chain(chain: string): string;
   request_sha256(request: string): string;
   build_policy(request: string, spec: string): string;
