@@ -25,9 +25,12 @@
 #     effects out and answers them, the machine decides what comes next;
 #   - the live machine of the bindings (`LiveMachine`, `_core.Machine`)
 #     outside the host loops: one loop per language drives it;
+#   - a repair's idempotency key made in a host (`:repair:` followed by a
+#     template or f-string substitution): the core's `repair_step` names it;
 #   - a driver on the loop (the hedged runs, the async jobs, the journaled
-#     runs, the Temporal workflow helper and the streams: wasm/ts/{hedge,job,
-#     journaled,temporal,stream}.ts, python/retryledger/{hedge,job,journaled,
+#     runs, the Temporal workflow helper, the streams and, in Python, the
+#     plain async runs without a fleet: wasm/ts/{hedge,job,journaled,
+#     temporal,stream}.ts, python/retryledger/{_plain,hedge,job,journaled,
 #     temporal,_stream}.py) that does not call the loop (`runLoop(` /
 #     `run_loop(`), or that steps a session itself (`session.next()`,
 #     `startAttempt`, a `new HedgeSession(`, the plain driver's
@@ -54,8 +57,8 @@ LOOP_PATTERN='not_before_ms|delay_ms|reserve_cost|deadline_ms|retry_after|outcom
 MACHINE_PATTERN='LiveMachine|_core\.Machine\b'
 LOOP_FILES='^(wasm/ts/loop\.ts|python/retryledger/_loop\.py):'
 ON_LOOP=(wasm/ts/hedge.ts wasm/ts/job.ts wasm/ts/journaled.ts wasm/ts/temporal.ts wasm/ts/stream.ts
-  python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py python/retryledger/temporal.py
-  python/retryledger/_stream.py)
+  python/retryledger/_plain.py python/retryledger/hedge.py python/retryledger/job.py python/retryledger/journaled.py
+  python/retryledger/temporal.py python/retryledger/_stream.py)
 SECTIONS='fleet|stream|hedge|async_job|repair'
 SECTION_READ='policy\.('"$SECTIONS"')([^A-Za-z_]|$)|(document|doc)(\.get\(|\[)"('"$SECTIONS"')"|"('"$SECTIONS"')" (not )?in [A-Za-z_.]*(document|doc)([^A-Za-z_]|$)'
 # A section read, then a coded error thrown or raised within the next 6 lines.
@@ -64,6 +67,8 @@ REFUSAL_AWK='FNR == 1 { armed = 0 }
   if ($0 ~ ENVIRON["SECTION_READ"]) { armed = 6; at = FNR; what = $0 } else if (armed > 0) armed--
   if (armed > 0 && $0 ~ /(throw new [A-Za-z]*Error\(|raise [A-Za-z]*Error\()/) { printf "%s:%d:%s\n", FILENAME, at, what; armed = 0 }
 }'
+# A repair's key made in a host (a template or an f-string after `:repair:`): the core names it (repair_step).
+REPAIR_KEY_PATTERN=':repair:(\$\{|\{)'
 OWN_LOOP_PATTERN='session\.(next|startAttempt|start_attempt|observe|cancelled)\(|new HedgeSession\(|= HedgeSession\(|runWithPolicy\(|\b_run(_async)?\(|\bnext_attempt(_async)?\('
 
 check() {
@@ -76,6 +81,12 @@ check() {
     grep -vE "$ALLOWED" || true)
   if [ -n "$hits" ]; then
     echo "hosts-thin: outcome decoding or document construction outside the core and its bindings:" >&2
+    echo "$hits" >&2
+    return 1
+  fi
+  hits=$(cd "$root" && grep -rnE "$REPAIR_KEY_PATTERN" wasm/ts python/retryledger --include='*.ts' --include='*.py' || true)
+  if [ -n "$hits" ]; then
+    echo "hosts-thin: a repair's idempotency key made in a host (the core's repair_step names it):" >&2
     echo "$hits" >&2
     return 1
   fi
@@ -143,7 +154,9 @@ if [ "${1:-}" = "--self-test" ]; then
     'python/retryledger/journaled.py:machine = _core.Machine.start(p, o)' \
     'python/retryledger/receiver.py:if not raw.isprintable(): return bad()' \
     'wasm/ts/receiver.ts:const printableAscii = /^[\x20-\x7e]+$/;' \
-    'python/retryledger/receiver.py:digest = hashlib.sha256(body).hexdigest()'; do
+    'python/retryledger/receiver.py:digest = hashlib.sha256(body).hexdigest()' \
+    'wasm/ts/repair.ts:const nextKey = `${rootKey}:repair:${n}`;' \
+    'python/retryledger/_repair.py:key = f"{self.root_key}:repair:{ordinal}"'; do
     file=${bad%%:*}
     printf '%s\n' "${bad#*:}" >"$tmp/$file"
     if check "$tmp" 2>/dev/null; then
@@ -229,9 +242,9 @@ if [ "${1:-}" = "--self-test" ]; then
     echo "hosts-thin self-test: a tree without python/retryledger passed" >&2
     exit 1
   fi
-  echo "hosts-thin self-test: ok (a clean tree passes; 23 violations (5 of them policy refusals in a host), a driver off the loop, a missing host loop and a missing host directory are caught)"
+  echo "hosts-thin self-test: ok (a clean tree passes; 25 violations (5 of them policy refusals in a host), a driver off the loop, a missing host loop and a missing host directory are caught)"
   exit 0
 fi
 
 check "${1:-$(cd "$(dirname "$0")/.." && pwd)}"
-echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no decision field in the host loops, the machine driven only by them, the hedged, job, journaled, Temporal and stream drivers on them, and no policy refused in a host)"
+echo "hosts-thin: ok (no outcome decoding or document construction in wasm/ts or python/retryledger; no repair key made in a host; no decision field in the host loops, the machine driven only by them, the hedged, job, journaled, Temporal and stream drivers and the Python async plain driver on them, and no policy refused in a host)"

@@ -145,6 +145,22 @@ pub fn repairable(bundle: &Bundle) -> bool {
         })
 }
 
+/// The raw idempotency key of repair `ordinal` of a request whose root run
+/// sent `root_key`: `<root_key>:repair:<ordinal>` (docs/REPAIR.md), so a
+/// repair never reuses its parent's key.
+pub fn repair_key(root_key: &str, ordinal: u64) -> String {
+    format!("{root_key}:repair:{ordinal}")
+}
+
+/// What may follow a chain's last run: the ordinal of the repair that may
+/// follow (the chain's length) when the last run stopped with invalid
+/// output, or `None` when the last run's own end stands. Whether that
+/// repair is within the policy's bounds is [`next_repair`]'s answer.
+pub fn next_repair_ordinal(links: &[RepairLink]) -> Option<u64> {
+    let last = links.last()?;
+    repairable(&last.bundle).then(|| u64::try_from(links.len()).unwrap_or(u64::MAX))
+}
+
 /// The policy of the next repair of a chain: `links` are the runs so far
 /// (the root first), `request_sha256` and `idempotency_key_sha256` the
 /// repair's, `started_at_ms` when it starts on the root run's clock. Errors:

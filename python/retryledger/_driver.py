@@ -537,6 +537,8 @@ class MachineStep(Step):
     _units: Optional[Dict[str, int]] = None
     _body_sha256: Optional[str] = None
     _model: Optional[Dict[str, str]] = None
+    #: The compiled policy whose bound request :meth:`check_sent` checks a call against.
+    _compiled: Optional[_core.Compiled] = None
 
     def __init__(self, effect: Mapping[str, Any], idempotency_key: str, price_schedule: Optional[str] = None) -> None:
         super().__init__(_Plan(effect["dispatch"]), idempotency_key, int(effect["started_at_ms"]), price_schedule, None)  # type: ignore[arg-type]
@@ -566,7 +568,26 @@ class MachineStep(Step):
     def request_body_digest(self, sha256: str) -> None:
         self._body_sha256 = sha256
 
+    def check_sent(self, url_path: str, body: Union[bytes, bytearray, memoryview, str]) -> None:
+        compiled = self._compiled
+        if compiled is None:
+            return
+        data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        try:
+            call(compiled.check_sent, url_path, data)
+        except RetryledgerError as refused:
+            self._refused = refused
+            raise
+
     def set_model(self, requested: Optional[str] = None, served: Optional[str] = None) -> None:
+        # A requested name that is not an identifier is the core's coded
+        # error; a served one is recorded as unknown.
+        call(_core.check_model, requested, None)
+        if served is not None:
+            try:
+                call(_core.check_model, None, served)
+            except RetryledgerError:
+                served = None
         model = {}
         if requested is not None:
             model["requested"] = requested
@@ -1231,6 +1252,8 @@ def run(
             on_attempt=on_attempt, price_schedule=price_schedule, fleet=fleet,
             on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
         )
+    # The sync run keeps the session's loop in the extension: on the
+    # machine it costs more than its speed line allows (docs/HOST_LOOP.md).
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:
@@ -1250,6 +1273,7 @@ def run(
             return RunResult(done[0], host.sealed())
         return RunResult(done[0], session.seal())
     raise host.failure() from host.last_error
+
 
 
 async def _dispatched(
@@ -1308,6 +1332,21 @@ async def run_async(
             on_attempt=on_attempt, on_cancel=on_cancel, price_schedule=price_schedule, fleet=fleet,
             on_decision=on_decision, on_sleep=on_sleep, on_terminal=on_terminal,
         )
+    if fleet is None:
+        from ._plain import run_plain_async
+
+        return await run_plain_async(
+            policy,
+            dispatch,
+            idempotency_key,
+            {
+                "classify": classify, "clock": clock, "sleep": sleep, "wall_clock": wall_clock, "on_attempt": on_attempt,
+                "on_cancel": on_cancel, "key_scope": key_scope, "price_schedule": price_schedule, "fleet": fleet,
+                "reserve_tokens": reserve_tokens, "on_decision": on_decision, "on_sleep": on_sleep,
+                "on_terminal": on_terminal, "checks": checks,
+            },
+        )
+    # A fleet run keeps the session's loop (see ``run``).
     compiled = _checked(policy, idempotency_key, key_scope)
     schedule = _schedule_for(compiled, price_schedule)
     if clock is None:

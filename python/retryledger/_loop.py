@@ -21,7 +21,7 @@ import asyncio
 import functools
 import inspect
 import json
-from typing import Any, AsyncGenerator, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, AsyncGenerator, Dict, Generator, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from . import _core
 from ._api import call
@@ -56,9 +56,10 @@ class Machine:
         self._m = machine
 
     @classmethod
-    def start(cls, policy: Any, options: Mapping[str, Any]) -> "Machine":
-        """A run of ``policy`` (a document, its JSON text or a compiled policy) under ``options``."""
-        return cls(call(_core.Machine.start, _policy_text(policy), json.dumps(dict(options))))
+    def start(cls, policy: Any, options: Union[str, Mapping[str, Any]]) -> "Machine":
+        """A run of ``policy`` (a document, its JSON text or a compiled policy) under ``options`` (or their JSON text)."""
+        text = options if isinstance(options, str) else json.dumps(dict(options))
+        return cls(call(_core.Machine.start, _policy_text(policy), text))
 
     @classmethod
     def resume(cls, policy: Any, options: Mapping[str, Any], journal: List[Dict[str, Any]]) -> "Machine":
@@ -142,6 +143,9 @@ class Adapter:
     namespace: str = "retryledger"
     #: The run's result once a pump of items ended it (:func:`pump_items`).
     result: Optional[LoopResult] = None
+    #: Announce each planned attempt (``on_decision``) before its wait and
+    #: admission, not at its send.
+    announces_plans: bool = False
 
     def now_ms(self) -> int:
         """The run clock, ms (never lower than a reading before it)."""
@@ -263,8 +267,12 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
     # The attempts in flight when the loop stops early are the pump's to cancel.
     flights = _Flights()
     effect = machine.next()
-    if effect["kind"] in _DECIDED:
-        adapter.on_decision(_decision(effect))
+    # Each planned attempt is announced once, at the first effect before it
+    # (its wait, its admission, its send).
+    hooked = type(adapter).on_decision is not Adapter.on_decision
+    announced: List[Any] = [None]
+    if hooked:
+        _announce(machine, adapter, effect, announced)
     while effect["kind"] != "done":
         event, got = yield from _effects(machine, adapter, flights, effect)
         if got is not _NOTHING:
@@ -274,8 +282,8 @@ def run_loop(machine: Machine, adapter: Adapter) -> Generator[Request, Reply, Lo
             seen = machine.observed()
             if seen is not None:
                 adapter.on_attempt(seen["attempt"], seen["judgement"])
-        if effect["kind"] in _DECIDED:
-            adapter.on_decision(_decision(effect))
+        if hooked:
+            _announce(machine, adapter, effect, announced)
     bundle, receipt_sha256, bundle_json = machine.sealed()
     receipt = bundle["receipt"]
     adapter.on_terminal(receipt)
@@ -288,6 +296,25 @@ _NOTHING = object()
 
 #: The effects a decision of the core is: an attempt to send (an async job's poll and cancel too), or the end.
 _DECIDED = frozenset({"dispatch", "poll", "cancel", "done"})
+
+
+def _announce(machine: Machine, adapter: Adapter, effect: Dict[str, Any], announced: List[Any]) -> None:
+    """``on_decision`` once per planned attempt (at its send, or with
+    ``announces_plans`` at the first effect before it), and with the run's end."""
+    if effect["kind"] in _DECIDED or not adapter.announces_plans:
+        if effect["kind"] not in _DECIDED:
+            return
+        ordinal = None if effect["kind"] == "done" else effect["dispatch"]["ordinal"]
+        if effect["kind"] != "done" and ordinal == announced[0]:
+            return
+        announced[0] = ordinal
+        adapter.on_decision(_decision(effect))
+        return
+    planned = machine.planned()
+    if planned is None or planned["ordinal"] == announced[0]:
+        return
+    announced[0] = planned["ordinal"]
+    adapter.on_decision(dict(planned, kind="dispatch"))
 
 
 def _decision(effect: Dict[str, Any]) -> Dict[str, Any]:

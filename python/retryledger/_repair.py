@@ -5,15 +5,18 @@ run of the drivers, under the policy the core derives for it
 (:func:`retryledger.next_repair`: the repair's request and key digests, the
 deadline and the cost left). After a run that stopped on invalid output,
 ``repair(output, defects)`` builds the next logical request; the core
-decides whether a repair may follow at all. Nothing here decides a budget.
+decides whether a repair may follow at all and under which key
+(``repair_step``). Nothing here decides a budget.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
-from ._api import Policy, idempotency_key_sha256, next_repair, request_sha256
+from . import _core
+from ._api import Policy, call, next_repair, request_sha256, to_text
 from ._driver import RunResult, RunStoppedError, Step, _monotonic_ms, _sleep_ms, _async_sleep_ms
 from ._errors import DecodeError, DriftError, RetryledgerError
 from .checks import defects_of
@@ -63,6 +66,8 @@ class _Chain:
         self.clock = clock
         self.t0 = clock()
         self.started = 0
+        #: The repair that may follow the last run, as the core named it (``repair_step``).
+        self.step: Dict[str, Any] = {}
 
     def elapsed(self) -> int:
         t = int(self.clock() - self.t0)
@@ -90,12 +95,15 @@ class _Chain:
         return with_request
 
     def repairable(self, stopped: RunStoppedError) -> None:
-        """After a stopped run: raise it (carrying the chain) unless it
-        stopped on invalid output, the only terminal a repair may follow."""
+        """After a stopped run: raise it (carrying the chain) unless the core
+        says a repair may follow its end (it stopped on invalid output), and
+        keep that repair's key, its digest and its ordinal."""
         stopped.chain = self.document()
-        last = stopped.bundle["attempts"]["attempts"]
-        if stopped.terminal != "stop_non_retryable" or not last or last[-1]["outcome"].get("kind") != "invalid_output":
+        tenant, operation = self.scope if self.scope is not None else (None, None)
+        step: Optional[Dict[str, Any]] = json.loads(call(_core.repair_step, to_text(self.links), self.root_key, tenant, operation))
+        if step is None:
             raise stopped
+        self.step = step
 
     def failed(self, exc: BaseException) -> DecodeError:
         """``repair_function_failed`` for a repair function that raised or
@@ -117,22 +125,19 @@ class _Chain:
             digest = request_sha256(request)
         except RetryledgerError as exc:
             raise self.failed(exc) from exc
-        ordinal = self.ordinal + 1
-        key = f"{self.root_key}:repair:{ordinal}"
-        tenant, operation = self.scope if self.scope is not None else (None, None)
-        key_sha = idempotency_key_sha256(key, tenant=tenant, operation=operation)
+        step = self.step
         started = self.elapsed()
         try:
-            policy = next_repair(self.links, digest, key_sha, started)
+            policy = next_repair(self.links, digest, step["idempotency_key_sha256"], started)
         except DriftError as no:
             if no.code in _NO_REPAIR:
                 stopped.repair_refused = no
                 raise stopped from no
             raise
         self.policy = Policy(policy)
-        self.key = key
+        self.key = str(step["idempotency_key"])
         self.request = request
-        self.ordinal = ordinal
+        self.ordinal = int(step["repair_ordinal"])
         self.started = started
 
 

@@ -646,6 +646,34 @@ fn next_repair(
     ))
 }
 
+/// `repair_step`: the repair that may follow a chain's last run (its key,
+/// the key's digest and its ordinal, as JSON), or `null` when the last
+/// run's end stands.
+#[pyfunction]
+#[pyo3(signature = (links, root_key, tenant=None, operation=None))]
+fn repair_step(
+    links: &Bound<'_, PyAny>,
+    root_key: &str,
+    tenant: Option<&str>,
+    operation: Option<&str>,
+) -> PyResult<String> {
+    lift(api::repair_step(&text(links)?, root_key, tenant, operation))
+}
+
+/// `check_model`: the model names an attempt reports (`/model/requested`,
+/// `/model/served`), each an identifier or absent (`invalid_identifier`).
+#[pyfunction]
+#[pyo3(signature = (requested=None, served=None))]
+fn check_model(requested: Option<&str>, served: Option<&str>) -> PyResult<()> {
+    for (name, path) in [(requested, "/model/requested"), (served, "/model/served")] {
+        if let Some(s) = name {
+            retryledger_core::ids::Identifier::parse(s)
+                .map_err(|(code, m)| coded(code, path, &m))?;
+        }
+    }
+    Ok(())
+}
+
 /// `verify_repair_chain`: a repair chain's verdict as JSON.
 #[pyfunction]
 fn verify_repair_chain(chain: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -1582,6 +1610,16 @@ impl Compiled {
         lift(self.inner.require_job_calls(has_cancel))
     }
 
+    /// Check an SDK call a run of this policy is about to send (its URL
+    /// path and JSON body) against the logical request a template bound
+    /// (`request_drift`); nothing to check for a policy given whole.
+    fn check_sent(&self, url_path: &str, body: &[u8]) -> PyResult<()> {
+        match &self.request {
+            Some(request) => lift(retryledger_core::lift::check_sent(request, url_path, body)),
+            None => Ok(()),
+        }
+    }
+
     /// A run of this policy with no attempt yet.
     fn session(slf: Py<Self>, py: Python<'_>) -> PySession {
         PySession {
@@ -2138,6 +2176,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(classify_http, m)?)?;
     m.add_function(wrap_pyfunction!(judge, m)?)?;
     m.add_function(wrap_pyfunction!(next_repair, m)?)?;
+    m.add_function(wrap_pyfunction!(repair_step, m)?)?;
+    m.add_function(wrap_pyfunction!(check_model, m)?)?;
     m.add_function(wrap_pyfunction!(verify_repair_chain, m)?)?;
     m.add_function(wrap_pyfunction!(breaker_admit, m)?)?;
     m.add_function(wrap_pyfunction!(breaker_record, m)?)?;

@@ -329,6 +329,24 @@ pub fn next_repair(
     lift(run())
 }
 
+/// `repair_step`: the repair that may follow a chain's last run (its key,
+/// the key's digest and its ordinal, as JSON), or `null` when the last
+/// run's end stands.
+#[wasm_bindgen]
+pub fn repair_step(
+    links: &str,
+    root_key: &str,
+    tenant: Option<String>,
+    operation: Option<String>,
+) -> Out<String> {
+    lift(api::repair_step(
+        links,
+        root_key,
+        tenant.as_deref(),
+        operation.as_deref(),
+    ))
+}
+
 /// `verify_repair_chain`: a repair chain's verdict, as JSON.
 #[wasm_bindgen]
 pub fn verify_repair_chain(chain: &str) -> Out<String> {

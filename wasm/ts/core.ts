@@ -128,6 +128,7 @@ export interface RawBindings {
   classify_http(observation: string): string;
   judge(facts: string): string;
   next_repair(links: string, requestSha256: string, idempotencyKeySha256: string, startedAtMs: number): string;
+  repair_step(links: string, rootKey: string, tenant: string | undefined, operation: string | undefined): string;
   verify_repair_chain(chain: string): string;
   request_sha256(request: string): string;
   build_policy(request: string, spec: string): string;
@@ -763,6 +764,25 @@ export function judge(facts: Input<Facts>): Judgement {
 export function nextRepair(links: Input<RepairLink[]>, requestSha256: string, idempotencyKeySha256: string, startedAtMs: number): Policy {
   const text = toText(links);
   return JSON.parse(call((b) => b.next_repair(text, requestSha256, idempotencyKeySha256, startedAtMs))) as Policy;
+}
+
+/** The repair that may follow a chain's last run: its raw key (`<rootKey>:repair:<n>`), the key's digest and its ordinal. */
+export interface RepairStep {
+  idempotency_key: string;
+  idempotency_key_sha256: string;
+  repair_ordinal: number;
+}
+
+/**
+ * What may follow a chain's last run (docs/REPAIR.md), for a request whose
+ * root run sent the raw key `rootKey` (under `scope` when its digest is
+ * scoped): the repair that may follow when the last run stopped with
+ * invalid output, or `null` when the last run's end stands. Whether that
+ * repair is within the policy's bounds is `nextRepair`'s answer.
+ */
+export function repairStep(links: Input<RepairLink[]>, rootKey: string, scope?: { tenant: string; operation: string }): RepairStep | null {
+  const text = toText(links);
+  return JSON.parse(call((b) => b.repair_step(text, rootKey, scope?.tenant, scope?.operation))) as RepairStep | null;
 }
 
 /** Replay a `retryledger.repair_chain.v1`: every run and every repair's budget (docs/REPAIR.md). */

@@ -10,7 +10,7 @@
  */
 
 import { defectsOf, type OutputCheck } from "./checks.js";
-import { CompiledPolicy, idempotencyKeySha256, nextRepair, requestSha256, type Input } from "./core.js";
+import { CompiledPolicy, nextRepair, repairStep, requestSha256, type Input } from "./core.js";
 import { DecodeError, DriftError, RetryledgerError, RunStoppedError } from "./errors.js";
 import type { DispatchFn, RunOptions, RunResult, Step } from "./driver.js";
 import type { OutputVerdict as Verdict, Policy, RepairChain, RepairLink } from "./types.js";
@@ -86,9 +86,9 @@ export async function runRepaired<T>(
       const stopped = e as RunStoppedError<T> & WithChain;
       add(stopped.bundle);
       stopped.chain = document();
-      const last = stopped.bundle.attempts.attempts.at(-1);
-      const invalid = last !== undefined && last.outcome.class === "non_retryable" && last.outcome.kind === "invalid_output";
-      if (stopped.terminal !== "stop_non_retryable" || !invalid) throw stopped;
+      // The core says whether a repair may follow the run's end, and under which key.
+      const step = repairStep(links, rootKey, options.keyScope);
+      if (step === null) throw stopped;
       let next: unknown;
       let digest: string;
       try {
@@ -103,13 +103,10 @@ export async function runRepaired<T>(
         error.chain = document();
         throw error;
       }
-      const nextOrdinal = ordinal + 1;
-      const nextKey = `${rootKey}:repair:${nextOrdinal}`;
-      const keySha = idempotencyKeySha256(nextKey, options.keyScope);
       const at = elapsed();
       let derived: Policy;
       try {
-        derived = nextRepair(links, digest, keySha, at);
+        derived = nextRepair(links, digest, step.idempotency_key_sha256, at);
       } catch (no) {
         if (no instanceof DriftError && NO_REPAIR.has(no.code)) {
           stopped.repairRefused = no;
@@ -118,9 +115,9 @@ export async function runRepaired<T>(
         throw no;
       }
       current = derived;
-      key = nextKey;
+      key = step.idempotency_key;
       request = next;
-      ordinal = nextOrdinal;
+      ordinal = step.repair_ordinal;
       started = at;
       continue;
     }

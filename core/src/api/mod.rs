@@ -28,7 +28,7 @@ pub use policy::{
     bind_policy_template, bind_policy_template_compiled, bind_policy_template_request,
     build_policy, check_price_schedule, compile_policy, compile_policy_template, decode_attempts,
     digest, evaluate, evaluate_compiled, next_repair, plan_next, plan_next_compiled, price_cost,
-    seal_compiled, validate_policy, verify, verify_repair_chain,
+    repair_step, seal_compiled, validate_policy, verify, verify_repair_chain,
 };
 pub use receiver::{check_idempotency_header, http_request_sha256, http_response_sha256};
 pub use requests::{

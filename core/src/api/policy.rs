@@ -38,6 +38,37 @@ pub fn next_repair(
     Ok(out(&policy))
 }
 
+/// `repair_step`: what may follow a chain's last run (`links_json`, the
+/// root run first), for a request whose root run sent the raw key
+/// `root_key` (scoped by `tenant` and `operation` when given): `null` when
+/// the last run's end stands, else the repair that may follow as
+/// `{"idempotency_key", "idempotency_key_sha256", "repair_ordinal"}`
+/// (its key `<root_key>:repair:<n>`, [`crate::repair::repair_key`]).
+/// Whether it is within the policy's bounds is [`next_repair`]'s answer.
+pub fn repair_step(
+    links_json: &str,
+    root_key: &str,
+    tenant: Option<&str>,
+    operation: Option<&str>,
+) -> Result<String> {
+    let chain = from_str::<crate::repair::RepairChain>(&format!(
+        "{{\"links\":{links_json},\"schema\":\"retryledger.repair_chain.v1\"}}"
+    ))?;
+    let Some(ordinal) = crate::repair::next_repair_ordinal(&chain.links) else {
+        return Ok("null".to_owned());
+    };
+    let key = crate::repair::repair_key(root_key, ordinal);
+    let digest = crate::request::idempotency_key_sha256(&key, tenant, operation)?;
+    let mut text = String::from("{\"idempotency_key\":");
+    text.push_str(&crate::canonical::to_jcs(&serde_json::Value::String(key)));
+    text.push_str(",\"idempotency_key_sha256\":\"");
+    text.push_str(&digest);
+    text.push_str("\",\"repair_ordinal\":");
+    text.push_str(&ordinal.to_string());
+    text.push('}');
+    Ok(text)
+}
+
 /// `verify_repair_chain`: replay a `retryledger.repair_chain.v1`
 /// ([`crate::repair::verify_chain`]).
 pub fn verify_repair_chain(chain_json: &str) -> Result<String> {
