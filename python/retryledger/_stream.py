@@ -431,7 +431,7 @@ class _Streamed(HookedAdapter):
         self.last_error: Optional[BaseException] = None
         self.rule: Any = None
         self.result: Optional[LoopResult] = None
-        self.checker: Optional[_core.Session] = None
+        self.checker: Optional[_core.Compiled] = None
 
     def now_ms(self) -> int:
         t = int(self.clock() - self.t0)
@@ -515,7 +515,7 @@ class _Streamed(HookedAdapter):
         plan = effect["stream"]
         step = StreamStep(effect, self.key, self.schedule)
         # A policy bound from a template checks each SDK call against its request (request_drift).
-        step._session = self.checker
+        step._compiled = self.checker
         started = step.started_at_ms
         first = plan.get("first_event_by_ms")
         idle = plan.get("idle_timeout_ms")
@@ -1049,7 +1049,7 @@ def _start(
     schedule = _schedule_for(compiled, options["price_schedule"])
     options["fleet"], options["sleep"] = fleet, sleep
     adapter = _Streamed(idempotency_key, send, _TEXT_READER if reader is None else reader, schedule, options)
-    adapter.checker = compiled._compiled.session()
+    adapter.checker = compiled._compiled
     machine_options: Dict[str, Any] = {"origin_epoch_ms": max(0, int(adapter.wall_clock()) - adapter.now_ms()), "stream": True}
     if adapter.fixed:
         machine_options["now_ms"] = adapter.now_ms()
