@@ -164,3 +164,39 @@ test("usage recorded on an attempt becomes gen_ai.usage.* tokens; the descriptio
   assert.equal(spans.run.name, "retryledger.run");
   assert.deepEqual(spansOf(run.bundle, run.sealed.receipt_sha256, { routes: ROUTES }), spans);
 });
+
+test("otel.record takes a journaled run, completed or stopped: the one result shape", async () => {
+  const { exporter, telemetry } = setup();
+  const time = fakeTime();
+  const run = await rl.runJournaled(
+    referencePolicy(),
+    scripted(time, [{ ms: 40, error: rl.AttemptError.retryable("unavailable") }, { ms: 30, value: "ok" }]),
+    { idempotencyKey: KEY, store: new rl.MemoryStore(), runId: "otel-1", clock: time.clock, sleep: time.sleep },
+  );
+  assert.equal(run.receipt_sha256, run.receiptSha256);
+  assert.equal(run.value, run.result);
+  assert.equal(rl.verifyBundle(run.bundle_json).kind, "verified");
+  telemetry.record(run);
+  const spans = exporter.getFinishedSpans();
+  assert.equal(spans.length, 3);
+  const runSpan = spans.find((s) => s.attributes["retryledger.terminal"] !== undefined);
+  assert.equal(runSpan?.attributes["retryledger.receipt_sha256"], run.receiptSha256);
+  exporter.reset();
+  const stopped = await rl
+    .runJournaled(referencePolicy(), scripted(time, [{ ms: 10, error: rl.AttemptError.nonRetryable("invalid_request") }]), {
+      idempotencyKey: KEY,
+      store: new rl.MemoryStore(),
+      runId: "otel-2",
+      clock: time.clock,
+      sleep: time.sleep,
+    })
+    .then(
+      () => assert.fail("the run stops"),
+      (e) => e,
+    );
+  assert.ok(stopped instanceof rl.JournaledStopError);
+  telemetry.record(stopped);
+  const after = exporter.getFinishedSpans();
+  assert.equal(after.length, 2);
+  assert.equal(after.find((s) => s.attributes["retryledger.terminal"] !== undefined)?.attributes["error.type"], "stop_non_retryable");
+});

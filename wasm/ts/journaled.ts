@@ -96,6 +96,10 @@ export interface JournaledEnd {
   readonly bundle: Bundle;
   readonly receipt: Receipt;
   readonly receiptSha256: string;
+  /** The receipt's digest under the name of the one result shape of every driver (so `otel.record` takes the run). */
+  readonly receipt_sha256: string;
+  /** The bundle as canonical JSON (what `verifyBundle` and `npx retryledger verify` read). */
+  readonly bundle_json: string;
   readonly terminal: Terminal;
   /** The ordinals of the attempts whose outcome came from the receiver. */
   readonly reconciled: readonly number[];
@@ -104,6 +108,8 @@ export interface JournaledEnd {
 /** A completed journaled run: dispatch's result (or what `reconcile` said the receiver holds for an adopted attempt). */
 export interface JournaledResult<T> extends JournaledEnd {
   readonly result: T | undefined;
+  /** The same as `result` (the one result shape of every driver). */
+  readonly value: T | undefined;
 }
 
 /** A journaled run that ended without success; `code` is its terminal. */
@@ -115,6 +121,8 @@ export class JournaledStopError extends RetryledgerError implements JournaledEnd
   readonly bundle: Bundle;
   readonly receipt: Receipt;
   readonly receiptSha256: string;
+  readonly receipt_sha256: string;
+  readonly bundle_json: string;
   readonly terminal: Terminal;
   readonly reconciled: readonly number[];
 
@@ -127,6 +135,8 @@ export class JournaledStopError extends RetryledgerError implements JournaledEnd
     this.bundle = end.bundle;
     this.receipt = end.receipt;
     this.receiptSha256 = end.receiptSha256;
+    this.receipt_sha256 = end.receipt_sha256;
+    this.bundle_json = end.bundle_json;
     this.terminal = end.terminal;
     this.reconciled = end.reconciled;
   }
@@ -345,11 +355,13 @@ async function drive<T>(owner: Owner<T>): Promise<JournaledResult<T>> {
     bundle,
     receipt: run.receipt,
     receiptSha256: run.receipt_sha256,
+    receipt_sha256: run.receipt_sha256,
+    bundle_json: run.bundle_json,
     terminal: run.terminal as Terminal,
     reconciled: bundle.attempts.attempts.filter((a) => (a as { reconciled?: string }).reconciled !== undefined).map((a) => a.ordinal),
   };
   if (sealed.terminal !== "completed") throw new JournaledStopError(sealed);
-  return { ...sealed, result: run.value };
+  return { ...sealed, result: run.value, value: run.value };
 }
 
 function prepare(policy: Input<Policy> | CompiledPolicy, options: JournaledOptions): CompiledPolicy {
