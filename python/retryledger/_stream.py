@@ -108,10 +108,10 @@ from ._driver import (
     facts_of,
 )
 from ._errors import RetryledgerError
-from ._loop import Adapter, Answer, LoopResult, Machine, pump_items, pump_items_async, run_loop, store_read, store_write
+from ._loop import Answer, LoopResult, Machine, pump_items, pump_items_async, run_loop
 from .fleet import Fleet
 from .journaled import _MachineSealed
-from .machine import HookedAdapter
+from .machine import FleetAdapter, fleet_options
 
 
 __all__ = [
@@ -391,7 +391,7 @@ class _Left(Exception):
     """The consumer stopped reading during the attempt."""
 
 
-class _Streamed(HookedAdapter):
+class _Streamed(FleetAdapter):
     """A streamed run as the host loop's adapter: each ``dispatch`` opens the
     caller's stream and reads it under the machine's stream plan (a
     generator of the consumer's events, answering with the attempt's
@@ -417,9 +417,7 @@ class _Streamed(HookedAdapter):
         self.pause: Callable[[float], Any] = o["sleep"]
         self.wall_clock: Callable[[], float] = o["wall_clock"] or _wall_ms
         self.classify: Optional[Classifier] = o["classify"]
-        self.fleet: Optional[Fleet] = o["fleet"]
-        if self.fleet is not None:
-            self.namespace = self.fleet.namespace
+        self.use_fleet(o["fleet"])
         self.hooks = (o["on_decision"], o["on_sleep"], o["on_attempt"], o["on_terminal"])
         #: The consumer's sequence: events handed out (or dropped after it left).
         self.sequence = 0
@@ -459,16 +457,6 @@ class _Streamed(HookedAdapter):
     def leave(self) -> None:
         self.left = True
 
-    def read(self, keys: List[str]) -> List[Dict[str, Any]]:
-        if self.fleet is None:
-            return Adapter.read(self, keys)
-        return store_read(self.fleet.store, self.namespace, keys)
-
-    def write(self, writes: List[Dict[str, Any]]) -> int:
-        if self.fleet is None:
-            return Adapter.write(self, writes)
-        return store_write(self.fleet.store, self.namespace, writes)
-
     #: The consumer's task was cancelled: it takes no more events.
     silent = False
 
@@ -488,17 +476,17 @@ class _Streamed(HookedAdapter):
             if decision["ordinal"] == self.announced:
                 return
             self.announced = int(decision["ordinal"])
-        HookedAdapter.on_decision(self, decision)
+        FleetAdapter.on_decision(self, decision)
 
     def on_sleep(self, sleep: Dict[str, Any]) -> None:
         d = sleep.get("dispatch")
         if d is not None:
             self.on_decision(dict(d, kind="dispatch"))
-        HookedAdapter.on_sleep(self, sleep)
+        FleetAdapter.on_sleep(self, sleep)
 
     def on_attempt(self, attempt: Dict[str, Any], judgement: Dict[str, Any]) -> None:
         self.rule = judgement.get("rule")
-        HookedAdapter.on_attempt(self, attempt, judgement)
+        FleetAdapter.on_attempt(self, attempt, judgement)
         ordinal = int(attempt["ordinal"])
         action = judgement.get("stream")
         if action == "commit":
@@ -1055,13 +1043,10 @@ def _start(
         machine_options["now_ms"] = adapter.now_ms()
     if schedule is not None:
         machine_options["price_schedule"] = json.loads(schedule)
-    reserve = options["reserve_tokens"]
-    if reserve is None and fleet is not None:
-        reserve = getattr(fleet, "reserve_tokens", None)
-    if reserve is not None:
-        machine_options["reserve_tokens"] = reserve
-    if fleet is not None:
-        machine_options["max_conflicts"] = fleet.max_conflicts
+    # The fleet's conflict bound, token reservation and tenant; the run's own reservation first.
+    machine_options.update(fleet_options(fleet))
+    if options["reserve_tokens"] is not None:
+        machine_options["reserve_tokens"] = options["reserve_tokens"]
     # The core refuses a policy without a stream contract here, before any dispatch.
     return Machine.start(compiled, machine_options), adapter
 
